@@ -1,0 +1,47 @@
+"""caffe_ocl: Caffe-compatible deep learning whose every computation runs
+in OpenCL kernels. ``import caffe_ocl as caffe`` gives pycaffe's API."""
+import logging as _logging
+
+__version__ = "0.1.0"
+
+_logging.getLogger("caffe_ocl").addHandler(_logging.NullHandler())
+
+from .errors import (CaffeOclError, ParseError, ShapeError, NetError,  # noqa: E402,F401
+                     LayerError, DeviceError, DataError, SolverError, FileNotFound)
+from .device import set_mode_cpu, set_mode_gpu, set_device, get_device  # noqa: E402,F401
+from .proto import caffe_pb2  # noqa: E402,F401
+from . import proto  # noqa: E402,F401
+from .blob import Blob  # noqa: E402,F401
+from .layers import Layer, layer_type_list  # noqa: E402,F401
+from .net import Net, TRAIN, TEST  # noqa: E402,F401
+
+
+def set_random_seed(seed):
+    """Seed the device random generator (fillers, Dropout, ...)."""
+    from .ops.random import set_random_seed as _s
+    _s(seed)
+
+
+def init_log(level=_logging.INFO):
+    """Caffe-style (glog-like) log lines on stderr."""
+    from .logs import init_log as _init
+    _init(level)
+
+
+def __getattr__(name):
+    # Lazily imported pycaffe modules (keep `import caffe_ocl` light).
+    import importlib
+    lazy = {"io": ".io", "draw": ".draw", "net_spec": ".net_spec",
+            "coord_map": ".coord_map", "solvers": ".solvers"}
+    if name in lazy:
+        return importlib.import_module(lazy[name], __name__)
+    if name in ("NetSpec", "layers", "params", "to_proto"):
+        return getattr(importlib.import_module(".net_spec", __name__), name)
+    if name in ("Classifier",):
+        return getattr(importlib.import_module(".classifier", __name__), name)
+    if name in ("Detector",):
+        return getattr(importlib.import_module(".detector", __name__), name)
+    if name in ("SGDSolver", "NesterovSolver", "AdaGradSolver", "RMSPropSolver",
+                "AdaDeltaSolver", "AdamSolver", "get_solver"):
+        return getattr(importlib.import_module(".solvers", __name__), name)
+    raise AttributeError(f"module 'caffe_ocl' has no attribute {name!r}")

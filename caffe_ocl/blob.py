@@ -1,0 +1,218 @@
+"""Blob: a shape plus data and diff, each kept on host and device lazily.
+
+``SyncedMemory`` follows Caffe's head states: UNINITIALIZED, AT_HOST,
+AT_DEVICE, SYNCED. Asking for the host array (``blob.data`` in pycaffe)
+downloads if the device holds the newer copy and then marks the host as
+head, because the caller may write into the array; the next device use
+uploads it. Layers ask for ``device_buffer()`` (read) or mark their outputs
+``device_written()``; nothing is copied unless a side actually changed.
+"""
+import weakref
+
+import numpy as np
+
+from .errors import ShapeError
+
+UNINITIALIZED, AT_HOST, AT_DEVICE, SYNCED = range(4)
+
+_live = weakref.WeakSet()
+
+
+def live_blob_count():
+    return len(_live)
+
+
+class SyncedMemory:
+    """float32 storage of ``capacity`` elements on host and device."""
+    __slots__ = ("capacity", "_host", "_buf", "head", "_device", "__weakref__")
+
+    def __init__(self, capacity, device=None):
+        self.capacity = max(int(capacity), 1)
+        self._host = None
+        self._buf = None
+        self.head = UNINITIALIZED
+        self._device = device
+
+    @property
+    def device(self):
+        if self._device is None:
+            from .device import get_device
+            self._device = get_device()
+        return self._device
+
+    def _host_array(self):
+        if self._host is None:
+            self._host = np.zeros(self.capacity, np.float32)
+        return self._host
+
+    def _device_buf(self):
+        if self._buf is None:
+            self._buf = self.device.alloc(self.capacity * 4)
+        return self._buf
+
+    # -- host side
+    def host(self):
+        """Host array, up to date, read-only intent."""
+        if self.head == AT_DEVICE:
+            self.device.download(self._host_array(), self._buf)
+            self.head = SYNCED
+        elif self.head == UNINITIALIZED:
+            self._host_array()
+            self.head = AT_HOST
+        return self._host
+
+    def mutable_host(self):
+        """Host array the caller may write: marks the host as head."""
+        h = self.host()
+        self.head = AT_HOST
+        return h
+
+    # -- device side
+    def buffer(self):
+        """The device buffer (no sync). Used when binding kernel arguments."""
+        return self._device_buf()
+
+    def to_device(self):
+        """Make the device copy current (upload if the host is newer)."""
+        if self.head == AT_HOST:
+            self.device.upload(self._device_buf(), self._host)
+            self.head = SYNCED
+        elif self.head == UNINITIALIZED:
+            self.zero_device()
+        return self._buf
+
+    def zero_device(self):
+        buf = self._device_buf()
+        from .ops import pointwise
+        pointwise.fill(self.device, buf, self.capacity, 0.0)
+        self.head = AT_DEVICE
+
+    def device_written(self):
+        """A kernel wrote the device copy: it is now the only current one."""
+        self._device_buf()
+        self.head = AT_DEVICE
+
+
+class Blob:
+    """N-d float32 array with data and diff, as Caffe's Blob<float>."""
+
+    def __init__(self, shape=(), name="", device=None):
+        self.name = name
+        self._device = device
+        self._shape = ()
+        self._count = 0
+        self._data = None
+        self._diff = None
+        self.reshape(shape)
+        _live.add(self)
+
+    # ---- shape -----------------------------------------------------------
+    def reshape(self, *shape):
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = tuple(shape[0])
+        shape = tuple(int(s) for s in shape)
+        for s in shape:
+            if s < 0:
+                raise ShapeError(f"blob {self.name!r}: negative dimension in {shape}")
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if count > 2**31 - 1:
+            raise ShapeError(f"blob {self.name!r}: shape {shape} exceeds 2^31 elements")
+        self._shape = shape
+        self._count = count
+        if self._data is None or count > self._data.capacity:
+            self._data = SyncedMemory(count, self._device)
+            self._diff = SyncedMemory(count, self._device)
+        return self
+
+    def reshape_like(self, other):
+        return self.reshape(other.shape)
+
+    @property
+    def shape(self):
+        return self._shape
+
+    @property
+    def count(self):
+        return self._count
+
+    def count_range(self, start, end=None):
+        end = len(self._shape) if end is None else end
+        return int(np.prod(self._shape[start:end], dtype=np.int64))
+
+    def canonical_axis(self, axis):
+        n = len(self._shape)
+        if not -n <= axis < max(n, 1):
+            raise ShapeError(f"axis {axis} out of range for blob {self.name!r} "
+                             f"of shape {self._shape}")
+        return axis + n if axis < 0 else axis
+
+    @property
+    def num_axes(self):
+        return len(self._shape)
+
+    def _legacy(self, i):
+        if len(self._shape) > 4:
+            raise ShapeError(f"blob {self.name!r} has {len(self._shape)} axes; "
+                             "legacy num/channels/height/width need <= 4")
+        return self._shape[i] if i < len(self._shape) else 1
+
+    num = property(lambda self: self._legacy(0))
+    channels = property(lambda self: self._legacy(1))
+    height = property(lambda self: self._legacy(2))
+    width = property(lambda self: self._legacy(3))
+
+    # ---- pycaffe host views --------------------------------------------
+    @property
+    def data(self):
+        """Host view of the data; writes reach the device at next use."""
+        return self._data.mutable_host()[:self._count].reshape(self._shape)
+
+    @data.setter
+    def data(self, value):
+        self.data[...] = value
+
+    @property
+    def diff(self):
+        return self._diff.mutable_host()[:self._count].reshape(self._shape)
+
+    @diff.setter
+    def diff(self, value):
+        self.diff[...] = value
+
+    def host_data(self):
+        """Read-only copy-free view (does not mark the host as head)."""
+        return self._data.host()[:self._count].reshape(self._shape)
+
+    def host_diff(self):
+        return self._diff.host()[:self._count].reshape(self._shape)
+
+    # ---- device access for layers ---------------------------------------
+    @property
+    def data_mem(self):
+        return self._data
+
+    @property
+    def diff_mem(self):
+        return self._diff
+
+    def data_buffer(self):
+        return self._data.buffer()
+
+    def diff_buffer(self):
+        return self._diff.buffer()
+
+    def share_data(self, other):
+        """Use ``other``'s data storage (Caffe's ShareData)."""
+        if other.count != self._count:
+            raise ShapeError(f"cannot share data of {other.name!r} {other.shape} "
+                             f"with {self.name!r} {self._shape}: counts differ")
+        self._data = other._data
+
+    def share_diff(self, other):
+        if other.count != self._count:
+            raise ShapeError(f"cannot share diff of {other.name!r} {other.shape} "
+                             f"with {self.name!r} {self._shape}: counts differ")
+        self._diff = other._diff
+
+    def __repr__(self):
+        return f"<Blob {self.name!r} {self._shape}>"

@@ -1,0 +1,54 @@
+"""The one exception family of caffe_ocl.
+
+Every error a user can cause (a bad file, a net that does not fit its
+weights, a device that runs out of memory) is raised as a subclass of
+``CaffeOclError`` with a message that names the file, layer, blob or record
+involved, what was expected and what was found. The command line prints that
+message alone and exits non-zero; Python callers can catch the class.
+"""
+
+
+class CaffeOclError(Exception):
+    """Base class of every error caffe_ocl raises on purpose."""
+
+
+class ParseError(CaffeOclError):
+    """A prototxt/caffemodel/binaryproto/solver file could not be read."""
+
+
+class ShapeError(CaffeOclError):
+    """Shapes that do not fit: weights vs. net, bottoms of a layer, ..."""
+
+
+class NetError(CaffeOclError):
+    """A net that cannot be wired: unknown layer type, missing bottom, ..."""
+
+
+class LayerError(CaffeOclError):
+    """A layer parameter that Caffe would reject."""
+
+
+class DeviceError(CaffeOclError):
+    """OpenCL device trouble: no device, build failure, out of memory."""
+
+
+class DataError(CaffeOclError):
+    """A database or data file that cannot be read as expected."""
+
+
+class SolverError(CaffeOclError):
+    """A solver definition or state that cannot be used."""
+
+
+class FileNotFound(CaffeOclError, FileNotFoundError):
+    """A path the user gave does not exist."""
+
+
+def require_file(path, what="file"):
+    """Raise FileNotFound with a readable message when ``path`` is missing."""
+    import os
+    if not os.path.exists(path):
+        raise FileNotFound(f"{what} not found: {path}")
+    if os.path.isdir(path) and what != "directory" and what != "database":
+        raise FileNotFound(f"{what} is a directory, expected a file: {path}")
+    return path

@@ -1,0 +1,129 @@
+/* Batched SGEMM for CPU OpenCL drivers (PoCL): same contract and argument
+ * list as gemm.cl, but shaped for a CPU core instead of a GPU SM.
+ * GPU-style tiles (hundreds of work-items sharing local memory through
+ * barriers) run at 5-10 GFLOP/s on PoCL; here one work-item (work-group of
+ * one) owns a BM x BN block of C, packs a KC x BN panel of op(B) into local
+ * memory (zero-padded, so the inner loop has no edge tests) and sweeps it
+ * with a 4 x 16 register tile of float8 accumulators. */
+#include "common.h"
+
+#ifndef TRANS_A
+#define TRANS_A 0
+#endif
+#ifndef TRANS_B
+#define TRANS_B 0
+#endif
+#ifndef BM
+#define BM 64
+#endif
+#ifndef BN
+#define BN 64
+#endif
+#ifndef KC
+#define KC 128
+#endif
+#ifndef BIAS
+#define BIAS 0
+#endif
+#ifndef GROUPS
+#define GROUPS 1
+#endif
+#if (BN % 16) || (BM % 4)
+#error "BN must be a multiple of 16 and BM of 4"
+#endif
+
+#if TRANS_A
+#define A_AT(m, k) A[(k) * lda + (m)]
+#else
+#define A_AT(m, k) A[(m) * lda + (k)]
+#endif
+#if TRANS_B
+#define B_AT(k, n) B[(n) * ldb + (k)]
+#else
+#define B_AT(k, n) B[(k) * ldb + (n)]
+#endif
+
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void gemm(int M, int N, int K, float alpha,
+          __global const float* A, int offA, int lda, int sA_n, int sA_g,
+          __global const float* B, int offB, int ldb, int sB_n, int sB_g,
+          float beta,
+          __global float* C, int offC, int ldc, int sC_n, int sC_g,
+          __global const float* bias, int offBias) {
+    const int z = get_global_id(2);
+    const int zn = z / GROUPS, zg = z - zn * GROUPS;
+    A += offA + zn * sA_n + zg * sA_g;
+    B += offB + zn * sB_n + zg * sB_g;
+    C += offC + zn * sC_n + zg * sC_g;
+    const int n0 = get_global_id(0) * BN, m0 = get_global_id(1) * BM;
+    if (n0 >= N || m0 >= M) return;
+    const int nb = min(BN, N - n0), mb = min(BM, M - m0);
+
+    __local float Bp[KC * BN];
+
+    for (int k0 = 0; k0 < K; k0 += KC) {
+        const int kb = min(KC, K - k0);
+        const int first = (k0 == 0);
+        /* pack op(B)[k0:k0+kb, n0:n0+BN] row-major, zero beyond N */
+        for (int k = 0; k < kb; ++k) {
+            for (int n = 0; n < nb; ++n) Bp[k * BN + n] = B_AT(k0 + k, n0 + n);
+            for (int n = nb; n < BN; ++n) Bp[k * BN + n] = 0.0f;
+        }
+        for (int mi = 0; mi < mb; mi += 4) {
+            /* rows past M read row m0 (valid) and are never stored */
+            int r0 = m0 + mi, r1 = m0 + min(mi + 1, mb - 1);
+            int r2 = m0 + min(mi + 2, mb - 1), r3 = m0 + min(mi + 3, mb - 1);
+            for (int ni = 0; ni < nb; ni += 16) {
+                float8 c00 = 0.0f, c01 = 0.0f, c10 = 0.0f, c11 = 0.0f;
+                float8 c20 = 0.0f, c21 = 0.0f, c30 = 0.0f, c31 = 0.0f;
+                __local const float* bp = Bp + ni;
+                for (int k = 0; k < kb; ++k) {
+                    float8 b0 = vload8(0, bp + k * BN), b1 = vload8(1, bp + k * BN);
+                    float a0 = A_AT(r0, k0 + k), a1 = A_AT(r1, k0 + k);
+                    float a2 = A_AT(r2, k0 + k), a3 = A_AT(r3, k0 + k);
+                    c00 = mad((float8)a0, b0, c00); c01 = mad((float8)a0, b1, c01);
+                    c10 = mad((float8)a1, b0, c10); c11 = mad((float8)a1, b1, c11);
+                    c20 = mad((float8)a2, b0, c20); c21 = mad((float8)a2, b1, c21);
+                    c30 = mad((float8)a3, b0, c30); c31 = mad((float8)a3, b1, c31);
+                }
+                float acc[4][16];
+                vstore8(c00, 0, acc[0]); vstore8(c01, 1, acc[0]);
+                vstore8(c10, 0, acc[1]); vstore8(c11, 1, acc[1]);
+                vstore8(c20, 0, acc[2]); vstore8(c21, 1, acc[2]);
+                vstore8(c30, 0, acc[3]); vstore8(c31, 1, acc[3]);
+                const int rows = min(4, mb - mi), cols = min(16, nb - ni);
+                for (int i = 0; i < rows; ++i) {
+                    const int m = m0 + mi + i;
+                    __global float* crow = C + m * ldc + n0 + ni;
+                    for (int j = 0; j < cols; ++j) {
+                        float v = alpha * acc[i][j];
+                        if (first) {
+#if BIAS == 1
+                            v += bias[offBias + zg * M + m];
+#elif BIAS == 2
+                            v += bias[offBias + n0 + ni + j];
+#endif
+                            if (beta != 0.0f) v += beta * crow[j];
+                        } else {
+                            v += crow[j];
+                        }
+                        crow[j] = v;
+                    }
+                }
+            }
+        }
+    }
+    if (K <= 0) {   /* degenerate: C = beta*C (+ bias) */
+        for (int i = 0; i < mb; ++i)
+            for (int j = 0; j < nb; ++j) {
+                int m = m0 + i, n = n0 + j;
+                float v = beta != 0.0f ? beta * C[m * ldc + n] : 0.0f;
+#if BIAS == 1
+                v += bias[offBias + zg * M + m];
+#elif BIAS == 2
+                v += bias[offBias + n];
+#endif
+                C[m * ldc + n] = v;
+            }
+    }
+}

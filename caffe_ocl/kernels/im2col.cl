@@ -1,0 +1,66 @@
+/* im2col / col2im for 2-D convolution, over a chunk of images.
+ * Image layout: [img][C][H][W] (images `img_stride` floats apart).
+ * Column layout per image: [C*KH*KW][HO*WO], images `col_stride` apart. */
+#include "common.h"
+
+__kernel void im2col(int nimg, int C, int H, int W, int KH, int KW,
+                     int PH, int PW, int SH, int SW, int DH, int DW, int HO, int WO,
+                     __global const float* im, int off_im, int img_stride,
+                     __global float* col, int col_stride) {
+    const int total = nimg * C * HO * WO;
+    GLOBAL_LOOP(idx, total) {
+        int wo = idx % WO;
+        int t = idx / WO;
+        int ho = t % HO; t /= HO;
+        int c = t % C;
+        int n = t / C;
+        __global const float* src = im + off_im + n * img_stride + c * H * W;
+        __global float* dst = col + n * col_stride + (c * KH * KW) * (HO * WO) + ho * WO + wo;
+        int h0 = ho * SH - PH, w0 = wo * SW - PW;
+        for (int i = 0; i < KH; ++i) {
+            int h = h0 + i * DH;
+            for (int j = 0; j < KW; ++j) {
+                int w = w0 + j * DW;
+                *dst = (h >= 0 && h < H && w >= 0 && w < W) ? src[h * W + w] : 0.0f;
+                dst += HO * WO;
+            }
+        }
+    }
+}
+
+/* Sum columns back into images (the adjoint of im2col). Each work-item
+ * owns one image element, so no atomics are needed. ACCUM adds to `im`. */
+__kernel void col2im(int nimg, int C, int H, int W, int KH, int KW,
+                     int PH, int PW, int SH, int SW, int DH, int DW, int HO, int WO,
+                     __global const float* col, int col_stride,
+                     __global float* im, int off_im, int img_stride, int accumulate) {
+    const int total = nimg * C * H * W;
+    const int ext_h = (KH - 1) * DH + 1, ext_w = (KW - 1) * DW + 1;
+    GLOBAL_LOOP(idx, total) {
+        int w = idx % W;
+        int t = idx / W;
+        int h = t % H; t /= H;
+        int c = t % C;
+        int n = t / C;
+        int hp = h + PH, wp = w + PW;
+        int ho0 = hp < ext_h ? 0 : (hp - ext_h) / SH + 1;
+        int ho1 = min(hp / SH + 1, HO);
+        int wo0 = wp < ext_w ? 0 : (wp - ext_w) / SW + 1;
+        int wo1 = min(wp / SW + 1, WO);
+        __global const float* src = col + n * col_stride;
+        float v = 0.0f;
+        for (int ho = ho0; ho < ho1; ++ho) {
+            int kh = hp - ho * SH;
+            if (kh % DH) continue;
+            kh /= DH;
+            for (int wo = wo0; wo < wo1; ++wo) {
+                int kw = wp - wo * SW;
+                if (kw % DW) continue;
+                kw /= DW;
+                v += src[((c * KH + kh) * KW + kw) * (HO * WO) + ho * WO + wo];
+            }
+        }
+        int o = off_im + n * img_stride + (c * H + h) * W + w;
+        im[o] = accumulate ? im[o] + v : v;
+    }
+}

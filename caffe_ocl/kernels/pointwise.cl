@@ -1,0 +1,236 @@
+/* Element-wise kernels, one source specialised by -DOP=<n>.
+ * Forward:  y = f(x; a, b, c)
+ * Backward: dx = dy * f'(x, y; a, b, c)  (BETA=1 adds to dx instead)
+ * The op numbers live in caffe_ocl/ops/pointwise.py (UNARY_OPS). */
+#include "common.h"
+
+#ifndef OP
+#define OP 0
+#endif
+#ifndef BETA
+#define BETA 0
+#endif
+
+#define OP_IDENTITY 0
+#define OP_RELU 1       /* a = negative_slope */
+#define OP_SIGMOID 2
+#define OP_TANH 3
+#define OP_SCALE 4      /* y = a*x + b */
+#define OP_ABSVAL 5
+#define OP_ELU 6        /* a = alpha */
+#define OP_POWER 7      /* y = (b*x + c)^a  (a=power, b=scale, c=shift) */
+#define OP_EXP 8        /* y = exp(a*(b*x + c))  (a = ln(base)) */
+#define OP_LOG 9        /* y = log(b*x + c) * a  (a = 1/ln(base)) */
+#define OP_BNLL 10
+#define OP_THRESHOLD 11 /* a = threshold */
+#define OP_CLIP 12      /* a = min, b = max */
+#define OP_SWISH 13     /* a = beta */
+#define OP_SQUARE 14
+#define OP_SQRT 15
+
+inline float fwd_op(float x, float a, float b, float c) {
+#if OP == OP_IDENTITY
+    return x;
+#elif OP == OP_RELU
+    return x > 0.0f ? x : a * x;
+#elif OP == OP_SIGMOID
+    return 1.0f / (1.0f + exp(-x));
+#elif OP == OP_TANH
+    return tanh(x);
+#elif OP == OP_SCALE
+    return a * x + b;
+#elif OP == OP_ABSVAL
+    return fabs(x);
+#elif OP == OP_ELU
+    return x > 0.0f ? x : a * (exp(x) - 1.0f);
+#elif OP == OP_POWER
+    return a == 1.0f ? b * x + c : pow(b * x + c, a);
+#elif OP == OP_EXP
+    return exp(a * (b * x + c));
+#elif OP == OP_LOG
+    return log(b * x + c) * a;
+#elif OP == OP_BNLL
+    return x > 0.0f ? x + log(1.0f + exp(-x)) : log(1.0f + exp(x));
+#elif OP == OP_THRESHOLD
+    return x > a ? 1.0f : 0.0f;
+#elif OP == OP_CLIP
+    return fmax(a, fmin(b, x));
+#elif OP == OP_SWISH
+    return x / (1.0f + exp(-a * x));
+#elif OP == OP_SQUARE
+    return x * x;
+#elif OP == OP_SQRT
+    return sqrt(x);
+#else
+#error "unknown OP"
+#endif
+}
+
+/* derivative dy/dx given x and y */
+inline float grad_op(float x, float y, float a, float b, float c) {
+#if OP == OP_IDENTITY
+    return 1.0f;
+#elif OP == OP_RELU
+    return x > 0.0f ? 1.0f : a;
+#elif OP == OP_SIGMOID
+    return y * (1.0f - y);
+#elif OP == OP_TANH
+    return 1.0f - y * y;
+#elif OP == OP_SCALE
+    return a;
+#elif OP == OP_ABSVAL
+    return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);
+#elif OP == OP_ELU
+    return x > 0.0f ? 1.0f : y + a;
+#elif OP == OP_POWER
+    return a == 1.0f ? b : (a == 2.0f ? 2.0f * b * (b * x + c)
+                                      : a * b * pow(b * x + c, a - 1.0f));
+#elif OP == OP_EXP
+    return a * b * y;
+#elif OP == OP_LOG
+    return a * b / (b * x + c);
+#elif OP == OP_BNLL
+    float e = exp(fmin(x, 50.0f));
+    return e / (e + 1.0f);
+#elif OP == OP_THRESHOLD
+    return 0.0f;
+#elif OP == OP_CLIP
+    return (x >= a && x <= b) ? 1.0f : 0.0f;
+#elif OP == OP_SWISH
+    float s = 1.0f / (1.0f + exp(-a * x));
+    return s + a * y * (1.0f - s);
+#elif OP == OP_SQUARE
+    return 2.0f * x;
+#elif OP == OP_SQRT
+    return 0.5f / y;
+#endif
+}
+
+__kernel void unary_fwd(int n, __global const float* x, int offx,
+                        __global float* y, int offy, float a, float b, float c) {
+    GLOBAL_LOOP(i, n) { y[offy + i] = fwd_op(x[offx + i], a, b, c); }
+}
+
+__kernel void unary_bwd(int n, __global const float* x, __global const float* y,
+                        __global const float* dy, __global float* dx,
+                        float a, float b, float c) {
+    GLOBAL_LOOP(i, n) {
+        float g = dy[i] * grad_op(x[i], y[i], a, b, c);
+#if BETA
+        dx[i] += g;
+#else
+        dx[i] = g;
+#endif
+    }
+}
+
+__kernel void fill(int n, float v, __global float* y, int offy) {
+    GLOBAL_LOOP(i, n) { y[offy + i] = v; }
+}
+
+/* y = alpha * x + beta * y (beta == 0 never reads y) */
+__kernel void axpby(int n, float alpha, __global const float* x, int offx,
+                    float beta, __global float* y, int offy) {
+    GLOBAL_LOOP(i, n) {
+        float v = alpha * x[offx + i];
+        if (beta != 0.0f) v += beta * y[offy + i];
+        y[offy + i] = v;
+    }
+}
+
+/* Copy a [rows x cols] block between strided layouts (concat/slice/crop-like). */
+__kernel void copy2d(int rows, int cols, __global const float* x, int offx, int ldx,
+                     __global float* y, int offy, int ldy, int accumulate) {
+    int n = rows * cols;
+    GLOBAL_LOOP(i, n) {
+        int r = i / cols, col = i - r * cols;
+        float v = x[offx + r * ldx + col];
+        if (accumulate) y[offy + r * ldy + col] += v;
+        else y[offy + r * ldy + col] = v;
+    }
+}
+
+/* y[n, c, s] = x[n, c, s] + bias[c] * bmul  over outer x channels x inner */
+__kernel void add_bias(int outer, int channels, int inner,
+                       __global const float* x, __global float* y,
+                       __global const float* bias) {
+    int n = outer * channels * inner;
+    GLOBAL_LOOP(i, n) {
+        int c = (i / inner) % channels;
+        y[i] = x[i] + bias[c];
+    }
+}
+
+/* dbias[c] (+)= sum over outer, inner of dy[o, c, s] */
+__kernel void bias_grad(int outer, int channels, int inner,
+                        __global const float* dy, __global float* dbias, int accumulate) {
+    int c = get_global_id(0);
+    if (c >= channels) return;
+    float s = 0.0f;
+    for (int o = 0; o < outer; ++o) {
+        __global const float* p = dy + (o * channels + c) * inner;
+        for (int k = 0; k < inner; ++k) s += p[k];
+    }
+    dbias[c] = accumulate ? dbias[c] + s : s;
+}
+
+/* Random fills from Philox(seed, index). */
+__kernel void rng_uniform(int n, __global float* y, float lo, float hi, uint seed, uint stream) {
+    GLOBAL_LOOP(i, n) {
+        uint2 r = philox2x32((uint2)(i, stream), seed);
+        y[i] = lo + (hi - lo) * u01(r.x);
+    }
+}
+
+__kernel void rng_gaussian(int n, __global float* y, float mean, float stdv, uint seed, uint stream) {
+    GLOBAL_LOOP(i, n) {
+        uint2 r = philox2x32((uint2)(i, stream), seed);
+        float u1 = 1.0f - u01(r.x);            /* (0, 1] */
+        float u2 = u01(r.y);
+        y[i] = mean + stdv * sqrt(-2.0f * log(u1)) * cos(6.283185307179586f * u2);
+    }
+}
+
+/* Dropout: mask = u >= p, y = x * mask * scale */
+__kernel void dropout_fwd(int n, __global const float* x, __global float* y,
+                          __global float* mask, float p, float scale, uint seed, uint stream) {
+    GLOBAL_LOOP(i, n) {
+        uint2 r = philox2x32((uint2)(i, stream), seed);
+        float m = u01(r.x) >= p ? 1.0f : 0.0f;
+        mask[i] = m;
+        y[i] = x[i] * m * scale;
+    }
+}
+
+__kernel void dropout_bwd(int n, __global const float* dy, __global const float* mask,
+                          __global float* dx, float scale) {
+    GLOBAL_LOOP(i, n) { dx[i] = dy[i] * mask[i] * scale; }
+}
+
+/* Each of `rows` rows of length `dim`: x /= sum(x) (positive_unitball filler). */
+__kernel void normalize_rows_l1(int rows, int dim, __global float* y) {
+    int r = get_global_id(0);
+    if (r >= rows) return;
+    float s = 0.0f;
+    for (int k = 0; k < dim; ++k) s += y[r * dim + k];
+    for (int k = 0; k < dim; ++k) y[r * dim + k] /= s;
+}
+
+/* Keep each element with probability p, zero it otherwise (sparse gaussian filler). */
+__kernel void rng_sparsify(int n, __global float* y, float p, uint seed, uint stream) {
+    GLOBAL_LOOP(i, n) {
+        uint2 r = philox2x32((uint2)(i, stream), seed);
+        if (u01(r.x) >= p) y[i] = 0.0f;
+    }
+}
+
+/* Bilinear upsampling weights for a [.., .., K, K] blob (Caffe's bilinear filler). */
+__kernel void bilinear_fill(int n, int kh, int kw, __global float* y) {
+    float fh = ceil(kh / 2.0f), fw = ceil(kw / 2.0f);
+    float ch = (2.0f * fh - 1.0f - fmod(fh, 2.0f)) / (2.0f * fh);
+    float cw = (2.0f * fw - 1.0f - fmod(fw, 2.0f)) / (2.0f * fw);
+    GLOBAL_LOOP(i, n) {
+        float x = (float)(i % kw), yy = (float)((i / kw) % kh);
+        y[i] = (1.0f - fabs(x / fw - cw)) * (1.0f - fabs(yy / fh - ch));
+    }
+}

@@ -1,0 +1,101 @@
+/* 2-D pooling as Caffe's PoolingLayer: MAX (records argmax in `mask`),
+ * AVE (divisor counts padding up to H+PH / W+PW, as Caffe), and
+ * STOCHASTIC at test time (weighted average by value). */
+#include "common.h"
+
+__kernel void max_pool_fwd(int total, int C, int H, int W, int HO, int WO,
+                           int KH, int KW, int SH, int SW, int PH, int PW,
+                           __global const float* x, __global float* y,
+                           __global float* mask, int use_mask) {
+    GLOBAL_LOOP(idx, total) {
+        int wo = idx % WO, ho = (idx / WO) % HO, nc = idx / (WO * HO);
+        int hs = ho * SH - PH, ws = wo * SW - PW;
+        int he = min(hs + KH, H), we = min(ws + KW, W);
+        hs = max(hs, 0); ws = max(ws, 0);
+        __global const float* p = x + nc * H * W;
+        float best = -FLT_MAX;
+        int arg = -1;
+        for (int h = hs; h < he; ++h)
+            for (int w = ws; w < we; ++w)
+                if (p[h * W + w] > best) { best = p[h * W + w]; arg = h * W + w; }
+        y[idx] = best;
+        if (use_mask) mask[idx] = (float)arg;
+    }
+}
+
+__kernel void ave_pool_fwd(int total, int C, int H, int W, int HO, int WO,
+                           int KH, int KW, int SH, int SW, int PH, int PW,
+                           __global const float* x, __global float* y) {
+    GLOBAL_LOOP(idx, total) {
+        int wo = idx % WO, ho = (idx / WO) % HO, nc = idx / (WO * HO);
+        int hs = ho * SH - PH, ws = wo * SW - PW;
+        int he = min(hs + KH, H + PH), we = min(ws + KW, W + PW);
+        int size = (he - hs) * (we - ws);
+        hs = max(hs, 0); ws = max(ws, 0);
+        he = min(he, H); we = min(we, W);
+        __global const float* p = x + nc * H * W;
+        float s = 0.0f;
+        for (int h = hs; h < he; ++h)
+            for (int w = ws; w < we; ++w) s += p[h * W + w];
+        y[idx] = s / size;
+    }
+}
+
+__kernel void sto_pool_test_fwd(int total, int C, int H, int W, int HO, int WO,
+                                int KH, int KW, int SH, int SW, int PH, int PW,
+                                __global const float* x, __global float* y) {
+    GLOBAL_LOOP(idx, total) {
+        int wo = idx % WO, ho = (idx / WO) % HO, nc = idx / (WO * HO);
+        int hs = ho * SH, ws = wo * SW;
+        int he = min(hs + KH, H), we = min(ws + KW, W);
+        __global const float* p = x + nc * H * W;
+        float s = FLT_MIN, s2 = 0.0f;
+        for (int h = hs; h < he; ++h)
+            for (int w = ws; w < we; ++w) { float v = p[h * W + w]; s += v; s2 += v * v; }
+        y[idx] = s2 / s;
+    }
+}
+
+/* Backward, gather form: each bottom element sums the top gradients of the
+ * windows that chose it (MAX) or cover it (AVE). */
+__kernel void max_pool_bwd(int total, int C, int H, int W, int HO, int WO,
+                           int KH, int KW, int SH, int SW, int PH, int PW,
+                           __global const float* dy, __global const float* mask,
+                           __global float* dx) {
+    GLOBAL_LOOP(idx, total) {
+        int w = idx % W, h = (idx / W) % H, nc = idx / (W * H);
+        int phs = (h + PH < KH) ? 0 : (h + PH - KH) / SH + 1;
+        int phe = min((h + PH) / SH + 1, HO);
+        int pws = (w + PW < KW) ? 0 : (w + PW - KW) / SW + 1;
+        int pwe = min((w + PW) / SW + 1, WO);
+        float g = 0.0f;
+        int me = h * W + w;
+        __global const float* pd = dy + nc * HO * WO;
+        __global const float* pm = mask + nc * HO * WO;
+        for (int ph = phs; ph < phe; ++ph)
+            for (int pw = pws; pw < pwe; ++pw)
+                if ((int)pm[ph * WO + pw] == me) g += pd[ph * WO + pw];
+        dx[idx] = g;
+    }
+}
+
+__kernel void ave_pool_bwd(int total, int C, int H, int W, int HO, int WO,
+                           int KH, int KW, int SH, int SW, int PH, int PW,
+                           __global const float* dy, __global float* dx) {
+    GLOBAL_LOOP(idx, total) {
+        int w = idx % W + PW, h = (idx / W) % H + PH, nc = idx / (W * H);
+        int phs = (h < KH) ? 0 : (h - KH) / SH + 1;
+        int phe = min(h / SH + 1, HO);
+        int pws = (w < KW) ? 0 : (w - KW) / SW + 1;
+        int pwe = min(w / SW + 1, WO);
+        float g = 0.0f;
+        __global const float* pd = dy + nc * HO * WO;
+        for (int ph = phs; ph < phe; ++ph)
+            for (int pw = pws; pw < pwe; ++pw) {
+                int hs = ph * SH - PH, ws = pw * SW - PW;
+                int he = min(hs + KH, H + PH), we = min(ws + KW, W + PW);
+                g += pd[ph * WO + pw] / ((he - hs) * (we - ws));
+            }
+        dx[idx] = g;
+    }
+}

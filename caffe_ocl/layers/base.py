@@ -1,0 +1,221 @@
+"""Layer base class and the registry of layer types.
+
+Caffe's lifecycle, kept on purpose so Caffe users recognise it:
+``setup`` = check blob counts -> ``layer_setup`` (read params, create
+parameter blobs) -> ``reshape`` (shape tops, build launch plans) ->
+set loss weights. ``forward``/``backward`` only enqueue the plans that
+``reshape`` built; they never allocate, build programs or read the device.
+
+A subclass usually overrides ``layer_setup`` and ``reshape`` and, in
+``reshape``, fills ``self.fwd`` with ``Launch`` objects from
+``caffe_ocl.ops``. Backward plans are built lazily, on the first backward
+after a reshape, by ``build_backward`` (it reads ``self.propagate_down`` and
+``self.param_propagate_down``), so inference never compiles backward
+kernels. Layers whose work is not a fixed list of launches override
+``forward_impl``/``backward_impl`` instead.
+"""
+import difflib
+
+from ..blob import Blob
+from ..device import get_device
+from ..errors import LayerError, NetError, ShapeError
+
+_REGISTRY = {}
+
+
+def register(*type_names):
+    """Class decorator: ``@register("Convolution")``."""
+    def deco(cls):
+        for t in type_names:
+            if t in _REGISTRY and _REGISTRY[t] is not cls:
+                raise RuntimeError(f"layer type {t!r} registered twice")
+            _REGISTRY[t] = cls
+        if cls.type is None:
+            cls.type = type_names[0]
+        return cls
+    return deco
+
+
+def layer_type_list():
+    from . import _load_all  # noqa: F401  (registers every built-in layer)
+    return sorted(_REGISTRY)
+
+
+def create_layer(param, phase):
+    from . import _load_all  # noqa: F401
+    cls = _REGISTRY.get(param.type)
+    if cls is None:
+        close = difflib.get_close_matches(param.type, list(_REGISTRY), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise NetError(f"layer {param.name!r}: unknown layer type {param.type!r}{hint} "
+                       f"(known types: caffe_ocl.layer_type_list())")
+    return cls(param, phase)
+
+
+class Layer:
+    type = None
+    # Blob-count declarations, as Caffe's ExactNumBottomBlobs() and friends.
+    exact_num_bottom = None
+    min_bottom = None
+    max_bottom = None
+    exact_num_top = None
+    min_top = None
+    max_top = None
+    equal_num_bottom_top = False
+    # True when the layer can compute a gradient for bottom i (Caffe's
+    # AllowForceBackward).
+    allow_force_backward = True
+    # True for layers whose outputs do not depend on bottoms' values in a
+    # differentiable way (Data layers, Accuracy, ArgMax, ...).
+    has_backward = True
+
+    def __init__(self, param, phase=None):
+        from ..proto import caffe_pb2
+        self.param = param
+        self.name = param.name
+        self.phase = caffe_pb2.TEST if phase is None else phase
+        self.device = get_device()
+        self.blobs = []          # learnable parameters, Blob objects
+        self.fwd = []            # Launch list built in reshape
+        self.bwd = []
+        self.loss_weights = []   # one per top
+        self.param_propagate_down = []
+        self.propagate_down = None   # set by Net before backward plans are built
+        self._bwd_key = None
+        self._reshapes = 0
+
+    # ---- helpers for subclasses -------------------------------------------
+    def error(self, msg, cls=LayerError):
+        return cls(f"layer {self.name!r} ({self.type}): {msg}")
+
+    def new_param_blob(self, shape, index):
+        b = Blob(shape, name=f"{self.name}.blobs[{index}]", device=self.device)
+        return b
+
+    # ---- lifecycle -----------------------------------------------------------
+    def check_blob_counts(self, bottom, top):
+        nb, nt = len(bottom), len(top)
+
+        def fail(what, want, got):
+            raise self.error(f"takes {want} {what} blob(s), got {got}", NetError)
+        if self.exact_num_bottom is not None and nb != self.exact_num_bottom:
+            fail("bottom", self.exact_num_bottom, nb)
+        if self.min_bottom is not None and nb < self.min_bottom:
+            fail("bottom", f"at least {self.min_bottom}", nb)
+        if self.max_bottom is not None and nb > self.max_bottom:
+            fail("bottom", f"at most {self.max_bottom}", nb)
+        if self.exact_num_top is not None and nt != self.exact_num_top:
+            fail("top", self.exact_num_top, nt)
+        if self.min_top is not None and nt < self.min_top:
+            fail("top", f"at least {self.min_top}", nt)
+        if self.max_top is not None and nt > self.max_top:
+            fail("top", f"at most {self.max_top}", nt)
+        if self.equal_num_bottom_top and nb != nt:
+            raise self.error(f"needs as many tops as bottoms ({nb} vs {nt})", NetError)
+
+    def setup(self, bottom, top):
+        self.check_blob_counts(bottom, top)
+        self.layer_setup(bottom, top)
+        if len(self.param_propagate_down) != len(self.blobs):
+            self.param_propagate_down = [True] * len(self.blobs)
+        if self.propagate_down is None:
+            self.propagate_down = [False] * len(bottom)
+        self.reshape(bottom, top)
+        self.set_loss_weights(top)
+        self._shapes = [b.shape for b in bottom]
+        self._reshapes = 1
+
+    def layer_setup(self, bottom, top):
+        pass
+
+    def reshape(self, bottom, top):
+        raise NotImplementedError(f"{type(self).__name__}.reshape")
+
+    def reshape_if_needed(self, bottom, top):
+        shapes = [b.shape for b in bottom]
+        if shapes != self._shapes:
+            self.reshape(bottom, top)
+            self._shapes = shapes
+            self._reshapes += 1
+            self._fill_loss_diffs(top)
+            return True
+        return False
+
+    def set_loss_weights(self, top):
+        lw = list(self.param.loss_weight)
+        if lw:
+            if len(lw) != len(top):
+                raise self.error(f"loss_weight must be given once per top "
+                                 f"({len(top)}), got {len(lw)}", NetError)
+            self.loss_weights = lw
+        else:
+            self.loss_weights = [self.default_loss_weight(i) for i in range(len(top))]
+        self._fill_loss_diffs(top)
+
+    def _fill_loss_diffs(self, top):
+        """Caffe seeds backward by storing each loss weight in its top's diff."""
+        from ..ops import pointwise
+        for t, w in zip(top, self.loss_weights):
+            if w:
+                pointwise.fill(t.diff_mem.device, t.diff_buffer(), t.count, w)
+                t.diff_mem.device_written()
+
+    def default_loss_weight(self, top_index):
+        """Caffe: loss layers weigh their first top by 1, others 0."""
+        return 0.0
+
+    # ---- run -------------------------------------------------------------------
+    def forward(self, bottom, top):
+        for b in bottom:
+            b.data_mem.to_device()
+        self.forward_impl(bottom, top)
+        for t in top:
+            t.data_mem.device_written()
+
+    def forward_impl(self, bottom, top):
+        q = self.device.queue
+        for launch in self.fwd:
+            launch.run(q)
+
+    def build_backward(self, bottom, top):
+        """Fill ``self.bwd`` for the current shapes and propagate flags."""
+        if self.has_backward:
+            raise NotImplementedError(f"{self.type} layer: backward not implemented")
+        self.bwd = []
+
+    def backward(self, top, propagate_down, bottom):
+        propagate_down = list(propagate_down)
+        key = (self._reshapes, tuple(propagate_down), tuple(self.param_propagate_down))
+        if key != self._bwd_key:
+            self.propagate_down = propagate_down
+            self.bwd = []
+            self.build_backward(bottom, top)
+            self._bwd_key = key
+        for t in top:
+            t.diff_mem.to_device()
+        for b in bottom:
+            b.data_mem.to_device()
+        for p, pp in zip(self.blobs, self.param_propagate_down):
+            if pp:
+                p.diff_mem.to_device()
+        self.backward_impl(top, propagate_down, bottom)
+        for b, pd in zip(bottom, propagate_down):
+            if pd:
+                b.diff_mem.device_written()
+        for p, pp in zip(self.blobs, self.param_propagate_down):
+            if pp:
+                p.diff_mem.device_written()
+
+    def backward_impl(self, top, propagate_down, bottom):
+        q = self.device.queue
+        for launch in self.bwd:
+            launch.run(q)
+
+    # ---- shape checks shared by many layers ------------------------------------
+    def require_same_shape(self, a, b, what="bottoms"):
+        if a.shape != b.shape:
+            raise self.error(f"{what} must have the same shape: {a.name!r} {a.shape} "
+                             f"vs {b.name!r} {b.shape}", ShapeError)
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name!r}>"

@@ -1,0 +1,106 @@
+"""Element-wise neuron layers: top = f(bottom), in-place allowed."""
+from ..ops import pointwise
+from ..ops import work_size
+from ..ops import random as rnd
+from ..proto import caffe_pb2
+from .base import Layer, register
+
+
+class UnaryNeuron(Layer):
+    """Shared plumbing: one forward launch, one backward launch.
+
+    Subclasses set ``op`` (a name in ops.pointwise.UNARY_OPS) and return the
+    kernel parameters (a, b, c) from ``op_params``."""
+    exact_num_bottom = 1
+    exact_num_top = 1
+    op = "identity"
+
+    def op_params(self):
+        return (0.0, 0.0, 0.0)
+
+    def reshape(self, bottom, top):
+        top[0].reshape(bottom[0].shape)
+        self.fwd = [pointwise.unary(self.device, self.op, bottom[0].count,
+                                    bottom[0].data_buffer(), top[0].data_buffer(),
+                                    *self.op_params())]
+
+    def build_backward(self, bottom, top):
+        if self.propagate_down[0]:
+            self.bwd = [pointwise.unary_backward(
+                self.device, self.op, bottom[0].count, bottom[0].data_buffer(),
+                top[0].data_buffer(), top[0].diff_buffer(), bottom[0].diff_buffer(),
+                *self.op_params())]
+
+
+@register("ReLU")
+class ReLULayer(UnaryNeuron):
+    op = "relu"
+
+    def op_params(self):
+        return (self.param.relu_param.negative_slope, 0.0, 0.0)
+
+
+@register("Sigmoid")
+class SigmoidLayer(UnaryNeuron):
+    op = "sigmoid"
+
+
+@register("TanH")
+class TanHLayer(UnaryNeuron):
+    op = "tanh"
+
+
+@register("Dropout")
+class DropoutLayer(UnaryNeuron):
+    """TEST: identity (or times 1-p without scale_train); TRAIN: random mask
+    drawn on the device each forward, kept for backward."""
+
+    def layer_setup(self, bottom, top):
+        p = self.param.dropout_param
+        self.ratio = p.dropout_ratio
+        if not 0.0 <= self.ratio < 1.0:
+            raise self.error(f"dropout_ratio must be in [0, 1), got {self.ratio}")
+        self.scale = 1.0 / (1.0 - self.ratio)
+        self.scale_train = p.scale_train
+        self.train = self.phase == caffe_pb2.TRAIN
+
+    def reshape(self, bottom, top):
+        from ..blob import Blob
+        top[0].reshape(bottom[0].shape)
+        n = bottom[0].count
+        x, y = bottom[0].data_buffer(), top[0].data_buffer()
+        if self.train:
+            self.mask = Blob(bottom[0].shape, name=f"{self.name}.mask", device=self.device)
+            g, l = work_size(self.device, n)
+            s = self.scale if self.scale_train else 1.0
+            self._drop = self.device.launch(
+                "pointwise.cl", "dropout_fwd", g, l,
+                [n, x, y, self.mask.data_buffer(), self.ratio, s, 0, 0])
+            self.fwd = [self._drop]
+        else:
+            s = 1.0 if self.scale_train else 1.0 - self.ratio
+            self.fwd = [pointwise.unary(self.device, "scale", n, x, y, s, 0.0, 0.0)]
+
+    def forward_impl(self, bottom, top):
+        if self.train:
+            seed, stream = rnd.next_stream()
+            self._drop.set_arg(6, seed)
+            self._drop.set_arg(7, stream)
+        super().forward_impl(bottom, top)
+
+    def build_backward(self, bottom, top):
+        if not self.propagate_down[0]:
+            return
+        n = bottom[0].count
+        if self.train:
+            g, l = work_size(self.device, n)
+            s = self.scale if self.scale_train else 1.0
+            self.bwd = [self.device.launch(
+                "pointwise.cl", "dropout_bwd", g, l,
+                [n, top[0].diff_buffer(), self.mask.data_buffer(),
+                 bottom[0].diff_buffer(), s])]
+        else:
+            s = 1.0 if self.scale_train else 1.0 - self.ratio
+            self.bwd = [pointwise.unary(self.device, "scale", n, top[0].diff_buffer(),
+                                        bottom[0].diff_buffer(), s, 0.0, 0.0)]
+

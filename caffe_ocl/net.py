@@ -1,0 +1,593 @@
+"""Net: builds the layer graph from a NetParameter, as Caffe's Net::Init.
+
+Order of work (the same as Caffe, so logs can be compared line by line):
+filter layers by NetState (phase, level, stages) -> insert Split layers
+where a blob feeds several layers -> create each layer, wire its bottoms
+and tops (same name = in place), set it up, register its parameters
+(shared by ``param { name }``) -> decide which layers need backward ->
+the blobs nobody consumes are the outputs.
+
+pycaffe's Python face (``blobs``, ``params``, ``forward(**inputs)``, ...)
+is on this class directly.
+"""
+import logging
+import os
+from collections import OrderedDict
+
+import numpy as np
+
+from .blob import Blob
+from .errors import CaffeOclError, NetError, ShapeError
+from .layers.base import create_layer
+from .proto import caffe_pb2, read_net, read_net_prototxt, upgrade_net
+from .proto import blobproto_to_array, write_binary
+
+log = logging.getLogger("caffe_ocl")
+
+TRAIN, TEST = caffe_pb2.TRAIN, caffe_pb2.TEST
+
+
+# --------------------------------------------------------------------------
+# NetState filtering (Caffe's Net::FilterNet / StateMeetsRule)
+# --------------------------------------------------------------------------
+
+def state_meets_rule(state, rule):
+    if rule.HasField("phase") and rule.phase != state.phase:
+        return False
+    if rule.HasField("min_level") and state.level < rule.min_level:
+        return False
+    if rule.HasField("max_level") and state.level > rule.max_level:
+        return False
+    stages = set(state.stage)
+    if any(s not in stages for s in rule.stage):
+        return False
+    if any(s in stages for s in rule.not_stage):
+        return False
+    return True
+
+
+def filter_net(param):
+    """Copy of ``param`` without the layers its state excludes."""
+    out = caffe_pb2.NetParameter()
+    out.CopyFrom(param)
+    del out.layer[:]
+    for lp in param.layer:
+        if len(lp.include) and len(lp.exclude):
+            raise NetError(f"layer {lp.name!r} specifies both include and exclude; "
+                           "give only one")
+        if len(lp.include):
+            keep = any(state_meets_rule(param.state, r) for r in lp.include)
+        else:
+            keep = not any(state_meets_rule(param.state, r) for r in lp.exclude)
+        if keep:
+            out.layer.add().CopyFrom(lp)
+    return out
+
+
+# --------------------------------------------------------------------------
+# Split insertion (Caffe's insert_splits.cpp), same names as Caffe
+# --------------------------------------------------------------------------
+
+def split_layer_name(layer, blob, idx):
+    return f"{blob}_{layer}_{idx}_split"
+
+
+def split_blob_name(layer, blob, idx, k):
+    return f"{blob}_{layer}_{idx}_split_{k}"
+
+
+def insert_splits(param):
+    last_top = {}                    # blob name -> (layer index, top index)
+    source_of = {}                   # (layer, bottom index) -> (layer, top index)
+    consumers = {}                   # (layer, top index) -> count
+    loss_w = {}
+    for i, lp in enumerate(param.layer):
+        for j, name in enumerate(lp.bottom):
+            if name not in last_top:
+                raise NetError(f"layer {lp.name!r}: unknown bottom blob {name!r} "
+                               f"(bottom index {j}); no earlier layer produces it")
+            src = last_top[name]
+            source_of[(i, j)] = src
+            consumers[src] = consumers.get(src, 0) + 1
+        for j, name in enumerate(lp.top):
+            last_top[name] = (i, j)
+        for j, w in enumerate(lp.loss_weight):
+            loss_w[(i, j)] = w
+            if w:
+                consumers[(i, j)] = consumers.get((i, j), 0) + 1
+    out = caffe_pb2.NetParameter()
+    out.CopyFrom(param)
+    del out.layer[:]
+    next_split = {}
+    for i, lp in enumerate(param.layer):
+        nl = out.layer.add()
+        nl.CopyFrom(lp)
+        for j in range(len(nl.bottom)):
+            src = source_of[(i, j)]
+            if consumers.get(src, 0) > 1:
+                k = next_split.get(src, 0)
+                next_split[src] = k + 1
+                nl.bottom[j] = split_blob_name(param.layer[src[0]].name, nl.bottom[j], src[1], k)
+        for j, name in enumerate(nl.top):
+            count = consumers.get((i, j), 0)
+            if count > 1:
+                sp = out.layer.add()
+                sp.name = split_layer_name(lp.name, name, j)
+                sp.type = "Split"
+                sp.bottom.append(name)
+                w = loss_w.get((i, j), 0.0)
+                for k in range(count):
+                    sp.top.append(split_blob_name(lp.name, name, j, k))
+                    if w:
+                        sp.loss_weight.append(w if k == 0 else 0.0)
+                if w:
+                    del nl.loss_weight[:]
+                    next_split[(i, j)] = next_split.get((i, j), 0) + 1
+    return out
+
+
+# --------------------------------------------------------------------------
+# Net
+# --------------------------------------------------------------------------
+
+def _shape_str(shape):
+    return " ".join(str(s) for s in shape) + f" ({int(np.prod(shape)) if shape else 1})"
+
+
+class Net:
+    """A Caffe network. pycaffe's spellings all work:
+
+    ``Net(prototxt, phase)``, ``Net(prototxt, phase, weights=w)``,
+    ``Net(prototxt, weights, phase)``, ``Net(net_parameter, phase)``.
+    Keyword options: ``level``, ``stages``, ``fold`` (TEST-phase folding of
+    BatchNorm/Scale into convolutions; see the README)."""
+
+    def __init__(self, network, *args, phase=None, weights=None, level=0, stages=(),
+                 fold=None):
+        args = list(args)
+        if args and isinstance(args[0], (str, os.PathLike)):
+            weights = args.pop(0)
+        if args:
+            phase = args.pop(0)
+        if args:
+            raise TypeError("Net(network, [weights,] phase)")
+        if phase is None:
+            phase = TEST
+        if isinstance(network, caffe_pb2.NetParameter):
+            param = caffe_pb2.NetParameter()
+            param.CopyFrom(network)
+            param = upgrade_net(param, "<NetParameter>")
+            self.source = "<NetParameter>"
+        else:
+            self.source = os.fspath(network)
+            param = read_net_prototxt(self.source)
+        param.state.phase = phase
+        param.state.level = level
+        for s in stages:
+            param.state.stage.append(s)
+        self.phase = phase
+        self.fold = fold
+        self._init(param)
+        if weights is not None:
+            self.copy_from(weights)
+
+    # ---- construction ---------------------------------------------------
+    def _init(self, in_param):
+        param = filter_net(in_param)
+        log.info("Initializing net from parameters: %s (phase %s)", param.name or self.source,
+                 "TRAIN" if param.state.phase == TRAIN else "TEST")
+        param = insert_splits(param)
+        self.param = param
+        self.name = param.name
+        self.layers = []
+        self._layer_names = []
+        self.blobs = OrderedDict()
+        self._bottom_vecs, self._top_vecs = [], []
+        self._bottom_need_backward = []
+        self._layer_need_backward = []
+        self._blob_need_backward = {}
+        self._input_names = []
+        self._learnable = []          # owner param blobs, in order
+        self._param_specs = []        # (lr_mult, decay_mult) per learnable
+        self._param_owner = []        # per net param: owner index or -1
+        self._net_params = []
+        self._param_names = {}
+        self._param_layer = []
+        available = OrderedDict()
+        memory = 0
+        for li, lp in enumerate(param.layer):
+            if len(lp.propagate_down) and len(lp.propagate_down) != len(lp.bottom):
+                raise NetError(f"layer {lp.name!r}: propagate_down must be given once per "
+                               f"bottom ({len(lp.bottom)}), got {len(lp.propagate_down)}")
+            log.info("Creating Layer %s", lp.name)
+            layer = create_layer(lp, param.state.phase)
+            self.layers.append(layer)
+            self._layer_names.append(lp.name)
+            bottoms, need_bwd = [], False
+            bneed = []
+            for bi, bname in enumerate(lp.bottom):
+                if bname not in available:
+                    raise NetError(f"layer {lp.name!r}: unknown bottom blob {bname!r} "
+                                   f"(bottom index {bi})")
+                blob = self.blobs[bname]
+                log.info("%s <- %s", lp.name, bname)
+                nb = self._blob_need_backward[bname]
+                if len(lp.propagate_down):
+                    nb = nb and lp.propagate_down[bi]
+                bneed.append(nb)
+                need_bwd |= nb
+                bottoms.append(blob)
+                del available[bname]
+            tops = []
+            for ti, tname in enumerate(lp.top):
+                if ti < len(lp.bottom) and lp.bottom[ti] == tname:
+                    log.info("%s -> %s (in-place)", lp.name, tname)
+                    blob = self.blobs[tname]
+                elif tname in self.blobs:
+                    raise NetError(f"layer {lp.name!r}: top blob {tname!r} is produced "
+                                   "by multiple sources")
+                else:
+                    log.info("%s -> %s", lp.name, tname)
+                    blob = Blob((), name=tname, device=layer.device)
+                    self.blobs[tname] = blob
+                    self._blob_need_backward[tname] = False
+                if lp.type == "Input":
+                    self._input_names.append(tname)
+                available[tname] = True
+                tops.append(blob)
+            layer.propagate_down = list(bneed)
+            try:
+                layer.setup(bottoms, tops)
+            except CaffeOclError:
+                raise
+            log.info("Setting up %s", lp.name)
+            for ti, t in enumerate(tops):
+                log.info("Top shape: %s", _shape_str(t.shape))
+                if layer.loss_weights[ti]:
+                    log.info("    with loss weight %g", layer.loss_weights[ti])
+                memory += t.count
+            specs = list(lp.param)
+            for pi in range(len(layer.blobs)):
+                spec = specs[pi] if pi < len(specs) else caffe_pb2.ParamSpec()
+                pneed = spec.lr_mult != 0
+                layer.param_propagate_down[pi] = pneed
+                need_bwd |= pneed
+            for pi in range(len(layer.blobs)):
+                self._append_param(li, layer, lp, pi)
+            self._bottom_vecs.append(bottoms)
+            self._top_vecs.append(tops)
+            self._bottom_need_backward.append(bneed)
+            self._layer_need_backward.append(need_bwd)
+            if need_bwd:
+                for t in lp.top:
+                    self._blob_need_backward[t] = True
+        log.info("Memory required for data: %d", memory * 4)
+        self._backward_pass(param)
+        self._outputs = sorted(available)   # Caffe keeps them in a std::set
+        for o in self._outputs:
+            log.info("This network produces output %s", o)
+        self._share_weights()
+        for layer, bn in zip(self.layers, self._bottom_need_backward):
+            layer.propagate_down = list(bn)
+        log.info("Network initialization done.")
+
+    def _append_param(self, li, layer, lp, pi):
+        specs = list(lp.param)
+        spec = specs[pi] if pi < len(specs) else caffe_pb2.ParamSpec()
+        name = spec.name if pi < len(specs) else ""
+        net_id = len(self._net_params)
+        self._net_params.append(layer.blobs[pi])
+        self._param_layer.append((li, pi))
+        if not name or name not in self._param_names:
+            self._param_owner.append(-1)
+            if name:
+                self._param_names[name] = net_id
+            self._learnable.append(layer.blobs[pi])
+            self._param_specs.append(dict(lr=spec.lr_mult, decay=spec.decay_mult,
+                                          has_lr=spec.HasField("lr_mult"),
+                                          has_decay=spec.HasField("decay_mult")))
+            layer._learnable_ids = getattr(layer, "_learnable_ids", []) + [len(self._learnable) - 1]
+            return
+        owner_id = self._param_names[name]
+        self._param_owner.append(owner_id)
+        oli, opi = self._param_layer[owner_id]
+        owner_blob = self.layers[oli].blobs[opi]
+        this_blob = layer.blobs[pi]
+        permissive = spec.share_mode == caffe_pb2.ParamSpec.PERMISSIVE
+        if permissive and owner_blob.count != this_blob.count:
+            raise ShapeError(f"cannot share param {name!r} owned by layer "
+                             f"{self._layer_names[oli]!r} with layer {lp.name!r}; count "
+                             f"mismatch: owner {owner_blob.count}, sharer {this_blob.count}")
+        if not permissive and owner_blob.shape != this_blob.shape:
+            raise ShapeError(f"cannot share param {name!r} owned by layer "
+                             f"{self._layer_names[oli]!r} with layer {lp.name!r}; shape "
+                             f"mismatch: owner {owner_blob.shape}, sharer {this_blob.shape}")
+        lid = self._learnable.index(self._net_params[self._owner_root(owner_id)])
+        s = self._param_specs[lid]
+        for key, has in (("lr", "has_lr"), ("decay", "has_decay")):
+            field = "lr_mult" if key == "lr" else "decay_mult"
+            if spec.HasField(field):
+                if s[has] and s[key] != getattr(spec, field):
+                    raise NetError(f"shared param {name!r} has mismatched {field} "
+                                   f"(layer {lp.name!r})")
+                s[key], s[has] = getattr(spec, field), True
+        layer._learnable_ids = getattr(layer, "_learnable_ids", []) + [lid]
+
+    def _owner_root(self, net_id):
+        while self._param_owner[net_id] != -1:
+            net_id = self._param_owner[net_id]
+        return net_id
+
+    def _share_weights(self):
+        rebind = set()
+        for net_id, owner in enumerate(self._param_owner):
+            if owner == -1:
+                continue
+            li, pi = self._param_layer[net_id]
+            blob = self._net_params[net_id]
+            src = self._net_params[self._owner_root(net_id)]
+            blob.share_data(src)
+            blob.share_diff(src)
+            rebind.add(li)
+        for li in sorted(rebind):   # launch plans were bound to the old buffers
+            layer = self.layers[li]
+            layer.reshape(self._bottom_vecs[li], self._top_vecs[li])
+            layer._reshapes += 1
+
+    def _backward_pass(self, param):
+        under_loss, skip = set(), set()
+        for li in reversed(range(len(self.layers))):
+            layer, lp = self.layers[li], param.layer[li]
+            contributes, skip_prop = False, True
+            for ti, tname in enumerate(lp.top):
+                if layer.loss_weights[ti] or tname in under_loss:
+                    contributes = True
+                if tname not in skip:
+                    skip_prop = False
+            if self._layer_need_backward[li] and skip_prop:
+                self._layer_need_backward[li] = False
+                self._bottom_need_backward[li] = [False] * len(lp.bottom)
+            if not contributes:
+                self._layer_need_backward[li] = False
+            log.info("%s %s backward computation.", lp.name,
+                     "needs" if self._layer_need_backward[li] else "does not need")
+            for bi, bname in enumerate(lp.bottom):
+                if contributes:
+                    under_loss.add(bname)
+                else:
+                    self._bottom_need_backward[li][bi] = False
+                if not self._bottom_need_backward[li][bi]:
+                    skip.add(bname)
+        if param.force_backward:
+            for li, layer in enumerate(self.layers):
+                self._layer_need_backward[li] = True
+                for bi in range(len(self._bottom_need_backward[li])):
+                    allow = layer.allow_force_backward
+                    if callable(allow):
+                        allow = allow(bi)
+                    self._bottom_need_backward[li][bi] |= bool(allow) and layer.has_backward
+                for pi in range(len(layer.blobs)):
+                    layer.param_propagate_down[pi] = True
+
+    # ---- pycaffe properties ----------------------------------------------
+    @property
+    def params(self):
+        return OrderedDict((n, l.blobs) for n, l in zip(self._layer_names, self.layers)
+                           if len(l.blobs) > 0)
+
+    @property
+    def layer_dict(self):
+        return OrderedDict(zip(self._layer_names, self.layers))
+
+    @property
+    def inputs(self):
+        return list(self._input_names)
+
+    @property
+    def outputs(self):
+        return list(self._outputs)
+
+    @property
+    def top_names(self):
+        return OrderedDict((n, [b.name for b in t])
+                           for n, t in zip(self._layer_names, self._top_vecs))
+
+    @property
+    def bottom_names(self):
+        return OrderedDict((n, [b.name for b in b_])
+                           for n, b_ in zip(self._layer_names, self._bottom_vecs))
+
+    @property
+    def learnable_params(self):
+        return list(self._learnable)
+
+    @property
+    def device(self):
+        return self.layers[0].device if self.layers else None
+
+    def _layer_index(self, name, what):
+        try:
+            return self._layer_names.index(name)
+        except ValueError:
+            raise NetError(f"{what}: no layer named {name!r} in net {self.name!r}") from None
+
+    # ---- running ---------------------------------------------------------
+    def reshape(self):
+        for li, layer in enumerate(self.layers):
+            layer.reshape_if_needed(self._bottom_vecs[li], self._top_vecs[li])
+
+    def _forward_range(self, start, end):
+        for li in range(start, end + 1):
+            layer = self.layers[li]
+            bottoms, tops = self._bottom_vecs[li], self._top_vecs[li]
+            layer.reshape_if_needed(bottoms, tops)
+            layer.forward(bottoms, tops)
+
+    def forward(self, blobs=None, start=None, end=None, **kwargs):
+        """pycaffe's Net.forward: set inputs from kwargs, run, return
+        {output name: host array}."""
+        blobs = list(blobs or [])
+        start_i = 0 if start is None else self._layer_index(start, "forward(start=)")
+        if end is not None:
+            end_i = self._layer_index(end, "forward(end=)")
+            outputs = set(self.top_names[end] + blobs)
+        else:
+            end_i = len(self.layers) - 1
+            outputs = set(self.outputs + blobs)
+        if kwargs:
+            if set(kwargs) != set(self.inputs):
+                raise NetError(f"input blob arguments {sorted(kwargs)} do not match "
+                               f"net inputs {self.inputs}")
+            for name, arr in kwargs.items():
+                arr = np.asarray(arr)
+                b = self.blobs[name]
+                if arr.ndim == 0 or (b.shape and arr.shape[0] != b.shape[0]):
+                    raise ShapeError(f"input {name!r} is not batch sized: got "
+                                     f"{arr.shape}, blob is {b.shape}")
+                try:
+                    b.data[...] = arr
+                except ValueError:
+                    raise ShapeError(f"input {name!r}: cannot put an array of shape "
+                                     f"{arr.shape} into blob of shape {b.shape}") from None
+        self._forward_range(start_i, end_i)
+        return {o: self.blobs[o].data for o in outputs}
+
+    def backward(self, diffs=None, start=None, end=None, **kwargs):
+        """pycaffe's Net.backward: set output diffs from kwargs, run backward,
+        return {input name (and ``diffs``): host diff array}."""
+        diffs = list(diffs or [])
+        start_i = len(self.layers) - 1 if start is None else \
+            self._layer_index(start, "backward(start=)")
+        if end is not None:
+            end_i = self._layer_index(end, "backward(end=)")
+            outputs = set(self.bottom_names[end] + diffs)
+        else:
+            end_i = 0
+            outputs = set(self.inputs + diffs)
+        if kwargs:
+            if set(kwargs) != set(self.outputs):
+                raise NetError(f"top diff arguments {sorted(kwargs)} do not match net "
+                               f"outputs {self.outputs}")
+            for name, arr in kwargs.items():
+                arr = np.asarray(arr)
+                b = self.blobs[name]
+                if arr.shape[0] != b.shape[0]:
+                    raise ShapeError(f"diff {name!r} is not batch sized")
+                b.diff[...] = arr
+        self._backward_range(start_i, end_i)
+        return {o: self.blobs[o].diff for o in outputs}
+
+    def _backward_range(self, start, end):
+        for li in range(start, end - 1, -1):
+            if self._layer_need_backward[li]:
+                self.layers[li].backward(self._top_vecs[li], self._bottom_need_backward[li],
+                                         self._bottom_vecs[li])
+
+    def forward_all(self, blobs=None, **kwargs):
+        """Run in batches over all of ``kwargs``' arrays; concatenated outputs."""
+        all_outs = {o: [] for o in set(self.outputs + list(blobs or []))}
+        if not kwargs:
+            out = self.forward(blobs=blobs)
+            return {k: v.copy() for k, v in out.items()}
+        n = len(next(iter(kwargs.values())))
+        bs = self.blobs[self.inputs[0]].shape[0]
+        for i in range(0, n, bs):
+            batch = {}
+            for name, arr in kwargs.items():
+                chunk = np.asarray(arr[i:i + bs])
+                if len(chunk) < bs:     # pad the last batch, as pycaffe does
+                    pad = np.zeros((bs - len(chunk),) + chunk.shape[1:], chunk.dtype)
+                    chunk = np.concatenate([chunk, pad])
+                batch[name] = chunk
+            out = self.forward(blobs=blobs, **batch)
+            for k, v in out.items():
+                all_outs[k].append(v.copy())
+        return {k: np.concatenate(v)[:n] for k, v in all_outs.items()}
+
+    def clear_param_diffs(self):
+        from .ops import pointwise
+        for b in self._learnable:
+            pointwise.fill(b.diff_mem.device, b.diff_buffer(), b.count, 0.0)
+            b.diff_mem.device_written()
+
+    # ---- weights -----------------------------------------------------------
+    def copy_from(self, path_or_param):
+        """Load weights by layer name (Caffe's CopyTrainedLayersFrom)."""
+        if isinstance(path_or_param, caffe_pb2.NetParameter):
+            src, where = path_or_param, "<NetParameter>"
+        else:
+            where = os.fspath(path_or_param)
+            src = read_net(where)
+        layers = list(src.layer)
+        index = {n: i for i, n in enumerate(self._layer_names)}
+        for sl in layers:
+            ti = index.get(sl.name)
+            if ti is None:
+                log.info("Ignoring source layer %s", sl.name)
+                continue
+            target = self.layers[ti].blobs
+            if len(sl.blobs) != len(target):
+                raise ShapeError(f"{where}: incompatible number of blobs for layer "
+                                 f"{sl.name!r}: the file has {len(sl.blobs)}, the net "
+                                 f"expects {len(target)}")
+            log.info("Copying source layer %s", sl.name)
+            for bi, (bp, tb) in enumerate(zip(sl.blobs, target)):
+                arr = blobproto_to_array(bp)
+                if not _shape_matches(arr.shape, tb.shape, _is_legacy(bp)):
+                    raise ShapeError(
+                        f"{where}: cannot copy param {bi} weights from layer {sl.name!r}; "
+                        f"shape mismatch. Source param shape is {_shape_str(arr.shape)}; "
+                        f"target param shape is {_shape_str(tb.shape)}. To learn this "
+                        "layer's parameters from scratch rather than copying from a "
+                        "saved net, rename the layer.")
+                tb.data[...] = arr.reshape(tb.shape)
+
+    def copy_trained_layers_from(self, path):
+        self.copy_from(path)
+
+    def to_proto(self, write_diff=False):
+        """NetParameter with every layer's parameters and blobs (Net::ToProto)."""
+        out = caffe_pb2.NetParameter()
+        out.name = self.param.name
+        for layer in self.layers:
+            lp = out.layer.add()
+            lp.CopyFrom(layer.param)
+            del lp.blobs[:]
+            for b in layer.blobs:
+                bp = lp.blobs.add()
+                bp.shape.dim.extend(b.shape)
+                bp.data.extend(b.host_data().ravel().tolist())
+                if write_diff:
+                    bp.diff.extend(b.host_diff().ravel().tolist())
+        return out
+
+    def save(self, path):
+        """Write a .caffemodel (binary NetParameter), atomically."""
+        write_binary(self.to_proto(), os.fspath(path))
+
+    # loss of the last forward (reads the device: call when displaying)
+    def loss(self):
+        total = 0.0
+        for li, layer in enumerate(self.layers):
+            for ti, w in enumerate(layer.loss_weights):
+                if w:
+                    total += w * float(np.sum(self._top_vecs[li][ti].host_data()))
+        return total
+
+
+def _is_legacy(bp):
+    return not len(bp.shape.dim) and (bp.HasField("num") or bp.HasField("channels")
+                                      or bp.HasField("height") or bp.HasField("width"))
+
+
+def _shape_matches(src, dst, legacy):
+    """Caffe's Blob::ShapeEquals: exact, or for legacy 4-D blobs the shapes
+    padded to 4 axes with leading 1s (a V1 1x1xMxN weight fits an MxN
+    InnerProduct)."""
+    src, dst = tuple(src), tuple(dst)
+    if src == dst:
+        return True
+    if len(src) == 4 and len(dst) <= 4 and (legacy or src[:2] == (1, 1)):
+        return src == (1,) * (4 - len(dst)) + dst
+    return False
+

@@ -1,0 +1,57 @@
+"""Batched SGEMM primitive (kernels/gemm.cl).
+
+``gemm(dev, M, N, K, A, B, C, ...)`` returns one Launch computing
+C = alpha*op(A)*op(B) + beta*C, row-major, optionally over a batch of
+``batch`` x ``groups`` matrices with per-level strides, and optionally
+adding a bias per row (``bias_axis=0``) or per column (``bias_axis=1``).
+"""
+SRC = "gemm.cl"
+
+
+def _gpu_tiles(dev, M, N):
+    # One shape for now; the autotuner of the speed work will choose per
+    # device and problem size.
+    return dict(TM=64, TN=64, TK=16, WM=4, WN=4)
+
+
+def _cpu_blocks(dev, M, N):
+    return dict(BM=64, BN=64, KC=128)
+
+
+def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
+         alpha=1.0, beta=0.0, off_a=0, off_b=0, off_c=0,
+         lda=None, ldb=None, ldc=None, batch=1, groups=1,
+         stride_a=(0, 0), stride_b=(0, 0), stride_c=(0, 0),
+         bias=None, bias_axis=0, off_bias=0):
+    """One launch over batch*groups problems.
+
+    stride_x = (per batch index, per group index), in elements."""
+    if lda is None:
+        lda = M if trans_a else K
+    if ldb is None:
+        ldb = K if trans_b else N
+    if ldc is None:
+        ldc = N
+    common = dict(TRANS_A=int(trans_a), TRANS_B=int(trans_b),
+                  BIAS=0 if bias is None else (1 if bias_axis == 0 else 2),
+                  GROUPS=int(groups))
+    gz = batch * groups
+    if dev.is_cpu:
+        # CPU drivers: one work-item per BM x BN block (kernels/gemm_cpu.cl)
+        t = _cpu_blocks(dev, M, N)
+        src, lx, ly = "gemm_cpu.cl", 1, 1
+        gx, gy = -(-N // t["BN"]), -(-M // t["BM"])
+    else:
+        t = _gpu_tiles(dev, M, N)
+        src = SRC
+        lx, ly = t["TN"] // t["WN"], t["TM"] // t["WM"]
+        gx = -(-N // t["TN"]) * lx
+        gy = -(-M // t["TM"]) * ly
+    defines = dict(t, **common)
+    args = [M, N, K, alpha,
+            A, off_a, lda, stride_a[0], stride_a[1],
+            B, off_b, ldb, stride_b[0], stride_b[1],
+            beta,
+            C, off_c, ldc, stride_c[0], stride_c[1],
+            bias if bias is not None else A, off_bias]
+    return dev.launch(src, "gemm", (gx, gy, gz), (lx, ly, 1), args, defines)
