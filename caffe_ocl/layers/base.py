@@ -168,6 +168,8 @@ class Layer:
     def forward(self, bottom, top):
         for b in bottom:
             b.data_mem.to_device()
+        for p in self.blobs:     # the user may have written weights on the host
+            p.data_mem.to_device()
         self.forward_impl(bottom, top)
         for t in top:
             t.data_mem.device_written()
@@ -196,6 +198,7 @@ class Layer:
         for b in bottom:
             b.data_mem.to_device()
         for p, pp in zip(self.blobs, self.param_propagate_down):
+            p.data_mem.to_device()
             if pp:
                 p.diff_mem.to_device()
         self.backward_impl(top, propagate_down, bottom)

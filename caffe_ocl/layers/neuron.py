@@ -52,8 +52,8 @@ class TanHLayer(UnaryNeuron):
 
 @register("Dropout")
 class DropoutLayer(UnaryNeuron):
-    """TEST: identity (or times 1-p without scale_train); TRAIN: random mask
-    drawn on the device each forward, kept for backward."""
+    """TEST: identity; TRAIN: random mask drawn on the device each forward
+    (kept for backward), survivors scaled by 1/(1-p), as Caffe."""
 
     def layer_setup(self, bottom, top):
         p = self.param.dropout_param
@@ -61,7 +61,6 @@ class DropoutLayer(UnaryNeuron):
         if not 0.0 <= self.ratio < 1.0:
             raise self.error(f"dropout_ratio must be in [0, 1), got {self.ratio}")
         self.scale = 1.0 / (1.0 - self.ratio)
-        self.scale_train = p.scale_train
         self.train = self.phase == caffe_pb2.TRAIN
 
     def reshape(self, bottom, top):
@@ -72,14 +71,13 @@ class DropoutLayer(UnaryNeuron):
         if self.train:
             self.mask = Blob(bottom[0].shape, name=f"{self.name}.mask", device=self.device)
             g, l = work_size(self.device, n)
-            s = self.scale if self.scale_train else 1.0
+            s = self.scale
             self._drop = self.device.launch(
                 "pointwise.cl", "dropout_fwd", g, l,
                 [n, x, y, self.mask.data_buffer(), self.ratio, s, 0, 0])
             self.fwd = [self._drop]
         else:
-            s = 1.0 if self.scale_train else 1.0 - self.ratio
-            self.fwd = [pointwise.unary(self.device, "scale", n, x, y, s, 0.0, 0.0)]
+            self.fwd = [pointwise.unary(self.device, "scale", n, x, y, 1.0, 0.0, 0.0)]
 
     def forward_impl(self, bottom, top):
         if self.train:
@@ -94,13 +92,12 @@ class DropoutLayer(UnaryNeuron):
         n = bottom[0].count
         if self.train:
             g, l = work_size(self.device, n)
-            s = self.scale if self.scale_train else 1.0
+            s = self.scale
             self.bwd = [self.device.launch(
                 "pointwise.cl", "dropout_bwd", g, l,
                 [n, top[0].diff_buffer(), self.mask.data_buffer(),
                  bottom[0].diff_buffer(), s])]
         else:
-            s = 1.0 if self.scale_train else 1.0 - self.ratio
-            self.bwd = [pointwise.unary(self.device, "scale", n, top[0].diff_buffer(),
-                                        bottom[0].diff_buffer(), s, 0.0, 0.0)]
+            self.bwd = [pointwise.copy(self.device, n, top[0].diff_buffer(),
+                                       bottom[0].diff_buffer())]
 

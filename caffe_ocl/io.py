@@ -1,0 +1,367 @@
+"""Host-side input helpers, compatible with pycaffe's ``caffe.io``.
+
+Everything here is NumPy (and OpenCV for image files and resizing); nothing
+touches OpenCL.  Images are handled the way pycaffe hands them around:
+float32, H x W x K, RGB channel order, values in [0, 1] when loaded from a
+file.  ``Transformer`` turns such images into K x H x W net inputs and back.
+
+Differences from pycaffe a user may notice:
+
+* ``load_image``/``resize_image`` use OpenCV instead of scikit-image/scipy,
+  so resized pixels can differ from pycaffe's in the last digits (and, for
+  downscaling, by skimage's anti-aliasing), while shapes, dtype, channel
+  order and value range are the same.
+* ``Transformer.preprocess`` never modifies the array it is given (pycaffe
+  scales a float32 input in place when no resize or channel swap is needed).
+* Bad files raise :class:`~caffe_ocl.errors.FileNotFound` or
+  :class:`~caffe_ocl.errors.DataError` naming the path.
+"""
+
+import os
+
+import numpy as np
+
+from .errors import CaffeOclError, DataError, FileNotFound, ShapeError
+from .proto import caffe_pb2
+from .proto import files as _files
+
+__all__ = [
+    "blobproto_to_array", "array_to_blobproto",
+    "arraylist_to_blobprotovector_str", "arraylist_to_blobprotovecor_str",
+    "blobprotovector_str_to_arraylist", "array_to_datum", "datum_to_array",
+    "Transformer", "load_image", "resize_image", "oversample",
+]
+
+
+# ---------------------------------------------------------------------------
+# proto / datum / ndarray conversion
+
+class BlobShapeError(ShapeError, ValueError):
+    """A BlobProto whose values do not fit its shape.
+
+    Also a ValueError, which is what pycaffe raises in that case."""
+
+
+def blobproto_to_array(blob, return_diff=False):
+    """A BlobProto's data (or diff, with ``return_diff=True``) as an array.
+
+    The legacy num/channels/height/width shape is used when any of them is
+    set, ``blob.shape.dim`` otherwise (as pycaffe).  Values are float32.
+    """
+    try:
+        return _files.blobproto_to_array(blob, return_diff)
+    except ShapeError as e:
+        raise BlobShapeError(str(e)) from None
+
+
+array_to_blobproto = _files.array_to_blobproto
+
+
+def arraylist_to_blobprotovector_str(arraylist):
+    """Serialize a list of arrays as a BlobProtoVector (bytes)."""
+    vec = caffe_pb2.BlobProtoVector()
+    vec.blobs.extend([array_to_blobproto(arr) for arr in arraylist])
+    return vec.SerializeToString()
+
+
+# pycaffe's spelling (sic), kept so old scripts keep working.
+arraylist_to_blobprotovecor_str = arraylist_to_blobprotovector_str
+
+
+def blobprotovector_str_to_arraylist(str):  # noqa: A002 (pycaffe's name)
+    """The arrays of a serialized BlobProtoVector."""
+    vec = caffe_pb2.BlobProtoVector()
+    vec.ParseFromString(str)
+    return [blobproto_to_array(blob) for blob in vec.blobs]
+
+
+def array_to_datum(arr, label=None):
+    """A C x H x W array as a Datum.
+
+    uint8 arrays go to ``data`` as raw bytes, anything else to ``float_data``.
+    The label is only set when given (an unset label keeps the record
+    smaller, as in pycaffe).
+    """
+    if arr.ndim != 3:
+        raise ValueError('Incorrect array shape.')
+    datum = caffe_pb2.Datum()
+    datum.channels, datum.height, datum.width = (int(d) for d in arr.shape)
+    if arr.dtype == np.uint8:
+        datum.data = np.ascontiguousarray(arr).tobytes()
+    else:
+        datum.float_data.extend(np.asarray(arr, dtype=np.float64).ravel().tolist())
+    if label is not None:
+        datum.label = int(label)
+    return datum
+
+
+def datum_to_array(datum):
+    """A Datum's values as a C x H x W array: uint8 from ``data``, float64
+    from ``float_data`` (as pycaffe).  The label is ``datum.label``."""
+    shape = (datum.channels, datum.height, datum.width)
+    if len(datum.data):
+        arr = np.frombuffer(datum.data, dtype=np.uint8).copy()
+    else:
+        arr = np.array(datum.float_data, dtype=float)
+    if arr.size != int(np.prod(shape)):
+        raise DataError(
+            f"Datum says {datum.channels}x{datum.height}x{datum.width} "
+            f"({int(np.prod(shape))} values) but holds {arr.size}")
+    return arr.reshape(shape)
+
+
+# ---------------------------------------------------------------------------
+# Pre-processing
+
+class Transformer:
+    """Turn H x W x K images into K x H x W net inputs, and back.
+
+    ``inputs`` maps input blob names to their shapes (N, K, H, W), e.g.
+    ``{'data': net.blobs['data'].data.shape}``.  ``preprocess`` applies, in
+    this order: convert to float32, resize to (H, W), transpose, channel
+    swap, raw scale, mean subtraction, input scale.  ``deprocess`` undoes it
+    (except the resize).
+    """
+
+    def __init__(self, inputs):
+        self.inputs = inputs
+        self.transpose = {}
+        self.channel_swap = {}
+        self.raw_scale = {}
+        self.mean = {}
+        self.input_scale = {}
+
+    def __check_input(self, in_):
+        if in_ not in self.inputs:
+            raise CaffeOclError('{} is not one of the net inputs: {}'.format(
+                in_, self.inputs))
+
+    def preprocess(self, in_, data):
+        """Format ``data`` (H' x W' x K) for input blob ``in_``; returns a
+        float32 K x H x W array."""
+        self.__check_input(in_)
+        caffe_in = np.array(data, dtype=np.float32, copy=True)
+        transpose = self.transpose.get(in_)
+        channel_swap = self.channel_swap.get(in_)
+        raw_scale = self.raw_scale.get(in_)
+        mean = self.mean.get(in_)
+        input_scale = self.input_scale.get(in_)
+        in_dims = tuple(self.inputs[in_][2:])
+        if tuple(caffe_in.shape[:2]) != in_dims:
+            caffe_in = resize_image(caffe_in, in_dims)
+        if transpose is not None:
+            caffe_in = caffe_in.transpose(transpose)
+        if channel_swap is not None:
+            caffe_in = caffe_in[list(channel_swap), :, :]
+        if raw_scale is not None:
+            caffe_in *= raw_scale
+        if mean is not None:
+            caffe_in -= mean
+        if input_scale is not None:
+            caffe_in *= input_scale
+        return caffe_in
+
+    def deprocess(self, in_, data):
+        """Invert ``preprocess`` (but not its resize): K x H x W -> H x W x K."""
+        self.__check_input(in_)
+        decaf_in = data.copy().squeeze()
+        transpose = self.transpose.get(in_)
+        channel_swap = self.channel_swap.get(in_)
+        raw_scale = self.raw_scale.get(in_)
+        mean = self.mean.get(in_)
+        input_scale = self.input_scale.get(in_)
+        if input_scale is not None:
+            decaf_in /= input_scale
+        if mean is not None:
+            decaf_in += mean
+        if raw_scale is not None:
+            decaf_in /= raw_scale
+        if channel_swap is not None:
+            decaf_in = decaf_in[np.argsort(channel_swap), :, :]
+        if transpose is not None:
+            decaf_in = decaf_in.transpose(np.argsort(transpose))
+        return decaf_in
+
+    def set_transpose(self, in_, order):
+        """Dimension order, e.g. (2, 0, 1) for H x W x K -> K x H x W."""
+        self.__check_input(in_)
+        if len(order) != len(self.inputs[in_]) - 1:
+            raise CaffeOclError('Transpose order needs to have the same number of '
+                                'dimensions as the input.')
+        self.transpose[in_] = order
+
+    def set_channel_swap(self, in_, order):
+        """Channel order after the transpose, e.g. (2, 1, 0) for RGB -> BGR."""
+        self.__check_input(in_)
+        if len(order) != self.inputs[in_][1]:
+            raise CaffeOclError('Channel swap needs to have the same number of '
+                                'dimensions as the input channels.')
+        self.channel_swap[in_] = order
+
+    def set_raw_scale(self, in_, scale):
+        """Scale applied before mean subtraction (255 for [0, 255] models
+        fed with [0, 1] images)."""
+        self.__check_input(in_)
+        self.raw_scale[in_] = scale
+
+    def set_mean(self, in_, mean):
+        """Mean to subtract: per channel (K,) or elementwise (K x H x W)."""
+        self.__check_input(in_)
+        ms = mean.shape
+        if mean.ndim == 1:
+            if ms[0] != self.inputs[in_][1]:
+                raise ValueError('Mean channels incompatible with input.')
+            mean = mean[:, np.newaxis, np.newaxis]
+        else:
+            if len(ms) == 2:
+                ms = (1,) + ms
+            if len(ms) != 3:
+                raise ValueError('Mean shape invalid')
+            if tuple(ms) != tuple(self.inputs[in_][1:]):
+                raise ValueError('Mean shape incompatible with input shape.')
+        self.mean[in_] = mean
+
+    def set_input_scale(self, in_, scale):
+        """Scale applied last, after mean subtraction."""
+        self.__check_input(in_)
+        self.input_scale[in_] = scale
+
+
+# ---------------------------------------------------------------------------
+# Image IO
+
+# scikit-image's rgb2gray weights (what pycaffe's load_image(color=False) uses)
+_GRAY_WEIGHTS = np.array([0.2125, 0.7154, 0.0721], dtype=np.float32)
+
+
+def _to_unit_float(img):
+    """Integer images to float32 in [0, 1] (skimage.img_as_float's rule for
+    unsigned types; signed types to [-1, 1])."""
+    if np.issubdtype(img.dtype, np.integer):
+        return img.astype(np.float32) / np.float32(np.iinfo(img.dtype).max)
+    if img.dtype == np.bool_:
+        return img.astype(np.float32)
+    return img.astype(np.float32)
+
+
+def load_image(filename, color=True):
+    """Load an image file as float32 in [0, 1].
+
+    Returns H x W x 3 RGB when ``color`` is true (grayscale files are tiled
+    to 3 channels), H x W x 1 intensity otherwise (colour files are
+    converted with scikit-image's luminance weights).  An alpha channel is
+    dropped.
+    """
+    import cv2
+
+    path = os.fspath(filename)
+    if not os.path.exists(path):
+        raise FileNotFound(f"image file not found: {path}")
+    if os.path.isdir(path):
+        raise FileNotFound(f"image file is a directory, expected a file: {path}")
+    try:
+        raw = np.fromfile(path, dtype=np.uint8)
+    except OSError as e:
+        raise DataError(f"{path}: cannot read image file: {e.strerror or e}") from None
+    img = cv2.imdecode(raw, cv2.IMREAD_UNCHANGED) if raw.size else None
+    if img is None:
+        raise DataError(f"{path}: cannot decode image (not an image format "
+                        f"OpenCV can read, or a truncated file)")
+    if img.ndim == 3:
+        if img.shape[2] == 1:
+            img = img[:, :, 0]
+        elif img.shape[2] >= 3:
+            img = img[:, :, 2::-1]           # BGR(A) -> RGB, alpha dropped
+        else:                                 # 2 channels: gray + alpha
+            img = img[:, :, 0]
+    img = _to_unit_float(np.ascontiguousarray(img))
+    if img.ndim == 2:
+        img = img[:, :, np.newaxis]
+        if color:
+            img = np.tile(img, (1, 1, 3))
+    elif not color:
+        img = (img @ _GRAY_WEIGHTS)[:, :, np.newaxis].astype(np.float32)
+    return img
+
+
+def _cv2_interp(interp_order):
+    import cv2
+    return {0: cv2.INTER_NEAREST, 1: cv2.INTER_LINEAR,
+            2: cv2.INTER_CUBIC, 3: cv2.INTER_CUBIC,
+            4: cv2.INTER_LANCZOS4, 5: cv2.INTER_LANCZOS4}.get(
+                int(interp_order), cv2.INTER_LINEAR)
+
+
+def resize_image(im, new_dims, interp_order=1):
+    """Resize an H x W x K image to ``new_dims`` = (height, width).
+
+    ``interp_order`` as in pycaffe (0 nearest, 1 linear, 3 cubic, ...).  Any
+    number of channels works; the value range is kept (cubic/Lanczos results
+    are clipped to the input's min/max).  Returns float32.
+    """
+    import cv2
+
+    im = np.asarray(im)
+    if im.ndim != 3:
+        raise ShapeError(f"resize_image expects an H x W x K array, got shape "
+                         f"{tuple(im.shape)}")
+    h, w = int(new_dims[0]), int(new_dims[1])
+    k = im.shape[-1]
+    if h <= 0 or w <= 0:
+        raise ShapeError(f"resize_image: new dims must be positive, got ({h}, {w})")
+    im_min, im_max = (im.min(), im.max()) if im.size else (0, 0)
+    if im.size == 0 or im_max <= im_min:
+        # constant image (or empty): nothing to interpolate
+        ret = np.empty((h, w, k), dtype=np.float32)
+        ret.fill(im_min)
+        return ret
+    src = im if im.dtype in (np.float32, np.float64) else im.astype(np.float32)
+    interp = _cv2_interp(interp_order)
+    # cv2.resize takes at most 512 channels (CV_CN_MAX) and drops a single
+    # channel axis; work in chunks of 4 and restack.
+    chunks = []
+    for c0 in range(0, k, 4):
+        part = np.ascontiguousarray(src[:, :, c0:c0 + 4])
+        out = cv2.resize(part, (w, h), interpolation=interp)
+        if out.ndim == 2:
+            out = out[:, :, np.newaxis]
+        chunks.append(out)
+    resized = chunks[0] if len(chunks) == 1 else np.concatenate(chunks, axis=2)
+    if int(interp_order) > 1:
+        resized = np.clip(resized, im_min, im_max)
+    return resized.astype(np.float32)
+
+
+def oversample(images, crop_dims):
+    """Ten crops per image: the four corners and the center, then the same
+    five mirrored left-right.
+
+    ``images``: sequence of H x W x K arrays (all the same shape);
+    ``crop_dims``: (height, width).  Returns float32 (10*N) x h x w x K.
+    """
+    im_shape = np.array(images[0].shape)
+    crop_dims = np.array(crop_dims)
+    im_center = im_shape[:2] / 2.0
+
+    h_indices = (0, im_shape[0] - crop_dims[0])
+    w_indices = (0, im_shape[1] - crop_dims[1])
+    crops_ix = np.empty((5, 4), dtype=int)
+    curr = 0
+    for i in h_indices:
+        for j in w_indices:
+            crops_ix[curr] = (i, j, i + crop_dims[0], j + crop_dims[1])
+            curr += 1
+    # center crop; the float corners are truncated, as pycaffe does
+    crops_ix[4] = (np.tile(im_center, (1, 2)) +
+                   np.concatenate([-crop_dims / 2.0, crop_dims / 2.0])).astype(int)
+    crops_ix = np.tile(crops_ix, (2, 1))
+
+    crops = np.empty((10 * len(images), crop_dims[0], crop_dims[1],
+                      im_shape[-1]), dtype=np.float32)
+    ix = 0
+    for im in images:
+        for crop in crops_ix:
+            crops[ix] = im[crop[0]:crop[2], crop[1]:crop[3], :]
+            ix += 1
+        crops[ix - 5:ix] = crops[ix - 5:ix, :, ::-1, :]  # mirrors
+    return crops

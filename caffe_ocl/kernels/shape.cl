@@ -1,0 +1,175 @@
+/* Data-movement and element-wise-combination kernels of the shape layers:
+ * Eltwise (PROD/MAX), Tile, Crop, ArgMax, row gather/scatter (Filter,
+ * BatchReindex), Embed. Concat/Slice use pointwise.cl's copy2d. */
+#include "common.h"
+
+/* y = a * b (y may alias a or b) */
+__kernel void eltwise_mul(int n, __global const float* a, __global const float* b,
+                          __global float* y) {
+    GLOBAL_LOOP(i, n) { y[i] = a[i] * b[i]; }
+}
+
+/* dx = top / b * dy (Eltwise PROD backward without stable_prod_grad) */
+__kernel void eltwise_div_mul(int n, __global const float* top, __global const float* b,
+                              __global const float* dy, __global float* dx) {
+    GLOBAL_LOOP(i, n) { dx[i] = top[i] / b[i] * dy[i]; }
+}
+
+/* Eltwise MAX, one call per bottom from the second on, as Caffe:
+ * bidx == 1: y = a > b ? a : b, mask = a > b ? 0 : 1 (a = bottom 0, b = bottom 1);
+ * bidx >= 2: if b > y: y = b, mask = bidx (a unused). */
+__kernel void eltwise_max(int n, __global const float* a, __global const float* b,
+                          __global float* y, __global int* mask, int bidx) {
+    GLOBAL_LOOP(i, n) {
+        float vb = b[i];
+        if (bidx == 1) {
+            float va = a[i];
+            if (va > vb) { y[i] = va; mask[i] = 0; }
+            else { y[i] = vb; mask[i] = 1; }
+        } else if (vb > y[i]) {
+            y[i] = vb;
+            mask[i] = bidx;
+        }
+    }
+}
+
+__kernel void eltwise_max_bwd(int n, __global const float* dy, __global const int* mask,
+                              __global float* dx, int bidx) {
+    GLOBAL_LOOP(i, n) { dx[i] = mask[i] == bidx ? dy[i] : 0.0f; }
+}
+
+/* Tile: y[o][t][k] = x[o][k], t < tiles, k < inner */
+__kernel void tile_fwd(int outer, int tiles, int inner, __global const float* x,
+                       __global float* y) {
+    int n = outer * tiles * inner;
+    GLOBAL_LOOP(i, n) {
+        int o = i / (tiles * inner), k = i % inner;
+        y[i] = x[o * inner + k];
+    }
+}
+
+/* dx[o][k] = sum_t dy[o][t][k] (t ascending, as Caffe's copy + axpy) */
+__kernel void tile_bwd(int outer, int tiles, int inner, __global const float* dy,
+                       __global float* dx) {
+    int n = outer * inner;
+    GLOBAL_LOOP(i, n) {
+        int o = i / inner, k = i - o * inner;
+        __global const float* p = dy + o * tiles * inner + k;
+        float s = p[0];
+        for (int t = 1; t < tiles; ++t) s += p[t * inner];
+        dx[i] = s;
+    }
+}
+
+/* Crop: for each element i of the (top-shaped) region, b = sum_d (idx_d + off_d) * bstride_d.
+ * geom = [top_shape[0..nd), bottom_stride[0..nd), offset[0..nd)].
+ * forward != 0: dst[i] = src[b] (src = bottom data); else dst[b] = src[i] (src = top diff). */
+__kernel void crop_copy(int n, int nd, __global const int* geom, __global const float* src,
+                        __global float* dst, int forward) {
+    GLOBAL_LOOP(i, n) {
+        int rem = i, b = 0;
+        for (int d = nd - 1; d >= 0; --d) {
+            int s = geom[d];
+            int id = rem % s;
+            rem /= s;
+            b += (id + geom[2 * nd + d]) * geom[nd + d];
+        }
+        if (forward) dst[i] = src[b];
+        else dst[b] = src[i];
+    }
+}
+
+/* ArgMax over `dim` values spaced `axis_dist` apart, for each of `num` positions.
+ * Order as Caffe's partial_sort with std::greater on (value, index) pairs:
+ * larger value first, ties -> larger index first.
+ * mode 0: indices at (i/ad*K + j)*ad + i%ad; mode 1: values there (axis given,
+ * out_max_val); mode 2: no axis, out_max_val: [i][0][j] = index, [i][1][j] = value. */
+__kernel void argmax(int num, int dim, int axis_dist, int top_k, int mode,
+                     __global const float* x, __global float* y) {
+    GLOBAL_LOOP(i, num) {
+        __global const float* p = x + (i / axis_dist * dim) * axis_dist + i % axis_dist;
+        float pv = 0.0f;
+        int pj = -1;
+        for (int k = 0; k < top_k; ++k) {
+            float bv = 0.0f;
+            int bj = -1;
+            for (int j = 0; j < dim; ++j) {
+                float v = p[j * axis_dist];
+                /* below the previous pick in pair order */
+                if (pj >= 0 && !(v < pv || (v == pv && j < pj))) continue;
+                if (bj < 0 || v > bv || (v == bv && j > bj)) { bv = v; bj = j; }
+            }
+            pv = bv;
+            pj = bj;
+            if (mode == 2) {
+                y[2 * i * top_k + k] = (float)bj;
+                y[2 * i * top_k + top_k + k] = bv;
+            } else {
+                y[(i / axis_dist * top_k + k) * axis_dist + i % axis_dist] =
+                    mode == 1 ? bv : (float)bj;
+            }
+        }
+    }
+}
+
+/* y[r][k] = x[idx[r]][k] for r < rows, k < dim */
+__kernel void gather_rows(int rows, int dim, __global const int* idx,
+                          __global const float* x, __global float* y) {
+    int n = rows * dim;
+    GLOBAL_LOOP(i, n) {
+        int r = i / dim, k = i - r * dim;
+        y[i] = x[idx[r] * dim + k];
+    }
+}
+
+/* dx[idx[r]][k] = dy[r][k] (idx unique) */
+__kernel void scatter_rows(int rows, int dim, __global const int* idx,
+                           __global const float* dy, __global float* dx) {
+    int n = rows * dim;
+    GLOBAL_LOOP(i, n) {
+        int r = i / dim, k = i - r * dim;
+        dx[idx[r] * dim + k] = dy[i];
+    }
+}
+
+/* BatchReindex backward without atomics: bottom row n receives the sum of
+ * the top rows top_idx[begin[n] .. begin[n] + count[n]) (ascending). */
+__kernel void gather_sum_rows(int rows, int dim, __global const int* begin,
+                              __global const int* count, __global const int* top_idx,
+                              __global const float* dy, __global float* dx) {
+    int n = rows * dim;
+    GLOBAL_LOOP(i, n) {
+        int r = i / dim, k = i - r * dim;
+        float s = 0.0f;
+        int b = begin[r], c = count[r];
+        for (int j = 0; j < c; ++j) s += dy[top_idx[b + j] * dim + k];
+        dx[i] = s;
+    }
+}
+
+/* Embed: y[m][d] = W[(int)x[m]][d] (+ bias[d]); an index outside [0, K) gives
+ * 0 (+ bias) instead of reading out of bounds (Caffe only DCHECKs). */
+__kernel void embed_fwd(int M, int N, int K, __global const float* x,
+                        __global const float* w, __global const float* bias,
+                        __global float* y, int has_bias) {
+    int n = M * N;
+    GLOBAL_LOOP(i, n) {
+        int m = i / N, d = i - m * N;
+        int idx = (int)x[m];
+        float v = (idx >= 0 && idx < K) ? w[idx * N + d] : 0.0f;
+        if (has_bias) v += bias[d];
+        y[i] = v;
+    }
+}
+
+/* dW[(int)x[m]][d] += dy[m][d]; one work-item per column d, m ascending
+ * (deterministic, no atomics). */
+__kernel void embed_wgrad(int M, int N, int K, __global const float* x,
+                          __global const float* dy, __global float* dw) {
+    GLOBAL_LOOP(d, N) {
+        for (int m = 0; m < M; ++m) {
+            int idx = (int)x[m];
+            if (idx >= 0 && idx < K) dw[idx * N + d] += dy[m * N + d];
+        }
+    }
+}

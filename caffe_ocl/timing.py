@@ -1,0 +1,102 @@
+"""`caffe_ocl time` and `caffe_ocl device_query`, as Caffe's tools.
+
+`time` builds the model (TRAIN phase by default, as Caffe), runs forward
+and backward ``--iterations`` times and prints per-layer averages. Each
+layer is timed with the device queue drained before and after it, so the
+per-layer times add up to the total; the synchronisation makes the total a
+little slower than an untimed pass (see BENCHMARKS.md for untimed runs).
+"""
+import logging
+import time
+
+from .flags import parse_flags
+
+log = logging.getLogger("caffe_ocl")
+
+
+def time_net(net, iterations, backward=True, out=print):
+    dev = net.device
+    layers = net.layers
+    names = net._layer_names
+    fwd = [0.0] * len(layers)
+    bwd = [0.0] * len(layers)
+    # warm-up: builds backward plans, first uploads
+    net._forward_range(0, len(layers) - 1)
+    if backward:
+        net._backward_range(len(layers) - 1, 0)
+    dev.finish()
+    out("*** Benchmark begins ***")
+    out(f"Testing for {iterations} iterations.")
+    total_start = time.perf_counter()
+    fwd_total = bwd_total = 0.0
+    for it in range(iterations):
+        t_iter = time.perf_counter()
+        t0 = time.perf_counter()
+        for li, layer in enumerate(layers):
+            s = time.perf_counter()
+            bottoms, tops = net._bottom_vecs[li], net._top_vecs[li]
+            layer.reshape_if_needed(bottoms, tops)
+            layer.forward(bottoms, tops)
+            dev.finish()
+            fwd[li] += time.perf_counter() - s
+        fwd_total += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if backward:
+            for li in range(len(layers) - 1, -1, -1):
+                s = time.perf_counter()
+                if net._layer_need_backward[li]:
+                    layers[li].backward(net._top_vecs[li], net._bottom_need_backward[li],
+                                        net._bottom_vecs[li])
+                    dev.finish()
+                bwd[li] += time.perf_counter() - s
+        bwd_total += time.perf_counter() - t0
+        out(f"Iteration: {it + 1} forward-backward time: "
+            f"{(time.perf_counter() - t_iter) * 1000:.3f} ms.")
+    total = time.perf_counter() - total_start
+    out("Average time per layer: ")
+    width = max((len(n) for n in names), default=4)
+    for li, n in enumerate(names):
+        out(f"{n:>{width}}\tforward: {fwd[li] / iterations * 1000:.4f} ms.")
+        out(f"{n:>{width}}\tbackward: {bwd[li] / iterations * 1000:.4f} ms.")
+    out(f"Average Forward pass: {fwd_total / iterations * 1000:.4f} ms.")
+    out(f"Average Backward pass: {bwd_total / iterations * 1000:.4f} ms.")
+    out(f"Average Forward-Backward: {(fwd_total + bwd_total) / iterations * 1000:.4f} ms.")
+    out(f"Total Time: {total * 1000:.4f} ms.")
+    out("*** Benchmark ends ***")
+    return dict(forward=fwd, backward=bwd, forward_total=fwd_total / iterations,
+                backward_total=bwd_total / iterations)
+
+
+def time_main(argv):
+    from .device import get_device, set_device, set_mode_gpu
+    from .logs import init_log
+    from .net import Net, TRAIN, TEST
+    flags, rest = parse_flags(argv, {"model": str, "iterations": int, "gpu": str,
+                                     "phase": str, "level": int, "stage": str,
+                                     "forward_only": bool, "weights": str},
+                              defaults={"iterations": 50, "phase": "TRAIN", "level": 0},
+                              program="caffe_ocl time")
+    if "model" not in flags:
+        from .errors import CaffeOclError
+        raise CaffeOclError("time needs --model NET.prototxt")
+    init_log()
+    if "gpu" in flags:
+        set_mode_gpu()
+        if flags["gpu"] != "all":
+            set_device(int(flags["gpu"].split(",")[0]))
+    dev = get_device()
+    log.info("Use OpenCL device %s (%s)", dev.name, dev.reason)
+    stages = flags["stage"].split(",") if flags.get("stage") else ()
+    t0 = time.perf_counter()
+    net = Net(flags["model"], TRAIN if flags["phase"].upper() == "TRAIN" else TEST,
+              weights=flags.get("weights"), level=flags["level"], stages=stages)
+    log.info("Net built in %.3f s (program builds included)", time.perf_counter() - t0)
+    time_net(net, flags["iterations"], backward=not flags.get("forward_only", False),
+             out=log.info)
+    return 0
+
+
+def device_query_main(argv):
+    from .device import describe_devices
+    print(describe_devices())
+    return 0

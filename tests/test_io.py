@@ -1,0 +1,271 @@
+"""caffe_ocl.io: pycaffe's caffe.io semantics (blob/datum conversion,
+Transformer, image loading/resizing, oversampling)."""
+
+import numpy as np
+import pytest
+
+import caffe_ocl.io as cio
+from caffe_ocl.errors import CaffeOclError, DataError, FileNotFound
+from caffe_ocl.proto import caffe_pb2
+
+cv2 = pytest.importorskip("cv2")
+
+
+# --------------------------------------------------------------------------
+# blob protos (cases of pycaffe's python/caffe/test/test_io.py)
+
+def test_blobproto_old_format():
+    blob = caffe_pb2.BlobProto()
+    blob.data.extend(list(np.zeros((10, 10)).flatten()))
+    blob.num, blob.channels, blob.height, blob.width = (1, 1, 10, 10)
+    assert cio.blobproto_to_array(blob).shape == (1, 1, 10, 10)
+
+
+def test_blobproto_new_format():
+    blob = caffe_pb2.BlobProto()
+    blob.data.extend(list(np.arange(100.0)))
+    blob.shape.dim.extend([10, 10])
+    arr = cio.blobproto_to_array(blob)
+    assert arr.shape == (10, 10)
+    np.testing.assert_array_equal(arr.ravel(), np.arange(100))
+
+
+def test_blobproto_no_shape_is_value_error():
+    blob = caffe_pb2.BlobProto()
+    blob.data.extend(list(np.zeros(100)))
+    with pytest.raises(ValueError):
+        cio.blobproto_to_array(blob)
+    with pytest.raises(CaffeOclError):
+        cio.blobproto_to_array(blob)
+
+
+def test_blobproto_scalar():
+    blob = caffe_pb2.BlobProto()
+    blob.data.extend([123.0])
+    assert cio.blobproto_to_array(blob) == 123
+
+
+def test_blobproto_round_trip_with_diff():
+    a = np.random.RandomState(0).randn(2, 3, 4).astype(np.float32)
+    d = a * 2
+    blob = cio.array_to_blobproto(a, d)
+    np.testing.assert_array_equal(cio.blobproto_to_array(blob), a)
+    np.testing.assert_array_equal(cio.blobproto_to_array(blob, return_diff=True), d)
+
+
+def test_blobprotovector_round_trip():
+    arrs = [np.arange(24, dtype=np.float32).reshape(2, 3, 4),
+            np.ones((5,), np.float32)]
+    s = cio.arraylist_to_blobprotovector_str(arrs)
+    assert isinstance(s, bytes)
+    assert cio.arraylist_to_blobprotovecor_str(arrs) == s   # pycaffe spelling
+    back = cio.blobprotovector_str_to_arraylist(s)
+    assert len(back) == 2
+    for a, b in zip(arrs, back):
+        np.testing.assert_array_equal(a, b)
+
+
+# --------------------------------------------------------------------------
+# datums
+
+def test_datum_label_none_is_smaller():
+    d1 = cio.array_to_datum(np.ones((10, 10, 3)), label=1)
+    d2 = cio.array_to_datum(np.ones((10, 10, 3)))
+    assert len(d1.SerializeToString()) > len(d2.SerializeToString())
+    assert not d2.HasField("label")
+
+
+def test_datum_uint8_round_trip():
+    arr = np.random.RandomState(1).randint(0, 256, (3, 5, 7)).astype(np.uint8)
+    datum = cio.array_to_datum(arr, label=7)
+    assert datum.data == arr.tobytes()
+    assert len(datum.float_data) == 0
+    assert (datum.channels, datum.height, datum.width, datum.label) == (3, 5, 7, 7)
+    datum2 = caffe_pb2.Datum.FromString(datum.SerializeToString())
+    back = cio.datum_to_array(datum2)
+    assert back.dtype == np.uint8
+    np.testing.assert_array_equal(back, arr)
+    back[0, 0, 0] = 1        # writable, like pycaffe's fromstring copy
+
+
+def test_datum_float_round_trip():
+    arr = np.random.RandomState(2).rand(2, 3, 4).astype(np.float32)
+    datum = cio.array_to_datum(arr)
+    assert len(datum.data) == 0 and len(datum.float_data) == arr.size
+    back = cio.datum_to_array(datum)
+    assert back.dtype == np.float64
+    np.testing.assert_allclose(back, arr, rtol=1e-7)
+
+
+def test_datum_bad_ndim():
+    with pytest.raises(ValueError, match="Incorrect array shape"):
+        cio.array_to_datum(np.zeros((2, 2)))
+
+
+# --------------------------------------------------------------------------
+# Transformer
+
+def _reference_preprocess(img, mean_c, raw_scale, input_scale):
+    x = img.astype(np.float64).transpose(2, 0, 1)[[2, 1, 0]]
+    x = x * raw_scale
+    x = x - mean_c[:, None, None]
+    return x * input_scale
+
+
+def _imagenet_transformer(shape=(1, 3, 20, 24)):
+    t = cio.Transformer({"data": shape})
+    t.set_transpose("data", (2, 0, 1))
+    t.set_channel_swap("data", (2, 1, 0))
+    t.set_raw_scale("data", 255.0)
+    mean = np.array([104.0, 117.0, 123.0])
+    t.set_mean("data", mean)
+    t.set_input_scale("data", 0.5)
+    return t, mean
+
+
+def test_transformer_preprocess_matches_reference_and_round_trips():
+    rng = np.random.RandomState(3)
+    img = rng.rand(20, 24, 3).astype(np.float32)
+    keep = img.copy()
+    t, mean = _imagenet_transformer()
+    out = t.preprocess("data", img)
+    assert out.dtype == np.float32 and out.shape == (3, 20, 24)
+    ref = _reference_preprocess(img, mean, 255.0, 0.5)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(img, keep)   # input left alone
+    back = t.deprocess("data", out[np.newaxis])  # batch dim squeezed away
+    assert back.shape == (20, 24, 3)
+    np.testing.assert_allclose(back, img, atol=1e-5)
+
+
+def test_transformer_elementwise_mean_and_uint8_input():
+    rng = np.random.RandomState(4)
+    img = rng.randint(0, 256, (6, 5, 3)).astype(np.uint8)
+    t = cio.Transformer({"data": (2, 3, 6, 5)})
+    t.set_transpose("data", (2, 0, 1))
+    mean = rng.rand(3, 6, 5) * 100
+    t.set_mean("data", mean)
+    out = t.preprocess("data", img)
+    ref = img.astype(np.float64).transpose(2, 0, 1) - mean
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(t.deprocess("data", out), img, atol=1e-4)
+
+
+def test_transformer_resizes_to_input_dims():
+    img = np.random.RandomState(5).rand(40, 48, 3).astype(np.float32)
+    t = cio.Transformer({"data": (1, 3, 20, 24)})
+    t.set_transpose("data", (2, 0, 1))
+    out = t.preprocess("data", img)
+    assert out.shape == (3, 20, 24)
+    assert out.min() >= img.min() - 1e-6 and out.max() <= img.max() + 1e-6
+
+
+def test_transformer_errors_like_pycaffe():
+    t = cio.Transformer({"data": (1, 3, 4, 4)})
+    with pytest.raises(Exception, match="foo is not one of the net inputs"):
+        t.preprocess("foo", np.zeros((4, 4, 3)))
+    with pytest.raises(Exception, match="Transpose order needs to have the same number"):
+        t.set_transpose("data", (1, 0))
+    with pytest.raises(Exception, match="Channel swap needs to have the same number"):
+        t.set_channel_swap("data", (1, 0))
+    with pytest.raises(ValueError, match="Mean channels incompatible with input."):
+        t.set_mean("data", np.zeros(4))
+    with pytest.raises(ValueError, match="Mean shape incompatible with input shape."):
+        t.set_mean("data", np.zeros((3, 5, 5)))
+    with pytest.raises(ValueError, match="Mean shape invalid"):
+        t.set_mean("data", np.zeros((1, 3, 4, 4)))
+
+
+# --------------------------------------------------------------------------
+# images
+
+def test_load_image_color_is_rgb_unit_float(tmp_path):
+    rgb = np.random.RandomState(6).randint(0, 256, (7, 9, 3)).astype(np.uint8)
+    p = tmp_path / "c.png"
+    assert cv2.imwrite(str(p), rgb[:, :, ::-1])       # cv2 writes BGR
+    img = cio.load_image(str(p))
+    assert img.dtype == np.float32 and img.shape == (7, 9, 3)
+    np.testing.assert_allclose(img, rgb / 255.0, atol=1e-6)
+    gray = cio.load_image(str(p), color=False)
+    assert gray.shape == (7, 9, 1)
+    lum = (rgb / 255.0) @ np.array([0.2125, 0.7154, 0.0721])
+    np.testing.assert_allclose(gray[:, :, 0], lum, atol=1e-5)
+
+
+def test_load_image_gray_and_alpha_and_16bit(tmp_path):
+    g = np.arange(12, dtype=np.uint8).reshape(3, 4) * 20
+    p = tmp_path / "g.png"
+    cv2.imwrite(str(p), g)
+    c = cio.load_image(str(p))
+    assert c.shape == (3, 4, 3)
+    np.testing.assert_allclose(c[:, :, 1], g / 255.0, atol=1e-6)
+    one = cio.load_image(str(p), color=False)
+    assert one.shape == (3, 4, 1)
+
+    bgra = np.zeros((2, 2, 4), np.uint8)
+    bgra[..., 0] = 255          # blue
+    bgra[..., 3] = 10           # alpha, dropped
+    pa = tmp_path / "a.png"
+    cv2.imwrite(str(pa), bgra)
+    a = cio.load_image(str(pa))
+    assert a.shape == (2, 2, 3)
+    np.testing.assert_allclose(a[0, 0], [0, 0, 1])
+
+    w = np.full((2, 3), 65535, np.uint16)
+    pw = tmp_path / "w.png"
+    cv2.imwrite(str(pw), w)
+    np.testing.assert_allclose(cio.load_image(str(pw)), 1.0)
+
+
+def test_load_image_errors_name_the_path(tmp_path):
+    missing = tmp_path / "nope.jpg"
+    with pytest.raises(FileNotFound, match="nope.jpg"):
+        cio.load_image(str(missing))
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"this is not an image")
+    with pytest.raises(DataError, match="bad.png"):
+        cio.load_image(str(bad))
+    empty = tmp_path / "empty.jpg"
+    empty.write_bytes(b"")
+    with pytest.raises(DataError, match="empty.jpg"):
+        cio.load_image(str(empty))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 7])
+def test_resize_image_channels_and_range(k):
+    im = np.random.RandomState(k).rand(10, 12, k).astype(np.float32) * 50 - 10
+    for order in (0, 1, 3):
+        out = cio.resize_image(im, (17, 5), interp_order=order)
+        assert out.shape == (17, 5, k) and out.dtype == np.float32
+        assert out.min() >= im.min() - 1e-4 and out.max() <= im.max() + 1e-4
+
+
+def test_resize_image_nearest_and_constant():
+    im = np.arange(6, dtype=np.float32).reshape(2, 3, 1)
+    out = cio.resize_image(im, (4, 6), interp_order=0)
+    np.testing.assert_array_equal(out[:, :, 0], np.repeat(np.repeat(im[:, :, 0], 2, 0), 2, 1))
+    const = np.full((3, 3, 3), 0.25)
+    out = cio.resize_image(const, (5, 4))
+    assert out.shape == (5, 4, 3) and out.dtype == np.float32
+    assert np.all(out == 0.25)
+    # linear resize of a linear ramp keeps the mean value
+    ramp = np.tile(np.linspace(0, 1, 8, dtype=np.float32)[None, :, None], (4, 1, 3))
+    out = cio.resize_image(ramp, (4, 16))
+    np.testing.assert_allclose(out.mean(), ramp.mean(), atol=1e-2)
+
+
+def test_oversample_shapes_and_order():
+    rng = np.random.RandomState(7)
+    ims = [rng.rand(9, 11, 3).astype(np.float32) for _ in range(2)]
+    ch, cw = 4, 6
+    crops = cio.oversample(ims, (ch, cw))
+    assert crops.shape == (20, ch, cw, 3) and crops.dtype == np.float32
+    for n, im in enumerate(ims):
+        # corners, then center (4.5-2=2.5 -> 2, 5.5-3=2.5 -> 2), then mirrors
+        expect = [im[0:4, 0:6], im[0:4, 5:11], im[5:9, 0:6], im[5:9, 5:11],
+                  im[2:6, 2:8]]
+        expect += [e[:, ::-1] for e in expect]
+        for i, e in enumerate(expect):
+            np.testing.assert_array_equal(crops[10 * n + i], e)
+    # a 4-D batch works as input too
+    assert cio.oversample(np.stack(ims), (3, 3)).shape == (20, 3, 3, 3)
