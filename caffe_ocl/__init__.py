@@ -16,6 +16,14 @@ from .layers import Layer, layer_type_list  # noqa: E402,F401
 from .net import Net, TRAIN, TEST  # noqa: E402,F401
 
 
+# pycaffe's net_spec names. `caffe.layers` is the NetSpec layer factory (L),
+# as in pycaffe; the layer implementations stay importable as the module
+# caffe_ocl.layers (sys.modules) for internal use.
+from . import layers as _layer_impls  # noqa: E402,F401
+from .net_spec import layers, params, NetSpec, to_proto  # noqa: E402,F401
+from . import io  # noqa: E402,F401
+
+
 def set_random_seed(seed):
     """Seed the device random generator (fillers, Dropout, ...)."""
     from .ops.random import set_random_seed as _s
@@ -31,12 +39,10 @@ def init_log(level=_logging.INFO):
 def __getattr__(name):
     # Lazily imported pycaffe modules (keep `import caffe_ocl` light).
     import importlib
-    lazy = {"io": ".io", "draw": ".draw", "net_spec": ".net_spec",
+    lazy = {"draw": ".draw", "net_spec": ".net_spec",
             "coord_map": ".coord_map", "solvers": ".solvers"}
     if name in lazy:
         return importlib.import_module(lazy[name], __name__)
-    if name in ("NetSpec", "layers", "params", "to_proto"):
-        return getattr(importlib.import_module(".net_spec", __name__), name)
     if name in ("Classifier",):
         return getattr(importlib.import_module(".classifier", __name__), name)
     if name in ("Detector",):

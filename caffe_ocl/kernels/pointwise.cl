@@ -83,6 +83,8 @@ inline float grad_op(float x, float y, float a, float b, float c) {
 #elif OP == OP_ELU
     return x > 0.0f ? 1.0f : y + a;
 #elif OP == OP_POWER
+    /* Caffe: power * scale == 0 -> dy/dx = 0 (also where pow(.., a - 1) is inf) */
+    if (a == 0.0f || b == 0.0f) return 0.0f;
     return a == 1.0f ? b : (a == 2.0f ? 2.0f * b * (b * x + c)
                                       : a * b * pow(b * x + c, a - 1.0f));
 #elif OP == OP_EXP

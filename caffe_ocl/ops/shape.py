@@ -1,0 +1,73 @@
+"""Shape/data-movement primitives (kernels/shape.cl). Concat and Slice use
+ops.pointwise.copy2d; these cover the rest."""
+from . import work_size
+
+SRC = "shape.cl"
+
+
+def _launch(dev, n, name, args):
+    g, l = work_size(dev, n)
+    return dev.launch(SRC, name, g, l, args)
+
+
+def mul(dev, n, a, b, y):
+    """y = a * b (y may alias a or b)."""
+    return _launch(dev, n, "eltwise_mul", [n, a, b, y])
+
+
+def div_mul(dev, n, top, b, dy, dx):
+    """dx = top / b * dy."""
+    return _launch(dev, n, "eltwise_div_mul", [n, top, b, dy, dx])
+
+
+def eltwise_max(dev, n, a, b, y, mask, bidx):
+    """bidx == 1: y, mask from bottoms a, b; bidx >= 2: fold bottom b into y (a unused)."""
+    return _launch(dev, n, "eltwise_max", [n, a, b, y, mask, int(bidx)])
+
+
+def eltwise_max_backward(dev, n, dy, mask, dx, bidx):
+    return _launch(dev, n, "eltwise_max_bwd", [n, dy, mask, dx, int(bidx)])
+
+
+def tile(dev, outer, tiles, inner, x, y):
+    return _launch(dev, outer * tiles * inner, "tile_fwd", [outer, tiles, inner, x, y])
+
+
+def tile_backward(dev, outer, tiles, inner, dy, dx):
+    return _launch(dev, outer * inner, "tile_bwd", [outer, tiles, inner, dy, dx])
+
+
+def crop_copy(dev, n, ndim, geom, src, dst, forward=True):
+    """Copy the region described by ``geom`` (int buffer: top shape, bottom
+    strides, offsets; ndim each) from src to dst (forward) or back."""
+    return _launch(dev, n, "crop_copy", [n, ndim, geom, src, dst, int(bool(forward))])
+
+
+def argmax(dev, num, dim, axis_dist, top_k, mode, x, y):
+    """mode 0: indices, 1: values (axis given), 2: [index, value] pairs (no axis)."""
+    return _launch(dev, num, "argmax", [num, dim, axis_dist, top_k, mode, x, y])
+
+
+def gather_rows(dev, rows, dim, idx, x, y):
+    """y[r] = x[idx[r]] (rows of length dim); rows can be rebound with set_arg(0, r)."""
+    return _launch(dev, rows * dim, "gather_rows", [rows, dim, idx, x, y])
+
+
+def scatter_rows(dev, rows, dim, idx, dy, dx):
+    """dx[idx[r]] = dy[r] (idx unique)."""
+    return _launch(dev, rows * dim, "scatter_rows", [rows, dim, idx, dy, dx])
+
+
+def gather_sum_rows(dev, rows, dim, begin, count, top_idx, dy, dx):
+    """dx[r] = sum of dy[top_idx[begin[r] + j]] for j < count[r]."""
+    return _launch(dev, rows * dim, "gather_sum_rows",
+                   [rows, dim, begin, count, top_idx, dy, dx])
+
+
+def embed(dev, M, N, K, x, w, bias, y):
+    return _launch(dev, M * N, "embed_fwd",
+                   [M, N, K, x, w, w if bias is None else bias, y, int(bias is not None)])
+
+
+def embed_weight_grad(dev, M, N, K, x, dy, dw):
+    return _launch(dev, N, "embed_wgrad", [M, N, K, x, dy, dw])
