@@ -33,10 +33,7 @@ def _v1_deploy_from_shared(shared_data, tmp_path):
         if lp.type in ("Accuracy", "SoftmaxWithLoss", "ArgMax"):
             continue
         out.layer.add().CopyFrom(lp)
-    prob = out.layer.add()
-    prob.name, prob.type = "prob", "Softmax"
-    prob.bottom.append(out.layer[-2].top[0])
-    prob.top.append("prob")
+    assert out.layer[-1].type == "Softmax" and out.layer[-1].top[0] == "prob"
     return out
 
 

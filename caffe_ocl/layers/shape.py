@@ -1,0 +1,743 @@
+"""Shape and data-movement layers with BVLC Caffe's semantics: Eltwise,
+Concat, Slice, Flatten, Reshape, Crop, Tile, Reduction, ArgMax, Silence,
+Filter, BatchReindex, Parameter, Embed.
+
+Host reads: Filter's top shape depends on the selector's values, and
+BatchReindex checks its indices (as Caffe's check_batch_reindex) and builds
+the index lists of its atomic-free backward from them; these two layers read
+their index bottom on the host in every forward (a sync point, as in Caffe,
+whose Filter and BatchReindex read ``cpu_data()`` too). No other layer here
+reads the device.
+
+Semantics decisions (where this differs from BVLC, it is on purpose):
+- Parameter: the top shares the parameter's data; its gradient is
+  *accumulated* into the parameter diff in backward (BVLC shares the diff
+  too, so the gradient is overwritten, which loses it with iter_size > 1).
+- Embed: an index outside [0, input_dim) reads as a zero row (BVLC only
+  DCHECKs and reads out of bounds); no gradient flows for it.
+- Eltwise bottoms are processed in reverse order in backward so that an
+  in-place bottom 0 is written last.
+"""
+import numpy as np
+
+from ..blob import Blob
+from ..errors import DataError, LayerError, ShapeError
+from ..ops import pointwise
+from ..ops import reduce as reduce_ops
+from ..ops import shape as shape_ops
+from ..proto import caffe_pb2
+from . import fillers
+from .base import Layer, register
+
+
+def _canon(layer, blob, axis, what="axis"):
+    try:
+        return blob.canonical_axis(axis)
+    except ShapeError:
+        raise layer.error(f"{what} {axis} out of range for bottom {blob.name!r} of shape "
+                          f"{blob.shape}", ShapeError) from None
+
+
+def _no_inplace(layer, bottom, top):
+    if bottom[0] is top[0]:
+        raise layer.error("does not allow in-place computation")
+
+
+def _int_buffer(dev, values):
+    """A device int32 buffer holding ``values`` (reshape-time only)."""
+    arr = np.ascontiguousarray(values, dtype=np.int32)
+    buf = dev.alloc(max(arr.nbytes, 4))
+    if arr.size:
+        dev.upload(buf, arr)
+    return buf, arr
+
+
+# ----------------------------------------------------------------------------
+# Eltwise
+# ----------------------------------------------------------------------------
+
+@register("Eltwise")
+class EltwiseLayer(Layer):
+    min_bottom = 2
+    exact_num_top = 1
+    PROD, SUM, MAX = (caffe_pb2.EltwiseParameter.PROD, caffe_pb2.EltwiseParameter.SUM,
+                      caffe_pb2.EltwiseParameter.MAX)
+
+    def layer_setup(self, bottom, top):
+        p = self.param.eltwise_param
+        self.op = p.operation
+        if len(p.coeff) and len(p.coeff) != len(bottom):
+            raise self.error(f"takes one coefficient per bottom blob ({len(bottom)}), "
+                             f"got {len(p.coeff)}")
+        if self.op == self.PROD and len(p.coeff):
+            raise self.error("only takes coefficients for summation (operation SUM)")
+        self.coeffs = list(p.coeff) if len(p.coeff) else [1.0] * len(bottom)
+        self.stable_prod_grad = p.stable_prod_grad
+        self.mask = None
+
+    def reshape(self, bottom, top):
+        for b in bottom[1:]:
+            if b.shape != bottom[0].shape:
+                raise self.error(f"all bottoms must have the same shape: {bottom[0].name!r} "
+                                 f"{bottom[0].shape} vs {b.name!r} {b.shape}", ShapeError)
+        top[0].reshape(bottom[0].shape)
+        dev, n, y = self.device, bottom[0].count, top[0].data_buffer()
+        if self.op == self.SUM:
+            self.fwd = [pointwise.axpby(dev, n, self.coeffs[0], bottom[0].data_buffer(), 0.0, y)]
+            self.fwd += [pointwise.axpby(dev, n, c, b.data_buffer(), 1.0, y)
+                         for c, b in zip(self.coeffs[1:], bottom[1:])]
+        elif self.op == self.PROD:
+            self.fwd = [shape_ops.mul(dev, n, bottom[0].data_buffer(), bottom[1].data_buffer(), y)]
+            self.fwd += [shape_ops.mul(dev, n, y, b.data_buffer(), y) for b in bottom[2:]]
+        elif self.op == self.MAX:
+            self.mask = dev.alloc(4 * max(n, 1))
+            self.fwd = [shape_ops.eltwise_max(dev, n, bottom[0].data_buffer(),
+                                              bottom[1].data_buffer(), y, self.mask, 1)]
+            self.fwd += [shape_ops.eltwise_max(dev, n, y, b.data_buffer(), y, self.mask, i)
+                         for i, b in enumerate(bottom) if i >= 2]
+        else:
+            raise self.error(f"unknown eltwise operation {self.op}")
+
+    def build_backward(self, bottom, top):
+        dev, n = self.device, top[0].count
+        dy, y = top[0].diff_buffer(), top[0].data_buffer()
+        for i in reversed(range(len(bottom))):
+            if not self.propagate_down[i]:
+                continue
+            dx = bottom[i].diff_buffer()
+            if self.op == self.PROD:
+                if self.stable_prod_grad:
+                    others = [bottom[j].data_buffer() for j in range(len(bottom)) if j != i]
+                    if len(others) == 1:
+                        self.bwd.append(shape_ops.mul(dev, n, others[0], dy, dx))
+                        continue
+                    self.bwd.append(shape_ops.mul(dev, n, others[0], others[1], dx))
+                    self.bwd += [shape_ops.mul(dev, n, dx, o, dx) for o in others[2:]]
+                    self.bwd.append(shape_ops.mul(dev, n, dx, dy, dx))
+                else:
+                    self.bwd.append(shape_ops.div_mul(dev, n, y, bottom[i].data_buffer(), dy, dx))
+            elif self.op == self.SUM:
+                c = self.coeffs[i]
+                self.bwd.append(pointwise.copy(dev, n, dy, dx) if c == 1.0
+                                else pointwise.axpby(dev, n, c, dy, 0.0, dx))
+            else:
+                self.bwd.append(shape_ops.eltwise_max_backward(dev, n, dy, self.mask, dx, i))
+
+
+# ----------------------------------------------------------------------------
+# Concat / Slice
+# ----------------------------------------------------------------------------
+
+@register("Concat")
+class ConcatLayer(Layer):
+    min_bottom = 1
+    exact_num_top = 1
+
+    def layer_setup(self, bottom, top):
+        p = self.param.concat_param
+        if p.HasField("axis") and p.HasField("concat_dim"):
+            raise self.error("either axis or concat_dim should be specified; not both")
+
+    def reshape(self, bottom, top):
+        p = self.param.concat_param
+        b0 = bottom[0]
+        if p.HasField("concat_dim"):
+            ax = p.concat_dim
+            if ax >= b0.num_axes:
+                raise self.error(f"concat_dim {ax} out of range for {b0.num_axes}-D bottom "
+                                 f"{b0.name!r}", ShapeError)
+        else:
+            ax = _canon(self, b0, p.axis)
+        shape = list(b0.shape)
+        for b in bottom[1:]:
+            if b.num_axes != b0.num_axes:
+                raise self.error(f"all inputs must have the same number of axes: "
+                                 f"{b0.name!r} {b0.shape} vs {b.name!r} {b.shape}", ShapeError)
+            for j in range(b0.num_axes):
+                if j != ax and b.shape[j] != b0.shape[j]:
+                    raise self.error(f"all inputs must have the same shape except at the "
+                                     f"concat axis {ax}: {b0.name!r} {b0.shape} vs "
+                                     f"{b.name!r} {b.shape}", ShapeError)
+            shape[ax] += b.shape[ax]
+        top[0].reshape(shape)
+        self.fwd = []
+        self.pieces = []
+        if len(bottom) == 1:
+            top[0].share_data(b0)
+            top[0].share_diff(b0)
+            return
+        outer, inner = b0.count_range(0, ax), b0.count_range(ax + 1)
+        ld_top, off = shape[ax] * inner, 0
+        for b in bottom:
+            cols = b.shape[ax] * inner
+            self.pieces.append((outer, cols, off * inner, ld_top))
+            self.fwd.append(pointwise.copy2d(self.device, outer, cols, b.data_buffer(), 0, cols,
+                                             top[0].data_buffer(), off * inner, ld_top))
+            off += b.shape[ax]
+
+    def build_backward(self, bottom, top):
+        if len(bottom) == 1:
+            return
+        for i, (outer, cols, offy, ld_top) in enumerate(self.pieces):
+            if self.propagate_down[i]:
+                self.bwd.append(pointwise.copy2d(self.device, outer, cols, top[0].diff_buffer(),
+                                                 offy, ld_top, bottom[i].diff_buffer(), 0, cols))
+
+
+@register("Slice")
+class SliceLayer(Layer):
+    exact_num_bottom = 1
+    min_top = 1
+
+    def layer_setup(self, bottom, top):
+        p = self.param.slice_param
+        if p.HasField("axis") and p.HasField("slice_dim"):
+            raise self.error("either axis or slice_dim should be specified; not both")
+        self.points = list(p.slice_point)
+
+    def reshape(self, bottom, top):
+        p = self.param.slice_param
+        b = bottom[0]
+        if p.HasField("slice_dim"):
+            ax = p.slice_dim
+            if ax >= b.num_axes:
+                raise self.error(f"slice_dim {ax} out of range for {b.num_axes}-D bottom "
+                                 f"{b.name!r}", ShapeError)
+        else:
+            ax = _canon(self, b, p.axis)
+        L = b.shape[ax]
+        if self.points:
+            if len(self.points) != len(top) - 1:
+                raise self.error(f"{len(self.points)} slice_point(s) for {len(top)} tops; "
+                                 f"need {len(top) - 1}")
+            if len(top) > L:
+                raise self.error(f"{len(top)} tops but the slice axis {ax} has only {L} "
+                                 f"elements", ShapeError)
+            sizes, prev = [], 0
+            for sp in self.points:
+                if sp <= prev:
+                    raise self.error(f"slice_point must be strictly increasing and > 0, got "
+                                     f"{self.points}")
+                sizes.append(sp - prev)
+                prev = sp
+            if prev > L:
+                raise self.error(f"slice_point {prev} out of range for axis {ax} of size {L} "
+                                 f"(bottom shape {b.shape})", ShapeError)
+            sizes.append(L - prev)
+        else:
+            if L % len(top):
+                raise self.error(f"number of tops ({len(top)}) should evenly divide the "
+                                 f"slice axis {ax} of size {L}", ShapeError)
+            sizes = [L // len(top)] * len(top)
+        outer, inner = b.count_range(0, ax), b.count_range(ax + 1)
+        self.fwd, self.pieces = [], []
+        off = 0
+        for t, s in zip(top, sizes):
+            shape = list(b.shape)
+            shape[ax] = s
+            t.reshape(shape)
+            self.pieces.append((outer, s * inner, off * inner, L * inner))
+            off += s
+        if len(top) == 1:
+            top[0].share_data(b)
+            top[0].share_diff(b)
+            self.pieces = []
+            return
+        for t, (outer, cols, offx, ldx) in zip(top, self.pieces):
+            self.fwd.append(pointwise.copy2d(self.device, outer, cols, b.data_buffer(), offx,
+                                             ldx, t.data_buffer(), 0, cols))
+
+    def build_backward(self, bottom, top):
+        if not self.propagate_down[0] or not self.pieces:
+            return
+        for t, (outer, cols, offx, ldx) in zip(top, self.pieces):
+            self.bwd.append(pointwise.copy2d(self.device, outer, cols, t.diff_buffer(), 0, cols,
+                                             bottom[0].diff_buffer(), offx, ldx))
+
+
+# ----------------------------------------------------------------------------
+# Flatten / Reshape (views: share data and diff)
+# ----------------------------------------------------------------------------
+
+@register("Flatten")
+class FlattenLayer(Layer):
+    exact_num_bottom = 1
+    exact_num_top = 1
+
+    def reshape(self, bottom, top):
+        _no_inplace(self, bottom, top)
+        p, b = self.param.flatten_param, bottom[0]
+        start = _canon(self, b, p.axis)
+        end = _canon(self, b, p.end_axis, "end_axis")
+        if end < start:
+            raise self.error(f"end_axis {p.end_axis} comes before axis {p.axis} for bottom "
+                             f"shape {b.shape}", ShapeError)
+        shape = b.shape[:start] + (b.count_range(start, end + 1),) + b.shape[end + 1:]
+        top[0].reshape(shape)
+        top[0].share_data(b)
+        top[0].share_diff(b)
+        self.fwd = []
+
+    def build_backward(self, bottom, top):
+        pass   # the diff is shared
+
+
+@register("Reshape")
+class ReshapeLayer(Layer):
+    exact_num_bottom = 1
+    exact_num_top = 1
+
+    def layer_setup(self, bottom, top):
+        _no_inplace(self, bottom, top)
+        dims = list(self.param.reshape_param.shape.dim)
+        self.copy_axes = [i for i, d in enumerate(dims) if d == 0]
+        inferred = [i for i, d in enumerate(dims) if d == -1]
+        if len(inferred) > 1:
+            raise self.error(f"new shape {dims} contains multiple -1 dims; at most one "
+                             "may be specified")
+        if any(d < -1 for d in dims):
+            raise self.error(f"new shape {dims} has a dimension below -1")
+        self.inferred_axis = inferred[0] if inferred else -1
+        self.constant_count = int(np.prod([d for d in dims if d > 0], dtype=np.int64))
+        self.dims = dims
+
+    def reshape(self, bottom, top):
+        p, b = self.param.reshape_param, bottom[0]
+        nax = b.num_axes
+        start = p.axis if p.axis >= 0 else nax + p.axis + 1
+        if not 0 <= start <= nax:
+            raise self.error(f"axis {p.axis} out of range for {nax}-D bottom {b.shape}",
+                             ShapeError)
+        if p.num_axes < -1:
+            raise self.error(f"num_axes must be >= 0, or -1 for all; got {p.num_axes}")
+        end = nax if p.num_axes == -1 else start + p.num_axes
+        if end > nax:
+            raise self.error(f"axis + num_axes = {end} is out of range for {nax}-D bottom "
+                             f"{b.shape}", ShapeError)
+        shape = list(b.shape[:start]) + list(self.dims) + list(b.shape[end:])
+        for i in self.copy_axes:
+            if start + i >= nax:
+                raise self.error(f"new shape {self.dims} contains a 0 at index {i}, but there "
+                                 f"is no corresponding bottom axis to copy ({b.shape})",
+                                 ShapeError)
+            shape[start + i] = b.shape[start + i]
+        if self.inferred_axis >= 0:
+            explicit = self.constant_count * b.count_range(0, start) * b.count_range(end)
+            for i in self.copy_axes:
+                explicit *= shape[start + i]
+            if explicit == 0 or b.count % explicit:
+                raise self.error(f"bottom count ({b.count}, shape {b.shape}) must be divisible "
+                                 f"by the product of the specified dimensions ({explicit})",
+                                 ShapeError)
+            shape[start + self.inferred_axis] = b.count // explicit
+        count = int(np.prod(shape, dtype=np.int64))
+        if count != b.count:
+            raise self.error(f"output count {count} (shape {tuple(shape)}) must match input "
+                             f"count {b.count} (shape {b.shape})", ShapeError)
+        top[0].reshape(shape)
+        top[0].share_data(b)
+        top[0].share_diff(b)
+        self.fwd = []
+
+    def build_backward(self, bottom, top):
+        pass   # the diff is shared
+
+
+# ----------------------------------------------------------------------------
+# Crop / Tile
+# ----------------------------------------------------------------------------
+
+@register("Crop")
+class CropLayer(Layer):
+    """Crop bottom[0] to bottom[1]'s shape from ``axis`` on, at ``offset``.
+    No gradient flows to bottom[1] (it only supplies the size)."""
+    exact_num_bottom = 2
+    exact_num_top = 1
+
+    def allow_force_backward(self, bottom_index):
+        return bottom_index == 0
+
+    def layer_setup(self, bottom, top):
+        p = self.param.crop_param
+        if bottom[0].num_axes != bottom[1].num_axes:
+            raise self.error(f"the data and reference blobs must have the same number of "
+                             f"axes: {bottom[0].shape} vs {bottom[1].shape}", ShapeError)
+        start = _canon(self, bottom[0], p.axis)
+        if len(p.offset) > 1 and start + len(p.offset) != bottom[0].num_axes:
+            raise self.error(f"{len(p.offset)} offsets given; the number of offsets must "
+                             f"equal the number of dimensions from axis {start} on "
+                             f"({bottom[0].num_axes - start})")
+
+    def reshape(self, bottom, top):
+        p, b, ref = self.param.crop_param, bottom[0], bottom[1]
+        if b.num_axes != ref.num_axes:
+            raise self.error(f"the data and reference blobs must have the same number of "
+                             f"axes: {b.shape} vs {ref.shape}", ShapeError)
+        nd = b.num_axes
+        start = _canon(self, b, p.axis)
+        offsets, shape = [0] * nd, list(b.shape)
+        for i in range(start, nd):
+            off = 0
+            if len(p.offset) == 1:
+                off = p.offset[0]
+            elif len(p.offset) > 1:
+                off = p.offset[i - start]
+            if b.shape[i] - off < ref.shape[i]:
+                raise self.error(f"the crop for dimension {i} is out of bounds: size "
+                                 f"{ref.shape[i]} at offset {off} does not fit in "
+                                 f"{b.shape[i]} (bottom {b.shape}, reference {ref.shape})",
+                                 ShapeError)
+            shape[i], offsets[i] = ref.shape[i], off
+        top[0].reshape(shape)
+        strides = [b.count_range(d + 1) for d in range(nd)]
+        self._geom, self._geom_host = _int_buffer(self.device, shape + strides + offsets)
+        self.nd = nd
+        self.fwd = [shape_ops.crop_copy(self.device, top[0].count, nd, self._geom,
+                                        b.data_buffer(), top[0].data_buffer(), True)]
+
+    def build_backward(self, bottom, top):
+        if self.propagate_down[0]:
+            b = bottom[0]
+            self.bwd = [pointwise.fill_launch(self.device, b.diff_buffer(), b.count, 0.0),
+                        shape_ops.crop_copy(self.device, top[0].count, self.nd, self._geom,
+                                            top[0].diff_buffer(), b.diff_buffer(), False)]
+
+
+@register("Tile")
+class TileLayer(Layer):
+    exact_num_bottom = 1
+    exact_num_top = 1
+
+    def reshape(self, bottom, top):
+        p, b = self.param.tile_param, bottom[0]
+        ax = _canon(self, b, p.axis)
+        if not p.HasField("tiles"):
+            raise self.error("number of tiles (tile_param.tiles) must be specified")
+        if p.tiles <= 0:
+            raise self.error(f"number of tiles must be positive, got {p.tiles}")
+        self.tiles = p.tiles
+        shape = list(b.shape)
+        shape[ax] *= p.tiles
+        top[0].reshape(shape)
+        self.outer, self.inner = b.count_range(0, ax), b.count_range(ax)
+        self.fwd = [shape_ops.tile(self.device, self.outer, self.tiles, self.inner,
+                                   b.data_buffer(), top[0].data_buffer())]
+
+    def build_backward(self, bottom, top):
+        if self.propagate_down[0]:
+            self.bwd = [shape_ops.tile_backward(self.device, self.outer, self.tiles, self.inner,
+                                                top[0].diff_buffer(), bottom[0].diff_buffer())]
+
+
+# ----------------------------------------------------------------------------
+# Reduction / ArgMax
+# ----------------------------------------------------------------------------
+
+@register("Reduction")
+class ReductionLayer(Layer):
+    """Reduce all axes from ``axis`` on: SUM, ASUM, SUMSQ or MEAN, times coeff."""
+    exact_num_bottom = 1
+    exact_num_top = 1
+    _TERMS = {caffe_pb2.ReductionParameter.SUM: "sum", caffe_pb2.ReductionParameter.MEAN: "sum",
+              caffe_pb2.ReductionParameter.ASUM: "asum",
+              caffe_pb2.ReductionParameter.SUMSQ: "sumsq"}
+
+    def layer_setup(self, bottom, top):
+        self.op = self.param.reduction_param.operation
+        if self.op not in self._TERMS:
+            raise self.error(f"unknown reduction operation {self.op}")
+        self.term = self._TERMS[self.op]
+
+    def reshape(self, bottom, top):
+        p, b = self.param.reduction_param, bottom[0]
+        ax = _canon(self, b, p.axis)
+        top[0].reshape(b.shape[:ax])
+        self.num, self.dim = b.count_range(0, ax), b.count_range(ax)
+        coeff = np.float32(p.coeff)
+        if self.op == caffe_pb2.ReductionParameter.MEAN:
+            coeff = coeff / np.float32(self.dim)
+        self.coeff = float(coeff)
+        self.fwd = [reduce_ops.channel_sum(self.device, 1, self.num, self.dim, b.data_buffer(),
+                                           top[0].data_buffer(), self.term, alpha=self.coeff)]
+
+    def build_backward(self, bottom, top):
+        if self.propagate_down[0]:
+            self.bwd = [reduce_ops.reduction_backward(
+                self.device, self.num, self.dim, bottom[0].data_buffer(), top[0].diff_buffer(),
+                bottom[0].diff_buffer(), self.coeff, self.term)]
+
+
+@register("ArgMax")
+class ArgMaxLayer(Layer):
+    """Indices (and/or values) of the top_k largest values, ties to the larger
+    index as Caffe's partial_sort with std::greater. No backward."""
+    exact_num_bottom = 1
+    exact_num_top = 1
+    has_backward = False
+    allow_force_backward = False
+
+    def reshape(self, bottom, top):
+        p, b = self.param.argmax_param, bottom[0]
+        k = p.top_k
+        if k < 1:
+            raise self.error("top_k must not be less than 1")
+        if p.HasField("axis"):
+            ax = _canon(self, b, p.axis)
+            if k > b.shape[ax]:
+                raise self.error(f"top_k {k} must be <= the dimension of axis {ax} "
+                                 f"({b.shape[ax]})", ShapeError)
+            shape = list(b.shape)
+            shape[ax] = k
+            dim, axis_dist = b.shape[ax], b.count_range(ax + 1)
+            mode = 1 if p.out_max_val else 0
+        else:
+            if k > b.count_range(1):
+                raise self.error(f"top_k {k} must be <= the size of one item of the "
+                                 f"flattened bottom ({b.count_range(1)})", ShapeError)
+            shape = [1] * max(b.num_axes, 3)
+            shape[0] = b.shape[0]
+            shape[2] = k
+            if p.out_max_val:
+                shape[1] = 2
+            dim, axis_dist = b.count_range(1), 1
+            mode = 2 if p.out_max_val else 0
+        top[0].reshape(shape)
+        num = b.count // dim if dim else 0
+        self.fwd = [shape_ops.argmax(self.device, num, dim, axis_dist, k, mode,
+                                     b.data_buffer(), top[0].data_buffer())]
+
+    def build_backward(self, bottom, top):
+        if any(self.propagate_down):
+            raise self.error("ArgMax has no backward (as in Caffe)")
+
+
+# ----------------------------------------------------------------------------
+# Silence / Filter / BatchReindex
+# ----------------------------------------------------------------------------
+
+@register("Silence")
+class SilenceLayer(Layer):
+    """Consumes bottoms, no top; backward writes zero diffs."""
+    min_bottom = 1
+    exact_num_top = 0
+
+    def reshape(self, bottom, top):
+        self.fwd = []
+
+    def build_backward(self, bottom, top):
+        self.bwd = [pointwise.fill_launch(self.device, b.diff_buffer(), b.count, 0.0)
+                    for b, pd in zip(bottom, self.propagate_down) if pd]
+
+
+@register("Filter")
+class FilterLayer(Layer):
+    """Forward the items (along axis 0) of bottoms 0..k-1 whose selector
+    (last bottom) value is non-zero. The top shape depends on the selector's
+    *values*: each forward reads the selector on the host (the only host read
+    of this layer), uploads the kept indices and reshapes the tops (at most
+    the bottoms' size, so no reallocation). Before the first forward the tops
+    have the bottoms' size, as in Caffe."""
+    min_bottom = 2
+    min_top = 1
+
+    def allow_force_backward(self, bottom_index):
+        return bottom_index < self._nbottom - 1
+
+    def layer_setup(self, bottom, top):
+        self._nbottom = len(bottom)
+        if len(top) != len(bottom) - 1:
+            raise self.error(f"needs one top per filtered bottom: {len(bottom) - 1} tops "
+                             f"for {len(bottom)} bottoms, got {len(top)}")
+        self.nsel = None
+
+    def reshape(self, bottom, top):
+        sel = bottom[-1]
+        if sel.num_axes < 1 or any(d != 1 for d in sel.shape[1:]):
+            raise self.error(f"selector blob dimensions must be singletons (1) except the "
+                             f"first, got {sel.shape}", ShapeError)
+        n = sel.shape[0]
+        for b in bottom[:-1]:
+            if b.num_axes < 1 or b.shape[0] != n:
+                raise self.error(f"each bottom must have the same 0th dimension as the "
+                                 f"selector ({n}): {b.name!r} {b.shape}", ShapeError)
+        self.n = n
+        self.idx = self.device.alloc(4 * max(n, 1))
+        self.dims = [b.count_range(1) for b in bottom[:-1]]
+        for t, b in zip(top, bottom[:-1]):
+            t.reshape(b.shape)      # full size first (Caffe's first_reshape_)
+        self.fwd = [shape_ops.gather_rows(self.device, n, d, self.idx, b.data_buffer(),
+                                          t.data_buffer())
+                    for t, b, d in zip(top, bottom[:-1], self.dims)]
+        self.nsel = None
+
+    def forward_impl(self, bottom, top):
+        sel = bottom[-1].host_data().reshape(-1)[:self.n]      # documented host read
+        keep = np.flatnonzero(sel != 0).astype(np.int32)
+        self.nsel = int(keep.size)
+        if keep.size:
+            self.device.upload(self.idx, keep)
+        for t, b in zip(top, bottom[:-1]):
+            t.reshape((self.nsel,) + b.shape[1:])
+        for launch in self.fwd:
+            launch.set_arg(0, self.nsel)
+        super().forward_impl(bottom, top)
+
+    def build_backward(self, bottom, top):
+        if self.propagate_down[-1]:
+            raise self.error("cannot backpropagate to the selector (last) bottom")
+        self._scatter = []
+        for i, (t, b, d) in enumerate(zip(top, bottom[:-1], self.dims)):
+            if self.propagate_down[i]:
+                s = shape_ops.scatter_rows(self.device, self.n, d, self.idx, t.diff_buffer(),
+                                           b.diff_buffer())
+                self._scatter.append(s)
+                self.bwd += [pointwise.fill_launch(self.device, b.diff_buffer(), b.count, 0.0), s]
+
+    def backward_impl(self, top, propagate_down, bottom):
+        if self.nsel is None:
+            raise self.error("backward before forward")
+        for s in self._scatter:
+            s.set_arg(0, self.nsel)
+        super().backward_impl(top, propagate_down, bottom)
+
+
+@register("BatchReindex")
+class BatchReindexLayer(Layer):
+    """top[i] = bottom[0][perm[i]] along axis 0 (perm = bottom[1], 1-D).
+    Each forward reads perm on the host to check it (as Caffe's
+    check_batch_reindex) and to build the per-item index lists that make
+    backward a deterministic gather-sum (no atomics)."""
+    exact_num_bottom = 2
+    exact_num_top = 1
+
+    def allow_force_backward(self, bottom_index):
+        return bottom_index == 0
+
+    def reshape(self, bottom, top):
+        b, perm = bottom
+        if perm.num_axes != 1:
+            raise self.error(f"the index bottom must be 1-D, got shape {perm.shape}",
+                             ShapeError)
+        if b.num_axes < 1:
+            raise self.error(f"data bottom must have at least 1 axis, got {b.shape}",
+                             ShapeError)
+        self.m, self.n = perm.shape[0], b.shape[0]
+        self.dim = b.count_range(1)
+        top[0].reshape((self.m,) + b.shape[1:])
+        dev = self.device
+        self.idx = dev.alloc(4 * max(self.m, 1))
+        self.begin = dev.alloc(4 * max(self.n, 1))
+        self.cnt = dev.alloc(4 * max(self.n, 1))
+        self.order = dev.alloc(4 * max(self.m, 1))
+        self.fwd = [shape_ops.gather_rows(dev, self.m, self.dim, self.idx, b.data_buffer(),
+                                          top[0].data_buffer())]
+        self._ready = False
+
+    def forward_impl(self, bottom, top):
+        perm = bottom[1].host_data().reshape(-1)              # documented host read
+        bad = np.flatnonzero(~((perm >= 0) & (perm < self.n)))
+        if bad.size:
+            raise self.error(f"index {perm[bad[0]]!r} at position {bad[0]} is outside "
+                             f"[0, {self.n}) (the batch size of {bottom[0].name!r})",
+                             DataError)
+        idx = perm.astype(np.int32)
+        counts = np.bincount(idx, minlength=self.n).astype(np.int32)
+        begin = (np.cumsum(counts) - counts).astype(np.int32)
+        order = np.argsort(idx, kind="stable").astype(np.int32)
+        dev = self.device
+        if idx.size:
+            dev.upload(self.idx, idx)
+            dev.upload(self.order, order)
+        if counts.size:
+            dev.upload(self.cnt, counts)
+            dev.upload(self.begin, begin)
+        self._ready = True
+        super().forward_impl(bottom, top)
+
+    def build_backward(self, bottom, top):
+        if self.propagate_down[1]:
+            raise self.error("cannot backpropagate to the index bottom")
+        if self.propagate_down[0]:
+            self.bwd = [shape_ops.gather_sum_rows(self.device, self.n, self.dim, self.begin,
+                                                  self.cnt, self.order, top[0].diff_buffer(),
+                                                  bottom[0].diff_buffer())]
+
+    def backward_impl(self, top, propagate_down, bottom):
+        if not self._ready:
+            raise self.error("backward before forward")
+        super().backward_impl(top, propagate_down, bottom)
+
+
+# ----------------------------------------------------------------------------
+# Parameter / Embed
+# ----------------------------------------------------------------------------
+
+@register("Parameter")
+class ParameterLayer(Layer):
+    """No bottom; one learnable blob of parameter_param.shape (zero-filled, as
+    Caffe) exposed as the top. The gradient arriving at the top accumulates
+    into the parameter diff."""
+    exact_num_bottom = 0
+    exact_num_top = 1
+
+    def layer_setup(self, bottom, top):
+        shape = tuple(self.param.parameter_param.shape.dim)
+        if any(d < 0 for d in shape):
+            raise self.error(f"negative dimension in parameter_param.shape {shape}")
+        self.blobs = [self.new_param_blob(shape, 0)]
+        pointwise.fill(self.device, self.blobs[0].data_buffer(), self.blobs[0].count, 0.0)
+        self.blobs[0].data_mem.device_written()
+
+    def reshape(self, bottom, top):
+        top[0].reshape(self.blobs[0].shape)
+        top[0].share_data(self.blobs[0])
+        self.fwd = []
+
+    def build_backward(self, bottom, top):
+        if self.param_propagate_down[0]:
+            self.bwd = [pointwise.axpby(self.device, top[0].count, 1.0, top[0].diff_buffer(),
+                                        1.0, self.blobs[0].diff_buffer())]
+
+
+@register("Embed")
+class EmbedLayer(Layer):
+    """top[..., :] = W[(int)x[...], :] (+ bias); W is input_dim x num_output.
+    Gradients for W and bias; none for the (integer) input."""
+    exact_num_bottom = 1
+    exact_num_top = 1
+    allow_force_backward = False
+
+    def layer_setup(self, bottom, top):
+        p = self.param.embed_param
+        self.N, self.K = p.num_output, p.input_dim
+        if self.N <= 0:
+            raise self.error("num_output must be positive")
+        if self.K <= 0:
+            raise self.error("input_dim must be positive")
+        self.bias_term = p.bias_term
+        self.blobs = [self.new_param_blob((self.K, self.N), 0)]
+        fillers.fill(self.blobs[0], p.weight_filler, f"layer {self.name!r} weight_filler")
+        if self.bias_term:
+            self.blobs.append(self.new_param_blob((self.N,), 1))
+            fillers.fill(self.blobs[1], p.bias_filler, f"layer {self.name!r} bias_filler")
+
+    def reshape(self, bottom, top):
+        b = bottom[0]
+        self.M = b.count
+        top[0].reshape(b.shape + (self.N,))
+        bias = self.blobs[1].data_buffer() if self.bias_term else None
+        self.fwd = [shape_ops.embed(self.device, self.M, self.N, self.K, b.data_buffer(),
+                                    self.blobs[0].data_buffer(), bias, top[0].data_buffer())]
+
+    def build_backward(self, bottom, top):
+        if self.propagate_down[0]:
+            raise self.error("cannot backpropagate to the Embed input (indices)")
+        dy = top[0].diff_buffer()
+        if self.param_propagate_down[0]:
+            self.bwd.append(shape_ops.embed_weight_grad(self.device, self.M, self.N, self.K,
+                                                        bottom[0].data_buffer(), dy,
+                                                        self.blobs[0].diff_buffer()))
+        if self.bias_term and self.param_propagate_down[1]:
+            self.bwd.append(reduce_ops.channel_sum(self.device, self.M, self.N, 1, dy,
+                                                   self.blobs[1].diff_buffer(),
+                                                   accumulate=True))
