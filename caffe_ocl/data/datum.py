@@ -75,9 +75,14 @@ def decode_image_bytes(buf, flag, where):
     return hwc_to_chw(img, where)
 
 
-def decode_datum(datum, where, force_color=False, force_gray=False):
-    """(C, H, W) array of a parsed Datum: uint8 or float32."""
+def decode_datum(datum, where, force_color=False, force_gray=False, is_color=None):
+    """(C, H, W) array of a parsed Datum: uint8 or float32. Encoded images
+    decode natively (Caffe's DecodeDatumToCVMatNative: grey stays 1 channel,
+    an alpha channel stays) unless ``force_color``/``force_gray`` or
+    ``is_color`` (Caffe's DecodeDatumToCVMat(datum, is_color)) is given."""
     if datum.encoded:
+        if is_color is not None:
+            force_color, force_gray = bool(is_color), not is_color
         return decode_image_bytes(datum.data, imdecode_flag(force_color, force_gray), where)
     shape = (datum.channels, datum.height, datum.width)
     if datum.data:

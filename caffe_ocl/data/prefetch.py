@@ -61,12 +61,14 @@ _live = weakref.WeakSet()
 
 class Prefetcher:
     """``alloc()`` -> new Batch; ``fill(batch)`` fills it (runs in the thread;
-    ``setup()`` runs first in the thread, e.g. to open a cursor)."""
+    ``setup()`` runs first in the thread, e.g. to open a cursor, and
+    ``teardown()`` last, e.g. to close it)."""
 
-    def __init__(self, alloc, fill, depth=4, name="prefetch", setup=None):
+    def __init__(self, alloc, fill, depth=4, name="prefetch", setup=None, teardown=None):
         self.alloc = alloc
         self.fill = fill
         self.setup = setup
+        self.teardown = teardown
         self.depth = max(int(depth), 1)
         self.full = queue.Queue(maxsize=self.depth)
         self.free = collections.deque()
@@ -113,6 +115,12 @@ class Prefetcher:
                     break
         except BaseException as e:  # handed to the consumer
             self._put(_Failure(e))
+        finally:
+            if self.teardown is not None:
+                try:
+                    self.teardown()
+                except Exception:
+                    pass
 
     def next(self):
         """The next ready batch (blocks while the thread is still filling it)."""

@@ -12,6 +12,9 @@
  * static_cast<int>). A label outside [0, C) (not ignored) makes that
  * item's loss and gradient NaN instead of reading out of bounds (Caffe only
  * DCHECKs it).
+ * Remainders are written as idx - q * n rather than idx % n: LLVM turns a
+ * div/rem pair into a `freeze` instruction that Oclgrind's uninitialized-
+ * value checker (OCLGRIND_UNINITIALIZED=1) cannot run.
  */
 #include "common.h"
 
@@ -65,7 +68,7 @@ __kernel void softmax_loss_fwd(int outer, int C, int inner, __global const float
                                __global float* loss, __global float* cnt) {
     int total = outer * inner;
     GLOBAL_LOOP(idx, total) {
-        int s = idx % inner, o = idx / inner;
+        int o = idx / inner, s = idx - o * inner;
         int l = (int)label[idx];
         if (is_ignored(l, has_ignore, ignore_label)) {
             loss[idx] = 0.0f;
@@ -86,7 +89,7 @@ __kernel void softmax_loss_bwd(int outer, int C, int inner, __global const float
     int total = outer * C * inner;
     float w = top_diff[0] / norm[0];
     GLOBAL_LOOP(idx, total) {
-        int s = idx % inner, c = (idx / inner) % C, o = idx / (inner * C);
+        int q = idx / inner, s = idx - q * inner, o = q / C, c = q - o * C;
         int l = (int)label[o * inner + s];
         float g;
         if (is_ignored(l, has_ignore, ignore_label)) g = 0.0f;
@@ -103,7 +106,7 @@ __kernel void infogain_loss_fwd(int outer, int C, int inner, __global const floa
                                 __global float* loss, __global float* cnt) {
     int total = outer * inner;
     GLOBAL_LOOP(idx, total) {
-        int s = idx % inner, o = idx / inner;
+        int o = idx / inner, s = idx - o * inner;
         int l = (int)label[idx];
         if (is_ignored(l, has_ignore, ignore_label)) {
             loss[idx] = 0.0f;
@@ -139,7 +142,7 @@ __kernel void infogain_loss_bwd(int outer, int C, int inner, __global const floa
     int total = outer * C * inner;
     float w = top_diff[0] / norm[0];
     GLOBAL_LOOP(idx, total) {
-        int s = idx % inner, c = (idx / inner) % C, o = idx / (inner * C);
+        int q = idx / inner, s = idx - q * inner, o = q / C, c = q - o * C;
         int l = (int)label[o * inner + s];
         float g;
         if (is_ignored(l, has_ignore, ignore_label)) g = 0.0f;
@@ -217,7 +220,7 @@ __kernel void hinge_bwd(int num, int dim, __global const float* x, __global cons
     int total = num * dim;
     float w = top_diff[0] / norm[0];
     GLOBAL_LOOP(idx, total) {
-        int i = idx / dim, j = idx % dim;
+        int i = idx / dim, j = idx - i * dim;
         int l = (int)label[i];
         float s = j == l ? -1.0f : 1.0f;
         float t = fmax(0.0f, 1.0f + s * x[idx]);
@@ -241,7 +244,7 @@ __kernel void mlogistic_bwd(int num, int dim, __global const float* x,
     int total = num * dim;
     float w = -top_diff[0] / norm[0];
     GLOBAL_LOOP(idx, total) {
-        int i = idx / dim, j = idx % dim;
+        int i = idx / dim, j = idx - i * dim;
         int l = (int)label[i];
         float g = j == l ? w / fmax(x[idx], LOG_THRESHOLD) : 0.0f;
         dx[idx] = (l >= 0 && l < dim) ? g : NAN;
@@ -309,7 +312,7 @@ __kernel void accuracy_fwd(int outer, int C, int inner, __global const float* x,
                            int ignore_label, __global float* correct, __global float* valid) {
     int total = outer * inner;
     GLOBAL_LOOP(idx, total) {
-        int s = idx % inner, o = idx / inner;
+        int o = idx / inner, s = idx - o * inner;
         int l = (int)label[idx];
         if (is_ignored(l, has_ignore, ignore_label)) {
             correct[idx] = 0.0f;

@@ -107,7 +107,7 @@ __kernel void chan_normalize_bwd(int O, int C, int I, __global const float* dy,
         s2 = use_std ? wg_sum(s2, buf) : 0.0f;
         for (int j = get_local_id(0); j < m; j += WG) {
             const int k = CHAN_INDEX(j, c, C, I);
-            float v = dy[k] + inv_m * (s1);
+            float v = dy[k] + inv_m * (use_std ? s2 * y[k] + s1 : s1);
             if (use_std) v = v / stdv[c];
             dx[k] = v;
         }

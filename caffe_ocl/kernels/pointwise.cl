@@ -44,6 +44,9 @@ inline float fwd_op(float x, float a, float b, float c) {
 #elif OP == OP_ELU
     return x > 0.0f ? x : a * (exp(x) - 1.0f);
 #elif OP == OP_POWER
+    /* Caffe: power * scale == 0 -> constant (1 if power == 0 else shift^power) */
+    if (a == 0.0f) return 1.0f;
+    if (b == 0.0f) return pow(c, a);
     return a == 1.0f ? b * x + c : pow(b * x + c, a);
 #elif OP == OP_EXP
     return exp(a * (b * x + c));

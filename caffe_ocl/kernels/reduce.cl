@@ -62,6 +62,7 @@ void channel_sum(int outer, int C, int inner, __global const float* x,
     }
 }
 
+#if TERM != TERM_PRELU
 /* Reduction backward over rows of length dim:
  * dx[r*dim + k] = coeff * dy[r] * d term / dx  (SUM/MEAN: 1, ASUM: sign(x), SUMSQ: 2x). */
 __kernel void reduction_bwd(int num, int dim, __global const float* x,
@@ -76,8 +77,7 @@ __kernel void reduction_bwd(int num, int dim, __global const float* x,
         dx[i] = ((0.0f < v) - (v < 0.0f)) * g;
 #elif TERM == TERM_SUMSQ
         dx[i] = 2.0f * g * x[i];
-#else
-#error "reduction_bwd: unsupported TERM"
 #endif
     }
 }
+#endif

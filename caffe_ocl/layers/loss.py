@@ -30,18 +30,10 @@ def normalization_mode(loss_param, default):
     return default
 
 
-class LossLayer(Layer):
-    """Base of the loss layers (Caffe's LossLayer)."""
-    exact_num_bottom = 2
-    exact_num_top = 1
+class _ReduceHelpers:
+    """Scratch buffers, normalizer and reduction plumbing shared by the loss
+    layers and Accuracy."""
 
-    def default_loss_weight(self, top_index):
-        return 1.0 if top_index == 0 else 0.0
-
-    def allow_force_backward(self, bottom_index):
-        return bottom_index != 1       # never into the labels
-
-    # ---- helpers -------------------------------------------------------------
     def _ignore_label(self):
         lp = self.param.loss_param
         return lp.ignore_label if lp.HasField("ignore_label") else None
@@ -52,16 +44,6 @@ class LossLayer(Layer):
         except ShapeError:
             raise self.error(f"{what} {axis} is out of range for bottom {blob.name!r} of "
                              f"shape {blob.shape}", ShapeError)
-
-    def reshape_loss(self, bottom, top):
-        a, b = bottom[0], bottom[1]
-        n0 = a.shape[0] if a.shape else 1
-        n1 = b.shape[0] if b.shape else 1
-        if n0 != n1:
-            raise self.error(f"the data and label should have the same first dimension: "
-                             f"{a.name!r} {a.shape} vs {b.name!r} {b.shape}", ShapeError)
-        top[0].reshape(())
-        self.num = n0
 
     def _scratch(self, n, with_count=False):
         """Per-item loss (and count) buffers, plus the normalizer scalar."""
@@ -85,6 +67,28 @@ class LossLayer(Layer):
     def _reduce(self, n, fixed, cnt, scale=1.0, top=None):
         return loss_ops.reduce(self.device, n, self.s_loss, top, self.s_norm, cnt=cnt,
                                fixed_norm=fixed, scale=scale)
+
+
+class LossLayer(_ReduceHelpers, Layer):
+    """Base of the loss layers (Caffe's LossLayer)."""
+    exact_num_bottom = 2
+    exact_num_top = 1
+
+    def default_loss_weight(self, top_index):
+        return 1.0 if top_index == 0 else 0.0
+
+    def allow_force_backward(self, bottom_index):
+        return bottom_index != 1       # never into the labels
+
+    def reshape_loss(self, bottom, top):
+        a, b = bottom[0], bottom[1]
+        n0 = a.shape[0] if a.shape else 1
+        n1 = b.shape[0] if b.shape else 1
+        if n0 != n1:
+            raise self.error(f"the data and label should have the same first dimension: "
+                             f"{a.name!r} {a.shape} vs {b.name!r} {b.shape}", ShapeError)
+        top[0].reshape(())
+        self.num = n0
 
     def _no_label_backward(self, index=1, what="label"):
         if len(self.propagate_down) > index and self.propagate_down[index]:
@@ -381,16 +385,14 @@ class ContrastiveLossLayer(LossLayer):
 
 
 @register("Accuracy")
-class AccuracyLayer(LossLayer):
+class AccuracyLayer(_ReduceHelpers, Layer):
     """Top-k accuracy over ``accuracy_param.axis``; optional second top with
     the per-class accuracy. No backward, loss weight 0 by default."""
     exact_num_top = None
     min_top = 1
     max_top = 2
+    exact_num_bottom = 2
     has_backward = False
-
-    def default_loss_weight(self, top_index):
-        return 0.0
 
     def allow_force_backward(self, bottom_index):
         return False

@@ -6,7 +6,7 @@ lr_mult 0 as in Caffe, and backward writes no parameter gradient. Scale and
 Bias broadcast a blob (learned, or a second bottom) over Caffe's
 "outer x dim x inner" pattern of bottom[0]."""
 from ..blob import Blob
-from ..errors import LayerError, ShapeError
+from ..errors import ShapeError
 from ..ops import channel as chan_ops
 from ..ops import normalization as norm_ops
 from ..ops import pointwise

@@ -2,7 +2,7 @@
 import math
 
 from ..blob import Blob
-from ..errors import LayerError, ShapeError
+from ..errors import ShapeError
 from ..ops import conv as conv_ops
 from ..ops import pointwise
 from ..ops import pool as pool_ops

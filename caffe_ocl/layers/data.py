@@ -1,0 +1,543 @@
+"""Data layers: Data (LMDB), ImageData (image list), MemoryData, HDF5Data,
+HDF5Output, with Caffe's semantics (src/caffe/layers/*data_layer.cpp).
+
+Reading, decoding and the DataTransformer run on the host in one prefetch
+thread per layer (as Caffe's InternalThread); forward only enqueues
+non-blocking uploads of the next ready batch into the tops and never reads
+the device. Data layers have no backward.
+
+Differences a Caffe user may notice:
+* backend LEVELDB is not supported (a DataError explains how to convert);
+  Caffe's default backend is LEVELDB, so a layer without ``backend:`` reads
+  the source as LMDB when it is one.
+* every record must have the first record's shape (Caffe reshapes per
+  batch); a different one is a DataError naming the database and key.
+* ``rand_skip`` skips a random number in [0, rand_skip) of records at
+  start-up (Caffe's DataReader behaviour) for Data as well as ImageData.
+* HDF5Output appends each forward's rows to the ``data``/``label``
+  datasets (Caffe writes them once and fails on a second forward).
+* WindowData is not implemented.
+"""
+import logging
+import os
+import weakref
+
+import numpy as np
+
+from ..data.datum import decode_datum, parse_datum, read_image
+from ..data.db import LMDBReader, check_backend
+from ..data.prefetch import Batch, Prefetcher, upload
+from ..data.transformer import DataTransformer, seeded_rng
+from ..errors import DataError, LayerError, NetError, ShapeError
+from ..proto import caffe_pb2
+from .base import Layer, register
+
+log = logging.getLogger("caffe_ocl")
+
+
+class BasePrefetchingDataLayer(Layer):
+    exact_num_bottom = 0
+    has_backward = False
+    allow_force_backward = False
+
+    def reshape(self, bottom, top):
+        pass   # shapes are fixed at setup
+
+    def _start_prefetch(self, source, depth):
+        self._current = None
+        self.source = source
+        self.prefetcher = Prefetcher(source.alloc, source.fill, depth,
+                                     name=f"layer {self.name!r} ({self.type})",
+                                     setup=source.setup,
+                                     teardown=source.teardown).start()
+        weakref.finalize(self, self.prefetcher.stop)
+
+    def forward_impl(self, bottom, top):
+        batch = self.prefetcher.next()
+        batch.events = upload(self.device, top, batch.arrays[:len(top)])
+        prev, self._current = self._current, batch
+        if prev is not None:
+            self.prefetcher.recycle(prev)
+
+    def close(self):
+        """Stop the prefetch thread (also done when the layer is collected)."""
+        if getattr(self, "prefetcher", None) is not None:
+            self.prefetcher.stop()
+
+
+class _Source:
+    """State owned by the prefetch thread (kept apart from the layer so the
+    layer can be garbage-collected while the thread runs)."""
+
+    def __init__(self, batch_size, out_shape, with_label, transformer):
+        self.batch_size = batch_size
+        self.out_shape = tuple(out_shape)
+        self.with_label = with_label
+        self.transformer = transformer
+
+    def setup(self):
+        pass
+
+    def teardown(self):
+        pass
+
+    def alloc(self):
+        arrays = [np.empty((self.batch_size,) + self.out_shape, np.float32)]
+        if self.with_label:
+            arrays.append(np.empty((self.batch_size,), np.float32))
+        return Batch(arrays)
+
+
+class _DBSource(_Source):
+    def __init__(self, reader, skip, record_shape, force, **kw):
+        super().__init__(**kw)
+        self.reader = reader
+        self.skip = skip
+        self.record_shape = record_shape
+        self.force = force
+        self.records = None
+
+    def setup(self):
+        self.records = self.reader.records(self.skip)
+
+    def teardown(self):
+        if self.records is not None:
+            self.records.close()      # ends the read transaction
+        self.reader.close()
+
+    def fill(self, batch):
+        imgs = []
+        labels = batch.arrays[1] if self.with_label else None
+        for i in range(self.batch_size):
+            key, value = next(self.records)
+            where = f"database {self.reader.path} key {key.decode('utf-8', 'replace')!r}"
+            d = parse_datum(value, where)
+            img = decode_datum(d, where, *self.force)
+            if img.shape != self.record_shape:
+                raise DataError(
+                    f"{where}: record has shape {'x'.join(map(str, img.shape))} but the "
+                    f"first record has {'x'.join(map(str, self.record_shape))}; every "
+                    "record must have the same shape")
+            imgs.append(img)
+            if labels is not None:
+                labels[i] = d.label
+        self.transformer.transform_batch(imgs, batch.arrays[0])
+
+
+def _shape_str(s):
+    return ",".join(str(x) for x in s)
+
+
+@register("Data")
+class DataLayer(BasePrefetchingDataLayer):
+    min_top = 1
+    max_top = 2
+
+    def layer_setup(self, bottom, top):
+        p = self.param.data_param
+        where = f"layer {self.name!r} (Data)"
+        if not p.source:
+            raise self.error("data_param.source (the database path) is not set", DataError)
+        if p.batch_size <= 0:
+            raise self.error("data_param.batch_size must be positive", DataError)
+        check_backend(p.source, caffe_pb2.DataParameter.DB.Name(p.backend),
+                      p.HasField("backend"), where)
+        tp = self.param.transform_param
+        force = (tp.force_color or p.force_encoded_color, tp.force_gray)
+        self.transformer = DataTransformer(tp, self.phase, seeded_rng(), where)
+        self.reader = LMDBReader(p.source)
+        try:
+            key, value = self.reader.first()
+            kwhere = f"database {p.source} key {key.decode('utf-8', 'replace')!r}"
+            img = decode_datum(parse_datum(value, kwhere), kwhere, *force)
+            out = self.transformer.infer_shape(img.shape, f"database {p.source}")
+        except BaseException:
+            self.reader.close()
+            raise
+        bs = int(p.batch_size)
+        top[0].reshape((bs,) + out)
+        log.info("output data size: %s", _shape_str((bs,) + out))
+        if len(top) > 1:
+            top[1].reshape((bs,))
+        skip = 0
+        if p.rand_skip:
+            skip = int(seeded_rng().integers(p.rand_skip))
+            log.info("Skipping first %d data points.", skip)
+        src = _DBSource(self.reader, skip, img.shape, force, batch_size=bs, out_shape=out,
+                        with_label=len(top) > 1, transformer=self.transformer)
+        self._start_prefetch(src, p.prefetch)
+
+
+# --------------------------------------------------------------------------
+# ImageData
+
+def read_image_list(source, where):
+    """Caffe's list file: ``path label`` per line (split at the last space)."""
+    if not os.path.isfile(source):
+        raise DataError(f"{where}: image list file {source} not found")
+    lines = []
+    with open(source, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            pos = line.rfind(" ")
+            if pos < 0:
+                raise DataError(f"{where}: list file {source} line {n}: expected "
+                                f"'path label', got {line!r}")
+            try:
+                label = int(line[pos + 1:])
+            except ValueError:
+                raise DataError(f"{where}: list file {source} line {n}: label "
+                                f"{line[pos + 1:]!r} is not an integer") from None
+            lines.append((line[:pos], label, n))
+    if not lines:
+        raise DataError(f"{where}: list file {source} is empty")
+    return lines
+
+
+class _ListSource(_Source):
+    def __init__(self, lines, lines_id, source, root, new_hw, is_color, shuffle, rng,
+                 record_shape, **kw):
+        super().__init__(**kw)
+        self.lines = lines
+        self.lines_id = lines_id
+        self.source = source
+        self.root = root
+        self.new_hw = new_hw
+        self.is_color = is_color
+        self.shuffle = shuffle
+        self.rng = rng
+        self.record_shape = record_shape
+
+    def fill(self, batch):
+        imgs = []
+        labels = batch.arrays[1]
+        for i in range(self.batch_size):
+            path, label, n = self.lines[self.lines_id]
+            where = f"list file {self.source} line {n}"
+            img = read_image(self.root + path, *self.new_hw, self.is_color, where)
+            if img.shape != self.record_shape:
+                raise DataError(
+                    f"{where}: image {self.root + path} is {'x'.join(map(str, img.shape))} "
+                    f"but the first image is {'x'.join(map(str, self.record_shape))}; set "
+                    "new_height/new_width to resize all images to one size")
+            imgs.append(img)
+            labels[i] = label
+            self.lines_id += 1
+            if self.lines_id >= len(self.lines):
+                self.lines_id = 0
+                if self.shuffle:
+                    self.rng.shuffle(self.lines)
+        self.transformer.transform_batch(imgs, batch.arrays[0])
+
+
+@register("ImageData")
+class ImageDataLayer(BasePrefetchingDataLayer):
+    exact_num_top = 2
+
+    def layer_setup(self, bottom, top):
+        p = self.param.image_data_param
+        where = f"layer {self.name!r} (ImageData)"
+        nh, nw = int(p.new_height), int(p.new_width)
+        if (nh == 0) != (nw == 0):
+            raise self.error("new_height and new_width must be set together", DataError)
+        if p.batch_size <= 0:
+            raise self.error("image_data_param.batch_size must be positive", DataError)
+        if not p.source:
+            raise self.error("image_data_param.source (the list file) is not set", DataError)
+        lines = read_image_list(p.source, where)
+        rng = seeded_rng()
+        if p.shuffle:
+            log.info("Shuffling data")
+            rng.shuffle(lines)
+        log.info("A total of %d images.", len(lines))
+        lines_id = 0
+        if p.rand_skip:
+            skip = int(rng.integers(p.rand_skip))
+            log.info("Skipping first %d data points.", skip)
+            if skip >= len(lines):
+                raise self.error(f"rand_skip: not enough images ({len(lines)}) to skip "
+                                 f"{skip}", DataError)
+            lines_id = skip
+        self.transformer = DataTransformer(self.param.transform_param, self.phase,
+                                           seeded_rng(), where)
+        path, _, n = lines[lines_id]
+        img = read_image(p.root_folder + path, nh, nw, p.is_color,
+                         f"list file {p.source} line {n}")
+        out = self.transformer.infer_shape(img.shape, f"list file {p.source}")
+        bs = int(p.batch_size)
+        top[0].reshape((bs,) + out)
+        top[1].reshape((bs,))
+        log.info("output data size: %s", _shape_str((bs,) + out))
+        src = _ListSource(lines, lines_id, p.source, p.root_folder, (nh, nw), p.is_color,
+                          p.shuffle, rng, img.shape, batch_size=bs, out_shape=out,
+                          with_label=True, transformer=self.transformer)
+        self._start_prefetch(src, self.param.data_param.prefetch)   # as Caffe's base layer
+
+
+# --------------------------------------------------------------------------
+# MemoryData + pycaffe's Net.set_input_arrays
+
+@register("MemoryData")
+class MemoryDataLayer(Layer):
+    exact_num_bottom = 0
+    exact_num_top = 2
+    has_backward = False
+    allow_force_backward = False
+
+    def layer_setup(self, bottom, top):
+        p = self.param.memory_data_param
+        self.batch_size = int(p.batch_size)
+        self.channels, self.height, self.width = int(p.channels), int(p.height), int(p.width)
+        if min(self.batch_size, self.channels, self.height, self.width) <= 0:
+            raise self.error("batch_size, channels, height and width must be specified "
+                             "and positive", LayerError)
+        self._data = self._labels = None
+        self._n = 0
+        self._pos = 0
+        self._inflight = None
+        self._shape_tops(top)
+
+    def _shape_tops(self, top):
+        top[0].reshape(self.batch_size, self.channels, self.height, self.width)
+        top[1].reshape((self.batch_size,))
+
+    def reshape(self, bottom, top):
+        pass
+
+    def reset(self, data, labels, n=None):
+        """Caffe's MemoryDataLayer::Reset: use ``data`` (N, C, H, W) and
+        ``labels`` (N,) float32 arrays (kept by reference, not copied)."""
+        n = len(data) if n is None else int(n)
+        if n % self.batch_size:
+            raise self.error(f"the number of inputs ({n}) must be a multiple of "
+                             f"batch_size ({self.batch_size})", ShapeError)
+        self._data = data
+        self._labels = np.ascontiguousarray(labels, np.float32).reshape(-1)
+        self._n = n
+        self._pos = 0
+
+    def set_batch_size(self, new_size):
+        if self._data is not None and self._n % int(new_size):
+            raise self.error(f"batch_size {new_size} does not divide the {self._n} inputs",
+                             ShapeError)
+        self.batch_size = int(new_size)
+        self._pos = 0
+
+    def forward_impl(self, bottom, top):
+        if self._data is None:
+            raise self.error("no input arrays: call net.set_input_arrays(data, labels) "
+                             "before forward", DataError)
+        if top[0].shape[0] != self.batch_size:
+            self._shape_tops(top)
+        bs = self.batch_size
+        d = self._data[self._pos:self._pos + bs]
+        lab = self._labels[self._pos:self._pos + bs]
+        evs = upload(self.device, top, [d, lab])
+        self._inflight = (d, lab, evs)   # alive until the copies are done
+        self._pos = (self._pos + bs) % self._n
+
+
+
+def _check_array(arr, what, c, h, w):
+    if not isinstance(arr, np.ndarray) or arr.dtype != np.float32:
+        raise DataError(f"set_input_arrays: {what} must be a float32 ndarray, got "
+                        f"{getattr(arr, 'dtype', type(arr).__name__)}")
+    if not arr.flags.c_contiguous:
+        raise DataError(f"set_input_arrays: {what} must be C contiguous")
+    if arr.ndim != 4:
+        raise ShapeError(f"set_input_arrays: {what} must have 4 axes, got shape {arr.shape}")
+    if arr.shape[1:] != (c, h, w):
+        raise ShapeError(f"set_input_arrays: {what} has shape {arr.shape}; expected "
+                         f"(N, {c}, {h}, {w})")
+
+
+def set_input_arrays(self, data, labels):
+    """pycaffe's ``Net.set_input_arrays(data, labels)``: feed the first layer,
+    a MemoryData layer, with float32 C-contiguous ``data`` (N, C, H, W) and
+    ``labels`` (N,) or (N, 1, 1, 1); N must be a multiple of its batch size.
+    The arrays are kept by reference (as pycaffe does), not copied."""
+    if not self.layers or self.layers[0].type != "MemoryData":
+        raise NetError("set_input_arrays may only be called if the first layer is a "
+                       "MemoryData layer")
+    md = self.layers[0]
+    if isinstance(labels, np.ndarray) and labels.ndim == 1:
+        labels = np.ascontiguousarray(labels[:, None, None, None])
+    _check_array(data, "data array", md.channels, md.height, md.width)
+    _check_array(labels, "labels array", 1, 1, 1)
+    if data.shape[0] != labels.shape[0]:
+        raise ShapeError("set_input_arrays: data and labels must have the same first "
+                         f"dimension ({data.shape[0]} vs {labels.shape[0]})")
+    if data.shape[0] % md.batch_size:
+        raise ShapeError(f"set_input_arrays: first dimensions of input arrays ({data.shape[0]}) "
+                         f"must be a multiple of batch size ({md.batch_size})")
+    md.reset(data, labels, data.shape[0])
+    self._input_arrays = (data, labels)
+
+
+def _attach():
+    from ..net import Net
+    Net.set_input_arrays = set_input_arrays
+
+
+_attach()
+
+
+# --------------------------------------------------------------------------
+# HDF5
+
+def _h5py(where):
+    try:
+        import h5py
+    except ImportError:
+        raise DataError(f"{where}: HDF5 layers need the h5py package: pip install h5py "
+                        "(or pip install caffe_ocl[hdf5])") from None
+    return h5py
+
+
+@register("HDF5Data")
+class HDF5DataLayer(Layer):
+    exact_num_bottom = 0
+    min_top = 1
+    has_backward = False
+    allow_force_backward = False
+
+    def layer_setup(self, bottom, top):
+        p = self.param.hdf5_data_param
+        self.where = f"layer {self.name!r} (HDF5Data)"
+        self.h5py = _h5py(self.where)
+        if p.batch_size <= 0:
+            raise self.error("hdf5_data_param.batch_size must be positive", DataError)
+        if not os.path.isfile(p.source):
+            raise DataError(f"{self.where}: source list file {p.source} not found")
+        with open(p.source) as f:
+            self.files = [ln.strip() for ln in f if ln.strip()]
+        if not self.files:
+            raise DataError(f"{self.where}: {p.source} lists no HDF5 files (must have "
+                            "at least 1 HDF5 filename listed in source)")
+        log.info("Number of HDF5 files: %d", len(self.files))
+        self.batch_size = int(p.batch_size)
+        self.shuffle = bool(p.shuffle)
+        self.rng = seeded_rng()
+        self.names = list(self.param.top)
+        self.file_perm = np.arange(len(self.files))
+        if self.shuffle:
+            self.rng.shuffle(self.file_perm)
+        self.current_file = 0
+        self.row_shapes = None
+        self._load(self.files[self.file_perm[0]])
+        self.row_shapes = [a.shape[1:] for a in self.arrays]
+        for t, s in zip(top, self.row_shapes):
+            t.reshape((self.batch_size,) + s)
+        self._inflight = None
+
+    def _load(self, fn):
+        h5py = self.h5py
+        log.info("Loading HDF5 file: %s", fn)
+        try:
+            with h5py.File(fn, "r") as f:
+                arrays = []
+                for name in self.names:
+                    if name not in f:
+                        raise DataError(f"{self.where}: HDF5 file {fn} has no dataset "
+                                        f"{name!r} (each top names a dataset)")
+                    a = np.asarray(f[name], dtype=np.float32)
+                    if a.ndim < 1 or a.shape[0] == 0:
+                        raise DataError(f"{self.where}: HDF5 file {fn} dataset {name!r} "
+                                        f"is empty (shape {a.shape})")
+                    arrays.append(a)
+        except OSError as e:
+            raise DataError(f"{self.where}: cannot read HDF5 file {fn} ({e})") from None
+        rows = arrays[0].shape[0]
+        for name, a in zip(self.names, arrays):
+            if a.shape[0] != rows:
+                raise DataError(f"{self.where}: HDF5 file {fn}: dataset {name!r} has "
+                                f"{a.shape[0]} rows, {self.names[0]!r} has {rows}")
+        if self.row_shapes is not None:
+            for name, a, s in zip(self.names, arrays, self.row_shapes):
+                if a.shape[1:] != s:
+                    raise DataError(f"{self.where}: HDF5 file {fn}: dataset {name!r} rows "
+                                    f"have shape {a.shape[1:]}, the first file's {s}")
+        self.arrays = arrays
+        self.rows = rows
+        self.perm = np.arange(rows)
+        if self.shuffle:
+            self.rng.shuffle(self.perm)
+        self.row = 0
+
+    def _next_file(self):
+        if len(self.files) > 1:
+            self.current_file += 1
+            if self.current_file == len(self.files):
+                self.current_file = 0
+                if self.shuffle:
+                    self.rng.shuffle(self.file_perm)
+            self._load(self.files[self.file_perm[self.current_file]])
+        else:
+            self.row = 0
+            if self.shuffle:
+                self.rng.shuffle(self.perm)
+
+    def reshape(self, bottom, top):
+        pass
+
+    def forward_impl(self, bottom, top):
+        bs = self.batch_size
+        outs = [np.empty((bs,) + s, np.float32) for s in self.row_shapes]
+        filled = 0
+        while filled < bs:
+            take = min(bs - filled, self.rows - self.row)
+            idx = self.perm[self.row:self.row + take]
+            for o, a in zip(outs, self.arrays):
+                o[filled:filled + take] = a[idx]
+            filled += take
+            self.row += take
+            if self.row == self.rows:
+                self._next_file()
+        evs = upload(self.device, top, outs)
+        self._inflight = (outs, evs)
+
+
+@register("HDF5Output")
+class HDF5OutputLayer(Layer):
+    """Writes its two bottoms to datasets ``data`` and ``label`` of
+    ``hdf5_output_param.file_name`` (created/truncated at setup), appending
+    the rows of every forward. Reads its bottoms from the device."""
+    exact_num_bottom = 2
+    exact_num_top = 0
+    has_backward = False
+    allow_force_backward = False
+
+    def layer_setup(self, bottom, top):
+        where = f"layer {self.name!r} (HDF5Output)"
+        h5py = _h5py(where)
+        fn = self.param.hdf5_output_param.file_name
+        if not fn:
+            raise self.error("hdf5_output_param.file_name is not set", DataError)
+        try:
+            self.file = h5py.File(fn, "w")
+        except OSError as e:
+            raise DataError(f"{where}: cannot create HDF5 file {fn} ({e})") from None
+        self.file_name = fn
+        weakref.finalize(self, self.file.close)
+
+    def reshape(self, bottom, top):
+        pass
+
+    def forward_impl(self, bottom, top):
+        for name, b in (("data", bottom[0]), ("label", bottom[1])):
+            arr = np.asarray(b.host_data(), np.float32)
+            if name not in self.file:
+                self.file.create_dataset(name, data=arr, maxshape=(None,) + arr.shape[1:],
+                                         chunks=True)
+            else:
+                ds = self.file[name]
+                if ds.shape[1:] != arr.shape[1:]:
+                    raise self.error(f"bottom {b.name!r} changed shape to {arr.shape}; "
+                                     f"{self.file_name}:{name} rows are {ds.shape[1:]}",
+                                     ShapeError)
+                n = ds.shape[0]
+                ds.resize(n + arr.shape[0], axis=0)
+                ds[n:] = arr
+        self.file.flush()

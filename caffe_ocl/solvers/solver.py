@@ -1,0 +1,908 @@
+"""Solver: Caffe's training loop (src/caffe/solver.cpp, sgd_solver.cpp).
+
+One ``Solver`` class runs every SGD-family rule; the subclasses in
+``caffe_ocl.solvers`` only name the rule (``kind``) and check its
+parameters as Caffe's constructors do. Every numeric step of an iteration
+runs on the device:
+
+- gradients are zeroed, accumulated over ``iter_size`` forward/backward
+  passes, clipped by their global L2 norm (a two-stage device reduction),
+  normalized by 1/iter_size, regularized (L1/L2, ``decay_mult``) and
+  turned into an update by one fused kernel per learnable blob
+  (``kernels/solvers.cl``), bound once; the learning rate is rebound with
+  ``Launch.set_arg`` each iteration;
+- each iteration's loss is summed into a small device ring buffer, read
+  only when a ``display`` line is printed; the ``average_loss`` smoothing is
+  then replayed on the host from those values with Caffe's float32 formula,
+  so the printed numbers are Caffe's and training does not sync the device
+  every iteration.
+
+Only ``display`` iterations, tests, snapshots and (opt-in) the non-finite
+check read the device.
+"""
+import logging
+import os
+import time
+
+import numpy as np
+
+from ..errors import FileNotFound, ShapeError, SolverError
+from ..net import Net
+from ..ops import pointwise
+from ..ops import solver as sops
+from ..proto import (array_to_blobproto, blobproto_to_array, caffe_pb2, read_net,
+                     read_net_prototxt, read_solver_prototxt, write_binary)
+from . import state as st
+
+log = logging.getLogger("caffe_ocl")
+
+NONE, STOP, SNAPSHOT = "none", "stop", "snapshot"
+LR_POLICIES = ("fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid")
+
+
+def _g(x):
+    """A number as C++'s ostream prints a float (precision 6, %g)."""
+    return "%g" % float(x)
+
+
+def upgrade_snapshot_prefix(param, path):
+    """Caffe's UpgradeSnapshotPrefixProperty: no snapshot_prefix -> the solver
+    file's path without extension; a directory -> dir/<solver file stem>."""
+    stem = os.path.splitext(os.fspath(path))[0]
+    if not param.HasField("snapshot_prefix"):
+        param.snapshot_prefix = stem
+        log.info("snapshot_prefix was not specified and is set to %s", param.snapshot_prefix)
+    elif os.path.isdir(param.snapshot_prefix):
+        param.snapshot_prefix = os.path.join(param.snapshot_prefix, os.path.basename(stem))
+        log.info("snapshot_prefix is a directory and is set to %s", param.snapshot_prefix)
+
+
+def read_solver(path):
+    param = read_solver_prototxt(path)
+    upgrade_snapshot_prefix(param, path)
+    return param
+
+
+def _read_net_file(path, what):
+    try:
+        return read_net_prototxt(path)
+    except FileNotFound:
+        raise FileNotFound(f"{what} not found: {path} (relative paths are resolved from "
+                           f"the current directory {os.getcwd()}, as Caffe does)") from None
+
+
+def share_trained_layers(target, source):
+    """Net::ShareTrainedLayersWith: ``target``'s params by layer name use
+    ``source``'s data storage (and launch plans are rebound)."""
+    index = {n: i for i, n in enumerate(target._layer_names)}
+    for name, slayer in zip(source._layer_names, source.layers):
+        ti = index.get(name)
+        if ti is None or not slayer.blobs:
+            continue
+        tlayer = target.layers[ti]
+        if len(tlayer.blobs) != len(slayer.blobs):
+            raise ShapeError(f"cannot share weights of layer {name!r}: the train net has "
+                             f"{len(slayer.blobs)} param blobs, the test net "
+                             f"{len(tlayer.blobs)}")
+        changed = False
+        for j, (sb, tb) in enumerate(zip(slayer.blobs, tlayer.blobs)):
+            if sb.shape != tb.shape:
+                raise ShapeError(f"cannot share param {j} weights from layer {name!r}; shape "
+                                 f"mismatch. Source param shape is {sb.shape}; target "
+                                 f"param shape is {tb.shape}")
+            if tb.data_mem is not sb.data_mem:
+                tb.share_data(sb)
+                changed = True
+        if changed:
+            tlayer.reshape(target._bottom_vecs[ti], target._top_vecs[ti])
+            tlayer._reshapes += 1
+
+
+def _output_loss_weights(net):
+    w = {}
+    for layer, tops in zip(net.layers, net._top_vecs):
+        for t, lw in zip(tops, layer.loss_weights):
+            w[t.name] = lw
+    return w
+
+
+class Callback:
+    def __init__(self, on_start, on_gradients):
+        self.on_start, self.on_gradients = on_start, on_gradients
+
+
+class Solver:
+    """Caffe's SGDSolver family. ``Solver(path_or_SolverParameter)``."""
+    kind = None          # key of ops.solver.SOLVER_KINDS; None -> from param.type
+    n_history = 1        # history blobs per learnable param
+
+    def __init__(self, param, *, source=None):
+        if self.kind is None:
+            raise SolverError("Solver is the base class: use get_solver(path) or one of "
+                              "SGDSolver, NesterovSolver, AdaGradSolver, RMSPropSolver, "
+                              "AdaDeltaSolver, AdamSolver")
+        if isinstance(param, caffe_pb2.SolverParameter):
+            p = caffe_pb2.SolverParameter()
+            p.CopyFrom(param)
+            self.source = source or "<SolverParameter>"
+        else:
+            self.source = os.fspath(param)
+            p = read_solver(self.source)
+        self.param = p
+        log.info("Initializing solver from parameters: \n%s", p)
+        if p.average_loss < 1:
+            raise SolverError(f"{self.source}: average_loss should be >= 1, got {p.average_loss}")
+        if p.iter_size < 1:
+            raise SolverError(f"{self.source}: iter_size should be >= 1, got {p.iter_size}")
+        self.check_param(p)
+        self._check_snapshot_write_permissions()
+        if p.random_seed >= 0:
+            from .. import set_random_seed
+            set_random_seed(p.random_seed)
+        self.net = self._init_train_net()
+        self.test_nets = self._init_test_nets()
+        log.info("Solver scaffolding done.")
+        if p.lr_policy not in LR_POLICIES:
+            raise SolverError(f"{self.source}: unknown learning rate policy {p.lr_policy!r} "
+                              f"(known: {', '.join(LR_POLICIES)})")
+        if p.regularization_type not in ("L1", "L2"):
+            raise SolverError(f"{self.source}: unknown regularization type "
+                              f"{p.regularization_type!r} (L1 or L2)")
+        if p.lr_policy in ("step", "sigmoid") and p.stepsize <= 0:
+            raise SolverError(f"{self.source}: lr_policy {p.lr_policy!r} needs stepsize > 0")
+        if p.lr_policy == "poly" and p.max_iter <= 0:
+            raise SolverError(f"{self.source}: lr_policy 'poly' needs max_iter > 0")
+        if p.lr_policy != "fixed" and p.gamma < 0:
+            raise SolverError(f"{self.source}: gamma must be >= 0, got {p.gamma}")
+        self.iter = 0
+        self.current_step = 0
+        self._callbacks = []
+        self._action_fn = None
+        self._requested_early_exit = False
+        self._losses, self._smoothed_loss = [], np.float32(0)
+        self._check_finite = bool(p.debug_info) or os.environ.get("CAFFE_OCL_CHECK_FINITE") == "1"
+        self._pre_solve()
+
+    # ---- construction ------------------------------------------------------
+    def check_param(self, p):
+        """Per-rule parameter checks (as the C++ constructors)."""
+
+    @property
+    def type(self):
+        return self.kind
+
+    def _check_snapshot_write_permissions(self):
+        p = self.param
+        if p.snapshot and p.snapshot_format == caffe_pb2.SolverParameter.BINARYPROTO or \
+                p.snapshot and p.snapshot_format == caffe_pb2.SolverParameter.HDF5:
+            if not p.HasField("snapshot_prefix"):
+                raise SolverError(f"{self.source}: snapshot is specified but "
+                                  "snapshot_prefix is not")
+            probe = f"{p.snapshot_prefix}_iter_0.tempfile"
+            try:
+                with open(probe, "w"):
+                    pass
+                os.remove(probe)
+            except OSError:
+                raise SolverError(f"Cannot write to snapshot prefix '{p.snapshot_prefix}'. "
+                                  "Make sure that the directory exists and is writeable.") \
+                    from None
+
+    def _init_train_net(self):
+        p = self.param
+        fields = [f for f in ("net", "net_param", "train_net", "train_net_param")
+                  if p.HasField(f)]
+        names = "net, net_param, train_net, train_net_param"
+        if not fields:
+            raise SolverError(f"{self.source}: SolverParameter must specify a train net "
+                              f"using one of these fields: {names}")
+        if len(fields) > 1:
+            raise SolverError(f"{self.source}: SolverParameter must not contain more than "
+                              f"one of these fields specifying a train_net: {names} "
+                              f"(found {', '.join(fields)})")
+        f = fields[0]
+        if f == "train_net_param":
+            log.info("Creating training net specified in train_net_param.")
+            net_param = caffe_pb2.NetParameter()
+            net_param.CopyFrom(p.train_net_param)
+        elif f == "train_net":
+            log.info("Creating training net from train_net file: %s", p.train_net)
+            net_param = _read_net_file(p.train_net, "train_net file")
+        elif f == "net_param":
+            log.info("Creating training net specified in net_param.")
+            net_param = caffe_pb2.NetParameter()
+            net_param.CopyFrom(p.net_param)
+        else:
+            log.info("Creating training net from net file: %s", p.net)
+            net_param = _read_net_file(p.net, "net file")
+        state = caffe_pb2.NetState()
+        state.phase = caffe_pb2.TRAIN
+        state.MergeFrom(net_param.state)
+        state.MergeFrom(p.train_state)
+        net_param.state.CopyFrom(state)
+        net = Net(net_param, phase=state.phase, level=state.level)
+        for w in p.weights:
+            load_net_weights(net, w)
+        return net
+
+    def _init_test_nets(self):
+        p = self.param
+        generic = int(p.HasField("net_param")) + int(p.HasField("net"))
+        n_params, n_files = len(p.test_net_param), len(p.test_net)
+        n_test = n_params + n_files
+        if generic:
+            if len(p.test_iter) < n_test:
+                raise SolverError(f"{self.source}: test_iter must be specified for each test "
+                                  f"network: {n_test} test nets, {len(p.test_iter)} test_iter")
+        elif len(p.test_iter) != n_test:
+            raise SolverError(f"{self.source}: test_iter must be specified for each test "
+                              f"network: {n_test} test nets (test_net/test_net_param), "
+                              f"{len(p.test_iter)} test_iter")
+        instances = len(p.test_iter) if generic else n_test
+        if len(p.test_state) and len(p.test_state) != instances:
+            raise SolverError(f"{self.source}: test_state must be unspecified or specified "
+                              f"once per test net ({instances}), got {len(p.test_state)}")
+        if instances and p.test_interval <= 0:
+            raise SolverError(f"{self.source}: test nets are defined, so test_interval must "
+                              f"be > 0 (got {p.test_interval})")
+        sources, params = [], []
+        for tp in p.test_net_param:
+            np_ = caffe_pb2.NetParameter()
+            np_.CopyFrom(tp)
+            sources.append("test_net_param")
+            params.append(np_)
+        for f in p.test_net:
+            sources.append(f"test_net file: {f}")
+            params.append(_read_net_file(f, "test_net file"))
+        remaining = len(p.test_iter) - len(params)
+        for _ in range(max(remaining, 0) if generic else 0):
+            if p.HasField("net_param"):
+                np_ = caffe_pb2.NetParameter()
+                np_.CopyFrom(p.net_param)
+                sources.append("net_param")
+            else:
+                np_ = _read_net_file(p.net, "net file")
+                sources.append(f"net file: {p.net}")
+            params.append(np_)
+        nets = []
+        for i, (src, np_) in enumerate(zip(sources, params)):
+            state = caffe_pb2.NetState()
+            state.phase = caffe_pb2.TEST
+            state.MergeFrom(np_.state)
+            if len(p.test_state):
+                state.MergeFrom(p.test_state[i])
+            np_.state.CopyFrom(state)
+            log.info("Creating test net (#%d) specified by %s", i, src)
+            net = Net(np_, phase=state.phase, level=state.level)
+            for w in p.weights:
+                load_net_weights(net, w)
+            share_trained_layers(net, self.net)
+            nets.append(net)
+        return nets
+
+    def _pre_solve(self):
+        """History blobs and the bound update/clip/loss launches."""
+        from ..blob import Blob
+        p, net = self.param, self.net
+        dev = net.device
+        self.dev = dev
+        params = net._learnable
+        self.history = [Blob(b.shape, name=f"history[{i}]", device=dev)
+                        for k in range(self.n_history) for i, b in enumerate(params)]
+        for h in self.history:
+            h.data_mem.zero_device()
+        self._clip_buf = dev.alloc(8)
+        pointwise.fill(dev, self._clip_buf, 2, 1.0)
+        self._updates, self._lr_mults, self._clears = [], [], []
+        accum_norm = float(np.float32(1) / np.float32(p.iter_size))
+        momentum, momentum2, delta = p.momentum, p.momentum2, p.delta
+        if self.kind == "RMSProp":
+            momentum2 = p.rms_decay
+        nparams = len(params)
+        for i, (b, spec) in enumerate(zip(params, net._param_specs)):
+            local_decay = float(np.float32(p.weight_decay) * np.float32(spec["decay"]))
+            reg = p.regularization_type if local_decay else None
+            h = self.history[i]
+            h2 = self.history[i + nparams] if self.n_history > 1 else h
+            self._updates.append(sops.update(
+                dev, self.kind, b.count, b.data_buffer(), b.diff_buffer(), h.data_buffer(),
+                h2.data_buffer(), self._clip_buf, accum_norm=accum_norm,
+                local_decay=local_decay, reg=reg, clip=p.clip_gradients >= 0,
+                momentum=momentum, momentum2=momentum2, delta=delta))
+            self._lr_mults.append(np.float32(spec["lr"]))
+            self._clears.append(pointwise.fill_launch(dev, b.diff_buffer(), b.count, 0.0))
+        self._clip_launches = []
+        if p.clip_gradients >= 0 and params:
+            total = sum(sops.sumsq_groups(dev, b.count) for b in params)
+            self._partials = dev.alloc(4 * total)
+            off = 0
+            for b in params:
+                self._clip_launches.append(sops.sumsq_partial(dev, b.count, b.diff_buffer(),
+                                                              self._partials, off))
+                off += sops.sumsq_groups(dev, b.count)
+            self._clip_launches.append(sops.clip_scale(dev, total, self._partials,
+                                                       self._clip_buf, p.clip_gradients))
+        self._ring_cap = max(int(p.display), 1)
+        self._ring = dev.alloc(4 * self._ring_cap)
+        self._ring_iters = []
+        self._loss_plan = None
+        self._dummy = dev.alloc(4)
+        self._train_out_w = _output_loss_weights(net)
+        self._test_plans = {}
+        self._finite_plan = None
+
+    # ---- learning rate -------------------------------------------------------
+    def get_learning_rate(self):
+        """SGDSolver::GetLearningRate (may advance current_step)."""
+        p, it = self.param, self.iter
+        pol = p.lr_policy
+        if pol == "fixed":
+            rate = p.base_lr
+        elif pol == "step":
+            self.current_step = it // p.stepsize
+            rate = p.base_lr * p.gamma ** self.current_step
+        elif pol == "exp":
+            rate = p.base_lr * p.gamma ** it
+        elif pol == "inv":
+            rate = p.base_lr * (1.0 + p.gamma * it) ** (-p.power)
+        elif pol == "multistep":
+            if self.current_step < len(p.stepvalue) and it >= p.stepvalue[self.current_step]:
+                self.current_step += 1
+                log.info("MultiStep Status: Iteration %d, step = %d", it, self.current_step)
+            rate = p.base_lr * p.gamma ** self.current_step
+        elif pol == "poly":
+            rate = p.base_lr * (1.0 - float(it) / p.max_iter) ** p.power
+        elif pol == "sigmoid":
+            rate = p.base_lr * (1.0 / (1.0 + np.exp(-p.gamma * (float(it) - p.stepsize))))
+        else:
+            raise SolverError(f"Unknown learning rate policy: {pol}")
+        return float(np.float32(rate))
+
+    def _rate_factor(self):
+        """Extra factor on local_rate (Adam's bias correction)."""
+        return np.float32(1)
+
+    # ---- the update ------------------------------------------------------------
+    def apply_update(self):
+        """SGDSolver::ApplyUpdate: lr, clip, normalize, regularize, update,
+        Net::Update -- all in device kernels."""
+        p = self.param
+        rate = self.get_learning_rate()
+        display = p.display and self.iter % p.display == 0
+        if display:
+            log.info("Iteration %d, lr = %s", self.iter, _g(rate))
+        q = self.dev.queue
+        params = self.net._learnable
+        for b in params:
+            b.data_mem.to_device()
+            b.diff_mem.to_device()
+        for h in self.history:
+            h.data_mem.to_device()
+        for launch in self._clip_launches:
+            launch.run(q)
+        factor = self._rate_factor()
+        for launch, mult in zip(self._updates, self._lr_mults):
+            launch.set_arg(sops.ARG_LOCAL_RATE, np.float32(rate) * mult * factor)
+            launch.run(q)
+        for b in params:
+            b.data_mem.device_written()
+            b.diff_mem.device_written()
+        for h in self.history:
+            h.data_mem.device_written()
+        if display and self._clip_launches:
+            out = np.empty(2, np.float32)
+            self.dev.download(out, self._clip_buf)
+            if out[1] > p.clip_gradients:
+                log.info("Gradient clipping: scaling down gradients (L2 norm %s > %s) by "
+                         "scale factor %s", _g(out[1]), _g(p.clip_gradients), _g(out[0]))
+
+    def _clear_param_diffs(self):
+        q = self.dev.queue
+        for launch, b in zip(self._clears, self.net._learnable):
+            launch.run(q)
+            b.diff_mem.device_written()
+
+    # ---- forward/backward with device-side loss -----------------------------------
+    def _loss_tops(self, net):
+        return [(t, w) for layer, tops in zip(net.layers, net._top_vecs)
+                for t, w in zip(tops, layer.loss_weights) if w]
+
+    def _build_loss_plan(self, net, out, key_only=False):
+        tops = self._loss_tops(net)
+        key = tuple((id(t.data_mem), t.count) for t, _ in tops)
+        if key_only:
+            return key
+        launches = [sops.loss_accum(self.dev, t.count, t.data_buffer(), w, out)
+                    for t, w in tops]
+        if not launches:
+            launches = [sops.loss_accum(self.dev, 0, self._dummy, 0.0, out)]
+        return key, launches
+
+    def _run_loss(self, plan, slot, first, divisor):
+        q = self.dev.queue
+        n = len(plan)
+        for k, launch in enumerate(plan):
+            launch.set_arg(sops.ARG_LOSS_SLOT, slot)
+            launch.set_arg(sops.ARG_LOSS_ACCUMULATE, 0 if (first and k == 0) else 1)
+            launch.set_arg(sops.ARG_LOSS_DIVISOR, divisor if k == n - 1 else 1.0)
+            launch.run(q)
+
+    def _forward(self, net, check=False):
+        if not check:
+            net._forward_range(0, len(net.layers) - 1)
+            return
+        plan = self._finite_launches(net)
+        q = self.dev.queue
+        for li, layer in enumerate(net.layers):
+            bottoms, tops = net._bottom_vecs[li], net._top_vecs[li]
+            layer.reshape_if_needed(bottoms, tops)
+            layer.forward(bottoms, tops)
+            for launch in plan["fwd"][li]:
+                launch.run(q)
+
+    def _finite_launches(self, net):
+        key = tuple((id(t.data_mem), t.count) for tops in net._top_vecs for t in tops)
+        if self._finite_plan is not None and self._finite_plan["key"] == key:
+            return self._finite_plan
+        dev = self.dev
+        nl = len(net.layers)
+        flags_n = sum(len(t) for t in net._top_vecs) + len(net._learnable)
+        flags = dev.alloc(4 * max(flags_n, 1))
+        what, fwd, idx = [], [], 0
+        for li, tops in enumerate(net._top_vecs):
+            row = []
+            for t in tops:
+                row.append(sops.check_finite(dev, t.count, t.data_buffer(), flags, idx))
+                what.append(("output", li, t.name))
+                idx += 1
+            fwd.append(row)
+        grads = []
+        for pi, b in enumerate(net._learnable):
+            grads.append(sops.check_finite(dev, b.count, b.diff_buffer(), flags, idx))
+            what.append(("gradient", pi, b.name))
+            idx += 1
+        self._finite_plan = dict(key=key, flags=flags, n=flags_n, what=what, fwd=fwd,
+                                 grads=grads, zero=pointwise.fill_launch(dev, flags,
+                                                                         max(flags_n, 1), 0.0),
+                                 nl=nl)
+        return self._finite_plan
+
+    def _raise_if_non_finite(self, net):
+        plan = self._finite_plan
+        vals = np.empty(max(plan["n"], 1), np.float32)
+        self.dev.download(vals, plan["flags"])
+        bad = np.nonzero(vals[:plan["n"]])[0]
+        if not len(bad):
+            return
+        kind, i, name = plan["what"][bad[0]]
+        why = ("debug_info" if self.param.debug_info else "CAFFE_OCL_CHECK_FINITE=1")
+        if kind == "output":
+            layer = net.layers[i]
+            raise SolverError(f"Iteration {self.iter}: layer {layer.name!r} ({layer.type}) "
+                              f"produced a non-finite value (NaN or Inf) in its top "
+                              f"{name!r}; stopping (check enabled by {why})")
+        raise SolverError(f"Iteration {self.iter}: non-finite gradient (NaN or Inf) in "
+                          f"param blob {name!r}; stopping (check enabled by {why})")
+
+    def _forward_backward_iter(self, record_slot):
+        """iter_size forward/backward passes; the mean loss goes to the ring
+        buffer slot ``record_slot`` (None: not recorded)."""
+        p, net = self.param, self.net
+        check = self._check_finite
+        if record_slot is not None:
+            key = self._build_loss_plan(net, self._ring, key_only=True)
+            if self._loss_plan is None or self._loss_plan[0] != key:
+                self._loss_plan = self._build_loss_plan(net, self._ring)
+        last = len(net.layers) - 1
+        for k in range(p.iter_size):
+            if check:
+                plan = self._finite_launches(net)
+                plan["zero"].run(self.dev.queue)
+            self._forward(net, check)
+            if record_slot is not None:
+                self._run_loss(self._loss_plan[1], record_slot, k == 0,
+                               float(p.iter_size) if k == p.iter_size - 1 else 1.0)
+            net._backward_range(last, 0)
+            if check:
+                for launch in plan["grads"]:
+                    launch.run(self.dev.queue)
+                self._raise_if_non_finite(net)
+
+    # ---- smoothed loss (Solver::UpdateSmoothedLoss, replayed at display) ---------
+    def _update_smoothed(self, loss, it, start_iter, average_loss):
+        loss = np.float32(loss)
+        if len(self._losses) < average_loss:
+            self._losses.append(loss)
+            size = len(self._losses)
+            self._smoothed_loss = np.float32(
+                (self._smoothed_loss * np.float32(size - 1) + loss) / np.float32(size))
+        else:
+            idx = (it - start_iter) % average_loss
+            self._smoothed_loss = np.float32(
+                self._smoothed_loss + (loss - self._losses[idx]) / np.float32(average_loss))
+            self._losses[idx] = loss
+
+    def _flush_losses(self):
+        if not self._ring_iters:
+            return
+        vals = np.empty(self._ring_cap, np.float32)
+        self.dev.download(vals, self._ring)
+        for k, it in enumerate(self._ring_iters):
+            self._update_smoothed(vals[k], it, self._start_iter, self.param.average_loss)
+        self._ring_iters = []
+
+    @property
+    def smoothed_loss(self):
+        self._flush_losses()
+        return float(self._smoothed_loss)
+
+    # ---- main loop -----------------------------------------------------------------
+    def add_callback(self, on_start, on_gradients):
+        """pycaffe: on_start() before each iteration's forward passes,
+        on_gradients() after them, before the update."""
+        self._callbacks.append(Callback(on_start, on_gradients))
+
+    def set_action_function(self, fn):
+        """fn() -> "none" | "stop" | "snapshot", polled between iterations
+        (Caffe's SetActionFunction; the CLI's signal handler)."""
+        self._action_fn = fn
+
+    def _requested_action(self):
+        return self._action_fn() if self._action_fn else NONE
+
+    def step(self, iters):
+        """Solver::Step: run ``iters`` iterations."""
+        p = self.param
+        start_iter = self.iter
+        stop_iter = self.iter + int(iters)
+        self._losses, self._smoothed_loss = [], np.float32(0)
+        self._start_iter = start_iter
+        self._ring_iters = []
+        timer = time.time()
+        iterations_last = self.iter
+        while self.iter < stop_iter:
+            self._clear_param_diffs()
+            if p.test_interval and self.iter % p.test_interval == 0 and \
+                    (self.iter > 0 or p.test_initialization):
+                self.test_all()
+                if self._requested_early_exit:
+                    break
+            for cb in self._callbacks:
+                cb.on_start()
+            display = p.display and self.iter % p.display == 0
+            slot = None
+            if p.display:
+                slot = len(self._ring_iters)
+                self._ring_iters.append(self.iter)
+            self._forward_backward_iter(slot)
+            if display:
+                self._flush_losses()
+                lapse = time.time() - timer
+                per_s = (self.iter - iterations_last) / (lapse if lapse else 1)
+                log.info("Iteration %d (%s iter/s, %ss/%d iters), loss = %s", self.iter,
+                         _g(per_s), _g(lapse), p.display, _g(self._smoothed_loss))
+                timer = time.time()
+                iterations_last = self.iter
+                self._log_outputs(self.net, self._train_out_w)
+            for cb in self._callbacks:
+                cb.on_gradients()
+            self.apply_update()
+            self.iter += 1
+            request = self._requested_action()
+            if (p.snapshot and self.iter % p.snapshot == 0) or request == SNAPSHOT:
+                self.snapshot()
+            if request == STOP:
+                self._requested_early_exit = True
+                break
+
+    def _log_outputs(self, net, weights):
+        idx = 0
+        for name in net.outputs:
+            vals = net.blobs[name].host_data().ravel()
+            w = weights.get(name, 0.0)
+            for v in vals:
+                extra = f" (* {_g(w)} = {_g(np.float32(w) * v)} loss)" if w else ""
+                log.info("    Train net output #%d: %s = %s%s", idx, name, _g(v), extra)
+                idx += 1
+
+    def solve(self, resume_file=None):
+        """Solver::Solve: train to max_iter (optionally resuming a .solverstate)."""
+        p = self.param
+        log.info("Solving %s", self.net.name)
+        log.info("Learning Rate Policy: %s", p.lr_policy)
+        self._requested_early_exit = False
+        if resume_file:
+            log.info("Restoring previous solver status from %s", resume_file)
+            self.restore(resume_file)
+        start_iter = self.iter
+        self.step(p.max_iter - self.iter)
+        if p.snapshot_after_train and (not p.snapshot or self.iter % p.snapshot != 0):
+            self.snapshot()
+        if self._requested_early_exit:
+            log.info("Optimization stopped early.")
+            return
+        if p.display and self.iter % p.display == 0:
+            self._flush_losses()
+            self._forward(self.net)
+            loss = self.net.loss()
+            self._update_smoothed(loss, self.iter, start_iter, p.average_loss)
+            log.info("Iteration %d, loss = %s", self.iter, _g(self._smoothed_loss))
+        if p.test_interval and self.iter % p.test_interval == 0:
+            self.test_all()
+        log.info("Optimization Done.")
+
+    # ---- testing ---------------------------------------------------------------------
+    def test_all(self):
+        for i in range(len(self.test_nets)):
+            if self._requested_early_exit:
+                break
+            self.test(i)
+
+    def _test_plan(self, i):
+        net = self.test_nets[i]
+        outs = [net.blobs[n] for n in net.outputs]
+        key = (tuple((id(b.data_mem), b.count) for b in outs),
+               self._build_loss_plan(net, None, key_only=True))
+        plan = self._test_plans.get(i)
+        if plan is not None and plan["key"] == key:
+            return plan
+        dev = self.dev
+        total = sum(b.count for b in outs)
+        acc = dev.alloc(4 * max(total, 1))
+        launches, off = [], 0
+        for b in outs:
+            launches.append((pointwise.copy2d(dev, 1, b.count, b.data_buffer(), 0, b.count,
+                                              acc, off, b.count, accumulate=False),
+                             pointwise.copy2d(dev, 1, b.count, b.data_buffer(), 0, b.count,
+                                              acc, off, b.count, accumulate=True)))
+            off += b.count
+        loss_buf = dev.alloc(4)
+        _, loss_launches = self._build_loss_plan(net, loss_buf)
+        plan = dict(key=key, acc=acc, total=total, copies=launches, loss_buf=loss_buf,
+                    loss=loss_launches, names=[(b.name, b.count) for b in outs])
+        self._test_plans[i] = plan
+        return plan
+
+    def test(self, test_net_id=0):
+        """Solver::Test: run test_iter batches of a test net, log mean outputs."""
+        p = self.param
+        log.info("Iteration %d, Testing net (#%d)", self.iter, test_net_id)
+        net = self.test_nets[test_net_id]
+        share_trained_layers(net, self.net)
+        n_iter = p.test_iter[test_net_id]
+        plan = self._test_plan(test_net_id)
+        q = self.dev.queue
+        for i in range(n_iter):
+            request = self._requested_action()
+            while request != NONE:
+                if request == SNAPSHOT:
+                    self.snapshot()
+                elif request == STOP:
+                    self._requested_early_exit = True
+                request = self._requested_action()
+            if self._requested_early_exit:
+                break
+            self._forward(net)
+            plan = self._test_plan(test_net_id)
+            for first, rest in plan["copies"]:
+                (first if i == 0 else rest).run(q)
+            if p.test_compute_loss:
+                self._run_loss(plan["loss"], 0, i == 0, 1.0)
+        if self._requested_early_exit:
+            log.info("Test interrupted.")
+            return
+        scores = np.zeros(max(plan["total"], 1), np.float32)
+        if n_iter:
+            self.dev.download(scores, plan["acc"])
+        if p.test_compute_loss:
+            loss = np.zeros(1, np.float32)
+            if n_iter:
+                self.dev.download(loss, plan["loss_buf"])
+            log.info("Test loss: %s", _g(loss[0] / np.float32(n_iter)))
+        weights = _output_loss_weights(net)
+        means, idx, off = [], 0, 0
+        if n_iter:
+            for name, count in plan["names"]:
+                w = weights.get(name, 0.0)
+                for k in range(count):
+                    mean = np.float32(scores[off + k] / np.float32(n_iter))
+                    means.append(float(mean))
+                    extra = f" (* {_g(w)} = {_g(np.float32(w) * mean)} loss)" if w else ""
+                    log.info("    Test net output #%d: %s = %s%s", idx, name, _g(mean), extra)
+                    idx += 1
+                off += count
+        self.mean_scores = getattr(self, "mean_scores", {})
+        self.mean_scores[test_net_id] = means
+        return means
+
+    def share_weights(self, net):
+        """pycaffe: make ``net`` use this solver's trained weights."""
+        share_trained_layers(net, self.net)
+
+    # ---- snapshots -------------------------------------------------------------------
+    def snapshot_filename(self, ext):
+        return f"{self.param.snapshot_prefix}_iter_{self.iter}{ext}"
+
+    def snapshot(self):
+        """Write {prefix}_iter_{N}.caffemodel and .solverstate (atomically)."""
+        from ..ops.random import get_state
+        p = self.param
+        hdf5 = p.snapshot_format == caffe_pb2.SolverParameter.HDF5
+        if hdf5:
+            return self._snapshot_hdf5()
+        model = self.snapshot_filename(".caffemodel")
+        log.info("Snapshotting to binary proto file %s", model)
+        _write(self.net.to_proto(write_diff=p.snapshot_diff), model)
+        state = caffe_pb2.SolverState()
+        state.iter = self.iter
+        state.learned_net = model
+        state.current_step = self.current_step
+        for h in self.history:
+            state.history.add().CopyFrom(array_to_blobproto(h.host_data()))
+        path = self.snapshot_filename(".solverstate")
+        log.info("Snapshotting solver state to binary proto file %s", path)
+        _write(st.RawMessage(st.solver_state_bytes(state, get_state())), path)
+        return path
+
+    def _snapshot_hdf5(self):
+        h5py = _require_h5py("snapshot_format: HDF5")
+        from ..ops.random import get_state
+        model = self.snapshot_filename(".caffemodel.h5")
+        log.info("Snapshotting to HDF5 file %s", model)
+        tmp = f"{model}.tmp-{os.getpid()}"
+        try:
+            with h5py.File(tmp, "w") as f:
+                for name, layer in zip(self.net._layer_names, self.net.layers):
+                    for j, b in enumerate(layer.blobs):
+                        f.create_dataset(f"data/{name}/{j}", data=b.host_data())
+                        if self.param.snapshot_diff:
+                            f.create_dataset(f"diff/{name}/{j}", data=b.host_diff())
+            os.replace(tmp, model)
+            path = self.snapshot_filename(".solverstate.h5")
+            log.info("Snapshotting solver state to HDF5 file %s", path)
+            tmp = f"{path}.tmp-{os.getpid()}"
+            with h5py.File(tmp, "w") as f:
+                f["iter"] = self.iter
+                f["learned_net"] = model
+                f["current_step"] = self.current_step
+                rng = get_state()
+                f["caffe_ocl_rng"] = np.array([rng["seed"], rng["stream"]], np.uint64)
+                for i, h in enumerate(self.history):
+                    f.create_dataset(f"history/{i}", data=h.host_data())
+            os.replace(tmp, path)
+        except OSError as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise SolverError(f"cannot write snapshot {tmp.rsplit('.tmp-', 1)[0]}: "
+                              f"{e.strerror or e}") from None
+        return path
+
+    def restore(self, path):
+        """Solver::Restore from a .solverstate (or .solverstate.h5)."""
+        from ..ops.random import set_state
+        path = os.fspath(path)
+        if path.endswith(".h5"):
+            return self._restore_hdf5(path)
+        if not os.path.exists(path):
+            raise FileNotFound(f"solver state not found: {path}")
+        with open(path, "rb") as f:
+            raw = f.read()
+        state, rng = st.parse_solver_state(raw, path)
+        if state.learned_net:
+            self._restore_net(state.learned_net, path)
+        self._restore_history([blobproto_to_array(b) for b in state.history], path)
+        self.iter = state.iter
+        self.current_step = state.current_step
+        if rng is not None:
+            set_state(rng)
+        else:
+            log.info("%s holds no caffe_ocl random state (a Caffe snapshot?); random "
+                     "numbers will not continue the original run's sequence", path)
+        log.info("%s: restoring history", type(self).__name__)
+
+    def _restore_hdf5(self, path):
+        h5py = _require_h5py(f"restoring {path}")
+        from ..ops.random import set_state
+        with h5py.File(path, "r") as f:
+            learned = f["learned_net"][()]
+            learned = learned.decode() if isinstance(learned, bytes) else str(learned)
+            hist = [np.asarray(f[f"history/{i}"]) for i in range(len(f["history"]))] \
+                if "history" in f else []
+            it, cs = int(f["iter"][()]), int(f["current_step"][()])
+            rng = np.asarray(f["caffe_ocl_rng"]) if "caffe_ocl_rng" in f else None
+        if learned:
+            lp = self._resolve_learned(learned, path)
+            with h5py.File(lp, "r") as f:
+                for name, layer in zip(self.net._layer_names, self.net.layers):
+                    for j, b in enumerate(layer.blobs):
+                        key = f"data/{name}/{j}"
+                        if key not in f:
+                            raise SolverError(f"{lp}: no weights for layer {name!r} param {j}:"
+                                              " the snapshot was made for a different net")
+                        arr = np.asarray(f[key])
+                        if arr.shape != b.shape:
+                            raise SolverError(f"{lp}: layer {name!r} param {j} has shape "
+                                              f"{arr.shape}, the net expects {b.shape}")
+                        b.data[...] = arr
+        self._restore_history(hist, path)
+        self.iter, self.current_step = it, cs
+        if rng is not None:
+            set_state({"seed": int(rng[0]), "stream": int(rng[1])})
+
+    def _resolve_learned(self, learned, state_path):
+        if os.path.exists(learned):
+            return learned
+        alt = os.path.join(os.path.dirname(os.path.abspath(state_path)),
+                           os.path.basename(learned))
+        if os.path.exists(alt):
+            return alt
+        raise FileNotFound(f"{state_path}: its learned_net {learned!r} does not exist "
+                           f"(also looked for {alt})")
+
+    def _restore_net(self, learned, state_path):
+        lp = self._resolve_learned(learned, state_path)
+        src = read_net(lp)
+        have = {l.name: l for l in src.layer}
+        for name, layer in zip(self.net._layer_names, self.net.layers):
+            if not layer.blobs:
+                continue
+            sl = have.get(name)
+            if sl is None:
+                raise SolverError(f"{lp}: snapshot has no layer {name!r} (it has "
+                                  f"{', '.join(sorted(l.name for l in src.layer if l.blobs)) or 'no layers with weights'}): "
+                                  "the snapshot was made for a different net")
+            if len(sl.blobs) != len(layer.blobs):
+                raise SolverError(f"{lp}: layer {name!r} has {len(sl.blobs)} param blobs in the "
+                                  f"snapshot, the net has {len(layer.blobs)}: the snapshot was "
+                                  "made for a different net")
+        try:
+            self.net.copy_from(src)
+        except ShapeError as e:
+            raise SolverError(f"{lp}: {e} (the snapshot was made for a different net)") from None
+
+    def _restore_history(self, arrays, path):
+        params = self.net._learnable
+        if len(arrays) != len(self.history):
+            raise SolverError(f"{path}: incorrect length of history blobs: the snapshot has "
+                              f"{len(arrays)}, this {self.kind} solver for net "
+                              f"{self.net.name!r} needs {len(self.history)} "
+                              f"({self.n_history} per learnable param): the snapshot was made "
+                              "for a different net or solver type")
+        for i, (h, arr) in enumerate(zip(self.history, arrays)):
+            if arr.size != h.count:
+                pb = params[i % len(params)]
+                raise SolverError(f"{path}: history blob {i} has shape {arr.shape}, but "
+                                  f"param {pb.name!r} has shape {pb.shape}: the snapshot "
+                                  "was made for a different net")
+            h.data[...] = arr.reshape(h.shape)
+
+
+def _require_h5py(what):
+    try:
+        import h5py
+    except ImportError:
+        raise SolverError(f"{what} needs the h5py package, which is not installed "
+                          "(pip install h5py), or use snapshot_format: BINARYPROTO") from None
+    return h5py
+
+
+def _write(msg, path):
+    try:
+        write_binary(msg, path)
+    except OSError as e:
+        import errno
+        hint = " (disk full)" if e.errno == errno.ENOSPC else ""
+        raise SolverError(f"cannot write snapshot {path}: {e.strerror or e}{hint}; "
+                          "earlier snapshots are left intact") from None
+
+
+def load_net_weights(net, model_list):
+    """Net's LoadNetWeights: comma-separated list of .caffemodel files."""
+    for name in str(model_list).split(","):
+        name = name.strip()
+        if not name:
+            continue
+        log.info("Finetuning from %s", name)
+        net.copy_from(name)

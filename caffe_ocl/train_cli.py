@@ -1,0 +1,283 @@
+"""`caffe_ocl train` and `caffe_ocl test`: Caffe's tools/caffe.cpp.
+
+    caffe_ocl train --solver=S [--weights=W1,W2 | --snapshot=S.solverstate] [--gpu=N]
+                    [--level=L] [--stage=a,b] [--sigint_effect=stop|snapshot|none]
+                    [--sighup_effect=stop|snapshot|none]
+    caffe_ocl test --model=M --weights=W [--iterations=50] [--gpu=N] [--level] [--stage]
+
+Flags take every gflags spelling (-x v, --x v, --x=v, -x=v). ``train()`` is
+the same code path for Python callers (the embedded demo uses it).
+"""
+import logging
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+
+from .errors import SolverError
+from .flags import FlagError, parse_flags
+
+log = logging.getLogger("caffe_ocl")
+
+EFFECTS = ("stop", "snapshot", "none")
+
+TRAIN_SPEC = {"solver": str, "weights": str, "snapshot": str, "gpu": str, "model": str,
+              "iterations": int, "level": int, "stage": str, "sigint_effect": str,
+              "sighup_effect": str, "phase": str}
+DEFAULTS = {"solver": "", "weights": "", "snapshot": "", "gpu": "", "model": "",
+            "iterations": 50, "level": 0, "stage": "", "sigint_effect": "stop",
+            "sighup_effect": "snapshot", "phase": ""}
+
+
+# --------------------------------------------------------------------------
+# Signals (Caffe's SignalHandler): the handler only sets a flag; the solver
+# polls it between iterations.
+# --------------------------------------------------------------------------
+
+class SignalHandler:
+    def __init__(self, sigint_effect="stop", sighup_effect="snapshot"):
+        for name, v in (("sigint_effect", sigint_effect), ("sighup_effect", sighup_effect)):
+            if v not in EFFECTS:
+                raise FlagError(f'Invalid signal effect "{v}" was specified for --{name} '
+                                f"(stop, snapshot or none)")
+        self.effects = {"int": sigint_effect, "hup": sighup_effect}
+        self.got = {"int": False, "hup": False}
+        self._old = {}
+
+    def _handler(self, signum, frame):
+        self.got["hup" if signum == getattr(signal, "SIGHUP", None) else "int"] = True
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            sigs = [signal.SIGINT] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+            for s in sigs:
+                self._old[s] = signal.signal(s, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        self._old = {}
+
+    def action(self):
+        for k in ("int", "hup"):
+            if self.got[k]:
+                self.got[k] = False
+                return self.effects[k]
+        return "none"
+
+
+# --------------------------------------------------------------------------
+# Progress bar (stderr, only when it is a terminal)
+# --------------------------------------------------------------------------
+
+class _ClearLine(logging.Filter):
+    def __init__(self, bar):
+        super().__init__()
+        self.bar = bar
+
+    def filter(self, record):
+        if self.bar.shown:
+            self.bar.stream.write("\r\x1b[K")
+            self.bar.shown = False
+        return True
+
+
+class ProgressBar:
+    def __init__(self, solver, total, stream=None):
+        self.solver, self.total = solver, max(int(total), 1)
+        self.stream = stream or sys.stderr
+        self.shown, self.last = False, 0.0
+        self.filter = _ClearLine(self)
+        logging.getLogger("caffe_ocl").addFilter(self.filter)
+
+    def update(self):
+        now = time.time()
+        if now - self.last < 0.2:
+            return
+        self.last = now
+        it = self.solver.iter
+        frac = min(it / self.total, 1.0)
+        n = int(frac * 30)
+        self.stream.write(f"\r[{'=' * n}{' ' * (30 - n)}] {it}/{self.total} iters")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self):
+        logging.getLogger("caffe_ocl").removeFilter(self.filter)
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+# --------------------------------------------------------------------------
+# Device choice from --gpu / solver_mode
+# --------------------------------------------------------------------------
+
+def _gpu_ids(flag):
+    flag = (flag or "").strip()
+    if not flag:
+        return []
+    if flag == "all":
+        return [0]
+    try:
+        return [int(x) for x in flag.split(",") if x.strip()]
+    except ValueError:
+        raise FlagError(f"--gpu expects N, N,M,... or all, got {flag!r}") from None
+
+
+def select_device(gpu_flag, solver_param=None):
+    """Caffe: --gpu wins; else solver_mode GPU uses device_id. Only the
+    first id is used (multi-device training is not supported yet)."""
+    from . import device as D
+    from .proto import caffe_pb2
+    ids = _gpu_ids(gpu_flag)
+    if gpu_flag.strip() == "all":
+        log.info("--gpu=all: using the first OpenCL device (multi-device training is "
+                 "not yet supported)")
+    if not ids and solver_param is not None and solver_param.HasField("solver_mode") and \
+            solver_param.solver_mode == caffe_pb2.SolverParameter.GPU:
+        ids = [solver_param.device_id]
+    if len(ids) > 1:
+        log.warning("Several devices given (%s): multi-device training is not yet "
+                    "supported; using device %d", ",".join(map(str, ids)), ids[0])
+    if ids:
+        log.info("Using GPUs %d", ids[0])
+        want = ids[0]
+        devices = D.list_devices()
+        info, _ = D.choose_device(devices, want, "gpu")
+        cur = D._current
+        if cur is None or cur.cl_device != info["device"]:
+            D.set_mode_gpu()
+            D.set_device(want)
+    else:
+        log.info("Use default OpenCL device (CAFFE_OCL_DEVICE to choose).")
+    return ids
+
+
+def _stages(flag):
+    return [s for s in (flag or "").split(",") if s]
+
+
+# --------------------------------------------------------------------------
+# train
+# --------------------------------------------------------------------------
+
+def train(solver_path, weights=None, snapshot=None, *, gpu="", level=0, stages=(),
+          sigint_effect="stop", sighup_effect="snapshot", progress=None):
+    """Train as `caffe_ocl train` does; returns the solver after solve().
+
+    ``weights``: a .caffemodel path or comma-separated list (fine-tuning);
+    ``snapshot``: a .solverstate to resume. ``progress``: None = a bar on
+    stderr when stderr is a terminal."""
+    from .solvers import read_solver, solver_class
+    if not solver_path:
+        raise SolverError("Need a solver definition to train.")
+    if snapshot and weights:
+        raise SolverError("Give a snapshot to resume training or weights to finetune "
+                          "but not both.")
+    handler = SignalHandler(sigint_effect, sighup_effect)
+    param = read_solver(solver_path)
+    param.train_state.level = int(level)
+    for s in stages:
+        param.train_state.stage.append(s)
+    select_device(gpu or "", param)
+    if snapshot:
+        del param.weights[:]
+    elif weights:
+        del param.weights[:]
+        param.weights.append(weights)
+    solver = solver_class(param.type)(param, source=str(solver_path))
+    solver.set_action_function(handler.action)
+    if snapshot:
+        log.info("Resuming from %s", snapshot)
+        solver.restore(snapshot)
+    bar = None
+    if progress or (progress is None and sys.stderr.isatty()):
+        bar = ProgressBar(solver, param.max_iter)
+        solver.add_callback(bar.update, lambda: None)
+    log.info("Starting Optimization")
+    try:
+        with handler:
+            solver.solve()
+    finally:
+        if bar is not None:
+            bar.close()
+    log.info("Optimization Done.")
+    return solver
+
+
+def _init_log():
+    from .logs import init_log
+    init_log()
+
+
+def train_main(argv):
+    flags, pos = parse_flags(argv, TRAIN_SPEC, DEFAULTS, program="caffe_ocl train")
+    if pos:
+        raise FlagError(f"caffe_ocl train: unexpected arguments {pos}")
+    _init_log()
+    if not flags["solver"]:
+        raise SolverError("Need a solver definition to train (--solver=...).")
+    train(flags["solver"], flags["weights"] or None, flags["snapshot"] or None,
+          gpu=flags["gpu"], level=flags["level"], stages=_stages(flags["stage"]),
+          sigint_effect=flags["sigint_effect"], sighup_effect=flags["sighup_effect"])
+    return 0
+
+
+# --------------------------------------------------------------------------
+# test
+# --------------------------------------------------------------------------
+
+def score(model, weights, iterations=50, *, gpu="", level=0, stages=()):
+    """`caffe test`: returns (mean loss, [(output name, mean score), ...])."""
+    from . import net as N
+    from .solvers.solver import load_net_weights, _output_loss_weights, _g
+    if not model:
+        raise SolverError("Need a model definition to score (--model=...).")
+    if not weights:
+        raise SolverError("Need model weights to score (--weights=...).")
+    select_device(gpu or "")
+    net = N.Net(model, phase=N.TEST, level=level, stages=stages)
+    load_net_weights(net, weights)
+    log.info("Running for %d iterations.", iterations)
+    names = net.outputs
+    scores, ids, loss = [], [], np.float32(0)
+    for i in range(iterations):
+        net._forward_range(0, len(net.layers) - 1)
+        loss = np.float32(loss + np.float32(net.loss()))
+        idx = 0
+        for j, name in enumerate(names):
+            for v in net.blobs[name].host_data().ravel():
+                v = np.float32(v)
+                if i == 0:
+                    scores.append(v)
+                    ids.append(j)
+                else:
+                    scores[idx] = np.float32(scores[idx] + v)
+                log.info("Batch %d, %s = %s", i, name, _g(v))
+                idx += 1
+    loss = loss / np.float32(max(iterations, 1))
+    log.info("Loss: %s", _g(loss))
+    weights_of = _output_loss_weights(net)
+    out = []
+    for s, j in zip(scores, ids):
+        name = names[j]
+        w = weights_of.get(name, 0.0)
+        mean = np.float32(s / np.float32(iterations))
+        extra = f" (* {_g(w)} = {_g(np.float32(w) * mean)} loss)" if w else ""
+        log.info("%s = %s%s", name, _g(mean), extra)
+        out.append((name, float(mean)))
+    return float(loss), out
+
+
+def test_main(argv):
+    flags, pos = parse_flags(argv, TRAIN_SPEC, DEFAULTS, program="caffe_ocl test")
+    if pos:
+        raise FlagError(f"caffe_ocl test: unexpected arguments {pos}")
+    _init_log()
+    score(flags["model"], flags["weights"], flags["iterations"], gpu=flags["gpu"],
+          level=flags["level"], stages=_stages(flags["stage"]))
+    return 0
