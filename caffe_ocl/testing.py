@@ -59,9 +59,9 @@ def forward(layer, bottoms, tops):
 def _objective(tops, top_id, top_data_id):
     if top_id is None:
         return 0.5 * sum(float(np.sum(t.host_data().astype(np.float64) ** 2)) for t in tops)
-    v = float(tops[top_id].host_data().ravel()[top_data_id])
-    return v if top_data_id is not None else 0.5 * float(
-        np.sum(tops[top_id].host_data().astype(np.float64) ** 2))
+    if top_data_id is not None:
+        return float(tops[top_id].host_data().ravel()[top_data_id])
+    return 0.5 * float(np.sum(tops[top_id].host_data().astype(np.float64) ** 2))
 
 
 def _set_top_diffs(tops, top_id, top_data_id):

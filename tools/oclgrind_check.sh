@@ -12,9 +12,9 @@ export CAFFE_OCL_DEVICE=Oclgrind OCLGRIND_LOG="$log" OCLGRIND_CHECK_API=1 OCLGRI
 export CAFFE_OCL_CACHE="${CAFFE_OCL_CACHE:-$(mktemp -d)}"
 python3 -m pytest -q -p no:cacheprovider "$@"
 rc=$?
-if grep -qE "Invalid (read|write)|Uninitialized|[Dd]ata race|Work-group divergence|error" "$log"; then
+if grep -qiE "Invalid (read|write)|Uninitialized|data race|Work-group divergence|error|fatal" "$log"; then
   echo "Oclgrind reported errors:"
-  grep -E -A6 "Invalid (read|write)|Uninitialized|[Dd]ata race|Work-group divergence|error" "$log" | head -80
+  grep -iE -A6 "Invalid (read|write)|Uninitialized|data race|Work-group divergence|error|fatal" "$log" | head -80
   rc=1
 fi
 rm -f "$log"
