@@ -31,5 +31,6 @@ def init_log(level=logging.INFO, stream=None):
     h._caffe_ocl = True
     logger.addHandler(h)
     logger.setLevel(level)
-    logger.propagate = False
+    # Propagation stays on: with no root handlers (the command line) nothing
+    # prints twice, and applications' own logging setups still see our lines.
     return logger

@@ -8,6 +8,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
+@pytest.fixture(autouse=True)
+def _restore_caffe_ocl_logger():
+    """Commands under test install Caffe-style log handlers; undo that so one
+    test's logging setup never hides another test's log records."""
+    import logging
+    lg = logging.getLogger("caffe_ocl")
+    saved = (list(lg.handlers), lg.propagate, lg.level)
+    yield
+    lg.handlers[:] = saved[0]
+    lg.propagate, lg.level = saved[1], saved[2]
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
