@@ -1,13 +1,25 @@
-"""Where the shipped files live, in a checkout and in an installed package."""
+"""Where the shipped files live, in a checkout and in an installed package.
+
+``models_dir()``: the ``models/`` folder (nets, solvers, the CIFAR-10
+weights). In a checkout it is ``<root>/models`` beside the package; an
+installed wheel carries it as ``caffe_ocl/models``; ``$CAFFE_OCL_MODELS``
+overrides both.
+"""
+import os
 from pathlib import Path
 
-_PKG = Path(__file__).resolve().parent
+from .errors import FileNotFound
+
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def models_dir():
-    """The `models/` folder: inside the package when installed from a wheel
-    (mapped there by pyproject.toml), beside it in a checkout."""
-    for cand in (_PKG / "models", _PKG.parent / "models"):
-        if cand.is_dir():
-            return cand
-    raise FileNotFoundError("caffe_ocl's models/ folder is missing from this installation")
+    cands = []
+    if os.environ.get("CAFFE_OCL_MODELS"):
+        cands.append(Path(os.environ["CAFFE_OCL_MODELS"]))
+    cands += [PACKAGE_DIR / "models", PACKAGE_DIR.parent / "models"]
+    for c in cands:
+        if (c / "lenet").is_dir():
+            return c
+    raise FileNotFound("the shipped models/ folder was not found (looked in "
+                       + ", ".join(map(str, cands)) + "); set CAFFE_OCL_MODELS to its path")

@@ -1,29 +1,7 @@
-"""Where shipped files live, from a checkout and from an installed wheel.
-
-``models_dir()``: the ``models/`` folder (nets and solvers). In a source
-checkout it is ``<root>/models`` next to the ``caffe_ocl`` package; an
-installed wheel carries it as ``caffe_ocl/models``. ``$CAFFE_OCL_MODELS``
-overrides both.
-"""
+"""Shipped data files: the embedded MNIST digits (and models_dir, re-exported)."""
 import os
 
-from ..errors import FileNotFound
-
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def models_dir():
-    cands = []
-    env = os.environ.get("CAFFE_OCL_MODELS")
-    if env:
-        cands.append(env)
-    cands += [os.path.join(PACKAGE_DIR, "models"),
-              os.path.join(os.path.dirname(PACKAGE_DIR), "models")]
-    for c in cands:
-        if os.path.isdir(os.path.join(c, "lenet")):
-            return c
-    raise FileNotFound("the shipped models/ folder was not found (looked in "
-                       + ", ".join(cands) + "); set CAFFE_OCL_MODELS to its path")
+from ..paths import models_dir  # noqa: F401  (one definition, in caffe_ocl/paths.py)
 
 
 def mnist_dir():

@@ -6,6 +6,10 @@
  * (images x groups of a grouped convolution).
  * Epilogue: BIAS == 1 adds bias[g*M + m] (per row, g = group), BIAS == 2 adds bias[n]
  * (per column) -- bias is fused so a convolution is one launch.
+ * Activation epilogue, applied last (after alpha, bias and beta):
+ * ACT == 1: ReLU, v > 0 ? v : act_a * v (act_a = negative_slope);
+ * ACT == 2: clip, fmax(act_a, fmin(act_b, v)). ACT == 0 (default): none,
+ * act_a/act_b unused.
  *
  * Tiling: a work-group computes a TM x TN block of C with
  * (TN/WN) x (TM/WM) work-items, each holding a WM x WN register tile;
@@ -39,6 +43,12 @@
 #ifndef GROUPS
 #define GROUPS 1
 #endif
+#ifndef ACT
+#define ACT 0
+#endif
+#if ACT < 0 || ACT > 2
+#error "ACT must be 0 (none), 1 (relu) or 2 (clip)"
+#endif
 
 #define LX (TN / WN)
 #define LY (TM / WM)
@@ -54,7 +64,7 @@ void gemm(int M, int N, int K, float alpha,
           __global const float* B, int offB, int ldb, int sB_n, int sB_g,
           float beta,
           __global float* C, int offC, int ldc, int sC_n, int sC_g,
-          __global const float* bias, int offBias) {
+          __global const float* bias, int offBias, float act_a, float act_b) {
     const int z = get_group_id(2);
     const int zn = z / GROUPS, zg = z - zn * GROUPS;
     A += offA + zn * sA_n + zg * sA_g;
@@ -119,6 +129,11 @@ void gemm(int M, int N, int K, float alpha,
             v += bias[offBias + n];
 #endif
             if (beta != 0.0f) v += beta * C[m * ldc + n];
+#if ACT == 1
+            v = v > 0.0f ? v : act_a * v;
+#elif ACT == 2
+            v = fmax(act_a, fmin(act_b, v));
+#endif
             C[m * ldc + n] = v;
         }
     }

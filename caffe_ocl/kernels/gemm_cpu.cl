@@ -4,7 +4,9 @@
  * barriers) run at 5-10 GFLOP/s on PoCL; here one work-item (work-group of
  * one) owns a BM x BN block of C, packs a KC x BN panel of op(B) into local
  * memory (zero-padded, so the inner loop has no edge tests) and sweeps it
- * with a 4 x 16 register tile of float8 accumulators. */
+ * with a 4 x 16 register tile of float8 accumulators.
+ * ACT (activation epilogue) as in gemm.cl; it is applied once, when the
+ * last KC panel has been accumulated. */
 #include "common.h"
 
 #ifndef TRANS_A
@@ -28,6 +30,19 @@
 #ifndef GROUPS
 #define GROUPS 1
 #endif
+#ifndef ACT
+#define ACT 0
+#endif
+#if ACT < 0 || ACT > 2
+#error "ACT must be 0 (none), 1 (relu) or 2 (clip)"
+#endif
+#if ACT == 1
+#define APPLY_ACT(v) ((v) > 0.0f ? (v) : act_a * (v))
+#elif ACT == 2
+#define APPLY_ACT(v) fmax(act_a, fmin(act_b, (v)))
+#else
+#define APPLY_ACT(v) (v)
+#endif
 #if (BN % 16) || (BM % 4)
 #error "BN must be a multiple of 16 and BM of 4"
 #endif
@@ -49,7 +64,7 @@ void gemm(int M, int N, int K, float alpha,
           __global const float* B, int offB, int ldb, int sB_n, int sB_g,
           float beta,
           __global float* C, int offC, int ldc, int sC_n, int sC_g,
-          __global const float* bias, int offBias) {
+          __global const float* bias, int offBias, float act_a, float act_b) {
     const int z = get_global_id(2);
     const int zn = z / GROUPS, zg = z - zn * GROUPS;
     A += offA + zn * sA_n + zg * sA_g;
@@ -64,6 +79,9 @@ void gemm(int M, int N, int K, float alpha,
     for (int k0 = 0; k0 < K; k0 += KC) {
         const int kb = min(KC, K - k0);
         const int first = (k0 == 0);
+#if ACT
+        const int last = (k0 + KC >= K);
+#endif
         /* pack op(B)[k0:k0+kb, n0:n0+BN] row-major, zero beyond N */
         for (int k = 0; k < kb; ++k) {
             for (int n = 0; n < nb; ++n) Bp[k * BN + n] = B_AT(k0 + k, n0 + n);
@@ -107,6 +125,9 @@ void gemm(int M, int N, int K, float alpha,
                         } else {
                             v += crow[j];
                         }
+#if ACT
+                        if (last) v = APPLY_ACT(v);
+#endif
                         crow[j] = v;
                     }
                 }
@@ -123,7 +144,7 @@ void gemm(int M, int N, int K, float alpha,
 #elif BIAS == 2
                 v += bias[offBias + n];
 #endif
-                C[m * ldc + n] = v;
+                C[m * ldc + n] = APPLY_ACT(v);
             }
     }
 }

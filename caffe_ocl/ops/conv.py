@@ -96,8 +96,11 @@ def _cols_operand(g, im, col, n0):
     return col, 0, g.col_rows * g.out_spatial
 
 
-def forward(dev, g, x, weight, y, col, bias=None):
-    """y[n, Co, Ho, Wo] = conv(x[n, C, H, W], weight[Co, C/G, KH, KW]) (+ bias)."""
+def forward(dev, g, x, weight, y, col, bias=None, act=None):
+    """y[n, Co, Ho, Wo] = act(conv(x[n, C, H, W], weight[Co, C/G, KH, KW]) (+ bias)).
+
+    ``act``: None, ("relu", negative_slope) or ("clip", lo, hi), applied in
+    the GEMM epilogue (see ops.gemm.gemm)."""
     M = g.out_channels // g.groups
     K = g.col_rows // g.groups
     N = g.out_spatial
@@ -110,7 +113,8 @@ def forward(dev, g, x, weight, y, col, bias=None):
                         off_b=boff, off_c=n0 * g.out_channels * N,
                         batch=nc, groups=g.groups,
                         stride_a=(0, M * K), stride_b=(bstride, K * N),
-                        stride_c=(g.out_channels * N, M * N), bias=bias, bias_axis=0))
+                        stride_c=(g.out_channels * N, M * N), bias=bias, bias_axis=0,
+                        act=act))
     return out
 
 

@@ -3,7 +3,10 @@
 ``gemm(dev, M, N, K, A, B, C, ...)`` returns one Launch computing
 C = alpha*op(A)*op(B) + beta*C, row-major, optionally over a batch of
 ``batch`` x ``groups`` matrices with per-level strides, and optionally
-adding a bias per row (``bias_axis=0``) or per column (``bias_axis=1``).
+adding a bias per row (``bias_axis=0``) or per column (``bias_axis=1``),
+and optionally applying an activation to the result in the epilogue
+(``act=("relu", negative_slope)`` or ``act=("clip", lo, hi)``; applied after
+alpha, bias and beta, so C = act(alpha*op(A)*op(B) + bias + beta*C)).
 """
 SRC = "gemm.cl"
 
@@ -18,14 +21,30 @@ def _cpu_blocks(dev, M, N):
     return dict(BM=64, BN=64, KC=128)
 
 
+def act_defines(act):
+    """(ACT macro value, act_a, act_b) for an ``act`` spec (see ``gemm``)."""
+    if act is None:
+        return 0, 0.0, 0.0
+    kind = act[0]
+    if kind == "relu" and len(act) in (1, 2):
+        return 1, float(act[1]) if len(act) > 1 else 0.0, 0.0
+    if kind == "clip" and len(act) == 3:
+        return 2, float(act[1]), float(act[2])
+    raise ValueError(f"gemm: unknown activation {act!r}; expected None, "
+                     "('relu', negative_slope) or ('clip', lo, hi)")
+
+
 def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
          alpha=1.0, beta=0.0, off_a=0, off_b=0, off_c=0,
          lda=None, ldb=None, ldc=None, batch=1, groups=1,
          stride_a=(0, 0), stride_b=(0, 0), stride_c=(0, 0),
-         bias=None, bias_axis=0, off_bias=0):
+         bias=None, bias_axis=0, off_bias=0, act=None):
     """One launch over batch*groups problems.
 
-    stride_x = (per batch index, per group index), in elements."""
+    stride_x = (per batch index, per group index), in elements.
+    act: None, ("relu", negative_slope) or ("clip", lo, hi), fused into the
+    epilogue after bias and beta."""
+    act_kind, act_a, act_b = act_defines(act)
     if lda is None:
         lda = M if trans_a else K
     if ldb is None:
@@ -35,6 +54,8 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
     common = dict(TRANS_A=int(trans_a), TRANS_B=int(trans_b),
                   BIAS=0 if bias is None else (1 if bias_axis == 0 else 2),
                   GROUPS=int(groups))
+    if act_kind:
+        common["ACT"] = act_kind
     gz = batch * groups
     if dev.is_cpu:
         # CPU drivers: one work-item per BM x BN block (kernels/gemm_cpu.cl)
@@ -53,5 +74,5 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
             B, off_b, ldb, stride_b[0], stride_b[1],
             beta,
             C, off_c, ldc, stride_c[0], stride_c[1],
-            bias if bias is not None else A, off_bias]
+            bias if bias is not None else A, off_bias, act_a, act_b]
     return dev.launch(src, "gemm", (gx, gy, gz), (lx, ly, 1), args, defines)
