@@ -12,7 +12,8 @@ from .device import set_mode_cpu, set_mode_gpu, set_device, get_device  # noqa: 
 from .proto import caffe_pb2  # noqa: E402,F401
 from . import proto  # noqa: E402,F401
 from .blob import Blob  # noqa: E402,F401
-from .layers import Layer, layer_type_list  # noqa: E402,F401
+from .layers import layer_type_list  # noqa: E402,F401
+from .layers.python_layer import PythonLayerBase as Layer  # noqa: E402,F401  (pycaffe's caffe.Layer)
 from .net import Net, TRAIN, TEST  # noqa: E402,F401
 
 

@@ -6,6 +6,10 @@ downloads if the device holds the newer copy and then marks the host as
 head, because the caller may write into the array; the next device use
 uploads it. Layers ask for ``device_buffer()`` (read) or mark their outputs
 ``device_written()``; nothing is copied unless a side actually changed.
+
+``version`` counts the times the contents may have changed (a mutable host
+access, a device write, the first zero fill): anything derived from the
+memory (e.g. folded weights, caffe_ocl.fusion) is stale when it differs.
 """
 import weakref
 
@@ -24,7 +28,7 @@ def live_blob_count():
 
 class SyncedMemory:
     """float32 storage of ``capacity`` elements on host and device."""
-    __slots__ = ("capacity", "_host", "_buf", "head", "_device", "__weakref__")
+    __slots__ = ("capacity", "_host", "_buf", "head", "_device", "version", "__weakref__")
 
     def __init__(self, capacity, device=None):
         self.capacity = max(int(capacity), 1)
@@ -32,6 +36,7 @@ class SyncedMemory:
         self._buf = None
         self.head = UNINITIALIZED
         self._device = device
+        self.version = 0
 
     @property
     def device(self):
@@ -65,6 +70,7 @@ class SyncedMemory:
         """Host array the caller may write: marks the host as head."""
         h = self.host()
         self.head = AT_HOST
+        self.version += 1
         return h
 
     # -- device side
@@ -86,11 +92,13 @@ class SyncedMemory:
         from .ops import pointwise
         pointwise.fill(self.device, buf, self.capacity, 0.0)
         self.head = AT_DEVICE
+        self.version += 1
 
     def device_written(self):
         """A kernel wrote the device copy: it is now the only current one."""
         self._device_buf()
         self.head = AT_DEVICE
+        self.version += 1
 
 
 class Blob:

@@ -250,6 +250,7 @@ class Device:
         self.allocator = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(self.queue))
         self._programs = {}
         self._sources = {}
+        self.peak_bytes = 0          # most device memory the pool held at once
         self._lock = threading.Lock()
         self.cache_dir = os.environ.get(
             "CAFFE_OCL_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "caffe_ocl"))
@@ -323,7 +324,9 @@ class Device:
     def alloc(self, nbytes):
         """A device buffer from the pool (at least 4 bytes)."""
         try:
-            return self.allocator(max(int(nbytes), 4))
+            buf = self.allocator(max(int(nbytes), 4))
+            self.peak_bytes = max(self.peak_bytes, self.allocator.managed_bytes)
+            return buf
         except (cl.MemoryError, cl.Error) as e:
             self.allocator.free_held()
             try:

@@ -139,8 +139,10 @@ class Net:
 
     ``Net(prototxt, phase)``, ``Net(prototxt, phase, weights=w)``,
     ``Net(prototxt, weights, phase)``, ``Net(net_parameter, phase)``.
-    Keyword options: ``level``, ``stages``, ``fold`` (TEST-phase folding of
-    BatchNorm/Scale into convolutions; see the README)."""
+    Keyword options: ``level``, ``stages``, ``fold`` (folding of BatchNorm/
+    Scale/activations into the preceding Convolution/InnerProduct: None =
+    at TEST unless force_backward, False = never, True = always;
+    ``CAFFE_OCL_FOLD=0`` turns it off; see caffe_ocl/fusion.py)."""
 
     def __init__(self, network, *args, phase=None, weights=None, level=0, stages=(),
                  fold=None):
@@ -167,9 +169,13 @@ class Net:
             param.state.stage.append(s)
         self.phase = phase
         self.fold = fold
+        self._fusion = None
         self._init(param)
         if weights is not None:
             self.copy_from(weights)
+        from . import fusion
+        if fusion.fold_enabled(fold, phase, self.param):
+            self._fusion = fusion.build_plan(self)
 
     # ---- construction ---------------------------------------------------
     def _init(self, in_param):
@@ -417,10 +423,13 @@ class Net:
             layer.reshape_if_needed(self._bottom_vecs[li], self._top_vecs[li])
 
     def _forward_range(self, start, end):
+        fusion = self._fusion
         for li in range(start, end + 1):
             layer = self.layers[li]
             bottoms, tops = self._bottom_vecs[li], self._top_vecs[li]
             layer.reshape_if_needed(bottoms, tops)
+            if fusion is not None and fusion.forward(li, start, end):
+                continue
             layer.forward(bottoms, tops)
 
     def forward(self, blobs=None, start=None, end=None, **kwargs):
@@ -455,6 +464,8 @@ class Net:
     def backward(self, diffs=None, start=None, end=None, **kwargs):
         """pycaffe's Net.backward: set output diffs from kwargs, run backward,
         return {input name (and ``diffs``): host diff array}."""
+        if self._fusion is not None:
+            self._fusion.check_backward()
         diffs = list(diffs or [])
         start_i = len(self.layers) - 1 if start is None else \
             self._layer_index(start, "backward(start=)")

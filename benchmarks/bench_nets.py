@@ -1,0 +1,134 @@
+"""caffe_ocl against PyTorch on the big nets: inference (forward) and a
+training step (forward, backward, SGD update), batch 16 and 64, 224x224,
+random weights and data, on the chosen device, mean of --runs timed runs
+after warm-up, device-synchronised. If PyTorch (+ torchvision) is
+importable, the same architecture and batch are timed with PyTorch on the
+matching device in the same run and the ratio printed (PyTorch time /
+caffe_ocl time: >= 1.0 means caffe_ocl is at least as fast). Also the peak
+device memory of each (caffe_ocl's buffer pool; torch.cuda.max_memory_allocated).
+
+    python benchmarks/bench_nets.py [--nets alexnet,resnet18,...] [--batches 16,64]
+        [--runs 10] [--tf32] [--no-train] [--torch-device cuda|cpu]
+
+Output: a Markdown table to paste into BENCHMARKS.md.
+"""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+import caffe_ocl  # noqa: E402
+from common import fill_inputs, solver_for, timed, with_inputs  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TORCH_NAMES = {"alexnet": "alexnet", "resnet18": "resnet18", "resnet50": "resnet50",
+               "vgg16": "vgg16", "mobilenet_v2": "mobilenet_v2", "googlenet": "googlenet",
+               "squeezenet1_1": "squeezenet1_1"}
+
+
+def caffe_ocl_infer(name, batch, runs):
+    net = caffe_ocl.Net(os.path.join(ROOT, "models", name, "deploy.prototxt"), caffe_ocl.TEST)
+    inp = net.inputs[0]
+    shape = net.blobs[inp].shape
+    net.blobs[inp].reshape(batch, *shape[1:])
+    net.reshape()
+    net.blobs[inp].data[...] = np.random.default_rng(0).standard_normal(
+        net.blobs[inp].shape).astype(np.float32)
+    dev = net.device
+    ms = timed(lambda: net._forward_range(0, len(net.layers) - 1), dev.finish, runs=runs)
+    return ms
+
+
+def caffe_ocl_train(name, batch, runs):
+    shape = (3, 224, 224)
+    param = with_inputs(os.path.join(ROOT, "models", name, "train.prototxt"), batch, shape)
+    solver = caffe_ocl.solvers.SGDSolver(solver_for(param))
+    fill_inputs(solver.net, 1000)
+    dev = solver.net.device
+    return timed(lambda: solver.step(1), dev.finish, runs=runs)
+
+
+def torch_times(name, batch, runs, device, tf32, train):
+    import torch
+    import torchvision
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    m = getattr(torchvision.models, TORCH_NAMES[name])(
+        **({"aux_logits": False, "init_weights": True} if name == "googlenet" else {})).to(device)
+    x = torch.rand(batch, 3, 224, 224, device=device)
+    y = torch.randint(0, 1000, (batch,), device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    m.eval()
+    with torch.no_grad():
+        infer = timed(lambda: m(x), sync, runs=runs)
+    step_ms = mem = float("nan")
+    if train:
+        m.train()
+        opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(m(x), y).backward()
+            opt.step()
+        step_ms = timed(step, sync, runs=runs)
+        if device == "cuda":
+            mem = torch.cuda.max_memory_allocated() / 2 ** 20
+    del m
+    return infer, step_ms, mem
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nets", default="alexnet,resnet18,resnet50,vgg16,mobilenet_v2")
+    ap.add_argument("--batches", default="16,64")
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--no-train", action="store_true")
+    ap.add_argument("--torch-device", default=None)
+    a = ap.parse_args()
+    dev = caffe_ocl.get_device()
+    tdev = a.torch_device or ("cuda" if dev.is_gpu else "cpu")
+    try:
+        import torch  # noqa: F401
+        have_torch = True
+    except ImportError:
+        have_torch = False
+    print(f"caffe_ocl device: {dev.name} ({dev.info['platform_name']}, {dev.info['driver']}); "
+          f"PyTorch: {'on ' + tdev if have_torch else 'not installed'}; TF32: {a.tf32}; "
+          f"{time.strftime('%Y-%m-%d')}\n")
+    print("| net | batch | infer ms (ours) | infer ms (torch) | ratio | train ms (ours) "
+          "| train ms (torch) | ratio | peak MiB (ours) | peak MiB (torch) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in a.nets.split(","):
+        for batch in (int(b) for b in a.batches.split(",")):
+            import gc
+            ours_i = caffe_ocl_infer(name, batch, a.runs)
+            ours_t = peak = float("nan")
+            if not a.no_train:
+                gc.collect()
+                dev.allocator.free_held()
+                dev.peak_bytes = 0
+                ours_t = caffe_ocl_train(name, batch, a.runs)
+                peak = dev.peak_bytes / 2 ** 20       # peak of the training step
+            gc.collect()
+            dev.allocator.free_held()
+            ti = tt = tm = float("nan")
+            if have_torch:
+                ti, tt, tm = torch_times(name, batch, a.runs, tdev, a.tf32, not a.no_train)
+            print(f"| {name} | {batch} | {ours_i:.1f} | {ti:.1f} | {ti / ours_i:.2f} | "
+                  f"{ours_t:.1f} | {tt:.1f} | {tt / ours_t:.2f} | {peak:.0f} | {tm:.0f} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+"""TEST-phase layer folding: BatchNorm/Scale into the producer's weights,
+activations into the producer's GEMM epilogue.
+
+What is folded
+--------------
+A chain is a producer -- ``Convolution`` (not Deconvolution, one bottom and
+one top) or ``InnerProduct`` -- followed *immediately* in ``net.layers`` by
+layers that are all in place on the producer's top blob, in this order,
+each optional:
+
+  ``BatchNorm`` with global statistics (``use_global_stats``, the TEST
+  default) -> ``Scale`` (a learned per-channel scale on axis 1, with or
+  without bias) -> ``ReLU`` (any ``negative_slope``) / ``Clip`` / ``ReLU6``.
+
+That is Caffe's ResNet pattern ``conv -> bn -> scale -> relu`` on one blob.
+BatchNorm/Scale fold only when the producer's channel axis is axis 1 (an
+InnerProduct top must be 2-D). Anything else is left alone: a BatchNorm
+that is not in place (its bottom is a visible blob), a producer top that
+another layer also reads (Net inserts a Split, which is not in place), a
+Scale with two bottoms, BatchNorm computing batch statistics, ...
+Because every absorbed layer is in place, the only user-visible blob of the
+chain is the producer's top, and after ``forward`` it holds the same value
+as without folding (up to float rounding: the folded weights are
+``W * gamma / std`` instead of applying the three steps one after another).
+
+How it runs
+-----------
+The absorbed layers stay in ``net.layers`` with their parameters
+(``net.params`` is unchanged); their forward is skipped. The producer runs
+one GEMM per (chunk of) images with folded weights/bias and the activation
+in the epilogue. The folded weight/bias buffers are computed ON THE DEVICE
+by ``kernels/fold.cl`` from the current parameter blobs, and recomputed
+before a forward whenever any of them changed (``SyncedMemory.version``:
+``copy_from``, writes to ``net.params[...].data``, solver updates of shared
+weights, a BatchNorm of a TRAIN net sharing its statistics) or was
+replaced by another storage (``share_data``). A reshape of the producer
+rebuilds the fused launches.
+
+``Net.forward(start=, end=)`` over only part of a chain runs those layers
+unfolded, exactly as Caffe would. Code that calls ``layer.forward`` itself
+(``caffe_ocl time``'s per-layer loop) also gets the unfolded layers.
+
+Backward
+--------
+Not supported through a folded net: the absorbed layers' intermediate
+values are never computed. ``Net.backward`` raises ``NetError``; build the
+net with ``fold=False`` (or set ``CAFFE_OCL_FOLD=0``), or call
+``caffe_ocl.fusion.unfold(net)`` and run ``forward`` again first.
+``Net(..., fold=None)`` (the default) folds at TEST only, and not when the
+net says ``force_backward: true``.
+"""
+import logging
+import os
+
+from .blob import Blob
+from .errors import NetError
+from .ops import conv as conv_ops
+from .ops import gemm as gemm_ops
+from .ops import work_size
+from .proto import caffe_pb2
+
+log = logging.getLogger("caffe_ocl")
+
+ENV = "CAFFE_OCL_FOLD"
+_OFF = ("0", "false", "no", "off")
+
+
+def fold_enabled(fold, phase, net_param=None):
+    """Net's ``fold`` option: None = on at TEST (unless force_backward),
+    off at TRAIN; False = off; True = on. ``CAFFE_OCL_FOLD=0`` turns it off
+    whatever the option says."""
+    if os.environ.get(ENV, "").strip().lower() in _OFF:
+        return False
+    if fold is None:
+        return phase == caffe_pb2.TEST and not (net_param is not None
+                                                and net_param.force_backward)
+    return bool(fold)
+
+
+def _act_of(layer):
+    if layer.type == "ReLU":
+        return ("relu", float(layer.param.relu_param.negative_slope))
+    if layer.type in ("Clip", "ReLU6"):
+        lo, hi, _ = layer.op_params()
+        return ("clip", float(lo), float(hi))
+    return None
+
+
+class Chain:
+    """One producer plus the in-place layers folded into it."""
+
+    def __init__(self, net, p, members, bn, scale, act):
+        self.net = net
+        self.p = p
+        self.members = members            # absorbed layer indices (consecutive)
+        self.first, self.last = p, members[-1]
+        self.producer = net.layers[p]
+        self.bn, self.scale, self.act = bn, scale, act
+        self.affine = bn is not None or scale is not None
+        self.params = list(self.producer.blobs)
+        if bn is not None:
+            self.params += bn.blobs
+        if scale is not None:
+            self.params += scale.blobs
+        self._mems = None                 # SyncedMemory objects the launches bind
+        self._versions = None             # their versions at the last fold
+        self._reshapes = None             # producer._reshapes at the last build
+        self.fold_launch = None
+        self.w_fold = self.b_fold = None
+        self.fwd = []
+
+    def describe(self):
+        names = [self.net._layer_names[i] for i in self.members]
+        return f"{self.net._layer_names[self.p]} <- {', '.join(names)}"
+
+    # ---- building ----------------------------------------------------------
+    def _build_fold(self):
+        prod, dev = self.producer, self.producer.device
+        w = prod.blobs[0]
+        C = prod.num_output
+        if prod.type == "InnerProduct":
+            inner = 1 if prod.transpose else prod.K
+        else:
+            inner = w.count // C
+        if self.w_fold is None or self.w_fold.count != w.count:
+            self.w_fold = Blob(w.shape, name=f"{prod.name}.folded_weight", device=dev)
+            self.b_fold = Blob((C,), name=f"{prod.name}.folded_bias", device=dev)
+        wbuf = w.data_buffer()
+        has_bias = bool(prod.bias_term)
+        bias = prod.blobs[1].data_buffer() if has_bias else wbuf
+        if self.bn is not None:
+            bm, bv, bs = (b.data_buffer() for b in self.bn.blobs)
+            eps = float(self.bn.eps)
+        else:
+            bm = bv = bs = wbuf
+            eps = 0.0
+        has_shift = self.scale is not None and self.scale.bias_term
+        if self.scale is not None:
+            gamma = self.scale.blobs[0].data_buffer()
+            beta = self.scale.blobs[self.scale.bias_id].data_buffer() if has_shift else wbuf
+        else:
+            gamma = beta = wbuf
+        g, l = work_size(dev, w.count + C)
+        self.fold_launch = dev.launch(
+            "fold.cl", "fold_affine", g, l,
+            [w.count, C, inner, wbuf, bias, bm, bv, bs, eps, gamma, beta,
+             self.w_fold.data_buffer(), self.b_fold.data_buffer()],
+            dict(HAS_BIAS=int(has_bias), HAS_BN=int(self.bn is not None),
+                 HAS_SCALE=int(self.scale is not None), HAS_SHIFT=int(has_shift)))
+
+    def _build_forward(self):
+        prod, dev = self.producer, self.producer.device
+        bottom = self.net._bottom_vecs[self.p][0]
+        top = self.net._top_vecs[self.p][0]
+        if self.affine:
+            w, b = self.w_fold.data_buffer(), self.b_fold.data_buffer()
+        else:
+            w = prod.blobs[0].data_buffer()
+            b = prod.blobs[1].data_buffer() if prod.bias_term else None
+        if prod.type == "InnerProduct":
+            self.fwd = [gemm_ops.gemm(dev, prod.M, prod.num_output, prod.K,
+                                      bottom.data_buffer(), w, top.data_buffer(),
+                                      trans_b=not prod.transpose, bias=b, bias_axis=1,
+                                      act=self.act)]
+        else:
+            col = prod.col.data_buffer() if prod.col is not None else None
+            self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w,
+                                        top.data_buffer(), col, b, act=self.act)
+        if bottom.count == 0 or top.count == 0:
+            self.fwd = []
+
+    # ---- running -------------------------------------------------------------
+    def run(self):
+        prod = self.producer
+        bottoms, tops = self.net._bottom_vecs[self.p], self.net._top_vecs[self.p]
+        for b in bottoms:
+            b.data_mem.to_device()
+        for p in self.params:       # the user may have written them on the host
+            p.data_mem.to_device()
+        mems = [p.data_mem for p in self.params]
+        rebound = self._mems is None or any(a is not b for a, b in zip(mems, self._mems))
+        if rebound:
+            if self.affine:
+                self._build_fold()
+            self._mems, self._versions = mems, None
+        if rebound or prod._reshapes != self._reshapes:
+            self._build_forward()
+            self._reshapes = prod._reshapes
+        q = prod.device.queue
+        if self.affine:
+            versions = [m.version for m in mems]
+            if versions != self._versions:
+                self.fold_launch.run(q)
+                self._versions = versions
+        for launch in self.fwd:
+            launch.run(q)
+        for t in tops:
+            t.data_mem.device_written()
+
+
+class FusionPlan:
+    """The chains of a Net; ``Net._forward_range`` asks ``forward``."""
+
+    def __init__(self, chains):
+        self.chains = chains
+        self.by_layer = {}
+        for c in chains:
+            for li in [c.p] + c.members:
+                self.by_layer[li] = c
+
+    def __bool__(self):
+        return bool(self.chains)
+
+    def forward(self, li, start, end):
+        """Run layer ``li`` the folded way if it belongs to a chain wholly
+        inside [start, end]; True when handled (the caller skips the layer)."""
+        c = self.by_layer.get(li)
+        if c is None or start > c.first or end < c.last:
+            return False
+        if li == c.p:
+            c.run()
+        return True
+
+    def check_backward(self):
+        raise NetError(
+            "backward through a folded net is not supported (BatchNorm/Scale/activation "
+            f"layers were folded into their producers: {self.chains[0].describe()}"
+            f"{' ...' if len(self.chains) > 1 else ''}); build the net with fold=False "
+            "(or set CAFFE_OCL_FOLD=0), or call caffe_ocl.fusion.unfold(net) and run "
+            "forward again before backward")
+
+
+def _producer_ok(net, li):
+    layer = net.layers[li]
+    if len(net._bottom_vecs[li]) != 1 or len(net._top_vecs[li]) != 1:
+        return False
+    if layer.type == "Convolution":
+        return not getattr(layer, "reverse", False)
+    return layer.type == "InnerProduct"
+
+
+def _channel_axis_ok(net, li):
+    """BatchNorm/Scale act on axis 1: it must be the producer's output axis."""
+    layer, top = net.layers[li], net._top_vecs[li][0]
+    if layer.type == "InnerProduct":
+        return top.num_axes == 2
+    return layer.axis == 1
+
+
+def _bn_ok(layer, C):
+    return layer.use_global_stats and layer.channels == C
+
+
+def _scale_ok(layer, bottom, C):
+    if len(layer.blobs) < 1 or layer.blobs[0].shape != (C,):
+        return False
+    try:
+        axis = bottom.canonical_axis(layer.param.scale_param.axis)
+    except Exception:
+        return False
+    if axis != 1:
+        return False
+    return not layer.bias_term or layer.blobs[layer.bias_id].shape == (C,)
+
+
+def find_chains(net):
+    chains = []
+    n = len(net.layers)
+    li = 0
+    while li < n:
+        if not _producer_ok(net, li):
+            li += 1
+            continue
+        prod = net.layers[li]
+        blob = net._top_vecs[li][0]
+        C = prod.num_output
+        axis_ok = _channel_axis_ok(net, li)
+        members, bn, scale, act, stage = [], None, None, None, 0
+        j = li + 1
+        while j < n:
+            layer = net.layers[j]
+            bots, tops = net._bottom_vecs[j], net._top_vecs[j]
+            if not (len(bots) == 1 and len(tops) == 1 and bots[0] is blob
+                    and tops[0] is blob):
+                break
+            if layer.type == "BatchNorm" and stage < 1 and axis_ok and _bn_ok(layer, C):
+                bn, stage = layer, 1
+            elif layer.type == "Scale" and stage < 2 and axis_ok \
+                    and _scale_ok(layer, blob, C):
+                scale, stage = layer, 2
+            elif stage < 3 and _act_of(layer) is not None:
+                act, stage = _act_of(layer), 3
+            else:
+                break
+            members.append(j)
+            j += 1
+        if members:
+            chains.append(Chain(net, li, members, bn, scale, act))
+        li = j
+    return chains
+
+
+def build_plan(net):
+    """FusionPlan for ``net`` (None when nothing folds)."""
+    chains = find_chains(net)
+    for c in chains:
+        log.info("Folding %s", c.describe())
+    return FusionPlan(chains) if chains else None
+
+
+def unfold(net):
+    """Turn folding off for ``net``: every layer runs again on its own."""
+    net._fusion = None

@@ -1,0 +1,214 @@
+"""Loading an ONNX model, fixing its input shapes, folding every
+initializer-only subgraph into constants (with onnx's reference evaluator,
+node by node, under the model's own opset) and inferring the static shape
+of every remaining tensor with onnx.shape_inference.
+
+PyTorch's ``x.view(x.size(0), -1)`` exports as Shape -> Gather -> Unsqueeze
+-> Concat -> Reshape; once the input shape is fixed, Shape becomes a
+constant and the whole chain folds into one constant shape tensor."""
+import os
+
+import numpy as np
+
+from ..errors import FileNotFound
+from ._common import OnnxConversionError
+
+# ops whose value is not a function of their inputs
+_NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike",
+                     "RandomUniformLike", "Multinomial", "Bernoulli"}
+_BIG = 4096   # initializers with more elements are given to shape inference as inputs
+
+
+def load_model(src):
+    import onnx
+    if isinstance(src, onnx.ModelProto):
+        m = onnx.ModelProto()
+        m.CopyFrom(src)
+        return m, "<ModelProto>"
+    if isinstance(src, (bytes, bytearray)):
+        return onnx.load_model_from_string(bytes(src)), "<bytes>"
+    path = os.fspath(src)
+    if not os.path.exists(path):
+        raise FileNotFound(f"ONNX model not found: {path}")
+    try:
+        return onnx.load(path), path
+    except Exception as e:   # onnx raises DecodeError and friends
+        raise OnnxConversionError(f"{path}: not a readable ONNX model ({e})") from None
+
+
+def opset_version(model):
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return o.version
+    return 1
+
+
+def _static(vi):
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    dims = []
+    for d in t.shape.dim:
+        if not d.HasField("dim_value"):
+            return None
+        dims.append(int(d.dim_value))
+    return tuple(dims)
+
+
+class Prepared:
+    """The folded graph: ``nodes`` (remaining NodeProtos, topological),
+    ``consts`` (name -> ndarray), ``shapes`` (name -> tuple), ``inputs``
+    (name -> shape), ``outputs`` (names), ``opset``."""
+
+
+def prepare(model, input_shapes=None, batch=1):
+    """Fold constants and infer shapes. ``input_shapes`` maps input names to
+    shapes; dynamic dims left unset become ``batch`` for axis 0."""
+    from onnx import helper, numpy_helper
+    g = model.graph
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    input_shapes = dict(input_shapes or {})
+    inputs = {}
+    elem_types = {}
+    for vi in g.input:
+        if vi.name in consts:
+            continue
+        if vi.name in input_shapes:
+            shape = tuple(int(d) for d in input_shapes.pop(vi.name))
+        else:
+            dims = []
+            for i, d in enumerate(vi.type.tensor_type.shape.dim):
+                if d.HasField("dim_value") and d.dim_value > 0:
+                    dims.append(int(d.dim_value))
+                elif i == 0:
+                    dims.append(int(batch))
+                else:
+                    raise OnnxConversionError(
+                        f"input {vi.name!r} has a dynamic dimension {i} "
+                        f"({d.dim_param or '?'}); give its shape (--input_shape)")
+            shape = tuple(dims)
+        inputs[vi.name] = shape
+        elem_types[vi.name] = vi.type.tensor_type.elem_type
+    if input_shapes:
+        raise OnnxConversionError(f"input_shapes names unknown inputs: {sorted(input_shapes)}")
+    opsets = list(model.opset_import)
+    nodes = list(g.node)
+    out_names = [o.name for o in g.output]
+    shapes = {}
+    for _ in range(100):
+        shapes = _infer(model, nodes, consts, inputs, elem_types, opsets)
+        changed = False
+        kept = []
+        for node in nodes:
+            folded = _try_fold(node, consts, shapes, opsets)
+            if folded is None:
+                kept.append(node)
+                continue
+            for name, val in folded.items():
+                consts[name] = val
+            changed = True
+        nodes = kept
+        if not changed:
+            break
+    used = {i for n in nodes for i in n.input} | set(out_names)
+    p = Prepared()
+    p.nodes = nodes
+    p.consts = {k: v for k, v in consts.items() if k in used}
+    p.shapes = shapes
+    for k, v in p.consts.items():
+        p.shapes[k] = tuple(v.shape)
+    p.inputs = inputs
+    p.outputs = out_names
+    p.opset = opset_version(model)
+    p.opsets = opsets
+    p.name = g.name or "onnx_model"
+    _ = helper
+    return p
+
+
+def _infer(model, nodes, consts, inputs, elem_types, opsets):
+    """Static shapes of every tensor, by onnx shape inference on a skeleton
+    graph (large constants passed as typed inputs, small ones as
+    initializers so data propagation can use them)."""
+    import onnx
+    from onnx import helper, numpy_helper
+    graph_inputs, inits = [], []
+    for name, shape in inputs.items():
+        graph_inputs.append(helper.make_tensor_value_info(name, elem_types[name], shape))
+    used = {i for n in nodes for i in n.input}
+    for name, arr in consts.items():
+        if name not in used:
+            continue
+        if arr.size > _BIG:
+            graph_inputs.append(helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape))
+        else:
+            inits.append(numpy_helper.from_array(arr, name))
+    outs = [o for o in model.graph.output]
+    g = helper.make_graph(nodes, "skeleton", graph_inputs, outs, initializer=inits)
+    m = helper.make_model(g, opset_imports=opsets)
+    m.ir_version = model.ir_version or 8
+    try:
+        m = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+    except Exception as e:
+        raise OnnxConversionError(f"ONNX shape inference failed: {e}") from None
+    shapes = dict(inputs)
+    for vi in list(m.graph.value_info) + list(m.graph.output) + list(m.graph.input):
+        s = _static(vi)
+        if s is not None:
+            shapes.setdefault(vi.name, s)
+    for name, arr in consts.items():
+        shapes[name] = tuple(arr.shape)
+    return shapes
+
+
+def _try_fold(node, consts, shapes, opsets):
+    from onnx import helper, numpy_helper
+    op = node.op_type
+    if node.domain not in ("", "ai.onnx") or op in _NONDETERMINISTIC:
+        return None
+    if op == "Constant":
+        a = node.attribute[0]
+        if a.name == "value":
+            val = numpy_helper.to_array(a.t)
+        elif a.name in ("value_float", "value_int"):
+            val = np.array(helper.get_attribute_value(a),
+                           np.float32 if a.name == "value_float" else np.int64)
+        elif a.name in ("value_floats", "value_ints"):
+            val = np.array(helper.get_attribute_value(a),
+                           np.float32 if a.name == "value_floats" else np.int64)
+        else:
+            return None
+        return {node.output[0]: val}
+    if op in ("Shape", "Size"):
+        s = shapes.get(node.input[0])
+        if s is None:
+            return None
+        if op == "Size":
+            return {node.output[0]: np.array(int(np.prod(s)), np.int64)}
+        at = {a.name: a.i for a in node.attribute}
+        start, end = at.get("start", 0), at.get("end", len(s))
+        return {node.output[0]: np.array(s[slice(start, end)], np.int64)}
+    ins = [i for i in node.input if i]
+    if not ins or not all(i in consts for i in ins):
+        if op == "ConstantOfShape" and ins and ins[0] in consts:
+            pass
+        else:
+            return None
+    return _evaluate(node, consts, opsets)
+
+
+def _evaluate(node, consts, opsets):
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+    ins = [i for i in node.input if i]
+    vis = [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(consts[i].dtype),
+                                         consts[i].shape) for i in ins]
+    outs = [helper.make_tensor_value_info(o, 0, None) for o in node.output if o]
+    g = helper.make_graph([node], "fold", vis, outs)
+    m = helper.make_model(g, opset_imports=opsets)
+    try:
+        res = ReferenceEvaluator(m).run(None, {i: consts[i] for i in ins})
+    except Exception:
+        return None
+    return {o.name: np.asarray(r) for o, r in zip(outs, res)}
