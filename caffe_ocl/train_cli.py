@@ -178,12 +178,20 @@ def train(solver_path, weights=None, snapshot=None, *, gpu="", level=0, stages=(
     if snapshot and weights:
         raise SolverError("Give a snapshot to resume training or weights to finetune "
                           "but not both.")
+    from .parallel import launch as par
     handler = SignalHandler(sigint_effect, sighup_effect)
     param = read_solver(solver_path)
     param.train_state.level = int(level)
     for s in stages:
         param.train_state.stage.append(s)
-    select_device(gpu or "", param)
+    group = par.group_for_train()         # one of N MPI ranks? (else None)
+    if group is None:
+        select_device(gpu or "", param)
+    else:
+        group.quiet_non_root()
+        group.select_device(gpu or "", param)
+        with group.guard():
+            return _train_rank(group, param, solver_path, weights, snapshot, handler)
     if snapshot:
         del param.weights[:]
     elif weights:
@@ -209,6 +217,42 @@ def train(solver_path, weights=None, snapshot=None, *, gpu="", level=0, stages=(
     return solver
 
 
+def _train_rank(group, param, solver_path, weights, snapshot, handler):
+    """One rank of data-parallel training (caffe_ocl.parallel)."""
+    from .parallel.data_parallel import DataParallel
+    from .solvers import solver_class
+    if snapshot:
+        del param.weights[:]
+    elif weights:
+        del param.weights[:]
+        param.weights.append(weights)
+    solver = solver_class(param.type)(param, source=str(solver_path))
+    solver.set_action_function(handler.action)
+    if snapshot and group.rank == 0:
+        log.info("Resuming from %s", snapshot)
+        solver.restore(snapshot)
+    dp = DataParallel(solver, group)      # check nets, broadcast rank 0, hooks
+    log.info("Starting Optimization")
+    try:
+        with handler:
+            solver.solve()
+    finally:
+        dp.close()
+    dp.log_stats()
+    _dump_weights(solver, group)
+    log.info("Optimization Done.")
+    return solver
+
+
+def _dump_weights(solver, group):
+    """CAFFE_OCL_PARALLEL_DUMP=dir: every rank writes its final weights to
+    dir/rank<r>.caffemodel (to check that ranks agree)."""
+    import os
+    d = os.environ.get("CAFFE_OCL_PARALLEL_DUMP")
+    if d:
+        solver.net.save(os.path.join(d, f"rank{group.rank}.caffemodel"))
+
+
 def _init_log():
     from .logs import init_log
     init_log()
@@ -221,6 +265,11 @@ def train_main(argv):
     _init_log()
     if not flags["solver"]:
         raise SolverError("Need a solver definition to train (--solver=...).")
+    from .parallel import launch as par
+    rc = par.maybe_spawn(argv, _gpu_ids(flags["gpu"]) if flags["gpu"] != "all" else [],
+                         flags["solver"])
+    if rc is not None:          # --gpu a,b: ran as one mpiexec rank per device
+        return rc
     train(flags["solver"], flags["weights"] or None, flags["snapshot"] or None,
           gpu=flags["gpu"], level=flags["level"], stages=_stages(flags["stage"]),
           sigint_effect=flags["sigint_effect"], sighup_effect=flags["sighup_effect"])

@@ -9,10 +9,11 @@ from caffe_ocl.device import get_device
 from caffe_ocl.errors import NetError
 from caffe_ocl.net import Net, TEST, TRAIN
 from caffe_ocl.ops import gemm as gemm_ops
-from caffe_ocl.proto import caffe_pb2, parse_net_text
+from caffe_ocl.proto import parse_net_text
 
-# conv(no bias) -> BN -> Scale -> ReLU (in place), conv(bias) -> ReLU(slope),
-# IP -> BN -> Scale -> Clip, IP -> ReLU, with a 1x1 conv and a grouped conv.
+# conv(no bias) -> BN -> Scale -> ReLU (in place), 1x1 grouped conv(bias) ->
+# ReLU(slope), grouped conv -> BN, transposed IP -> BN -> Scale -> Clip,
+# IP -> BN -> ReLU.
 RESNET = """
 name: "tiny_resnet"
 layer { name: "data" type: "Input" top: "data"
@@ -31,22 +32,23 @@ layer { name: "conv2" type: "Convolution" bottom: "conv1" top: "conv2"
 layer { name: "relu2" type: "ReLU" bottom: "conv2" top: "conv2"
         relu_param { negative_slope: 0.1 } }
 layer { name: "conv3" type: "Convolution" bottom: "conv2" top: "conv3"
-        convolution_param { num_output: 5 kernel_size: 3 group: 1 pad: 1
+        convolution_param { num_output: 6 kernel_size: 3 group: 2 pad: 1
                             weight_filler { type: "gaussian" std: 0.3 }
                             bias_filler { type: "gaussian" std: 0.5 } } }
 layer { name: "bn3" type: "BatchNorm" bottom: "conv3" top: "conv3"
         batch_norm_param { eps: 0.001 } }
 layer { name: "fc1" type: "InnerProduct" bottom: "conv3" top: "fc1"
-        inner_product_param { num_output: 7 weight_filler { type: "gaussian" std: 0.2 }
+        inner_product_param { num_output: 7 transpose: true
+                              weight_filler { type: "gaussian" std: 0.2 }
                               bias_filler { type: "gaussian" std: 0.5 } } }
 layer { name: "bnf" type: "BatchNorm" bottom: "fc1" top: "fc1" }
 layer { name: "scalef" type: "Scale" bottom: "fc1" top: "fc1" }
 layer { name: "clipf" type: "Clip" bottom: "fc1" top: "fc1"
         clip_param { min: -0.5 max: 0.7 } }
 layer { name: "fc2" type: "InnerProduct" bottom: "fc1" top: "fc2"
-        inner_product_param { num_output: 3 transpose: true
-                              weight_filler { type: "gaussian" std: 0.4 }
+        inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.4 }
                               bias_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "bnf2" type: "BatchNorm" bottom: "fc2" top: "fc2" }
 layer { name: "relu_f2" type: "ReLU" bottom: "fc2" top: "fc2" }
 """
 
@@ -71,7 +73,7 @@ def _randomize(net, rng):
 def _copy_params(dst, src):
     for name, blobs in src.params.items():
         for d, s in zip(dst.params[name], blobs):
-            d.data[...] = s.data
+            d.data[...] = s.host_data()     # (host_data: no version bump on src)
 
 
 def _assert_blobs_equal(a, b, names=None):
@@ -107,7 +109,7 @@ def test_chains_found(pair):
     assert plain._fusion is None
     desc = [c.describe() for c in folded._fusion.chains]
     assert desc == ["conv1 <- bn1, scale1, relu1", "conv2 <- relu2", "conv3 <- bn3",
-                    "fc1 <- bnf, scalef, clipf", "fc2 <- relu_f2"]
+                    "fc1 <- bnf, scalef, clipf", "fc2 <- bnf2, relu_f2"]
     # layers and params stay visible to pycaffe users
     assert list(folded.params) == list(plain.params)
     assert list(folded.blobs) == list(plain.blobs)
@@ -172,8 +174,10 @@ def test_copy_from_refolds(tmp_path, rng):
     _assert_blobs_equal(built, src)
 
 
-def test_reshape_rebuilds(pair, rng):
-    folded, plain = pair
+def test_reshape_rebuilds(rng):
+    folded, plain = _net(), _net(fold=False)
+    _randomize(folded, rng)
+    _copy_params(plain, folded)
     # batch and conv1 input size change; conv1 output (and fc1 input) keep their size
     for shape in ((1, 3, 9, 7), (3, 3, 10, 8), (2, 3, 9, 7)):
         for net in (folded, plain):
@@ -242,11 +246,22 @@ def test_non_foldable_left_alone(rng):
 
 
 def test_mixed_chain_partly_foldable(rng):
-    # the same net with conv1's chain made in place: only that chain folds
+    # the same net with conv1's chain made in place, plus Scale without BN
+    # (-> ReLU6), and ReLU before BN (the BN stays a layer of its own)
     text = NOT_IN_PLACE.replace('bottom: "conv1" top: "bn1"', 'bottom: "conv1" top: "conv1"') \
-        .replace('bottom: "bn1" top: "bn1"', 'bottom: "conv1" top: "conv1"')
+        .replace('bottom: "bn1" top: "bn1"', 'bottom: "conv1" top: "conv1"') + """
+layer { name: "conv4" type: "Convolution" bottom: "data" top: "conv4"
+        convolution_param { num_output: 3 kernel_size: 2 } }
+layer { name: "scale4" type: "Scale" bottom: "conv4" top: "conv4" }
+layer { name: "relu6" type: "ReLU6" bottom: "conv4" top: "conv4" }
+layer { name: "conv5" type: "Convolution" bottom: "data" top: "conv5"
+        convolution_param { num_output: 3 kernel_size: 1 } }
+layer { name: "relu5" type: "ReLU" bottom: "conv5" top: "conv5" }
+layer { name: "bn5" type: "BatchNorm" bottom: "conv5" top: "conv5" }
+"""
     net = _net(text)
-    assert [c.describe() for c in net._fusion.chains] == ["conv1 <- bn1, scale1, relu1"]
+    assert [c.describe() for c in net._fusion.chains] == [
+        "conv1 <- bn1, scale1, relu1", "conv4 <- scale4, relu6", "conv5 <- relu5"]
     _randomize(net, rng)
     x = _x(rng, (2, 3, 5, 5))
     net.forward(data=x)
@@ -266,8 +281,8 @@ def test_fold_switches(monkeypatch):
     assert fusion.fold_enabled(None, TEST) and not fusion.fold_enabled(None, TRAIN)
 
 
-def test_backward_on_folded_net_raises(pair, rng):
-    folded, _ = pair
+def test_backward_on_folded_net_raises(rng):
+    folded = _net()
     folded.forward(data=_x(rng))
     with pytest.raises(NetError, match="fold=False"):
         folded.backward()
@@ -364,3 +379,43 @@ def test_gemm_act_rejects_unknown():
     dev = get_device()
     with pytest.raises(ValueError, match="activation"):
         gemm_ops.gemm(dev, 2, 2, 2, None, None, None, act=("tanh",))
+
+
+SOLVER_NET = """
+name: "bn_train"
+layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 3 dim: 2 dim: 5 dim: 5 } } }
+layer { name: "conv" type: "Convolution" bottom: "x" top: "conv"
+        convolution_param { num_output: 4 kernel_size: 3 bias_term: false
+                            weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "bn" type: "BatchNorm" bottom: "conv" top: "conv" }
+layer { name: "sc" type: "Scale" bottom: "conv" top: "conv" scale_param { bias_term: true } }
+layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
+layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "z"
+        inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "t" type: "TanH" bottom: "z" top: "t" loss_weight: 1 }
+"""
+
+
+def test_solver_test_net_follows_training(rng):
+    """The solver's TEST net shares the TRAIN net's weights and BatchNorm
+    statistics (updated on the device every iteration): its folded forward
+    stays equal to an unfolded net with the same parameters."""
+    import caffe_ocl as caffe
+    from caffe_ocl.proto import parse_solver_text
+    p = parse_solver_text('type: "SGD" base_lr: 0.1 lr_policy: "fixed" momentum: 0.9 '
+                          'test_iter: 1 test_interval: 1000')
+    p.net_param.CopyFrom(parse_net_text(SOLVER_NET))
+    solver = caffe.solvers.solver_class(p.type)(p)
+    tn = solver.test_nets[0]
+    assert tn._fusion is not None
+    x = _x(rng, (3, 2, 5, 5))
+    solver.net.blobs["x"].data[...] = x
+    tn.blobs["x"].data[...] = x
+    for _ in range(2):
+        solver.step(2)
+        solver.test(0)
+        assert solver.net.params["bn"][2].host_data()[0] > 0    # statistics were accumulated
+        ref = Net(parse_net_text(SOLVER_NET), TEST, fold=False)
+        _copy_params(ref, solver.net)
+        ref.forward(x=x)
+        _assert_blobs_equal(tn, ref)

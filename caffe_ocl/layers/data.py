@@ -89,13 +89,23 @@ class _Source:
 
 
 class _DBSource(_Source):
-    def __init__(self, reader, skip, record_shape, force, **kw):
+    def __init__(self, reader, skip, record_shape, force, shard=(1, 0), **kw):
         super().__init__(**kw)
         self.reader = reader
         self.skip = skip
         self.record_shape = record_shape
         self.force = force
         self.records = None
+        self.shard = shard      # (solver_count, solver_rank): Caffe's DataLayer::Skip
+        self.offset = 0
+
+    def _next(self):
+        n, r = self.shard
+        while True:
+            kv = next(self.records)
+            off, self.offset = self.offset, self.offset + 1
+            if off % n == r:
+                return kv
 
     def setup(self):
         self.records = self.reader.records(self.skip)
@@ -109,7 +119,7 @@ class _DBSource(_Source):
         imgs = []
         labels = batch.arrays[1] if self.with_label else None
         for i in range(self.batch_size):
-            key, value = next(self.records)
+            key, value = self._next()
             where = f"database {self.reader.path} key {key.decode('utf-8', 'replace')!r}"
             d = parse_datum(value, where)
             img = decode_datum(d, where, *self.force)
@@ -163,8 +173,13 @@ class DataLayer(BasePrefetchingDataLayer):
         if p.rand_skip:
             skip = int(seeded_rng().integers(p.rand_skip))
             log.info("Skipping first %d data points.", skip)
-        src = _DBSource(self.reader, skip, img.shape, force, batch_size=bs, out_shape=out,
-                        with_label=len(top) > 1, transformer=self.transformer)
+        from ..parallel import state as pstate
+        # each solver reads every solver_count-th record from its rank; TEST
+        # nets (root solver only) read them all, as Caffe's DataLayer::Skip
+        shard = (pstate.solver_count, pstate.solver_rank) \
+            if self.phase == caffe_pb2.TRAIN and pstate.solver_count > 1 else (1, 0)
+        src = _DBSource(self.reader, skip, img.shape, force, shard=shard, batch_size=bs,
+                        out_shape=out, with_label=len(top) > 1, transformer=self.transformer)
         self._start_prefetch(src, p.prefetch)
 
 

@@ -64,7 +64,7 @@ class Prepared:
 def prepare(model, input_shapes=None, batch=1):
     """Fold constants and infer shapes. ``input_shapes`` maps input names to
     shapes; dynamic dims left unset become ``batch`` for axis 0."""
-    from onnx import helper, numpy_helper
+    from onnx import numpy_helper
     g = model.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     input_shapes = dict(input_shapes or {})
@@ -122,7 +122,6 @@ def prepare(model, input_shapes=None, batch=1):
     p.opset = opset_version(model)
     p.opsets = opsets
     p.name = g.name or "onnx_model"
-    _ = helper
     return p
 
 

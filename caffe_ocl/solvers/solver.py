@@ -135,12 +135,16 @@ class Solver:
         if p.iter_size < 1:
             raise SolverError(f"{self.source}: iter_size should be >= 1, got {p.iter_size}")
         self.check_param(p)
-        self._check_snapshot_write_permissions()
+        from ..parallel import state as pstate      # Caffe::solver_count/solver_rank
+        self.solver_count, self.solver_rank = pstate.solver_count, pstate.solver_rank
+        self.on_backward_layer = []   # fn(layer index) after each layer's backward
+        if self.solver_rank == 0:
+            self._check_snapshot_write_permissions()
         if p.random_seed >= 0:
             from .. import set_random_seed
-            set_random_seed(p.random_seed)
+            set_random_seed(p.random_seed + self.solver_rank)   # as Caffe's Solver::Init
         self.net = self._init_train_net()
-        self.test_nets = self._init_test_nets()
+        self.test_nets = self._init_test_nets() if self.solver_rank == 0 else []
         log.info("Solver scaffolding done.")
         if p.lr_policy not in LR_POLICIES:
             raise SolverError(f"{self.source}: unknown learning rate policy {p.lr_policy!r} "
@@ -502,7 +506,13 @@ class Solver:
             if record_slot is not None:
                 self._run_loss(self._loss_plan[1], record_slot, k == 0,
                                float(p.iter_size) if k == p.iter_size - 1 else 1.0)
-            net._backward_range(last, 0)
+            if self.on_backward_layer and k == p.iter_size - 1:
+                for li in range(last, -1, -1):     # hooks see each layer finish
+                    net._backward_range(li, li)
+                    for hook in self.on_backward_layer:
+                        hook(li)
+            else:
+                net._backward_range(last, 0)
             if check:
                 for launch in plan["grads"]:
                     launch.run(self.dev.queue)
@@ -726,6 +736,8 @@ class Solver:
     def snapshot(self):
         """Write {prefix}_iter_{N}.caffemodel and .solverstate (atomically)."""
         from ..ops.random import get_state
+        if self.solver_rank != 0:      # only the root solver snapshots (as Caffe)
+            return None
         p = self.param
         hdf5 = p.snapshot_format == caffe_pb2.SolverParameter.HDF5
         if hdf5:

@@ -1,0 +1,1216 @@
+"""ONNX -> Caffe: ``convert(model) -> NetParameter`` (layers with their
+weight blobs), ``onnx2caffe(onnx, prototxt, caffemodel, check=False)`` and
+the ``caffe_ocl onnx2caffe`` command.
+
+Only standard BVLC Caffe layer types are written (no caffe_ocl extension:
+ReLU6 is written as Clip), so the result also loads in other Caffe builds
+that know Clip and PoolingParameter.round_mode (BVLC master). Decisions a user
+notices are listed in README.md next to this file; in short:
+
+- Shapes are fixed at conversion: dynamic dims become ``batch`` (axis 0) or
+  must be given. Initializer-only subgraphs (and Shape of a known shape)
+  are folded first, so PyTorch's Shape->Gather->Unsqueeze->Concat->Reshape
+  chains become a plain Reshape.
+- ONNX floor pooling uses ``round_mode: FLOOR``; ceil pooling Caffe's
+  default CEIL. Window counts or divisors that Caffe cannot reproduce are
+  fixed exactly: extra trailing windows are cut with Slice (+Silence),
+  asymmetric padding becomes an explicit zero (-FLT_MAX for MAX) border made
+  of DummyData + Concat, and an averaging divisor that differs (e.g.
+  count_include_pad=0 with padding) is corrected by a Scale layer over the
+  output's spatial axes (axis 2, num_axes 2) holding caffe_divisor/onnx_divisor.
+- Reshape/Flatten/Squeeze/Unsqueeze/Transpose are tracked as index views and
+  only written when a real layer needs the tensor: a pure reshape becomes
+  Flatten/Reshape, a channel permutation (ShuffleNet's channel shuffle)
+  becomes a 1x1 Convolution with a 0/1 permutation matrix; any other
+  transpose is reported as unsupported.
+- BatchNormalization -> BatchNorm (use_global_stats, scale factor 1) + Scale
+  (bias_term). Gemm/MatMul with constant weights -> InnerProduct (alpha
+  folded into the weights, beta into the bias). Scalar Add/Mul/Sub/Div with a
+  constant -> Power; tensor constants -> Scale/Bias with the constant as a
+  blob; two tensors of the same shape -> Eltwise; a broadcast tensor (SE
+  block's [N,C,1,1] gate) -> Scale/Bias with two bottoms.
+"""
+import logging
+import os
+import sys
+
+import numpy as np
+
+from ..proto import array_to_blobproto, caffe_pb2, write_binary, write_text
+from ._common import (OnnxConversionError, Unsupported, UnsupportedModelError,
+                      caffe_divisor, caffe_pool_out, node_attrs, onnx_divisor,
+                      onnx_pool_out)
+from ._graph import load_model, prepare
+
+log = logging.getLogger("caffe_ocl")
+FLT_MAX = 3.4028234663852886e38
+
+
+class Var:
+    """A non-constant tensor: ``shape`` is its ONNX shape; its values are the
+    Caffe blob ``blob`` (shape ``blob_shape``) read through ``index`` (None:
+    row-major, same order; else an int array of ``shape`` with flat
+    positions in the blob)."""
+
+    def __init__(self, name, blob, blob_shape, shape=None, index=None, origin=None):
+        self.name = name
+        self.blob = blob
+        self.blob_shape = tuple(blob_shape)
+        self.shape = tuple(blob_shape if shape is None else shape)
+        self.index = index
+        self.origin = origin
+        self.materialized = blob if (index is None and self.shape == self.blob_shape) else None
+
+    def view(self, name, shape=None, index=None, origin=None):
+        return Var(name, self.blob, self.blob_shape, shape, index, origin or self.origin)
+
+
+def _desc(node):
+    return (node.op_type, node.name or (node.output[0] if node.output else "?"))
+
+
+class Converter:
+    def __init__(self, model, input_shapes=None, batch=1):
+        self.p = prepare(model, input_shapes, batch)
+        self.opset = self.p.opset
+        self.net = caffe_pb2.NetParameter()
+        self.net.name = self.p.name
+        self.refs = {}
+        self.unsupported = []
+        self.layer_names = set()
+        self.blob_names = set(self.p.shapes) | set(self.p.inputs)
+        self.node = None
+        self.tops = set()
+
+    # ---- bookkeeping -------------------------------------------------------
+    def uniq(self, base, taken):
+        name, k = base, 1
+        while name in taken:
+            name = f"{base}_{k}"
+            k += 1
+        taken.add(name)
+        return name
+
+    def new_blob(self, base):
+        return self.uniq(base, self.blob_names)
+
+    def layer(self, type_, name, bottoms, tops, blobs=()):
+        lp = self.net.layer.add()
+        lp.name = self.uniq(name, self.layer_names)
+        lp.type = type_
+        lp.bottom.extend(bottoms)
+        lp.top.extend(tops)
+        self.tops.update(tops)
+        for arr in blobs:
+            lp.blobs.add().CopyFrom(array_to_blobproto(np.asarray(arr, np.float32)))
+        return lp
+
+    def lname(self):
+        n = self.node
+        return n.name or n.output[0]
+
+    def shape(self, name):
+        s = self.p.shapes.get(name)
+        if s is None:
+            raise Unsupported(f"the shape of {name!r} is not known statically")
+        return s
+
+    def is_const(self, name):
+        return name in self.p.consts
+
+    def const(self, name, what="input"):
+        if name not in self.p.consts:
+            raise Unsupported(f"{what} {name!r} must be a constant (initializer)")
+        return self.p.consts[name]
+
+    def opt_const(self, i):
+        n = self.node.input
+        if len(n) > i and n[i]:
+            return self.const(n[i])
+        return None
+
+    def var(self, name):
+        r = self.refs.get(name)
+        if r is None:
+            if name in self.p.consts:
+                raise Unsupported(f"input {name!r} is a constant; a Caffe layer needs a "
+                                  "computed tensor here")
+            raise Unsupported(f"input {name!r} is not produced by any node")
+        return r
+
+    def blob(self, name):
+        return self.materialize(self.var(name))
+
+    def out(self, i=0, blob=None, shape=None):
+        """Register output i of the current node as a fresh blob (named as the
+        ONNX tensor) and return the blob name."""
+        name = self.node.output[i]
+        shape = self.p.shapes.get(name) if shape is None else shape
+        if shape is None:
+            raise Unsupported(f"the shape of output {name!r} is not known statically")
+        self.refs[name] = Var(name, blob or name, shape)
+        return blob or name
+
+    def alias(self, i, src_name):
+        self.refs[self.node.output[i]] = self.var(src_name)
+
+    # ---- views -------------------------------------------------------------
+    def materialize(self, r):
+        if r.materialized:
+            return r.materialized
+        count = int(np.prod(r.shape))
+        idx = r.index
+        if idx is not None and np.array_equal(idx.ravel(), np.arange(count)):
+            idx = None
+        if idx is None:
+            top = r.name if r.name not in self.tops else self.new_blob(r.name)
+            shape = r.shape
+            if (len(shape) == 2 and len(r.blob_shape) >= 2 and shape[0] == r.blob_shape[0]):
+                lp = self.layer("Flatten", top, [r.blob], [top])
+            else:
+                lp = self.layer("Reshape", top, [r.blob], [top])
+                dims = list(shape)
+                if len(shape) and len(r.blob_shape) and shape[0] == r.blob_shape[0]:
+                    dims[0] = 0
+                lp.reshape_param.shape.dim.extend(dims)
+            r.materialized = top
+            return top
+        perm = _channel_permutation(idx, r.shape)
+        if perm is None or len(r.shape) not in (2, 4):
+            raise Unsupported("this Transpose (with the reshapes around it) moves data in a "
+                              "way no Caffe layer expresses (only reshapes and channel "
+                              "permutations are supported)", node=r.origin)
+        src = r.blob
+        if r.blob_shape != r.shape:
+            src = self.materialize(Var(self.new_blob(r.name + "_reshaped"), r.blob, r.blob_shape, r.shape,
+                                       None, r.origin))
+        c = r.shape[1]
+        w = np.zeros((c, c), np.float32)
+        w[np.arange(c), perm] = 1.0
+        top = r.name if r.name not in self.tops else self.new_blob(r.name)
+        if len(r.shape) == 4:
+            lp = self.layer("Convolution", top + "_permute", [src], [top],
+                            [w.reshape(c, c, 1, 1)])
+            cp = lp.convolution_param
+            cp.num_output = c
+            cp.kernel_size.append(1)
+            cp.bias_term = False
+        else:
+            lp = self.layer("InnerProduct", top + "_permute", [src], [top], [w])
+            lp.inner_product_param.num_output = c
+            lp.inner_product_param.bias_term = False
+        r.materialized = top
+        return top
+
+    def set_view(self, i, src_name, shape, transpose=None):
+        r = self.var(src_name)
+        shape = tuple(int(d) for d in shape)
+        name = self.node.output[i]
+        if transpose is None and r.index is None:
+            self.refs[name] = r.view(name, shape)
+            return
+        idx = r.index if r.index is not None else np.arange(
+            int(np.prod(r.shape))).reshape(r.shape)
+        if transpose is not None:
+            idx = idx.transpose(transpose)
+            origin = self.node
+        else:
+            origin = r.origin
+        idx = np.ascontiguousarray(idx).reshape(shape)
+        if np.array_equal(idx.ravel(), np.arange(idx.size)):
+            self.refs[name] = r.view(name, shape)
+        else:
+            self.refs[name] = r.view(name, shape, idx, origin)
+
+    # ---- explicit padding and cropping ------------------------------------
+    def pad(self, blob, shape, pads, value, base):
+        """pads: {axis: (before, after)} (non-negative). DummyData + Concat."""
+        shape = list(shape)
+        for axis in sorted(pads):
+            b, e = pads[axis]
+            if not b and not e:
+                continue
+            pieces = []
+            for amount, where in ((b, "before"), (e, "after")):
+                if not amount:
+                    continue
+                s = list(shape)
+                s[axis] = amount
+                d = self.new_blob(f"{base}_pad{axis}_{where}")
+                lp = self.layer("DummyData", d, [], [d])
+                dp = lp.dummy_data_param
+                f = dp.data_filler.add()
+                f.type = "constant"
+                f.value = float(value)
+                dp.shape.add().dim.extend(s)
+                pieces.append((where, d))
+            order = [p for w, p in pieces if w == "before"] + [blob] + \
+                [p for w, p in pieces if w == "after"]
+            top = self.new_blob(f"{base}_padded{axis}")
+            lp = self.layer("Concat", top, order, [top])
+            lp.concat_param.axis = axis
+            shape[axis] += b + e
+            blob = top
+        return blob, tuple(shape)
+
+    def crop(self, blob, shape, axis, start, length, base, top=None):
+        """Keep [start, start+length) of ``axis`` (Slice; the rest Silenced)."""
+        L = shape[axis]
+        if start == 0 and length == L:
+            return blob
+        points = [p for p in (start, start + length) if 0 < p < L]
+        tops, keep = [], None
+        pos = 0
+        for k, p in enumerate(points + [L]):
+            if pos == start:
+                keep = top or self.new_blob(f"{base}_crop{axis}")
+                tops.append(keep)
+            else:
+                tops.append(self.new_blob(f"{base}_crop{axis}_unused{k}"))
+            pos = p
+        lp = self.layer("Slice", f"{base}_crop{axis}", [blob], tops)
+        lp.slice_param.axis = axis
+        lp.slice_param.slice_point.extend(points)
+        unused = [t for t in tops if t != keep]
+        if unused:
+            self.layer("Silence", f"{base}_crop{axis}_silence", unused, [])
+        return keep
+
+    # ---- the conversion ----------------------------------------------------
+    def run(self):
+        for name, shape in self.p.inputs.items():
+            lp = self.layer("Input", name, [], [name])
+            lp.input_param.shape.add().dim.extend(shape)
+            self.refs[name] = Var(name, name, shape)
+        for node in self.p.nodes:
+            self.node = node
+            handler = getattr(self, "op_" + node.op_type, None)
+            try:
+                if node.domain not in ("", "ai.onnx") or handler is None:
+                    raise Unsupported("no Caffe equivalent for this operator"
+                                      + (f" (domain {node.domain})" if node.domain else ""))
+                handler(node, node_attrs(node))
+            except Unsupported as e:
+                bad = e.node or node
+                item = (*_desc(bad), e.reason)
+                if item not in self.unsupported:
+                    self.unsupported.append(item)
+                for i, o in enumerate(node.output):   # keep going to list every node
+                    if o and o not in self.refs:
+                        self.refs[o] = Var(o, o, self.p.shapes.get(o, (1,)))
+        if not self.unsupported:
+            for name in self.p.outputs:
+                self.node = None
+                try:
+                    self._finish_output(name)
+                except Unsupported as e:
+                    op, nm = _desc(e.node) if e.node is not None else ("output", name)
+                    self.unsupported.append((op, nm, e.reason))
+        if self.unsupported:
+            raise UnsupportedModelError(self.unsupported)
+        return self.net
+
+    def _finish_output(self, name):
+        if name in self.p.consts:
+            raise Unsupported("the graph output is a constant")
+        b = self.materialize(self.refs[name])
+        if b == name:
+            return
+        # a one-top Split, so the graph output keeps its ONNX name
+        self.layer("Split", name + "_output", [b], [name])
+
+    # ---- convolution -------------------------------------------------------
+    def _spatial_pads(self, a, in_hw, kernel, strides, dil):
+        auto = a.get("auto_pad", "NOTSET")
+        if auto in ("NOTSET", ""):
+            p = list(a.get("pads", [0] * 4))
+            return [(p[0], p[2]), (p[1], p[3])]
+        if auto == "VALID":
+            return [(0, 0), (0, 0)]
+        out = []
+        for H, K, S, D in zip(in_hw, kernel, strides, dil):
+            total = max((-(-H // S) - 1) * S + (K - 1) * D + 1 - H, 0)
+            small = total // 2
+            out.append((small, total - small) if auto == "SAME_UPPER" else (total - small, small))
+        return out
+
+    def op_Conv(self, node, a):
+        W = self.const(node.input[1], "weight")
+        if W.ndim != 4:
+            raise Unsupported(f"only 2-D convolution maps to Caffe (weight has {W.ndim} dims)")
+        B = self.opt_const(2)
+        x = self.blob(node.input[0])
+        shape = self.shape(node.input[0])
+        kernel = list(W.shape[2:])
+        strides = list(a.get("strides", [1, 1]))
+        dil = list(a.get("dilations", [1, 1]))
+        pads = self._spatial_pads(a, shape[2:], kernel, strides, dil)
+        sym = [min(b, e) for b, e in pads]
+        extra = {2 + i: (b - s, e - s) for i, ((b, e), s) in enumerate(zip(pads, sym))
+                 if (b, e) != (s, s)}
+        if extra:
+            x, shape = self.pad(x, shape, extra, 0.0, self.lname())
+        top = self.out()
+        lp = self.layer("Convolution", self.lname(), [x], [top],
+                        [W] + ([B] if B is not None else []))
+        cp = lp.convolution_param
+        cp.num_output = W.shape[0]
+        if kernel[0] == kernel[1]:
+            cp.kernel_size.append(kernel[0])
+        else:
+            cp.kernel_h, cp.kernel_w = kernel
+        if sym[0] == sym[1]:
+            if sym[0]:
+                cp.pad.append(sym[0])
+        else:
+            cp.pad_h, cp.pad_w = sym
+        if strides[0] == strides[1]:
+            if strides[0] != 1:
+                cp.stride.append(strides[0])
+        else:
+            cp.stride_h, cp.stride_w = strides
+        if dil != [1, 1]:
+            cp.dilation.extend(dil if dil[0] != dil[1] else dil[:1])
+        g = int(a.get("group", 1))
+        if g != 1:
+            cp.group = g
+        if B is None:
+            cp.bias_term = False
+
+    def op_ConvTranspose(self, node, a):
+        W = self.const(node.input[1], "weight")
+        if W.ndim != 4:
+            raise Unsupported("only 2-D transposed convolution maps to Caffe")
+        if a.get("auto_pad", "NOTSET") not in ("NOTSET", "", "VALID") and "output_shape" not in a:
+            raise Unsupported(f"auto_pad {a['auto_pad']} is not supported for ConvTranspose")
+        B = self.opt_const(2)
+        x = self.blob(node.input[0])
+        shape = self.shape(node.input[0])
+        g = int(a.get("group", 1))
+        kernel = list(W.shape[2:])
+        strides = list(a.get("strides", [1, 1]))
+        dil = list(a.get("dilations", [1, 1]))
+        opad = list(a.get("output_padding", [0, 0]))
+        out_shape = self.shape(node.output[0])
+        full, begin = [], []
+        for i in range(2):
+            f = strides[i] * (shape[2 + i] - 1) + (kernel[i] - 1) * dil[i] + 1
+            full.append(f)
+            if "pads" in a and "output_shape" not in a:
+                begin.append(a["pads"][i])
+            else:
+                total = f + opad[i] - out_shape[2 + i]
+                if a.get("auto_pad", "NOTSET") == "SAME_LOWER":
+                    begin.append(total - total // 2)
+                else:
+                    begin.append(total // 2)
+        P = []
+        for i in range(2):
+            end_room = full[i] - begin[i] - out_shape[2 + i]   # cut from the end
+            if end_room < 0:
+                raise Unsupported("output_padding beyond the kernel footprint is not "
+                                  "expressible with Deconvolution")
+            P.append(min(begin[i], end_room))
+        cshape = (shape[0], W.shape[1] * g, full[0] - 2 * P[0], full[1] - 2 * P[1])
+        needs_crop = any(cshape[2 + i] != out_shape[2 + i] for i in range(2))
+        top = self.new_blob(node.output[0] + "_full") if needs_crop else self.out()
+        lp = self.layer("Deconvolution", self.lname(), [x], [top],
+                        [W] + ([B] if B is not None else []))
+        cp = lp.convolution_param
+        cp.num_output = W.shape[1] * g
+        if kernel[0] == kernel[1]:
+            cp.kernel_size.append(kernel[0])
+        else:
+            cp.kernel_h, cp.kernel_w = kernel
+        if P[0] == P[1]:
+            if P[0]:
+                cp.pad.append(P[0])
+        else:
+            cp.pad_h, cp.pad_w = P
+        if strides[0] == strides[1]:
+            if strides[0] != 1:
+                cp.stride.append(strides[0])
+        else:
+            cp.stride_h, cp.stride_w = strides
+        if dil != [1, 1]:
+            cp.dilation.extend(dil if dil[0] != dil[1] else dil[:1])
+        if g != 1:
+            cp.group = g
+        if B is None:
+            cp.bias_term = False
+        if needs_crop:
+            b, s = top, list(cshape)
+            axes = [i for i in range(2) if cshape[2 + i] != out_shape[2 + i]]
+            for i in axes:
+                b = self.crop(b, s, 2 + i, begin[i] - P[i], out_shape[2 + i], self.lname(),
+                              top=node.output[0] if i == axes[-1] else None)
+                s[2 + i] = out_shape[2 + i]
+            self.out()
+
+    # ---- pooling -----------------------------------------------------------
+    def _pool(self, node, a, method):
+        x = self.blob(node.input[0])
+        shape = self.shape(node.input[0])
+        if len(shape) != 4:
+            raise Unsupported(f"only 2-D pooling maps to Caffe (input {shape})")
+        K = list(a["kernel_shape"])
+        S = list(a.get("strides", [1, 1]))
+        if list(a.get("dilations", [1, 1])) != [1, 1]:
+            raise Unsupported("dilated pooling has no Caffe equivalent")
+        pads = self._spatial_pads(a, shape[2:], K, S, [1, 1])
+        ceil = bool(a.get("ceil_mode", 0))
+        cip = bool(a.get("count_include_pad", 0))
+        H = shape[2:]
+        want = [onnx_pool_out(H[i], K[i], S[i], *pads[i], ceil) for i in range(2)]
+        extra = [max(pads[i][1] - pads[i][0], 0) for i in range(2)]
+        best = None
+        for exact in (True, False):
+            for ex in ([0, 0], extra):
+                for c in (ceil, not ceil):
+                    outs = [caffe_pool_out(H[i] + ex[i], K[i], S[i], pads[i][0], c)
+                            for i in range(2)]
+                    ok = outs == want if exact else all(o >= w for o, w in zip(outs, want))
+                    if ok and best is None:
+                        best = (ex, c, outs)
+        if best is None or any(pads[i][0] >= K[i] for i in range(2)):
+            raise Unsupported(f"pooling geometry (kernel {K}, stride {S}, pads {pads}) has "
+                              "no Caffe equivalent")
+        ex, c, outs = best
+        base = self.lname()
+        if any(ex):
+            value = -FLT_MAX if method == "MAX" else 0.0
+            x, shape = self.pad(x, shape, {2 + i: (0, ex[i]) for i in range(2) if ex[i]},
+                                value, base)
+        fix = None
+        if method == "AVE":
+            dc = [caffe_divisor(shape[2 + i], K[i], S[i], pads[i][0], want[i]) for i in range(2)]
+            do = [onnx_divisor(H[i], K[i], S[i], *pads[i], want[i], cip) for i in range(2)]
+            ratio = np.outer(dc[0], dc[1]).astype(np.float64) / np.outer(do[0], do[1])
+            if not np.all(ratio == 1.0):
+                fix = ratio.astype(np.float32)
+        need_crop = outs != want
+        final = node.output[0]
+        top = self.new_blob(final + "_pool") if (need_crop or fix is not None) else self.out()
+        lp = self.layer("Pooling", base, [x], [top])
+        pp = lp.pooling_param
+        pp.pool = caffe_pb2.PoolingParameter.MAX if method == "MAX" else \
+            caffe_pb2.PoolingParameter.AVE
+        if K[0] == K[1]:
+            pp.kernel_size = K[0]
+        else:
+            pp.kernel_h, pp.kernel_w = K
+        P = [pads[0][0], pads[1][0]]
+        if P[0] == P[1]:
+            if P[0]:
+                pp.pad = P[0]
+        else:
+            pp.pad_h, pp.pad_w = P
+        if S[0] == S[1]:
+            if S[0] != 1:
+                pp.stride = S[0]
+        else:
+            pp.stride_h, pp.stride_w = S
+        if not c:
+            pp.round_mode = caffe_pb2.PoolingParameter.FLOOR
+        cur, cshape = top, [shape[0], shape[1]] + outs
+        if need_crop:
+            for i in range(2):
+                if cshape[2 + i] != want[i]:
+                    last = fix is None and (i == 1 or cshape[3] == want[1])
+                    cur = self.crop(cur, cshape, 2 + i, 0, want[i], base,
+                                    top=final if last else None)
+                    cshape[2 + i] = want[i]
+        if fix is not None:
+            lp = self.layer("Scale", base + "_divisor", [cur], [final], [fix])
+            lp.scale_param.axis = 2
+            lp.scale_param.num_axes = 2
+            cur = final
+        if cur != final:
+            raise Unsupported("internal: pooling naming")
+        if need_crop or fix is not None:
+            self.out()
+
+    def op_MaxPool(self, node, a):
+        if len(node.output) > 1 and node.output[1]:
+            raise Unsupported("MaxPool's Indices output has no Caffe equivalent")
+        if a.get("storage_order", 0):
+            raise Unsupported("storage_order 1 is not supported")
+        self._pool(node, a, "MAX")
+
+    def op_AveragePool(self, node, a):
+        self._pool(node, a, "AVE")
+
+    def _global(self, node, method):
+        x = self.blob(node.input[0])
+        if len(self.shape(node.input[0])) != 4:
+            raise Unsupported("only 4-D global pooling maps to Caffe")
+        lp = self.layer("Pooling", self.lname(), [x], [self.out()])
+        lp.pooling_param.pool = getattr(caffe_pb2.PoolingParameter, method)
+        lp.pooling_param.global_pooling = True
+
+    def op_GlobalAveragePool(self, node, a):
+        self._global(node, "AVE")
+
+    def op_GlobalMaxPool(self, node, a):
+        self._global(node, "MAX")
+
+    def _reduce(self, node, a, kind):
+        shape = self.shape(node.input[0])
+        if "axes" in a:
+            axes = list(a["axes"])
+        elif len(node.input) > 1 and node.input[1]:
+            axes = [int(v) for v in self.const(node.input[1]).ravel()]
+        else:
+            axes = list(range(len(shape)))
+        axes = sorted(ax % len(shape) for ax in axes)
+        keep = bool(a.get("keepdims", 1))
+        out_shape = self.shape(node.output[0])
+        x = self.blob(node.input[0])
+        if len(shape) == 4 and axes == [2, 3] and kind in ("MEAN", "MAX"):
+            top = self.new_blob(node.output[0] + "_pool") if not keep else self.out()
+            lp = self.layer("Pooling", self.lname(), [x], [top])
+            lp.pooling_param.pool = caffe_pb2.PoolingParameter.AVE if kind == "MEAN" \
+                else caffe_pb2.PoolingParameter.MAX
+            lp.pooling_param.global_pooling = True
+            if not keep:
+                self.refs[node.output[0]] = Var(node.output[0], top, shape[:2] + (1, 1),
+                                                out_shape)
+            return
+        if kind == "MAX" or axes != list(range(axes[0], len(shape))):
+            raise Unsupported(f"reduction over axes {axes} of a {len(shape)}-D tensor has no "
+                              "Caffe equivalent (Caffe's Reduction works on trailing axes)")
+        top = self.new_blob(node.output[0] + "_reduced")
+        lp = self.layer("Reduction", self.lname(), [x], [top])
+        lp.reduction_param.operation = getattr(caffe_pb2.ReductionParameter, kind)
+        lp.reduction_param.axis = axes[0]
+        self.refs[node.output[0]] = Var(node.output[0], top, shape[:axes[0]], out_shape)
+
+    def op_ReduceMean(self, node, a):
+        self._reduce(node, a, "MEAN")
+
+    def op_ReduceSum(self, node, a):
+        self._reduce(node, a, "SUM")
+
+    def op_ReduceMax(self, node, a):
+        self._reduce(node, a, "MAX")
+
+    # ---- dense -------------------------------------------------------------
+    def _inner_product(self, x, axis, W, b, name):
+        """W: [N, K] (Caffe's layout)."""
+        top = self.out()
+        lp = self.layer("InnerProduct", name, [x], [top], [W] + ([b] if b is not None else []))
+        ip = lp.inner_product_param
+        ip.num_output = W.shape[0]
+        if axis != 1:
+            ip.axis = axis
+        if b is None:
+            ip.bias_term = False
+
+    def op_Gemm(self, node, a):
+        if a.get("transA", 0):
+            raise Unsupported("Gemm with transA=1 on a computed input has no Caffe equivalent")
+        B = self.const(node.input[1], "B")
+        C = self.opt_const(2)
+        shape = self.shape(node.input[0])
+        alpha, beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))
+        W = (B if a.get("transB", 0) else B.T).astype(np.float64) * alpha
+        n = W.shape[0]
+        bias = None
+        if C is not None and beta != 0:
+            C = np.asarray(C, np.float64) * beta
+            if C.size == 1:
+                bias = np.full(n, C.ravel()[0])
+            else:
+                c2 = np.broadcast_to(C, (shape[0], n))
+                if not np.all(c2 == c2[:1]):
+                    raise Unsupported("Gemm's C varies along the rows; InnerProduct's bias "
+                                      "cannot express it")
+                bias = np.array(c2[0])
+        x = self.blob(node.input[0])
+        self._inner_product(x, 1, W.astype(np.float32), bias, self.lname())
+
+    def op_MatMul(self, node, a):
+        B = self.const(node.input[1], "the second operand")
+        if B.ndim != 2:
+            raise Unsupported("MatMul maps to InnerProduct only with a 2-D constant weight")
+        shape = self.shape(node.input[0])
+        if len(shape) < 2:
+            raise Unsupported("MatMul on a 1-D input")
+        x = self.blob(node.input[0])
+        self._inner_product(x, len(shape) - 1, np.ascontiguousarray(B.T), None, self.lname())
+
+    # ---- normalization -------------------------------------------------------
+    def op_BatchNormalization(self, node, a):
+        if a.get("training_mode", 0):
+            raise Unsupported("training_mode=1 (batch statistics) is not an inference op")
+        if len([o for o in node.output if o]) > 1:
+            raise Unsupported("BatchNormalization's running-statistics outputs are not "
+                              "supported")
+        gamma, beta, mean, var = (self.const(n) for n in node.input[1:5])
+        x = self.blob(node.input[0])
+        mid = self.new_blob(node.output[0] + "_bn")
+        lp = self.layer("BatchNorm", self.lname(), [x], [mid],
+                        [mean, var, np.ones(1, np.float32)])
+        lp.batch_norm_param.use_global_stats = True
+        lp.batch_norm_param.eps = float(a.get("epsilon", 1e-5))
+        lp = self.layer("Scale", self.lname() + "_scale", [mid], [self.out()], [gamma, beta])
+        lp.scale_param.bias_term = True
+
+    def op_LRN(self, node, a):
+        lp = self.layer("LRN", self.lname(), [self.blob(node.input[0])], [self.out()])
+        p = lp.lrn_param
+        p.local_size = int(a["size"])
+        p.alpha = float(a.get("alpha", 1e-4))
+        p.beta = float(a.get("beta", 0.75))
+        p.k = float(a.get("bias", 1.0))
+
+    # ---- activations -------------------------------------------------------
+    def _unary(self, type_, setup=None):
+        lp = self.layer(type_, self.lname(), [self.blob(self.node.input[0])], [self.out()])
+        if setup:
+            setup(lp)
+        return lp
+
+    def op_Relu(self, node, a):
+        self._unary("ReLU")
+
+    def op_LeakyRelu(self, node, a):
+        self._unary("ReLU", lambda lp: setattr(lp.relu_param, "negative_slope",
+                                               float(a.get("alpha", 0.01))))
+
+    def op_Sigmoid(self, node, a):
+        self._unary("Sigmoid")
+
+    def op_Tanh(self, node, a):
+        self._unary("TanH")
+
+    def op_Abs(self, node, a):
+        self._unary("AbsVal")
+
+    def op_Exp(self, node, a):
+        self._unary("Exp")
+
+    def op_Log(self, node, a):
+        self._unary("Log")
+
+    def op_Softplus(self, node, a):
+        self._unary("BNLL")
+
+    def op_Elu(self, node, a):
+        self._unary("ELU", lambda lp: setattr(lp.elu_param, "alpha",
+                                              float(a.get("alpha", 1.0))))
+
+    def _power(self, src, top, name, power=1.0, scale=1.0, shift=0.0):
+        lp = self.layer("Power", name, [src], [top])
+        pp = lp.power_param
+        if power != 1.0:
+            pp.power = power
+        if scale != 1.0:
+            pp.scale = scale
+        if shift != 0.0:
+            pp.shift = shift
+        return top
+
+    def op_Sqrt(self, node, a):
+        self._power(self.blob(node.input[0]), self.out(), self.lname(), power=0.5)
+
+    def op_Neg(self, node, a):
+        self._power(self.blob(node.input[0]), self.out(), self.lname(), scale=-1.0)
+
+    def op_Reciprocal(self, node, a):
+        self._power(self.blob(node.input[0]), self.out(), self.lname(), power=-1.0)
+
+    def op_Pow(self, node, a):
+        e = self.const(node.input[1], "exponent")
+        if e.size != 1:
+            raise Unsupported("Pow maps to Power only with a scalar constant exponent")
+        self._power(self.blob(node.input[0]), self.out(), self.lname(), power=float(e.ravel()[0]))
+
+    def op_PRelu(self, node, a):
+        slope = self.const(node.input[1], "slope")
+        shape = self.shape(node.input[0])
+        x = self.blob(node.input[0])
+        lp = self.layer("PReLU", self.lname(), [x], [self.out()])
+        if slope.size == 1:
+            lp.prelu_param.channel_shared = True
+            lp.blobs.add().CopyFrom(array_to_blobproto(slope.reshape(()).astype(np.float32)))
+            return
+        full = np.broadcast_to(slope, shape)
+        ch = full.reshape(shape[0], shape[1], -1)[0, :, 0]
+        if len(shape) < 2 or not np.array_equal(full, np.broadcast_to(
+                ch.reshape((1, -1) + (1,) * (len(shape) - 2)), shape)):
+            raise Unsupported("PRelu slope must be per channel (axis 1) or one value")
+        lp.blobs.add().CopyFrom(array_to_blobproto(ch.astype(np.float32)))
+
+    def _clip_bounds(self, node, a):
+        if self.opset < 11:
+            return a.get("min", -FLT_MAX), a.get("max", FLT_MAX)
+        lo = self.opt_const(1)
+        hi = self.opt_const(2)
+        return (-FLT_MAX if lo is None else float(lo)), (FLT_MAX if hi is None else float(hi))
+
+    def op_Clip(self, node, a):
+        lo, hi = self._clip_bounds(node, a)
+        if lo == 0.0 and hi >= FLT_MAX:
+            self._unary("ReLU")
+            return
+        lp = self._unary("Clip")
+        lp.clip_param.min = lo
+        lp.clip_param.max = hi
+
+    def _hard_sigmoid(self, src, top, alpha, beta, name):
+        mid = self.new_blob(top + "_affine")
+        self._power(src, mid, name + "_affine", scale=alpha, shift=beta)
+        lp = self.layer("Clip", name, [mid], [top])
+        lp.clip_param.min = 0.0
+        lp.clip_param.max = 1.0
+        return top
+
+    def op_HardSigmoid(self, node, a):
+        self._hard_sigmoid(self.blob(node.input[0]), self.out(), float(a.get("alpha", 0.2)),
+                           float(a.get("beta", 0.5)), self.lname())
+
+    def op_HardSwish(self, node, a):
+        x = self.blob(node.input[0])
+        gate = self._hard_sigmoid(x, self.new_blob(node.output[0] + "_gate"), 1.0 / 6, 0.5,
+                                  self.lname() + "_gate")
+        lp = self.layer("Eltwise", self.lname(), [x, gate], [self.out()])
+        lp.eltwise_param.operation = caffe_pb2.EltwiseParameter.PROD
+
+    def _softmax(self, log_):
+        node, shape = self.node, self.shape(self.node.input[0])
+        a = node_attrs(node)
+        default = -1 if self.opset >= 13 else 1
+        axis = int(a.get("axis", default)) % len(shape)
+        x = self.blob(node.input[0])
+        trailing = int(np.prod(shape[axis + 1:]))
+        if self.opset >= 13 or trailing == 1:
+            top = self.new_blob(node.output[0] + "_softmax") if log_ else self.out()
+            lp = self.layer("Softmax", self.lname(), [x], [top])
+            if axis != 1:
+                lp.softmax_param.axis = axis
+        else:   # opset < 13: softmax over the flattened [axis:] block
+            flat = self.new_blob(node.output[0] + "_flat")
+            lp = self.layer("Reshape", flat, [x], [flat])
+            lp.reshape_param.shape.dim.extend([int(np.prod(shape[:axis])), -1])
+            sm = self.new_blob(node.output[0] + "_softmax")
+            self.layer("Softmax", self.lname(), [flat], [sm])
+            if log_:
+                lg = self.new_blob(node.output[0] + "_log")
+                self.layer("Log", self.lname() + "_log", [sm], [lg])
+                sm = lg
+            self.refs[node.output[0]] = Var(node.output[0], sm,
+                                            (int(np.prod(shape[:axis])),
+                                             int(np.prod(shape[axis:]))), shape)
+            return
+        if log_:
+            self.layer("Log", self.lname() + "_log", [top], [self.out()])
+
+    def op_Softmax(self, node, a):
+        self._softmax(False)
+
+    def op_LogSoftmax(self, node, a):
+        self._softmax(True)
+
+    def op_Dropout(self, node, a):
+        if len(node.output) > 1 and node.output[1]:
+            raise Unsupported("Dropout's mask output is not supported")
+        ratio = a.get("ratio", 0.5)
+        if self.opset >= 12 and len(node.input) > 1 and node.input[1]:
+            ratio = float(self.const(node.input[1]))
+        lp = self._unary("Dropout")
+        lp.dropout_param.dropout_ratio = float(ratio)
+
+    def op_Identity(self, node, a):
+        self.alias(0, node.input[0])
+
+    def op_Cast(self, node, a):
+        from onnx import TensorProto
+        if a.get("to") not in (TensorProto.FLOAT,):
+            raise Unsupported("Cast of a computed tensor to a non-float type")
+        self.alias(0, node.input[0])
+
+    # ---- elementwise with broadcasting ---------------------------------------
+    def _scale_or_bias(self, kind, x, axis, nax_shape, blob=None, bottom2=None, top=None):
+        top = top or self.out()
+        bottoms = [x] + ([bottom2] if bottom2 else [])
+        lp = self.layer(kind, self.lname(), bottoms, [top],
+                        [blob] if blob is not None else [])
+        p = lp.scale_param if kind == "Scale" else lp.bias_param
+        if axis != 1:
+            p.axis = axis
+        if blob is not None and len(nax_shape) != 1:
+            p.num_axes = len(nax_shape)
+        return top
+
+    def _binary(self, node, op):
+        A, B = node.input[0], node.input[1]
+        out_shape = self.shape(node.output[0])
+        ca, cb = self.is_const(A), self.is_const(B)
+        if ca and not cb and op in ("Add", "Mul"):
+            A, B, ca, cb = B, A, False, True
+        if ca and not cb:   # c - x, c / x
+            c = self.const(A)
+            x = self.blob(B)
+            if self.shape(B) != out_shape:
+                raise Unsupported("the computed operand must have the output's shape")
+            mid = self.new_blob(node.output[0] + "_pre")
+            if op == "Sub":
+                self._power(x, mid, self.lname() + "_neg", scale=-1.0)
+                self._const_op("Add", mid, out_shape, c)
+            else:
+                self._power(x, mid, self.lname() + "_recip", power=-1.0)
+                self._const_op("Mul", mid, out_shape, c)
+            return
+        if cb:
+            c = self.const(B).astype(np.float64)
+            if self.shape(A) != out_shape:
+                raise Unsupported("broadcasting that enlarges the computed operand has no "
+                                  "Caffe equivalent")
+            if op == "Sub":
+                op, c = "Add", -c
+            elif op == "Div":
+                op, c = "Mul", 1.0 / c
+            self._const_op(op, self.blob(A), out_shape, c)
+            return
+        sa, sb = self.shape(A), self.shape(B)
+        if sa == sb:
+            xa, xb = self.blob(A), self.blob(B)
+            if op == "Div":
+                inv = self._power(xb, self.new_blob(node.output[0] + "_recip"),
+                                  self.lname() + "_recip", power=-1.0)
+                xb, op = inv, "Mul"
+            lp = self.layer("Eltwise", self.lname(), [xa, xb], [self.out()])
+            ep = lp.eltwise_param
+            ep.operation = caffe_pb2.EltwiseParameter.PROD if op == "Mul" else \
+                caffe_pb2.EltwiseParameter.SUM
+            if op == "Sub":
+                ep.coeff.extend([1.0, -1.0])
+            return
+        # broadcast between two computed tensors: the small one must cover a
+        # contiguous block of the big one's axes
+        if sa == out_shape:
+            big, small = A, B
+        elif sb == out_shape and op in ("Add", "Mul"):
+            big, small = B, A
+        else:
+            raise Unsupported(f"broadcasting {sa} with {sb} has no Caffe equivalent")
+        bs, ss = self.shape(big), self.shape(small)
+        ss_full = (1,) * (len(bs) - len(ss)) + tuple(ss)
+        nz = [i for i, d in enumerate(ss_full) if d != 1]
+        if not nz:
+            raise Unsupported("broadcasting a computed scalar has no Caffe equivalent")
+        lo, hi = nz[0], nz[-1]
+        if ss_full[lo:hi + 1] != bs[lo:hi + 1]:
+            raise Unsupported(f"broadcasting {sa} with {sb} has no Caffe equivalent")
+        block = bs[lo:hi + 1]
+        r = self.var(small)
+        v = r.view(self.new_blob(small + "_block"), block, None if r.index is None else
+                   r.index.reshape(block))
+        sblob = self.materialize(v)
+        xbig = self.blob(big)
+        if op == "Mul":
+            self._scale_or_bias("Scale", xbig, lo, block, bottom2=sblob)
+        elif op == "Add":
+            self._scale_or_bias("Bias", xbig, lo, block, bottom2=sblob)
+        elif op == "Sub":
+            neg = self._power(sblob, self.new_blob(small + "_neg"), self.lname() + "_neg",
+                              scale=-1.0)
+            self._scale_or_bias("Bias", xbig, lo, block, bottom2=neg)
+        else:
+            inv = self._power(sblob, self.new_blob(small + "_recip"), self.lname() + "_recip",
+                              power=-1.0)
+            self._scale_or_bias("Scale", xbig, lo, block, bottom2=inv)
+
+    def _const_op(self, op, x, shape, c):
+        """x (op) c for a constant c that broadcasts to x's shape."""
+        c = np.asarray(c, np.float64)
+        if c.size == 1:
+            v = float(c.ravel()[0])
+            if op == "Add":
+                self._power(x, self.out(), self.lname(), shift=v)
+            else:
+                self._power(x, self.out(), self.lname(), scale=v)
+            return
+        if c.ndim > len(shape):
+            raise Unsupported("constant has more dimensions than the computed operand")
+        full = (1,) * (len(shape) - c.ndim) + c.shape
+        c = c.reshape(full)
+        nz = [i for i, d in enumerate(full) if d != 1]
+        lo, hi = nz[0], nz[-1]
+        block = tuple(shape[lo:hi + 1])
+        blob = np.broadcast_to(c.reshape(full[lo:hi + 1]), block).astype(np.float32)
+        self._scale_or_bias("Scale" if op == "Mul" else "Bias", x, lo, block, blob=blob)
+
+    def op_Add(self, node, a):
+        self._binary(node, "Add")
+
+    def op_Sub(self, node, a):
+        self._binary(node, "Sub")
+
+    def op_Mul(self, node, a):
+        self._binary(node, "Mul")
+
+    def op_Div(self, node, a):
+        self._binary(node, "Div")
+
+    def _variadic(self, op):
+        node = self.node
+        if len(node.input) == 1:
+            self.alias(0, node.input[0])
+            return
+        shapes = {self.shape(i) for i in node.input}
+        if len(shapes) != 1:
+            raise Unsupported(f"{node.op_type} with broadcasting has no Caffe equivalent")
+        lp = self.layer("Eltwise", self.lname(), [self.blob(i) for i in node.input],
+                        [self.out()])
+        lp.eltwise_param.operation = op
+
+    def op_Sum(self, node, a):
+        self._variadic(caffe_pb2.EltwiseParameter.SUM)
+
+    def op_Max(self, node, a):
+        self._variadic(caffe_pb2.EltwiseParameter.MAX)
+
+    # ---- shape and data movement ---------------------------------------------
+    def op_Concat(self, node, a):
+        shape = self.shape(node.output[0])
+        axis = int(a["axis"]) % len(shape)
+        ins = [i for i in node.input if i and int(np.prod(self.shape(i)))]
+        if len(ins) == 1:
+            self.alias(0, ins[0])
+            return
+        lp = self.layer("Concat", self.lname(), [self.blob(i) for i in ins], [self.out()])
+        if axis != 1:
+            lp.concat_param.axis = axis
+
+    def _slice_pieces(self, x, shape, axis, sizes, outputs, base):
+        """Slice ``x`` along ``axis`` into ``sizes``; outputs[i] None = unused."""
+        points = list(np.cumsum(sizes)[:-1])
+        tops = [o if o else self.new_blob(f"{base}_unused{i}") for i, o in enumerate(outputs)]
+        if len(tops) == 1:
+            return
+        lp = self.layer("Slice", base, [x], tops)
+        lp.slice_param.axis = axis
+        lp.slice_param.slice_point.extend(int(p) for p in points)
+        unused = [t for t, o in zip(tops, outputs) if not o]
+        if unused:
+            self.layer("Silence", base + "_silence", unused, [])
+
+    def op_Split(self, node, a):
+        shape = self.shape(node.input[0])
+        axis = int(a.get("axis", 0)) % len(shape)
+        n = len(node.output)
+        if "split" in a:
+            sizes = list(a["split"])
+        elif len(node.input) > 1 and node.input[1]:
+            sizes = [int(v) for v in self.const(node.input[1])]
+        else:
+            L = shape[axis]
+            k = -(-L // n)
+            sizes = [k] * (n - 1) + [L - k * (n - 1)]
+        x = self.blob(node.input[0])
+        if n == 1:
+            self.alias(0, node.input[0])
+            return
+        outs = []
+        for i, o in enumerate(node.output):
+            if o:
+                self.out(i)
+            outs.append(o or None)
+        self._slice_pieces(x, shape, axis, sizes, outs, self.lname())
+
+    def op_Slice(self, node, a):
+        shape = self.shape(node.input[0])
+        if self.opset < 10:
+            starts, ends = a["starts"], a["ends"]
+            axes = a.get("axes", list(range(len(starts))))
+            steps = [1] * len(starts)
+        else:
+            starts = [int(v) for v in self.const(node.input[1])]
+            ends = [int(v) for v in self.const(node.input[2])]
+            axes = [int(v) for v in self.opt_const(3)] if self.opt_const(3) is not None \
+                else list(range(len(starts)))
+            steps = [int(v) for v in self.opt_const(4)] if self.opt_const(4) is not None \
+                else [1] * len(starts)
+        x = self.blob(node.input[0])
+        cur_shape = list(shape)
+        todo = []
+        for st, en, ax, sp in zip(starts, ends, axes, steps):
+            ax %= len(shape)
+            if sp != 1:
+                raise Unsupported("Slice with a step other than 1 has no Caffe equivalent")
+            L = shape[ax]
+            b = min(max(st + L if st < 0 else st, 0), L)
+            e = min(max(en + L if en < 0 else en, 0), L)
+            if e <= b:
+                raise Unsupported("empty slice")
+            if (b, e) != (0, L):
+                todo.append((ax, b, e))
+        if not todo:
+            self.alias(0, node.input[0])
+            return
+        for k, (ax, b, e) in enumerate(todo):
+            last = k == len(todo) - 1
+            x = self.crop(x, cur_shape, ax, b, e - b, self.lname(),
+                          top=node.output[0] if last else None)
+            cur_shape[ax] = e - b
+        self.out()
+
+    def op_Gather(self, node, a):
+        """x[:, i] / x[:, i:j] with constant indices -> Slice (+ a view)."""
+        shape = self.shape(node.input[0])
+        axis = int(a.get("axis", 0)) % len(shape)
+        idx = self.const(node.input[1], "indices").astype(np.int64)
+        flat = np.where(idx < 0, idx + shape[axis], idx).ravel()
+        if idx.ndim > 1 or not len(flat) or np.any(np.diff(flat) != 1):
+            raise Unsupported("Gather maps to Slice only with a scalar or a contiguous "
+                              "increasing run of constant indices")
+        x = self.blob(node.input[0])
+        piece = list(shape)
+        piece[axis] = len(flat)
+        top = self.crop(x, shape, axis, int(flat[0]), len(flat), self.lname())
+        self.refs[node.output[0]] = Var(node.output[0], top, piece,
+                                        self.shape(node.output[0]))
+
+    def op_Pad(self, node, a):
+        mode = a.get("mode", "constant")
+        if mode != "constant":
+            raise Unsupported(f"Pad mode {mode!r} has no Caffe equivalent (only constant)")
+        shape = self.shape(node.input[0])
+        if self.opset < 11:
+            pads = list(a["pads"])
+            value = float(a.get("value", 0.0))
+        else:
+            pads = [int(v) for v in self.const(node.input[1])]
+            v = self.opt_const(2)
+            value = 0.0 if v is None else float(v)
+            axes_c = self.opt_const(3)
+            if axes_c is not None:
+                full = [0] * (2 * len(shape))
+                axes = [int(x) % len(shape) for x in axes_c]
+                for i, ax in enumerate(axes):
+                    full[ax] = pads[i]
+                    full[ax + len(shape)] = pads[i + len(axes)]
+                pads = full
+        n = len(shape)
+        if any(p < 0 for p in pads):
+            raise Unsupported("negative pads (cropping) are not supported")
+        x = self.blob(node.input[0])
+        spec = {ax: (pads[ax], pads[ax + n]) for ax in range(n) if pads[ax] or pads[ax + n]}
+        if not spec:
+            self.alias(0, node.input[0])
+            return
+        b, s = x, shape
+        for ax in sorted(spec):
+            b, s = self.pad(b, s, {ax: spec[ax]}, value, self.lname())
+        self.refs[node.output[0]] = Var(node.output[0], b, s)
+
+    def op_Flatten(self, node, a):
+        shape = self.shape(node.input[0])
+        axis = int(a.get("axis", 1)) % (len(shape) + 1) if shape else 0
+        out = (int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
+        self.set_view(0, node.input[0], out)
+
+    def op_Reshape(self, node, a):
+        self.set_view(0, node.input[0], self.shape(node.output[0]))
+
+    def op_Squeeze(self, node, a):
+        self.set_view(0, node.input[0], self.shape(node.output[0]))
+
+    def op_Unsqueeze(self, node, a):
+        self.set_view(0, node.input[0], self.shape(node.output[0]))
+
+    def op_Transpose(self, node, a):
+        shape = self.shape(node.input[0])
+        perm = list(a.get("perm", list(reversed(range(len(shape))))))
+        self.set_view(0, node.input[0], self.shape(node.output[0]), transpose=perm)
+
+
+def _channel_permutation(idx, shape):
+    """perm such that view[n, c, ...] == blob(as shape)[n, perm[c], ...], or None."""
+    if len(shape) < 2:
+        return None
+    n, c = shape[0], shape[1]
+    inner = int(np.prod(shape[2:]))
+    i3 = idx.reshape(n, c, inner)
+    first = i3[0, :, 0]
+    if np.any(first % inner):
+        return None
+    perm = first // inner
+    if sorted(perm.tolist()) != list(range(c)):
+        return None
+    base = np.arange(n * c * inner).reshape(n, c, inner)
+    if not np.array_equal(i3, base[:, perm, :]):
+        return None
+    return perm
+
+
+# ---------------------------------------------------------------------------
+# public API
+# ---------------------------------------------------------------------------
+
+def convert(model, input_shapes=None, batch=1):
+    """ONNX model (path, bytes or ModelProto) -> caffe_pb2.NetParameter whose
+    layers carry their weight blobs. Raises UnsupportedModelError listing every
+    node without a Caffe equivalent."""
+    m, _ = load_model(model)
+    return Converter(m, input_shapes, batch).run()
+
+
+def split_weights(net):
+    """(deploy NetParameter without blobs, NetParameter with blobs)."""
+    deploy = caffe_pb2.NetParameter()
+    deploy.CopyFrom(net)
+    for lp in deploy.layer:
+        del lp.blobs[:]
+    return deploy, net
+
+
+def onnx2caffe(onnx_path, prototxt_path, caffemodel_path, check=False, input_shapes=None,
+               batch=1, out=None):
+    """Convert and write both files (nothing is written when conversion fails).
+    With ``check``, run caffe_ocl and ONNX Runtime on one random input and
+    print the largest difference per output; returns that dict (or None)."""
+    net = convert(onnx_path, input_shapes, batch)
+    deploy, weights = split_weights(net)
+    write_text(deploy, os.fspath(prototxt_path))
+    write_binary(weights, os.fspath(caffemodel_path))
+    log.info("wrote %s and %s (%d layers)", prototxt_path, caffemodel_path, len(net.layer))
+    if not check:
+        return None
+    from .check import compare, format_report
+    report = compare(onnx_path, net)
+    print(format_report(report), file=out or sys.stdout)
+    return report
+
+
+def _parse_shapes(values):
+    shapes = {}
+    for v in values:
+        if "=" not in v:
+            raise OnnxConversionError(f"--input_shape expects NAME=D1,D2,..., got {v!r}")
+        name, dims = v.split("=", 1)
+        shapes[name] = tuple(int(d) for d in dims.replace("x", ",").split(",") if d)
+    return shapes
+
+
+def main(argv):
+    import argparse
+    ap = argparse.ArgumentParser(prog="caffe_ocl onnx2caffe",
+                                 description="Convert an ONNX model to Caffe "
+                                             "(prototxt + caffemodel).")
+    ap.add_argument("model")
+    ap.add_argument("prototxt")
+    ap.add_argument("caffemodel")
+    ap.add_argument("--check", action="store_true",
+                    help="run caffe_ocl and onnxruntime on a random input and print the "
+                         "largest difference per output")
+    ap.add_argument("--input_shape", action="append", default=[],
+                    help="NAME=D1,D2,... for inputs with dynamic dimensions")
+    ap.add_argument("--batch", type=int, default=1,
+                    help="batch size for a dynamic first dimension (default 1)")
+    args = ap.parse_args(argv)
+    onnx2caffe(args.model, args.prototxt, args.caffemodel, check=args.check,
+               input_shapes=_parse_shapes(args.input_shape), batch=args.batch)
+    return 0

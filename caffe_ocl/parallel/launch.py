@@ -1,0 +1,88 @@
+"""`caffe_ocl train` under MPI: decide whether this process is one rank of
+a group, and turn `--gpu 0,1` on one machine into `mpiexec -n 2 ...`."""
+import logging
+import os
+import shutil
+import subprocess
+import sys
+
+from .comm import INSTALL_HINT, Group, ParallelError, launched_size, mpi_available
+
+log = logging.getLogger("caffe_ocl")
+
+SPAWNED = "CAFFE_OCL_SPAWNED"
+
+
+def group_for_train():
+    """The rank group when started by mpiexec with several ranks (or with
+    CAFFE_OCL_MPI=1), else None. Sets solver_count/solver_rank."""
+    n = launched_size()
+    if n == 0 or n == 1:
+        return None
+    try:
+        g = Group()
+    except ParallelError as e:
+        raise ParallelError(f"caffe_ocl train was started as one of {n if n > 0 else 'N'} "
+                            f"MPI ranks: {e}") from None
+    if g.size == 1:
+        return None
+    return g.install()
+
+
+def find_mpiexec():
+    exe = os.environ.get("CAFFE_OCL_MPIEXEC")
+    if exe:
+        return exe
+    here = os.path.dirname(sys.executable)
+    return shutil.which("mpiexec", path=here + os.pathsep + os.environ.get("PATH", "")) \
+        or shutil.which("mpirun")
+
+
+def _last_snapshot(solver_path):
+    import glob
+    import re
+    try:
+        from ..solvers import read_solver
+        prefix = read_solver(solver_path).snapshot_prefix
+    except Exception:
+        return None
+    found = []
+    for f in glob.glob(glob.escape(prefix) + "_iter_*.solverstate*"):
+        m = re.search(r"_iter_(\d+)\.solverstate(\.h5)?$", f)
+        if m:
+            found.append((int(m.group(1)), f))
+    return max(found)[1] if found else None
+
+
+def maybe_spawn(argv, gpu_ids, solver_path=None):
+    """`--gpu a,b,...` in a process not started by mpiexec: re-run this
+    command as ``mpiexec -n len(ids) python -m caffe_ocl train ...`` (each
+    rank takes the id at its local rank). Returns the exit code, or None
+    when no spawning is needed."""
+    if len(gpu_ids) < 2 or launched_size() != 0 or os.environ.get(SPAWNED):
+        return None
+    n = len(gpu_ids)
+    if not mpi_available():
+        raise ParallelError(f"--gpu {','.join(map(str, gpu_ids))} asks for {n} devices: "
+                            "multi-device training runs one process per device through "
+                            f"MPI, and mpi4py is not installed: {INSTALL_HINT}")
+    exe = find_mpiexec()
+    if not exe:
+        raise ParallelError(f"--gpu asks for {n} devices but no mpiexec was found on PATH: "
+                            f"{INSTALL_HINT} (or set CAFFE_OCL_MPIEXEC)")
+    cmd = [exe, "-n", str(n), sys.executable, "-m", "caffe_ocl", "train"] + list(argv)
+    log.info("Starting %d ranks: %s", n, " ".join(cmd))
+    env = dict(os.environ, **{SPAWNED: "1"})
+    try:
+        rc = subprocess.call(cmd, env=env)
+    except KeyboardInterrupt:
+        rc = 130
+    if rc != 0:
+        last = _last_snapshot(solver_path) if solver_path else None
+        sys.stderr.write(
+            f"caffe_ocl: {n}-rank training ended abnormally (mpiexec exit status {rc}): "
+            "a rank failed or was killed and MPI stopped the others. Snapshots written "
+            "so far are intact" + (f"; resume with --snapshot={last}" if last else "") +
+            "\n")
+        sys.stderr.flush()
+    return rc

@@ -1,0 +1,283 @@
+"""ONNX -> Caffe: one small onnx.helper graph per operator mapping, run in
+caffe_ocl and in ONNX Runtime on the same input (largest difference at most
+1e-4 x the output's scale)."""
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from onnx_helpers import check_onnx, make_model, node, rand, types  # noqa: E402
+
+from caffe_ocl.onnx import UnsupportedModelError, to_caffe  # noqa: E402
+
+X4 = (2, 3, 7, 6)
+
+
+@pytest.mark.parametrize("attrs", [
+    dict(pads=[1, 1, 1, 1]),
+    dict(pads=[0, 1, 2, 0], strides=[2, 1]),          # asymmetric
+    dict(pads=[1, 2, 1, 2], strides=[2, 2], dilations=[2, 1]),
+    dict(auto_pad="SAME_UPPER", strides=[2, 2]),
+])
+def test_conv(attrs):
+    w, b = rand(4, 3, 3, 3), rand(4)
+    m = make_model([node("Conv", ["x", "w", "b"], ["y"], **attrs)], {"x": X4}, ["y"],
+                   {"w": w, "b": b})
+    net = check_onnx(m, layer_types=["Convolution"])
+    conv = [lp for lp in net.layer if lp.type == "Convolution"][0]
+    assert tuple(conv.blobs[0].shape.dim) == (4, 3, 3, 3)   # OIHW, as Caffe
+
+
+def test_conv_grouped_depthwise_no_bias():
+    w1 = rand(6, 1, 3, 3)          # depthwise, multiplier 2
+    w2 = rand(4, 3, 1, 1)          # grouped 1x1
+    m = make_model([node("Conv", ["x", "w1"], ["d"], group=3, pads=[1, 1, 1, 1]),
+                    node("Conv", ["d", "w2"], ["y"], group=2)],
+                   {"x": X4}, ["y"], {"w1": w1, "w2": w2.reshape(4, 3, 1, 1)})
+    # w2 with group 2 over 6 channels: 3 inputs per group
+    check_onnx(m)
+
+
+def test_conv_transpose():
+    w, b = rand(3, 2, 3, 3), rand(2)
+    for attrs in (dict(strides=[2, 2]), dict(strides=[2, 2], pads=[1, 1, 1, 1]),
+                  dict(strides=[2, 2], pads=[1, 0, 1, 1], output_padding=[1, 1])):
+        m = make_model([node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)],
+                       {"x": (1, 3, 4, 5)}, ["y"], {"w": w, "b": b})
+        check_onnx(m, layer_types=["Deconvolution"])
+
+
+@pytest.mark.parametrize("attrs", [
+    dict(kernel_shape=[3, 3], strides=[2, 2]),                      # floor
+    dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),         # ceil
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1),
+    dict(kernel_shape=[2, 3], strides=[2, 2], pads=[0, 1, 1, 0]),   # asymmetric
+    dict(kernel_shape=[1, 1], strides=[3, 3], ceil_mode=1),         # dropped last window
+])
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pool(op, attrs):
+    cases = [attrs]
+    if op == "AveragePool":
+        cases = [dict(attrs, count_include_pad=0), dict(attrs, count_include_pad=1)]
+    for a in cases:
+        m = make_model([node(op, ["x"], ["y"], **a)], {"x": X4}, ["y"])
+        net = check_onnx(m, layer_types=["Pooling"])
+        pool = [lp for lp in net.layer if lp.type == "Pooling"][0]
+        if not a.get("ceil_mode"):
+            assert pool.pooling_param.round_mode == pool.pooling_param.FLOOR
+
+
+def test_global_pools_and_reduce_mean():
+    m = make_model([node("GlobalAveragePool", ["x"], ["a"]),
+                    node("GlobalMaxPool", ["x"], ["b"]),
+                    node("ReduceMean", ["x"], ["c"], axes=[2, 3], keepdims=0),
+                    node("ReduceSum", ["x", "axes"], ["d"], keepdims=1)],
+                   {"x": X4}, ["a", "b", "c", "d"], {"axes": np.array([1, 2, 3], np.int64)})
+    check_onnx(m)
+
+
+@pytest.mark.parametrize("attrs,trans_b", [
+    (dict(), False), (dict(transB=1, alpha=0.5, beta=2.0), True)])
+def test_gemm(attrs, trans_b):
+    b = rand(5, 4) if trans_b else rand(4, 5)
+    m = make_model([node("Gemm", ["x", "b", "c"], ["y"], **attrs)], {"x": (3, 4)}, ["y"],
+                   {"b": b, "c": rand(5)})
+    net = check_onnx(m, layer_types=["InnerProduct"])
+    ip = [lp for lp in net.layer if lp.type == "InnerProduct"][0]
+    assert tuple(ip.blobs[0].shape.dim) == (5, 4)     # [out, in], as Caffe
+
+
+def test_matmul_constant_weight_3d():
+    m = make_model([node("MatMul", ["x", "w"], ["m"]), node("Add", ["m", "b"], ["y"])],
+                   {"x": (2, 3, 4)}, ["y"], {"w": rand(4, 6), "b": rand(6)})
+    check_onnx(m, layer_types=["InnerProduct", "Bias"])
+
+
+def test_batchnorm_to_batchnorm_scale():
+    c = 3
+    inits = {"g": rand(c), "be": rand(c), "mu": rand(c), "var": np.abs(rand(c)) + 0.5}
+    m = make_model([node("BatchNormalization", ["x", "g", "be", "mu", "var"], ["y"],
+                         epsilon=1e-3)], {"x": X4}, ["y"], inits)
+    net = check_onnx(m)
+    assert types(net)[1:] == ["BatchNorm", "Scale"]
+    bn = net.layer[1]
+    assert len(bn.blobs) == 3 and list(bn.blobs[2].data) == [1.0]
+
+
+@pytest.mark.parametrize("opset", [9, 11, 13])
+def test_activations(opset):
+    nodes = [node("Relu", ["x"], ["r"]),
+             node("LeakyRelu", ["x"], ["lr"], alpha=0.1),
+             node("Sigmoid", ["x"], ["s"]),
+             node("Tanh", ["x"], ["t"]),
+             node("Elu", ["x"], ["e"], alpha=0.7),
+             node("HardSigmoid", ["x"], ["hs"], alpha=0.25, beta=0.4),
+             node("Abs", ["x"], ["ab"]),
+             node("Exp", ["x"], ["ex"]),
+             node("Softplus", ["x"], ["sp"])]
+    outs = ["r", "lr", "s", "t", "e", "hs", "ab", "ex", "sp"]
+    inits = {}
+    if opset >= 11:
+        nodes.append(node("Clip", ["x", "lo", "hi"], ["c6"]))
+        inits.update(lo=np.array(0, np.float32), hi=np.array(6, np.float32))
+    else:
+        nodes.append(node("Clip", ["x"], ["c6"], min=0.0, max=6.0))
+    outs.append("c6")
+    if opset >= 14:
+        nodes.append(node("HardSwish", ["x"], ["hw"]))
+        outs.append("hw")
+    # SiLU as PyTorch exports it
+    nodes += [node("Sigmoid", ["x"], ["sg"]), node("Mul", ["x", "sg"], ["silu"])]
+    outs.append("silu")
+    m = make_model(nodes, {"x": (2, 3, 4, 5)}, outs, inits, opset=opset)
+    x = {"x": rand(2, 3, 4, 5, scale=4.0)}
+    check_onnx(m, inputs=x)
+
+
+def test_hardswish_relu6_opset14():
+    m = make_model([node("HardSwish", ["x"], ["y"]),
+                    node("Clip", ["x", "", "hi"], ["z"])],
+                   {"x": (1, 4, 3, 3)}, ["y", "z"], {"hi": np.array(6, np.float32)}, opset=14)
+    check_onnx(m, inputs={"x": rand(1, 4, 3, 3, scale=5.0)})
+
+
+def test_prelu_and_power_ops():
+    m = make_model([node("PRelu", ["x", "slope"], ["p"]),
+                    node("PRelu", ["x", "one"], ["q"]),
+                    node("Abs", ["x"], ["a"]),
+                    node("Sqrt", ["a"], ["s"]),
+                    node("Neg", ["x"], ["n"]),
+                    node("Pow", ["x", "two"], ["pw"])],
+                   {"x": X4}, ["p", "q", "s", "n", "pw"],
+                   {"slope": rand(3, 1, 1), "one": np.array([0.3], np.float32),
+                    "two": np.array(2.0, np.float32)})
+    check_onnx(m)
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_softmax(opset):
+    m = make_model([node("Softmax", ["x"], ["y"], axis=1),
+                    node("Flatten", ["x"], ["f"], axis=1),
+                    node("Softmax", ["f"], ["z"], axis=1),
+                    node("LogSoftmax", ["f"], ["l"], axis=1)],
+                   {"x": (2, 3, 2, 2)}, ["y", "z", "l"], opset=opset)
+    check_onnx(m)
+
+
+def test_dropout_and_identity():
+    m = make_model([node("Dropout", ["x"], ["d"]), node("Relu", ["d"], ["r"]),
+                    node("Identity", ["r"], ["y"])], {"x": (2, 5)}, ["y"])
+    net = check_onnx(m)
+    assert "Dropout" in types(net)
+
+
+def test_broadcast_binary_ops():
+    c = rand(3, 1, 1)
+    nodes = [node("Mul", ["x", "c"], ["m"]),              # per-channel constant -> Scale
+             node("Add", ["m", "row"], ["a"]),            # constant over W -> Bias
+             node("Sub", ["a", "two"], ["s"]),            # scalar -> Power
+             node("Div", ["s", "three"], ["d"]),
+             node("Sub", ["two", "d"], ["r"]),            # scalar - x
+             node("GlobalAveragePool", ["r"], ["g"]),
+             node("Sigmoid", ["g"], ["gs"]),
+             node("Mul", ["r", "gs"], ["se"]),            # SE gate [N,C,1,1] -> Scale
+             node("Add", ["gs", "se"], ["y"]),            # broadcast add, small first
+             node("Sub", ["y", "g"], ["z"]),
+             node("Add", ["z", "x"], ["w"]),              # same shape -> Eltwise
+             node("Sub", ["w", "x"], ["v"]),
+             node("Mul", ["v", "x"], ["u"]),
+             node("Div", ["u", "pos"], ["t"])]
+    pos_inits = {"c": c, "row": rand(6), "two": np.array(2.0, np.float32),
+                 "three": np.array([3.0], np.float32), "pos": np.abs(rand(1, 3, 7, 6)) + 1}
+    m = make_model(nodes, {"x": X4}, ["t"], pos_inits)
+    net = check_onnx(m)
+    got = types(net)
+    for t in ("Scale", "Bias", "Power", "Eltwise"):
+        assert t in got
+
+
+def test_sum_max_concat_split_slice():
+    nodes = [node("Sum", ["x", "x", "x"], ["s"]),
+             node("Max", ["x", "s"], ["m"]),
+             node("Concat", ["s", "m"], ["c"], axis=1),
+             node("Split", ["c", "sp"], ["p0", "p1", "p2"], axis=1),
+             node("Slice", ["p1", "st", "en", "ax"], ["q"]),
+             node("Relu", ["p2"], ["r"])]
+    m = make_model(nodes, {"x": X4}, ["p0", "q", "r"],
+                   {"sp": np.array([1, 3, 2], np.int64), "st": np.array([1, -4], np.int64),
+                    "en": np.array([3, 100], np.int64), "ax": np.array([1, 2], np.int64)})
+    check_onnx(m, layer_types=["Concat", "Slice", "Silence"])
+
+
+def test_pad_constant():
+    m = make_model([node("Pad", ["x", "pads", "v"], ["y"])], {"x": (1, 2, 3, 4)}, ["y"],
+                   {"pads": np.array([0, 0, 1, 0, 0, 1, 2, 3], np.int64),
+                    "v": np.array(0.5, np.float32)}, opset=13)
+    check_onnx(m, layer_types=["DummyData", "Concat"])
+
+
+def test_lrn():
+    m = make_model([node("LRN", ["x"], ["y"], size=3, alpha=1e-2, beta=0.75, bias=2.0)],
+                   {"x": X4}, ["y"])
+    check_onnx(m, layer_types=["LRN"])
+
+
+def test_flatten_reshape_chain_as_pytorch_exports():
+    """x.view(x.size(0), -1): Shape -> Gather -> Unsqueeze -> Concat -> Reshape."""
+    nodes = [node("Relu", ["x"], ["r"]),
+             node("Shape", ["r"], ["shp"]),
+             node("Gather", ["shp", "zero"], ["n"], axis=0),
+             node("Unsqueeze", ["n", "ax0"], ["n1"]),
+             node("Concat", ["n1", "minus1"], ["newshape"], axis=0),
+             node("Reshape", ["r", "newshape"], ["flat"]),
+             node("Gemm", ["flat", "w", "b"], ["y"], transB=1)]
+    m = make_model(nodes, {"x": (2, 3, 2, 2)}, ["y"],
+                   {"zero": np.array(0, np.int64), "ax0": np.array([0], np.int64),
+                    "minus1": np.array([-1], np.int64), "w": rand(5, 12), "b": rand(5)})
+    net = check_onnx(m)
+    assert types(net) == ["Input", "ReLU", "Flatten", "InnerProduct"]
+
+
+def test_flatten_opset9_and_squeeze():
+    nodes = [node("Flatten", ["x"], ["f"], axis=1),
+             node("Unsqueeze", ["f"], ["u"], axes=[2, 3]),
+             node("Relu", ["u"], ["r"]),
+             node("Squeeze", ["r"], ["y"], axes=[2, 3])]
+    m = make_model(nodes, {"x": (2, 3, 2, 2)}, ["y"], opset=9)
+    check_onnx(m)
+
+
+def test_channel_shuffle_is_a_permutation_conv():
+    n, c, h, w, g = 1, 6, 3, 3, 2
+    nodes = [node("Reshape", ["x", "s5"], ["a"]),
+             node("Transpose", ["a"], ["b"], perm=[0, 2, 1, 3, 4]),
+             node("Reshape", ["b", "s4"], ["y0"]),
+             node("Relu", ["y0"], ["y"])]
+    m = make_model(nodes, {"x": (n, c, h, w)}, ["y"],
+                   {"s5": np.array([n, g, c // g, h, w], np.int64),
+                    "s4": np.array([n, c, h, w], np.int64)})
+    net = check_onnx(m, layer_types=["Convolution"])
+    conv = [lp for lp in net.layer if lp.type == "Convolution"][0]
+    assert conv.convolution_param.bias_term is False
+
+
+def test_unsupported_nodes_are_listed_and_nothing_written(tmp_path):
+    nodes = [node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),   # NHWC: not expressible
+             node("Relu", ["t"], ["r"]),
+             node("Erf", ["r"], ["e"]),
+             node("Pad", ["e", "pads"], ["y"], mode="reflect")]
+    m = make_model(nodes, {"x": (1, 2, 3, 4)}, ["y"],
+                   {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)})
+    path = tmp_path / "m.onnx"
+    import onnx
+    onnx.save(m, str(path))
+    proto, model = tmp_path / "o.prototxt", tmp_path / "o.caffemodel"
+    with pytest.raises(UnsupportedModelError) as ei:
+        to_caffe.onnx2caffe(str(path), str(proto), str(model))
+    items = ei.value.items
+    assert [(op, name) for op, name, _ in items] == [
+        ("Transpose", "transpose_t"), ("Erf", "erf_e"), ("Pad", "pad_y")]
+    msg = str(ei.value)
+    assert "transpose_t" in msg and "erf_e" in msg and "reflect" in msg
+    assert not proto.exists() and not model.exists()

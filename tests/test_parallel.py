@@ -1,0 +1,292 @@
+"""Data-parallel training over MPI ranks (caffe_ocl.parallel): 2 ranks on
+the CPU OpenCL device against one process with the combined batch, killed
+ranks, nets that differ, missing mpi4py; record sharding and the backward
+hooks in-process."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import caffe_ocl as caffe
+from caffe_ocl import train_cli
+from caffe_ocl.data.datum import array_to_datum
+from caffe_ocl.data.db import LMDBWriter
+from caffe_ocl.parallel import state as pstate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+try:
+    import mpi4py  # noqa: F401
+    HAVE_MPI4PY = True
+except ImportError:
+    HAVE_MPI4PY = False
+MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep +
+                       os.environ.get("PATH", ""))
+needs_mpi = pytest.mark.skipif(not (HAVE_MPI4PY and MPIEXEC),
+                               reason="needs mpi4py and mpiexec (pip install mpi4py mpich)")
+
+N_REC, C, H, W, K = 37, 2, 3, 3, 3       # 37 records: the shards wrap unevenly
+
+NET = """
+name: "dp"
+layer { name: "data" type: "Data" top: "x" top: "y"
+  include { phase: TRAIN }
+  data_param { source: "%(db)s" backend: LMDB batch_size: %(bs)d } }
+layer { name: "data" type: "Data" top: "x" top: "y"
+  include { phase: TEST }
+  data_param { source: "%(db)s" backend: LMDB batch_size: 4 } }
+layer { name: "ip1" type: "InnerProduct" bottom: "x" top: "h"
+  inner_product_param { num_output: %(hidden)d weight_filler { type: "gaussian" std: 0.3 }
+    bias_filler { type: "constant" value: 0.1 } } }
+layer { name: "relu" type: "ReLU" bottom: "h" top: "h" }
+layer { name: "ip2" type: "InnerProduct" bottom: "h" top: "z"
+  inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "z" bottom: "y" top: "loss" }
+"""
+
+SOLVER = """net: "%(net)s"
+base_lr: 0.1
+lr_policy: "step"
+gamma: 0.5
+stepsize: 4
+momentum: 0.9
+weight_decay: 0.001
+max_iter: %(iters)d
+display: 2
+random_seed: 7
+snapshot: %(snap)d
+snapshot_prefix: "%(prefix)s"
+%(extra)s
+"""
+
+
+def make_db(path, rng):
+    with LMDBWriter(str(path)) as w:
+        for i in range(N_REC):
+            x = rng.normal(size=(C, H, W)).astype(np.float32)
+            w.put(b"%08d" % i, array_to_datum(x, label=int(rng.integers(K))).SerializeToString())
+    return path
+
+
+def write_solver(d, name, bs, iters, snap=0, hidden=5, extra=""):
+    net = d / f"{name}_net.prototxt"
+    net.write_text(NET % dict(db=d / "db", bs=bs, hidden=hidden))
+    s = d / f"{name}_solver.prototxt"
+    s.write_text(SOLVER % dict(net=net, iters=iters, snap=snap, prefix=d / name, extra=extra))
+    return s
+
+
+def run_ranks(cmd, timeout=120, env=None, **kw):
+    e = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", **(env or {}))
+    return subprocess.run(cmd, cwd=str(ROOT), env=e, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def weights_of(path):
+    net = caffe.proto.read_net(str(path))
+    return {l.name: [caffe.proto.blobproto_to_array(b) for b in l.blobs]
+            for l in net.layer if len(l.blobs)}
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    make_db(tmp_path / "db", np.random.default_rng(3))
+    return tmp_path
+
+
+# --------------------------------------------------------------------------
+# in-process: sharding and the backward hooks
+# --------------------------------------------------------------------------
+
+def _labels(solver_path, n_batches):
+    s = caffe.get_solver(str(solver_path))
+    out = []
+    for _ in range(n_batches):
+        s.net.forward()
+        out.append(np.concatenate([s.net.blobs["x"].data.reshape(len(s.net.blobs["y"].data),
+                                                                 -1)[:, :1],
+                                   s.net.blobs["y"].data[:, None]], 1))
+    for layer in s.net.layers:
+        if hasattr(layer, "close"):
+            layer.close()
+    return out
+
+
+def test_data_layer_shards_records_like_caffe(workdir):
+    """Rank r of n reads records r, r+n, r+2n, ... (wrapping with the
+    offset still counting, Caffe's DataLayer::Skip); together the ranks'
+    batch k is the single process's batch k with n x batch_size."""
+    single = _labels(write_solver(workdir, "one", 8, 1), 6)
+    try:
+        shards = []
+        for r in range(2):
+            pstate.solver_count, pstate.solver_rank = 2, r
+            shards.append(_labels(write_solver(workdir, f"r{r}", 4, 1), 6))
+    finally:
+        pstate.solver_count, pstate.solver_rank = 1, 0
+    for k in range(6):
+        np.testing.assert_array_equal(shards[0][k], single[k][0::2])
+        np.testing.assert_array_equal(shards[1][k], single[k][1::2])
+
+
+def test_backward_hooks_see_every_layer_once_per_iteration(workdir):
+    s = caffe.get_solver(str(write_solver(workdir, "h", 4, 2, extra="iter_size: 2")))
+    seen = []
+    s.on_backward_layer.append(seen.append)
+    s.step(2)
+    n = len(s.net.layers)
+    assert seen == list(range(n - 1, -1, -1)) * 2     # last iter_size pass only
+
+
+def test_missing_mpi4py_gives_install_hint(workdir, monkeypatch):
+    from caffe_ocl import cli
+    from caffe_ocl.parallel import comm, launch
+    monkeypatch.setattr(comm, "mpi_available", lambda: False)
+    monkeypatch.setattr(launch, "mpi_available", lambda: False)
+    monkeypatch.delenv("PMI_SIZE", raising=False)
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE", raising=False)
+    s = write_solver(workdir, "m", 4, 1)
+    import io
+    import contextlib
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = cli.main(["train", f"--solver={s}", "--gpu=0,1"])
+    assert rc == 1
+    assert "pip install mpi4py mpich" in err.getvalue(), err.getvalue()
+    # started by mpiexec with 2 ranks but without mpi4py
+    monkeypatch.setenv("PMI_SIZE", "2")
+    monkeypatch.setitem(sys.modules, "mpi4py", None)
+    with pytest.raises(comm.ParallelError, match="2 MPI ranks.*pip install mpi4py mpich"):
+        train_cli.train(str(s), progress=False)
+
+
+# --------------------------------------------------------------------------
+# 2 ranks through mpiexec
+# --------------------------------------------------------------------------
+
+@needs_mpi
+def test_two_ranks_equal_one_process_with_double_batch(workdir):
+    iters = 6
+    par = write_solver(workdir, "par", 4, iters)
+    one = write_solver(workdir, "one", 8, iters)
+    dump = workdir / "dump"
+    dump.mkdir()
+    p = run_ranks([MPIEXEC, "-n", "2", sys.executable, "-m", "caffe_ocl", "train",
+                   f"--solver={par}"], env={"CAFFE_OCL_PARALLEL_DUMP": str(dump),
+                                            "CAFFE_OCL_BUCKET_MB": "0"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "Data-parallel training: 2 ranks" in p.stderr
+    assert "overlap" in p.stderr
+    assert p.stderr.count("Optimization Done.") == 2     # rank 0 only (train + solve)
+    r0, r1 = weights_of(dump / "rank0.caffemodel"), weights_of(dump / "rank1.caffemodel")
+    for name in r0:                                       # identical on both ranks
+        for a, b in zip(r0[name], r1[name]):
+            np.testing.assert_array_equal(a, b)
+    snap = weights_of(workdir / f"par_iter_{iters}.caffemodel")
+    for name in r0:
+        for a, b in zip(r0[name], snap[name]):
+            np.testing.assert_array_equal(a, b)
+    s = train_cli.train(str(one), progress=False)   # one process, batch 8
+    ref = {n: [b.data.copy() for b in bl] for n, bl in s.net.params.items()}
+    moved = 0
+    for name in r0:
+        for a, b in zip(r0[name], ref[name]):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+            moved += not np.allclose(a, 0.1)
+    assert moved
+    # the solver state resumes the whole group; no file from rank 1
+    assert not list(workdir.glob("par_iter_*.tmp*"))
+
+
+@needs_mpi
+def test_gpu_list_spawns_ranks_and_resume(workdir):
+    """`--gpu 0,0` (two ranks sharing the CPU device) re-launches through
+    mpiexec; `--snapshot` resumes both ranks from rank 0's state (the data
+    readers start again from the first record, as Caffe's)."""
+    par = write_solver(workdir, "g", 4, 4, snap=2)
+    p = run_ranks([sys.executable, "-m", "caffe_ocl", "train", f"--solver={par}",
+                   "--gpu=0,0"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "Data-parallel training: 2 ranks" in p.stderr
+    assert (workdir / "g_iter_4.caffemodel").exists()
+    dump = workdir / "dump"
+    dump.mkdir()
+    state = workdir / "g_iter_2.solverstate"
+    p = run_ranks([MPIEXEC, "-n", "2", sys.executable, "-m", "caffe_ocl", "train",
+                   f"--solver={par}", f"--snapshot={state}"],
+                  env={"CAFFE_OCL_PARALLEL_DUMP": str(dump)})
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = weights_of(workdir / "g_iter_4.caffemodel")
+    r1 = weights_of(dump / "rank1.caffemodel")
+    s = train_cli.train(str(write_solver(workdir, "one", 8, 4)), snapshot=str(state),
+                        progress=False)
+    for name in got:
+        for b, c, ref in zip(got[name], r1[name], s.net.params[name]):
+            np.testing.assert_array_equal(b, c)
+            np.testing.assert_allclose(b, ref.data, rtol=1e-5, atol=1e-6)
+
+
+@needs_mpi
+def test_ranks_that_disagree_on_the_net(workdir):
+    a = write_solver(workdir, "a", 4, 2)
+    b = write_solver(workdir, "b", 4, 2, hidden=6)
+    p = run_ranks([MPIEXEC, "-n", "1", sys.executable, "-m", "caffe_ocl", "train",
+                   f"--solver={a}", ":", "-n", "1", sys.executable, "-m", "caffe_ocl",
+                   "train", f"--solver={b}"], timeout=90)
+    assert p.returncode != 0
+    assert "ranks disagree on the net: rank 1 differs from rank 0" in p.stderr
+    assert "'ip1'" in p.stderr
+
+
+def _rank_pids(pattern):
+    pids = []
+    for x in subprocess.run(["pgrep", "-f", pattern], capture_output=True,
+                            text=True).stdout.split():
+        try:
+            with open(f"/proc/{x}/environ", "rb") as f:
+                env = f.read()
+            if b"PMI_RANK=" in env or b"OMPI_COMM_WORLD_RANK=" in env:
+                pids.append(int(x))
+        except OSError:
+            pass
+    return pids
+
+
+@needs_mpi
+def test_killed_rank_ends_the_job_and_snapshots_stay_intact(workdir):
+    par = write_solver(workdir, "k", 4, 100000, snap=3)
+    e = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "caffe_ocl", "train", f"--solver={par}",
+                             "--gpu=0,0"], cwd=str(ROOT), env=e,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not (workdir / "k_iter_6.solverstate").exists():
+            time.sleep(0.2)
+        assert (workdir / "k_iter_6.solverstate").exists(), "training did not reach iter 6"
+        ranks = _rank_pids(f"caffe_ocl train --solver={par}")
+        assert len(ranks) == 2, ranks
+        os.kill(ranks[-1], signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0
+    assert "BAD TERMINATION" in out + err          # mpiexec's report
+    assert "2-rank training ended abnormally" in err and "Snapshots written so far are " \
+        "intact; resume with --snapshot=" in err, err[-2000:]
+    assert not _rank_pids(f"caffe_ocl train --solver={par}")   # no rank left behind
+    # every snapshot that exists is complete and loads
+    states = sorted(workdir.glob("k_iter_*.solverstate"))
+    assert states
+    for st in states:
+        model = st.with_suffix(".caffemodel")
+        assert weights_of(model)["ip1"][0].shape == (5, C * H * W)
+    assert not list(workdir.glob("*.tmp*"))
