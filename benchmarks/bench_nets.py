@@ -100,6 +100,7 @@ def main():
     tdev = a.torch_device or ("cuda" if dev.is_gpu else "cpu")
     try:
         import torch  # noqa: F401
+        import torchvision  # noqa: F401
         have_torch = True
     except ImportError:
         have_torch = False

@@ -184,6 +184,7 @@ class PythonLayer(Layer):
         except Exception as e:
             _note(e, f"in setup() of {where}")
             raise
+        self.blobs = py.blobs        # setup may have replaced the list
 
     def _call(self, what, *args):
         try:
