@@ -1,4 +1,4 @@
-/* Batched SGEMM:  C = alpha * op(A) * op(B) + beta * C   (row-major)
+/* Batched SGEMM for GPUs:  C = alpha * op(A) * op(B) + beta * C   (row-major)
  *   op(A) is M x K, op(B) is K x N, C is M x N.
  *   TRANS_A: A is stored K x M;  TRANS_B: B is stored N x K.
  * Batch index z = get_group_id(2) splits as (z / GROUPS, z % GROUPS) and
@@ -8,12 +8,11 @@
  * (per column) -- bias is fused so a convolution is one launch.
  * Activation epilogue, applied last (after alpha, bias and beta):
  * ACT == 1: ReLU, v > 0 ? v : act_a * v (act_a = negative_slope);
- * ACT == 2: clip, fmax(act_a, fmin(act_b, v)). ACT == 0 (default): none,
- * act_a/act_b unused.
+ * ACT == 2: clip, fmax(act_a, fmin(act_b, v)). ACT == 0 (default): none.
  *
- * Tiling: a work-group computes a TM x TN block of C with
- * (TN/WN) x (TM/WM) work-items, each holding a WM x WN register tile;
- * K advances TK at a time through local memory. */
+ * Tiling (tile_mainloop.h): a 1-D work-group of TM*TN/64 work-items computes
+ * a TM x TN block (TM 64 or 128, TN 128), 8 x 8 results per work-item,
+ * double-buffered local tiles of TK; TF32 == 1 uses tensor cores (NVIDIA). */
 #include "common.h"
 
 #ifndef TRANS_A
@@ -23,19 +22,10 @@
 #define TRANS_B 0
 #endif
 #ifndef TM
-#define TM 64
+#define TM 128
 #endif
 #ifndef TN
-#define TN 64
-#endif
-#ifndef TK
-#define TK 16
-#endif
-#ifndef WM
-#define WM 4
-#endif
-#ifndef WN
-#define WN 4
+#define TN 128
 #endif
 #ifndef BIAS
 #define BIAS 0
@@ -46,19 +36,30 @@
 #ifndef ACT
 #define ACT 0
 #endif
+#ifndef TF32
+#define TF32 0
+#endif
 #if ACT < 0 || ACT > 2
 #error "ACT must be 0 (none), 1 (relu) or 2 (clip)"
 #endif
+#include "mma_tf32.h"
 
-#define LX (TN / WN)
-#define LY (TM / WM)
-#define NT (LX * LY)
-
-#if (TM % WM) || (TN % WN)
-#error "TM must be a multiple of WM and TN of WN"
+#if TRANS_A
+#define A_AT(m, k) A[(k) * lda + (m)]
+#define A_KFAST 0
+#else
+#define A_AT(m, k) A[(m) * lda + (k)]
+#define A_KFAST 1
+#endif
+#if TRANS_B
+#define B_AT(k, n) B[(n) * ldb + (k)]
+#define B_KFAST 1
+#else
+#define B_AT(k, n) B[(k) * ldb + (n)]
+#define B_KFAST 0
 #endif
 
-__kernel __attribute__((reqd_work_group_size(LX, LY, 1)))
+__kernel __attribute__((reqd_work_group_size(TM * TN / 64, 1, 1)))
 void gemm(int M, int N, int K, float alpha,
           __global const float* A, int offA, int lda, int sA_n, int sA_g,
           __global const float* B, int offB, int ldb, int sB_n, int sB_g,
@@ -70,57 +71,20 @@ void gemm(int M, int N, int K, float alpha,
     A += offA + zn * sA_n + zg * sA_g;
     B += offB + zn * sB_n + zg * sB_g;
     C += offC + zn * sC_n + zg * sC_g;
-
-    __local float As[TK][TM + 1];
-    __local float Bs[TK][TN + 1];
-
-    const int tx = get_local_id(0), ty = get_local_id(1);
-    const int lid = ty * LX + tx;
+    const int lid = get_local_id(0);
     const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
+    const int kbeg = 0, kend = K;
+#define LOAD_A(m, k) (((m) < M && (k) < kend) ? A_AT(m, k) : 0.0f)
+#define LOAD_B(k, n) (((n) < N && (k) < kend) ? B_AT(k, n) : 0.0f)
+#include "tile_mainloop.h"
 
-    float acc[WM][WN];
-    for (int i = 0; i < WM; ++i)
-        for (int j = 0; j < WN; ++j) acc[i][j] = 0.0f;
-
-    for (int k0 = 0; k0 < K; k0 += TK) {
-        for (int t = lid; t < TM * TK; t += NT) {
-#if TRANS_A
-            int mm = t % TM, kk = t / TM;
-            int m = m0 + mm, k = k0 + kk;
-            As[kk][mm] = (m < M && k < K) ? A[k * lda + m] : 0.0f;
-#else
-            int kk = t % TK, mm = t / TK;
-            int m = m0 + mm, k = k0 + kk;
-            As[kk][mm] = (m < M && k < K) ? A[m * lda + k] : 0.0f;
-#endif
-        }
-        for (int t = lid; t < TN * TK; t += NT) {
-#if TRANS_B
-            int kk = t % TK, nn = t / TK;
-            int n = n0 + nn, k = k0 + kk;
-            Bs[kk][nn] = (n < N && k < K) ? B[n * ldb + k] : 0.0f;
-#else
-            int nn = t % TN, kk = t / TN;
-            int n = n0 + nn, k = k0 + kk;
-            Bs[kk][nn] = (n < N && k < K) ? B[k * ldb + n] : 0.0f;
-#endif
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int kk = 0; kk < TK; ++kk) {
-            float a[WM], b[WN];
-            for (int i = 0; i < WM; ++i) a[i] = As[kk][ty + i * LY];
-            for (int j = 0; j < WN; ++j) b[j] = Bs[kk][tx + j * LX];
-            for (int i = 0; i < WM; ++i)
-                for (int j = 0; j < WN; ++j) acc[i][j] = mad(a[i], b[j], acc[i][j]);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-
-    for (int i = 0; i < WM; ++i) {
-        int m = m0 + ty + i * LY;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int m = m0 + ROW_OF(i);
         if (m >= M) continue;
-        for (int j = 0; j < WN; ++j) {
-            int n = n0 + tx + j * LX;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int n = n0 + COL_OF(j);
             if (n >= N) continue;
             float v = alpha * acc[i][j];
 #if BIAS == 1

@@ -107,7 +107,7 @@ class BaseConvolution(Layer):
         self.geom, out = self._geometry(shape0)
         for t in top:
             t.reshape(shape0[:self.axis] + out)
-        cf = self.geom.col_floats()
+        cf = conv_ops.workspace_floats(self.device, self.geom)
         self.col = Blob((max(cf, 1),), name=f"{self.name}.col", device=self.device) \
             if cf else None
         colbuf = self.col.data_buffer() if self.col else None

@@ -1,15 +1,29 @@
-"""2-D convolution primitives: im2col + GEMM, and their adjoints.
+"""2-D convolution primitives, and their adjoints, by two algorithms:
+
+- "igemm" (GPUs): implicit GEMM (kernels/conv_igemm.cl), the im2col folded
+  into the tile loads, images folded into the GEMM dimensions: one launch
+  per forward / backward-data, one or two (split-K + reduce) per
+  backward-weight, whatever the batch; no column workspace.
+- "im2col" (CPU drivers, where it measured faster): im2col into a ``col``
+  workspace + GEMM (gemm_cpu.cl), per chunk of images; 1x1 stride-1 is a
+  plain GEMM on the image.
 
 A convolution is described by ``ConvGeometry`` (one image side, one column
 side). Forward of Convolution and backward-data of Deconvolution are the
 same computation, and so are the reverse pair; layers pick which side is
-their bottom. ``col`` workspaces hold ``chunk`` images at a time so memory
-stays bounded whatever the batch size.
+their bottom. ``col`` workspaces (``workspace_floats``) hold ``chunk``
+images at a time so memory stays bounded whatever the batch size.
+Every function takes ``algo=None`` (by device, see ``algorithm``).
 """
 from dataclasses import dataclass
 
 from . import work_size
-from .gemm import gemm
+from .gemm import act_defines, gemm, gpu_tiles
+
+ALGOS = ("im2col", "igemm")
+IGEMM_SRC = "conv_igemm.cl"
+# Most floats of split-K partial sums (backward-weight) kept per device.
+MAX_SPLITK_FLOATS = 1 << 25
 
 SRC = "im2col.cl"
 # Largest column workspace (floats) a layer keeps; bigger batches are
@@ -69,6 +83,20 @@ class ConvGeometry:
             yield n0, min(c, self.num - n0)
 
 
+def algorithm(dev, g, algo=None):
+    """The convolution algorithm used for ``g`` on ``dev``."""
+    if algo is None:
+        algo = "im2col" if dev.is_cpu else "igemm"
+    if algo not in ALGOS:
+        raise ValueError(f"convolution algorithm {algo!r}: expected one of {ALGOS}")
+    return algo
+
+
+def workspace_floats(dev, g, algo=None):
+    """Floats of the ``col`` workspace a layer must pass (0: none needed)."""
+    return 0 if algorithm(dev, g, algo) == "igemm" else g.col_floats()
+
+
 def _geom_args(g):
     return [g.channels, g.height, g.width, g.kh, g.kw, g.ph, g.pw, g.sh, g.sw,
             g.dh, g.dw, g.out_h, g.out_w]
@@ -96,11 +124,97 @@ def _cols_operand(g, im, col, n0):
     return col, 0, g.col_rows * g.out_spatial
 
 
-def forward(dev, g, x, weight, y, col, bias=None, act=None):
+# ---------------------------------------------------------------------------
+# implicit GEMM (GPU)
+# ---------------------------------------------------------------------------
+
+def _igemm_launch(dev, g, kernel, mode, M, N, gz, args, **extra):
+    d = gpu_tiles(dev, M)
+    d.update(MODE=mode, KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, PH=g.ph, PW=g.pw,
+             DH=g.dh, DW=g.dw, GROUPS=g.groups, **extra)
+    nt = d["TM"] * d["TN"] // 64
+    gsize = (-(-N // d["TN"]) * nt, -(-M // d["TM"]), gz)
+    return dev.launch(IGEMM_SRC, kernel, gsize, (nt, 1, 1), args, d)
+
+
+def _sizes(g):
+    return [g.num, g.channels, g.height, g.width, g.out_channels, g.out_h, g.out_w]
+
+
+def _workspace(dev, nfloats):
+    """A device buffer of at least ``nfloats`` shared by every layer on
+    ``dev`` (its users run one after another on the one in-order queue and
+    hold no data in it between launches)."""
+    pool = dev.__dict__.setdefault("_conv_splitk_ws", [])
+    for n, buf in pool:
+        if n >= nfloats:
+            return buf
+    n = 1 << max(int(nfloats) - 1, 1).bit_length()
+    buf = dev.alloc(4 * n)
+    pool.append((n, buf))
+    return buf
+
+
+def splitk_plan(dev, g):
+    """(nsplit, kchunk) of backward-weight: split K = n*HO*WO so that the
+    small M x N of a weight gradient still fills the device."""
+    M = g.out_channels // g.groups
+    N = g.col_rows // g.groups
+    K = g.num * g.out_spatial
+    t = gpu_tiles(dev, M)
+    tiles = -(-M // t["TM"]) * -(-N // t["TN"]) * g.groups
+    ktiles = -(-K // t["TK"])
+    want = -(-4 * max(dev.compute_units, 1) // tiles)
+    nsplit = max(1, min(want, ktiles // 8,
+                        MAX_SPLITK_FLOATS // max(g.groups * M * N, 1)))
+    kchunk = -(-ktiles // nsplit) * t["TK"]
+    return -(-K // kchunk), kchunk
+
+
+def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0):
+    act_kind, act_a, act_b = act_defines(act)
+    M = g.out_channels // g.groups
+    N = g.num * g.out_spatial
+    args = _sizes(g) + [1.0, x, 0, weight, float(beta), y, 0,
+                        bias if bias is not None else weight, 0, act_a, act_b]
+    return [_igemm_launch(dev, g, "conv_fwd", 0, M, N, g.groups, args,
+                          BIAS=int(bias is not None), ACT=act_kind)]
+
+
+def _igemm_backward_data(dev, g, dy, weight, dx, accumulate):
+    M = g.channels // g.groups
+    N = g.num * g.height * g.width
+    args = _sizes(g) + [dy, 0, weight, 1.0 if accumulate else 0.0, dx, 0]
+    return [_igemm_launch(dev, g, "conv_bwd_data", 1, M, N, g.groups, args)]
+
+
+def _igemm_backward_weight(dev, g, x, dy, dweight):
+    M = g.out_channels // g.groups
+    N = g.col_rows // g.groups
+    nsplit, kchunk = splitk_plan(dev, g)
+    if nsplit == 1:
+        args = _sizes(g) + [1, kchunk, x, 0, dy, 0, 1.0, dweight]
+        return [_igemm_launch(dev, g, "conv_bwd_weight", 2, M, N, g.groups, args)]
+    ws = _workspace(dev, g.groups * nsplit * M * N)
+    args = _sizes(g) + [nsplit, kchunk, x, 0, dy, 0, 0.0, ws]
+    total = g.groups * M * N
+    gs, ls = work_size(dev, total)
+    return [_igemm_launch(dev, g, "conv_bwd_weight", 2, M, N, g.groups * nsplit, args),
+            dev.launch(IGEMM_SRC, "splitk_reduce", gs, ls,
+                       [total, M * N, nsplit, ws, 1.0, dweight], dict(MODE=-1))]
+
+
+# ---------------------------------------------------------------------------
+# dispatch
+# ---------------------------------------------------------------------------
+
+def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None):
     """y[n, Co, Ho, Wo] = act(conv(x[n, C, H, W], weight[Co, C/G, KH, KW]) (+ bias)).
 
     ``act``: None, ("relu", negative_slope) or ("clip", lo, hi), applied in
     the GEMM epilogue (see ops.gemm.gemm)."""
+    if algorithm(dev, g, algo) == "igemm":
+        return _igemm_forward(dev, g, x, weight, y, bias, act)
     M = g.out_channels // g.groups
     K = g.col_rows // g.groups
     N = g.out_spatial
@@ -118,8 +232,11 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None):
     return out
 
 
-def backward_data(dev, g, dy, weight, dx, col, accumulate=False):
-    """dx = conv^T(dy): col = W_g^T * dy_g, then col2im (or straight GEMM for 1x1)."""
+def backward_data(dev, g, dy, weight, dx, col, accumulate=False, algo=None):
+    """dx = conv^T(dy) (+ dx if accumulate): implicit GEMM, or col = W_g^T * dy_g
+    then col2im (or straight GEMM for 1x1)."""
+    if algorithm(dev, g, algo) == "igemm":
+        return _igemm_backward_data(dev, g, dy, weight, dx, accumulate)
     M = g.out_channels // g.groups
     K = g.col_rows // g.groups
     N = g.out_spatial
@@ -140,8 +257,12 @@ def backward_data(dev, g, dy, weight, dx, col, accumulate=False):
     return out
 
 
-def backward_weight(dev, g, x, dy, dweight, col):
-    """dweight += dy_g * col_g^T, one image at a time (images share dweight)."""
+def backward_weight(dev, g, x, dy, dweight, col, algo=None):
+    """dweight += dy_g * col_g^T summed over the images: implicit GEMM with
+    K = n*HO*WO (split-K + reduce when the weight is small), or one
+    im2col + GEMM per image (CPU)."""
+    if algorithm(dev, g, algo) == "igemm":
+        return _igemm_backward_weight(dev, g, x, dy, dweight)
     M = g.out_channels // g.groups
     K = g.col_rows // g.groups
     N = g.out_spatial

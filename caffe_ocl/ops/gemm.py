@@ -8,13 +8,36 @@ and optionally applying an activation to the result in the epilogue
 (``act=("relu", negative_slope)`` or ``act=("clip", lo, hi)``; applied after
 alpha, bias and beta, so C = act(alpha*op(A)*op(B) + bias + beta*C)).
 """
+import os
+
 SRC = "gemm.cl"
 
+# PyTorch's allow_tf32: let matrix products on NVIDIA GPUs use TF32 tensor
+# cores (10-bit mantissa operands, FP32 accumulation). Off by default
+# (strict FP32). Read when launches are built (reshape time).
+_allow_tf32 = os.environ.get("CAFFE_OCL_TF32", "").strip().lower() in ("1", "true", "yes", "on")
 
-def _gpu_tiles(dev, M, N):
-    # One shape for now; the autotuner of the speed work will choose per
-    # device and problem size.
-    return dict(TM=64, TN=64, TK=16, WM=4, WN=4)
+
+def set_allow_tf32(flag=True):
+    """Allow TF32 tensor cores for GEMMs and convolutions built from now on
+    (NVIDIA GPUs only; other devices always compute in FP32)."""
+    global _allow_tf32
+    _allow_tf32 = bool(flag)
+
+
+def allow_tf32():
+    return _allow_tf32
+
+
+def use_tf32(dev):
+    """TF32 == 1 for this device? Only NVIDIA GPUs ever see PTX."""
+    return int(bool(_allow_tf32 and dev.is_gpu and getattr(dev, "is_nvidia", False)))
+
+
+def gpu_tiles(dev, M):
+    """Tile of the GPU kernels (tile_mainloop.h): 128 x 128 (256 work-items),
+    or 64 x 128 (128 work-items) when op(A) has at most 64 rows."""
+    return dict(TM=64 if M <= 64 else 128, TN=128, TK=16, TF32=use_tf32(dev))
 
 
 def _cpu_blocks(dev, M, N):
@@ -38,12 +61,14 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
          alpha=1.0, beta=0.0, off_a=0, off_b=0, off_c=0,
          lda=None, ldb=None, ldc=None, batch=1, groups=1,
          stride_a=(0, 0), stride_b=(0, 0), stride_c=(0, 0),
-         bias=None, bias_axis=0, off_bias=0, act=None):
+         bias=None, bias_axis=0, off_bias=0, act=None, impl=None):
     """One launch over batch*groups problems.
 
     stride_x = (per batch index, per group index), in elements.
     act: None, ("relu", negative_slope) or ("clip", lo, hi), fused into the
-    epilogue after bias and beta."""
+    epilogue after bias and beta.
+    impl: None (by device: "cpu" on CPU drivers, "tiled" on GPUs) or one of
+    them explicitly (tests run the GPU kernel on PoCL this way)."""
     act_kind, act_a, act_b = act_defines(act)
     if lda is None:
         lda = M if trans_a else K
@@ -57,17 +82,19 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
     if act_kind:
         common["ACT"] = act_kind
     gz = batch * groups
-    if dev.is_cpu:
+    if impl is None:
+        impl = "cpu" if dev.is_cpu else "tiled"
+    if impl == "cpu":
         # CPU drivers: one work-item per BM x BN block (kernels/gemm_cpu.cl)
         t = _cpu_blocks(dev, M, N)
         src, lx, ly = "gemm_cpu.cl", 1, 1
         gx, gy = -(-N // t["BN"]), -(-M // t["BM"])
     else:
-        t = _gpu_tiles(dev, M, N)
+        t = gpu_tiles(dev, M)
         src = SRC
-        lx, ly = t["TN"] // t["WN"], t["TM"] // t["WM"]
+        lx, ly = t["TM"] * t["TN"] // 64, 1
         gx = -(-N // t["TN"]) * lx
-        gy = -(-M // t["TM"]) * ly
+        gy = -(-M // t["TM"])
     defines = dict(t, **common)
     args = [M, N, K, alpha,
             A, off_a, lda, stride_a[0], stride_a[1],

@@ -1,0 +1,259 @@
+/* Implicit-GEMM 2-D convolution for GPUs: im2col folded into the tile loads
+ * of tile_mainloop.h, no column workspace; images folded into the GEMM's
+ * N (forward, backward-data) or K (backward-weight) dimension, so one launch
+ * covers the whole batch. Grid: (N tiles * NT, M tiles, groups [* splits]).
+ *
+ * Layouts: image x [n][C][H][W], output y [n][CO][HO][WO], weights
+ * [CO][C/G][KH][KW]. The kernel geometry (KH KW SH SW PH PW DH DW) and
+ * GROUPS are macros (divisions by them become multiplies); sizes are
+ * arguments.
+ *   conv_fwd:        y = act(alpha * W (*) x + bias + beta * y)
+ *                    M = CO/G, N = n*HO*WO, K = C/G*KH*KW
+ *   conv_bwd_data:   dx = W^T (*) dy + beta * dx
+ *                    M = C/G, N = n*H*W, K = CO/G*KH*KW
+ *   conv_bwd_weight: out[z] = dy (*) x^T + beta * out[z], z = g*nsplit + s,
+ *                    M = CO/G, N = C/G*KH*KW, K = n*HO*WO split in nsplit
+ *                    chunks of kchunk (out = dW when nsplit == 1, else a
+ *                    workspace summed into dW by splitk_reduce)
+ *   splitk_reduce:   dw[g][i] = beta * dw[g][i] + sum_s ws[g*nsplit + s][i] */
+#include "common.h"
+
+#ifndef TM
+#define TM 128
+#endif
+#ifndef TN
+#define TN 128
+#endif
+#ifndef TF32
+#define TF32 0
+#endif
+#ifndef GROUPS
+#define GROUPS 1
+#endif
+#ifndef ACT
+#define ACT 0
+#endif
+#ifndef BIAS
+#define BIAS 0
+#endif
+#ifndef KH
+#define KH 1
+#endif
+#ifndef KW
+#define KW 1
+#endif
+#ifndef SH
+#define SH 1
+#endif
+#ifndef SW
+#define SW 1
+#endif
+#ifndef PH
+#define PH 0
+#endif
+#ifndef PW
+#define PW 0
+#endif
+#ifndef DH
+#define DH 1
+#endif
+#ifndef DW
+#define DW 1
+#endif
+#ifndef MODE
+#define MODE 0
+#endif
+#define KHKW (KH * KW)
+#include "mma_tf32.h"
+
+#if MODE == 0
+/* x value of column (k = c*KH*KW + kh*KW + kw) for the output pixel whose
+ * top-left input corner is (hi0, wi0) of image xb */
+inline float im2col_at(__global const float* xb, int k, int kend, int ok,
+                       int hi0, int wi0, int H, int W) {
+    const int c = k / KHKW, r = k - c * KHKW;
+    const int kh = r / KW, kw = r - kh * KW;
+    const int h = hi0 + kh * DH, w = wi0 + kw * DW;
+    return (ok && k < kend && h >= 0 && h < H && w >= 0 && w < W)
+        ? xb[(c * H + h) * W + w] : 0.0f;
+}
+
+#define A_KFAST 1
+#define B_KFAST 0
+__kernel __attribute__((reqd_work_group_size(TM * TN / 64, 1, 1)))
+void conv_fwd(int NIMG, int C, int H, int W, int CO, int HO, int WO, float alpha,
+              __global const float* X, int offX, __global const float* Wt, float beta,
+              __global float* Y, int offY, __global const float* bias, int offBias,
+              float act_a, float act_b) {
+    const int g = get_group_id(2);
+    const int Cg = C / GROUPS, M = CO / GROUPS;
+    const int HW = H * W, HOWO = HO * WO;
+    const int N = NIMG * HOWO, K = Cg * KHKW;
+    X += offX + g * Cg * HW;
+    Wt += g * M * K;
+    const int lid = get_local_id(0);
+    const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
+    const int kbeg = 0, kend = K;
+    /* this work-item always fetches B column n0 + lid % TN */
+    const int bn = n0 + lid % TN;
+    const int bok = bn < N;
+    const int bimg = bok ? bn / HOWO : 0;
+    const int bp = bok ? bn - bimg * HOWO : 0;
+    const int bho = bp / WO, bwo = bp - bho * WO;
+    __global const float* xb = X + bimg * C * HW;
+    const int hi0 = bho * SH - PH, wi0 = bwo * SW - PW;
+#define LOAD_A(m, k) (((m) < M && (k) < kend) ? Wt[(m) * K + (k)] : 0.0f)
+#define LOAD_B(k, n) im2col_at(xb, (k), kend, bok, hi0, wi0, H, W)
+#include "tile_mainloop.h"
+
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int n = n0 + COL_OF(j);
+        if (n >= N) continue;
+        const int img = n / HOWO, p = n - img * HOWO;
+        __global float* yb = Y + offY + (img * CO + g * M) * HOWO + p;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int m = m0 + ROW_OF(i);
+            if (m >= M) continue;
+            float v = alpha * acc[i][j];
+#if BIAS
+            v += bias[offBias + g * M + m];
+#endif
+            if (beta != 0.0f) v += beta * yb[m * HOWO];
+#if ACT == 1
+            v = v > 0.0f ? v : act_a * v;
+#elif ACT == 2
+            v = fmax(act_a, fmin(act_b, v));
+#endif
+            yb[m * HOWO] = v;
+        }
+    }
+}
+#endif
+
+#if MODE == 1
+/* dy value feeding input pixel (hp - PH, wp - PW) through kernel tap
+ * (kh, kw) of output channel co (k = co*KH*KW + kh*KW + kw) */
+inline float col2im_at(__global const float* dyb, int k, int kend, int ok,
+                       int hp, int wp, int HO, int WO) {
+    const int co = k / KHKW, r = k - co * KHKW;
+    const int kh = r / KW, kw = r - kh * KW;
+    const int th = hp - kh * DH, tw = wp - kw * DW;
+    const int ho = th / SH, wo = tw / SW;
+    return (ok && k < kend && th >= 0 && tw >= 0 && ho * SH == th && wo * SW == tw
+            && ho < HO && wo < WO) ? dyb[(co * HO + ho) * WO + wo] : 0.0f;
+}
+
+#define A_KFAST 1
+#define B_KFAST 0
+__kernel __attribute__((reqd_work_group_size(TM * TN / 64, 1, 1)))
+void conv_bwd_data(int NIMG, int C, int H, int W, int CO, int HO, int WO,
+                   __global const float* DY, int offDY, __global const float* Wt,
+                   float beta, __global float* DX, int offDX) {
+    const int g = get_group_id(2);
+    const int M = C / GROUPS, Mo = CO / GROUPS;
+    const int HW = H * W, HOWO = HO * WO;
+    const int N = NIMG * HW, K = Mo * KHKW;
+    Wt += g * Mo * M * KHKW;
+    const int lid = get_local_id(0);
+    const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
+    const int kbeg = 0, kend = K;
+    const int bn = n0 + lid % TN;
+    const int bok = bn < N;
+    const int bimg = bok ? bn / HW : 0;
+    const int bq = bok ? bn - bimg * HW : 0;
+    const int bh = bq / W, bw = bq - bh * W;
+    __global const float* dyb = DY + offDY + (bimg * CO + g * Mo) * HOWO;
+    const int hp = bh + PH, wp = bw + PW;
+    /* A[m = c][k = co*KHKW + r] = Wt[co][c][r] */
+#define LOAD_A(m, k) (((m) < M && (k) < kend) \
+    ? Wt[((k) / KHKW) * (M * KHKW) + (m) * KHKW + (k) % KHKW] : 0.0f)
+#define LOAD_B(k, n) col2im_at(dyb, (k), kend, bok, hp, wp, HO, WO)
+#include "tile_mainloop.h"
+
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int n = n0 + COL_OF(j);
+        if (n >= N) continue;
+        const int img = n / HW, q = n - img * HW;
+        __global float* xb = DX + offDX + (img * C + g * M) * HW + q;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int m = m0 + ROW_OF(i);
+            if (m >= M) continue;
+            float v = acc[i][j];
+            if (beta != 0.0f) v += beta * xb[m * HW];
+            xb[m * HW] = v;
+        }
+    }
+}
+#endif
+
+#if MODE == 2
+/* im2col'd x, transposed: element (k = img*HO*WO + p, n = c*KH*KW + r) */
+inline float im2col_t(__global const float* X, int k, int n, int kend, int N,
+                      int C, int H, int W, int HOWO, int WO) {
+    const int img = k / HOWO, p = k - img * HOWO;
+    const int ho = p / WO, wo = p - ho * WO;
+    const int c = n / KHKW, r = n - c * KHKW;
+    const int kh = r / KW, kw = r - kh * KW;
+    const int h = ho * SH - PH + kh * DH, w = wo * SW - PW + kw * DW;
+    return (n < N && k < kend && h >= 0 && h < H && w >= 0 && w < W)
+        ? X[((img * C + c) * H + h) * W + w] : 0.0f;
+}
+
+#define A_KFAST 1
+#define B_KFAST 1
+__kernel __attribute__((reqd_work_group_size(TM * TN / 64, 1, 1)))
+void conv_bwd_weight(int NIMG, int C, int H, int W, int CO, int HO, int WO,
+                     int nsplit, int kchunk,
+                     __global const float* X, int offX, __global const float* DY, int offDY,
+                     float beta, __global float* OUT) {
+    const int z = get_group_id(2);
+    const int g = z / nsplit, s = z - g * nsplit;
+    const int Cg = C / GROUPS, M = CO / GROUPS;
+    const int HW = H * W, HOWO = HO * WO;
+    const int N = Cg * KHKW, K = NIMG * HOWO;
+    X += offX + g * Cg * HW;
+    DY += offDY + g * M * HOWO;
+    const int lid = get_local_id(0);
+    const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
+    const int kbeg = s * kchunk, kend = min(K, kbeg + kchunk);
+    /* k = img*HOWO + p; both operands are k-fast, so each work-item's k
+     * (kbeg + lid % TK + t*TK) is the same for all its loads of a tile:
+     * the decode below is shared (CSE) */
+#define K_IMG(k) ((k) / HOWO)
+#define K_P(k) ((k) - K_IMG(k) * HOWO)
+#define LOAD_A(m, k) (((m) < M && (k) < kend) \
+    ? DY[(K_IMG(k) * CO + (m)) * HOWO + K_P(k)] : 0.0f)
+#define LOAD_B(k, n) im2col_t(X, (k), (n), kend, N, C, H, W, HOWO, WO)
+#include "tile_mainloop.h"
+
+    __global float* out = OUT + z * M * N;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int m = m0 + ROW_OF(i);
+        if (m >= M) continue;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int n = n0 + COL_OF(j);
+            if (n >= N) continue;
+            float v = acc[i][j];
+            if (beta != 0.0f) v += beta * out[m * N + n];
+            out[m * N + n] = v;
+        }
+    }
+}
+#endif
+
+__kernel void splitk_reduce(int total, int MN, int nsplit, __global const float* WS,
+                            float beta, __global float* dW) {
+    GLOBAL_LOOP(idx, total) {
+        const int g = idx / MN, i = idx - g * MN;
+        __global const float* src = WS + g * nsplit * MN + i;
+        float v = 0.0f;
+        for (int s = 0; s < nsplit; ++s) v += src[s * MN];
+        dW[idx] = (beta != 0.0f ? beta * dW[idx] : 0.0f) + v;
+    }
+}

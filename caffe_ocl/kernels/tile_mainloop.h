@@ -1,0 +1,161 @@
+/* The main loop of the GPU matrix kernels (gemm.cl, conv_igemm.cl), written
+ * once and #included INSIDE a kernel body, at its outermost block (it
+ * declares the __local tiles).
+ *
+ * A work-group of NT = TM*TN/64 work-items computes a TM x TN block of
+ * C = op(A) * op(B) over k in [kbeg, kend), TK at a time, with two local
+ * buffers (the next tile is fetched from global memory into registers while
+ * the current one is multiplied; one barrier per TK step).
+ *
+ * The includer defines, before the #include:
+ *   LOAD_A(m, k), LOAD_B(k, n)  -> float, 0 outside the problem (m, k, n
+ *       are absolute indices: m0 + .., kbeg + .., n0 + ..);
+ *   A_KFAST / B_KFAST  1 when consecutive k are adjacent in memory for that
+ *       operand (the fetch mapping then walks k across work-items);
+ *   variables lid (local id), m0, n0 (tile origin), kbeg, kend.
+ * After it: float acc[8][8] holds this work-item's 8 x 8 results, the
+ * element acc[i][j] being C[m0 + ROW_OF(i)][n0 + COL_OF(j)].
+ *
+ * Compute: TF32 == 0: strict FP32, each work-item an 8 x 8 register tile
+ * (rows ty*4 + 0..3 and TM/2 + ty*4 + 0..3, likewise columns), float4 reads
+ * of local memory. TF32 == 1 (NVIDIA only): tensor cores through inline
+ * PTX mma.sync.m16n8k8 tf32 (operands rounded to TF32 when stored to local
+ * memory, FP32 accumulation); each warp owns a 64 x 32 block. */
+#ifndef TK
+#define TK 16
+#endif
+#ifndef TF32
+#define TF32 0
+#endif
+#define NT (TM * TN / 64)
+#define LDA_ (TM + 8)   /* +8: conflict-free TF32 fragment reads, float4-aligned */
+#define LDB_ (TN + 8)
+#define A_PER (TM * TK / NT)
+#define B_PER (TN * TK / NT)
+#if (TM != 64 && TM != 128) || TN != 128 || TK % 8
+#error "tile_mainloop.h: TM must be 64 or 128, TN 128, TK a multiple of 8"
+#endif
+
+#if A_KFAST
+#define A_MM(i) (lid / TK + (i) * (NT / TK))
+#define A_KK(i) (lid % TK)
+#else
+#define A_MM(i) (lid % TM)
+#define A_KK(i) (lid / TM + (i) * (NT / TM))
+#endif
+#if B_KFAST
+#define B_NN(i) (lid / TK + (i) * (NT / TK))
+#define B_KK(i) (lid % TK)
+#else
+#define B_NN(i) (lid % TN)
+#define B_KK(i) (lid / TN + (i) * (NT / TN))
+#endif
+
+#if TF32
+#define TO_LOCAL(v) tf32_round(v)
+#else
+#define TO_LOCAL(v) (v)
+#endif
+
+    __local float4 As4_[2 * TK * LDA_ / 4];
+    __local float4 Bs4_[2 * TK * LDB_ / 4];
+    __local float* As = (__local float*)As4_;
+    __local float* Bs = (__local float*)Bs4_;
+
+    float acc[8][8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+
+#if TF32
+    const int lane_ = lid & 31, warp_ = lid >> 5;
+    const int wm_ = warp_ / (TN / 32), wn_ = warp_ % (TN / 32);
+    const int gid_ = lane_ >> 2, tig_ = lane_ & 3;
+#define ROW_OF(i) (wm_ * 64 + ((i) >> 1) * 16 + gid_ + ((i) & 1) * 8)
+#define COL_OF(j) (wn_ * 32 + ((j) >> 1) * 8 + tig_ * 2 + ((j) & 1))
+#else
+    const int tx_ = lid % (TN / 8), ty_ = lid / (TN / 8);
+#define ROW_OF(i) (((i) >> 2) * (TM / 2) + ty_ * 4 + ((i) & 3))
+#define COL_OF(j) (((j) >> 2) * (TN / 2) + tx_ * 4 + ((j) & 3))
+#endif
+
+    float ra_[A_PER], rb_[B_PER];
+    const int nkt_ = kend > kbeg ? (kend - kbeg + TK - 1) / TK : 0;
+    if (nkt_ > 0) {
+#pragma unroll
+        for (int i = 0; i < A_PER; ++i) ra_[i] = LOAD_A(m0 + A_MM(i), kbeg + A_KK(i));
+#pragma unroll
+        for (int i = 0; i < B_PER; ++i) rb_[i] = LOAD_B(kbeg + B_KK(i), n0 + B_NN(i));
+#pragma unroll
+        for (int i = 0; i < A_PER; ++i) As[A_KK(i) * LDA_ + A_MM(i)] = TO_LOCAL(ra_[i]);
+#pragma unroll
+        for (int i = 0; i < B_PER; ++i) Bs[B_KK(i) * LDB_ + B_NN(i)] = TO_LOCAL(rb_[i]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (int kt_ = 0; kt_ < nkt_; ++kt_) {
+        const int cur_ = kt_ & 1;
+        const int more_ = kt_ + 1 < nkt_;
+        if (more_) {
+            const int k1_ = kbeg + (kt_ + 1) * TK;
+#pragma unroll
+            for (int i = 0; i < A_PER; ++i) ra_[i] = LOAD_A(m0 + A_MM(i), k1_ + A_KK(i));
+#pragma unroll
+            for (int i = 0; i < B_PER; ++i) rb_[i] = LOAD_B(k1_ + B_KK(i), n0 + B_NN(i));
+        }
+        __local const float* as_ = As + cur_ * (TK * LDA_);
+        __local const float* bs_ = Bs + cur_ * (TK * LDB_);
+#if TF32
+#pragma unroll
+        for (int ks = 0; ks < TK; ks += 8) {
+            uint af[4][4], bf[4][2];
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt) {
+                __local const float* p = as_ + (ks + tig_) * LDA_ + wm_ * 64 + mt * 16 + gid_;
+                af[mt][0] = as_uint(p[0]);
+                af[mt][1] = as_uint(p[8]);
+                af[mt][2] = as_uint(p[4 * LDA_]);
+                af[mt][3] = as_uint(p[4 * LDA_ + 8]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                __local const float* p = bs_ + (ks + tig_) * LDB_ + wn_ * 32 + nt * 8 + gid_;
+                bf[nt][0] = as_uint(p[0]);
+                bf[nt][1] = as_uint(p[4 * LDB_]);
+            }
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+                    MMA_TF32(acc[2 * mt][2 * nt], acc[2 * mt][2 * nt + 1],
+                             acc[2 * mt + 1][2 * nt], acc[2 * mt + 1][2 * nt + 1],
+                             af[mt], bf[nt]);
+        }
+#else
+#pragma unroll
+        for (int kk = 0; kk < TK; ++kk) {
+            __local const float* pa = as_ + kk * LDA_ + ty_ * 4;
+            __local const float* pb = bs_ + kk * LDB_ + tx_ * 4;
+            const float4 a0 = *(__local const float4*)pa;
+            const float4 a1 = *(__local const float4*)(pa + TM / 2);
+            const float4 b0 = *(__local const float4*)pb;
+            const float4 b1 = *(__local const float4*)(pb + TN / 2);
+            const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[i][j] = mad(a[i], b[j], acc[i][j]);
+        }
+#endif
+        if (more_) {
+            __local float* an_ = As + (cur_ ^ 1) * (TK * LDA_);
+            __local float* bn_ = Bs + (cur_ ^ 1) * (TK * LDB_);
+#pragma unroll
+            for (int i = 0; i < A_PER; ++i) an_[A_KK(i) * LDA_ + A_MM(i)] = TO_LOCAL(ra_[i]);
+#pragma unroll
+            for (int i = 0; i < B_PER; ++i) bn_[B_KK(i) * LDB_ + B_NN(i)] = TO_LOCAL(rb_[i]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }

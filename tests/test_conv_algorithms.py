@@ -1,0 +1,220 @@
+"""Every convolution algorithm of ops/conv.py (im2col + GEMM, implicit GEMM)
+and both GEMM kernels (gemm_cpu.cl, the GPU tiles of gemm.cl) against
+float64 NumPy references, over edge shapes: odd sizes, groups, dilation,
+stride > kernel, batch 1, sizes that are not multiples of the tiles.
+The GPU kernels run on PoCL too (slowly), so CI checks them; the TF32
+tensor-core path needs an NVIDIA GPU (marked gpu)."""
+import numpy as np
+import pytest
+
+from caffe_ocl.device import get_device
+from caffe_ocl.ops import conv as conv_ops
+from caffe_ocl.ops import gemm as gemm_ops
+
+# (n, c, h, w, co, kh, kw, ph, pw, sh, sw, dh, dw, groups)
+GEOMS = [
+    (2, 3, 7, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1),      # odd sizes, pad
+    (1, 4, 9, 8, 6, 3, 2, 1, 0, 2, 1, 1, 1, 2),      # batch 1, groups, stride 2
+    (2, 3, 9, 9, 4, 3, 3, 2, 2, 1, 1, 2, 2, 1),      # dilation
+    (3, 2, 7, 7, 3, 2, 2, 0, 0, 3, 3, 1, 1, 1),      # stride > kernel
+    (2, 5, 5, 7, 70, 1, 1, 0, 0, 1, 1, 1, 1, 1),     # 1x1, M > 64 (128-row tiles)
+    (2, 6, 4, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 6),      # depthwise
+    (4, 16, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1),     # K > 2 tiles, N > 128
+]
+
+
+def _geom(p):
+    n, c, h, w, co, kh, kw, ph, pw, sh, sw, dh, dw, gr = p
+    return conv_ops.ConvGeometry(n, c, h, w, co, kh, kw, ph, pw, sh, sw, dh, dw, gr)
+
+
+def _im2col(x, g):
+    """float64 columns [n][C*KH*KW][HO*WO]."""
+    n = x.shape[0]
+    xp = np.zeros((n, g.channels, g.height + 2 * g.ph, g.width + 2 * g.pw))
+    xp[:, :, g.ph:g.ph + g.height, g.pw:g.pw + g.width] = x
+    col = np.zeros((n, g.channels, g.kh, g.kw, g.out_h, g.out_w))
+    for i in range(g.kh):
+        for j in range(g.kw):
+            col[:, :, i, j] = xp[:, :, i * g.dh: i * g.dh + g.sh * (g.out_h - 1) + 1: g.sh,
+                                 j * g.dw: j * g.dw + g.sw * (g.out_w - 1) + 1: g.sw]
+    return col.reshape(n, g.col_rows, g.out_spatial)
+
+
+def _col2im(col, g):
+    n = col.shape[0]
+    col = col.reshape(n, g.channels, g.kh, g.kw, g.out_h, g.out_w)
+    xp = np.zeros((n, g.channels, g.height + 2 * g.ph, g.width + 2 * g.pw))
+    for i in range(g.kh):
+        for j in range(g.kw):
+            xp[:, :, i * g.dh: i * g.dh + g.sh * (g.out_h - 1) + 1: g.sh,
+               j * g.dw: j * g.dw + g.sw * (g.out_w - 1) + 1: g.sw] += col[:, :, i, j]
+    return xp[:, :, g.ph:g.ph + g.height, g.pw:g.pw + g.width]
+
+
+def _refs(g, x, w, dy):
+    G = g.groups
+    M, K = g.out_channels // G, g.col_rows // G
+    col = _im2col(x, g).reshape(g.num, G, K, g.out_spatial)
+    wg = w.reshape(G, M, K)
+    dyg = dy.reshape(g.num, G, M, g.out_spatial)
+    y = np.einsum("gmk,ngkp->ngmp", wg, col).reshape(dy.shape)
+    dw = np.einsum("ngmp,ngkp->gmk", dyg, col).reshape(w.shape)
+    dcol = np.einsum("gmk,ngmp->ngkp", wg, dyg).reshape(g.num, g.col_rows, g.out_spatial)
+    return y, dw, _col2im(dcol, g)
+
+
+class _Dev:
+    def __init__(self):
+        self.dev = get_device()
+
+    def buf(self, a):
+        b = self.dev.alloc(max(a.size, 1) * 4)
+        self.dev.upload(b, np.asarray(a, np.float32))
+        return b
+
+    def get(self, b, shape):
+        out = np.empty(shape, np.float32)
+        self.dev.download(out, b)
+        return out
+
+    def run(self, launches):
+        for ln in launches:
+            ln.run(self.dev.queue)
+
+
+@pytest.fixture(scope="module")
+def d():
+    return _Dev()
+
+
+def _rel(out, ref):
+    return np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30)
+
+
+@pytest.mark.parametrize("algo", conv_ops.ALGOS)
+@pytest.mark.parametrize("p", GEOMS, ids=[str(i) for i in range(len(GEOMS))])
+def test_conv_algorithms_match_reference(d, rng, p, algo):
+    g = _geom(p)
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
+    b = rng.standard_normal(g.out_channels)
+    yshape = (g.num, g.out_channels, g.out_h, g.out_w)
+    dy = rng.standard_normal(yshape)
+    y_ref, dw_ref, dx_ref = _refs(g, x, w, dy)
+    ws = conv_ops.workspace_floats(d.dev, g, algo)
+    col = d.buf(np.zeros(max(ws, 1))) if ws else None
+    xb, wb, bb, dyb = d.buf(x), d.buf(w), d.buf(b), d.buf(dy)
+
+    # forward with bias and the fused leaky-ReLU epilogue; poisoned output
+    yb = d.buf(np.full(yshape, np.nan))
+    d.run(conv_ops.forward(d.dev, g, xb, wb, yb, col, bias=bb, act=("relu", 0.1), algo=algo))
+    v = y_ref + b.reshape(1, -1, 1, 1)
+    ref = np.where(v > 0, v, 0.1 * v)
+    assert _rel(d.get(yb, yshape), ref) < 1e-5
+
+    # backward-weight accumulates (Caffe's param gradients): dW = dW0 + sum
+    dw0 = rng.standard_normal(w.shape)
+    dwb = d.buf(dw0)
+    d.run(conv_ops.backward_weight(d.dev, g, xb, dyb, dwb, col, algo=algo))
+    assert _rel(d.get(dwb, w.shape), dw0 + dw_ref) < 1e-5
+
+    # backward-data overwrites, or accumulates when asked
+    dxb = d.buf(np.full(x.shape, np.nan))
+    d.run(conv_ops.backward_data(d.dev, g, dyb, wb, dxb, col, algo=algo))
+    assert _rel(d.get(dxb, x.shape), dx_ref) < 1e-5
+    dx0 = rng.standard_normal(x.shape)
+    dxb = d.buf(dx0)
+    d.run(conv_ops.backward_data(d.dev, g, dyb, wb, dxb, col, accumulate=True, algo=algo))
+    assert _rel(d.get(dxb, x.shape), dx0 + dx_ref) < 1e-5
+
+
+def test_backward_weight_split_k(d, rng, monkeypatch):
+    """A K = n*HO*WO long enough to be split over work-groups, reduced into dW."""
+    g = _geom((3, 2, 13, 12, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1))
+    monkeypatch.setattr(d.dev, "compute_units", 64)
+    nsplit, kchunk = conv_ops.splitk_plan(d.dev, g)
+    assert nsplit > 1 and (nsplit - 1) * kchunk < g.num * g.out_spatial
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels, g.kh, g.kw))
+    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
+    _, dw_ref, _ = _refs(g, x, w, dy)
+    dw0 = rng.standard_normal(w.shape)
+    dwb = d.buf(dw0)
+    launches = conv_ops.backward_weight(d.dev, g, d.buf(x), d.buf(dy), dwb, None, algo="igemm")
+    assert len(launches) == 2
+    d.run(launches)
+    assert _rel(d.get(dwb, w.shape), dw0 + dw_ref) < 1e-5
+
+
+GEMMS = [  # M, N, K, trans_a, trans_b, batch, groups
+    (5, 7, 3, 0, 0, 1, 1),
+    (70, 130, 33, 1, 0, 1, 1),
+    (130, 65, 17, 0, 1, 2, 1),
+    (64, 129, 40, 1, 1, 1, 2),
+    (3, 4, 0, 0, 0, 1, 1),       # K = 0: C = beta*C + bias
+]
+
+
+@pytest.mark.parametrize("impl", ["cpu", "tiled"])
+@pytest.mark.parametrize("case", GEMMS, ids=[str(i) for i in range(len(GEMMS))])
+def test_gemm_kernels(d, rng, case, impl):
+    M, N, K, ta, tb, batch, groups = case
+    nb = batch * groups
+    A = rng.standard_normal((nb,) + ((K, M) if ta else (M, K)))
+    B = rng.standard_normal((nb,) + ((N, K) if tb else (K, N)))
+    C = rng.standard_normal((nb, M, N))
+    bias = rng.standard_normal(groups * M)
+    opA = A.transpose(0, 2, 1) if ta else A
+    opB = B.transpose(0, 2, 1) if tb else B
+    bias_rows = np.tile(bias.reshape(groups, M), (batch, 1))[:, :, None]
+    v = 0.5 * opA @ opB + bias_rows + 0.25 * C
+    ref = np.clip(v, -1.0, 2.0)
+    cb = d.buf(C)
+    d.run([gemm_ops.gemm(d.dev, M, N, K, d.buf(A), d.buf(B), cb, trans_a=bool(ta),
+                         trans_b=bool(tb), alpha=0.5, beta=0.25, batch=batch, groups=groups,
+                         stride_a=(groups * M * K, M * K), stride_b=(groups * K * N, K * N),
+                         stride_c=(groups * M * N, M * N), bias=d.buf(bias),
+                         act=("clip", -1.0, 2.0), impl=impl)])
+    np.testing.assert_allclose(d.get(cb, C.shape), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_algorithm_rejected(d):
+    with pytest.raises(ValueError, match="algorithm"):
+        conv_ops.workspace_floats(d.dev, _geom(GEOMS[0]), "winograd")
+
+
+def test_tf32_flag_never_reaches_non_nvidia(d, monkeypatch):
+    monkeypatch.setattr(gemm_ops, "_allow_tf32", True)
+    if not (d.dev.is_gpu and d.dev.is_nvidia):
+        assert gemm_ops.use_tf32(d.dev) == 0
+    else:
+        assert gemm_ops.use_tf32(d.dev) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("p", [GEOMS[0], GEOMS[1], GEOMS[4], GEOMS[6]], ids=str)
+def test_tf32_conv_and_gemm_on_nvidia(d, rng, p, monkeypatch):
+    if not (d.dev.is_gpu and d.dev.is_nvidia):
+        pytest.skip("TF32 tensor cores need an NVIDIA GPU")
+    monkeypatch.setattr(gemm_ops, "_allow_tf32", True)
+    g = _geom(p)
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
+    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
+    y_ref, dw_ref, dx_ref = _refs(g, x, w, dy)
+    xb, wb, dyb = d.buf(x), d.buf(w), d.buf(dy)
+    yb = d.buf(np.full(dy.shape, np.nan))
+    d.run(conv_ops.forward(d.dev, g, xb, wb, yb, None, algo="igemm"))
+    assert _rel(d.get(yb, dy.shape), y_ref) < 3e-3
+    dwb = d.buf(np.zeros(w.shape))
+    d.run(conv_ops.backward_weight(d.dev, g, xb, dyb, dwb, None, algo="igemm"))
+    assert _rel(d.get(dwb, w.shape), dw_ref) < 3e-3
+    dxb = d.buf(np.full(x.shape, np.nan))
+    d.run(conv_ops.backward_data(d.dev, g, dyb, wb, dxb, None, algo="igemm"))
+    assert _rel(d.get(dxb, x.shape), dx_ref) < 3e-3
+    M, N, K = 200, 300, 129
+    A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    cb = d.buf(np.full((M, N), np.nan))
+    d.run([gemm_ops.gemm(d.dev, M, N, K, d.buf(A), d.buf(B), cb)])
+    assert _rel(d.get(cb, (M, N)), A @ B) < 3e-3
