@@ -13,10 +13,13 @@ Choice of device (first rule that applies):
 3. a GPU if any OpenCL GPU exists, else the best CPU driver (newest PoCL),
    never the Oclgrind simulator unless asked for by name/index.
 """
+import hashlib
 import logging
 import os
 import re
 import threading
+import time
+import warnings
 
 import numpy as np
 
@@ -254,6 +257,8 @@ class Device:
         self._lock = threading.Lock()
         self.cache_dir = os.environ.get(
             "CAFFE_OCL_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "caffe_ocl"))
+        # programs compiled from source vs. loaded from the disk cache
+        self.build_stats = {"built": 0, "cached": 0, "seconds": 0.0}
         self.double_ok = "cl_khr_fp64" in self.cl_device.extensions
 
     def __repr__(self):
@@ -284,18 +289,66 @@ class Device:
             src, _ = self._source(filename)
             opts = [f"-D{k}={v}" for k, v in key[1]]
             opts += ["-I", KERNEL_DIR, "-cl-mad-enable"]
-            try:
-                os.makedirs(self.cache_dir, exist_ok=True)
-                cache_dir = self.cache_dir
-            except OSError:
-                cache_dir = None
-            try:
-                prog = cl.Program(self.context, src).build(options=opts, cache_dir=cache_dir)
-            except cl.RuntimeError as e:
-                raise DeviceError(f"building kernels/{filename} with {' '.join(opts[:-3])} "
-                                  f"failed on {self.name}:\n{e}")
+            prog = self._build(filename, src, opts)
             self._programs[key] = prog
             return prog
+
+    def _cache_key(self, src, opts):
+        """Hash of everything a binary depends on: source, every shared
+        header, options, device and driver."""
+        h = hashlib.sha256()
+        h.update(src.encode())
+        for hdr in sorted(f for f in os.listdir(KERNEL_DIR) if f.endswith(".h")):
+            with open(os.path.join(KERNEL_DIR, hdr), "rb") as f:
+                h.update(hdr.encode() + f.read())
+        h.update(" ".join(opts).encode())
+        info = self.info
+        h.update(f"{info['platform_name']}|{info['platform_version']}|{self.name}|"
+                 f"{info['driver']}|{info['version']}|{cl.VERSION_TEXT}".encode())
+        return h.hexdigest()
+
+    def _build(self, filename, src, opts):
+        """Build from the on-disk binary cache when possible, else from
+        source (and store the binary). ``build_stats`` counts both."""
+        t0 = time.perf_counter()
+        path = None
+        if self.cache_dir:
+            path = os.path.join(self.cache_dir, self._cache_key(src, opts) + ".bin")
+            if os.path.exists(path):
+                try:
+                    with open(path, "rb") as f:
+                        binary = f.read()
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        prog = cl.Program(self.context, [self.cl_device], [binary]).build(
+                            options=opts)
+                    self.build_stats["cached"] += 1
+                    self.build_stats["seconds"] += time.perf_counter() - t0
+                    return prog
+                except (cl.Error, OSError):
+                    pass   # stale or corrupt entry: rebuild below and overwrite it
+        try:
+            with warnings.catch_warnings():
+                if not os.environ.get("CAFFE_OCL_VERBOSE"):
+                    warnings.simplefilter("ignore")
+                prog = cl.Program(self.context, src).build(options=opts)
+        except cl.RuntimeError as e:
+            raise DeviceError(f"building kernels/{filename} with {' '.join(opts[:-3])} "
+                              f"failed on {self.name}:\n{e}")
+        self.build_stats["built"] += 1
+        self.build_stats["seconds"] += time.perf_counter() - t0
+        if path:
+            try:
+                (binary,) = prog.get_info(cl.program_info.BINARIES)
+                if binary:
+                    os.makedirs(self.cache_dir, exist_ok=True)
+                    tmp = f"{path}.tmp-{os.getpid()}"
+                    with open(tmp, "wb") as f:
+                        f.write(binary)
+                    os.replace(tmp, path)
+            except (cl.Error, OSError, ValueError):
+                pass   # a read-only or full cache only costs rebuilds
+        return prog
 
     def kernel(self, filename, name, defines=None):
         """A fresh Kernel object (its own bound arguments) with scalar dtypes

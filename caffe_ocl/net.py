@@ -147,7 +147,7 @@ class Net:
     def __init__(self, network, *args, phase=None, weights=None, level=0, stages=(),
                  fold=None):
         args = list(args)
-        if args and isinstance(args[0], (str, os.PathLike)):
+        if len(args) == 2 or (args and isinstance(args[0], (str, os.PathLike))):
             weights = args.pop(0)
         if args:
             phase = args.pop(0)

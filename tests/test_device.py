@@ -1,0 +1,114 @@
+"""Device choice, kernel signature parsing, the on-disk program cache, and
+the command line's one-line errors."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from caffe_ocl.device import choose_device, kernel_arg_dtypes
+from caffe_ocl.errors import DeviceError
+from conftest import ROOT
+
+
+def _dev(i, name, platform, version, gpu=False, pi=0, di=0, cu=2):
+    return dict(index=i, platform_index=pi, device_index=di, name=name, platform_name=platform,
+                platform_version=version, is_gpu=gpu, is_cpu=not gpu, compute_units=cu)
+
+
+OCLGRIND = _dev(0, "Oclgrind Simulator", "Oclgrind", "OpenCL 1.2 (Oclgrind 21.10)", pi=0)
+POCL_PIP = _dev(1, "cpu", "Portable Computing Language", "OpenCL 3.0 PoCL 3.0-rc2", pi=1)
+POCL_DEB = _dev(2, "cpu", "Portable Computing Language", "OpenCL 3.0 PoCL 3.1+debian", pi=2)
+GPU = _dev(3, "NVIDIA H200", "NVIDIA CUDA", "OpenCL 3.0 CUDA", gpu=True, pi=3, cu=132)
+
+
+def test_prefers_gpu_then_newest_pocl_never_the_simulator():
+    d, why = choose_device([OCLGRIND, POCL_PIP, POCL_DEB, GPU])
+    assert d is GPU and "GPU" in why
+    d, why = choose_device([OCLGRIND, POCL_PIP, POCL_DEB])
+    assert d is POCL_DEB and "3.1" in why and "2 CPU drivers" in why
+    d, _ = choose_device([OCLGRIND, POCL_DEB, GPU], mode="cpu")
+    assert d is POCL_DEB
+
+
+def test_explicit_choice_by_index_platform_device_or_name():
+    devs = [OCLGRIND, POCL_PIP, POCL_DEB, GPU]
+    assert choose_device(devs, "1")[0] is POCL_PIP
+    assert choose_device(devs, "2:0")[0] is POCL_DEB
+    assert choose_device(devs, "oclgrind")[0] is OCLGRIND
+    with pytest.raises(DeviceError, match="no OpenCL device 9"):
+        choose_device(devs, "9")
+    with pytest.raises(DeviceError, match="no OpenCL device found"):
+        choose_device([])
+    with pytest.raises(DeviceError, match="no OpenCL CPU device"):
+        choose_device([GPU], mode="cpu")
+
+
+def test_kernel_signature_dtypes():
+    src = """
+    // comment (int a)
+    __kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+    void k1(int n, __global const float* x, const float alpha, uint seed, __local float* tmp) {}
+    kernel void k2(long big, __global float *y) {}
+    """
+    d = kernel_arg_dtypes(src)
+    assert d["k1"] == [np.int32, None, np.float32, np.uint32, None]
+    assert d["k2"] == [np.int64, None]
+
+
+def _build_in_subprocess(cache):
+    code = ("import caffe_ocl as c, json; n = c.Net(%r, c.TEST); n.forward(); "
+            "print(json.dumps(n.device.build_stats))") % str(ROOT / "models/lenet/lenet.prototxt")
+    env = dict(os.environ, CAFFE_OCL_CACHE=str(cache))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=str(ROOT))
+    assert out.returncode == 0, out.stderr
+    import json
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_loads_programs_from_disk_cache(tmp_path):
+    first = _build_in_subprocess(tmp_path)
+    assert first["built"] > 0 and first["cached"] == 0
+    assert any(f.endswith(".bin") for f in os.listdir(tmp_path))
+    second = _build_in_subprocess(tmp_path)
+    assert second["built"] == 0 and second["cached"] == first["built"]
+
+
+def test_corrupt_cache_entry_is_rebuilt(tmp_path):
+    first = _build_in_subprocess(tmp_path)
+    for f in os.listdir(tmp_path):
+        (tmp_path / f).write_bytes(b"garbage")
+    again = _build_in_subprocess(tmp_path)
+    assert again["built"] == first["built"]
+
+
+def test_device_query_lists_and_marks_the_chosen_device(capsys):
+    from caffe_ocl.cli import main
+    assert main(["device_query"]) == 0
+    out = capsys.readouterr().out
+    assert "chosen:" in out and "compute units" in out and "OpenCL" in out
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["time", "--model", "nowhere.prototxt"], "not found: nowhere.prototxt"),
+    (["time", "--model", "{bad}"], ":1:"),
+    (["classify", "--model", "{unknown}", "x.png"], "unknown layer type 'Convolutoin'"),
+])
+def test_command_errors_are_one_line_without_traceback(tmp_path, args, msg):
+    bad = tmp_path / "bad.prototxt"
+    bad.write_text('name: "x" layer { name: "a" type: "Input" top: "d" \n')
+    unknown = tmp_path / "unknown.prototxt"
+    unknown.write_text('layer { name: "d" type: "Input" top: "d" input_param { shape { dim: 1 '
+                       'dim: 3 dim: 8 dim: 8 } } }\n'
+                       'layer { name: "c" type: "Convolutoin" bottom: "d" top: "c" }\n')
+    args = [a.replace("{bad}", str(bad)).replace("{unknown}", str(unknown)) for a in args]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-m", "caffe_ocl"] + args, capture_output=True,
+                         text=True, timeout=300, cwd=str(tmp_path), env=env)
+    assert out.returncode == 1
+    assert msg in out.stderr
+    assert "Traceback" not in out.stderr
+    errors = [line for line in out.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1, out.stderr
