@@ -99,3 +99,154 @@ __kernel void ave_pool_bwd(int total, int C, int H, int W, int HO, int WO,
         dx[idx] = g;
     }
 }
+
+/* ---- CPU drivers (ops/pool.py picks these when dev.is_cpu) ----------------
+ * One work-item (work-group of one) owns a contiguous range of whole
+ * (n, c) planes: plain nested loops over rows and columns (no div/mod per
+ * element, sequential memory), and backward scatters each top gradient
+ * into its plane, which no other work-item touches (no races), after
+ * zeroing the plane. PoCL runs the items of a group one after another, so
+ * the per-element GPU mapping above walks memory with large strides there. */
+
+#define PLANE_RANGE(p0, p1, planes) \
+    const int _pc = ((planes) + (int)get_global_size(0) - 1) / (int)get_global_size(0); \
+    const int p0 = (int)get_global_id(0) * _pc; \
+    const int p1 = min((planes), p0 + _pc)
+
+__kernel void max_pool_fwd_cpu(int planes, int C, int H, int W, int HO, int WO,
+                               int KH, int KW, int SH, int SW, int PH, int PW,
+                               __global const float* x, __global float* y,
+                               __global float* mask, int use_mask) {
+    PLANE_RANGE(p0, p1, planes);
+    for (int pl = p0; pl < p1; ++pl) {
+        __global const float* p = x + (size_t)pl * H * W;
+        __global float* py = y + (size_t)pl * HO * WO;
+        __global float* pm = mask + (size_t)pl * HO * WO;
+        for (int ho = 0; ho < HO; ++ho) {
+            int hs = ho * SH - PH;
+            int he = min(hs + KH, H);
+            hs = max(hs, 0);
+            const int full_h = (he - hs == KH);
+            for (int wo = 0; wo < WO; ++wo) {
+                int ws = wo * SW - PW;
+                int we = min(ws + KW, W);
+                ws = max(ws, 0);
+                float best = -FLT_MAX;
+                int arg = -1;
+#ifdef FKH
+                if (full_h && we - ws == FKW) {
+                    /* whole window inside: fixed-size, fully unrolled */
+                    __global const float* q = p + hs * W + ws;
+                    #pragma unroll
+                    for (int i = 0; i < FKH; ++i)
+                        #pragma unroll
+                        for (int j = 0; j < FKW; ++j) {
+                            float v = q[i * W + j];
+                            if (v > best) { best = v; arg = i * W + j; }
+                        }
+                    py[ho * WO + wo] = best;
+                    if (use_mask) pm[ho * WO + wo] = (float)(arg + hs * W + ws);
+                    continue;
+                }
+#endif
+                for (int h = hs; h < he; ++h)
+                    for (int w = ws; w < we; ++w) {
+                        float v = p[h * W + w];
+                        if (v > best) { best = v; arg = h * W + w; }
+                    }
+                py[ho * WO + wo] = best;
+                if (use_mask) pm[ho * WO + wo] = (float)arg;
+            }
+        }
+    }
+}
+
+__kernel void ave_pool_fwd_cpu(int planes, int C, int H, int W, int HO, int WO,
+                               int KH, int KW, int SH, int SW, int PH, int PW,
+                               __global const float* x, __global float* y) {
+    PLANE_RANGE(p0, p1, planes);
+    for (int pl = p0; pl < p1; ++pl) {
+        __global const float* p = x + (size_t)pl * H * W;
+        __global float* py = y + (size_t)pl * HO * WO;
+        for (int ho = 0; ho < HO; ++ho) {
+            int hs = ho * SH - PH;
+            int he = min(hs + KH, H + PH);
+            int sh = he - hs;
+            hs = max(hs, 0); he = min(he, H);
+            for (int wo = 0; wo < WO; ++wo) {
+                int ws = wo * SW - PW;
+                int we = min(ws + KW, W + PW);
+                int size = sh * (we - ws);
+                ws = max(ws, 0); we = min(we, W);
+                float s = 0.0f;
+                for (int h = hs; h < he; ++h)
+                    for (int w = ws; w < we; ++w) s += p[h * W + w];
+                py[ho * WO + wo] = s / size;
+            }
+        }
+    }
+}
+
+__kernel void sto_pool_test_fwd_cpu(int planes, int C, int H, int W, int HO, int WO,
+                                    int KH, int KW, int SH, int SW, int PH, int PW,
+                                    __global const float* x, __global float* y) {
+    PLANE_RANGE(p0, p1, planes);
+    for (int pl = p0; pl < p1; ++pl) {
+        __global const float* p = x + (size_t)pl * H * W;
+        __global float* py = y + (size_t)pl * HO * WO;
+        for (int ho = 0; ho < HO; ++ho) {
+            int hs = ho * SH, he = min(hs + KH, H);
+            for (int wo = 0; wo < WO; ++wo) {
+                int ws = wo * SW, we = min(ws + KW, W);
+                float s = FLT_MIN, s2 = 0.0f;
+                for (int h = hs; h < he; ++h)
+                    for (int w = ws; w < we; ++w) { float v = p[h * W + w]; s += v; s2 += v * v; }
+                py[ho * WO + wo] = s2 / s;
+            }
+        }
+    }
+}
+
+__kernel void max_pool_bwd_cpu(int planes, int C, int H, int W, int HO, int WO,
+                               int KH, int KW, int SH, int SW, int PH, int PW,
+                               __global const float* dy, __global const float* mask,
+                               __global float* dx) {
+    PLANE_RANGE(p0, p1, planes);
+    const int hw = H * W, ohw = HO * WO;
+    for (int pl = p0; pl < p1; ++pl) {
+        __global float* pdx = dx + (size_t)pl * hw;
+        __global const float* pd = dy + (size_t)pl * ohw;
+        __global const float* pm = mask + (size_t)pl * ohw;
+        for (int i = 0; i < hw; ++i) pdx[i] = 0.0f;
+        for (int o = 0; o < ohw; ++o) {
+            int a = (int)pm[o];
+            if (a >= 0 && a < hw) pdx[a] += pd[o];
+        }
+    }
+}
+
+__kernel void ave_pool_bwd_cpu(int planes, int C, int H, int W, int HO, int WO,
+                               int KH, int KW, int SH, int SW, int PH, int PW,
+                               __global const float* dy, __global float* dx) {
+    PLANE_RANGE(p0, p1, planes);
+    const int hw = H * W;
+    for (int pl = p0; pl < p1; ++pl) {
+        __global float* pdx = dx + (size_t)pl * hw;
+        __global const float* pd = dy + (size_t)pl * HO * WO;
+        for (int i = 0; i < hw; ++i) pdx[i] = 0.0f;
+        for (int ho = 0; ho < HO; ++ho) {
+            int hs = ho * SH - PH;
+            int he = min(hs + KH, H + PH);
+            int sh = he - hs;
+            hs = max(hs, 0); he = min(he, H);
+            for (int wo = 0; wo < WO; ++wo) {
+                int ws = wo * SW - PW;
+                int we = min(ws + KW, W + PW);
+                float g = pd[ho * WO + wo] / (sh * (we - ws));
+                ws = max(ws, 0); we = min(we, W);
+                for (int h = hs; h < he; ++h)
+                    for (int w = ws; w < we; ++w) pdx[h * W + w] += g;
+            }
+        }
+    }
+}
