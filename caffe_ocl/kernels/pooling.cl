@@ -142,7 +142,9 @@ __kernel void max_pool_fwd_cpu(int planes, int C, int H, int W, int HO, int WO,
                         #pragma unroll
                         for (int j = 0; j < FKW; ++j) {
                             float v = q[i * W + j];
-                            if (v > best) { best = v; arg = i * W + j; }
+                            int gt = v > best;          /* branch-free: random */
+                            arg = select(arg, i * W + j, gt);   /* data mispredicts */
+                            best = gt ? v : best;
                         }
                     py[ho * WO + wo] = best;
                     if (use_mask) pm[ho * WO + wo] = (float)(arg + hs * W + ws);
@@ -179,6 +181,17 @@ __kernel void ave_pool_fwd_cpu(int planes, int C, int H, int W, int HO, int WO,
                 int size = sh * (we - ws);
                 ws = max(ws, 0); we = min(we, W);
                 float s = 0.0f;
+#ifdef FKH
+                if (he - hs == FKH && we - ws == FKW) {
+                    __global const float* q = p + hs * W + ws;
+                    #pragma unroll
+                    for (int i = 0; i < FKH; ++i)
+                        #pragma unroll
+                        for (int j = 0; j < FKW; ++j) s += q[i * W + j];
+                    py[ho * WO + wo] = s / size;
+                    continue;
+                }
+#endif
                 for (int h = hs; h < he; ++h)
                     for (int w = ws; w < we; ++w) s += p[h * W + w];
                 py[ho * WO + wo] = s / size;
@@ -244,6 +257,16 @@ __kernel void ave_pool_bwd_cpu(int planes, int C, int H, int W, int HO, int WO,
                 int we = min(ws + KW, W + PW);
                 float g = pd[ho * WO + wo] / (sh * (we - ws));
                 ws = max(ws, 0); we = min(we, W);
+#ifdef FKH
+                if (he - hs == FKH && we - ws == FKW) {
+                    __global float* q = pdx + hs * W + ws;
+                    #pragma unroll
+                    for (int i = 0; i < FKH; ++i)
+                        #pragma unroll
+                        for (int j = 0; j < FKW; ++j) q[i * W + j] += g;
+                    continue;
+                }
+#endif
                 for (int h = hs; h < he; ++h)
                     for (int w = ws; w < we; ++w) pdx[h * W + w] += g;
             }
