@@ -83,7 +83,7 @@ def torch_times(name, batch, runs, device, tf32, train):
         step_ms = timed(step, sync, runs=runs)
         if device == "cuda":
             mem = torch.cuda.max_memory_allocated() / 2 ** 20
-    del m
+
     return infer, step_ms, mem
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import caffe_ocl as caffe
-from caffe_ocl.proto import caffe_pb2, read_net_prototxt
+from caffe_ocl.proto import read_net_prototxt
 
 from conftest import ROOT
 

@@ -1,6 +1,5 @@
 """`caffe_ocl train` / `caffe_ocl test`: flag spellings, log lines, weights,
 resume, signals."""
-import logging
 import os
 import re
 import signal
@@ -20,16 +19,6 @@ layer { name: "ip" type: "InnerProduct" bottom: "x" top: "z"
   inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.5 } } }
 layer { name: "t" type: "TanH" bottom: "z" top: "t" loss_weight: 1 }
 """
-
-
-@pytest.fixture(autouse=True)
-def restore_logger():
-    """train_main installs the glog handler on stderr (captured here): undo it."""
-    lg = logging.getLogger("caffe_ocl")
-    saved = (list(lg.handlers), lg.propagate, lg.level)
-    yield
-    lg.handlers[:] = saved[0]
-    lg.propagate, lg.level = saved[1], saved[2]
 
 
 @pytest.fixture

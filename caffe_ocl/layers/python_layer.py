@@ -36,7 +36,6 @@ in Caffe on a GPU.
 import importlib
 
 from ..blob import Blob
-from ..errors import LayerError
 from .base import Layer, register
 
 

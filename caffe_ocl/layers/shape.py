@@ -20,8 +20,7 @@ Semantics decisions (where this differs from BVLC, it is on purpose):
 """
 import numpy as np
 
-from ..blob import Blob
-from ..errors import DataError, LayerError, ShapeError
+from ..errors import DataError, ShapeError
 from ..ops import pointwise
 from ..ops import reduce as reduce_ops
 from ..ops import shape as shape_ops
