@@ -3,6 +3,10 @@
  *   y = x * scale^-beta            (pre = (size-1)/2, post = size-1-pre) */
 #include "common.h"
 
+/* x^-beta for x > 0. PoCL's pow() costs ~150 ns a call (it dominated these
+ * kernels); exp2(-beta * log2(x)) is a few ns and within a few ulp. */
+inline float pow_neg(float x, float beta) { return exp2(-beta * log2(x)); }
+
 __kernel void lrn_across_fwd(int outer, int C, int inner, int size, float alpha_over_size,
                              float beta, float k, __global const float* x,
                              __global float* scale, __global float* y) {
@@ -18,7 +22,7 @@ __kernel void lrn_across_fwd(int outer, int C, int inner, int size, float alpha_
             float sc = k + alpha_over_size * acc;
             int o2 = o * C * inner + c * inner + s;
             scale[o2] = sc;
-            y[o2] = px[c * inner] * pow(sc, -beta);
+            y[o2] = px[c * inner] * pow_neg(sc, beta);
         }
     }
 }
@@ -40,7 +44,7 @@ __kernel void lrn_across_bwd(int outer, int C, int inner, int size, float cache_
                 acc += dy[q] * y[q] / scale[q];
             }
             int p = base + c * inner;
-            dx[p] = dy[p] * pow(scale[p], -beta) - cache_ratio * x[p] * acc;
+            dx[p] = dy[p] * pow_neg(scale[p], beta) - cache_ratio * x[p] * acc;
         }
     }
 }
@@ -64,7 +68,7 @@ __kernel void lrn_within_fwd(int total, int H, int W, int size, float alpha, flo
             for (int j = ws; j < we; ++j) { float v = p[i * W + j]; acc += v * v; }
         float sc = 1.0f + alpha * (acc / cnt);
         scale[idx] = sc;
-        y[idx] = x[idx] * pow(sc, -beta);
+        y[idx] = x[idx] * pow_neg(sc, beta);
     }
 }
 
@@ -89,6 +93,104 @@ __kernel void lrn_within_bwd(int total, int H, int W, int size, float alpha, flo
                 int q = base + qh * W + qw;
                 acc += dy[q] * y[q] / scale[q] / cnt;
             }
-        dx[idx] = dy[idx] * pow(scale[idx], -beta) - 2.0f * alpha * beta * x[idx] * acc;
+        dx[idx] = dy[idx] * pow_neg(scale[idx], beta) - 2.0f * alpha * beta * x[idx] * acc;
+    }
+}
+
+/* ---- CPU drivers (ops/lrn.py picks these when dev.is_cpu) -----------------
+ * One work-item walks a range of (image, 8 consecutive pixels) units; for
+ * each it sweeps the channels once with a running window sum (as Caffe's
+ * CPU code), in float8 along the contiguous pixel axis, so loads are
+ * sequential and exp2/log2 run as vector built-ins. The last unit of a row
+ * of `inner` pixels, when inner % 8 != 0, runs the same code on scalars. */
+#define ACROSS_FWD_BODY(T, LD, ST, SQ)                                          \
+    {                                                                           \
+        T acc = (T)0.0f;                                                        \
+        for (int j = 0; j < min(post, C); ++j) { T v = LD(px + j * inner); acc += SQ(v); } \
+        for (int c = 0; c < C; ++c) {                                           \
+            if (c + post < C) { T v = LD(px + (c + post) * inner); acc += SQ(v); } \
+            if (c - pre - 1 >= 0) { T v = LD(px + (c - pre - 1) * inner); acc -= SQ(v); } \
+            T sc = (T)k + alpha_over_size * acc;                                \
+            ST(sc, ps + c * inner);                                             \
+            ST(LD(px + c * inner) * exp2(-beta * log2(sc)), py + c * inner);   \
+        }                                                                       \
+    }
+
+#define LD8(p) vload8(0, (p))
+#define ST8(v, p) vstore8((v), 0, (p))
+#define LD1(p) (*(p))
+#define ST1(v, p) (*(p) = (v))
+#define SQ(v) ((v) * (v))
+
+__kernel void lrn_across_fwd_cpu(int outer, int C, int inner, int size, float alpha_over_size,
+                                 float beta, float k, __global const float* x,
+                                 __global float* scale, __global float* y) {
+    const int pre = (size - 1) / 2, post = size - 1 - pre;
+    const int ng = (inner + 7) / 8, units = outer * ng;
+    const int per = (units + (int)get_global_size(0) - 1) / (int)get_global_size(0);
+    const int u0 = (int)get_global_id(0) * per, u1 = min(units, u0 + per);
+    for (int u = u0; u < u1; ++u) {
+        const int o = u / ng, s0 = (u - o * ng) * 8;
+        const size_t base = (size_t)o * C * inner;
+        if (s0 + 8 <= inner) {
+            __global const float* px = x + base + s0;
+            __global float* ps = scale + base + s0;
+            __global float* py = y + base + s0;
+            ACROSS_FWD_BODY(float8, LD8, ST8, SQ)
+        } else {
+            for (int s = s0; s < inner; ++s) {
+                __global const float* px = x + base + s;
+                __global float* ps = scale + base + s;
+                __global float* py = y + base + s;
+                ACROSS_FWD_BODY(float, LD1, ST1, SQ)
+            }
+        }
+    }
+}
+
+/* dx[c] = dy[c]*scale[c]^-beta - cache_ratio*x[c]*sum_{j=c-post..c+pre} dy*y/scale */
+#define ACROSS_BWD_BODY(T, LD, ST)                                              \
+    {                                                                           \
+        T acc = (T)0.0f;                                                        \
+        for (int j = 0; j < min(pre, C); ++j)                                   \
+            acc += LD(pdy + j * inner) * LD(py + j * inner) / LD(ps + j * inner); \
+        for (int c = 0; c < C; ++c) {                                           \
+            int a = c + pre, r = c - post - 1;                                  \
+            if (a < C) acc += LD(pdy + a * inner) * LD(py + a * inner) / LD(ps + a * inner); \
+            if (r >= 0) acc -= LD(pdy + r * inner) * LD(py + r * inner) / LD(ps + r * inner); \
+            T sc = LD(ps + c * inner);                                          \
+            ST(LD(pdy + c * inner) * exp2(-beta * log2(sc))                     \
+               - cache_ratio * LD(px + c * inner) * acc, pdx + c * inner);      \
+        }                                                                       \
+    }
+
+__kernel void lrn_across_bwd_cpu(int outer, int C, int inner, int size, float cache_ratio,
+                                 float beta, __global const float* x, __global const float* y,
+                                 __global const float* scale, __global const float* dy,
+                                 __global float* dx) {
+    const int pre = (size - 1) / 2, post = size - 1 - pre;
+    const int ng = (inner + 7) / 8, units = outer * ng;
+    const int per = (units + (int)get_global_size(0) - 1) / (int)get_global_size(0);
+    const int u0 = (int)get_global_id(0) * per, u1 = min(units, u0 + per);
+    for (int u = u0; u < u1; ++u) {
+        const int o = u / ng, s0 = (u - o * ng) * 8;
+        const size_t base = (size_t)o * C * inner;
+        if (s0 + 8 <= inner) {
+            __global const float* px = x + base + s0;
+            __global const float* py = y + base + s0;
+            __global const float* ps = scale + base + s0;
+            __global const float* pdy = dy + base + s0;
+            __global float* pdx = dx + base + s0;
+            ACROSS_BWD_BODY(float8, LD8, ST8)
+        } else {
+            for (int s = s0; s < inner; ++s) {
+                __global const float* px = x + base + s;
+                __global const float* py = y + base + s;
+                __global const float* ps = scale + base + s;
+                __global const float* pdy = dy + base + s;
+                __global float* pdx = dx + base + s;
+                ACROSS_BWD_BODY(float, LD1, ST1)
+            }
+        }
     }
 }

@@ -11,6 +11,12 @@
 #define BETA 0
 #endif
 
+/* [i0, i1): this work-item's contiguous chunk of [0, n) when work-groups
+ * have one item (CPU drivers), as GLOBAL_LOOP in common.h */
+#define GLOBAL_RANGE(i0, i1, n) \
+    const int _rc = ((n) + (int)get_global_size(0) - 1) / (int)get_global_size(0); \
+    const int i0 = min((n), (int)get_global_id(0) * _rc), i1 = min((n), i0 + _rc)
+
 #define OP_IDENTITY 0
 #define OP_RELU 1       /* a = negative_slope */
 #define OP_SIGMOID 2
@@ -147,6 +153,21 @@ __kernel void axpby(int n, float alpha, __global const float* x, int offx,
 __kernel void copy2d(int rows, int cols, __global const float* x, int offx, int ldx,
                      __global float* y, int offy, int ldy, int accumulate) {
     int n = rows * cols;
+    if (get_local_size(0) == 1) {
+        /* CPU drivers (work-groups of one, see ops.work_size): a contiguous
+         * chunk of the flat index, walked row by row without div/mod */
+        GLOBAL_RANGE(i0, i1, n);
+        int r = i0 / max(cols, 1), col = i0 - r * cols;
+        for (int i = i0; i < i1; ) {
+            int len = min(cols - col, i1 - i);
+            __global const float* src = x + offx + r * ldx + col;
+            __global float* dst = y + offy + r * ldy + col;
+            if (accumulate) for (int j = 0; j < len; ++j) dst[j] += src[j];
+            else for (int j = 0; j < len; ++j) dst[j] = src[j];
+            i += len; ++r; col = 0;
+        }
+        return;
+    }
     GLOBAL_LOOP(i, n) {
         int r = i / cols, col = i - r * cols;
         float v = x[offx + r * ldx + col];
@@ -160,6 +181,17 @@ __kernel void add_bias(int outer, int channels, int inner,
                        __global const float* x, __global float* y,
                        __global const float* bias) {
     int n = outer * channels * inner;
+    if (get_local_size(0) == 1) {   /* CPU drivers: see copy2d */
+        GLOBAL_RANGE(i0, i1, n);
+        int row = i0 / max(inner, 1), s = i0 - row * inner;
+        for (int i = i0; i < i1; ) {
+            int len = min(inner - s, i1 - i);
+            float b = bias[row % channels];
+            for (int j = 0; j < len; ++j) y[i + j] = x[i + j] + b;
+            i += len; ++row; s = 0;
+        }
+        return;
+    }
     GLOBAL_LOOP(i, n) {
         int c = (i / inner) % channels;
         y[i] = x[i] + bias[c];

@@ -1,18 +1,28 @@
 """Local response normalisation primitives (kernels/lrn.cl)."""
-from . import work_size
+from . import cpu_chunks, work_size
 
 SRC = "lrn.cl"
 
 
-def across_forward(dev, outer, c, inner, size, alpha, beta, k, x, scale, y):
+def _across_size(dev, outer, c, inner, name):
+    """GPUs: one work-item per pixel; CPU drivers: the *_cpu kernels, one
+    work-item per range of (image, 8-pixel group) units (see lrn.cl)."""
+    if dev.is_cpu:
+        units = outer * (-(-inner // 8))
+        return name + "_cpu", (cpu_chunks(dev, units, max(1, 512 // max(c, 1))),), (1,)
     gs, ls = work_size(dev, outer * inner)
-    return dev.launch(SRC, "lrn_across_fwd", gs, ls,
+    return name, gs, ls
+
+
+def across_forward(dev, outer, c, inner, size, alpha, beta, k, x, scale, y):
+    name, gs, ls = _across_size(dev, outer, c, inner, "lrn_across_fwd")
+    return dev.launch(SRC, name, gs, ls,
                       [outer, c, inner, size, alpha / size, beta, k, x, scale, y])
 
 
 def across_backward(dev, outer, c, inner, size, alpha, beta, x, y, scale, dy, dx):
-    gs, ls = work_size(dev, outer * inner)
-    return dev.launch(SRC, "lrn_across_bwd", gs, ls,
+    name, gs, ls = _across_size(dev, outer, c, inner, "lrn_across_bwd")
+    return dev.launch(SRC, name, gs, ls,
                       [outer, c, inner, size, 2.0 * alpha * beta / size, beta,
                        x, y, scale, dy, dx])
 

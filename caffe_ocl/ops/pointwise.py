@@ -58,7 +58,9 @@ def add_bias(dev, outer, channels, inner, x, y, bias):
 
 
 def bias_grad(dev, outer, channels, inner, dy, dbias, accumulate=True):
-    l = 64
+    # CPU drivers run the items of a group one after another: groups of one
+    # so that the channels spread over the cores
+    l = 1 if dev.is_cpu else 64
     return dev.launch(SRC, "bias_grad", (channels,), (l,),
                       [outer, channels, inner, dy, dbias, int(bool(accumulate))])
 
