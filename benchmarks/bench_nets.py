@@ -97,6 +97,7 @@ def main():
     ap.add_argument("--torch-device", default=None)
     a = ap.parse_args()
     dev = caffe_ocl.get_device()
+    caffe_ocl.set_allow_tf32(a.tf32)     # ours too (NVIDIA tensor cores)
     tdev = a.torch_device or ("cuda" if dev.is_gpu else "cpu")
     try:
         import torch  # noqa: F401

@@ -25,6 +25,14 @@ from .net_spec import layers, params, NetSpec, to_proto  # noqa: E402,F401
 from . import io  # noqa: E402,F401
 
 
+def set_allow_tf32(flag=True):
+    """Like PyTorch's allow_tf32: let convolutions and matrix products built
+    from now on use TF32 tensor cores on NVIDIA GPUs (default off: strict
+    FP32; env CAFFE_OCL_TF32=1 turns it on at start)."""
+    from .ops.gemm import set_allow_tf32 as _s
+    _s(flag)
+
+
 def set_random_seed(seed):
     """Seed the device random generator (fillers, Dropout, ...)."""
     from .ops.random import set_random_seed as _s

@@ -92,8 +92,16 @@ def _rel(out, ref):
     return np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30)
 
 
-@pytest.mark.parametrize("algo", conv_ops.ALGOS)
-@pytest.mark.parametrize("p", GEOMS, ids=[str(i) for i in range(len(GEOMS))])
+# Each kernel geometry is its own program (macros) and PoCL takes seconds to
+# build the GPU kernels: the default run covers igemm on the geometries that
+# share programs or matter most; the rest run with -m slow (and on the GPU).
+_SLOW_IGEMM = (4, 5)
+CASES = [pytest.param(p, algo, id=f"{i}-{algo}",
+                      marks=[pytest.mark.slow] if algo == "igemm" and i in _SLOW_IGEMM else [])
+         for algo in conv_ops.ALGOS for i, p in enumerate(GEOMS)]
+
+
+@pytest.mark.parametrize("p,algo", CASES)
 def test_conv_algorithms_match_reference(d, rng, p, algo):
     g = _geom(p)
     x = rng.standard_normal((g.num, g.channels, g.height, g.width))
@@ -145,6 +153,17 @@ def test_backward_weight_split_k(d, rng, monkeypatch):
     assert len(launches) == 2
     d.run(launches)
     assert _rel(d.get(dwb, w.shape), dw0 + dw_ref) < 1e-5
+
+
+@pytest.mark.parametrize("impl", ["cpu", "gpu"])
+def test_conv_bias_grad_accumulates(d, rng, impl):
+    for outer, ch, inner in [(3, 5, 7), (1, 2, 300)]:
+        dy = rng.standard_normal((outer, ch, inner))
+        db0 = rng.standard_normal(ch)
+        dbb = d.buf(db0)
+        d.run([conv_ops.bias_grad(d.dev, outer, ch, inner, d.buf(dy), dbb, impl=impl)])
+        np.testing.assert_allclose(d.get(dbb, (ch,)), db0 + dy.sum(axis=(0, 2)),
+                                   rtol=1e-5, atol=1e-5)
 
 
 GEMMS = [  # M, N, K, trans_a, trans_b, batch, groups

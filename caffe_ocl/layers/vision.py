@@ -134,8 +134,8 @@ class BaseConvolution(Layer):
         for b, t in zip(bottom, top):
             if self.bias_term and self.param_propagate_down[1]:
                 side = (g.height * g.width) if self.reverse else g.out_spatial
-                self.bwd.append(pointwise.bias_grad(dev, g.num, self.num_output, side,
-                                                    t.diff_buffer(), self.blobs[1].diff_buffer()))
+                self.bwd.append(conv_ops.bias_grad(dev, g.num, self.num_output, side,
+                                                   t.diff_buffer(), self.blobs[1].diff_buffer()))
             if self.reverse:
                 # dW: image side is the top (dy), column side is the bottom (x)
                 if self.param_propagate_down[0]:

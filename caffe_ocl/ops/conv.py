@@ -204,6 +204,19 @@ def _igemm_backward_weight(dev, g, x, dy, dweight):
                        [total, M * N, nsplit, ws, 1.0, dweight], dict(MODE=-1))]
 
 
+def bias_grad(dev, outer, channels, inner, dy, dbias, impl=None):
+    """dbias[c] += sum of dy[o][c][k] (Caffe's accumulating param gradient).
+    GPUs: one work-group per channel (conv_igemm.cl); CPU drivers: the
+    serial per-channel kernel of ops.pointwise."""
+    if impl is None:
+        impl = "cpu" if dev.is_cpu else "gpu"
+    if impl == "cpu":
+        from .pointwise import bias_grad as _serial
+        return _serial(dev, outer, channels, inner, dy, dbias)
+    return dev.launch(IGEMM_SRC, "conv_bias_grad", (channels * 256,), (256,),
+                      [outer, channels, inner, dy, 1.0, dbias], dict(MODE=-1))
+
+
 # ---------------------------------------------------------------------------
 # dispatch
 # ---------------------------------------------------------------------------

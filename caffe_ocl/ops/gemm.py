@@ -37,11 +37,32 @@ def use_tf32(dev):
 def gpu_tiles(dev, M):
     """Tile of the GPU kernels (tile_mainloop.h): 128 x 128 (256 work-items),
     or 64 x 128 (128 work-items) when op(A) has at most 64 rows."""
-    return dict(TM=64 if M <= 64 else 128, TN=128, TK=16, TF32=use_tf32(dev))
+    tm = 64 if M <= 64 else 128
+    if 2 * 16 * (tm + 8 + 128 + 8) * 4 > getattr(dev, "local_mem", 1 << 16):
+        tm = 64          # 128-row tiles need 34 KiB of local memory
+    return dict(TM=tm, TN=128, TK=16, TF32=use_tf32(dev))
 
 
 def _cpu_blocks(dev, M, N):
-    return dict(BM=64, BN=64, KC=128)
+    """Blocks of kernels/gemm_cpu.cl: one work-item per BM x BN block of C.
+
+    M <= 64: one block row (rows past M cost nothing) with the 4 x 16
+    register tile; larger M: 6 x 16 tile (12 float8 accumulators) in
+    48-row blocks. KC = 256 (the B panel stays in L2 and C is re-read
+    K/KC times). When the problem has few blocks, N is split finer (down
+    to 16 columns) so that every core gets work."""
+    cu = max(int(dev.compute_units), 1)
+    if M <= 64:
+        bm, mr = 64, 4
+    else:
+        bm, mr = 48, 6
+    bn = 64
+    while bn > 16 and -(-N // bn) * -(-M // bm) < 2 * cu:
+        bn //= 2
+    kc = 256
+    while kc > 16 and kc * bn * 4 > int(dev.local_mem):   # packed B panel in __local
+        kc //= 2
+    return dict(BM=bm, BN=bn, KC=kc, MR=mr)
 
 
 def act_defines(act):

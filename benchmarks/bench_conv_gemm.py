@@ -1,0 +1,85 @@
+"""GFLOP/s of the GEMM and implicit-GEMM convolution kernels on the chosen
+device, FP32 and (NVIDIA) TF32, on a few big-net shapes.
+
+    python benchmarks/bench_conv_gemm.py [--runs 20]
+"""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from caffe_ocl.device import get_device  # noqa: E402
+from caffe_ocl.ops import conv as conv_ops  # noqa: E402
+from caffe_ocl.ops import gemm as gemm_ops  # noqa: E402
+
+CONVS = [  # name, (n, c, h, w, co, kh, kw, ph, pw, sh, sw, dh, dw, groups)
+    ("resnet 3x3 64 56x56", (64, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1)),
+    ("resnet 1x1 256->64 56x56", (64, 256, 56, 56, 64, 1, 1, 0, 0, 1, 1, 1, 1, 1)),
+    ("resnet 3x3 512 7x7", (64, 512, 7, 7, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1)),
+    ("vgg 3x3 256 56x56", (64, 256, 56, 56, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1)),
+]
+
+
+def timeit(dev, launches, runs):
+    for ln in launches:
+        ln.run(dev.queue)
+    dev.finish()
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        for ln in launches:
+            ln.run(dev.queue)
+    dev.finish()
+    return (time.perf_counter() - t0) / runs
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=20)
+    a = ap.parse_args()
+    dev = get_device()
+    rng = np.random.default_rng(0)
+
+    def buf(n):
+        b = dev.alloc(4 * n)
+        dev.upload(b, rng.standard_normal(n).astype(np.float32))
+        return b
+    print(f"device: {dev.name}")
+    print("| op | shape | FP32 ms | FP32 TFLOP/s | TF32 ms | TF32 TFLOP/s |")
+    print("|---|---|---|---|---|---|")
+    tf32s = [False, True] if dev.is_nvidia else [False]
+    for M, N, K in [(4096, 4096, 4096), (64, 4096, 9216)]:
+        A, B, C = buf(M * K), buf(K * N), buf(M * N)
+        row = []
+        for tf in tf32s:
+            gemm_ops.set_allow_tf32(tf)
+            t = timeit(dev, [gemm_ops.gemm(dev, M, N, K, A, B, C)], a.runs)
+            row += [f"{t * 1e3:.3f}", f"{2 * M * N * K / t / 1e12:.1f}"]
+        print(f"| gemm | {M}x{N}x{K} | " + " | ".join(row) + " |", flush=True)
+    for name, p in CONVS:
+        g = conv_ops.ConvGeometry(*p)
+        flops = 2 * g.num * g.out_channels * g.out_spatial * g.col_rows // g.groups
+        x, w = buf(g.num * g.channels * g.height * g.width), buf(g.out_channels * g.col_rows // g.groups)
+        y = buf(g.num * g.out_channels * g.out_spatial)
+        dw, dx = buf(g.out_channels * g.col_rows // g.groups), buf(g.num * g.channels * g.height * g.width)
+        for what in ("fwd", "bwd_data", "bwd_weight"):
+            row = []
+            for tf in tf32s:
+                gemm_ops.set_allow_tf32(tf)
+                if what == "fwd":
+                    ls = conv_ops.forward(dev, g, x, w, y, None)
+                elif what == "bwd_data":
+                    ls = conv_ops.backward_data(dev, g, y, w, dx, None)
+                else:
+                    ls = conv_ops.backward_weight(dev, g, x, y, dw, None)
+                t = timeit(dev, ls, a.runs)
+                row += [f"{t * 1e3:.3f}", f"{flops / t / 1e12:.1f}"]
+            print(f"| conv {what} | {name} | " + " | ".join(row) + " |", flush=True)
+    gemm_ops.set_allow_tf32(False)
+
+
+if __name__ == "__main__":
+    main()
