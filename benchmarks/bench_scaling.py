@@ -1,0 +1,62 @@
+"""Data-parallel scaling: training throughput of one net on 1 rank and on
+N ranks (one device each), through the same code as `mpiexec -n N
+caffe_ocl train`. Input-fed net (random data), so only compute and
+gradient reduction are measured.
+
+    python benchmarks/bench_scaling.py --net resnet50 --batch 64          # 1 rank
+    mpiexec -n 2 python benchmarks/bench_scaling.py --net resnet50 --batch 64
+Rank 0 prints images/s (all ranks together) and the reduction statistics;
+scaling efficiency = rate(N) / (N x rate(1)).
+"""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import caffe_ocl  # noqa: E402
+from caffe_ocl import parallel  # noqa: E402
+from common import fill_inputs, solver_for, with_inputs  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--net", default="resnet50")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--size", type=int, default=224)
+    a = ap.parse_args()
+    caffe_ocl.init_log()
+    group = parallel.init() if parallel.launched_size() > 1 else None
+    param = with_inputs(os.path.join(ROOT, "models", a.net, "train.prototxt"), a.batch,
+                        (3, a.size, a.size))
+    solver = caffe_ocl.solvers.SGDSolver(solver_for(param))
+    fill_inputs(solver.net, 1000)
+    sync = parallel.DataParallel(solver, group) if group else None
+    dev = solver.net.device
+    ranks = group.size if group else 1
+
+    def barrier():
+        dev.finish()
+        if group:
+            group.barrier()
+    solver.step(3)
+    barrier()
+    t0 = time.perf_counter()
+    solver.step(a.iters)
+    barrier()
+    dt = (time.perf_counter() - t0) / a.iters
+    if not group or group.rank == 0:
+        print(f"{a.net} batch {a.batch}/rank, {ranks} rank(s) on {dev.name}, "
+              f"bucket MB {os.environ.get('CAFFE_OCL_BUCKET_MB', 'default')}: "
+              f"{dt * 1000:.1f} ms/iter, {ranks * a.batch / dt:.1f} images/s", flush=True)
+        if sync:
+            print(sync.stats(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
