@@ -30,6 +30,32 @@ def _per_axis(layer, repeated, h, w, has_h, default, what):
     raise layer.error(f"{what} has {len(repeated)} values; 2-D convolution takes 1 or 2")
 
 
+def read_conv_geometry(layer, p, bottom, what):
+    """Set ``layer.axis``, ``kernel``, ``pad``, ``stride``, ``dilation`` (each
+    an (h, w) pair) from a ConvolutionParameter, with Caffe's checks; shared
+    by Convolution, Deconvolution and Im2col."""
+    try:
+        layer.axis = bottom.canonical_axis(p.axis)
+    except ShapeError as e:
+        raise layer.error(str(e), ShapeError) from None
+    spatial = bottom.num_axes - layer.axis - 1
+    if spatial != 2:
+        raise layer.error(f"only 2-D {what} is supported; bottom {bottom.name!r} "
+                          f"{bottom.shape} has {spatial} spatial axes after axis "
+                          f"{layer.axis}", ShapeError)
+    layer.kernel = _per_axis(layer, p.kernel_size, p.kernel_h, p.kernel_w,
+                             p.HasField("kernel_h") or p.HasField("kernel_w"), None,
+                             "kernel_size")
+    layer.pad = _per_axis(layer, p.pad, p.pad_h, p.pad_w,
+                          p.HasField("pad_h") or p.HasField("pad_w"), 0, "pad")
+    layer.stride = _per_axis(layer, p.stride, p.stride_h, p.stride_w,
+                             p.HasField("stride_h") or p.HasField("stride_w"), 1, "stride")
+    layer.dilation = _per_axis(layer, p.dilation, 0, 0, False, 1, "dilation")
+    if min(layer.kernel) <= 0 or min(layer.stride) <= 0 or min(layer.dilation) <= 0:
+        raise layer.error(f"kernel {layer.kernel}, stride {layer.stride} and dilation "
+                          f"{layer.dilation} must be positive")
+
+
 class BaseConvolution(Layer):
     exact_num_bottom = None
     min_bottom = 1
@@ -39,23 +65,7 @@ class BaseConvolution(Layer):
 
     def layer_setup(self, bottom, top):
         p = self.param.convolution_param
-        self.axis = bottom[0].canonical_axis(p.axis)
-        spatial = bottom[0].num_axes - self.axis - 1
-        if spatial != 2:
-            raise self.error(f"only 2-D convolution is supported; bottom "
-                             f"{bottom[0].name!r} {bottom[0].shape} has {spatial} "
-                             f"spatial axes after axis {self.axis}", ShapeError)
-        self.kernel = _per_axis(self, p.kernel_size, p.kernel_h, p.kernel_w,
-                                p.HasField("kernel_h") or p.HasField("kernel_w"), None,
-                                "kernel_size")
-        self.pad = _per_axis(self, p.pad, p.pad_h, p.pad_w,
-                             p.HasField("pad_h") or p.HasField("pad_w"), 0, "pad")
-        self.stride = _per_axis(self, p.stride, p.stride_h, p.stride_w,
-                                p.HasField("stride_h") or p.HasField("stride_w"), 1, "stride")
-        self.dilation = _per_axis(self, p.dilation, 0, 0, False, 1, "dilation")
-        if min(self.kernel) <= 0 or min(self.stride) <= 0 or min(self.dilation) <= 0:
-            raise self.error(f"kernel {self.kernel}, stride {self.stride} and "
-                             f"dilation {self.dilation} must be positive")
+        read_conv_geometry(self, p, bottom[0], "convolution")
         self.num_output = p.num_output
         self.group = p.group
         self.channels = bottom[0].shape[self.axis]

@@ -8,7 +8,7 @@ from ..ops import pointwise
 from ..ops import pool as pool_ops
 from ..proto import caffe_pb2
 from .base import Layer, register
-from .vision import _per_axis
+from .vision import read_conv_geometry
 
 
 @register("Im2col")
@@ -18,27 +18,7 @@ class Im2colLayer(Layer):
     exact_num_top = 1
 
     def layer_setup(self, bottom, top):
-        p = self.param.convolution_param
-        try:
-            self.axis = bottom[0].canonical_axis(p.axis)
-        except ShapeError as e:
-            raise self.error(str(e), ShapeError) from None
-        spatial = bottom[0].num_axes - self.axis - 1
-        if spatial != 2:
-            raise self.error(f"only 2-D im2col is supported; bottom {bottom[0].name!r} "
-                             f"{bottom[0].shape} has {spatial} spatial axes after axis "
-                             f"{self.axis}", ShapeError)
-        self.kernel = _per_axis(self, p.kernel_size, p.kernel_h, p.kernel_w,
-                                p.HasField("kernel_h") or p.HasField("kernel_w"), None,
-                                "kernel_size")
-        self.pad = _per_axis(self, p.pad, p.pad_h, p.pad_w,
-                             p.HasField("pad_h") or p.HasField("pad_w"), 0, "pad")
-        self.stride = _per_axis(self, p.stride, p.stride_h, p.stride_w,
-                                p.HasField("stride_h") or p.HasField("stride_w"), 1, "stride")
-        self.dilation = _per_axis(self, p.dilation, 0, 0, False, 1, "dilation")
-        if min(self.kernel) <= 0 or min(self.stride) <= 0 or min(self.dilation) <= 0:
-            raise self.error(f"kernel {self.kernel}, stride {self.stride} and dilation "
-                             f"{self.dilation} must be positive")
+        read_conv_geometry(self, self.param.convolution_param, bottom[0], "im2col")
 
     def reshape(self, bottom, top):
         shape = bottom[0].shape
