@@ -346,7 +346,9 @@ def _read(dev, buf, shape):
     return out
 
 
-@pytest.mark.parametrize("kernel", ["device", "gpu_tiles"])
+# gemm.cl's GPU tiles cost ~25 s of PoCL compile per ACT variant, so on the
+# CPU they run with -m slow (and in the GPU runs, where "device" is them).
+@pytest.mark.parametrize("kernel", ["device", pytest.param("gpu_tiles", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("act", [("relu", 0.0), ("relu", 0.25), ("clip", -0.3, 0.4)])
 def test_gemm_act_epilogue(kernel, act, rng, monkeypatch):
     dev = get_device()
