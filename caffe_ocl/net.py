@@ -17,7 +17,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .blob import Blob
-from .errors import CaffeOclError, NetError, ShapeError
+from .errors import NetError, ShapeError
 from .layers.base import create_layer
 from .proto import caffe_pb2, read_net, read_net_prototxt, upgrade_net
 from .proto import blobproto_to_array, write_binary
@@ -242,10 +242,7 @@ class Net:
                 available[tname] = True
                 tops.append(blob)
             layer.propagate_down = list(bneed)
-            try:
-                layer.setup(bottoms, tops)
-            except CaffeOclError:
-                raise
+            layer.setup(bottoms, tops)
             log.info("Setting up %s", lp.name)
             for ti, t in enumerate(tops):
                 log.info("Top shape: %s", _shape_str(t.shape))
