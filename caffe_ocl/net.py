@@ -333,9 +333,7 @@ class Net:
             blob.share_diff(src)
             rebind.add(li)
         for li in sorted(rebind):   # launch plans were bound to the old buffers
-            layer = self.layers[li]
-            layer.reshape(self._bottom_vecs[li], self._top_vecs[li])
-            layer._reshapes += 1
+            self.layers[li].rebind(self._bottom_vecs[li], self._top_vecs[li])
 
     def _backward_pass(self, param):
         under_loss, skip = set(), set()

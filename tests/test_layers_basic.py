@@ -147,3 +147,15 @@ def test_dummy_data_legacy_dims_and_refill():
 def test_unknown_filler_is_an_error():
     with pytest.raises(LayerError, match="unknown filler"):
         make_layer('type: "DummyData" dummy_data_param { shape { dim: 2 } data_filler { type: "nope" } }', [])
+
+
+def test_dropout_test_phase_in_place_is_free(rng):
+    from caffe_ocl.layers import create_layer
+    from caffe_ocl.testing import layer_param, make_blobs
+    x = rng.standard_normal((3, 4))
+    (blob,) = make_blobs([x])
+    layer = create_layer(layer_param('type: "Dropout" dropout_param { dropout_ratio: 0.5 }'), TEST)
+    layer.setup([blob], [blob])
+    assert layer.fwd == []
+    layer.forward([blob], [blob])
+    np.testing.assert_allclose(blob.data, x, rtol=1e-6)

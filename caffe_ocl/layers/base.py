@@ -141,6 +141,12 @@ class Layer:
             return True
         return False
 
+    def rebind(self, bottom, top):
+        """Rebuild the launch plans after a parameter blob changed storage
+        (shared weights): same shapes, new buffers to bind."""
+        self.reshape(bottom, top)
+        self._reshapes += 1
+
     def set_loss_weights(self, top):
         lw = list(self.param.loss_weight)
         if lw:
@@ -215,6 +221,14 @@ class Layer:
             launch.run(q)
 
     # ---- shape checks shared by many layers ------------------------------------
+    def canonical_axis(self, blob, axis, what="axis"):
+        """``blob.canonical_axis(axis)``, failing with this layer's name."""
+        try:
+            return blob.canonical_axis(axis)
+        except ShapeError:
+            raise self.error(f"{what} {axis} out of range for bottom {blob.name!r} of "
+                             f"shape {blob.shape}", ShapeError) from None
+
     def require_same_shape(self, a, b, what="bottoms"):
         if a.shape != b.shape:
             raise self.error(f"{what} must have the same shape: {a.name!r} {a.shape} "

@@ -19,7 +19,7 @@ class InnerProductLayer(Layer):
             raise self.error("num_output must be positive")
         self.bias_term = p.bias_term
         self.transpose = p.transpose
-        self.axis = bottom[0].canonical_axis(p.axis)
+        self.axis = self.canonical_axis(bottom[0], p.axis)
         self.K = bottom[0].count_range(self.axis)
         wshape = (self.K, self.num_output) if self.transpose else (self.num_output, self.K)
         self.blobs = [self.new_param_blob(wshape, 0)]
@@ -29,7 +29,7 @@ class InnerProductLayer(Layer):
             fillers.fill(self.blobs[1], p.bias_filler, f"layer {self.name!r} bias_filler")
 
     def reshape(self, bottom, top):
-        axis = bottom[0].canonical_axis(self.param.inner_product_param.axis)
+        axis = self.canonical_axis(bottom[0], self.param.inner_product_param.axis)
         k = bottom[0].count_range(axis)
         if k != self.K:
             raise self.error(f"input size {k} (shape {bottom[0].shape} from axis {axis}) "
@@ -68,7 +68,7 @@ class SoftmaxLayer(Layer):
     exact_num_top = 1
 
     def reshape(self, bottom, top):
-        axis = bottom[0].canonical_axis(self.param.softmax_param.axis)
+        axis = self.canonical_axis(bottom[0], self.param.softmax_param.axis)
         self.dims = (bottom[0].count_range(0, axis), bottom[0].shape[axis],
                      bottom[0].count_range(axis + 1))
         top[0].reshape(bottom[0].shape)

@@ -38,13 +38,6 @@ class _ReduceHelpers:
         lp = self.param.loss_param
         return lp.ignore_label if lp.HasField("ignore_label") else None
 
-    def _axis(self, blob, axis, what="axis"):
-        try:
-            return blob.canonical_axis(axis)
-        except ShapeError:
-            raise self.error(f"{what} {axis} is out of range for bottom {blob.name!r} of "
-                             f"shape {blob.shape}", ShapeError)
-
     def _scratch(self, n, with_count=False):
         """Per-item loss (and count) buffers, plus the normalizer scalar."""
         dev = self.device
@@ -105,7 +98,7 @@ class _SoftmaxLossBase(LossLayer):
 
     def _setup_softmax(self, bottom, top, axis):
         x = bottom[0]
-        self.axis_ = self._axis(x, axis)
+        self.axis_ = self.canonical_axis(x, axis)
         self.outer = x.count_range(0, self.axis_)
         self.C = x.shape[self.axis_]
         self.inner = x.count_range(self.axis_ + 1)
@@ -407,7 +400,7 @@ class AccuracyLayer(_ReduceHelpers, Layer):
         if lab.count == 0 or self.top_k > x.count // lab.count:
             raise self.error(f"top_k ({self.top_k}) must be less than or equal to the number "
                              f"of classes ({x.count // max(lab.count, 1)})", ShapeError)
-        axis = self._axis(x, self.param.accuracy_param.axis)
+        axis = self.canonical_axis(x, self.param.accuracy_param.axis)
         outer, C, inner = x.count_range(0, axis), x.shape[axis], x.count_range(axis + 1)
         if outer * inner != lab.count:
             raise self.error(

@@ -76,8 +76,10 @@ class DropoutLayer(UnaryNeuron):
                 "pointwise.cl", "dropout_fwd", g, l,
                 [n, x, y, self.mask.data_buffer(), self.ratio, s, 0, 0])
             self.fwd = [self._drop]
+        elif top[0] is bottom[0]:
+            self.fwd = []          # TEST in place: the identity costs nothing
         else:
-            self.fwd = [pointwise.unary(self.device, "scale", n, x, y, 1.0, 0.0, 0.0)]
+            self.fwd = [pointwise.copy(self.device, n, x, y)]
 
     def forward_impl(self, bottom, top):
         if self.train:
@@ -97,7 +99,7 @@ class DropoutLayer(UnaryNeuron):
                 "pointwise.cl", "dropout_bwd", g, l,
                 [n, top[0].diff_buffer(), self.mask.data_buffer(),
                  bottom[0].diff_buffer(), s])]
-        else:
+        elif top[0] is not bottom[0]:
             self.bwd = [pointwise.copy(self.device, n, top[0].diff_buffer(),
                                        bottom[0].diff_buffer())]
 

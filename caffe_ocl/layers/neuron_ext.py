@@ -26,24 +26,25 @@ class _Neuron(UnaryNeuron):
     def backward_needs_x(self):
         return True
 
-    def _input_buffer(self, bottom, top):
-        """Buffer holding x at backward time (reshape-time binding)."""
+    def _keep_x(self, bottom, top):
+        """Bind ``self._x`` to the buffer holding x at backward time and
+        return the forward launches that save it (a copy when in place)."""
         self.bottom_memory = None
+        self._x = bottom[0].data_buffer()
         if bottom[0] is top[0] and self.backward_needs_x():
             self.bottom_memory = Blob(bottom[0].shape, name=f"{self.name}.bottom_memory",
                                       device=self.device)
-            return self.bottom_memory.data_buffer()
-        return bottom[0].data_buffer()
+            self._x = self.bottom_memory.data_buffer()
+            return [pointwise.copy(self.device, bottom[0].count, bottom[0].data_buffer(),
+                                   self._x)]
+        return []
 
     def reshape(self, bottom, top):
         top[0].reshape(bottom[0].shape)
-        n = bottom[0].count
-        self._x = self._input_buffer(bottom, top)
-        self.fwd = []
-        if self.bottom_memory is not None:
-            self.fwd.append(pointwise.copy(self.device, n, bottom[0].data_buffer(), self._x))
-        self.fwd.append(pointwise.unary(self.device, self.op, n, bottom[0].data_buffer(),
-                                        top[0].data_buffer(), *self.op_params()))
+        self.fwd = self._keep_x(bottom, top)
+        self.fwd.append(pointwise.unary(self.device, self.op, bottom[0].count,
+                                        bottom[0].data_buffer(), top[0].data_buffer(),
+                                        *self.op_params()))
 
     def build_backward(self, bottom, top):
         if self.propagate_down[0]:
@@ -180,7 +181,7 @@ class ThresholdLayer(_Neuron):
 
 
 @register("PReLU")
-class PReLULayer(UnaryNeuron):
+class PReLULayer(_Neuron):
     """y = max(x, 0) + a_c * min(x, 0), learnable slope a per channel (axis 1)
     or one shared slope (channel_shared); filler default constant 0.25."""
 
@@ -208,14 +209,7 @@ class PReLULayer(UnaryNeuron):
         top[0].reshape(b.shape)
         n, channels, dim = b.count, b.shape[1], b.count_range(2)
         self.geom = (n, channels, dim, channels if self.channel_shared else 1)
-        self.fwd = []
-        self.bottom_memory = None
-        self._x = b.data_buffer()
-        if b is top[0]:
-            self.bottom_memory = Blob(b.shape, name=f"{self.name}.bottom_memory",
-                                      device=self.device)
-            self._x = self.bottom_memory.data_buffer()
-            self.fwd.append(pointwise.copy(self.device, n, b.data_buffer(), self._x))
+        self.fwd = self._keep_x(bottom, top)
         self.fwd.append(prelu_ops.forward(self.device, *self.geom, b.data_buffer(),
                                           top[0].data_buffer(), self.blobs[0].data_buffer()))
 

@@ -147,16 +147,9 @@ class MVNLayer(Layer):
 
 # ---- Scale / Bias -----------------------------------------------------------
 
-def _axis(layer, blob, axis):
-    try:
-        return blob.canonical_axis(axis)
-    except ShapeError as e:
-        raise layer.error(str(e), ShapeError) from None
-
-
 def _param_shape(layer, bottom0, axis, num_axes, what):
     """Shape of a learned scale/bias blob: bottom0's axes [axis, axis+num_axes)."""
-    axis = _axis(layer, bottom0, axis)
+    axis = layer.canonical_axis(bottom0, axis)
     if num_axes < -1:
         raise layer.error(f"num_axes must be non-negative, or -1 to extend to the end "
                           f"of bottom[0]; got {num_axes}")
@@ -171,7 +164,7 @@ def _param_shape(layer, bottom0, axis, num_axes, what):
 def _pattern(layer, bottom0, other, axis, what):
     """(outer, dim, inner) of bottom0 for a broadcast blob ``other``, as
     Caffe's Scale/Bias Reshape (a scalar uses axis 0)."""
-    axis = 0 if other.num_axes == 0 else _axis(layer, bottom0, axis)
+    axis = 0 if other.num_axes == 0 else layer.canonical_axis(bottom0, axis)
     k = other.num_axes
     if bottom0.num_axes < axis + k or bottom0.shape[axis:axis + k] != other.shape:
         raise layer.error(

@@ -29,14 +29,6 @@ from . import fillers
 from .base import Layer, register
 
 
-def _canon(layer, blob, axis, what="axis"):
-    try:
-        return blob.canonical_axis(axis)
-    except ShapeError:
-        raise layer.error(f"{what} {axis} out of range for bottom {blob.name!r} of shape "
-                          f"{blob.shape}", ShapeError) from None
-
-
 def _no_inplace(layer, bottom, top):
     if bottom[0] is top[0]:
         raise layer.error("does not allow in-place computation")
@@ -146,7 +138,7 @@ class ConcatLayer(Layer):
                 raise self.error(f"concat_dim {ax} out of range for {b0.num_axes}-D bottom "
                                  f"{b0.name!r}", ShapeError)
         else:
-            ax = _canon(self, b0, p.axis)
+            ax = self.canonical_axis(b0, p.axis)
         shape = list(b0.shape)
         for b in bottom[1:]:
             if b.num_axes != b0.num_axes:
@@ -203,7 +195,7 @@ class SliceLayer(Layer):
                 raise self.error(f"slice_dim {ax} out of range for {b.num_axes}-D bottom "
                                  f"{b.name!r}", ShapeError)
         else:
-            ax = _canon(self, b, p.axis)
+            ax = self.canonical_axis(b, p.axis)
         L = b.shape[ax]
         if self.points:
             if len(self.points) != len(top) - 1:
@@ -266,8 +258,8 @@ class FlattenLayer(Layer):
     def reshape(self, bottom, top):
         _no_inplace(self, bottom, top)
         p, b = self.param.flatten_param, bottom[0]
-        start = _canon(self, b, p.axis)
-        end = _canon(self, b, p.end_axis, "end_axis")
+        start = self.canonical_axis(b, p.axis)
+        end = self.canonical_axis(b, p.end_axis, "end_axis")
         if end < start:
             raise self.error(f"end_axis {p.end_axis} comes before axis {p.axis} for bottom "
                              f"shape {b.shape}", ShapeError)
@@ -361,7 +353,7 @@ class CropLayer(Layer):
         if bottom[0].num_axes != bottom[1].num_axes:
             raise self.error(f"the data and reference blobs must have the same number of "
                              f"axes: {bottom[0].shape} vs {bottom[1].shape}", ShapeError)
-        start = _canon(self, bottom[0], p.axis)
+        start = self.canonical_axis(bottom[0], p.axis)
         if len(p.offset) > 1 and start + len(p.offset) != bottom[0].num_axes:
             raise self.error(f"{len(p.offset)} offsets given; the number of offsets must "
                              f"equal the number of dimensions from axis {start} on "
@@ -373,7 +365,7 @@ class CropLayer(Layer):
             raise self.error(f"the data and reference blobs must have the same number of "
                              f"axes: {b.shape} vs {ref.shape}", ShapeError)
         nd = b.num_axes
-        start = _canon(self, b, p.axis)
+        start = self.canonical_axis(b, p.axis)
         offsets, shape = [0] * nd, list(b.shape)
         for i in range(start, nd):
             off = 0
@@ -409,7 +401,7 @@ class TileLayer(Layer):
 
     def reshape(self, bottom, top):
         p, b = self.param.tile_param, bottom[0]
-        ax = _canon(self, b, p.axis)
+        ax = self.canonical_axis(b, p.axis)
         if not p.HasField("tiles"):
             raise self.error("number of tiles (tile_param.tiles) must be specified")
         if p.tiles <= 0:
@@ -449,7 +441,7 @@ class ReductionLayer(Layer):
 
     def reshape(self, bottom, top):
         p, b = self.param.reduction_param, bottom[0]
-        ax = _canon(self, b, p.axis)
+        ax = self.canonical_axis(b, p.axis)
         top[0].reshape(b.shape[:ax])
         self.num, self.dim = b.count_range(0, ax), b.count_range(ax)
         coeff = np.float32(p.coeff)
@@ -481,7 +473,7 @@ class ArgMaxLayer(Layer):
         if k < 1:
             raise self.error("top_k must not be less than 1")
         if p.HasField("axis"):
-            ax = _canon(self, b, p.axis)
+            ax = self.canonical_axis(b, p.axis)
             if k > b.shape[ax]:
                 raise self.error(f"top_k {k} must be <= the dimension of axis {ax} "
                                  f"({b.shape[ax]})", ShapeError)

@@ -34,10 +34,7 @@ def read_conv_geometry(layer, p, bottom, what):
     """Set ``layer.axis``, ``kernel``, ``pad``, ``stride``, ``dilation`` (each
     an (h, w) pair) from a ConvolutionParameter, with Caffe's checks; shared
     by Convolution, Deconvolution and Im2col."""
-    try:
-        layer.axis = bottom.canonical_axis(p.axis)
-    except ShapeError as e:
-        raise layer.error(str(e), ShapeError) from None
+    layer.axis = layer.canonical_axis(bottom, p.axis)
     spatial = bottom.num_axes - layer.axis - 1
     if spatial != 2:
         raise layer.error(f"only 2-D {what} is supported; bottom {bottom.name!r} "

@@ -94,8 +94,7 @@ def share_trained_layers(target, source):
                 tb.share_data(sb)
                 changed = True
         if changed:
-            tlayer.reshape(target._bottom_vecs[ti], target._top_vecs[ti])
-            tlayer._reshapes += 1
+            tlayer.rebind(target._bottom_vecs[ti], target._top_vecs[ti])
 
 
 def _output_loss_weights(net):
