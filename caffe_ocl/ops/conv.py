@@ -7,6 +7,10 @@
 - "im2col" (CPU drivers, where it measured faster): im2col into a ``col``
   workspace + GEMM (gemm_cpu.cl), per chunk of images; 1x1 stride-1 is a
   plain GEMM on the image.
+- "depthwise" (every device, chosen automatically when groups == channels
+  == out_channels and the kernel is not 1x1): direct kernels of
+  ops/depthwise.py (kernels/depthwise.cl); asking for it on another
+  geometry gives the device's default.
 
 A convolution is described by ``ConvGeometry`` (one image side, one column
 side). Forward of Convolution and backward-data of Deconvolution are the
@@ -18,9 +22,10 @@ Every function takes ``algo=None`` (by device, see ``algorithm``).
 from dataclasses import dataclass
 
 from . import work_size
+from . import depthwise as dw_ops
 from .gemm import act_defines, gemm, gpu_tiles
 
-ALGOS = ("im2col", "igemm")
+ALGOS = ("im2col", "igemm", "depthwise")
 IGEMM_SRC = "conv_igemm.cl"
 # Most floats of split-K partial sums (backward-weight) kept per device.
 MAX_SPLITK_FLOATS = 1 << 25
@@ -85,16 +90,18 @@ class ConvGeometry:
 
 def algorithm(dev, g, algo=None):
     """The convolution algorithm used for ``g`` on ``dev``."""
-    if algo is None:
-        algo = "im2col" if dev.is_cpu else "igemm"
-    if algo not in ALGOS:
+    if algo is not None and algo not in ALGOS:
         raise ValueError(f"convolution algorithm {algo!r}: expected one of {ALGOS}")
+    if algo in (None, "depthwise") and dw_ops.eligible(g):
+        return "depthwise"
+    if algo in (None, "depthwise"):
+        algo = "im2col" if dev.is_cpu else "igemm"
     return algo
 
 
 def workspace_floats(dev, g, algo=None):
     """Floats of the ``col`` workspace a layer must pass (0: none needed)."""
-    return 0 if algorithm(dev, g, algo) == "igemm" else g.col_floats()
+    return 0 if algorithm(dev, g, algo) in ("igemm", "depthwise") else g.col_floats()
 
 
 def _geom_args(g):
@@ -226,7 +233,10 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None):
 
     ``act``: None, ("relu", negative_slope) or ("clip", lo, hi), applied in
     the GEMM epilogue (see ops.gemm.gemm)."""
-    if algorithm(dev, g, algo) == "igemm":
+    a = algorithm(dev, g, algo)
+    if a == "depthwise":
+        return dw_ops.forward(dev, g, x, weight, y, bias, act)
+    if a == "igemm":
         return _igemm_forward(dev, g, x, weight, y, bias, act)
     M = g.out_channels // g.groups
     K = g.col_rows // g.groups
@@ -248,7 +258,10 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None):
 def backward_data(dev, g, dy, weight, dx, col, accumulate=False, algo=None):
     """dx = conv^T(dy) (+ dx if accumulate): implicit GEMM, or col = W_g^T * dy_g
     then col2im (or straight GEMM for 1x1)."""
-    if algorithm(dev, g, algo) == "igemm":
+    a = algorithm(dev, g, algo)
+    if a == "depthwise":
+        return dw_ops.backward_data(dev, g, dy, weight, dx, accumulate)
+    if a == "igemm":
         return _igemm_backward_data(dev, g, dy, weight, dx, accumulate)
     M = g.out_channels // g.groups
     K = g.col_rows // g.groups
@@ -274,7 +287,10 @@ def backward_weight(dev, g, x, dy, dweight, col, algo=None):
     """dweight += dy_g * col_g^T summed over the images: implicit GEMM with
     K = n*HO*WO (split-K + reduce when the weight is small), or one
     im2col + GEMM per image (CPU)."""
-    if algorithm(dev, g, algo) == "igemm":
+    a = algorithm(dev, g, algo)
+    if a == "depthwise":
+        return dw_ops.backward_weight(dev, g, x, dy, dweight)
+    if a == "igemm":
         return _igemm_backward_weight(dev, g, x, dy, dweight)
     M = g.out_channels // g.groups
     K = g.col_rows // g.groups

@@ -1,0 +1,202 @@
+/* Direct depthwise 2-D convolution (groups == channels == num_output):
+ * y[n,c] = x[n,c] (*) w[c] -- each output reads KH*KW inputs of its own
+ * channel, so the dense GEMM tiles of conv_igemm.cl / im2col+gemm would
+ * be mostly zeros. Launch helpers: caffe_ocl/ops/depthwise.py.
+ *
+ * Layouts: x [N][C][H][W], y / dy [N][C][HO][WO], w [C][1][KH][KW].
+ * Geometry macros: KH KW SH SW PH PW DH DW (compile-time, so the tap loops
+ * unroll and a stride of 1 needs no division); sizes are arguments.
+ * ACT epilogue as gemm.cl: 0 none, 1 relu (slope act_a), 2 clip [act_a, act_b].
+ * WG: work-group size of dw_bwd_weight (one work-group per channel). */
+#include "common.h"
+
+#ifndef KH
+#define KH 3
+#endif
+#ifndef KW
+#define KW 3
+#endif
+#ifndef SH
+#define SH 1
+#endif
+#ifndef SW
+#define SW 1
+#endif
+#ifndef PH
+#define PH 0
+#endif
+#ifndef PW
+#define PW 0
+#endif
+#ifndef DH
+#define DH 1
+#endif
+#ifndef DW
+#define DW 1
+#endif
+#ifndef BIAS
+#define BIAS 0
+#endif
+#ifndef ACT
+#define ACT 0
+#endif
+#ifndef WG
+#define WG 256
+#endif
+#if ACT < 0 || ACT > 2
+#error "ACT must be 0 (none), 1 (relu) or 2 (clip)"
+#endif
+#if ACT == 1
+#define APPLY_ACT(v) ((v) > 0.0f ? (v) : act_a * (v))
+#elif ACT == 2
+#define APPLY_ACT(v) fmax(act_a, fmin(act_b, (v)))
+#else
+#define APPLY_ACT(v) (v)
+#endif
+
+#define TAPS (KH * KW)
+
+/* y = act(x (*) w + bias); one output element per index. */
+__kernel void dw_forward(int total, int C, int H, int W, int HO, int WO,
+                         __global const float* x, __global const float* w,
+                         __global const float* bias, __global float* y,
+                         float act_a, float act_b) {
+    GLOBAL_LOOP(i, total) {
+        int ow = i % WO;
+        int t = i / WO;
+        int oh = t % HO;
+        int nc = t / HO;
+        int c = nc % C;
+        __global const float* xp = x + (size_t)nc * H * W;
+        __global const float* wp = w + c * TAPS;
+        int ih0 = oh * SH - PH, iw0 = ow * SW - PW;
+        float acc = 0.0f;
+        if (ih0 >= 0 && ih0 + (KH - 1) * DH < H && iw0 >= 0 && iw0 + (KW - 1) * DW < W) {
+            __global const float* xr = xp + ih0 * W + iw0;
+#pragma unroll
+            for (int kh = 0; kh < KH; ++kh)
+#pragma unroll
+                for (int kw = 0; kw < KW; ++kw)
+                    acc = fma(xr[kh * DH * W + kw * DW], wp[kh * KW + kw], acc);
+        } else {
+#pragma unroll
+            for (int kh = 0; kh < KH; ++kh) {
+                int ih = ih0 + kh * DH;
+                if (ih < 0 || ih >= H) continue;
+#pragma unroll
+                for (int kw = 0; kw < KW; ++kw) {
+                    int iw = iw0 + kw * DW;
+                    if (iw >= 0 && iw < W)
+                        acc = fma(xp[ih * W + iw], wp[kh * KW + kw], acc);
+                }
+            }
+        }
+#if BIAS
+        acc += bias[c];
+#endif
+        y[i] = APPLY_ACT(acc);
+    }
+}
+
+/* dx = conv^T(dy) (+ dx if accumulate), gathered: each input element sums
+ * the outputs whose window covers it (no atomics). */
+__kernel void dw_bwd_data(int total, int C, int H, int W, int HO, int WO,
+                          __global const float* dy, __global const float* w,
+                          __global float* dx, int accumulate) {
+    GLOBAL_LOOP(i, total) {
+        int iw = i % W;
+        int t = i / W;
+        int ih = t % H;
+        int nc = t / H;
+        int c = nc % C;
+        __global const float* dyp = dy + (size_t)nc * HO * WO;
+        __global const float* wp = w + c * TAPS;
+        float acc = 0.0f;
+#pragma unroll
+        for (int kh = 0; kh < KH; ++kh) {
+            int ohs = ih + PH - kh * DH;
+            if (ohs < 0 || (SH > 1 && ohs % SH)) continue;
+            int oh = ohs / SH;
+            if (oh >= HO) continue;
+#pragma unroll
+            for (int kw = 0; kw < KW; ++kw) {
+                int ows = iw + PW - kw * DW;
+                if (ows < 0 || (SW > 1 && ows % SW)) continue;
+                int ow = ows / SW;
+                if (ow < WO)
+                    acc = fma(dyp[oh * WO + ow], wp[kh * KW + kw], acc);
+            }
+        }
+        dx[i] = accumulate ? dx[i] + acc : acc;
+    }
+}
+
+/* The KH*KW taps of one channel's weight gradient, summed over the output
+ * positions p = start, start + step, ... < N*HO*WO, into acc[]. */
+inline void dw_taps(int c, int C, int H, int W, int HO, int WO, int P, int start, int step,
+                    __global const float* x, __global const float* dy, float* acc) {
+    for (int p = start; p < P; p += step) {
+        int ow = p % WO;
+        int t = p / WO;
+        int oh = t % HO;
+        int n = t / HO;
+        size_t nc = (size_t)n * C + c;
+        float d = dy[(nc * HO + oh) * WO + ow];
+        __global const float* xp = x + nc * H * W;
+        int ih0 = oh * SH - PH, iw0 = ow * SW - PW;
+#pragma unroll
+        for (int kh = 0; kh < KH; ++kh) {
+            int ih = ih0 + kh * DH;
+            bool okh = ih >= 0 && ih < H;
+#pragma unroll
+            for (int kw = 0; kw < KW; ++kw) {
+                int iw = iw0 + kw * DW;
+                if (okh && iw >= 0 && iw < W)
+                    acc[kh * KW + kw] = fma(d, xp[ih * W + iw], acc[kh * KW + kw]);
+            }
+        }
+    }
+}
+
+/* dw[c] += sum over n, oh, ow (CPU drivers): work-groups of one item, each
+ * taking a contiguous chunk of channels and walking their data in order. */
+__kernel void dw_bwd_weight_serial(int N, int C, int H, int W, int HO, int WO,
+                                   __global const float* x, __global const float* dy,
+                                   __global float* dw) {
+    int P = HO * WO;
+    GLOBAL_LOOP(c, C) {
+        float acc[TAPS];
+        for (int k = 0; k < TAPS; ++k) acc[k] = 0.0f;
+        for (int n = 0; n < N; ++n) {
+            /* one image at a time keeps the walk contiguous */
+            dw_taps(c, C, H, W, HO, WO, P, 0, 1, x + (size_t)n * C * H * W,
+                    dy + (size_t)n * C * P, acc);
+        }
+        for (int k = 0; k < TAPS; ++k) dw[c * TAPS + k] += acc[k];
+    }
+}
+
+/* dw[c] += sum over n, oh, ow (GPUs): one work-group of WG items per
+ * channel, each summing a strided share of the N*HO*WO positions, then a
+ * local-memory tree reduction per tap. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void dw_bwd_weight(int N, int C, int H, int W, int HO, int WO,
+                   __global const float* x, __global const float* dy,
+                   __global float* dw) {
+    __local float red[WG];
+    int c = get_group_id(0);
+    int lid = get_local_id(0);
+    float acc[TAPS];
+    for (int k = 0; k < TAPS; ++k) acc[k] = 0.0f;
+    dw_taps(c, C, H, W, HO, WO, N * HO * WO, lid, WG, x, dy, acc);
+    for (int k = 0; k < TAPS; ++k) {
+        red[lid] = acc[k];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int s = WG / 2; s > 0; s >>= 1) {
+            if (lid < s) red[lid] += red[lid + s];
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        if (lid == 0) dw[c * TAPS + k] += red[0];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}

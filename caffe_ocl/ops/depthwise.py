@@ -1,0 +1,68 @@
+"""Direct depthwise convolution (kernels/depthwise.cl): groups == channels
+== out_channels, each output channel reads only its own input channel.
+
+Dispatched from ops.conv (``algo="depthwise"``, the automatic choice for
+such geometries on every device), so layers and fusion get it through
+ops.conv.forward / backward_data / backward_weight. Takes a
+``ops.conv.ConvGeometry``; no column workspace.
+"""
+from . import cpu_chunks, work_size
+from .gemm import act_defines
+
+SRC = "depthwise.cl"
+# work-group size of the GPU backward-weight reduction (power of two)
+WG = 256
+
+
+def eligible(g):
+    """True for a depthwise geometry this module handles (not 1x1)."""
+    return (g.groups == g.channels == g.out_channels
+            and not (g.kh == 1 and g.kw == 1))
+
+
+def _defines(g, **extra):
+    d = dict(KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, PH=g.ph, PW=g.pw, DH=g.dh, DW=g.dw)
+    d.update(extra)
+    return d
+
+
+def _sizes(g):
+    return [g.channels, g.height, g.width, g.out_h, g.out_w]
+
+
+def forward(dev, g, x, weight, y, bias=None, act=None):
+    """y = act(depthwise(x, weight) (+ bias)); ``act`` as ops.gemm.gemm."""
+    act_kind, act_a, act_b = act_defines(act)
+    total = g.num * g.channels * g.out_spatial
+    gs, ls = work_size(dev, total)
+    return [dev.launch(SRC, "dw_forward", gs, ls,
+                       [total] + _sizes(g) + [x, weight,
+                                              bias if bias is not None else weight,
+                                              y, act_a, act_b],
+                       _defines(g, BIAS=int(bias is not None), ACT=act_kind))]
+
+
+def backward_data(dev, g, dy, weight, dx, accumulate=False):
+    """dx = depthwise^T(dy) (+ dx if accumulate), gathered per input element."""
+    total = g.num * g.channels * g.height * g.width
+    gs, ls = work_size(dev, total)
+    return [dev.launch(SRC, "dw_bwd_data", gs, ls,
+                       [total] + _sizes(g) + [dy, weight, dx, int(bool(accumulate))],
+                       _defines(g))]
+
+
+def backward_weight(dev, g, x, dy, dweight, impl=None):
+    """dweight += sum over images and output positions (Caffe's accumulating
+    param gradient), reduced inside the kernel. ``impl``: "gpu" (one
+    work-group per channel, local-memory tree reduction) or "cpu"
+    (contiguous chunks of channels per work-item); None: by device."""
+    if impl is None:
+        impl = "cpu" if dev.is_cpu else "gpu"
+    args = [g.num] + _sizes(g) + [x, dy, dweight]
+    if impl == "cpu":
+        n = cpu_chunks(dev, g.channels, min_chunk=1)
+        return [dev.launch(SRC, "dw_bwd_weight_serial", (n,), (1,), args, _defines(g))]
+    if impl != "gpu":
+        raise ValueError(f"depthwise backward_weight impl {impl!r}: expected 'cpu' or 'gpu'")
+    return [dev.launch(SRC, "dw_bwd_weight", (g.channels * WG,), (WG,), args,
+                       _defines(g, WG=WG))]

@@ -1,0 +1,158 @@
+"""Direct depthwise convolution (ops/depthwise.py, kernels/depthwise.cl),
+reached through ops.conv (algo=None picks it for groups == channels ==
+out_channels): forward with bias and the relu / clip epilogues,
+backward-data (overwrite and accumulate), backward-weight (accumulating,
+both the CPU and the GPU reduction kernels) against float64 NumPy, over
+edge shapes; and a Convolution layer gradient check."""
+import numpy as np
+import pytest
+
+from caffe_ocl import testing
+from caffe_ocl.device import get_device
+from caffe_ocl.ops import conv as conv_ops
+from caffe_ocl.ops import depthwise as dw_ops
+from refs import conv2d
+
+# (n, c, h, w, kh, kw, ph, pw, sh, sw, dh, dw)
+GEOMS = [
+    (2, 3, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1),      # odd sizes, pad 1
+    (1, 4, 9, 8, 3, 3, 1, 1, 2, 2, 1, 1),      # batch 1, stride 2
+    (2, 2, 7, 9, 3, 3, 0, 0, 1, 1, 1, 1),      # pad 0, non-square
+    (2, 3, 9, 9, 3, 3, 2, 2, 1, 1, 2, 2),      # dilation 2
+    (1, 5, 8, 7, 5, 5, 2, 2, 2, 2, 1, 1),      # kernel 5, stride 2
+    (2, 3, 6, 8, 3, 5, 1, 0, 2, 1, 1, 1),      # non-square kernel, mixed stride/pad
+    (3, 1, 5, 5, 3, 3, 1, 1, 1, 1, 1, 1),      # one channel
+]
+
+
+def _geom(p):
+    n, c, h, w, kh, kw, ph, pw, sh, sw, dh, dw = p
+    return conv_ops.ConvGeometry(n, c, h, w, c, kh, kw, ph, pw, sh, sw, dh, dw, c)
+
+
+class _Dev:
+    def __init__(self):
+        self.dev = get_device()
+
+    def buf(self, a):
+        b = self.dev.alloc(max(a.size, 1) * 4)
+        self.dev.upload(b, np.asarray(a, np.float32))
+        return b
+
+    def get(self, b, shape):
+        out = np.empty(shape, np.float32)
+        self.dev.download(out, b)
+        return out
+
+    def run(self, launches):
+        for ln in launches:
+            ln.run(self.dev.queue)
+
+
+@pytest.fixture(scope="module")
+def d():
+    return _Dev()
+
+
+def _rel(out, ref):
+    return np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30)
+
+
+def _case(g, rng):
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.channels, 1, g.kh, g.kw))
+    b = rng.standard_normal(g.channels)
+    dy = rng.standard_normal((g.num, g.channels, g.out_h, g.out_w))
+    return x, w, b, dy
+
+
+def _kw(g):
+    return dict(pad=(g.ph, g.pw), stride=(g.sh, g.sw), dil=(g.dh, g.dw), group=g.groups)
+
+
+def _ref_grads(g, x, w, dy):
+    """dW and dx of sum(y * dy) by the adjoint identities of conv2d: each is
+    linear, so probe it with unit vectors (tiny shapes)."""
+    dw = np.zeros(w.shape)
+    for idx in np.ndindex(w.shape):
+        e = np.zeros(w.shape)
+        e[idx] = 1.0
+        dw[idx] = np.sum(conv2d(x, e, **_kw(g)) * dy)
+    dx = np.zeros(x.shape)
+    for idx in np.ndindex(x.shape):
+        e = np.zeros(x.shape)
+        e[idx] = 1.0
+        dx[idx] = np.sum(conv2d(e, w, **_kw(g)) * dy)
+    return dw, dx
+
+
+def test_dispatch_picks_depthwise(d):
+    g = _geom(GEOMS[0])
+    assert conv_ops.algorithm(d.dev, g) == "depthwise"
+    assert conv_ops.workspace_floats(d.dev, g) == 0
+    # an explicit choice is kept; not eligible: grouped but not depthwise, 1x1
+    assert conv_ops.algorithm(d.dev, g, "im2col") == "im2col"
+    dense = conv_ops.ConvGeometry(1, 4, 5, 5, 8, 3, 3, groups=4)
+    one = conv_ops.ConvGeometry(1, 4, 5, 5, 4, 1, 1, groups=4)
+    for h in (dense, one):
+        assert conv_ops.algorithm(d.dev, h) != "depthwise"
+        assert conv_ops.algorithm(d.dev, h, "depthwise") != "depthwise"
+
+
+@pytest.mark.parametrize("p", GEOMS, ids=[str(i) for i in range(len(GEOMS))])
+def test_depthwise_matches_reference(d, rng, p):
+    g = _geom(p)
+    x, w, b, dy = _case(g, rng)
+    yshape = dy.shape
+    y_ref = conv2d(x, w, **_kw(g))
+    xb, wb, bb, dyb = d.buf(x), d.buf(w), d.buf(b), d.buf(dy)
+
+    # forward: plain, bias, bias + leaky relu, bias + clip (poisoned output)
+    for bias, act in [(None, None), (bb, None), (bb, ("relu", 0.1)), (bb, ("clip", -0.5, 0.7))]:
+        yb = d.buf(np.full(yshape, np.nan))
+        d.run(conv_ops.forward(d.dev, g, xb, wb, yb, None, bias=bias, act=act))
+        v = y_ref + (b.reshape(1, -1, 1, 1) if bias is not None else 0.0)
+        if act is not None and act[0] == "relu":
+            v = np.where(v > 0, v, 0.1 * v)
+        elif act is not None:
+            v = np.clip(v, -0.5, 0.7)
+        assert _rel(d.get(yb, yshape), v) < 1e-5, (bias is not None, act)
+
+    dw_ref, dx_ref = _ref_grads(g, x, w, dy)
+    # backward-data overwrites (poisoned), or accumulates when asked
+    dxb = d.buf(np.full(x.shape, np.nan))
+    d.run(conv_ops.backward_data(d.dev, g, dyb, wb, dxb, None))
+    assert _rel(d.get(dxb, x.shape), dx_ref) < 1e-5
+    dx0 = rng.standard_normal(x.shape)
+    dxb = d.buf(dx0)
+    d.run(conv_ops.backward_data(d.dev, g, dyb, wb, dxb, None, accumulate=True))
+    assert _rel(d.get(dxb, x.shape), dx0 + dx_ref) < 1e-5
+
+    # backward-weight accumulates, by dispatch and by both reductions
+    dw0 = rng.standard_normal(w.shape)
+    dwb = d.buf(dw0)
+    d.run(conv_ops.backward_weight(d.dev, g, xb, dyb, dwb, None))
+    assert _rel(d.get(dwb, w.shape), dw0 + dw_ref) < 1e-5
+    for impl in ("cpu", "gpu"):
+        dwb = d.buf(dw0)
+        launches = dw_ops.backward_weight(d.dev, g, xb, dyb, dwb, impl=impl)
+        d.run(launches)
+        d.run(launches)       # twice: accumulates twice
+        assert _rel(d.get(dwb, w.shape), dw0 + 2 * dw_ref) < 1e-5, impl
+
+
+def test_depthwise_convolution_layer_gradient(rng):
+    proto = """
+    name: "dw" type: "Convolution" bottom: "x" top: "y"
+    convolution_param { num_output: 3 group: 3 kernel_size: 3 pad: 1 stride: 2
+      weight_filler { type: "gaussian" std: 0.5 } bias_filler { type: "gaussian" std: 0.5 } }
+    """
+    x = rng.standard_normal((2, 3, 5, 4)).astype(np.float32)
+    layer, bottoms, tops = testing.make_layer(proto, [x])
+    assert layer.geom.groups == 3 and conv_ops.algorithm(layer.device, layer.geom) == "depthwise"
+    y = testing.forward(layer, bottoms, tops)[0]
+    w = layer.blobs[0].data.astype(np.float64)
+    b = layer.blobs[1].data.astype(np.float64)
+    ref = conv2d(x, w, b, pad=(1, 1), stride=(2, 2), group=3)
+    assert _rel(y, ref) < 1e-5
+    testing.check_gradient(layer, bottoms, tops)
