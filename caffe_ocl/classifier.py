@@ -23,6 +23,24 @@ from .errors import ShapeError
 from .net import Net, TEST
 
 
+def input_transformer(net, mean=None, input_scale=None, raw_scale=None, channel_swap=None):
+    """The Transformer pycaffe's Classifier and Detector configure for the
+    net's first input: HxWxC -> CxHxW, then the optional mean, input scale,
+    raw scale and channel swap."""
+    in_ = net.inputs[0]
+    t = caffe_io.Transformer({in_: net.blobs[in_].data.shape})
+    t.set_transpose(in_, (2, 0, 1))
+    if mean is not None:
+        t.set_mean(in_, mean)
+    if input_scale is not None:
+        t.set_input_scale(in_, input_scale)
+    if raw_scale is not None:
+        t.set_raw_scale(in_, raw_scale)
+    if channel_swap is not None:
+        t.set_channel_swap(in_, channel_swap)
+    return t
+
+
 class Classifier(Net):
     """Net extended for image class prediction by scaling, center cropping
     or oversampling.
@@ -37,16 +55,7 @@ class Classifier(Net):
         Net.__init__(self, model_file, TEST, weights=pretrained_file)
 
         in_ = self.inputs[0]
-        self.transformer = caffe_io.Transformer({in_: self.blobs[in_].data.shape})
-        self.transformer.set_transpose(in_, (2, 0, 1))
-        if mean is not None:
-            self.transformer.set_mean(in_, mean)
-        if input_scale is not None:
-            self.transformer.set_input_scale(in_, input_scale)
-        if raw_scale is not None:
-            self.transformer.set_raw_scale(in_, raw_scale)
-        if channel_swap is not None:
-            self.transformer.set_channel_swap(in_, channel_swap)
+        self.transformer = input_transformer(self, mean, input_scale, raw_scale, channel_swap)
 
         self.crop_dims = np.array(self.blobs[in_].data.shape[2:])
         if image_dims is None or len(image_dims) == 0:

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import io as caffe_io
 from .errors import CaffeOclError, ShapeError
+from .classifier import input_transformer
 from .net import Net, TEST
 
 
@@ -44,17 +45,7 @@ class Detector(Net):
                  context_pad=None):
         Net.__init__(self, model_file, TEST, weights=pretrained_file)
 
-        in_ = self.inputs[0]
-        self.transformer = caffe_io.Transformer({in_: self.blobs[in_].data.shape})
-        self.transformer.set_transpose(in_, (2, 0, 1))
-        if mean is not None:
-            self.transformer.set_mean(in_, mean)
-        if input_scale is not None:
-            self.transformer.set_input_scale(in_, input_scale)
-        if raw_scale is not None:
-            self.transformer.set_raw_scale(in_, raw_scale)
-        if channel_swap is not None:
-            self.transformer.set_channel_swap(in_, channel_swap)
+        self.transformer = input_transformer(self, mean, input_scale, raw_scale, channel_swap)
 
         self.configure_crop(context_pad)
 
