@@ -35,3 +35,30 @@ def shared_data():
 def pytest_configure(config):
     # Kernel binaries are cached per user; tests use the same cache as users.
     os.environ.setdefault("CAFFE_OCL_CACHE", str(Path.home() / ".cache" / "caffe_ocl"))
+
+
+class DeviceBuffers:
+    """Raw device buffers for primitive-level tests (ops/*, no Blob)."""
+
+    def __init__(self):
+        from caffe_ocl.device import get_device
+        self.dev = get_device()
+
+    def buf(self, a):
+        b = self.dev.alloc(max(a.size, 1) * 4)
+        self.dev.upload(b, np.asarray(a, np.float32))
+        return b
+
+    def get(self, b, shape):
+        out = np.empty(shape, np.float32)
+        self.dev.download(out, b)
+        return out
+
+    def run(self, launches):
+        for ln in launches:
+            ln.run(self.dev.queue)
+
+
+@pytest.fixture(scope="module")
+def d():
+    return DeviceBuffers()

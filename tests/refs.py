@@ -110,3 +110,8 @@ def softmax(x, axis=1):
     x = x.astype(np.float64)
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
+
+
+def rel_err(out, ref):
+    """Relative L2 error of ``out`` against ``ref``."""
+    return np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30)

@@ -2,14 +2,15 @@
 and both GEMM kernels (gemm_cpu.cl, the GPU tiles of gemm.cl) against
 float64 NumPy references, over edge shapes: odd sizes, groups, dilation,
 stride > kernel, batch 1, sizes that are not multiples of the tiles.
-The GPU kernels run on PoCL too (slowly), so CI checks them; the TF32
+The GPU kernels run on PoCL too (slowly): CI checks one geometry of each,
+`-m slow` the rest; the TF32
 tensor-core path needs an NVIDIA GPU (marked gpu)."""
 import numpy as np
 import pytest
 
-from caffe_ocl.device import get_device
 from caffe_ocl.ops import conv as conv_ops
 from caffe_ocl.ops import gemm as gemm_ops
+from refs import rel_err as _rel
 
 # (n, c, h, w, co, kh, kw, ph, pw, sh, sw, dh, dw, groups)
 GEOMS = [
@@ -64,32 +65,6 @@ def _refs(g, x, w, dy):
     return y, dw, _col2im(dcol, g)
 
 
-class _Dev:
-    def __init__(self):
-        self.dev = get_device()
-
-    def buf(self, a):
-        b = self.dev.alloc(max(a.size, 1) * 4)
-        self.dev.upload(b, np.asarray(a, np.float32))
-        return b
-
-    def get(self, b, shape):
-        out = np.empty(shape, np.float32)
-        self.dev.download(out, b)
-        return out
-
-    def run(self, launches):
-        for ln in launches:
-            ln.run(self.dev.queue)
-
-
-@pytest.fixture(scope="module")
-def d():
-    return _Dev()
-
-
-def _rel(out, ref):
-    return np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30)
 
 
 # Each kernel geometry is its own program (macros) and PoCL takes 25-30 s to

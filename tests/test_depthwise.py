@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 from caffe_ocl import testing
-from caffe_ocl.device import get_device
 from caffe_ocl.ops import conv as conv_ops
 from caffe_ocl.ops import depthwise as dw_ops
-from refs import conv2d
+from refs import conv2d, rel_err as _rel
 
 # (n, c, h, w, kh, kw, ph, pw, sh, sw, dh, dw)
 GEOMS = [
@@ -30,32 +29,6 @@ def _geom(p):
     return conv_ops.ConvGeometry(n, c, h, w, c, kh, kw, ph, pw, sh, sw, dh, dw, c)
 
 
-class _Dev:
-    def __init__(self):
-        self.dev = get_device()
-
-    def buf(self, a):
-        b = self.dev.alloc(max(a.size, 1) * 4)
-        self.dev.upload(b, np.asarray(a, np.float32))
-        return b
-
-    def get(self, b, shape):
-        out = np.empty(shape, np.float32)
-        self.dev.download(out, b)
-        return out
-
-    def run(self, launches):
-        for ln in launches:
-            ln.run(self.dev.queue)
-
-
-@pytest.fixture(scope="module")
-def d():
-    return _Dev()
-
-
-def _rel(out, ref):
-    return np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30)
 
 
 def _case(g, rng):
