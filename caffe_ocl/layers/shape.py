@@ -250,10 +250,24 @@ class SliceLayer(Layer):
 # Flatten / Reshape (views: share data and diff)
 # ----------------------------------------------------------------------------
 
-@register("Flatten")
-class FlattenLayer(Layer):
+class _ViewLayer(Layer):
+    """A top that is another shape of the bottom: shares its data and diff,
+    so forward and backward do nothing (Flatten, Reshape)."""
     exact_num_bottom = 1
     exact_num_top = 1
+
+    def view_as(self, bottom, top, shape):
+        top[0].reshape(shape)
+        top[0].share_data(bottom[0])
+        top[0].share_diff(bottom[0])
+        self.fwd = []
+
+    def build_backward(self, bottom, top):
+        pass   # the diff is shared
+
+
+@register("Flatten")
+class FlattenLayer(_ViewLayer):
 
     def reshape(self, bottom, top):
         _no_inplace(self, bottom, top)
@@ -263,20 +277,12 @@ class FlattenLayer(Layer):
         if end < start:
             raise self.error(f"end_axis {p.end_axis} comes before axis {p.axis} for bottom "
                              f"shape {b.shape}", ShapeError)
-        shape = b.shape[:start] + (b.count_range(start, end + 1),) + b.shape[end + 1:]
-        top[0].reshape(shape)
-        top[0].share_data(b)
-        top[0].share_diff(b)
-        self.fwd = []
-
-    def build_backward(self, bottom, top):
-        pass   # the diff is shared
+        self.view_as(bottom, top,
+                     b.shape[:start] + (b.count_range(start, end + 1),) + b.shape[end + 1:])
 
 
 @register("Reshape")
-class ReshapeLayer(Layer):
-    exact_num_bottom = 1
-    exact_num_top = 1
+class ReshapeLayer(_ViewLayer):
 
     def layer_setup(self, bottom, top):
         _no_inplace(self, bottom, top)
@@ -325,13 +331,7 @@ class ReshapeLayer(Layer):
         if count != b.count:
             raise self.error(f"output count {count} (shape {tuple(shape)}) must match input "
                              f"count {b.count} (shape {b.shape})", ShapeError)
-        top[0].reshape(shape)
-        top[0].share_data(b)
-        top[0].share_diff(b)
-        self.fwd = []
-
-    def build_backward(self, bottom, top):
-        pass   # the diff is shared
+        self.view_as(bottom, top, shape)
 
 
 # ----------------------------------------------------------------------------
