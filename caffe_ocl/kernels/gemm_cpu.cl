@@ -1,12 +1,30 @@
-/* Batched SGEMM for CPU OpenCL drivers (PoCL): same contract and argument
- * list as gemm.cl, but shaped for a CPU core instead of a GPU SM.
- * GPU-style tiles (hundreds of work-items sharing local memory through
- * barriers) run at 5-10 GFLOP/s on PoCL; here one work-item (work-group of
- * one) owns a BM x BN block of C, packs a KC x BN panel of op(B) into local
- * memory (zero-padded, so the inner loop has no edge tests) and sweeps it
- * with a 4 x 16 register tile of float8 accumulators.
- * ACT (activation epilogue) as in gemm.cl; it is applied once, when the
- * last KC panel has been accumulated. */
+/* Batched SGEMM for CPU OpenCL drivers (PoCL): the contract and argument
+ * list of gemm.cl plus three trailing ints (bm, bn, nsplit), shaped for a
+ * CPU core instead of a GPU SM (BLIS-style).
+ *
+ * One work-item (work-group of one; PoCL hands work-groups to its threads
+ * dynamically) owns a bm x bn block of C (bm a multiple of MR = 6, at most
+ * BM_MAX; bn a multiple of NR = 16, at most BN_MAX). For each panel of KC
+ * values of K it packs op(A)[block rows, panel] into micro-panels of 6 rows
+ * ([k][6]) and op(B)[panel, block cols] into micro-panels of 16 columns
+ * ([k][16]), zero-padded (no edge tests in the inner loop), in __local
+ * memory (the L2 of the core running it), then sweeps every 6 x 16 tile of
+ * the block with 12 float8 accumulators and explicit fma() (mad() compiled
+ * to separate multiplies and adds on PoCL: half the speed).
+ *
+ Images folded into a GEMM dimension (tensors [image][C][H*W] as they are,
+ * no transpose; a convolution is one GEMM whatever the batch):
+ * nsplit > 0 folds them into N: column n of op(B) and of C lies in image
+ * i = n / nsplit at column n % nsplit, image i starting i*nsB (B) and
+ * i*nsC (C) floats further (op(B) must not be transposed);
+ * ksplit > 0 folds them into K: index k of op(A) and op(B) lies in image
+ * i = k / ksplit at k % ksplit, image i starting i*ksA / i*ksB floats
+ * further (op(A) not transposed, op(B) transposed: a weight gradient
+ * dy * col^T summed over images). K panels never straddle two images.
+ *
+ * Epilogue as in gemm.cl: C = act(alpha*op(A)*op(B) + bias + beta*C); the
+ * bias, beta and activation are applied when the first / last K panel is
+ * stored (in between C holds the partial sums). */
 #include "common.h"
 
 #ifndef TRANS_A
@@ -15,17 +33,14 @@
 #ifndef TRANS_B
 #define TRANS_B 0
 #endif
-#ifndef BM
-#define BM 64
-#endif
-#ifndef BN
-#define BN 64
-#endif
 #ifndef KC
-#define KC 128
+#define KC 256
 #endif
-#ifndef MR
-#define MR 4            /* rows of the register tile: 4 or 6 (x 16 columns) */
+#ifndef BM_MAX
+#define BM_MAX 96
+#endif
+#ifndef BN_MAX
+#define BN_MAX 256
 #endif
 #ifndef BIAS
 #define BIAS 0
@@ -41,64 +56,61 @@
 #endif
 #if ACT == 1
 #define APPLY_ACT(v) ((v) > 0.0f ? (v) : act_a * (v))
+#define APPLY_ACT8(v) select(act_a * (v), (v), (v) > (float8)0.0f)
 #elif ACT == 2
 #define APPLY_ACT(v) fmax(act_a, fmin(act_b, (v)))
+#define APPLY_ACT8(v) fmax((float8)act_a, fmin((float8)act_b, (v)))
 #else
 #define APPLY_ACT(v) (v)
+#define APPLY_ACT8(v) (v)
 #endif
-#if MR != 4 && MR != 6
-#error "MR must be 4 or 6"
-#endif
-#if (BN % 16) || (BM % MR)
-#error "BN must be a multiple of 16 and BM of MR"
+#define MR 6
+#define NR 16
+#if (BM_MAX % MR) || (BN_MAX % NR)
+#error "BM_MAX must be a multiple of 6 and BN_MAX of 16"
 #endif
 
-#if TRANS_A
-#define A_AT(m, k) A[(k) * lda + (m)]
-#else
-#define A_AT(m, k) A[(m) * lda + (k)]
-#endif
+/* offset of column n of op(B) / C inside its image (nsplit > 0) */
+inline int split_off(int n, int nsplit, int stride) {
+    if (nsplit <= 0) return n;
+    int i = n / nsplit;
+    return i * stride + (n - i * nsplit);
+}
+
 #if TRANS_B
-#define B_AT(k, n) B[(n) * ldb + (k)]
+#define B_AT(k, n) B[split_off((n), nsplit, nsB) * ldb + (k)]
 #else
-#define B_AT(k, n) B[(k) * ldb + (n)]
+#define B_AT(k, n) B[(k) * ldb + split_off((n), nsplit, nsB)]
 #endif
 
-/* A row-major and op(B) = B^T (InnerProduct forward, x * W^T): both
- * operands are contiguous along K, so no packing: dot products of 4 rows of
- * A with 2 rows of B in float8 accumulators, K blocked by KC so the A block
- * stays in cache. Packing B costs as much as the arithmetic when M is small
- * (batch 16 fully-connected layers), which this form avoids. */
-#if TRANS_B && !TRANS_A && !defined(NO_DOT)
-#define DOT_PATH 1
-#else
-#define DOT_PATH 0
+/* the epilogue of one row of 8 results: first/last K panel as above */
+#define BIAS_ROW_ADD(v, m, col)
+#if BIAS == 1
+#undef BIAS_ROW_ADD
+#define BIAS_ROW_ADD(v, m, col) v += bias[offBias + zg * M + (m)]
+#elif BIAS == 2
+#undef BIAS_ROW_ADD
+#define BIAS_ROW_ADD(v, m, col) v += vload8(0, bias + offBias + (col))
 #endif
 
-inline float hsum8(float8 v) {
-    float4 a = v.lo + v.hi;
-    float2 b = a.lo + a.hi;
-    return b.x + b.y;
-}
-
-/* C[m, n] <- epilogue(alpha * acc) for one K panel (first/last as above) */
-inline void store_c(__global float* crow, int j, float acc, float alpha, float beta,
-                    int first, int last, __global const float* bias, int bidx,
-                    float act_a, float act_b) {
-    float v = alpha * acc;
-    if (first) {
-#if BIAS
-        v += bias[bidx];
-#endif
-        if (beta != 0.0f) v += beta * crow[j];
-    } else {
-        v += crow[j];
-    }
 #if ACT
-    if (last) v = APPLY_ACT(v);
+#define ACT_IF_LAST(v) if (last) v = APPLY_ACT8(v)
+#else
+#define ACT_IF_LAST(v)
 #endif
-    crow[j] = v;
-}
+
+#define STORE8(acc, m, col, cp)                                  \
+    do {                                                          \
+        float8 v_ = alpha * (acc);                                \
+        if (first) {                                              \
+            BIAS_ROW_ADD(v_, m, col);                             \
+            if (beta != 0.0f) v_ = fma((float8)beta, vload8(0, cp), v_); \
+        } else {                                                  \
+            v_ += vload8(0, cp);                                  \
+        }                                                         \
+        ACT_IF_LAST(v_);                                          \
+        vstore8(v_, 0, cp);                                       \
+    } while (0)
 
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void gemm(int M, int N, int K, float alpha,
@@ -106,166 +118,174 @@ void gemm(int M, int N, int K, float alpha,
           __global const float* B, int offB, int ldb, int sB_n, int sB_g,
           float beta,
           __global float* C, int offC, int ldc, int sC_n, int sC_g,
-          __global const float* bias, int offBias, float act_a, float act_b) {
+          __global const float* bias, int offBias, float act_a, float act_b,
+          int bm, int bn, int nsplit, int nsB, int nsC, int ksplit, int ksA, int ksB) {
     const int z = get_global_id(2);
     const int zn = z / GROUPS, zg = z - zn * GROUPS;
-    A += offA + zn * sA_n + zg * sA_g;
-    B += offB + zn * sB_n + zg * sB_g;
+    __global const float* A0 = A + offA + zn * sA_n + zg * sA_g;
+    __global const float* B0 = B + offB + zn * sB_n + zg * sB_g;
     C += offC + zn * sC_n + zg * sC_g;
-    const int n0 = get_global_id(0) * BN, m0 = get_global_id(1) * BM;
+    const int n0 = get_global_id(0) * bn, m0 = get_global_id(1) * bm;
     if (n0 >= N || m0 >= M) return;
-    const int nb = min(BN, N - n0), mb = min(BM, M - m0);
+    const int nb = min(bn, N - n0), mb = min(bm, M - m0);
 
-#if DOT_PATH
-    for (int k0 = 0; k0 < K; k0 += 2 * KC) {   /* no packed panel: longer K runs */
-        const int kb = min(2 * KC, K - k0);
-        const int first = (k0 == 0), last = (k0 + 2 * KC >= K);
-        for (int ni = 0; ni < nb; ni += 2) {
-            const int nn = min(2, nb - ni);
-            __global const float* pb0 = B + (n0 + ni) * ldb + k0;
-            __global const float* pb1 = B + (n0 + ni + nn - 1) * ldb + k0;
-            for (int mi = 0; mi < mb; mi += 4) {
-                const int rows = min(4, mb - mi);
-                __global const float* pa0 = A + (m0 + mi) * lda + k0;
-                __global const float* pa1 = A + (m0 + mi + min(1, rows - 1)) * lda + k0;
-                __global const float* pa2 = A + (m0 + mi + min(2, rows - 1)) * lda + k0;
-                __global const float* pa3 = A + (m0 + mi + min(3, rows - 1)) * lda + k0;
-                float8 c00 = 0.0f, c01 = 0.0f, c10 = 0.0f, c11 = 0.0f;
-                float8 c20 = 0.0f, c21 = 0.0f, c30 = 0.0f, c31 = 0.0f;
-                int k = 0;
-                for (; k + 8 <= kb; k += 8) {
-                    float8 b0 = vload8(0, pb0 + k), b1 = vload8(0, pb1 + k);
-                    float8 a0 = vload8(0, pa0 + k), a1 = vload8(0, pa1 + k);
-                    float8 a2 = vload8(0, pa2 + k), a3 = vload8(0, pa3 + k);
-                    c00 = mad(a0, b0, c00); c01 = mad(a0, b1, c01);
-                    c10 = mad(a1, b0, c10); c11 = mad(a1, b1, c11);
-                    c20 = mad(a2, b0, c20); c21 = mad(a2, b1, c21);
-                    c30 = mad(a3, b0, c30); c31 = mad(a3, b1, c31);
-                }
-                float acc[4][2] = {{hsum8(c00), hsum8(c01)}, {hsum8(c10), hsum8(c11)},
-                                   {hsum8(c20), hsum8(c21)}, {hsum8(c30), hsum8(c31)}};
-                for (; k < kb; ++k) {
-                    float b0 = pb0[k], b1 = pb1[k];
-                    float a0 = pa0[k], a1 = pa1[k], a2 = pa2[k], a3 = pa3[k];
-                    acc[0][0] += a0 * b0; acc[0][1] += a0 * b1;
-                    acc[1][0] += a1 * b0; acc[1][1] += a1 * b1;
-                    acc[2][0] += a2 * b0; acc[2][1] += a2 * b1;
-                    acc[3][0] += a3 * b0; acc[3][1] += a3 * b1;
-                }
-                for (int i = 0; i < rows; ++i) {
-                    const int m = m0 + mi + i;
-                    __global float* crow = C + m * ldc + n0 + ni;
-                    for (int j = 0; j < nn; ++j)
-                        store_c(crow, j, acc[i][j], alpha, beta, first, last, bias,
-#if BIAS == 1
-                                offBias + zg * M + m,
-#else
-                                offBias + n0 + ni + j,
-#endif
-                                act_a, act_b);
-                }
-            }
-        }
-    }
-#else
-    __local float Bp[KC * BN];
-
-    for (int k0 = 0; k0 < K; k0 += KC) {
-        const int kb = min(KC, K - k0);
-        const int first = (k0 == 0);
-#if ACT
-        const int last = (k0 + KC >= K);
-#endif
-        /* pack op(B)[k0:k0+kb, n0:n0+BN] row-major, zero beyond N */
-#if TRANS_B
-        /* op(B) rows are B's columns: read each B row contiguously */
-        for (int n = 0; n < nb; ++n) {
-            __global const float* brow = B + (n0 + n) * ldb + k0;
-            for (int k = 0; k < kb; ++k) Bp[k * BN + n] = brow[k];
-        }
-        for (int k = 0; k < kb; ++k)
-            for (int n = nb; n < BN; ++n) Bp[k * BN + n] = 0.0f;
-#else
-        for (int k = 0; k < kb; ++k) {
-            __global const float* brow = B + (k0 + k) * ldb + n0;
-            for (int n = 0; n < nb; ++n) Bp[k * BN + n] = brow[n];
-            for (int n = nb; n < BN; ++n) Bp[k * BN + n] = 0.0f;
-        }
-#endif
-        for (int mi = 0; mi < mb; mi += MR) {
-            /* rows past M read row m0 + mb - 1 (valid) and are never stored */
-            int r0 = m0 + mi, r1 = m0 + min(mi + 1, mb - 1);
-            int r2 = m0 + min(mi + 2, mb - 1), r3 = m0 + min(mi + 3, mb - 1);
-#if MR == 6
-            int r4 = m0 + min(mi + 4, mb - 1), r5 = m0 + min(mi + 5, mb - 1);
-#endif
-            for (int ni = 0; ni < nb; ni += 16) {
-                float8 c00 = 0.0f, c01 = 0.0f, c10 = 0.0f, c11 = 0.0f;
-                float8 c20 = 0.0f, c21 = 0.0f, c30 = 0.0f, c31 = 0.0f;
-#if MR == 6
-                float8 c40 = 0.0f, c41 = 0.0f, c50 = 0.0f, c51 = 0.0f;
-#endif
-                __local const float* bp = Bp + ni;
-                for (int k = 0; k < kb; ++k) {
-                    float8 b0 = vload8(0, bp + k * BN), b1 = vload8(1, bp + k * BN);
-                    float a0 = A_AT(r0, k0 + k), a1 = A_AT(r1, k0 + k);
-                    float a2 = A_AT(r2, k0 + k), a3 = A_AT(r3, k0 + k);
-                    c00 = mad((float8)a0, b0, c00); c01 = mad((float8)a0, b1, c01);
-                    c10 = mad((float8)a1, b0, c10); c11 = mad((float8)a1, b1, c11);
-                    c20 = mad((float8)a2, b0, c20); c21 = mad((float8)a2, b1, c21);
-                    c30 = mad((float8)a3, b0, c30); c31 = mad((float8)a3, b1, c31);
-#if MR == 6
-                    float a4 = A_AT(r4, k0 + k), a5 = A_AT(r5, k0 + k);
-                    c40 = mad((float8)a4, b0, c40); c41 = mad((float8)a4, b1, c41);
-                    c50 = mad((float8)a5, b0, c50); c51 = mad((float8)a5, b1, c51);
-#endif
-                }
-                float acc[MR][16];
-                vstore8(c00, 0, acc[0]); vstore8(c01, 1, acc[0]);
-                vstore8(c10, 0, acc[1]); vstore8(c11, 1, acc[1]);
-                vstore8(c20, 0, acc[2]); vstore8(c21, 1, acc[2]);
-                vstore8(c30, 0, acc[3]); vstore8(c31, 1, acc[3]);
-#if MR == 6
-                vstore8(c40, 0, acc[4]); vstore8(c41, 1, acc[4]);
-                vstore8(c50, 0, acc[5]); vstore8(c51, 1, acc[5]);
-#endif
-                const int rows = min(MR, mb - mi), cols = min(16, nb - ni);
-                for (int i = 0; i < rows; ++i) {
-                    const int m = m0 + mi + i;
-                    __global float* crow = C + m * ldc + n0 + ni;
-                    for (int j = 0; j < cols; ++j) {
-                        float v = alpha * acc[i][j];
-                        if (first) {
-#if BIAS == 1
-                            v += bias[offBias + zg * M + m];
-#elif BIAS == 2
-                            v += bias[offBias + n0 + ni + j];
-#endif
-                            if (beta != 0.0f) v += beta * crow[j];
-                        } else {
-                            v += crow[j];
-                        }
-#if ACT
-                        if (last) v = APPLY_ACT(v);
-#endif
-                        crow[j] = v;
-                    }
-                }
-            }
-        }
-    }
-#endif
-    if (K <= 0) {   /* degenerate: C = beta*C (+ bias) */
+    if (K <= 0) {   /* degenerate: C = act(beta*C + bias) */
         for (int i = 0; i < mb; ++i)
             for (int j = 0; j < nb; ++j) {
                 int m = m0 + i, n = n0 + j;
-                float v = beta != 0.0f ? beta * C[m * ldc + n] : 0.0f;
+                __global float* cp = C + m * ldc + split_off(n, nsplit, nsC);
+                float v = beta != 0.0f ? beta * *cp : 0.0f;
 #if BIAS == 1
                 v += bias[offBias + zg * M + m];
 #elif BIAS == 2
                 v += bias[offBias + n];
 #endif
-                C[m * ldc + n] = APPLY_ACT(v);
+                *cp = APPLY_ACT(v);
             }
+        return;
+    }
+
+    __local float Ap[KC * BM_MAX];   /* [bm / 6][KC][6]   */
+    __local float Bp[KC * BN_MAX];   /* [bn / 16][KC][16] */
+
+    for (int k0 = 0, kb; k0 < K; k0 += kb) {
+        kb = min(KC, K - k0);
+        const int first = (k0 == 0);
+        /* A, B: this panel's first k (k0, or its place inside an image) */
+        __global const float* A = A0;
+        __global const float* B = B0;
+        int kk = k0;
+        if (ksplit > 0) {
+            const int img = k0 / ksplit;
+            kk = k0 - img * ksplit;
+            kb = min(kb, ksplit - kk);
+            A += img * ksA;
+            B += img * ksB;
+        }
+        const int last = (k0 + kb >= K);
+        /* pack op(A) into [k][6] micro-panels; rows past M repeat row M-1
+         * (their results are never stored) */
+        for (int mi = 0; mi < mb; mi += MR) {
+            __local float* ap = Ap + mi * KC;
+            const int m = m0 + mi, rl = mb - mi - 1;
+#if TRANS_A
+            __global const float* acol = A + kk * lda + m;
+            if (rl >= MR - 1) {
+                for (int k = 0; k < kb; ++k) {
+                    __global const float* s = acol + k * lda;
+                    ap[k * MR + 0] = s[0]; ap[k * MR + 1] = s[1]; ap[k * MR + 2] = s[2];
+                    ap[k * MR + 3] = s[3]; ap[k * MR + 4] = s[4]; ap[k * MR + 5] = s[5];
+                }
+            } else {
+                for (int k = 0; k < kb; ++k)
+                    for (int r = 0; r < MR; ++r) ap[k * MR + r] = acol[k * lda + min(r, rl)];
+            }
+#else
+            __global const float* a0 = A + m * lda + kk;
+            __global const float* a1 = a0 + min(1, rl) * lda;
+            __global const float* a2 = a0 + min(2, rl) * lda;
+            __global const float* a3 = a0 + min(3, rl) * lda;
+            __global const float* a4 = a0 + min(4, rl) * lda;
+            __global const float* a5 = a0 + min(5, rl) * lda;
+            for (int k = 0; k < kb; ++k) {
+                ap[k * MR + 0] = a0[k]; ap[k * MR + 1] = a1[k]; ap[k * MR + 2] = a2[k];
+                ap[k * MR + 3] = a3[k]; ap[k * MR + 4] = a4[k]; ap[k * MR + 5] = a5[k];
+            }
+#endif
+        }
+        /* pack op(B) into [k][16] micro-panels; columns past N repeat
+         * column N-1 (never stored) */
+        for (int ni = 0; ni < nb; ni += NR) {
+            __local float* bp = Bp + ni * KC;
+            const int n = n0 + ni;
+            int p = n, img = 0;
+            if (nsplit > 0) { img = n / nsplit; p = n - img * nsplit; }
+            if (ni + NR <= nb && (nsplit <= 0 || p + NR <= nsplit)) {
+                const int off = img * nsB + p;
+#if TRANS_B
+                __global const float* b0 = B + off * ldb + kk;
+                for (int k = 0; k < kb; ++k) {
+                    __local float* d = bp + k * NR;
+                    d[0] = b0[k]; d[1] = b0[ldb + k]; d[2] = b0[2 * ldb + k];
+                    d[3] = b0[3 * ldb + k]; d[4] = b0[4 * ldb + k]; d[5] = b0[5 * ldb + k];
+                    d[6] = b0[6 * ldb + k]; d[7] = b0[7 * ldb + k]; d[8] = b0[8 * ldb + k];
+                    d[9] = b0[9 * ldb + k]; d[10] = b0[10 * ldb + k]; d[11] = b0[11 * ldb + k];
+                    d[12] = b0[12 * ldb + k]; d[13] = b0[13 * ldb + k];
+                    d[14] = b0[14 * ldb + k]; d[15] = b0[15 * ldb + k];
+                }
+#else
+                __global const float* brow = B + kk * ldb + off;
+                for (int k = 0; k < kb; ++k) vstore16(vload16(0, brow + k * ldb), k, bp);
+#endif
+            } else {
+                for (int j = 0; j < NR; ++j) {
+                    const int nj = n + min(j, nb - ni - 1);
+                    for (int k = 0; k < kb; ++k) bp[k * NR + j] = B_AT(kk + k, nj);
+                }
+            }
+        }
+        for (int ni = 0; ni < nb; ni += NR) {
+            __local const float* bp = Bp + ni * KC;
+            const int n = n0 + ni;
+            int p = n, img = 0;
+            if (nsplit > 0) { img = n / nsplit; p = n - img * nsplit; }
+            const int cols = min(NR, nb - ni);
+            const int cvec = cols == NR && (nsplit <= 0 || p + NR <= nsplit);
+            for (int mi = 0; mi < mb; mi += MR) {
+                __local const float* ap = Ap + mi * KC;
+                float8 c00 = 0.0f, c01 = 0.0f, c10 = 0.0f, c11 = 0.0f;
+                float8 c20 = 0.0f, c21 = 0.0f, c30 = 0.0f, c31 = 0.0f;
+                float8 c40 = 0.0f, c41 = 0.0f, c50 = 0.0f, c51 = 0.0f;
+                for (int k = 0; k < kb; ++k) {
+                    const float8 b0 = vload8(0, bp + k * NR), b1 = vload8(1, bp + k * NR);
+                    __local const float* a = ap + k * MR;
+                    c00 = fma((float8)a[0], b0, c00); c01 = fma((float8)a[0], b1, c01);
+                    c10 = fma((float8)a[1], b0, c10); c11 = fma((float8)a[1], b1, c11);
+                    c20 = fma((float8)a[2], b0, c20); c21 = fma((float8)a[2], b1, c21);
+                    c30 = fma((float8)a[3], b0, c30); c31 = fma((float8)a[3], b1, c31);
+                    c40 = fma((float8)a[4], b0, c40); c41 = fma((float8)a[4], b1, c41);
+                    c50 = fma((float8)a[5], b0, c50); c51 = fma((float8)a[5], b1, c51);
+                }
+                const int m = m0 + mi;
+                if (cvec && mi + MR <= mb) {
+                    __global float* cp = C + m * ldc + img * nsC + p;
+                    STORE8(c00, m, n, cp); STORE8(c01, m, n + 8, cp + 8); cp += ldc;
+                    STORE8(c10, m + 1, n, cp); STORE8(c11, m + 1, n + 8, cp + 8); cp += ldc;
+                    STORE8(c20, m + 2, n, cp); STORE8(c21, m + 2, n + 8, cp + 8); cp += ldc;
+                    STORE8(c30, m + 3, n, cp); STORE8(c31, m + 3, n + 8, cp + 8); cp += ldc;
+                    STORE8(c40, m + 4, n, cp); STORE8(c41, m + 4, n + 8, cp + 8); cp += ldc;
+                    STORE8(c50, m + 5, n, cp); STORE8(c51, m + 5, n + 8, cp + 8);
+                    continue;
+                }
+                float acc[MR][NR];
+                vstore8(c00, 0, acc[0]); vstore8(c01, 1, acc[0]);
+                vstore8(c10, 0, acc[1]); vstore8(c11, 1, acc[1]);
+                vstore8(c20, 0, acc[2]); vstore8(c21, 1, acc[2]);
+                vstore8(c30, 0, acc[3]); vstore8(c31, 1, acc[3]);
+                vstore8(c40, 0, acc[4]); vstore8(c41, 1, acc[4]);
+                vstore8(c50, 0, acc[5]); vstore8(c51, 1, acc[5]);
+                const int rows = min(MR, mb - mi);
+                for (int j = 0; j < cols; ++j) {
+                    __global float* cp = C + m * ldc + split_off(n + j, nsplit, nsC);
+                    for (int i = 0; i < rows; ++i, cp += ldc) {
+                        float v = alpha * acc[i][j];
+                        if (first) {
+#if BIAS == 1
+                            v += bias[offBias + zg * M + m + i];
+#elif BIAS == 2
+                            v += bias[offBias + n + j];
+#endif
+                            if (beta != 0.0f) v += beta * *cp;
+                        } else {
+                            v += *cp;
+                        }
+#if ACT
+                        if (last) v = APPLY_ACT(v);
+#endif
+                        *cp = v;
+                    }
+                }
+            }
+        }
     }
 }

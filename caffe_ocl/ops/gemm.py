@@ -43,26 +43,56 @@ def gpu_tiles(dev, M):
     return dict(TM=tm, TN=128, TK=16, TF32=use_tf32(dev))
 
 
-def _cpu_blocks(dev, M, N):
-    """Blocks of kernels/gemm_cpu.cl: one work-item per BM x BN block of C.
+# kernels/gemm_cpu.cl: fixed panel sizes (one compiled variant per
+# transpose/bias/activation/groups combination); the block of C a
+# work-item owns is a run-time argument up to these maxima. KC x BM_MAX of A
+# and KC x BN_MAX of B packed in __local: 352 KiB, inside a 512 KiB L2.
+CPU_KC, CPU_BM_MAX, CPU_BN_MAX = 256, 96, 256
+CPU_MR, CPU_NR = 6, 16
 
-    M <= 64: one block row (rows past M cost nothing) with the 4 x 16
-    register tile; larger M: 6 x 16 tile (12 float8 accumulators) in
-    48-row blocks. KC = 256 (the B panel stays in L2 and C is re-read
-    K/KC times). When the problem has few blocks, N is split finer (down
-    to 16 columns) so that every core gets work."""
-    cu = max(int(dev.compute_units), 1)
-    if M <= 64:
-        bm, mr = 64, 4
-    else:
-        bm, mr = 48, 6
-    bn = 64
-    while bn > 16 and -(-N // bn) * -(-M // bm) < 2 * cu:
-        bn //= 2
-    kc = 256
-    while kc > 16 and kc * bn * 4 > int(dev.local_mem):   # packed B panel in __local
+
+def cpu_kc(dev):
+    """K panel of the CPU kernel: CPU_KC, halved until both packed panels fit
+    the device's local memory (PoCL gives 512 KiB; simulators such as
+    Oclgrind only 32 KiB)."""
+    kc, have = CPU_KC, getattr(dev, "local_mem", 1 << 19)
+    while kc > 8 and 4 * kc * (CPU_BM_MAX + CPU_BN_MAX) > have:
         kc //= 2
-    return dict(BM=bm, BN=bn, KC=kc, MR=mr)
+    return kc
+
+
+def _split(n, most, unit):
+    """Block of at most ``most`` (a multiple of ``unit``) covering ``n`` in
+    as few, evenly sized blocks as possible."""
+    most = max(unit, most // unit * unit)
+    nblk = -(-n // most)
+    return min(most, -(-(-(-n // nblk)) // unit) * unit)
+
+
+def cpu_blocks(dev, M, N, nz=1):
+    """(bm, bn): block of C per work-item of kernels/gemm_cpu.cl.
+
+    Blocks as large as the packed panels allow (packing costs 16/bn of the
+    arithmetic for A and about 2/bm for B), evenly sized so that M = 64 or
+    N = 784 waste little; then halved (bn first, down to 64; then bm, down
+    to 24; then bn down to 16) until there are 4 blocks per core, so PoCL's
+    dynamic scheduling keeps both cores busy."""
+    bm = _split(max(M, 1), CPU_BM_MAX, CPU_MR)
+    bn = _split(max(N, 1), CPU_BN_MAX, CPU_NR)
+    want = 4 * max(int(dev.compute_units), 1)
+
+    def blocks():
+        return -(-M // bm) * -(-N // bn) * nz
+    while blocks() < want:
+        if bn > 64:
+            bn = _split(N, bn // 2, CPU_NR)
+        elif bm > 24:
+            bm = _split(M, bm // 2, CPU_MR)
+        elif bn > 16:
+            bn = _split(N, bn // 2, CPU_NR)
+        else:
+            break
+    return bm, bn
 
 
 def act_defines(act):
@@ -82,14 +112,21 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
          alpha=1.0, beta=0.0, off_a=0, off_b=0, off_c=0,
          lda=None, ldb=None, ldc=None, batch=1, groups=1,
          stride_a=(0, 0), stride_b=(0, 0), stride_c=(0, 0),
-         bias=None, bias_axis=0, off_bias=0, act=None, impl=None):
+         bias=None, bias_axis=0, off_bias=0, act=None, impl=None,
+         nsplit=0, nstride=(0, 0), ksplit=0, kstride=(0, 0)):
     """One launch over batch*groups problems.
 
     stride_x = (per batch index, per group index), in elements.
     act: None, ("relu", negative_slope) or ("clip", lo, hi), fused into the
     epilogue after bias and beta.
     impl: None (by device: "cpu" on CPU drivers, "tiled" on GPUs) or one of
-    them explicitly (tests run the GPU kernel on PoCL this way)."""
+    them explicitly (tests run the GPU kernel on PoCL this way).
+    CPU kernel only (images folded into a GEMM dimension, see gemm_cpu.cl):
+    nsplit > 0: columns n of op(B) and C lie in image n // nsplit at
+    n % nsplit, images nstride = (B, C) floats apart (op(B) not transposed);
+    ksplit > 0: index k of op(A), op(B) lies in image k // ksplit at
+    k % ksplit, images kstride = (A, B) floats apart (A not transposed, B
+    transposed)."""
     act_kind, act_a, act_b = act_defines(act)
     if lda is None:
         lda = M if trans_a else K
@@ -105,11 +142,21 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
     gz = batch * groups
     if impl is None:
         impl = "cpu" if dev.is_cpu else "tiled"
+    if (nsplit or ksplit) and impl != "cpu":
+        raise ValueError("gemm: nsplit/ksplit exist only in the CPU kernel")
+    if nsplit and trans_b:
+        raise ValueError("gemm: nsplit needs op(B) = B (not transposed)")
+    if ksplit and (trans_a or not trans_b):
+        raise ValueError("gemm: ksplit needs op(A) = A and op(B) = B^T")
+    extra = []
     if impl == "cpu":
-        # CPU drivers: one work-item per BM x BN block (kernels/gemm_cpu.cl)
-        t = _cpu_blocks(dev, M, N)
+        # CPU drivers: one work-item per bm x bn block (kernels/gemm_cpu.cl)
+        bm, bn = cpu_blocks(dev, M, N, gz)
+        t = dict(KC=cpu_kc(dev), BM_MAX=CPU_BM_MAX, BN_MAX=CPU_BN_MAX)
         src, lx, ly = "gemm_cpu.cl", 1, 1
-        gx, gy = -(-N // t["BN"]), -(-M // t["BM"])
+        gx, gy = -(-N // bn), -(-M // bm)
+        extra = [bm, bn, int(nsplit), int(nstride[0]), int(nstride[1]),
+                 int(ksplit), int(kstride[0]), int(kstride[1])]
     else:
         t = gpu_tiles(dev, M)
         src = SRC
@@ -122,5 +169,5 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
             B, off_b, ldb, stride_b[0], stride_b[1],
             beta,
             C, off_c, ldc, stride_c[0], stride_c[1],
-            bias if bias is not None else A, off_bias, act_a, act_b]
+            bias if bias is not None else A, off_bias, act_a, act_b] + extra
     return dev.launch(src, "gemm", (gx, gy, gz), (lx, ly, 1), args, defines)
