@@ -5,7 +5,9 @@ gradient reduction are measured.
 
     python benchmarks/bench_scaling.py --net resnet50 --batch 64          # 1 rank
     mpiexec -n 2 python benchmarks/bench_scaling.py --net resnet50 --batch 64
-Rank 0 prints images/s (all ranks together) and the reduction statistics;
+Rank 0 prints images/s (all ranks together), the reduction path and staging
+(CAFFE_OCL_REDUCE=shm|mpi, CAFFE_OCL_STAGING=hostptr|plain; see
+caffe_ocl/parallel/data_parallel.py) and the reduction statistics;
 scaling efficiency = rate(N) / (N x rate(1)).
 """
 import argparse
@@ -46,6 +48,8 @@ def main():
             group.barrier()
     solver.step(3)
     barrier()
+    if sync:
+        sync.reset_stats()         # warm-up (kernel builds) out of the statistics
     t0 = time.perf_counter()
     solver.step(a.iters)
     barrier()
@@ -55,7 +59,13 @@ def main():
               f"bucket MB {os.environ.get('CAFFE_OCL_BUCKET_MB', 'default')}: "
               f"{dt * 1000:.1f} ms/iter, {ranks * a.batch / dt:.1f} images/s", flush=True)
         if sync:
-            print(sync.stats(), flush=True)
+            st = sync.stats()
+            print(f"reduction: {sync.describe_path()}; {st['buckets']} buckets, "
+                  f"{st['mb_per_iter']:.1f} MB/iter; comm {st['comm_ms']:.1f} ms/iter "
+                  f"(node barriers {st['sync_ms']:.1f}), hidden {st['hidden_ms']:.1f}, "
+                  f"exposed {st['exposed_ms']:.1f}, update waited {st['wait_ms']:.1f}",
+                  flush=True)
+            print(st, flush=True)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--reduce", choices=("default", "shm", "mpi"), default="default",
+                    help="CAFFE_OCL_REDUCE for the ranks (default: shm on one machine)")
     a = ap.parse_args()
     d = tempfile.mkdtemp()
     try:
@@ -61,6 +63,8 @@ def main():
         for mb, what in (("0", "per layer"), ("1", "1 MiB (default)"),
                          ("1e6", "one, at the end")):
             env = dict(os.environ, PYTHONPATH=ROOT, CAFFE_OCL_BUCKET_MB=mb)
+            if a.reduce != "default":
+                env["CAFFE_OCL_REDUCE"] = a.reduce
             t = time.time()
             p = subprocess.run([mpiexec, "-n", str(a.ranks), sys.executable, "-m",
                                 "caffe_ocl", "train", f"--solver={d}/solver.prototxt"],
@@ -68,6 +72,9 @@ def main():
             if p.returncode:
                 print(p.stderr[-2000:])
                 return 1
+            path = re.search(r"reduction (\w+ \([^)]*\))", p.stderr)
+            if path and what == "per layer":
+                print(f"reduction path: {path.group(1)}")
             m = re.search(r"(\d+) buckets, .*communication ([\d.e+-]+) ms/iter, ([\d.e+-]+) ms "
                           r"hidden behind backward, ([\d.e+-]+) ms exposed \(overlap (\d+)%\)",
                           p.stderr)

@@ -3,6 +3,7 @@ the CPU OpenCL device against one process with the combined batch, killed
 ranks, nets that differ, missing mpi4py; record sharding and the backward
 hooks in-process."""
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -170,38 +171,117 @@ def test_missing_mpi4py_gives_install_hint(workdir, monkeypatch):
 # 2 ranks through mpiexec
 # --------------------------------------------------------------------------
 
-@needs_mpi
-def test_two_ranks_equal_one_process_with_double_batch(workdir):
-    iters = 6
-    par = write_solver(workdir, "par", 4, iters)
-    one = write_solver(workdir, "one", 8, iters)
-    dump = workdir / "dump"
-    dump.mkdir()
-    p = run_ranks([MPIEXEC, "-n", "2", sys.executable, "-m", "caffe_ocl", "train",
-                   f"--solver={par}"], env={"CAFFE_OCL_PARALLEL_DUMP": str(dump),
-                                            "CAFFE_OCL_BUCKET_MB": "0"})
+def _train_ranks(workdir, n, iters, env):
+    par = write_solver(workdir, f"par{n}", 4, iters)
+    dump = workdir / f"dump{n}"
+    dump.mkdir(exist_ok=True)
+    p = run_ranks([MPIEXEC, "-n", str(n), sys.executable, "-m", "caffe_ocl", "train",
+                   f"--solver={par}"], env=dict(env, CAFFE_OCL_PARALLEL_DUMP=str(dump)))
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "Data-parallel training: 2 ranks" in p.stderr
-    assert "overlap" in p.stderr
-    assert p.stderr.count("Optimization Done.") == 2     # rank 0 only (train + solve)
-    r0, r1 = weights_of(dump / "rank0.caffemodel"), weights_of(dump / "rank1.caffemodel")
-    for name in r0:                                       # identical on both ranks
-        for a, b in zip(r0[name], r1[name]):
-            np.testing.assert_array_equal(a, b)
-    snap = weights_of(workdir / f"par_iter_{iters}.caffemodel")
-    for name in r0:
-        for a, b in zip(r0[name], snap[name]):
-            np.testing.assert_array_equal(a, b)
-    s = train_cli.train(str(one), progress=False)   # one process, batch 8
-    ref = {n: [b.data.copy() for b in bl] for n, bl in s.net.params.items()}
+    ranks = [weights_of(dump / f"rank{r}.caffemodel") for r in range(n)]
+    for other in ranks[1:]:                              # bitwise identical on every rank
+        for name in ranks[0]:
+            for a, b in zip(ranks[0][name], other[name]):
+                np.testing.assert_array_equal(a, b)
+    return p, ranks[0], par
+
+
+def _one_process(workdir, n, iters):
+    s = train_cli.train(str(write_solver(workdir, f"one{n}", 4 * n, iters)), progress=False)
+    return {n_: [b.data.copy() for b in bl] for n_, bl in s.net.params.items()}
+
+
+def _assert_close_and_moved(got, ref):
     moved = 0
-    for name in r0:
-        for a, b in zip(r0[name], ref[name]):
+    for name in got:
+        for a, b in zip(got[name], ref[name]):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
             moved += not np.allclose(a, 0.1)
     assert moved
+
+
+# (reduction path, staging, bucket MB): 0 = one bucket per layer; 1e-4 MB = 26
+# floats, which splits ip1's 90 weights over several buckets
+PATHS = [("shm", "plain", "0"), ("shm", "hostptr", "1e-4"), ("mpi", "plain", "0"),
+         ("mpi", "plain", "1e-4")]
+
+
+@needs_mpi
+@pytest.mark.parametrize("path,staging,bucket_mb", PATHS,
+                         ids=["-".join(p) for p in PATHS])
+def test_two_ranks_equal_one_process_with_double_batch(workdir, path, staging, bucket_mb):
+    iters = 6
+    p, r0, par = _train_ranks(workdir, 2, iters, {"CAFFE_OCL_REDUCE": path,
+                                                  "CAFFE_OCL_STAGING": staging,
+                                                  "CAFFE_OCL_BUCKET_MB": bucket_mb})
+    assert "Data-parallel training: 2 ranks" in p.stderr
+    assert f"reduction {path} (" in p.stderr
+    if path == "shm":
+        assert f"{staging} staging" in p.stderr
+    m = re.search(r"(\d+) gradient buckets", p.stderr)
+    # 4 learnable blobs in 2 layers: per layer -> 2 buckets; 26 floats -> 5 (113 floats)
+    assert int(m.group(1)) == (2 if bucket_mb == "0" else 5), m.group(0)
+    assert "overlap" in p.stderr
+    assert p.stderr.count("Optimization Done.") == 2     # rank 0 only (train + solve)
+    snap = weights_of(workdir / f"par2_iter_{iters}.caffemodel")
+    for name in r0:
+        for a, b in zip(r0[name], snap[name]):
+            np.testing.assert_array_equal(a, b)
+    _assert_close_and_moved(r0, _one_process(workdir, 2, iters))
     # the solver state resumes the whole group; no file from rank 1
-    assert not list(workdir.glob("par_iter_*.tmp*"))
+    assert not list(workdir.glob("par2_iter_*.tmp*"))
+
+
+@needs_mpi
+def test_three_ranks_shared_memory_equal_one_process(workdir):
+    iters = 4
+    p, r0, _ = _train_ranks(workdir, 3, iters, {"CAFFE_OCL_REDUCE": "shm",
+                                                "CAFFE_OCL_BUCKET_MB": "0"})
+    assert "Data-parallel training: 3 ranks" in p.stderr and "reduction shm" in p.stderr
+    _assert_close_and_moved(r0, _one_process(workdir, 3, iters))
+
+
+def test_sum_ranks_kernel_adds_in_rank_order():
+    """The shm path's kernel: own values from the diff, the others from
+    staging, summed 0..N-1 then x 1/N, exactly as float32 on the host."""
+    from caffe_ocl.device import get_device
+    from caffe_ocl.ops import allreduce
+    import pyopencl as cl
+    dev = get_device()
+    rng = np.random.default_rng(0)
+    n, total, off, nranks = 37, 50, 5, 3
+    contrib = (rng.normal(size=(nranks, n)) * 10.0 ** rng.integers(-3, 4, (nranks, n))
+               ).astype(np.float32)
+    scale = np.float32(1) / np.float32(nranks)
+    for me in range(nranks):
+        diff = np.full(n + 3, 7.0, np.float32)
+        diff[2:2 + n] = contrib[me]
+        peers = np.zeros((nranks - 1, total), np.float32)
+        for r in range(nranks):
+            if r != me:
+                peers[r if r < me else r - 1, off:off + n] = contrib[r]
+        d_buf, p_buf = dev.alloc(diff.nbytes), dev.alloc(peers.nbytes)
+        cl.enqueue_copy(dev.queue, d_buf, diff)
+        cl.enqueue_copy(dev.queue, p_buf, peers)
+        allreduce.sum_ranks(dev, n, d_buf, 2, p_buf, off, total, nranks, me,
+                            scale).run(dev.queue)
+        out = np.empty_like(diff)
+        cl.enqueue_copy(dev.queue, out, d_buf, is_blocking=True)
+        want = contrib[0]
+        for r in range(1, nranks):
+            want = (want + contrib[r]).astype(np.float32)
+        np.testing.assert_array_equal(out[2:2 + n], (want * scale).astype(np.float32))
+        np.testing.assert_array_equal(out[:2], 7.0)
+        np.testing.assert_array_equal(out[2 + n:], 7.0)
+    x = rng.normal(size=20).astype(np.float32)
+    buf = dev.alloc(x.nbytes)
+    cl.enqueue_copy(dev.queue, buf, x)
+    allreduce.scale(dev, 10, buf, 0.5, off=4).run(dev.queue)
+    out = np.empty_like(x)
+    cl.enqueue_copy(dev.queue, out, buf, is_blocking=True)
+    np.testing.assert_array_equal(out[4:14], x[4:14] * np.float32(0.5))
+    np.testing.assert_array_equal(out[:4], x[:4])
+    np.testing.assert_array_equal(out[14:], x[14:])
 
 
 @needs_mpi

@@ -5,19 +5,51 @@ Caffe's multi-GPU semantics (src/caffe/parallel.cpp, class NCCL):
   iteration and learning-rate step) go to every rank (NCCL::Broadcast);
 * layer-wise reduction (NCCL::run, ``layer_wise_reduce``): as soon as the
   backward of the layer that completes a bucket of parameter gradients has
-  been enqueued, the bucket is downloaded (non-blocking) and a reduction
-  thread sums it over ranks (MPI Allreduce, float32 SUM) and scales it by
-  1/solver_count, while the device goes on with the earlier layers;
-* ``on_gradients`` (NCCL::on_gradients_ready): wait for the buckets, upload
-  the averaged gradients; the solver then applies its ordinary update
-  (clipping, normalization by iter_size, regularization, lr) to them.
+  been enqueued, the bucket is reduced while the device goes on with the
+  earlier layers; the result is the sum over ranks times 1/solver_count,
+  bitwise identical on every rank;
+* ``on_gradients`` (NCCL::on_gradients_ready): wait for the buckets and make
+  the device queue wait for the reduced gradients; the solver then applies
+  its ordinary update (clipping, normalization by iter_size, regularization,
+  lr) to them.
 
-Buckets are consecutive learnable blobs in backward order, closed once they
-hold ``bucket_bytes`` (``CAFFE_OCL_BUCKET_MB``; 0 = one bucket per layer, as
-Caffe's layer-wise reduce). Default: 1 MiB on GPUs; on a CPU OpenCL device
-one bucket after the backward pass, because there the device computes on the
-cores MPI needs and overlapping measured slower (benchmarks/parallel_overlap.py). A shared parameter is
-reduced after the earliest layer that uses it.
+Three OpenCL queues on the rank's device: the compute queue (forward,
+backward, update), a copy queue for the downloads and a reduction queue for
+the uploads and the averaging kernels (kernels/allreduce.cl). A bucket's
+download waits for a marker of the compute queue, so the backward never
+stalls behind copies; before the update the compute queue waits for the
+reduction queue. All arithmetic on gradients runs on the device.
+
+Two reduction paths (``CAFFE_OCL_REDUCE``):
+
+* ``shm`` (default when every rank is on one machine): an MPI-3 shared
+  window (parallel/shm.py) with one slot per rank for the whole gradient
+  vector, twice (iteration parity). Per bucket: the main thread enqueues
+  the download of this rank's bucket into its slot; the reduction thread
+  waits for it, synchronises the node's ranks (``Win.Sync`` + barrier +
+  ``Win.Sync``; buckets come in the same order on every rank), uploads the
+  peers' slices to a device staging buffer and runs ``sum_ranks``: own
+  values read from the diff, the others from staging, summed in rank order
+  0..N-1, times 1/N, into the diff. Safety of the two copies: a rank writes
+  parity p of iteration k+2 only after every rank has passed the last
+  bucket barrier of iteration k+1, which each rank's thread enters only
+  after its uploads of iteration k (the reads of parity p) completed (the
+  thread finishes the reduction queue at the end of every iteration).
+  ``CAFFE_OCL_STAGING=hostptr`` (default on GPUs) wraps every slot in a
+  ``CL_MEM_USE_HOST_PTR`` buffer (drivers may pin it and DMA directly;
+  map/unmap keeps host and device views coherent), ``plain`` (default on
+  CPU devices) copies to/from the NumPy views of the window.
+* ``mpi`` (several machines, or asked for): the bucket is downloaded into a
+  host array, summed by ``MPI_Allreduce`` on the reduction thread, uploaded
+  back and scaled by 1/N on the device.
+
+Buckets are runs of consecutive learnable blobs in backward order holding
+``bucket_bytes`` (``CAFFE_OCL_BUCKET_MB``; a blob larger than what is left
+is split across buckets; 0 = one bucket per layer, as Caffe's layer-wise
+reduce). Default: 1 MiB on GPUs; on a CPU OpenCL device one bucket after
+the backward pass, because there the device computes on the cores MPI needs
+and overlapping measured slower (benchmarks/parallel_overlap.py). A shared
+parameter is reduced after the earliest layer that uses it.
 
 Timing (``stats()``) separates communication hidden behind the backward
 pass from communication the update waits for.
@@ -60,17 +92,34 @@ def _describe_difference(a, b):
     return f"{len(la)} layers vs {len(lb)} layers"
 
 
-class _Bucket:
-    __slots__ = ("index", "host", "segments", "ready_layer", "events", "nbytes")
+REDUCE_PATHS = ("shm", "mpi")
+STAGINGS = ("hostptr", "plain")
 
-    def __init__(self, index, segments, ready_layer):
+
+class _Bucket:
+    __slots__ = ("index", "segments", "base", "count", "nbytes", "ready_layer", "host",
+                 "launches", "events")
+
+    def __init__(self, index, segments, base, ready_layer):
         self.index = index
-        self.segments = segments            # [(blob, offset, count)]
-        total = sum(c for _, _, c in segments)
-        self.host = np.zeros(max(total, 1), np.float32)
-        self.nbytes = 4 * total
+        # [(blob, offset in the blob, offset in the bucket, count)]
+        self.segments = segments
+        self.base = base                    # offset in the whole gradient vector
+        self.count = sum(c for _, _, _, c in segments)
+        self.nbytes = 4 * self.count
         self.ready_layer = ready_layer
-        self.events = ()
+        self.host = None                    # mpi path: host array of the bucket
+        self.launches = []                  # averaging kernels, one per segment
+        self.events = ()                    # this iteration's download events
+
+
+def _choose(env, allowed, default, what):
+    v = os.environ.get(env, "").strip().lower()
+    if not v:
+        return default
+    if v not in allowed:
+        raise ParallelError(f"{env}={v!r}: expected one of {', '.join(allowed)} ({what})")
+    return v
 
 
 class DataParallel:
@@ -89,31 +138,35 @@ class DataParallel:
                 f"ranks (this is rank {self.rank}): create the group "
                 "(caffe_ocl.parallel.init()) before the solver, so that its Data layers "
                 "read this rank's records")
+        self.dev = dev = solver.dev
         if bucket_bytes is None:
             env = os.environ.get("CAFFE_OCL_BUCKET_MB")
             if env is not None:
                 bucket_bytes = int(float(env) * 2 ** 20)
-            elif getattr(solver.dev, "is_cpu", False):
+            elif getattr(dev, "is_cpu", False):
                 # a CPU device computes on the cores MPI needs for progress: measured
                 # slower with overlap (benchmarks/parallel_overlap.py), so one bucket
                 bucket_bytes = 1 << 62
             else:
                 bucket_bytes = 1 << 20
         self.bucket_bytes = bucket_bytes
-        self.scale = np.float32(1.0 / self.size)
+        self.scale = float(np.float32(1.0) / np.float32(self.size))
         self.check_same_net()
         self.bcast()
         self._build_buckets()
+        self._setup_path()
         self._queue = queue.Queue()
         self._done = threading.Condition()
         self._n_done = 0
         self._failure = None
         self._launched = set()
-        self._have_cb = False
+        self._round = 0
+        self._last_event = None
         self._iter_comm = 0.0
+        self._iter_sync = 0.0
         self._iter_last_ready = None
         self._iter_all_done = None
-        self.totals = dict(iterations=0, comm_s=0.0, exposed_s=0.0, wait_s=0.0,
+        self.totals = dict(iterations=0, comm_s=0.0, sync_s=0.0, exposed_s=0.0, wait_s=0.0,
                            backward_enqueue_s=0.0, bytes=0)
         self._t_backward = None
         self._thread = threading.Thread(target=self._run, name="caffe_ocl allreduce",
@@ -127,9 +180,9 @@ class DataParallel:
         solver._callbacks.insert(0, Callback(self._on_start, self._on_gradients))
         solver.data_parallel = self
         log.info("Data-parallel training: %d ranks (thread level %d), %d gradient buckets "
-                 "(%.3g MB per iteration), effective batch = %d x batch_size",
+                 "(%.3g MB per iteration), reduction %s, effective batch = %d x batch_size",
                  self.size, group.thread_level, len(self.buckets),
-                 sum(b.nbytes for b in self.buckets) / 1e6, self.size)
+                 self.total * 4 / 1e6, self.describe_path(), self.size)
 
     # ---- set-up --------------------------------------------------------------------
     def check_same_net(self):
@@ -163,53 +216,176 @@ class DataParallel:
         for li, layer in enumerate(net.layers):
             for lid in getattr(layer, "_learnable_ids", []):
                 ready[lid] = min(ready.get(lid, li), li)
-        order = sorted(range(len(net._learnable)), key=lambda i: (-ready.get(i, 0), i))
-        self.buckets, seg, off = [], [], 0
+        order = [i for i in sorted(range(len(net._learnable)),
+                                   key=lambda i: (-ready.get(i, 0), i))
+                 if net._learnable[i].count > 0]
+        cap = self.bucket_bytes // 4 if self.bucket_bytes > 0 else None   # elements
+        if cap is not None:
+            cap = max(cap, 1)
+        self.buckets, seg, fill, base = [], [], 0, 0
+
+        def close(layer):
+            nonlocal seg, fill, base
+            self.buckets.append(_Bucket(len(self.buckets), seg, base, layer))
+            base += fill
+            seg, fill = [], 0
+
         for n, lid in enumerate(order):
-            b = net._learnable[lid]
-            seg.append((b, off, b.count))
-            off += b.count
+            b, layer = net._learnable[lid], ready.get(lid, 0)
+            boff = 0
+            while boff < b.count:
+                take = b.count - boff if cap is None else min(b.count - boff, cap - fill)
+                seg.append((b, boff, fill, take))
+                boff += take
+                fill += take
+                if cap is not None and fill >= cap:
+                    close(layer)
             nxt = order[n + 1] if n + 1 < len(order) else None
-            layer_ends = nxt is None or ready.get(nxt, 0) != ready.get(lid, 0)
-            if nxt is None or (layer_ends if self.bucket_bytes <= 0
-                               else 4 * off >= self.bucket_bytes):
-                self.buckets.append(_Bucket(len(self.buckets), seg, ready.get(lid, 0)))
-                seg, off = [], 0
+            layer_ends = nxt is None or ready.get(nxt, 0) != layer
+            if seg and (nxt is None or (cap is None and self.bucket_bytes <= 0
+                                        and layer_ends)):
+                close(layer)
+        self.total = base
         self._ready_at = {}
         for bk in self.buckets:
             self._ready_at.setdefault(bk.ready_layer, []).append(bk)
+
+    def _setup_path(self):
+        import pyopencl as cl
+        from ..ops import allreduce
+        g, dev = self.group, self.dev
+        can_shm = g.local_size == g.size > 1
+        want = _choose("CAFFE_OCL_REDUCE", REDUCE_PATHS, "shm" if can_shm else "mpi",
+                       "gradient reduction path")
+        if want == "shm" and not can_shm:
+            log.warning("CAFFE_OCL_REDUCE=shm needs every rank on one machine (%d of %d "
+                        "ranks here): using MPI Allreduce", g.local_size, g.size)
+            want = "mpi"
+        self.staging = _choose("CAFFE_OCL_STAGING", STAGINGS,
+                               "hostptr" if getattr(dev, "is_gpu", False) else "plain",
+                               "host staging of the gradients")
+        self.copy_q = cl.CommandQueue(dev.context, dev.cl_device)
+        self.red_q = cl.CommandQueue(dev.context, dev.cl_device)
+        self.shm = None
+        if want == "shm":
+            err = None
+            try:
+                from .shm import SharedSlots
+                self.shm = SharedSlots(g, max(self.total, 1))
+            except Exception as e:      # pragma: no cover - MPI without shared windows
+                err = e
+            oks = g.allgather(err is None)
+            if not all(oks):
+                log.warning("shared-memory reduction unavailable (%s): using MPI "
+                            "Allreduce", err or f"failed on rank {oks.index(False)}")
+                if self.shm is not None:
+                    self.shm.free()
+                    self.shm = None
+                want = "mpi"
+        self.path = want
+        n, me, total = self.size, self.rank, self.total
+        if self.path == "shm":
+            mf = cl.mem_flags
+            self.peers = [r for r in range(n) if r != me]
+            self.staging_buf = dev.alloc(4 * max((n - 1) * total, 1))
+            self.slot_bufs = None
+            if self.staging == "hostptr":
+                self.slot_bufs = [cl.Buffer(dev.context, mf.READ_WRITE | mf.USE_HOST_PTR,
+                                            hostbuf=v) for v in self.shm.views]
+            for bk in self.buckets:
+                bk.launches = [allreduce.sum_ranks(dev, cnt, blob.diff_buffer(), boff,
+                                                   self.staging_buf, bk.base + off, total,
+                                                   n, me, self.scale)
+                               for blob, boff, off, cnt in bk.segments]
+        else:
+            for bk in self.buckets:
+                bk.host = np.zeros(max(bk.count, 1), np.float32)
+                bk.launches = [allreduce.scale(dev, cnt, blob.diff_buffer(), self.scale,
+                                               off=boff)
+                               for blob, boff, off, cnt in bk.segments]
+        import atexit
+        atexit.register(self._at_exit)
+
+    def describe_path(self):
+        if self.path == "shm":
+            return f"shm (node shared memory, {self.staging} staging)"
+        return "mpi (MPI Allreduce)"
+
+    def _at_exit(self):
+        """At exit, on every rank, before MPI is finalized: stop the thread,
+        finish and drop the extra queues and kernels, then (shm; collective on
+        the node) release the OpenCL views of the window and the window."""
+        try:
+            self.close()
+            self.copy_q.finish()
+            self.red_q.finish()
+            for bk in self.buckets:
+                bk.launches, bk.events = [], ()
+            self._last_event = None
+            if self.shm is not None:
+                for b in self.slot_bufs or ():
+                    b.release()
+                self.slot_bufs = None
+                self.shm.free()
+        except Exception:   # pragma: no cover - MPI already finalized
+            pass
+        self.shm = None
 
     # ---- per iteration ---------------------------------------------------------------
     def _on_start(self):
         self._launched = set()
         with self._done:
             self._n_done = 0
+        self._round += 1
         self._iter_comm = 0.0
+        self._iter_sync = 0.0
         self._iter_last_ready = None
         self._t_backward = None
 
     def _launch(self, bk):
+        """Main thread: enqueue the download of bucket ``bk`` on the copy
+        queue, after everything enqueued so far on the compute queue."""
         import pyopencl as cl
-        q = self.solver.dev.queue
-        evs = []
-        for blob, off, cnt in bk.segments:
+        q, cq = self.solver.dev.queue, self.copy_q
+        for blob, _, _, _ in bk.segments:
             blob.diff_mem.to_device()
-            evs.append(cl.enqueue_copy(q, bk.host[off:off + cnt], blob.diff_buffer(),
-                                       is_blocking=False))
+        marker = cl.enqueue_marker(q)
         q.flush()
+        evs = []
+        if self.path == "shm":
+            par = (self._round & 1) * self.total
+            if self.slot_bufs is not None:
+                own = self.slot_bufs[self.rank]
+                for blob, boff, off, cnt in bk.segments:
+                    evs.append(cl.enqueue_copy(cq, own, blob.diff_buffer(), byte_count=4 * cnt,
+                                               src_offset=4 * boff,
+                                               dst_offset=4 * (par + bk.base + off),
+                                               wait_for=[marker]))
+                # map/unmap: the slot's host memory holds what the device wrote
+                m, _ = cl.enqueue_map_buffer(cq, own, cl.map_flags.READ,
+                                             4 * (par + bk.base), (bk.count,), np.float32,
+                                             is_blocking=False)
+                evs = [m.base.release(cq)]
+            else:
+                view = self.shm.views[self.rank]
+                for blob, boff, off, cnt in bk.segments:
+                    a = par + bk.base + off
+                    evs.append(cl.enqueue_copy(cq, view[a:a + cnt], blob.diff_buffer(),
+                                               src_offset=4 * boff, wait_for=[marker],
+                                               is_blocking=False))
+        else:
+            for blob, boff, off, cnt in bk.segments:
+                evs.append(cl.enqueue_copy(cq, bk.host[off:off + cnt], blob.diff_buffer(),
+                                           src_offset=4 * boff, wait_for=[marker],
+                                           is_blocking=False))
+        cq.flush()
+        # (no event callbacks: pyopencl runs them on threads of its own that
+        # can still be waiting for the GIL when the interpreter exits, which
+        # ended ranks with "terminate called"; the reduction thread notes when
+        # the download completed)
         bk.events = evs
-        try:      # when the gradients reached the host (driver thread: no MPI here)
-            evs[-1].set_callback(cl.command_execution_status.COMPLETE, self._mark_ready)
-            self._have_cb = True
-        except Exception:   # pragma: no cover - OpenCL 1.0 drivers
-            pass
         self._launched.add(bk.index)
-        self._queue.put(bk)
-
-    def _mark_ready(self, status):
-        t = time.perf_counter()
-        if self._iter_last_ready is None or t > self._iter_last_ready:
-            self._iter_last_ready = t
+        self._queue.put((bk, self._round))
 
     def _on_layer(self, li):
         """Solver hook: layer ``li``'s backward has been enqueued."""
@@ -220,21 +396,69 @@ class DataParallel:
         if li == 0:
             self.totals["backward_enqueue_s"] += time.perf_counter() - self._t_backward
 
+    def _reduce_shm(self, bk, rnd):
+        """Reduction thread: node barrier for this bucket, peers' slices to
+        the staging buffer, rank-ordered sum x 1/N into the diffs."""
+        import pyopencl as cl
+        t0 = time.perf_counter()
+        self.shm.fence()
+        self._iter_sync += time.perf_counter() - t0
+        rq, total = self.red_q, self.total
+        par = (rnd & 1) * total
+        a, cnt = par + bk.base, bk.count
+        for j, r in enumerate(self.peers):
+            dst = 4 * (j * total + bk.base)
+            if self.slot_bufs is not None:
+                # the peer wrote the host memory: unmapping a write-invalidate map
+                # makes it the buffer's content for this context
+                m, _ = cl.enqueue_map_buffer(rq, self.slot_bufs[r],
+                                             cl.map_flags.WRITE_INVALIDATE_REGION, 4 * a,
+                                             (cnt,), np.float32, is_blocking=False)
+                m.base.release(rq)
+                cl.enqueue_copy(rq, self.staging_buf, self.slot_bufs[r], byte_count=4 * cnt,
+                                src_offset=4 * a, dst_offset=dst)
+            else:
+                cl.enqueue_copy(rq, self.staging_buf, self.shm.views[r][a:a + cnt],
+                                dst_offset=dst, is_blocking=False)
+        for launch in bk.launches:
+            launch.run(rq)
+
+    def _reduce_mpi(self, bk):
+        """Reduction thread: MPI Allreduce of the host copy, upload, x 1/N."""
+        import pyopencl as cl
+        self.group.allreduce_sum(bk.host)
+        rq = self.red_q
+        for blob, boff, off, cnt in bk.segments:
+            cl.enqueue_copy(rq, blob.diff_buffer(), bk.host[off:off + cnt],
+                            dst_offset=4 * boff, is_blocking=False)
+        for launch in bk.launches:
+            launch.run(rq)
+
     def _run(self):
         """The reduction thread: buckets in the same order on every rank."""
         import pyopencl as cl
         while True:
-            bk = self._queue.get()
-            if bk is None:
+            item = self._queue.get()
+            if item is None:
                 return
+            bk, rnd = item
             try:
                 if bk.events:
                     cl.wait_for_events(bk.events)
                 t0 = time.perf_counter()
-                if not self._have_cb:
-                    self._iter_last_ready = t0
-                self.group.allreduce_sum(bk.host)
-                bk.host *= self.scale
+                self._iter_last_ready = t0
+                if self.path == "shm":
+                    self._reduce_shm(bk, rnd)
+                else:
+                    self._reduce_mpi(bk)
+                last = self._n_done + 1 == len(self.buckets)
+                if last:
+                    # the whole iteration's uploads and sums are complete before the
+                    # main thread moves on (also what makes the slot parity safe)
+                    self._last_event = cl.enqueue_marker(self.red_q)
+                    self.red_q.finish()
+                else:
+                    self.red_q.flush()
                 t1 = time.perf_counter()
                 self._iter_comm += t1 - t0
             except BaseException as e:    # handed to the main thread
@@ -245,8 +469,8 @@ class DataParallel:
                 self._done.notify_all()
 
     def _on_gradients(self):
-        """Wait for every bucket, upload the averaged gradients, agree on the
-        signal-requested action (rank 0's)."""
+        """Wait for every bucket, make the compute queue wait for the
+        reduced gradients, agree on the signal-requested action (rank 0's)."""
         import pyopencl as cl
         for bk in self.buckets:          # backward run outside the solver's loop
             if bk.index not in self._launched:
@@ -260,18 +484,20 @@ class DataParallel:
             raise ParallelError(f"gradient reduction failed on rank {self.rank}: "
                                 f"{self._failure}")
         q = self.solver.dev.queue
+        if self._last_event is not None:
+            cl.enqueue_barrier(q, wait_for=[self._last_event])
+            self._last_event = None
         for bk in self.buckets:
-            for blob, off, cnt in bk.segments:
-                cl.enqueue_copy(q, blob.diff_buffer(), bk.host[off:off + cnt],
-                                is_blocking=False)
+            for blob, _, _, _ in bk.segments:
                 blob.diff_mem.device_written()
         tot = self.totals
         tot["iterations"] += 1
         tot["comm_s"] += self._iter_comm
+        tot["sync_s"] += self._iter_sync
         tot["wait_s"] += t1 - t0
         if self._iter_last_ready is not None and self._iter_all_done is not None:
             tot["exposed_s"] += max(self._iter_all_done - self._iter_last_ready, 0.0)
-        tot["bytes"] += sum(b.nbytes for b in self.buckets)
+        tot["bytes"] += 4 * self.total
         # the requested action (signals reach rank 0's handler) is agreed by all
         if self.rank == 0:
             a = self._local_action() if self._local_action else NONE
@@ -285,30 +511,46 @@ class DataParallel:
 
     # ---- reporting ---------------------------------------------------------------------
     def stats(self):
-        """Per-iteration means: ``comm_ms`` (time in Allreduce + scaling),
-        ``exposed_ms`` (from the moment the last bucket's gradients were ready
-        on the host to the end of its reduction: communication the update
-        waited for), ``hidden_ms`` = comm - exposed (overlapped with the
-        backward pass), ``overlap`` = hidden / comm."""
+        """Per-iteration means: ``comm_ms`` (reduction thread busy on the
+        buckets, from each bucket's download to its reduction being enqueued
+        (shm: node barrier, uploads and sum kernels enqueued; mpi: Allreduce,
+        upload and scaling enqueued), plus, for the last bucket, until the
+        reduction queue finished), ``sync_ms`` (shm: of which in node
+        barriers, including waiting for slower peers), ``exposed_ms`` (from
+        the moment the reduction thread saw the last bucket's download complete
+        to the end of its reduction: communication the update waited for), ``hidden_ms`` =
+        comm - exposed (overlapped with the backward pass), ``overlap`` =
+        hidden / comm; ``path`` and ``staging`` name the reduction used."""
         t = self.totals
         n = max(t["iterations"], 1)
         comm, exposed = t["comm_s"] / n, min(t["exposed_s"] / n, t["comm_s"] / n)
-        return dict(iterations=t["iterations"], buckets=len(self.buckets),
+        return dict(iterations=t["iterations"], path=self.path,
+                    staging=self.staging if self.path == "shm" else "plain",
+                    buckets=len(self.buckets),
                     mb_per_iter=t["bytes"] / n / 1e6, comm_ms=1e3 * comm,
+                    sync_ms=1e3 * t["sync_s"] / n,
                     exposed_ms=1e3 * exposed, hidden_ms=1e3 * (comm - exposed),
                     wait_ms=1e3 * t["wait_s"] / n,
                     overlap=(comm - exposed) / comm if comm > 0 else 0.0)
 
+    def reset_stats(self):
+        """Forget the timings so far (e.g. after warm-up iterations)."""
+        for k in self.totals:
+            self.totals[k] = 0 if k in ("iterations", "bytes") else 0.0
+
     def log_stats(self):
         s = self.stats()
         if s["iterations"]:
-            log.info("Data-parallel: %d ranks, %d buckets, %.3g MB reduced per iteration; "
-                     "communication %.3g ms/iter, %.3g ms hidden behind backward, %.3g ms "
-                     "exposed (overlap %.0f%%)", self.size, s["buckets"], s["mb_per_iter"],
-                     s["comm_ms"], s["hidden_ms"], s["exposed_ms"], 100 * s["overlap"])
+            log.info("Data-parallel: %d ranks, %d buckets, %.3g MB reduced per iteration "
+                     "(%s); communication %.3g ms/iter, %.3g ms hidden behind backward, "
+                     "%.3g ms exposed (overlap %.0f%%)", self.size, s["buckets"],
+                     s["mb_per_iter"], self.describe_path(), s["comm_ms"], s["hidden_ms"],
+                     s["exposed_ms"], 100 * s["overlap"])
         return s
 
     def close(self):
+        """Stop the reduction thread (not collective: safe on a failing rank;
+        the shared window is freed at exit)."""
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join(5)
