@@ -364,3 +364,55 @@ def test_hdf5_data_crosses_files(tmp_path, rng):
     with pytest.raises(DataError, match=r"0\.h5 has no dataset 'y'"):
         make_layer(f'''type: "HDF5Data" top: "y"
             hdf5_data_param {{ source: "{tmp_path / 'bad.txt'}" batch_size: 1 }}''', [])
+
+
+# ---- sharding across data-parallel ranks ------------------------------------------------
+
+@pytest.fixture
+def two_ranks():
+    """Yields a function setting this process's (solver_count, solver_rank)."""
+    from caffe_ocl.parallel import state as pstate
+
+    def set_rank(r, n=2):
+        pstate.solver_count, pstate.solver_rank = n, r
+    yield set_rank
+    pstate.solver_count, pstate.solver_rank = 1, 0
+
+
+def test_image_data_shards_lines_across_ranks(tmp_path, rng, two_ranks):
+    """TRAIN: rank r of 2 reads list lines r, r+2, ... (wrapping, the offset
+    still counting); TEST nets read every line."""
+    root, _ = _write_pngs(tmp_path, rng)
+    proto = f'''type: "ImageData" top: "data" top: "label"
+        image_data_param {{ source: "{tmp_path / 'list.txt'}" root_folder: "{root}/"
+                            batch_size: 3 }}'''
+    got = {}
+    for r in (0, 1):
+        two_ranks(r)
+        layer, b, t = make_layer(proto, [], caffe_pb2.TRAIN, ntop=2)
+        got[r] = [int(v) for _ in range(2) for v in forward(layer, b, t)[1]]
+        layer.close()
+    assert got[0] == [10, 12, 14, 11, 13, 10]     # offsets 0 2 4 6 8 10 of the cycle
+    assert got[1] == [11, 13, 10, 12, 14, 11]
+    layer, b, t = make_layer(proto, [], caffe_pb2.TEST, ntop=2)
+    assert [int(v) for v in forward(layer, b, t)[1]] == [10, 11, 12]
+    layer.close()
+
+
+def test_hdf5_data_shards_rows_across_ranks(tmp_path, rng, two_ranks):
+    """Caffe's HDF5DataLayer::Skip: rank r of 2 keeps rows whose running
+    offset is r mod 2, across files and wrap-around; the host batches are
+    reused (two sets) without corrupting uploads still in flight."""
+    h5py = pytest.importorskip("h5py")
+    for i, rows in enumerate((np.arange(3), np.arange(3, 7))):
+        with h5py.File(tmp_path / f"{i}.h5", "w") as f:
+            f["x"] = rows.astype(np.float32)[:, None]
+    (tmp_path / "list.txt").write_text(f"{tmp_path / '0.h5'}\n{tmp_path / '1.h5'}\n")
+    proto = f'''type: "HDF5Data" top: "x"
+        hdf5_data_param {{ source: "{tmp_path / 'list.txt'}" batch_size: 3 }}'''
+    seq = np.arange(7).tolist() * 4
+    for r in (0, 1):
+        two_ranks(r)
+        layer, b, t = make_layer(proto, [], caffe_pb2.TRAIN)
+        got = [int(v) for _ in range(4) for v in forward(layer, b, t)[0].ravel()]
+        assert got == seq[r::2][:12], r

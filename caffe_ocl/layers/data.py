@@ -134,6 +134,17 @@ class _DBSource(_Source):
         self.transformer.transform_batch(imgs, batch.arrays[0])
 
 
+def _train_shard(phase):
+    """(solver_count, solver_rank) for a TRAIN data layer of a data-parallel
+    run: each solver reads every solver_count-th record (line, HDF5 row)
+    from its rank on, as Caffe's DataLayer/HDF5DataLayer::Skip; TEST nets
+    (root solver only) and single runs read everything: (1, 0)."""
+    from ..parallel import state as pstate
+    if phase == caffe_pb2.TRAIN and pstate.solver_count > 1:
+        return pstate.solver_count, pstate.solver_rank
+    return 1, 0
+
+
 def _shape_str(s):
     return ",".join(str(x) for x in s)
 
@@ -173,12 +184,8 @@ class DataLayer(BasePrefetchingDataLayer):
         if p.rand_skip:
             skip = int(seeded_rng().integers(p.rand_skip))
             log.info("Skipping first %d data points.", skip)
-        from ..parallel import state as pstate
-        # each solver reads every solver_count-th record from its rank; TEST
-        # nets (root solver only) read them all, as Caffe's DataLayer::Skip
-        shard = (pstate.solver_count, pstate.solver_rank) \
-            if self.phase == caffe_pb2.TRAIN and pstate.solver_count > 1 else (1, 0)
-        src = _DBSource(self.reader, skip, img.shape, force, shard=shard, batch_size=bs,
+        src = _DBSource(self.reader, skip, img.shape, force, shard=_train_shard(self.phase),
+                        batch_size=bs,
                         out_shape=out, with_label=len(top) > 1, transformer=self.transformer)
         self._start_prefetch(src, p.prefetch)
 
@@ -213,8 +220,10 @@ def read_image_list(source, where):
 
 class _ListSource(_Source):
     def __init__(self, lines, lines_id, source, root, new_hw, is_color, shuffle, rng,
-                 record_shape, **kw):
+                 record_shape, shard=(1, 0), **kw):
         super().__init__(**kw)
+        self.shard = shard      # (solver_count, solver_rank), as _DBSource
+        self.offset = 0
         self.lines = lines
         self.lines_id = lines_id
         self.source = source
@@ -225,10 +234,22 @@ class _ListSource(_Source):
         self.rng = rng
         self.record_shape = record_shape
 
+    def _advance(self):
+        self.lines_id += 1
+        if self.lines_id >= len(self.lines):
+            self.lines_id = 0
+            if self.shuffle:
+                self.rng.shuffle(self.lines)
+
     def fill(self, batch):
         imgs = []
         labels = batch.arrays[1]
+        n_ranks, rank = self.shard
         for i in range(self.batch_size):
+            while n_ranks > 1 and self.offset % n_ranks != rank:   # another rank's line
+                self.offset += 1
+                self._advance()
+            self.offset += 1
             path, label, n = self.lines[self.lines_id]
             where = f"list file {self.source} line {n}"
             img = read_image(self.root + path, *self.new_hw, self.is_color, where)
@@ -239,11 +260,7 @@ class _ListSource(_Source):
                     "new_height/new_width to resize all images to one size")
             imgs.append(img)
             labels[i] = label
-            self.lines_id += 1
-            if self.lines_id >= len(self.lines):
-                self.lines_id = 0
-                if self.shuffle:
-                    self.rng.shuffle(self.lines)
+            self._advance()
         self.transformer.transform_batch(imgs, batch.arrays[0])
 
 
@@ -286,8 +303,9 @@ class ImageDataLayer(BasePrefetchingDataLayer):
         top[1].reshape((bs,))
         log.info("output data size: %s", _shape_str((bs,) + out))
         src = _ListSource(lines, lines_id, p.source, p.root_folder, (nh, nw), p.is_color,
-                          p.shuffle, rng, img.shape, batch_size=bs, out_shape=out,
-                          with_label=True, transformer=self.transformer)
+                          p.shuffle, rng, img.shape, shard=_train_shard(self.phase),
+                          batch_size=bs, out_shape=out, with_label=True,
+                          transformer=self.transformer)
         self._start_prefetch(src, self.param.data_param.prefetch)   # as Caffe's base layer
 
 
@@ -445,7 +463,14 @@ class HDF5DataLayer(Layer):
         self.row_shapes = [a.shape[1:] for a in self.arrays]
         for t, s in zip(top, self.row_shapes):
             t.reshape((self.batch_size,) + s)
-        self._inflight = None
+        self.shard = _train_shard(self.phase)
+        self.offset = 0
+        # two sets of host batches, alternated: the upload of one may still
+        # be in flight while the next is filled
+        self._host = [[np.empty((self.batch_size,) + s, np.float32) for s in self.row_shapes]
+                      for _ in range(2)]
+        self._events = [None, None]
+        self._turn = 0
 
     def _load(self, fn):
         h5py = self.h5py
@@ -497,21 +522,36 @@ class HDF5DataLayer(Layer):
     def reshape(self, bottom, top):
         pass
 
+    def _step(self):
+        self.row += 1
+        if self.row == self.rows:
+            self._next_file()
+
     def forward_impl(self, bottom, top):
+        import pyopencl as cl
         bs = self.batch_size
-        outs = [np.empty((bs,) + s, np.float32) for s in self.row_shapes]
+        turn, self._turn = self._turn, 1 - self._turn
+        if self._events[turn]:
+            cl.wait_for_events(self._events[turn])    # its last upload is done
+        outs = self._host[turn]
+        n_ranks, rank = self.shard
         filled = 0
         while filled < bs:
-            take = min(bs - filled, self.rows - self.row)
+            if n_ranks > 1:     # Caffe's HDF5DataLayer::Skip, row by row
+                while self.offset % n_ranks != rank:
+                    self.offset += 1
+                    self._step()
+                self.offset += 1
+                take = 1
+            else:
+                take = min(bs - filled, self.rows - self.row)
             idx = self.perm[self.row:self.row + take]
             for o, a in zip(outs, self.arrays):
                 o[filled:filled + take] = a[idx]
             filled += take
-            self.row += take
-            if self.row == self.rows:
-                self._next_file()
-        evs = upload(self.device, top, outs)
-        self._inflight = (outs, evs)
+            self.row += take - 1
+            self._step()
+        self._events[turn] = upload(self.device, top, outs)
 
 
 @register("HDF5Output")
