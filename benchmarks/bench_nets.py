@@ -5,7 +5,8 @@ after warm-up, device-synchronised. If PyTorch (+ torchvision) is
 importable, the same architecture and batch are timed with PyTorch on the
 matching device in the same run and the ratio printed (PyTorch time /
 caffe_ocl time: >= 1.0 means caffe_ocl is at least as fast). Also the peak
-device memory of each (caffe_ocl's buffer pool; torch.cuda.max_memory_allocated).
+device memory of each (caffe_ocl's buffer pool, for the Solver's net with its
+diff memory plan, see caffe_ocl/memory_plan.py; torch.cuda.max_memory_allocated).
 
     python benchmarks/bench_nets.py [--nets alexnet,resnet18,...] [--batches 16,64]
         [--runs 10] [--tf32] [--no-train] [--torch-device cuda|cpu]
@@ -23,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import caffe_ocl  # noqa: E402
-from common import fill_inputs, solver_for, timed, with_inputs  # noqa: E402
+from common import fill_inputs, fresh_pool, solver_for, timed, with_inputs  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_NAMES = {"alexnet": "alexnet", "resnet18": "resnet18", "resnet50": "resnet50",
@@ -117,9 +118,7 @@ def main():
             ours_i = caffe_ocl_infer(name, batch, a.runs)
             ours_t = peak = float("nan")
             if not a.no_train:
-                gc.collect()
-                dev.allocator.free_held()
-                dev.peak_bytes = 0
+                fresh_pool(dev)
                 ours_t = caffe_ocl_train(name, batch, a.runs)
                 peak = dev.peak_bytes / 2 ** 20       # peak of the training step
             gc.collect()

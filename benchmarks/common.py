@@ -52,6 +52,20 @@ def fill_inputs(net, num_classes, rng=None):
     net.blobs["label"].data[...] = rng.integers(0, num_classes, net.blobs["label"].shape)
 
 
+def fresh_pool(dev):
+    """Start a peak-memory count from an empty pool: drop what earlier runs
+    left (held blocks, device-wide scratch kept for layers of nets that are
+    gone), then zero ``dev.peak_bytes``. A Solver's net shares activation
+    diffs (caffe_ocl/memory_plan.py) unless CAFFE_OCL_SHARE_DIFFS=0, so a
+    training peak measured after this is the planned one."""
+    import gc
+    gc.collect()
+    dev.__dict__.pop("_layer_scratch", None)     # memory_plan.shared_scratch
+    gc.collect()
+    dev.allocator.free_held()
+    dev.peak_bytes = 0
+
+
 def timed(fn, sync, warmup=3, runs=10):
     for _ in range(warmup):
         fn()

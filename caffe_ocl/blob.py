@@ -130,6 +130,10 @@ class Blob:
         if self._data is None or count > self._data.capacity:
             self._data = SyncedMemory(count, self._device)
             self._diff = SyncedMemory(count, self._device)
+        elif count > self._diff.capacity:
+            # a diff shared with a smaller blob (share_diff, or a memory plan's
+            # buffer, caffe_ocl/memory_plan.py) no longer fits: own one again
+            self._diff = SyncedMemory(count, self._device)
         return self
 
     def reshape_like(self, other):

@@ -55,7 +55,6 @@ import os
 from .blob import Blob
 from .errors import NetError
 from .ops import conv as conv_ops
-from .ops import gemm as gemm_ops
 from .ops import work_size
 from .proto import caffe_pb2
 
@@ -158,12 +157,9 @@ class Chain:
             w = prod.blobs[0].data_buffer()
             b = prod.blobs[1].data_buffer() if prod.bias_term else None
         if prod.type == "InnerProduct":
-            self.fwd = [gemm_ops.gemm(dev, prod.M, prod.num_output, prod.K,
-                                      bottom.data_buffer(), w, top.data_buffer(),
-                                      trans_b=not prod.transpose, bias=b, bias_axis=1,
-                                      act=self.act)]
+            self.fwd = prod.forward_launches(bottom, top, w, b, act=self.act)
         else:
-            col = prod.col.data_buffer() if prod.col is not None else None
+            col = prod.col       # a device buffer or None (shared scratch)
             self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w,
                                         top.data_buffer(), col, b, act=self.act)
         if bottom.count == 0 or top.count == 0:

@@ -16,6 +16,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from . import memory_plan
 from .blob import Blob
 from .errors import NetError, ShapeError
 from .layers.base import create_layer
@@ -142,10 +143,13 @@ class Net:
     Keyword options: ``level``, ``stages``, ``fold`` (folding of BatchNorm/
     Scale/activations into the preceding Convolution/InnerProduct: None =
     at TEST unless force_backward, False = never, True = always;
-    ``CAFFE_OCL_FOLD=0`` turns it off; see caffe_ocl/fusion.py)."""
+    ``CAFFE_OCL_FOLD=0`` turns it off; see caffe_ocl/fusion.py), ``share_diffs``
+    (activation diffs share buffers by liveness in backward, as a Solver's
+    net does: intermediate blob diffs are then not meaningful after backward;
+    default False = Caffe's one diff per blob; see caffe_ocl/memory_plan.py)."""
 
     def __init__(self, network, *args, phase=None, weights=None, level=0, stages=(),
-                 fold=None):
+                 fold=None, share_diffs=False):
         args = list(args)
         if len(args) == 2 or (args and isinstance(args[0], (str, os.PathLike))):
             weights = args.pop(0)
@@ -169,13 +173,19 @@ class Net:
             param.state.stage.append(s)
         self.phase = phase
         self.fold = fold
-        self._fusion = None
+        self._fusion = None             # TEST-phase folding (fusion.py)
+        self._train_fusion = None       # TRAIN-phase BN/Scale/act chains (fusion_train.py)
+        self.memory_plan = None
         self._init(param)
         if weights is not None:
             self.copy_from(weights)
-        from . import fusion
+        from . import fusion, fusion_train
         if fusion.fold_enabled(fold, phase, self.param):
             self._fusion = fusion.build_plan(self)
+        elif phase == caffe_pb2.TRAIN:
+            self._train_fusion = fusion_train.build_plan(self)
+        if share_diffs:
+            self.set_share_diffs(True)
 
     # ---- construction ---------------------------------------------------
     def _init(self, in_param):
@@ -242,6 +252,9 @@ class Net:
                 available[tname] = True
                 tops.append(blob)
             layer.propagate_down = list(bneed)
+            bn = memory_plan.bn_for_scale(self.layers, self._top_vecs, li, bottoms, tops)
+            if bn is not None:
+                layer.use_input_copy(bn)
             layer.setup(bottoms, tops)
             log.info("Setting up %s", lp.name)
             for ti, t in enumerate(tops):
@@ -412,20 +425,43 @@ class Net:
         except ValueError:
             raise NetError(f"{what}: no layer named {name!r} in net {self.name!r}") from None
 
+    # ---- memory plan -----------------------------------------------------
+    def set_share_diffs(self, on=True):
+        """Share activation diff buffers by liveness in backward (on) or give
+        every blob its own diff again (off). With sharing, the diffs of
+        intermediate blobs are not meaningful after backward; parameter
+        diffs, net inputs/outputs and loss tops keep their own. Ignored (off)
+        when the net's debug_info is set."""
+        if on and self.param.debug_info:
+            log.info("debug_info is set: activation diffs are not shared")
+            on = False
+        if on and self.memory_plan is None:
+            self.memory_plan = memory_plan.DiffPlan(self)
+        elif not on and self.memory_plan is not None:
+            memory_plan.remove_diff_plan(self)
+            self.memory_plan = None
+
     # ---- running ---------------------------------------------------------
     def reshape(self):
         for li, layer in enumerate(self.layers):
             layer.reshape_if_needed(self._bottom_vecs[li], self._top_vecs[li])
+        if self.memory_plan is not None:
+            self.memory_plan.refresh()
 
     def _forward_range(self, start, end):
-        fusion = self._fusion
+        fusion, train_fusion = self._fusion, self._train_fusion
+        reshaped = False
         for li in range(start, end + 1):
             layer = self.layers[li]
             bottoms, tops = self._bottom_vecs[li], self._top_vecs[li]
-            layer.reshape_if_needed(bottoms, tops)
+            reshaped |= layer.reshape_if_needed(bottoms, tops)
             if fusion is not None and fusion.forward(li, start, end):
                 continue
+            if train_fusion is not None and train_fusion.forward(li, start, end):
+                continue
             layer.forward(bottoms, tops)
+        if reshaped and self.memory_plan is not None:
+            self.memory_plan.refresh()      # shapes changed: plan the diffs again
 
     def forward(self, blobs=None, start=None, end=None, **kwargs):
         """pycaffe's Net.forward: set inputs from kwargs, run, return
@@ -483,11 +519,18 @@ class Net:
         self._backward_range(start_i, end_i)
         return {o: self.blobs[o].diff for o in outputs}
 
-    def _backward_range(self, start, end):
+    def _backward_range(self, start, end, after_layer=None):
+        """Backward of layers start, start-1, ..., end; ``after_layer(li)``
+        (the solver's data-parallel hooks) once each layer's is enqueued."""
+        train_fusion = self._train_fusion
         for li in range(start, end - 1, -1):
-            if self._layer_need_backward[li]:
+            if train_fusion is not None and train_fusion.backward(li, start, end):
+                pass
+            elif self._layer_need_backward[li]:
                 self.layers[li].backward(self._top_vecs[li], self._bottom_need_backward[li],
                                          self._bottom_vecs[li])
+            if after_layer is not None:
+                after_layer(li)
 
     def forward_all(self, blobs=None, **kwargs):
         """Run in batches over all of ``kwargs``' arrays; concatenated outputs."""

@@ -21,6 +21,7 @@ GEOMS = [
     (2, 5, 5, 7, 70, 1, 1, 0, 0, 1, 1, 1, 1, 1),     # 1x1, M > 64 (128-row tiles)
     (2, 6, 4, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 6),      # depthwise
     (4, 16, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1),     # K > 2 tiles, N > 128
+    (2, 5, 7, 8, 6, 1, 1, 0, 0, 2, 2, 1, 1, 1),      # strided 1x1 (dense + scatter)
 ]
 
 
@@ -71,10 +72,11 @@ def _refs(g, x, w, dy):
 # build each GPU kernel variant: the default run (CI, 2 cores) covers igemm
 # on one geometry; the rest run with `-m slow` here, and all of them with
 # `-m ""` on the GPU machine.
-_SLOW_IGEMM = (1, 2, 3, 4, 5)
+_SLOW_IGEMM = (1, 2, 3, 4, 5, 7)
 CASES = [pytest.param(p, algo, id=f"{i}-{algo}",
                       marks=[pytest.mark.slow] if algo == "igemm" and i in _SLOW_IGEMM else [])
-         for algo in conv_ops.ALGOS for i, p in enumerate(GEOMS)]
+         for algo in conv_ops.ALGOS if algo != "winograd"   # 3x3 only: test_winograd.py
+         for i, p in enumerate(GEOMS)]
 
 
 @pytest.mark.parametrize("p,algo", CASES)
@@ -133,11 +135,11 @@ def test_backward_weight_split_k(d, rng, monkeypatch):
 
 @pytest.mark.parametrize("impl", ["cpu", "gpu"])
 def test_conv_bias_grad_accumulates(d, rng, impl):
-    for outer, ch, inner in [(3, 5, 7), (1, 2, 300)]:
+    for outer, ch, inner in [(3, 5, 7), (1, 2, 300), (3, 2, 700)]:   # last: split
         dy = rng.standard_normal((outer, ch, inner))
         db0 = rng.standard_normal(ch)
         dbb = d.buf(db0)
-        d.run([conv_ops.bias_grad(d.dev, outer, ch, inner, d.buf(dy), dbb, impl=impl)])
+        d.run(conv_ops.bias_grad(d.dev, outer, ch, inner, d.buf(dy), dbb, impl=impl))
         np.testing.assert_allclose(d.get(dbb, (ch,)), db0 + dy.sum(axis=(0, 2)),
                                    rtol=1e-5, atol=1e-5)
 
@@ -176,9 +178,65 @@ def test_gemm_kernels(d, rng, case, impl):
     np.testing.assert_allclose(d.get(cb, C.shape), ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("case", GEMMS, ids=[str(i) for i in range(len(GEMMS))])
+def test_gemm_cpu_kernel_all_cases(d, rng, case):
+    """gemm_cpu.cl on every GEMMS case (fast on PoCL, so none is slow)."""
+    test_gemm_kernels(d, rng, case, "cpu")
+
+
+@pytest.mark.parametrize("M,HW,K,nimg", [(7, 21, 300, 3), (13, 300, 5, 2), (100, 17, 40, 4)])
+def test_gemm_cpu_images_folded_into_n(d, rng, M, HW, K, nimg):
+    """nsplit: op(B) and C as [image][rows][HW] (the image tensors of a
+    convolution), N = images * HW; HW not a multiple of the 16-column
+    strips, K over one panel, beta accumulation, bias and ReLU epilogue."""
+    A = rng.standard_normal((M, K))
+    B = rng.standard_normal((nimg, K + 1, HW))      # one spare row per image
+    C = rng.standard_normal((nimg, M + 2, HW))
+    bias = rng.standard_normal(M)
+    v = np.einsum("mk,ikp->imp", A, B[:, :K]) + bias[None, :, None] + 0.5 * C[:, :M]
+    ref = C.copy()
+    ref[:, :M] = np.where(v > 0, v, 0.2 * v)
+    cb = d.buf(C)
+    d.run([gemm_ops.gemm(d.dev, M, nimg * HW, K, d.buf(A), d.buf(B), cb, beta=0.5,
+                         ldb=HW, ldc=HW, nsplit=HW, nstride=((K + 1) * HW, (M + 2) * HW),
+                         bias=d.buf(bias), act=("relu", 0.2), impl="cpu")])
+    assert _rel(d.get(cb, C.shape), ref) < 1e-5
+
+
+@pytest.mark.parametrize("M,N,HW,nimg", [(13, 20, 37, 3), (5, 70, 300, 2)])
+def test_gemm_cpu_images_folded_into_k(d, rng, M, N, HW, nimg):
+    """ksplit: C += sum over images of A_i * B_i^T with A as [image][M][HW]
+    and B as [image][N][HW] (a weight gradient); HW above the K panel
+    splits panels inside an image."""
+    A = rng.standard_normal((nimg, M, HW))
+    B = rng.standard_normal((nimg, N, HW))
+    C = rng.standard_normal((M, N))
+    ref = C + np.einsum("imp,inp->mn", A, B)
+    cb = d.buf(C)
+    d.run([gemm_ops.gemm(d.dev, M, N, nimg * HW, d.buf(A), d.buf(B), cb, trans_b=True,
+                         beta=1.0, lda=HW, ldb=HW, ksplit=HW, kstride=(M * HW, N * HW),
+                         impl="cpu")])
+    assert _rel(d.get(cb, C.shape), ref) < 1e-5
+
+
+def test_cpu_blocks_cover_and_balance(d):
+    for M, N in [(1, 1), (64, 50176), (512, 784), (20, 25), (1000, 16), (64, 49)]:
+        bm, bn = gemm_ops.cpu_blocks(d.dev, M, N)
+        assert bm % 6 == 0 and bn % 16 == 0
+        assert 0 < bm <= gemm_ops.CPU_BM_MAX and 0 < bn <= gemm_ops.CPU_BN_MAX
+        assert bm < M + 6 and bn < N + 16      # no block wider than needed
+
+
+def test_gemm_split_arguments_rejected(d):
+    with pytest.raises(ValueError, match="nsplit"):
+        gemm_ops.gemm(d.dev, 2, 2, 2, None, None, None, nsplit=1, impl="tiled")
+    with pytest.raises(ValueError, match="ksplit"):
+        gemm_ops.gemm(d.dev, 2, 2, 2, None, None, None, ksplit=1, impl="cpu")
+
+
 def test_bad_algorithm_rejected(d):
     with pytest.raises(ValueError, match="algorithm"):
-        conv_ops.workspace_floats(d.dev, _geom(GEOMS[0]), "winograd")
+        conv_ops.workspace_floats(d.dev, _geom(GEOMS[0]), "fft")
 
 
 def test_tf32_flag_never_reaches_non_nvidia(d, monkeypatch):

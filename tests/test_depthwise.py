@@ -129,3 +129,24 @@ def test_depthwise_convolution_layer_gradient(rng):
     ref = conv2d(x, w, b, pad=(1, 1), stride=(2, 2), group=3)
     assert _rel(y, ref) < 1e-5
     testing.check_gradient(layer, bottoms, tops)
+
+
+def test_backward_weight_split_over_work_groups(d, rng):
+    """Few channels, many output positions: the GPU reduction cuts each
+    channel into several work-groups' chunks (padding and stride 2 too);
+    against a float64 tap-by-tap reference."""
+    from caffe_ocl.ops.channel import split_chunks
+    g = conv_ops.ConvGeometry(3, 2, 100, 45, 2, 3, 3, 1, 1, 1, 2, 1, 1, 2)
+    assert split_chunks(d.dev, g.channels, g.num * g.out_spatial, dw_ops.WG) > 1
+    x, w, _, dy = _case(g, rng)
+    xp = np.pad(x, ((0, 0), (0, 0), (g.ph, g.ph), (g.pw, g.pw)))
+    ref = np.zeros(w.shape)
+    for kh in range(g.kh):
+        for kw in range(g.kw):
+            win = xp[:, :, kh:kh + g.sh * (g.out_h - 1) + 1:g.sh,
+                     kw:kw + g.sw * (g.out_w - 1) + 1:g.sw]
+            ref[:, 0, kh, kw] = (win * dy).sum(axis=(0, 2, 3))
+    dw0 = rng.standard_normal(w.shape)
+    dwb = d.buf(dw0)
+    d.run(dw_ops.backward_weight(d.dev, g, d.buf(x), d.buf(dy), dwb, impl="gpu"))
+    assert _rel(d.get(dwb, w.shape), dw0 + ref) < 1e-5

@@ -39,6 +39,9 @@ def test_explicit_choice_by_index_platform_device_or_name():
     assert choose_device(devs, "oclgrind")[0] is OCLGRIND
     with pytest.raises(DeviceError, match="no OpenCL device 9"):
         choose_device(devs, "9")
+    # `--gpu 0` on a machine without GPUs: the real CPU driver, not the
+    # simulator that happens to be listed first
+    assert choose_device([OCLGRIND, POCL_DEB], "0", mode="gpu")[0] is POCL_DEB
     with pytest.raises(DeviceError, match="no OpenCL device found"):
         choose_device([])
     with pytest.raises(DeviceError, match="no OpenCL CPU device"):

@@ -126,6 +126,59 @@ def test_batchnorm_statistics_are_not_parameters(rng):
         make_layer('type: "BatchNorm" param { lr_mult: 1 }', [np.zeros((2, 3))], TRAIN)
 
 
+def _split_shape_check(layer, m):
+    """The shape really takes the split (several work-groups per channel) path."""
+    from caffe_ocl.ops.channel import reduce_wg, split_chunks
+    c = layer.dims[1]
+    assert split_chunks(layer.device, c, m, reduce_wg(layer.device)) > 1
+
+
+def test_batchnorm_split_reduction_forward_backward(rng):
+    """Few long channels (reductions split over work-groups), data far from
+    zero mean (the one-pass shifted sums must stay accurate): forward and the
+    analytic backward against float64."""
+    shape, eps = (4, 2, 40, 33), 1e-5
+    x = (rng.standard_normal(shape) * 0.5 + 30.0).astype(np.float32)
+    layer, b, t = make_layer(f'type: "BatchNorm" batch_norm_param {{ eps: {eps} }}', [x],
+                             TRAIN)
+    _split_shape_check(layer, shape[0] * shape[2] * shape[3])
+    (y,) = forward(layer, b, t)
+    yref, mean, var = bn_batch_ref(x, eps)
+    np.testing.assert_allclose(y, yref, rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(layer.blobs[0].data, mean, rtol=1e-6)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    t[0].diff[...] = dy
+    layer.backward(t, [True], b)
+    v, g = _bn_view(yref), _bn_view(dy)
+    m = v.shape[0] * v.shape[2]
+    s1 = g.sum(axis=(0, 2))[None, :, None] / m
+    s2 = (g * v).sum(axis=(0, 2))[None, :, None] / m
+    dx = (g - s1 - s2 * v) / np.sqrt(var + eps)[None, :, None]
+    np.testing.assert_allclose(b[0].diff, dx.reshape(shape), rtol=2e-3, atol=2e-3)
+
+
+def test_scale_split_reduction_gradients(rng):
+    """Scale with bias over few long channels: the one-pass bias (sum dy) and
+    scale (sum dy*x) gradients accumulate, against float64."""
+    shape = (3, 2, 40, 40)      # m = 4800: split on GPUs (WG 256) and on PoCL
+    x = rng.standard_normal(shape).astype(np.float32)
+    layer, b, t = make_layer('type: "Scale" scale_param { bias_term: true '
+                             'filler { type: "gaussian" } }', [x], TRAIN)
+    _split_shape_check(layer, shape[0] * shape[2] * shape[3])
+    forward(layer, b, t)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    t[0].diff[...] = dy
+    for p in layer.blobs:
+        p.diff[...] = 1.0
+    layer.backward(t, [True], b)
+    g, xv = dy.astype(np.float64), x.astype(np.float64)
+    np.testing.assert_allclose(layer.blobs[0].diff, 1.0 + (g * xv).sum(axis=(0, 2, 3)),
+                               rtol=1e-4)
+    np.testing.assert_allclose(layer.blobs[1].diff, 1.0 + g.sum(axis=(0, 2, 3)), rtol=1e-4)
+    np.testing.assert_allclose(b[0].diff, g * bcast(layer.blobs[0].data, shape, 1),
+                               rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("shape,ids", [((2, 3, 2, 2), [0, 7, 17]), ((4, 3), [1, 11])])
 def test_batchnorm_train_gradient(rng, shape, ids):
     x = rng.standard_normal(shape)

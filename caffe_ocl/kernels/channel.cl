@@ -10,9 +10,6 @@
 #ifndef HAS_BIAS
 #define HAS_BIAS 0
 #endif
-#ifndef PRODUCT
-#define PRODUCT 0
-#endif
 
 __kernel void chan_affine(int n, int D, int I, __global const float* x,
                           __global const float* scale, __global const float* bias,
@@ -29,23 +26,99 @@ __kernel void chan_affine(int n, int D, int I, __global const float* x,
     }
 }
 
-/* out[d] = (accumulate ? out[d] : 0) + sum over (o, i) of a[o, d, i]
- * (times b[o, d, i] when PRODUCT). One work-group per d. */
-__kernel void chan_sum(int O, int D, int I, __global const float* a,
-                       __global const float* b, __global float* out, int accumulate) {
+/* ---- Split per-channel reductions ------------------------------------------
+ * One work-group per channel leaves a GPU mostly idle when channels are few
+ * and long (ResNet's first BatchNorm: 64 channels of 800k elements), so the
+ * O*I elements of channel d are cut into `chunks` contiguous ranges; work
+ * item t = d*chunks + g of the grid (groups stride over t) sums range g into
+ * part[2t] and part[2t+1], and a second small kernel adds the chunks.
+ *   PART_MODE 0: s1 = sum a, s2 = sum a*b           (b unused when !PART_B)
+ *   PART_MODE 1: s1 = sum (a-K), s2 = sum (a-K)^2   K = first element of the
+ *                channel: shifted data keep E(x^2)-E(x)^2 accurate in one pass
+ * Index walk: o/i advance incrementally, no division per element. */
+#ifndef PART_MODE
+#define PART_MODE 0
+#endif
+#ifndef PART_B
+#define PART_B 1
+#endif
+
+__kernel void chan_partial(int O, int D, int I, int chunks, __global const float* a,
+                           __global const float* b, __global float* part) {
     __local float buf[WG];
     const int m = O * I;
-    for (int d = get_group_id(0); d < D; d += get_num_groups(0)) {
-        float s = 0.0f;
-        for (int j = get_local_id(0); j < m; j += WG) {
-            const int k = CHAN_INDEX(j, d, D, I);
-#if PRODUCT
-            s += a[k] * b[k];
-#else
-            s += a[k];
+    const int len = (m + chunks - 1) / chunks;
+    for (int t = get_group_id(0); t < D * chunks; t += get_num_groups(0)) {
+        const int d = t / chunks, g = t - d * chunks;
+        const int j0 = g * len, j1 = min(m, j0 + len);
+        float s1 = 0.0f, s2 = 0.0f;
+#if PART_MODE == 1
+        const float K = a[d * I];
 #endif
+        int j = j0 + (int)get_local_id(0);
+        int o = j / I, i = j - o * I;
+        for (; j < j1; j += WG) {
+            const int k = (o * D + d) * I + i;
+#if PART_MODE == 1
+            const float v = a[k] - K;
+            s1 += v;
+            s2 += v * v;
+#else
+            const float v = a[k];
+            s1 += v;
+#if PART_B
+            s2 += v * b[k];
+#endif
+#endif
+            i += WG;
+            while (i >= I) { i -= I; ++o; }
         }
-        s = wg_sum(s, buf);
-        if (get_local_id(0) == 0) out[d] = accumulate ? out[d] + s : s;
+        s1 = wg_sum(s1, buf);
+        s2 = wg_sum(s2, buf);
+        if (get_local_id(0) == 0) {
+            part[2 * t] = s1;
+            part[2 * t + 1] = s2;
+        }
+    }
+}
+
+/* out1[d] (+)= alpha * sum_g part[2(d*chunks+g)], out2 likewise with the
+ * second sums; WANT1 / WANT2 choose the outputs (an unused one may be any
+ * buffer). */
+#ifndef WANT1
+#define WANT1 1
+#endif
+#ifndef WANT2
+#define WANT2 1
+#endif
+__kernel void chan_partial_sum(int D, int chunks, __global const float* part,
+                               __global float* out1, __global float* out2,
+                               int acc1, int acc2) {
+    GLOBAL_LOOP(d, D) {
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int g = 0; g < chunks; ++g) {
+            s1 += part[2 * (d * chunks + g)];
+            s2 += part[2 * (d * chunks + g) + 1];
+        }
+#if WANT1
+        out1[d] = acc1 ? out1[d] + s1 : s1;
+#endif
+#if WANT2
+        out2[d] = acc2 ? out2[d] + s2 : s2;
+#endif
+    }
+}
+
+/* pairs[2d], pairs[2d+1] = the two sums of channel d over its chunks. */
+__kernel void chan_partial_pairs(int D, int chunks, __global const float* part,
+                                 __global float* pairs) {
+    GLOBAL_LOOP(d, D) {
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int g = 0; g < chunks; ++g) {
+            s1 += part[2 * (d * chunks + g)];
+            s2 += part[2 * (d * chunks + g) + 1];
+        }
+        pairs[2 * d] = s1;
+        pairs[2 * d + 1] = s2;
     }
 }

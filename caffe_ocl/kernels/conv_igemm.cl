@@ -258,27 +258,20 @@ __kernel void splitk_reduce(int total, int MN, int nsplit, __global const float*
     }
 }
 
-/* Bias gradient of a convolution: db[c] = beta * db[c] + sum over (o, k)
- * of dy[o][c][k] (outer = images, inner = spatial size). One work-group of
- * 256 per channel, coalesced strided reads and a local tree reduction
- * (a work-item per channel reading n*H*W values serially was the largest
- * cost of a VGG training step on the GPU). */
-__kernel __attribute__((reqd_work_group_size(256, 1, 1)))
-void conv_bias_grad(int outer, int channels, int inner,
-                    __global const float* dy, float beta, __global float* db) {
-    __local float red[256];
-    const int c = get_group_id(0), lid = get_local_id(0);
-    const int total = outer * inner;
-    float s = 0.0f;
-    for (int i = lid; i < total; i += 256) {
-        const int o = i / inner, k = i - o * inner;
-        s += dy[(o * channels + c) * inner + k];
+
+/* Backward-data of a strided 1x1 convolution without padding, second step:
+ * the dense dx_sub[n][c][HO][WO] = W^T dy (a stride-1 conv_bwd_data) is
+ * spread onto the stride grid of dx[n][c][H][W]; the other positions get no
+ * gradient (0, or unchanged when accumulating). The gather form of
+ * conv_bwd_data would spend (1 - 1/(SH*SW)) of its multiply-adds on them. */
+__kernel void stride_scatter(int total, int H, int W, int HO, int WO, int sh, int sw,
+                             __global const float* sub, __global float* dx, int accumulate) {
+    GLOBAL_LOOP(i, total) {
+        const int w = i % W, t = i / W;
+        const int h = t % H, nc = t / H;
+        float v = 0.0f;
+        if (h % sh == 0 && w % sw == 0 && h / sh < HO && w / sw < WO)
+            v = sub[(nc * HO + h / sh) * WO + w / sw];
+        dx[i] = accumulate ? dx[i] + v : v;
     }
-    red[lid] = s;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int w = 128; w > 0; w >>= 1) {
-        if (lid < w) red[lid] += red[lid + w];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lid == 0) db[c] = (beta != 0.0f ? beta * db[c] : 0.0f) + red[0];
 }

@@ -176,27 +176,44 @@ __kernel void dw_bwd_weight_serial(int N, int C, int H, int W, int HO, int WO,
     }
 }
 
-/* dw[c] += sum over n, oh, ow (GPUs): one work-group of WG items per
- * channel, each summing a strided share of the N*HO*WO positions, then a
- * local-memory tree reduction per tap. */
+/* Partial weight gradients (GPUs): channel c's N*HO*WO output positions are
+ * cut into `chunks` ranges (one work-group per channel left the GPU idle:
+ * MobileNet's 32-channel layers ran 15x slower backward than forward);
+ * work-group t = c*chunks + g sums range g with a strided share per item,
+ * reduces each tap in local memory and writes part[t*TAPS + tap]. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void dw_bwd_weight(int N, int C, int H, int W, int HO, int WO,
+void dw_bwd_weight(int N, int C, int H, int W, int HO, int WO, int chunks,
                    __global const float* x, __global const float* dy,
-                   __global float* dw) {
+                   __global float* part) {
     __local float red[WG];
-    int c = get_group_id(0);
-    int lid = get_local_id(0);
-    float acc[TAPS];
-    for (int k = 0; k < TAPS; ++k) acc[k] = 0.0f;
-    dw_taps(c, C, H, W, HO, WO, N * HO * WO, lid, WG, x, dy, acc);
-    for (int k = 0; k < TAPS; ++k) {
-        red[lid] = acc[k];
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int s = WG / 2; s > 0; s >>= 1) {
-            if (lid < s) red[lid] += red[lid + s];
+    const int lid = get_local_id(0);
+    const int P = N * HO * WO, len = (P + chunks - 1) / chunks;
+    for (int t = get_group_id(0); t < C * chunks; t += get_num_groups(0)) {
+        const int c = t / chunks, g = t - c * chunks;
+        const int p1 = min(P, (g + 1) * len);
+        float acc[TAPS];
+        for (int k = 0; k < TAPS; ++k) acc[k] = 0.0f;
+        dw_taps(c, C, H, W, HO, WO, p1, g * len + lid, WG, x, dy, acc);
+        for (int k = 0; k < TAPS; ++k) {
+            red[lid] = acc[k];
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int s = WG / 2; s > 0; s >>= 1) {
+                if (lid < s) red[lid] += red[lid + s];
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+            if (lid == 0) part[t * TAPS + k] = red[0];
             barrier(CLK_LOCAL_MEM_FENCE);
         }
-        if (lid == 0) dw[c * TAPS + k] += red[0];
-        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+/* dw[c*TAPS + k] += sum over the chunks of part[(c*chunks + g)*TAPS + k]. */
+__kernel void dw_bwd_weight_sum(int C, int chunks, __global const float* part,
+                                __global float* dw) {
+    GLOBAL_LOOP(i, C * TAPS) {
+        const int c = i / TAPS, k = i - c * TAPS;
+        float s = 0.0f;
+        for (int g = 0; g < chunks; ++g) s += part[(c * chunks + g) * TAPS + k];
+        dw[i] += s;
     }
 }

@@ -21,24 +21,43 @@ inline float2 chan_mean_var(int O, int C, int I, int c, __global const float* x,
     return (float2)(mu, wg_sum(v, buf) / m);
 }
 
-/* BatchNorm TRAIN: batch statistics, stdv = sqrt(var + eps), and Caffe's
- * moving averages: run_scale = run_scale*maf + 1,
- * run_mean = maf*run_mean + mean, run_var = maf*run_var + corr*var. */
-__kernel void bn_train_stats(int O, int C, int I, __global const float* x,
-                             __global float* mean, __global float* stdv, float eps,
-                             __global float* run_mean, __global float* run_var,
-                             __global float* run_scale, float maf, float corr) {
-    __local float buf[WG];
-    for (int c = get_group_id(0); c < C; c += get_num_groups(0)) {
-        float2 mv = chan_mean_var(O, C, I, c, x, buf);
-        if (get_local_id(0) == 0) {
-            mean[c] = mv.x;
-            stdv[c] = sqrt(mv.y + eps);
-            run_mean[c] = mv.x + maf * run_mean[c];
-            run_var[c] = corr * mv.y + maf * run_var[c];
+/* BatchNorm TRAIN, second pass of the split statistics (channel.cl's
+ * chan_partial with shifted sums, `chunks` partial pairs per channel):
+ * mean, biased variance, stdv = sqrt(var + eps), and Caffe's moving
+ * averages: run_scale = run_scale*maf + 1, run_mean = maf*run_mean + mean,
+ * run_var = maf*run_var + corr*var. */
+__kernel void bn_stats_finalize(int C, int I, int chunks, float inv_m,
+                                __global const float* x, __global const float* part,
+                                __global float* mean, __global float* stdv, float eps,
+                                __global float* run_mean, __global float* run_var,
+                                __global float* run_scale, float maf, float corr) {
+    GLOBAL_LOOP(c, C) {
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int g = 0; g < chunks; ++g) {
+            s1 += part[2 * (c * chunks + g)];
+            s2 += part[2 * (c * chunks + g) + 1];
         }
+        const float d = s1 * inv_m;                 /* mean - K */
+        const float var = fmax(s2 * inv_m - d * d, 0.0f);
+        const float mu = x[c * I] + d;
+        mean[c] = mu;
+        stdv[c] = sqrt(var + eps);
+        run_mean[c] = mu + maf * run_mean[c];
+        run_var[c] = corr * var + maf * run_var[c];
+        if (c == 0) run_scale[0] = run_scale[0] * maf + 1.0f;
     }
-    if (get_group_id(0) == 0 && get_local_id(0) == 0) run_scale[0] = run_scale[0] * maf + 1.0f;
+}
+
+/* BatchNorm TRAIN backward, after the split sums s1 = sum dy, s2 = sum dy*y
+ * per channel (sums[2c], sums[2c+1]):
+ * dx = (dy - (s1 + s2*y) / m) / stdv. dx may alias dy. */
+__kernel void bn_backward_apply(int n, int C, int I, float inv_m, __global const float* dy,
+                                __global const float* y, __global const float* sums,
+                                __global const float* stdv, __global float* dx) {
+    GLOBAL_LOOP(k, n) {
+        const int c = (k / I) % C;
+        dx[k] = (dy[k] - inv_m * (sums[2 * c] + sums[2 * c + 1] * y[k])) / stdv[c];
+    }
 }
 
 /* BatchNorm with global statistics: mean = run_mean / run_scale,
@@ -111,5 +130,88 @@ __kernel void chan_normalize_bwd(int O, int C, int I, __global const float* dy,
             if (use_std) v = v / stdv[c];
             dx[k] = v;
         }
+    }
+}
+
+/* ---- TRAIN-phase BatchNorm -> Scale -> activation on one blob (fusion_train.py)
+ * y2 = gamma[c] * xn + beta[c] with xn = (x - mean[c]) / stdv[c], y = act(y2).
+ * ACT 0 none, 1 relu (slope act_a), 2 clip [act_a, act_b]; the backward gates
+ * with act'(y2), recomputed from xn (Caffe's non-in-place activation
+ * semantics, which its in-place ReLU equals). */
+#ifndef ACT
+#define ACT 0
+#endif
+#if ACT == 1
+#define ACT_F(v) ((v) > 0.0f ? (v) : act_a * (v))
+#define ACT_D(v) ((v) > 0.0f ? 1.0f : act_a)
+#elif ACT == 2
+#define ACT_F(v) fmax(act_a, fmin(act_b, (v)))
+#define ACT_D(v) (((v) >= act_a && (v) <= act_b) ? 1.0f : 0.0f)
+#else
+#define ACT_F(v) (v)
+#define ACT_D(v) 1.0f
+#endif
+
+/* forward after the statistics: xnorm = xn (kept for backward), y = act(y2);
+ * y may alias x. */
+__kernel void bn_scale_act_fwd(int n, int C, int I, __global const float* x,
+                               __global const float* mean, __global const float* stdv,
+                               __global const float* gamma, __global const float* beta,
+                               __global float* xnorm, __global float* y,
+                               float act_a, float act_b) {
+    GLOBAL_LOOP(k, n) {
+        const int c = (k / I) % C;
+        const float xn = (x[k] - mean[c]) / stdv[c];
+        xnorm[k] = xn;
+        y[k] = ACT_F(fma(gamma[c], xn, beta[c]));
+    }
+}
+
+/* backward, first pass (as channel.cl's chan_partial): per (channel, chunk)
+ * s1 = sum g, s2 = sum g*xn with g = dy * act'(y2). */
+__kernel void bn_scale_act_partial(int O, int C, int I, int chunks,
+                                   __global const float* dy, __global const float* xnorm,
+                                   __global const float* gamma, __global const float* beta,
+                                   float act_a, float act_b, __global float* part) {
+    __local float buf[WG];
+    const int m = O * I;
+    const int len = (m + chunks - 1) / chunks;
+    for (int t = get_group_id(0); t < C * chunks; t += get_num_groups(0)) {
+        const int c = t / chunks, g0 = t - c * chunks;
+        const int j0 = g0 * len, j1 = min(m, j0 + len);
+        const float ga = gamma[c], be = beta[c];
+        float s1 = 0.0f, s2 = 0.0f;
+        int j = j0 + (int)get_local_id(0);
+        int o = j / I, i = j - o * I;
+        for (; j < j1; j += WG) {
+            const int k = (o * C + c) * I + i;
+            const float xn = xnorm[k];
+            const float g = dy[k] * ACT_D(fma(ga, xn, be));
+            s1 += g;
+            s2 += g * xn;
+            i += WG;
+            while (i >= I) { i -= I; ++o; }
+        }
+        s1 = wg_sum(s1, buf);
+        s2 = wg_sum(s2, buf);
+        if (get_local_id(0) == 0) {
+            part[2 * t] = s1;
+            part[2 * t + 1] = s2;
+        }
+    }
+}
+
+/* backward, last pass: sums[2c] = S1 = sum g, sums[2c+1] = S2 = sum g*xn;
+ * dx = gamma/stdv * (g - (S1 + S2*xn) / m). dx may alias dy. */
+__kernel void bn_scale_act_bwd(int n, int C, int I, float inv_m, __global const float* dy,
+                               __global const float* xnorm, __global const float* gamma,
+                               __global const float* beta, __global const float* stdv,
+                               __global const float* sums, __global float* dx,
+                               float act_a, float act_b) {
+    GLOBAL_LOOP(k, n) {
+        const int c = (k / I) % C;
+        const float xn = xnorm[k];
+        const float g = dy[k] * ACT_D(fma(gamma[c], xn, beta[c]));
+        dx[k] = gamma[c] / stdv[c] * (g - inv_m * (sums[2 * c] + sums[2 * c + 1] * xn));
     }
 }

@@ -1,6 +1,7 @@
 """Common layers: InnerProduct, Softmax."""
 from ..errors import ShapeError
 from ..ops import gemm as gemm_ops
+from ..ops.gemm_splitk import gemm_launches
 from ..ops import pointwise
 from ..ops import softmax as softmax_ops
 from . import fillers
@@ -37,11 +38,17 @@ class InnerProductLayer(Layer):
         self.M = bottom[0].count_range(0, axis)
         top[0].reshape(bottom[0].shape[:axis] + (self.num_output,))
         bias = self.blobs[1].data_buffer() if self.bias_term else None
-        # top[M, N] = bottom[M, K] * W^T   (W stored N x K unless transpose)
-        self.fwd = [gemm_ops.gemm(self.device, self.M, self.num_output, self.K,
-                                  bottom[0].data_buffer(), self.blobs[0].data_buffer(),
-                                  top[0].data_buffer(), trans_b=not self.transpose,
-                                  bias=bias, bias_axis=1)]
+        self.fwd = self.forward_launches(bottom[0], top[0], self.blobs[0].data_buffer(),
+                                         bias)
+
+    def forward_launches(self, bottom, top, weight, bias, act=None):
+        """top[M, N] = act(bottom[M, K] * W^T + bias)  (W stored N x K unless
+        transpose); also used by fusion.py with folded weights and an
+        activation. Split along K on GPUs when M x N is too small to fill
+        the device (ops/gemm_splitk.py)."""
+        return gemm_launches(self.device, self.M, self.num_output, self.K,
+                             bottom.data_buffer(), weight, top.data_buffer(),
+                             trans_b=not self.transpose, bias=bias, bias_axis=1, act=act)
 
     def build_backward(self, bottom, top):
         dev, M, N, K = self.device, self.M, self.num_output, self.K
@@ -58,8 +65,8 @@ class InnerProductLayer(Layer):
         if self.bias_term and self.param_propagate_down[1]:
             self.bwd.append(pointwise.bias_grad(dev, M, N, 1, dy, self.blobs[1].diff_buffer()))
         if self.propagate_down[0]:   # dx[M, K] = dy[M, N] * W
-            self.bwd.append(gemm_ops.gemm(dev, M, K, N, dy, self.blobs[0].data_buffer(),
-                                          bottom[0].diff_buffer(), trans_b=self.transpose))
+            self.bwd += gemm_launches(dev, M, K, N, dy, self.blobs[0].data_buffer(),
+                                      bottom[0].diff_buffer(), trans_b=self.transpose)
 
 
 @register("Softmax")

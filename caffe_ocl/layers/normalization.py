@@ -63,8 +63,12 @@ class BatchNormLayer(Layer):
         dev = self.device
         self.mean = Blob((c,), name=f"{self.name}.mean", device=dev)
         self.stdv = Blob((c,), name=f"{self.name}.std", device=dev)
-        self.x_norm = None if self.use_global_stats else \
-            Blob(b.shape, name=f"{self.name}.x_norm", device=dev)
+        if self.use_global_stats:
+            self.x_norm = None
+        elif getattr(self, "x_norm", None) is None:
+            self.x_norm = Blob(b.shape, name=f"{self.name}.x_norm", device=dev)
+        else:   # keep the blob: an in-place Scale may read it (memory_plan.bn_for_scale)
+            self.x_norm.reshape(b.shape)
         O, C, I = self.dims
         x, y = b.data_buffer(), top[0].data_buffer()
         mean, std = self.mean.data_buffer(), self.stdv.data_buffer()
@@ -76,8 +80,8 @@ class BatchNormLayer(Layer):
             self.fwd = [norm_ops.bn_global_stats(dev, C, *run, mean, std, self.eps),
                         norm_ops.normalize(dev, O, C, I, x, mean, std, y)]
         else:
-            self.fwd = [norm_ops.bn_train_stats(dev, O, C, I, x, mean, std, self.eps,
-                                                *run, self.maf),
+            self.fwd = [*norm_ops.bn_train_stats(dev, O, C, I, x, mean, std, self.eps,
+                                                 *run, self.maf),
                         norm_ops.normalize(dev, O, C, I, x, mean, std, y,
                                            xnorm=self.x_norm.data_buffer())]
 
@@ -97,8 +101,8 @@ class BatchNormLayer(Layer):
         if self.use_global_stats:
             self.bwd = [norm_ops.channel_div(self.device, O, C, I, dy, std, dx)]
         else:
-            self.bwd = [norm_ops.normalize_backward(self.device, O, C, I, dy,
-                                                    self.x_norm.data_buffer(), std, dx)]
+            self.bwd = norm_ops.bn_backward(self.device, O, C, I, dy,
+                                            self.x_norm.data_buffer(), std, dx)
 
 
 @register("MVN")
@@ -208,7 +212,7 @@ class BiasLayer(Layer):
         param = len(bottom) == 1
         if (param and self.param_propagate_down[0]) or (not param and self.propagate_down[1]):
             target = self.blobs[0] if param else bottom[1]
-            self.bwd.append(chan_ops.channel_sum(dev, *self.dims, dy, target.diff_buffer(),
+            self.bwd.extend(chan_ops.channel_sum(dev, *self.dims, dy, target.diff_buffer(),
                                                  accumulate=param))
 
 
@@ -253,17 +257,31 @@ class ScaleLayer(Layer):
         self.in_place = bottom[0] is top[0]
         top[0].reshape(bottom[0].shape)
         dev, n = self.device, bottom[0].count
-        self.temp = Blob(bottom[0].shape, name=f"{self.name}.temp", device=dev) \
-            if self.in_place else None
+        src = getattr(self, "_input_copy_of", None)
+        shared = (self.in_place and src is not None and src.x_norm is not None
+                  and src.x_norm.shape == bottom[0].shape)
+        if shared:          # BatchNorm's x_norm already holds our input
+            self.temp = src.x_norm
+        else:
+            self.temp = Blob(bottom[0].shape, name=f"{self.name}.temp", device=dev) \
+                if self.in_place else None
         self.fwd = []
         if n == 0:
             return
         x = bottom[0].data_buffer()
-        if self.in_place:   # keep x for the scale gradient
+        if self.in_place and not shared:   # keep x for the scale gradient
             self.fwd.append(pointwise.copy(dev, n, x, self.temp.data_buffer()))
         bias = self.blobs[self.bias_id].data_buffer() if self.bias_term else None
         self.fwd.append(chan_ops.affine(dev, *self.dims, x, top[0].data_buffer(),
                                         scale=scale.data_buffer(), bias=bias))
+
+    def use_input_copy(self, batch_norm):
+        """Read the input for the scale gradient from ``batch_norm.x_norm``
+        instead of copying it (call before setup). The Net does this when this
+        in-place Scale directly follows a training BatchNorm on the same blob,
+        whose output is x_norm bit for bit: caffe_ocl/memory_plan.py
+        bn_for_scale."""
+        self._input_copy_of = batch_norm
 
     def build_backward(self, bottom, top):
         dev, n = self.device, bottom[0].count
@@ -272,15 +290,18 @@ class ScaleLayer(Layer):
         dy = top[0].diff_buffer()
         two = len(bottom) > 1
         scale = bottom[1] if two else self.blobs[0]
-        # order matters in place: dy is dx, so gradients that read dy come first
-        if self.bias_term and self.param_propagate_down[self.bias_id]:
-            self.bwd.append(chan_ops.channel_sum(dev, *self.dims, dy,
-                                                 self.blobs[self.bias_id].diff_buffer(),
-                                                 accumulate=True))
-        if (two and self.propagate_down[1]) or (not two and self.param_propagate_down[0]):
+        # order matters in place: dy is dx, so gradients that read dy come first.
+        # The bias (sum dy) and scale (sum dy*x) gradients share one pass.
+        want_bias = self.bias_term and self.param_propagate_down[self.bias_id]
+        want_scale = (two and self.propagate_down[1]) or \
+            (not two and self.param_propagate_down[0])
+        if want_bias or want_scale:
             x = self.temp.data_buffer() if self.in_place else bottom[0].data_buffer()
-            self.bwd.append(chan_ops.channel_sum(dev, *self.dims, dy, scale.diff_buffer(),
-                                                 b=x, accumulate=not two))
+            self.bwd.extend(chan_ops.channel_sums(
+                dev, *self.dims, dy, x if want_scale else None,
+                out1=self.blobs[self.bias_id].diff_buffer() if want_bias else None,
+                out2=scale.diff_buffer() if want_scale else None,
+                acc1=True, acc2=not two))
         if self.propagate_down[0]:
             self.bwd.append(chan_ops.affine(dev, *self.dims, dy, bottom[0].diff_buffer(),
                                             scale=scale.data_buffer()))

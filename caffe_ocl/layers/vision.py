@@ -1,6 +1,7 @@
 """Vision layers: Convolution, Deconvolution, Pooling, LRN."""
 import math
 
+from .. import memory_plan
 from ..blob import Blob
 from ..errors import LayerError, ShapeError
 from ..ops import conv as conv_ops
@@ -115,9 +116,9 @@ class BaseConvolution(Layer):
         for t in top:
             t.reshape(shape0[:self.axis] + out)
         cf = conv_ops.workspace_floats(self.device, self.geom)
-        self.col = Blob((max(cf, 1),), name=f"{self.name}.col", device=self.device) \
-            if cf else None
-        colbuf = self.col.data_buffer() if self.col else None
+        # the column workspace holds nothing between launches: one per device
+        self.col = memory_plan.shared_scratch(self.device, cf) if cf else None
+        colbuf = self.col
         w = self.blobs[0].data_buffer()
         bias = self.blobs[1].data_buffer() if self.bias_term else None
         self.fwd = []
@@ -137,12 +138,12 @@ class BaseConvolution(Layer):
     def build_backward(self, bottom, top):
         g, dev = self.geom, self.device
         w = self.blobs[0]
-        colbuf = self.col.data_buffer() if self.col else None
+        colbuf = self.col
         for b, t in zip(bottom, top):
             if self.bias_term and self.param_propagate_down[1]:
                 side = (g.height * g.width) if self.reverse else g.out_spatial
-                self.bwd.append(conv_ops.bias_grad(dev, g.num, self.num_output, side,
-                                                   t.diff_buffer(), self.blobs[1].diff_buffer()))
+                self.bwd += conv_ops.bias_grad(dev, g.num, self.num_output, side,
+                                               t.diff_buffer(), self.blobs[1].diff_buffer())
             if self.reverse:
                 # dW: image side is the top (dy), column side is the bottom (x)
                 if self.param_propagate_down[0]:

@@ -26,10 +26,49 @@ def affine(dev, outer, dim, inner, x, y, scale=None, bias=None):
                       {"HAS_SCALE": int(scale is not None), "HAS_BIAS": int(bias is not None)})
 
 
-def channel_sum(dev, outer, dim, inner, a, out, b=None, accumulate=False):
-    """out[d] (+)= sum over outer and inner of a (times b when given)."""
+def split_chunks(dev, dim, m, wg):
+    """How many work-groups share one channel of ``m`` elements in the split
+    reductions: enough groups in flight to fill the device (about 8 per
+    compute unit in all), but at least 8 elements per work-item per chunk."""
+    want = max(dev.compute_units, 1) * 8
+    per_channel = -(-want // max(int(dim), 1))
+    most = max(1, int(m) // (wg * 8))
+    return int(max(1, min(per_channel, most)))
+
+
+def channel_partials(dev, outer, dim, inner, a, b=None, shifted=False):
+    """(launch, part, chunks): the first pass of a split per-channel
+    reduction (kernels/channel.cl ``chan_partial``): part holds two sums per
+    (channel, chunk): sum a and sum a*b, or with ``shifted`` the shifted
+    sums sum (a-K) and sum (a-K)^2 (K = the channel's first element)."""
     wg = reduce_wg(dev)
-    return dev.launch(SRC, "chan_sum", (reduce_groups(dev, dim) * wg,), (wg,),
-                      [outer, dim, inner, a, b if b is not None else a, out,
-                       int(bool(accumulate))],
-                      {"WG": wg, "PRODUCT": int(b is not None)})
+    chunks = split_chunks(dev, dim, outer * inner, wg)
+    part = dev.alloc(8 * max(int(dim), 1) * chunks)
+    groups = min(int(dim) * chunks, 65536)
+    launch = dev.launch(SRC, "chan_partial", (max(groups, 1) * wg,), (wg,),
+                        [outer, dim, inner, chunks, a, b if b is not None else a, part],
+                        {"WG": wg, "PART_MODE": int(bool(shifted)),
+                         "PART_B": int(b is not None)})
+    return launch, part, chunks
+
+
+def channel_sums(dev, outer, dim, inner, a, b=None, out1=None, out2=None,
+                 acc1=False, acc2=False):
+    """[launches]: out1[d] (+)= sum over outer and inner of a, out2[d] (+)=
+    sum of a*b, in one pass over a (and b), split over many work-groups."""
+    first, part, chunks = channel_partials(dev, outer, dim, inner, a, b)
+    g, l = work_size(dev, dim)
+    dummy = out1 if out1 is not None else out2
+    second = dev.launch(SRC, "chan_partial_sum", g, l,
+                        [dim, chunks, part, out1 if out1 is not None else dummy,
+                         out2 if out2 is not None else dummy, int(bool(acc1)),
+                         int(bool(acc2))],
+                        {"WANT1": int(out1 is not None), "WANT2": int(out2 is not None)})
+    return [first, second]
+
+
+def channel_sum(dev, outer, dim, inner, a, out, b=None, accumulate=False):
+    """[launches]: out[d] (+)= sum over outer and inner of a (times b when given)."""
+    if b is None:
+        return channel_sums(dev, outer, dim, inner, a, out1=out, acc1=accumulate)
+    return channel_sums(dev, outer, dim, inner, a, b, out2=out, acc2=accumulate)

@@ -5,12 +5,20 @@
   per forward / backward-data, one or two (split-K + reduce) per
   backward-weight, whatever the batch; no column workspace.
 - "im2col" (CPU drivers, where it measured faster): im2col into a ``col``
-  workspace + GEMM (gemm_cpu.cl), per chunk of images; 1x1 stride-1 is a
-  plain GEMM on the image.
+  workspace + one GEMM (gemm_cpu.cl) per chunk of images, the images
+  folded into the GEMM's N (forward, backward-data) or K (backward-weight)
+  dimension so that small feature maps still make big GEMMs; 1x1 stride-1
+  is a plain GEMM on the image.
 - "depthwise" (every device, chosen automatically when groups == channels
   == out_channels and the kernel is not 1x1): direct kernels of
   ops/depthwise.py (kernels/depthwise.cl); asking for it on another
   geometry gives the device's default.
+- "winograd" (3x3, stride 1, dilation 1, one group): F(4x4, 3x3) (or
+  F(2x2, 3x3)) of ops/winograd.py for forward, backward-data and
+  backward-weight (CAFFE_OCL_WINOGRAD_BWD_WEIGHT=0: the device's dense path
+  for the weight gradient); chosen automatically, on GPUs and CPUs, where
+  its cost model says it pays (env CAFFE_OCL_WINOGRAD=0/1 forces off/on);
+  asking for it on another geometry raises ValueError.
 
 A convolution is described by ``ConvGeometry`` (one image side, one column
 side). Forward of Convolution and backward-data of Deconvolution are the
@@ -23,9 +31,10 @@ from dataclasses import dataclass
 
 from . import work_size
 from . import depthwise as dw_ops
+from . import winograd as wino_ops
 from .gemm import act_defines, gemm, gpu_tiles
 
-ALGOS = ("im2col", "igemm", "depthwise")
+ALGOS = ("im2col", "igemm", "depthwise", "winograd")
 IGEMM_SRC = "conv_igemm.cl"
 # Most floats of split-K partial sums (backward-weight) kept per device.
 MAX_SPLITK_FLOATS = 1 << 25
@@ -92,6 +101,14 @@ def algorithm(dev, g, algo=None):
     """The convolution algorithm used for ``g`` on ``dev``."""
     if algo is not None and algo not in ALGOS:
         raise ValueError(f"convolution algorithm {algo!r}: expected one of {ALGOS}")
+    # --- Winograd hook (ops/winograd.py): 3x3 stride 1; explicit on an
+    # ineligible geometry raises; automatic on GPUs where it pays / by env.
+    if algo == "winograd":
+        wino_ops._check(g)
+        return algo
+    if algo is None and wino_ops.use_auto(dev, g):
+        return "winograd"
+    # --- end Winograd hook
     if algo in (None, "depthwise") and dw_ops.eligible(g):
         return "depthwise"
     if algo in (None, "depthwise"):
@@ -101,7 +118,10 @@ def algorithm(dev, g, algo=None):
 
 def workspace_floats(dev, g, algo=None):
     """Floats of the ``col`` workspace a layer must pass (0: none needed)."""
-    return 0 if algorithm(dev, g, algo) in ("igemm", "depthwise") else g.col_floats()
+    a = algorithm(dev, g, algo)
+    if a == "winograd":      # own scratch (_workspace); dW by the dense path
+        a = "im2col" if dev.is_cpu else "igemm"
+    return 0 if a in ("igemm", "depthwise") else g.col_floats()
 
 
 def _geom_args(g):
@@ -149,17 +169,11 @@ def _sizes(g):
 
 
 def _workspace(dev, nfloats):
-    """A device buffer of at least ``nfloats`` shared by every layer on
-    ``dev`` (its users run one after another on the one in-order queue and
-    hold no data in it between launches)."""
-    pool = dev.__dict__.setdefault("_conv_splitk_ws", [])
-    for n, buf in pool:
-        if n >= nfloats:
-            return buf
-    n = 1 << max(int(nfloats) - 1, 1).bit_length()
-    buf = dev.alloc(4 * n)
-    pool.append((n, buf))
-    return buf
+    """A device scratch buffer of at least ``nfloats`` (memory_plan's one
+    device-wide pool; its users run one after another on the in-order queue
+    and hold no data in it between launch lists)."""
+    from ..memory_plan import shared_scratch
+    return shared_scratch(dev, nfloats)
 
 
 def splitk_plan(dev, g):
@@ -189,10 +203,27 @@ def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0):
 
 
 def _igemm_backward_data(dev, g, dy, weight, dx, accumulate):
+    if (g.kh, g.kw, g.ph, g.pw, g.dh, g.dw) == (1, 1, 0, 0, 1, 1) and not g.is_1x1:
+        return _strided_1x1_backward_data(dev, g, dy, weight, dx, accumulate)
     M = g.channels // g.groups
     N = g.num * g.height * g.width
     args = _sizes(g) + [dy, 0, weight, 1.0 if accumulate else 0.0, dx, 0]
     return [_igemm_launch(dev, g, "conv_bwd_data", 1, M, N, g.groups, args)]
+
+
+def _strided_1x1_backward_data(dev, g, dy, weight, dx, accumulate):
+    """Strided 1x1 (ResNet's downsampling branches): a dense stride-1
+    backward-data onto the output grid, then a scatter onto the stride grid
+    (kernels/conv_igemm.cl stride_scatter)."""
+    dense = ConvGeometry(g.num, g.channels, g.out_h, g.out_w, g.out_channels, 1, 1,
+                         groups=g.groups)
+    sub = _workspace(dev, g.num * g.channels * g.out_spatial)
+    total = g.num * g.channels * g.height * g.width
+    gs, ls = work_size(dev, total)
+    return (_igemm_backward_data(dev, dense, dy, weight, sub, False) +
+            [dev.launch(IGEMM_SRC, "stride_scatter", gs, ls,
+                        [total, g.height, g.width, g.out_h, g.out_w, g.sh, g.sw, sub, dx,
+                         int(bool(accumulate))], dict(MODE=-1))])
 
 
 def _igemm_backward_weight(dev, g, x, dy, dweight):
@@ -212,21 +243,45 @@ def _igemm_backward_weight(dev, g, x, dy, dweight):
 
 
 def bias_grad(dev, outer, channels, inner, dy, dbias, impl=None):
-    """dbias[c] += sum of dy[o][c][k] (Caffe's accumulating param gradient).
-    GPUs: one work-group per channel (conv_igemm.cl); CPU drivers: the
-    serial per-channel kernel of ops.pointwise."""
+    """[launches]: dbias[c] += sum of dy[o][c][k] (Caffe's accumulating param gradient).
+    GPUs: the split per-channel reduction of ops.channel (many work-groups
+    per channel); CPU drivers: the serial per-channel kernel of ops.pointwise."""
     if impl is None:
         impl = "cpu" if dev.is_cpu else "gpu"
     if impl == "cpu":
         from .pointwise import bias_grad as _serial
-        return _serial(dev, outer, channels, inner, dy, dbias)
-    return dev.launch(IGEMM_SRC, "conv_bias_grad", (channels * 256,), (256,),
-                      [outer, channels, inner, dy, 1.0, dbias], dict(MODE=-1))
+        return [_serial(dev, outer, channels, inner, dy, dbias)]
+    from .channel import channel_sum
+    return channel_sum(dev, outer, channels, inner, dy, dbias, accumulate=True)
 
 
 # ---------------------------------------------------------------------------
 # dispatch
 # ---------------------------------------------------------------------------
+
+def _image_gemm(dev, M, N, K, A, B, C, *, nsplit=0, nstride=(0, 0), ksplit=0,
+                kstride=(0, 0), stride_a=(0, 0), stride_b=(0, 0), stride_c=(0, 0), **kw):
+    """[launches] of ops.gemm with the images folded into N (nsplit) or K
+    (ksplit). The CPU kernel folds them itself; the GPU kernel (im2col asked
+    for explicitly on a GPU) gets a batch over images for N, and one
+    accumulating GEMM per image for K (beta must then be 1)."""
+    if dev.is_cpu:
+        return [gemm(dev, M, N, K, A, B, C, nsplit=nsplit, nstride=nstride, ksplit=ksplit,
+                     kstride=kstride, stride_a=stride_a, stride_b=stride_b,
+                     stride_c=stride_c, **kw)]
+    if nsplit:
+        return [gemm(dev, M, nsplit, K, A, B, C, batch=N // nsplit, stride_a=stride_a,
+                     stride_b=(nstride[0], stride_b[1]), stride_c=(nstride[1], stride_c[1]),
+                     **kw)]
+    if ksplit:
+        assert kw.get("beta") == 1.0, "per-image accumulation needs beta = 1"
+        off_a, off_b = kw.pop("off_a", 0), kw.pop("off_b", 0)
+        return [gemm(dev, M, N, ksplit, A, B, C, off_a=off_a + i * kstride[0],
+                     off_b=off_b + i * kstride[1], stride_a=stride_a, stride_b=stride_b,
+                     stride_c=stride_c, **kw) for i in range(K // ksplit)]
+    return [gemm(dev, M, N, K, A, B, C, stride_a=stride_a, stride_b=stride_b,
+                 stride_c=stride_c, **kw)]
+
 
 def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None):
     """y[n, Co, Ho, Wo] = act(conv(x[n, C, H, W], weight[Co, C/G, KH, KW]) (+ bias)).
@@ -234,6 +289,8 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None):
     ``act``: None, ("relu", negative_slope) or ("clip", lo, hi), applied in
     the GEMM epilogue (see ops.gemm.gemm)."""
     a = algorithm(dev, g, algo)
+    if a == "winograd":
+        return wino_ops.forward(dev, g, x, weight, y, bias, act)
     if a == "depthwise":
         return dw_ops.forward(dev, g, x, weight, y, bias, act)
     if a == "igemm":
@@ -242,16 +299,16 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None):
     K = g.col_rows // g.groups
     N = g.out_spatial
     out = []
+    # images folded into N (nsplit): one GEMM per chunk of images
     for n0, nc in g.chunks() if not g.is_1x1 else [(0, g.num)]:
         if not g.is_1x1:
             out.append(im2col(dev, g, nc, x, n0 * g.channels * g.height * g.width, col))
         b, boff, bstride = _cols_operand(g, x, col, n0)
-        out.append(gemm(dev, M, N, K, weight, b, y,
-                        off_b=boff, off_c=n0 * g.out_channels * N,
-                        batch=nc, groups=g.groups,
-                        stride_a=(0, M * K), stride_b=(bstride, K * N),
-                        stride_c=(g.out_channels * N, M * N), bias=bias, bias_axis=0,
-                        act=act))
+        out += _image_gemm(dev, M, nc * N, K, weight, b, y, off_b=boff,
+                           off_c=n0 * g.out_channels * N, ldb=N, ldc=N, groups=g.groups,
+                           stride_a=(0, M * K), stride_b=(0, K * N), stride_c=(0, M * N),
+                           nsplit=N, nstride=(bstride, g.out_channels * N),
+                           bias=bias, bias_axis=0, act=act)
     return out
 
 
@@ -259,6 +316,8 @@ def backward_data(dev, g, dy, weight, dx, col, accumulate=False, algo=None):
     """dx = conv^T(dy) (+ dx if accumulate): implicit GEMM, or col = W_g^T * dy_g
     then col2im (or straight GEMM for 1x1)."""
     a = algorithm(dev, g, algo)
+    if a == "winograd":
+        return wino_ops.backward_data(dev, g, dy, weight, dx, accumulate)
     if a == "depthwise":
         return dw_ops.backward_data(dev, g, dy, weight, dx, accumulate)
     if a == "igemm":
@@ -266,18 +325,17 @@ def backward_data(dev, g, dy, weight, dx, col, accumulate=False, algo=None):
     M = g.out_channels // g.groups
     K = g.col_rows // g.groups
     N = g.out_spatial
-    out = []
     if g.is_1x1:
-        out.append(gemm(dev, K, N, M, weight, dy, dx, trans_a=True,
-                        beta=1.0 if accumulate else 0.0, batch=g.num, groups=g.groups,
-                        stride_a=(0, M * K), stride_b=(g.out_channels * N, M * N),
-                        stride_c=(g.channels * N, K * N)))
-        return out
+        return _image_gemm(dev, K, g.num * N, M, weight, dy, dx, trans_a=True,
+                           beta=1.0 if accumulate else 0.0, ldb=N, ldc=N, groups=g.groups,
+                           stride_a=(0, M * K), stride_b=(0, M * N), stride_c=(0, K * N),
+                           nsplit=N, nstride=(g.out_channels * N, g.channels * N))
+    out = []
     for n0, nc in g.chunks():
-        out.append(gemm(dev, K, N, M, weight, dy, col, trans_a=True,
-                        off_b=n0 * g.out_channels * N, batch=nc, groups=g.groups,
-                        stride_a=(0, M * K), stride_b=(g.out_channels * N, M * N),
-                        stride_c=(g.col_rows * N, K * N)))
+        out += _image_gemm(dev, K, nc * N, M, weight, dy, col, trans_a=True,
+                           off_b=n0 * g.out_channels * N, ldb=N, ldc=N, groups=g.groups,
+                           stride_a=(0, M * K), stride_b=(0, M * N), stride_c=(0, K * N),
+                           nsplit=N, nstride=(g.out_channels * N, g.col_rows * N))
         out.append(col2im(dev, g, nc, col, dx, n0 * g.channels * g.height * g.width,
                           accumulate))
     return out
@@ -285,9 +343,13 @@ def backward_data(dev, g, dy, weight, dx, col, accumulate=False, algo=None):
 
 def backward_weight(dev, g, x, dy, dweight, col, algo=None):
     """dweight += dy_g * col_g^T summed over the images: implicit GEMM with
-    K = n*HO*WO (split-K + reduce when the weight is small), or one
-    im2col + GEMM per image (CPU)."""
+    K = n*HO*WO (split-K + reduce when the weight is small), or im2col +
+    one GEMM per chunk of images with the images folded into K (CPU)."""
     a = algorithm(dev, g, algo)
+    if a == "winograd":      # env CAFFE_OCL_WINOGRAD_BWD_WEIGHT=0: the device's dense path
+        if wino_ops.bwd_weight_enabled():
+            return wino_ops.backward_weight(dev, g, x, dy, dweight)
+        a = "im2col" if dev.is_cpu else "igemm"
     if a == "depthwise":
         return dw_ops.backward_weight(dev, g, x, dy, dweight)
     if a == "igemm":
@@ -296,13 +358,13 @@ def backward_weight(dev, g, x, dy, dweight, col, algo=None):
     K = g.col_rows // g.groups
     N = g.out_spatial
     out = []
-    for n in range(g.num):
-        if g.is_1x1:
-            b, boff = x, n * g.channels * N
-        else:
-            out.append(im2col(dev, g, 1, x, n * g.channels * g.height * g.width, col))
-            b, boff = col, 0
-        out.append(gemm(dev, M, K, N, dy, b, dweight, trans_b=True, beta=1.0,
-                        off_a=n * g.out_channels * N, off_b=boff, groups=g.groups,
-                        stride_a=(0, M * N), stride_b=(0, K * N), stride_c=(0, M * K)))
+    # images folded into the reduction (ksplit): one GEMM per chunk of images
+    for n0, nc in g.chunks() if not g.is_1x1 else [(0, g.num)]:
+        if not g.is_1x1:
+            out.append(im2col(dev, g, nc, x, n0 * g.channels * g.height * g.width, col))
+        b, boff, bstride = _cols_operand(g, x, col, n0)
+        out += _image_gemm(dev, M, K, nc * N, dy, b, dweight, trans_b=True, beta=1.0,
+                           off_a=n0 * g.out_channels * N, off_b=boff, lda=N, ldb=N,
+                           groups=g.groups, stride_a=(0, M * N), stride_b=(0, K * N),
+                           stride_c=(0, M * K), ksplit=N, kstride=(g.out_channels * N, bstride))
     return out

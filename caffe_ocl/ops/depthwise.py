@@ -64,5 +64,13 @@ def backward_weight(dev, g, x, dy, dweight, impl=None):
         return [dev.launch(SRC, "dw_bwd_weight_serial", (n,), (1,), args, _defines(g))]
     if impl != "gpu":
         raise ValueError(f"depthwise backward_weight impl {impl!r}: expected 'cpu' or 'gpu'")
-    return [dev.launch(SRC, "dw_bwd_weight", (g.channels * WG,), (WG,), args,
-                       _defines(g, WG=WG))]
+    from .channel import split_chunks
+    taps = g.kh * g.kw
+    chunks = split_chunks(dev, g.channels, g.num * g.out_spatial, WG)
+    part = dev.alloc(4 * g.channels * chunks * taps)
+    groups = min(g.channels * chunks, 65536)
+    gs, ls = work_size(dev, g.channels * taps)
+    return [dev.launch(SRC, "dw_bwd_weight", (groups * WG,), (WG,),
+                       [g.num] + _sizes(g) + [chunks, x, dy, part], _defines(g, WG=WG)),
+            dev.launch(SRC, "dw_bwd_weight_sum", gs, ls,
+                       [g.channels, chunks, part, dweight], _defines(g))]

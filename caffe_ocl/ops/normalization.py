@@ -4,7 +4,7 @@ Blobs are viewed as ``O x C x I``; statistics of channel c run over (o, i)
 by one work-group per channel (BatchNorm: O=num, I=spatial; MVN: O=1,
 C=rows, I=row length)."""
 from . import work_size
-from .channel import reduce_groups, reduce_wg
+from .channel import channel_partials, reduce_groups, reduce_wg
 
 SRC = "normalization.cl"
 
@@ -15,12 +15,17 @@ def _per_channel(dev, name, C, args):
 
 
 def bn_train_stats(dev, O, C, I, x, mean, stdv, eps, run_mean, run_var, run_scale, maf):
-    """Batch mean/stdv per channel and Caffe's moving-average update."""
+    """[launches]: batch mean/stdv per channel (one shifted-sums pass split
+    over many work-groups, then a per-channel finish) and Caffe's
+    moving-average update."""
     m = O * I
     corr = m / (m - 1.0) if m > 1 else 1.0
-    return _per_channel(dev, "bn_train_stats", C,
-                        [O, C, I, x, mean, stdv, float(eps), run_mean, run_var, run_scale,
-                         float(maf), float(corr)])
+    first, part, chunks = channel_partials(dev, O, C, I, x, shifted=True)
+    g, l = work_size(dev, C)
+    return [first, dev.launch(SRC, "bn_stats_finalize", g, l,
+                              [C, I, chunks, 1.0 / max(m, 1), x, part, mean, stdv,
+                               float(eps), run_mean, run_var, run_scale, float(maf),
+                               float(corr)])]
 
 
 def bn_global_stats(dev, C, run_mean, run_var, run_scale, mean, stdv, eps):
@@ -52,3 +57,63 @@ def normalize_backward(dev, O, C, I, dy, y, stdv, dx, use_std=True):
     """dx = (dy - mean(dy) - mean(dy*y)*y) / stdv per channel (or dy - mean(dy))."""
     return _per_channel(dev, "chan_normalize_bwd", C,
                         [O, C, I, dy, y, stdv, dx, int(bool(use_std))])
+
+
+def bn_backward(dev, O, C, I, dy, y, stdv, dx):
+    """[launches]: BatchNorm TRAIN backward dx = (dy - mean(dy) - mean(dy*y)*y)
+    / stdv: the two per-channel sums in one split pass, then one
+    element-wise pass."""
+    sums = dev.alloc(8 * max(int(C), 1))
+    n = O * C * I
+    g, l = work_size(dev, n)
+    first, part, chunks = channel_partials(dev, O, C, I, dy, y)
+    gs, ls = work_size(dev, C)
+    finish = dev.launch("channel.cl", "chan_partial_pairs", gs, ls, [C, chunks, part, sums])
+    return [first, finish,
+            dev.launch(SRC, "bn_backward_apply", g, l,
+                       [n, C, I, 1.0 / max(O * I, 1), dy, y, sums, stdv, dx])]
+
+
+def _act_args(act):
+    from .gemm import act_defines
+    kind, a, b = act_defines(act)
+    return {"ACT": kind}, [a, b]
+
+
+def bn_scale_act_forward(dev, O, C, I, x, mean, stdv, gamma, beta, xnorm, y, act=None):
+    """TRAIN BatchNorm -> Scale -> act after the statistics (bn_train_stats):
+    xnorm = (x - mean) / stdv, y = act(gamma * xnorm + beta), one pass."""
+    n = O * C * I
+    g, l = work_size(dev, n)
+    defs, aa = _act_args(act)
+    return dev.launch(SRC, "bn_scale_act_fwd", g, l,
+                      [n, C, I, x, mean, stdv, gamma, beta, xnorm, y] + aa, defs)
+
+
+def bn_scale_act_backward(dev, O, C, I, dy, xnorm, gamma, beta, stdv, dx, dgamma, dbeta,
+                          act=None):
+    """[launches]: the gradients of y = act(gamma * (x - mean)/stdv + beta)
+    with batch statistics: dgamma += sum g*xn, dbeta += sum g (g = dy *
+    act'), dx = gamma/stdv * (g - mean(g) - mean(g*xn)*xn). One split
+    reduction pass, two per-channel finishes, one element-wise pass."""
+    from .channel import reduce_wg, split_chunks
+    defs, aa = _act_args(act)
+    wg = reduce_wg(dev)
+    chunks = split_chunks(dev, C, O * I, wg)
+    part = dev.alloc(8 * max(int(C), 1) * chunks)
+    sums = dev.alloc(8 * max(int(C), 1))
+    groups = min(int(C) * chunks, 65536)
+    first = dev.launch(SRC, "bn_scale_act_partial", (max(groups, 1) * wg,), (wg,),
+                       [O, C, I, chunks, dy, xnorm, gamma, beta] + aa + [part],
+                       dict(defs, WG=wg))
+    gs, ls = work_size(dev, C)
+    grads = dev.launch("channel.cl", "chan_partial_sum", gs, ls,
+                       [C, chunks, part, dbeta if dbeta is not None else dgamma, dgamma,
+                        1, 1], {"WANT1": int(dbeta is not None), "WANT2": 1})
+    pairs = dev.launch("channel.cl", "chan_partial_pairs", gs, ls, [C, chunks, part, sums])
+    n = O * C * I
+    g, l = work_size(dev, n)
+    apply = dev.launch(SRC, "bn_scale_act_bwd", g, l,
+                       [n, C, I, 1.0 / max(O * I, 1), dy, xnorm, gamma, beta, stdv, sums,
+                        dx] + aa, defs)
+    return [first, grads, pairs, apply]

@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 from ..errors import FileNotFound, ShapeError, SolverError
+from .. import memory_plan
 from ..net import Net
 from ..ops import pointwise
 from ..ops import solver as sops
@@ -223,7 +224,9 @@ class Solver:
         state.MergeFrom(net_param.state)
         state.MergeFrom(p.train_state)
         net_param.state.CopyFrom(state)
-        net = Net(net_param, phase=state.phase, level=state.level)
+        # activation diffs share buffers unless CAFFE_OCL_SHARE_DIFFS=0 / debug_info
+        net = Net(net_param, phase=state.phase, level=state.level,
+                  share_diffs=memory_plan.share_diffs_default(p, net_param))
         for w in p.weights:
             load_net_weights(net, w)
         return net
@@ -506,10 +509,12 @@ class Solver:
                 self._run_loss(self._loss_plan[1], record_slot, k == 0,
                                float(p.iter_size) if k == p.iter_size - 1 else 1.0)
             if self.on_backward_layer and k == p.iter_size - 1:
-                for li in range(last, -1, -1):     # hooks see each layer finish
-                    net._backward_range(li, li)
-                    for hook in self.on_backward_layer:
+                hooks = self.on_backward_layer
+
+                def after_layer(li):               # hooks see each layer finish
+                    for hook in hooks:
                         hook(li)
+                net._backward_range(last, 0, after_layer)
             else:
                 net._backward_range(last, 0)
             if check:

@@ -1,0 +1,37 @@
+/* Second step of a GEMM split along K (ops/gemm_splitk.py): the nsplit
+ * partial products ws[s][M][N] (alpha already applied) are summed into C
+ * with gemm.cl's epilogue in the same order: + bias, + beta*C, then the
+ * activation. BIAS 1: per row (bias[m]), 2: per column (bias[n]). */
+#include "common.h"
+
+#ifndef BIAS
+#define BIAS 0
+#endif
+#ifndef ACT
+#define ACT 0
+#endif
+
+__kernel void gemm_splitk_reduce(int M, int N, int nsplit, __global const float* ws,
+                                 float beta, __global float* C, int offC, int ldc,
+                                 __global const float* bias, int offBias,
+                                 float act_a, float act_b) {
+    const int MN = M * N;
+    GLOBAL_LOOP(i, MN) {
+        const int m = i / N, n = i - m * N;
+        float v = 0.0f;
+        for (int s = 0; s < nsplit; ++s) v += ws[s * MN + i];
+#if BIAS == 1
+        v += bias[offBias + m];
+#elif BIAS == 2
+        v += bias[offBias + n];
+#endif
+        __global float* c = C + offC + m * ldc + n;
+        if (beta != 0.0f) v += beta * *c;
+#if ACT == 1
+        v = v > 0.0f ? v : act_a * v;
+#elif ACT == 2
+        v = fmax(act_a, fmin(act_b, v));
+#endif
+        *c = v;
+    }
+}

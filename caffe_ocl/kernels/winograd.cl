@@ -1,0 +1,292 @@
+/* Winograd F(m x m, 3x3) convolution transforms (ops/winograd.py),
+ * m = WM = 2 or 4 (compile-time), tile side WA = m + 2:
+ *
+ *   U[k][.][.] = G g G^T        (filter transform, k = WA*a + b)
+ *   V[k][c][t] = B^T d B        (input transform of the WA x WA patch of tile t)
+ *   M[k]       = U[k] x V[k]    (WA*WA batched GEMMs, ops.gemm)
+ *   y (m x m)  = A^T m A        (output transform, + bias, + beta*y, act)
+ *
+ * F(2x2, 3x3): B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],
+ *              G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1], A^T = [1 1 1 0; 0 1 -1 -1].
+ * F(4x4, 3x3) (Lavin & Gray, points 0, +-1, +-2, inf):
+ *   B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0;
+ *          0 2 -1 -2 1 0; 0 4 0 -5 0 1],
+ *   G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1],
+ *   A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1].
+ * Tiles t = (img * TH + ty) * TW + tx cover the output in m x m blocks
+ * (TH = ceil(HO/m), TW = ceil(WO/m)); V and M are [WA*WA][channels][Tp]
+ * row-major (Tp >= T: rows padded with zero tiles for the split-K GEMMs of
+ * backward-weight; Tp = T otherwise), so each GEMM reads/writes plain
+ * matrices.
+ *
+ * Backward-weight (the adjoint of the forward pipeline):
+ *   dM[k][co][t] = A dy_tile A^T                    (wino_output_grad)
+ *   dUp[k][s][co][c] = sum over the tiles of split s of dM[k] V[k]^T (ops.gemm)
+ *   dW[co][c] += G^T (sum_s dUp[k][s][co][c]) G     (wino_filter_grad)
+ * with A = (A^T)^T: m = 2: rows [1 0; 1 1; 1 -1; 0 -1]; m = 4: rows
+ * [1 0 0 0; 1 1 1 1; 1 -1 1 -1; 1 2 4 8; 1 -2 4 -8; 0 0 0 1].
+ * Every geometry value is a run-time argument: one program per tile size.
+ * Work-item i walks (channel, tile) with the tile fastest (coalesced
+ * V/M accesses on GPUs, contiguous chunks on CPU drivers). */
+#include "common.h"
+
+#ifndef WM
+#define WM 2
+#endif
+#define WA (WM + 2)
+
+/* 1-D transforms; s is the stride between the vector's elements. */
+inline void bt1(const float* d, int s, float* v, int t) {     /* v = B^T d */
+#if WM == 2
+    v[0] = d[0] - d[2 * s];
+    v[t] = d[s] + d[2 * s];
+    v[2 * t] = d[2 * s] - d[s];
+    v[3 * t] = d[s] - d[3 * s];
+#else
+    const float d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s], d4 = d[4 * s],
+                d5 = d[5 * s];
+    v[0] = 4.0f * d0 - 5.0f * d2 + d4;
+    v[t] = d3 + d4 - 4.0f * (d1 + d2);
+    v[2 * t] = d4 - d3 + 4.0f * (d1 - d2);
+    v[3 * t] = d4 - d2 + 2.0f * (d3 - d1);
+    v[4 * t] = d4 - d2 - 2.0f * (d3 - d1);
+    v[5 * t] = 4.0f * d1 - 5.0f * d3 + d5;
+#endif
+}
+
+inline void g1(const float* g, int s, float* u, int t) {      /* u = G g */
+    const float g0 = g[0], g1_ = g[s], g2 = g[2 * s];
+#if WM == 2
+    u[0] = g0;
+    u[t] = 0.5f * (g0 + g1_ + g2);
+    u[2 * t] = 0.5f * (g0 - g1_ + g2);
+    u[3 * t] = g2;
+#else
+    u[0] = 0.25f * g0;
+    u[t] = (-1.0f / 6.0f) * (g0 + g1_ + g2);
+    u[2 * t] = (-1.0f / 6.0f) * (g0 - g1_ + g2);
+    u[3 * t] = (1.0f / 24.0f) * g0 + (1.0f / 12.0f) * g1_ + (1.0f / 6.0f) * g2;
+    u[4 * t] = (1.0f / 24.0f) * g0 - (1.0f / 12.0f) * g1_ + (1.0f / 6.0f) * g2;
+    u[5 * t] = g2;
+#endif
+}
+
+inline void at1(const float* m, int s, float* y, int t) {     /* y = A^T m */
+#if WM == 2
+    y[0] = m[0] + m[s] + m[2 * s];
+    y[t] = m[s] - m[2 * s] - m[3 * s];
+#else
+    const float m0 = m[0], m1 = m[s], m2 = m[2 * s], m3 = m[3 * s], m4 = m[4 * s],
+                m5 = m[5 * s];
+    const float p12 = m1 + m2, n12 = m1 - m2, p34 = m3 + m4, n34 = m3 - m4;
+    y[0] = m0 + p12 + p34;
+    y[t] = n12 + 2.0f * n34;
+    y[2 * t] = p12 + 4.0f * p34;
+    y[3 * t] = n12 + 8.0f * n34 + m5;
+#endif
+}
+
+inline void a1(const float* y, int s, float* m, int t) {      /* m = A y */
+#if WM == 2
+    const float y0 = y[0], y1 = y[s];
+    m[0] = y0;
+    m[t] = y0 + y1;
+    m[2 * t] = y0 - y1;
+    m[3 * t] = -y1;
+#else
+    const float y0 = y[0], y1 = y[s], y2 = y[2 * s], y3 = y[3 * s];
+    const float p02 = y0 + y2, p13 = y1 + y3, q02 = y0 + 4.0f * y2, q13 = y1 + 4.0f * y3;
+    m[0] = y0;
+    m[t] = p02 + p13;
+    m[2 * t] = p02 - p13;
+    m[3 * t] = q02 + 2.0f * q13;
+    m[4 * t] = q02 - 2.0f * q13;
+    m[5 * t] = y3;
+#endif
+}
+
+inline void gt1(const float* u, int s, float* g, int t) {     /* g = G^T u */
+#if WM == 2
+    const float u0 = u[0], u1 = u[s], u2 = u[2 * s], u3 = u[3 * s];
+    g[0] = u0 + 0.5f * (u1 + u2);
+    g[t] = 0.5f * (u1 - u2);
+    g[2 * t] = 0.5f * (u1 + u2) + u3;
+#else
+    const float u0 = u[0], u1 = u[s], u2 = u[2 * s], u3 = u[3 * s], u4 = u[4 * s],
+                u5 = u[5 * s];
+    const float p12 = u1 + u2, n12 = u2 - u1, p34 = u3 + u4, n34 = u3 - u4;
+    g[0] = 0.25f * u0 - (1.0f / 6.0f) * p12 + (1.0f / 24.0f) * p34;
+    g[t] = (1.0f / 6.0f) * n12 + (1.0f / 12.0f) * n34;
+    g[2 * t] = (1.0f / 6.0f) * (p34 - p12) + u5;
+#endif
+}
+
+/* V[k][c][t] (+offV) from X[img][c][H][W] (+offX); the patch of tile
+ * (ty, tx) starts at (WM*ty - ph, WM*tx - pw); outside the image reads 0
+ * (ph, pw may be negative: a crop). */
+__kernel void wino_input(int nimg, int C, int H, int W, int TH, int TW, int ph, int pw,
+                         int Tp,
+                         __global const float* X, int offX,
+                         __global float* V, int offV) {
+    const int tiles = TH * TW;
+    const int T = nimg * tiles;
+    const int total = C * Tp;
+    GLOBAL_LOOP(i, total) {
+        const int c = i / Tp, t = i - c * Tp;
+        const bool live = t < T;          /* t >= T: a zero padding tile */
+        const int img = t / tiles, r = t - img * tiles;
+        const int ty = r / TW, tx = r - ty * TW;
+        const int y0 = WM * ty - ph, x0 = WM * tx - pw;
+        __global const float* xp = X + offX + (img * C + c) * H * W;
+        float d[WA * WA], s[WA * WA], v[WA * WA];
+#pragma unroll
+        for (int a = 0; a < WA; ++a) {
+            const int yy = y0 + a;
+            const bool rowok = live && yy >= 0 && yy < H;
+#pragma unroll
+            for (int b = 0; b < WA; ++b) {
+                const int xx = x0 + b;
+                d[a * WA + b] = (rowok && xx >= 0 && xx < W) ? xp[yy * W + xx] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < WA; ++b) bt1(d + b, WA, s + b, WA);        /* B^T d */
+#pragma unroll
+        for (int a = 0; a < WA; ++a) bt1(s + a * WA, 1, v + a * WA, 1); /* (B^T d) B */
+        __global float* vp = V + offV + i;     /* i == c * Tp + t */
+#pragma unroll
+        for (int k = 0; k < WA * WA; ++k) vp[k * total] = v[k];
+    }
+}
+
+/* U[k] (+offU) from Wt[CO][C][3][3] (+offW).
+ * flip == 0: U[k][co][c] = (G w[co][c] G^T)[k]          (forward)
+ * flip != 0: U[k][c][co] = (G rot180(w[co][c]) G^T)[k]  (backward-data:
+ *            the full correlation of dy with the rotated, transposed filter). */
+__kernel void wino_filter(int CO, int C, int flip,
+                          __global const float* Wt, int offW,
+                          __global float* U, int offU) {
+    const int total = CO * C;
+    GLOBAL_LOOP(i, total) {
+        int co, c;
+        if (flip) { c = i / CO; co = i - c * CO; }
+        else      { co = i / C; c = i - co * C; }
+        __global const float* wp = Wt + offW + (co * C + c) * 9;
+        float g[9], s[WA * 3], u[WA * WA];
+#pragma unroll
+        for (int j = 0; j < 9; ++j) g[j] = flip ? wp[8 - j] : wp[j];
+#pragma unroll
+        for (int q = 0; q < 3; ++q) g1(g + q, 3, s + q, 3);            /* G g */
+#pragma unroll
+        for (int a = 0; a < WA; ++a) g1(s + a * 3, 1, u + a * WA, 1);  /* (G g) G^T */
+        __global float* up = U + offU + i;
+#pragma unroll
+        for (int k = 0; k < WA * WA; ++k) up[k * total] = u[k];
+    }
+}
+
+/* Y[img][co][HO][WO] (+offY) = act(A^T m A + bias[co] + beta * Y) from
+ * M[k][co][t] (+offM). act: 0 none, 1 leaky ReLU (slope act_a),
+ * 2 clip to [act_a, act_b] (ops.gemm.act_defines); Y is read only when
+ * beta != 0. */
+__kernel void wino_output(int nimg, int CO, int HO, int WO, int TH, int TW,
+                          __global const float* Mm, int offM,
+                          __global const float* bias, int has_bias, float beta,
+                          int act, float act_a, float act_b,
+                          __global float* Y, int offY) {
+    const int tiles = TH * TW;
+    const int T = nimg * tiles;
+    const int total = CO * T;
+    GLOBAL_LOOP(i, total) {
+        const int co = i / T, t = i - co * T;
+        const int img = t / tiles, r = t - img * tiles;
+        const int ty = r / TW, tx = r - ty * TW;
+        __global const float* mp = Mm + offM + i;
+        float m[WA * WA], s[WM * WA], o[WM * WM];
+#pragma unroll
+        for (int k = 0; k < WA * WA; ++k) m[k] = mp[k * total];
+#pragma unroll
+        for (int b = 0; b < WA; ++b) at1(m + b, WA, s + b, WA);        /* A^T m */
+#pragma unroll
+        for (int a = 0; a < WM; ++a) at1(s + a * WA, 1, o + a * WM, 1); /* (A^T m) A */
+        const float bv = has_bias ? bias[co] : 0.0f;
+        __global float* yp = Y + offY + (img * CO + co) * HO * WO;
+#pragma unroll
+        for (int a = 0; a < WM; ++a) {
+            const int oy = WM * ty + a;
+            if (oy >= HO) continue;
+#pragma unroll
+            for (int b = 0; b < WM; ++b) {
+                const int ox = WM * tx + b;
+                if (ox >= WO) continue;
+                float v = o[a * WM + b] + bv;
+                if (beta != 0.0f) v += beta * yp[oy * WO + ox];
+                if (act == 1) v = v > 0.0f ? v : act_a * v;
+                else if (act == 2) v = fmax(act_a, fmin(act_b, v));
+                yp[oy * WO + ox] = v;
+            }
+        }
+    }
+}
+
+/* dM[k][co][t] (+offM) = (A dy A^T)[k] of the m x m tile t of
+ * DY[img][co][HO][WO] (+offDY), zero outside the output and for the
+ * padding tiles T <= t < Tp: the adjoint of wino_output. */
+__kernel void wino_output_grad(int nimg, int CO, int HO, int WO, int TH, int TW, int Tp,
+                               __global const float* DY, int offDY,
+                               __global float* Mm, int offM) {
+    const int tiles = TH * TW;
+    const int T = nimg * tiles;
+    const int total = CO * Tp;
+    GLOBAL_LOOP(i, total) {
+        const int co = i / Tp, t = i - co * Tp;
+        const bool live = t < T;
+        const int img = t / tiles, r = t - img * tiles;
+        const int ty = r / TW, tx = r - ty * TW;
+        __global const float* yp = DY + offDY + (img * CO + co) * HO * WO;
+        float d[WM * WM], s[WA * WM], m[WA * WA];
+#pragma unroll
+        for (int a = 0; a < WM; ++a) {
+            const int oy = WM * ty + a;
+            const bool rowok = live && oy < HO;
+#pragma unroll
+            for (int b = 0; b < WM; ++b) {
+                const int ox = WM * tx + b;
+                d[a * WM + b] = (rowok && ox < WO) ? yp[oy * WO + ox] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < WM; ++b) a1(d + b, WM, s + b, WM);         /* A dy */
+#pragma unroll
+        for (int a = 0; a < WA; ++a) a1(s + a * WM, 1, m + a * WA, 1);  /* (A dy) A^T */
+        __global float* mp = Mm + offM + i;    /* i == co * Tp + t */
+#pragma unroll
+        for (int k = 0; k < WA * WA; ++k) mp[k * total] = m[k];
+    }
+}
+
+/* DW[co][c][3][3] (+offW) += G^T S G, S[k] = sum over s < nsplit of
+ * P[k][s][co][c] (+offP): the adjoint of wino_filter (flip == 0), which
+ * also reduces the split-K partial sums of the backward-weight GEMMs. */
+__kernel void wino_filter_grad(int CO, int C, int nsplit,
+                               __global const float* P, int offP,
+                               __global float* DW, int offW) {
+    const int total = CO * C;
+    GLOBAL_LOOP(i, total) {
+        __global const float* pp = P + offP + i;
+        float u[WA * WA], s[3 * WA], g[9];
+#pragma unroll
+        for (int k = 0; k < WA * WA; ++k) {
+            float acc = 0.0f;
+            for (int q = 0; q < nsplit; ++q) acc += pp[(k * nsplit + q) * total];
+            u[k] = acc;
+        }
+#pragma unroll
+        for (int b = 0; b < WA; ++b) gt1(u + b, WA, s + b, WA);         /* G^T u */
+#pragma unroll
+        for (int q = 0; q < 3; ++q) gt1(s + q * WA, 1, g + q * 3, 1);   /* (G^T u) G */
+        __global float* wp = DW + offW + i * 9;
+#pragma unroll
+        for (int j = 0; j < 9; ++j) wp[j] += g[j];
+    }
+}

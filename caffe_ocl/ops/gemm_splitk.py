@@ -1,0 +1,70 @@
+"""GEMM with K split over work-groups, for GPUs (kernels/splitk.cl).
+
+A fully-connected layer at batch 64 is a GEMM with few rows (M = 64), a
+few thousand columns and a long K (AlexNet fc6: 64 x 4096 x 9216): its
+128 x 128 tiles number ~32, a quarter of an H200's 132 compute units. Split
+K into ``nsplit`` equal chunks, run them as one batched GEMM into a
+workspace, then sum the chunks with the usual epilogue (bias, beta, act).
+``gemm_launches`` decides and falls back to one plain ``gemm``.
+"""
+from . import work_size
+from .gemm import act_defines, gemm, gpu_tiles
+
+SRC = "splitk.cl"
+MIN_CHUNK = 256          # shortest K chunk worth a partial product
+
+
+def splitk_factor(dev, M, N, K):
+    """nsplit for an M x N x K GEMM on ``dev``: 1 (no split) on CPU drivers,
+    when the tiles already fill the device, or when K has no divisor giving
+    chunks of at least MIN_CHUNK that are multiples of 16."""
+    if not dev.is_gpu:
+        return 1
+    t = gpu_tiles(dev, M)
+    tiles = -(-M // t["TM"]) * -(-N // t["TN"])
+    cus = max(dev.compute_units, 1)
+    if tiles >= cus:
+        return 1
+    want = -(-2 * cus // tiles)
+    best = 1
+    for d in range(2, want + 1):
+        kc = K // d
+        if K % d == 0 and kc >= MIN_CHUNK and kc % 16 == 0:
+            best = d
+    return best
+
+
+def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=1.0,
+                  beta=0.0, lda=None, ldb=None, ldc=None, bias=None, bias_axis=0,
+                  act=None, nsplit=None):
+    """[launches] computing C = act(alpha*op(A)op(B) + bias + beta*C), as
+    ops.gemm.gemm (one problem, no offsets), split along K when it pays
+    (``nsplit`` forces a factor that divides K)."""
+    if nsplit is None:
+        nsplit = splitk_factor(dev, M, N, K)
+    if nsplit <= 1:
+        return [gemm(dev, M, N, K, A, B, C, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
+                     beta=beta, lda=lda, ldb=ldb, ldc=ldc, bias=bias, bias_axis=bias_axis,
+                     act=act)]
+    if K % nsplit:
+        raise ValueError(f"gemm_launches: nsplit {nsplit} does not divide K = {K}")
+    from ..memory_plan import shared_scratch
+    lda = lda if lda is not None else (M if trans_a else K)
+    ldb = ldb if ldb is not None else (K if trans_b else N)
+    ldc = ldc if ldc is not None else N
+    kc = K // nsplit
+    ws = shared_scratch(dev, nsplit * M * N)
+    # chunk s starts at column s*kc of op(A) and row s*kc of op(B)
+    sa = kc * lda if trans_a else kc
+    sb = kc if trans_b else kc * ldb
+    partial = gemm(dev, M, N, kc, A, B, ws, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
+                   lda=lda, ldb=ldb, ldc=N, batch=nsplit, stride_a=(sa, 0),
+                   stride_b=(sb, 0), stride_c=(M * N, 0), impl="tiled")
+    act_kind, act_a, act_b = act_defines(act)
+    g, l = work_size(dev, M * N)
+    reduce = dev.launch(SRC, "gemm_splitk_reduce", g, l,
+                        [M, N, nsplit, ws, float(beta), C, 0, ldc,
+                         bias if bias is not None else ws, 0, act_a, act_b],
+                        dict(BIAS=0 if bias is None else (1 if bias_axis == 0 else 2),
+                             ACT=act_kind))
+    return [partial, reduce]

@@ -1,0 +1,311 @@
+"""Winograd F(2x2, 3x3) / F(4x4, 3x3) convolution (kernels/winograd.cl +
+ops.gemm).
+
+For 3x3, stride 1, dilation 1, groups == 1 (any padding). With output
+tiles of m x m (m = 2: 4x4 input patches, "A" = 16 GEMMs; m = 4: 6x6, A = 36)
+each tile costs A multiply-adds per (input, output) channel pair instead of
+9*m*m: the GEMM work is 2.25x (m = 2) or 4x (m = 4) smaller than direct
+convolution; the price is moving the transformed operands through memory:
+
+    filter transform   w[Co][C][3][3]  -> U[A][Co][C]            (every call:
+                                          weights change each training step)
+    input transform    x[N][C][H][W]   -> V[A][C][T]             T = tiles
+    A batched GEMMs    M[k] = U[k] x V[k]  (ops.gemm, batch=A)   M[A][Co][T]
+    output transform   M -> y[N][Co][HO][WO], + bias, + beta*y, + activation
+
+m = 4 (the default; env CAFFE_OCL_WINOGRAD_TILE=2 or ``tile=2`` for m = 2)
+does 4x less GEMM work; its transforms (1/6, 1/24, 8) cost some accuracy:
+relative L2 errors of 1.4e-6..4.5e-6 against float64 on VGG-16/ResNet-50
+layer shapes, against 2e-7..7e-7 for m = 2 and for direct convolution
+(benchmarks/bench_winograd.py on an H200, 2026-11-29). There m = 4 ran
+1.5-3.1x faster than implicit GEMM on every VGG-16/ResNet-50 3x3 layer with
+at least 64 channels, m = 2 only 0.93-2.1x, so m = 4 is the default.
+
+Backward-data is the same pipeline on dy: the full correlation of dy with
+the filter rotated 180 degrees, channels swapped (U[k][C][Co]), padding
+2 - pad (negative = a crop), output transform with beta = 1 to accumulate.
+Backward-weight (``backward_weight``) is the adjoint of the forward
+pipeline: with dM = A dy_tile A^T per m x m tile of dy (zero outside the
+output) and V the forward input transform of x,
+
+    dW[co][c] += G^T [ sum over tiles t of dM[k][co][t] V[k][c][t] ] G
+
+i.e. A batched GEMMs dM[k] (Co x T) x V[k]^T (T x C) with the long T split
+in ``nsplit`` chunks (ops.gemm batch = A, groups = nsplit) so that the small
+Co x C products still fill the device, writing partial sums
+dUp[A][nsplit][Co][C] (accumulated over chunks of images by the GEMM's
+beta); one filter back-transform kernel sums the partials and adds
+G^T . G to dW. Env CAFFE_OCL_WINOGRAD_BWD_WEIGHT=0 keeps the dense
+backward-weight for Winograd layers (ops.conv).
+
+U, V and M live in the shared scratch buffer of ops.conv (``_workspace``):
+images are processed in chunks so that U + V + M stays under
+``MAX_WS_FLOATS`` (one image per chunk at the least).
+
+Dispatch lives in ops.conv (``algo="winograd"``); ``use_auto`` is the rule
+for the automatic choice (where its cost model says it pays, on any device;
+env ``CAFFE_OCL_WINOGRAD=0/1`` forces it off / on for every eligible geometry).
+"""
+import os
+
+from . import work_size
+from .gemm import act_defines, gemm
+
+SRC = "winograd.cl"
+# Most floats of U + V + M (256 MiB); more images are processed in chunks.
+MAX_WS_FLOATS = 1 << 26
+ENV = "CAFFE_OCL_WINOGRAD"
+TILE_ENV = "CAFFE_OCL_WINOGRAD_TILE"
+TILES = (2, 4)
+# Automatic choice: estimated speedup over direct (implicit GEMM) needed.
+MIN_SPEEDUP = 1.2
+# FLOP/s of the GEMM over bytes/s of device memory (H200: ~35 TFLOP/s FP32
+# SGEMM, ~3.5-4 TB/s effective HBM bandwidth).
+FLOP_PER_BYTE = 10.0
+_INT_MAX = (1 << 31) - 1
+BWD_WEIGHT_ENV = "CAFFE_OCL_WINOGRAD_BWD_WEIGHT"
+# Backward-weight split-K: work-groups aimed at per compute unit, and the
+# fewest tiles (GEMM K) per split.
+SPLIT_WAVES = 3
+SPLIT_MIN_T = 256
+
+
+def eligible(g):
+    """True for a geometry this module computes: 3x3, stride 1, dilation 1,
+    one group, non-empty output."""
+    return ((g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.groups) == (3, 3, 1, 1, 1, 1, 1)
+            and g.out_h > 0 and g.out_w > 0)
+
+
+def default_tile():
+    """Output tile side m: env CAFFE_OCL_WINOGRAD_TILE (2 or 4), else 4."""
+    v = os.environ.get(TILE_ENV, "").strip()
+    return int(v) if v in ("2", "4") else 4
+
+
+def _tile(tile):
+    tile = default_tile() if tile is None else int(tile)
+    if tile not in TILES:
+        raise ValueError(f"winograd: tile {tile}: expected one of {TILES}")
+    return tile
+
+
+def estimated_speedup(g, tile=None):
+    """Model of direct time / Winograd time for ``g`` on a GPU.
+
+    Per m x m tile (A = (m+2)^2) and (C, Co) pair direct does 9 m^2 MACs,
+    Winograd A (2.25x less GEMM work for m = 2, 4x for m = 4), wasting the
+    part of the last tile row/column outside the output (odd HO, WO). The
+    transforms move ~(2A + m^2) (C + Co) floats per tile (V and M written
+    once and read once, plus x and y); at FLOP_PER_BYTE their time relative
+    to the 2*A*C*Co-FLOP GEMM is 4 (2A + m^2) FLOP_PER_BYTE / (2A) (1/C + 1/Co)
+    (m = 2: 45 (1/C + 1/Co)).
+    m = 2: C = Co = 64: 0.93 (no gain; GEMMs with K = 64 are also below
+    peak); C = Co = 128: 1.32; 256: 1.67; 512: 1.91; 512 at 7x7: 1.47."""
+    m = _tile(tile)
+    a = (m + 2) ** 2
+    waste = (m * (-(-g.out_h // m)) * m * (-(-g.out_w // m))) / float(g.out_h * g.out_w)
+    k = 4.0 * (2 * a + m * m) * FLOP_PER_BYTE / (2.0 * a)
+    mem = k * (1.0 / g.channels + 1.0 / g.out_channels)
+    return 9.0 * m * m / a / waste / (1.0 + mem)
+
+
+def env_override():
+    """True / False when CAFFE_OCL_WINOGRAD forces Winograd on / off, else None."""
+    v = os.environ.get(ENV, "").strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    return None
+
+
+def use_auto(dev, g):
+    """Should ops.conv pick Winograd for ``g`` when no algorithm is asked
+    for? Forced by the env variable; otherwise when ``estimated_speedup`` >=
+    MIN_SPEEDUP, on GPUs and CPU drivers alike (PoCL, 2 cores, batch 16,
+    ResNet 3x3 layers of 64/128/256 channels: 1.75-2.1x im2col + GEMM, the
+    same rule as on the H200 where it gave 1.5-3.1x)."""
+    if not eligible(g) or not fits(g):
+        return False
+    forced = env_override()
+    if forced is not None:
+        return forced
+    return estimated_speedup(g) >= MIN_SPEEDUP
+
+
+def fits(g, tile=None):
+    """True when ``g`` stays within the kernels' 32-bit indexing (one image
+    per chunk at the least)."""
+    m = _tile(tile)
+    A = (m + 2) ** 2
+    tiles = -(-g.out_h // m) * -(-g.out_w // m)
+    ws = A * (g.channels * g.out_channels + (g.channels + g.out_channels) * tiles)
+    return max(ws, g.num * max(g.channels * g.height * g.width,
+                               g.out_channels * g.out_spatial)) <= _INT_MAX
+
+
+def chunk_images(num, cin, cout, tiles_per_image, cap=None, tile=2):
+    """Images per chunk so that U + V + M <= cap floats (at least one)."""
+    cap = MAX_WS_FLOATS if cap is None else cap
+    a = (tile + 2) ** 2
+    per = a * (cin + cout) * tiles_per_image
+    room = cap - a * cin * cout
+    return max(1, min(num, room // max(per, 1)))
+
+
+def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
+              bias, act, beta, gemm_impl, tile):
+    from .conv import _workspace          # ops.conv imports this module
+    act_kind, act_a, act_b = act_defines(act)
+    m = _tile(tile)
+    A = (m + 2) ** 2
+    defs = dict(WM=m)
+    th, tw = -(-ho // m), -(-wo // m)
+    tiles = th * tw
+    chunk = chunk_images(num, cin, cout, tiles, tile=m)
+    tmax = chunk * tiles
+    u_fl, v_fl, m_fl = A * cin * cout, A * cin * tmax, A * cout * tmax
+    if max(u_fl + v_fl + m_fl, num * max(cin * h * w, cout * ho * wo)) > _INT_MAX:
+        raise ValueError(f"winograd: tensors of {num}x{cin}x{h}x{w} -> {cout}x{ho}x{wo} "
+                         "exceed 32-bit indexing")
+    ws = _workspace(dev, u_fl + v_fl + m_fl)
+    off_v, off_m = u_fl, u_fl + v_fl
+    # weight is [Co][C][3][3] of the convolution; backward-data (flip) runs
+    # from its Co channels (cin here) to its C channels (cout here)
+    wco, wc = (cin, cout) if flip else (cout, cin)
+    gs, ls = work_size(dev, wco * wc)
+    out = [dev.launch(SRC, "wino_filter", gs, ls, [wco, wc, int(bool(flip)), weight, 0, ws, 0],
+                      defs)]
+    for n0 in range(0, num, chunk):
+        nc = min(chunk, num - n0)
+        T = nc * tiles
+        gs, ls = work_size(dev, cin * T)
+        out.append(dev.launch(SRC, "wino_input", gs, ls,
+                              [nc, cin, h, w, th, tw, ph, pw, T, x, n0 * cin * h * w,
+                               ws, off_v],
+                              defs))
+        out.append(gemm(dev, cout, T, cin, ws, ws, ws, off_a=0, off_b=off_v, off_c=off_m,
+                        lda=cin, ldb=T, ldc=T, batch=A,
+                        stride_a=(cout * cin, 0), stride_b=(cin * T, 0),
+                        stride_c=(cout * T, 0), impl=gemm_impl))
+        gs, ls = work_size(dev, cout * T)
+        out.append(dev.launch(SRC, "wino_output", gs, ls,
+                              [nc, cout, ho, wo, th, tw, ws, off_m,
+                               bias if bias is not None else ws, int(bias is not None),
+                               float(beta), act_kind, act_a, act_b,
+                               y, n0 * cout * ho * wo], defs))
+    return out
+
+
+def _check(g):
+    if not eligible(g):
+        raise ValueError(f"convolution algorithm 'winograd' needs a 3x3 kernel, stride 1, "
+                         f"dilation 1 and one group; got kernel {g.kh}x{g.kw}, stride "
+                         f"{g.sh}x{g.sw}, dilation {g.dh}x{g.dw}, groups {g.groups}")
+
+
+def forward(dev, g, x, weight, y, bias=None, act=None, beta=0.0, gemm_impl=None,
+            tile=None):
+    """[launches]: y = act(conv(x, weight) + bias + beta * y) (signature of
+    ops.conv._igemm_forward; ``act`` as ops.gemm.gemm). ``gemm_impl`` picks
+    the GEMM kernel (tests run the GPU tiles on PoCL); ``tile``: output
+    tile side 2 or 4 (None: ``default_tile()``)."""
+    _check(g)
+    return _pipeline(dev, g.num, g.channels, g.height, g.width, g.out_channels,
+                     g.out_h, g.out_w, g.ph, g.pw, x, weight, False, y,
+                     bias, act, beta, gemm_impl, tile)
+
+
+def backward_data(dev, g, dy, weight, dx, accumulate=False, gemm_impl=None, tile=None):
+    """[launches]: dx = conv^T(dy) (+ dx if accumulate): the full
+    correlation of dy with rot180(weight)^T, padding 2 - pad."""
+    _check(g)
+    return _pipeline(dev, g.num, g.out_channels, g.out_h, g.out_w, g.channels,
+                     g.height, g.width, 2 - g.ph, 2 - g.pw, dy, weight, True, dx,
+                     None, None, 1.0 if accumulate else 0.0, gemm_impl, tile)
+
+
+def bwd_weight_enabled():
+    """False when env CAFFE_OCL_WINOGRAD_BWD_WEIGHT=0 keeps the dense
+    backward-weight for Winograd layers (read when launches are built)."""
+    v = os.environ.get(BWD_WEIGHT_ENV, "").strip().lower()
+    return v not in ("0", "false", "no", "off")
+
+
+def weight_split(dev, cin, cout, T, tile=None):
+    """Split-K count of the backward-weight GEMMs (Co x C, K = T tiles):
+    enough splits that A * nsplit * (GEMM tiles of Co x C) work-groups make
+    ~SPLIT_WAVES per compute unit, at least SPLIT_MIN_T tiles per split,
+    partials under a quarter of MAX_WS_FLOATS."""
+    from .gemm import gpu_tiles
+    m = _tile(tile)
+    A = (m + 2) ** 2
+    t = gpu_tiles(dev, cout)
+    wgs = A * -(-cout // t["TM"]) * -(-cin // t["TN"])
+    want = -(-SPLIT_WAVES * max(int(dev.compute_units), 1) // wgs)
+    room = (MAX_WS_FLOATS // 4) // max(A * cin * cout, 1)
+    return max(1, min(want, T // SPLIT_MIN_T, room))
+
+
+def _split_len(T, nsplit):
+    """Tiles per split: ceil(T / nsplit), a multiple of 16 (the GPU GEMM's
+    K step) once over 64."""
+    kc = -(-T // nsplit)
+    return -(-kc // 16) * 16 if kc > 64 else kc
+
+
+def backward_weight(dev, g, x, dy, dweight, gemm_impl=None, tile=None):
+    """[launches]: dweight += dW of conv(x, .) against dy (Caffe's
+    accumulating parameter gradient), by Winograd F(m x m, 3x3): forward
+    input transform of x, adjoint output transform of dy, split-K batched
+    GEMMs into partials, filter back-transform (sums the partials, adds
+    to dweight). Images in chunks under MAX_WS_FLOATS."""
+    from .conv import _workspace          # ops.conv imports this module
+    _check(g)
+    m = _tile(tile)
+    A = (m + 2) ** 2
+    defs = dict(WM=m)
+    num, cin, h, w = g.num, g.channels, g.height, g.width
+    cout, ho, wo = g.out_channels, g.out_h, g.out_w
+    th, tw = -(-ho // m), -(-wo // m)
+    tiles = th * tw
+    nsplit = weight_split(dev, cin, cout, num * tiles, m)
+    p_fl = A * nsplit * cin * cout
+    per = A * (cin + cout) * tiles
+    room = MAX_WS_FLOATS - p_fl - A * (cin + cout) * nsplit * 16     # padding tiles
+    chunk = max(1, min(num, room // max(per, 1)))
+    nsplit = max(1, min(nsplit, weight_split(dev, cin, cout, chunk * tiles, m)))
+    p_fl = A * nsplit * cin * cout
+    tp_max = nsplit * _split_len(chunk * tiles, nsplit)
+    v_fl, m_fl = A * cin * tp_max, A * cout * tp_max
+    if max(p_fl + v_fl + m_fl, num * max(cin * h * w, cout * ho * wo)) > _INT_MAX:
+        raise ValueError(f"winograd: tensors of {num}x{cin}x{h}x{w} -> {cout}x{ho}x{wo} "
+                         "exceed 32-bit indexing")
+    ws = _workspace(dev, p_fl + v_fl + m_fl)
+    off_v, off_m = p_fl, p_fl + v_fl
+    out = []
+    for n0 in range(0, num, chunk):
+        nc = min(chunk, num - n0)
+        T = nc * tiles
+        kc = _split_len(T, nsplit)
+        Tp = nsplit * kc
+        gs, ls = work_size(dev, cin * Tp)
+        out.append(dev.launch(SRC, "wino_input", gs, ls,
+                              [nc, cin, h, w, th, tw, g.ph, g.pw, Tp, x, n0 * cin * h * w,
+                               ws, off_v], defs))
+        gs, ls = work_size(dev, cout * Tp)
+        out.append(dev.launch(SRC, "wino_output_grad", gs, ls,
+                              [nc, cout, ho, wo, th, tw, Tp, dy, n0 * cout * ho * wo,
+                               ws, off_m], defs))
+        # dUp[k][s] (+)= dM[k][:, s*kc : (s+1)*kc] x V[k][:, s*kc : (s+1)*kc]^T
+        out.append(gemm(dev, cout, cin, kc, ws, ws, ws, trans_b=True,
+                        beta=0.0 if n0 == 0 else 1.0,
+                        off_a=off_m, off_b=off_v, off_c=0, lda=Tp, ldb=Tp, ldc=cin,
+                        batch=A, groups=nsplit,
+                        stride_a=(cout * Tp, kc), stride_b=(cin * Tp, kc),
+                        stride_c=(nsplit * cout * cin, cout * cin), impl=gemm_impl))
+    gs, ls = work_size(dev, cout * cin)
+    out.append(dev.launch(SRC, "wino_filter_grad", gs, ls,
+                          [cout, cin, nsplit, ws, 0, dweight, 0], defs))
+    return out

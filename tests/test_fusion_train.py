@@ -1,0 +1,110 @@
+"""TRAIN-phase BatchNorm -> Scale (-> activation) fusion (caffe_ocl/fusion_train.py):
+a fused net gives the unfused net's outputs, blob/parameter gradients and
+moving averages (float32 tolerance), over solver steps too; ranges that cut
+a chain run it layer by layer."""
+import numpy as np
+import pytest
+
+import caffe_ocl
+from caffe_ocl import fusion_train
+from caffe_ocl.proto import caffe_pb2, parse_net_text
+
+NET = """
+name: "f" force_backward: true
+layer { name: "in" type: "Input" top: "x" top: "label"
+        input_param { shape { dim: 3 dim: 2 dim: 6 dim: 5 } shape { dim: 3 } } }
+layer { name: "c1" type: "Convolution" bottom: "x" top: "c1"
+        convolution_param { num_output: 4 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "bn1" type: "BatchNorm" bottom: "c1" top: "c1" }
+layer { name: "s1" type: "Scale" bottom: "c1" top: "c1"
+        scale_param { bias_term: true filler { type: "gaussian" mean: 1 std: 0.3 }
+                      bias_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "r1" type: "ReLU" bottom: "c1" top: "c1" relu_param { negative_slope: 0.1 } }
+layer { name: "c2" type: "Convolution" bottom: "c1" top: "c2"
+        convolution_param { num_output: 4 kernel_size: 1 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "bn2" type: "BatchNorm" bottom: "c2" top: "c2" }
+layer { name: "s2" type: "Scale" bottom: "c2" top: "c2"
+        scale_param { filler { type: "gaussian" mean: 1 std: 0.3 } } }
+layer { name: "sum" type: "Eltwise" bottom: "c1" bottom: "c2" top: "sum" }
+layer { name: "bn3" type: "BatchNorm" bottom: "sum" top: "sum" }
+layer { name: "s3" type: "Scale" bottom: "sum" top: "sum"
+        scale_param { bias_term: true filler { type: "constant" value: 0.8 } } }
+layer { name: "r3" type: "ReLU6" bottom: "sum" top: "sum" }
+layer { name: "fc" type: "InnerProduct" bottom: "sum" top: "fc"
+        inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }
+"""
+
+
+def _net(monkeypatch, fuse, seed=3):
+    monkeypatch.setenv(fusion_train.ENV, "1" if fuse else "0")
+    caffe_ocl.set_random_seed(seed)
+    net = caffe_ocl.Net(parse_net_text(NET), caffe_ocl.TRAIN)
+    rng = np.random.default_rng(0)
+    net.blobs["x"].data[...] = rng.standard_normal(net.blobs["x"].shape) * 2 + 1
+    net.blobs["label"].data[...] = [0, 2, 1]
+    return net
+
+
+def test_chains_found(monkeypatch):
+    net = _net(monkeypatch, True)
+    chains = net._train_fusion.chains
+    assert [c.describe() for c in chains] == ["bn1 -> s1 -> r1", "bn2 -> s2",
+                                               "bn3 -> s3 -> r3"]
+    assert _net(monkeypatch, False)._train_fusion is None
+
+
+def test_fused_equals_layer_by_layer(monkeypatch):
+    ref, fused = _net(monkeypatch, False), _net(monkeypatch, True)
+    for net in (ref, fused):
+        for _ in range(2):      # twice: the moving averages accumulate
+            net.forward()
+            net.backward()
+    for name in ("c1", "c2", "sum", "fc", "loss"):
+        np.testing.assert_allclose(fused.blobs[name].data, ref.blobs[name].data,
+                                   rtol=1e-4, atol=1e-5, err_msg=name)
+    for name in ("x", "c1", "c2", "sum"):
+        np.testing.assert_allclose(fused.blobs[name].diff, ref.blobs[name].diff,
+                                   rtol=1e-3, atol=1e-5, err_msg=name)
+    for lname in ("c1", "c2", "bn1", "s1", "s2", "s3", "bn3", "fc"):
+        for i, (a, b) in enumerate(zip(fused.params[lname], ref.params[lname])):
+            np.testing.assert_allclose(a.data, b.data, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{lname}[{i}] data")
+            np.testing.assert_allclose(a.diff, b.diff, rtol=1e-3, atol=1e-5,
+                                       err_msg=f"{lname}[{i}] diff")
+
+
+def test_ranges_cutting_a_chain_run_unfused(monkeypatch):
+    ref, fused = _net(monkeypatch, False), _net(monkeypatch, True)
+    for net in (ref, fused):
+        net.forward(end="s1")            # stops inside chain bn1 -> s1 -> r1
+        net.forward(start="r1")
+        net.backward(end="s2")           # stops inside chain bn2 -> s2
+        net.backward(start="bn2")
+    np.testing.assert_allclose(fused.blobs["loss"].data, ref.blobs["loss"].data, rtol=1e-5)
+    np.testing.assert_allclose(fused.blobs["x"].diff, ref.blobs["x"].diff, rtol=1e-3,
+                               atol=1e-5)
+
+
+def test_solver_steps_match(monkeypatch, tmp_path):
+    """SGD with momentum through the solver (fused backward plus the
+    per-layer hooks path) ends at the unfused weights."""
+    results = []
+    for fuse in (False, True):
+        monkeypatch.setenv(fusion_train.ENV, "1" if fuse else "0")
+        sp = caffe_pb2.SolverParameter()
+        sp.net_param.CopyFrom(parse_net_text(NET))
+        sp.base_lr, sp.momentum, sp.lr_policy, sp.max_iter = 0.05, 0.9, "fixed", 100
+        sp.random_seed, sp.display, sp.snapshot_after_train = 5, 0, False
+        s = caffe_ocl.SGDSolver(sp)
+        rng = np.random.default_rng(1)
+        s.net.blobs["x"].data[...] = rng.standard_normal(s.net.blobs["x"].shape)
+        s.net.blobs["label"].data[...] = [1, 0, 2]
+        calls = []
+        s.on_backward_layer.append(calls.append)
+        s.step(3)
+        assert sorted(set(calls)) == list(range(len(s.net.layers)))
+        results.append({k: [b.data.copy() for b in v] for k, v in s.net.params.items()})
+    for k in results[0]:
+        for a, b in zip(results[0][k], results[1][k]):
+            np.testing.assert_allclose(b, a, rtol=1e-3, atol=1e-5, err_msg=k)

@@ -1,0 +1,43 @@
+"""GEMM split along K (ops/gemm_splitk.py): the batched partial products
+plus the reducing epilogue equal one GEMM (float64 reference), and the
+split is only chosen where the tiles cannot fill a GPU."""
+import types
+
+import numpy as np
+import pytest
+
+from caffe_ocl.ops.gemm_splitk import gemm_launches, splitk_factor
+from refs import rel_err
+
+
+@pytest.mark.parametrize("trans_a,trans_b,bias_axis,act", [
+    (False, True, 1, None),            # InnerProduct forward: x * W^T + b
+    (True, False, 0, ("relu", 0.1)),   # transposed A, per-row bias, leaky ReLU
+])
+def test_split_k_equals_one_gemm(d, rng, trans_a, trans_b, bias_axis, act):
+    M, N, K, nsplit, alpha, beta = 5, 7, 96, 3, 0.5, 2.0
+    a = rng.standard_normal((K, M) if trans_a else (M, K))
+    b = rng.standard_normal((N, K) if trans_b else (K, N))
+    bias = rng.standard_normal(M if bias_axis == 0 else N)
+    c0 = rng.standard_normal((M, N))
+    cb = d.buf(c0)
+    launches = gemm_launches(d.dev, M, N, K, d.buf(a), d.buf(b), cb, trans_a=trans_a,
+                             trans_b=trans_b, alpha=alpha, beta=beta, bias=d.buf(bias),
+                             bias_axis=bias_axis, act=act, nsplit=nsplit)
+    assert len(launches) == 2
+    d.run(launches)
+    v = alpha * ((a.T if trans_a else a) @ (b.T if trans_b else b))
+    v += (bias[:, None] if bias_axis == 0 else bias[None, :]) + beta * c0
+    if act:
+        v = np.where(v > 0, v, act[1] * v)
+    assert rel_err(d.get(cb, (M, N)), v) < 1e-5
+
+
+def test_split_factor_only_where_tiles_are_few():
+    gpu = types.SimpleNamespace(is_gpu=True, compute_units=132, local_mem=48 << 10)
+    f = splitk_factor(gpu, 64, 4096, 9216)        # AlexNet fc6 at batch 64: 32 tiles
+    assert f > 1 and 9216 % f == 0 and (9216 // f) % 16 == 0
+    assert splitk_factor(gpu, 4096, 4096, 9216) == 1     # 1024 tiles fill the GPU
+    assert splitk_factor(gpu, 64, 1000, 100) == 1         # K too short to split
+    cpu = types.SimpleNamespace(is_gpu=False, compute_units=2)
+    assert splitk_factor(cpu, 64, 4096, 9216) == 1

@@ -1,0 +1,317 @@
+"""Winograd F(2x2, 3x3) and F(4x4, 3x3) convolution (ops/winograd.py,
+kernels/winograd.cl) against float64 references: forward (bias +
+activation epilogue, beta accumulate, poisoned output), backward-data
+(overwrite / accumulate) and backward-weight (accumulate; split-K forced)
+on odd sizes, pads 0/1/2 (and unequal), batch 1 and 3, channel counts off
+the GEMM tiles, chunked over images; the dispatch rules of ops.conv
+(CAFFE_OCL_WINOGRAD_BWD_WEIGHT); a Convolution layer forced onto Winograd
+through the env switch.
+
+Every geometry is a kernel argument (one program per tile size) and the
+GEMM is the device's own (gemm_cpu.cl on PoCL); the GPU tiles of gemm.cl
+run on PoCL only under `-m slow` (25-30 s to build)."""
+import types
+
+import numpy as np
+import pytest
+
+from caffe_ocl.ops import conv as conv_ops
+from caffe_ocl.ops import winograd as wino_ops
+from caffe_ocl.testing import check_gradient, forward, make_layer
+from refs import rel_err as _rel
+from test_conv_algorithms import _refs
+
+# (n, c, h, w, co, ph, pw)
+GEOMS = [
+    (3, 5, 7, 9, 6, 1, 1),       # odd H, W, pad 1, batch 3
+    (1, 4, 6, 5, 3, 0, 0),       # batch 1, pad 0, odd W
+    (2, 3, 5, 5, 4, 2, 2),       # pad 2 (backward-data pads 0)
+    (1, 3, 4, 7, 2, 1, 0),       # unequal pads
+    (2, 33, 5, 6, 70, 1, 1),     # C, Co off the GEMM tiles, Co > 64
+    (1, 2, 3, 3, 3, 0, 0),       # single output pixel (one tile, 3/4 wasted)
+]
+
+
+def _id(p):
+    return "n{}c{}h{}w{}co{}p{}{}".format(*p)
+
+
+def _geom(p):
+    n, c, h, w, co, ph, pw = p
+    return conv_ops.ConvGeometry(n, c, h, w, co, 3, 3, ph, pw)
+
+
+def _data(rng, g):
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels, 3, 3))
+    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
+    return x, w, dy
+
+
+# relative L2 error allowed: F(4x4)'s transforms (1/6, 1/24, 8) lose a few bits
+TOL = {2: 1e-5, 4: 2e-5}
+
+
+def _check_fwd_bwd(d, rng, g, gemm_impl=None, tile=2):
+    tol = TOL[tile]
+    x, w, dy = _data(rng, g)
+    b = rng.standard_normal(g.out_channels)
+    y_ref, _, dx_ref = _refs(g, x, w, dy)
+    xb, wb, bb, dyb = d.buf(x), d.buf(w), d.buf(b), d.buf(dy)
+    yshape = dy.shape
+
+    # forward, bias + leaky ReLU epilogue, poisoned output
+    yb = d.buf(np.full(yshape, np.nan))
+    d.run(wino_ops.forward(d.dev, g, xb, wb, yb, bias=bb, act=("relu", 0.1),
+                           gemm_impl=gemm_impl, tile=tile))
+    v = y_ref + b.reshape(1, -1, 1, 1)
+    assert _rel(d.get(yb, yshape), np.where(v > 0, v, 0.1 * v)) < tol
+
+    # forward with beta accumulation and the clip epilogue, no bias
+    y0 = rng.standard_normal(yshape)
+    yb = d.buf(y0)
+    d.run(wino_ops.forward(d.dev, g, xb, wb, yb, act=("clip", -1.0, 2.0), beta=0.5,
+                           gemm_impl=gemm_impl, tile=tile))
+    assert _rel(d.get(yb, yshape), np.clip(y_ref + 0.5 * y0, -1.0, 2.0)) < tol
+
+    # backward-data overwrites (poisoned), or accumulates
+    dxb = d.buf(np.full(x.shape, np.nan))
+    d.run(wino_ops.backward_data(d.dev, g, dyb, wb, dxb, gemm_impl=gemm_impl, tile=tile))
+    assert _rel(d.get(dxb, x.shape), dx_ref) < tol
+    dx0 = rng.standard_normal(x.shape)
+    dxb = d.buf(dx0)
+    d.run(wino_ops.backward_data(d.dev, g, dyb, wb, dxb, accumulate=True,
+                                 gemm_impl=gemm_impl, tile=tile))
+    assert _rel(d.get(dxb, x.shape), dx0 + dx_ref) < tol
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("p", GEOMS, ids=_id)
+def test_winograd_matches_reference(d, rng, p, tile):
+    _check_fwd_bwd(d, rng, _geom(p), tile=tile)
+
+
+def _check_bwd_weight(d, rng, g, gemm_impl=None, tile=2):
+    """dW0 + dW(x, dy) against float64; returns the launches."""
+    x, w, dy = _data(rng, g)
+    _, dw_ref, _ = _refs(g, x, w, dy)
+    dw0 = rng.standard_normal(w.shape)
+    dwb = d.buf(dw0)
+    ls = wino_ops.backward_weight(d.dev, g, d.buf(x), d.buf(dy), dwb,
+                                  gemm_impl=gemm_impl, tile=tile)
+    d.run(ls)
+    got = d.get(dwb, w.shape)
+    assert _rel(got, dw0 + dw_ref) < TOL[tile]
+    assert _rel(got - dw0, dw_ref) < 2 * TOL[tile]       # the increment itself
+    return ls
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("p", GEOMS, ids=_id)
+def test_winograd_backward_weight_matches_reference(d, rng, p, tile):
+    ls = _check_bwd_weight(d, rng, _geom(p), tile=tile)
+    assert [ln.name for ln in ls] == ["wino_input", "wino_output_grad", "gemm",
+                                      "wino_filter_grad"]
+
+
+def test_winograd_weight_split_plan():
+    """Split-K of the backward-weight GEMMs on an H200-like device (132
+    compute units): small Co x C products split the tiles, ~3 work-groups
+    per compute unit, at least SPLIT_MIN_T tiles per split; big ones not."""
+    gpu = types.SimpleNamespace(is_cpu=False, is_gpu=True, compute_units=132,
+                                local_mem=48 << 10)
+    vgg12 = 64 * 56 * 56                       # 64 images of 224x224, m = 4
+    assert wino_ops.weight_split(gpu, 64, 64, vgg12, 4) == 11       # 36 * 11 >= 396
+    assert wino_ops.weight_split(gpu, 64, 64, vgg12, 2) == 25       # 16 * 25 >= 396
+    assert wino_ops.weight_split(gpu, 512, 512, 64 * 49, 4) == 1    # 36 * 16 groups
+    assert wino_ops.weight_split(gpu, 64, 64, 3 * 256 + 5, 4) == 3  # short K
+    assert wino_ops.weight_split(gpu, 64, 64, 100, 4) == 1
+    for T, n in ((1000, 3), (5000, 7), (64, 2)):
+        kc = wino_ops._split_len(T, n)
+        assert n * kc >= T and (n - 1) * kc < T + 16 * n
+
+
+@pytest.mark.parametrize("tile,cap_images", [(2, 1), (4, 2)])
+def test_winograd_backward_weight_split_and_chunked(d, rng, monkeypatch, tile, cap_images):
+    """Split-K forced to 3 (padding tiles in the last split) and a workspace
+    cap of 1 or 2 images: the partials accumulate over the chunks (GEMM
+    beta), one filter back-transform sums them into dW."""
+    g = _geom((3, 5, 7, 9, 6, 1, 1))
+    A = (tile + 2) ** 2
+    tiles = -(-g.out_h // tile) * -(-g.out_w // tile)
+    nsplit = 3
+    monkeypatch.setattr(wino_ops, "weight_split", lambda *a, **k: nsplit)
+    cap = (A * nsplit * g.channels * g.out_channels + cap_images * A * (g.channels + g.out_channels)
+           * tiles + A * (g.channels + g.out_channels) * nsplit * 16)
+    monkeypatch.setattr(wino_ops, "MAX_WS_FLOATS", cap)
+    ls = _check_bwd_weight(d, rng, g, tile=tile)
+    nchunks = -(-g.num // cap_images)
+    assert len(ls) == 3 * nchunks + 1
+    gemms = [ln for ln in ls if ln.name == "gemm"]
+    assert len(gemms) == nchunks and all(ln.gsize[2] == A * nsplit for ln in gemms)
+
+
+@pytest.mark.parametrize("tile,cap_images", [(2, 1), (2, 2), (4, 2)])
+def test_winograd_chunked_over_images(d, rng, monkeypatch, tile, cap_images):
+    """A workspace cap of 1 or 2 images: 3 images in 3 / 2 chunks
+    (the last one partial), each chunk at its own image offset."""
+    g = _geom((3, 5, 7, 9, 6, 1, 1))
+    A = (tile + 2) ** 2
+    tiles = -(-g.out_h // tile) * -(-g.out_w // tile)
+    cap = A * g.channels * g.out_channels + cap_images * A * (g.channels + g.out_channels) * tiles
+    monkeypatch.setattr(wino_ops, "MAX_WS_FLOATS", cap)
+    assert wino_ops.chunk_images(g.num, g.channels, g.out_channels, tiles, tile=tile) == cap_images
+    nchunks = -(-g.num // cap_images)
+    z = d.buf(np.zeros(1))
+    ls = wino_ops.forward(d.dev, g, z, z, z, tile=tile)
+    assert len(ls) == 1 + 3 * nchunks          # filter transform + 3 per chunk
+    _check_fwd_bwd(d, rng, g, tile=tile)
+
+
+def test_winograd_through_conv_dispatch(d, rng, monkeypatch):
+    """ops.conv.forward / backward_data / backward_weight with
+    algo="winograd" (backward-weight: Winograd's, or the device's dense
+    path under CAFFE_OCL_WINOGRAD_BWD_WEIGHT=0)."""
+    monkeypatch.delenv(wino_ops.BWD_WEIGHT_ENV, raising=False)
+    g = _geom((2, 4, 5, 6, 5, 1, 1))
+    x, w, dy = _data(rng, g)
+    y_ref, dw_ref, dx_ref = _refs(g, x, w, dy)
+    ws = conv_ops.workspace_floats(d.dev, g, "winograd")
+    col = d.buf(np.zeros(ws)) if ws else None
+    xb, wb, dyb = d.buf(x), d.buf(w), d.buf(dy)
+    yb = d.buf(np.full(dy.shape, np.nan))
+    ls = conv_ops.forward(d.dev, g, xb, wb, yb, col, algo="winograd")
+    assert [ln.name for ln in ls][:2] == ["wino_filter", "wino_input"]
+    d.run(ls)
+    assert _rel(d.get(yb, dy.shape), y_ref) < 1e-5
+    dxb = d.buf(np.full(x.shape, np.nan))
+    d.run(conv_ops.backward_data(d.dev, g, dyb, wb, dxb, col, algo="winograd"))
+    assert _rel(d.get(dxb, x.shape), dx_ref) < 1e-5
+    dw0 = rng.standard_normal(w.shape)
+    for env, name in (("1", "wino_filter_grad"), ("0", None)):
+        monkeypatch.setenv(wino_ops.BWD_WEIGHT_ENV, env)
+        dwb = d.buf(dw0)
+        ls = conv_ops.backward_weight(d.dev, g, xb, dyb, dwb, col, algo="winograd")
+        names = [ln.name for ln in ls]
+        assert (name in names) if name else not any(n.startswith("wino") for n in names)
+        d.run(ls)
+        assert _rel(d.get(dwb, w.shape), dw0 + dw_ref) < 1e-5
+
+
+@pytest.mark.parametrize("kw", [dict(sh=2, sw=2), dict(kh=5, kw=5), dict(dh=2, dw=2),
+                                dict(groups=2), dict(kh=3, kw=1)],
+                         ids=["stride2", "5x5", "dilation2", "groups2", "3x1"])
+def test_winograd_rejects_ineligible_geometry(d, kw):
+    base = dict(num=1, channels=4, height=9, width=9, out_channels=4, kh=3, kw=3, ph=1, pw=1)
+    base.update(kw)
+    g = conv_ops.ConvGeometry(**base)
+    assert not wino_ops.eligible(g)
+    with pytest.raises(ValueError, match="winograd"):
+        conv_ops.algorithm(d.dev, g, "winograd")
+    with pytest.raises(ValueError, match="winograd"):
+        conv_ops.forward(d.dev, g, None, None, None, None, algo="winograd")
+    with pytest.raises(ValueError, match="winograd"):
+        conv_ops.backward_data(d.dev, g, None, None, None, None, algo="winograd")
+
+
+def test_automatic_choice(d, monkeypatch):
+    """GPUs: Winograd where the cost model says it pays (wide 3x3 layers),
+    never for narrow or ineligible ones; CPU drivers keep im2col; the env
+    switch forces it off or on for eligible geometries on any device."""
+    monkeypatch.delenv(wino_ops.ENV, raising=False)
+    gpu = types.SimpleNamespace(is_cpu=False, is_gpu=True)
+    cpu = types.SimpleNamespace(is_cpu=True, is_gpu=False)
+
+    def g(c, co, hw=28, **kw):
+        return conv_ops.ConvGeometry(64, c, hw, hw, co, 3, 3, 1, 1, **kw)
+
+    wide, narrow = g(256, 256), g(32, 32)    # default tile 4: 64->64 pays (1.6x)
+    assert conv_ops.algorithm(gpu, g(64, 64)) == "winograd"
+    assert conv_ops.algorithm(gpu, wide) == "winograd"
+    assert conv_ops.algorithm(gpu, g(512, 512, hw=7)) == "winograd"
+    assert conv_ops.algorithm(gpu, narrow) == "igemm"
+    assert conv_ops.algorithm(gpu, g(3, 64, hw=224)) == "igemm"
+    assert conv_ops.algorithm(gpu, g(256, 256, sh=2, sw=2)) == "igemm"
+    assert conv_ops.algorithm(gpu, wide, "igemm") == "igemm"
+    assert conv_ops.algorithm(cpu, wide) == "winograd"        # pays on CPUs too
+    assert conv_ops.algorithm(cpu, narrow) == "im2col"
+    huge = conv_ops.ConvGeometry(512, 512, 112, 112, 512, 3, 3, 1, 1)   # > 2^31 floats
+    assert not wino_ops.fits(huge) and conv_ops.algorithm(gpu, huge) == "igemm"
+    assert wino_ops.estimated_speedup(wide) > wino_ops.estimated_speedup(narrow)
+    monkeypatch.setenv(wino_ops.ENV, "0")
+    assert conv_ops.algorithm(gpu, wide) == "igemm"
+    monkeypatch.setenv(wino_ops.ENV, "1")
+    assert conv_ops.algorithm(gpu, narrow) == "winograd"
+    assert conv_ops.algorithm(cpu, narrow) == "winograd"
+    assert conv_ops.algorithm(gpu, g(256, 256, sh=2, sw=2)) == "igemm"
+    assert conv_ops.workspace_floats(cpu, narrow) == narrow.col_floats()   # dW: im2col
+    assert conv_ops.workspace_floats(gpu, narrow) == 0
+
+
+@pytest.mark.parametrize("tile,tol", [(2, 1e-6), (4, 1e-5)])
+def test_winograd_accuracy_realistic(d, rng, tile, tol):
+    """A VGG-like block (He-initialised weights, ReLU-like inputs): float32
+    Winograd close to float64 for all three passes (relative L2; measured
+    2.3e-7 for F(2x2), 1.4e-6 for F(4x4), max element 6e-6 for F(4x4);
+    backward-weight 2.4e-7 for F(2x2), 8.4e-7 for F(4x4), im2col 1.5e-7;
+    max element 2.1e-6 of max |dW| for F(4x4))."""
+    g = _geom((2, 48, 12, 12, 40, 1, 1))
+    x = np.maximum(rng.standard_normal((g.num, g.channels, g.height, g.width)), 0)
+    w = rng.standard_normal((g.out_channels, g.channels, 3, 3)) * np.sqrt(2 / (9 * g.channels))
+    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w)) * 1e-3
+    y_ref, _, dx_ref = _refs(g, x, w, dy)
+    wb = d.buf(w)
+    yb = d.buf(np.zeros(dy.shape))
+    d.run(wino_ops.forward(d.dev, g, d.buf(x), wb, yb, tile=tile))
+    assert _rel(d.get(yb, dy.shape), y_ref) < tol
+    dxb = d.buf(np.zeros(x.shape))
+    d.run(wino_ops.backward_data(d.dev, g, d.buf(dy), wb, dxb, tile=tile))
+    assert _rel(d.get(dxb, x.shape), dx_ref) < tol
+    _, dw_ref, _ = _refs(g, x, w, dy)
+    dwb = d.buf(np.zeros(w.shape))
+    d.run(wino_ops.backward_weight(d.dev, g, d.buf(x), d.buf(dy), dwb, tile=tile))
+    assert _rel(d.get(dwb, w.shape), dw_ref) < tol
+
+
+@pytest.mark.parametrize("tile", ["2", "4"])
+def test_convolution_layer_forced_winograd(rng, monkeypatch, tile):
+    """A Convolution layer (bias, pad 1, odd sizes) built with
+    CAFFE_OCL_WINOGRAD=1 (and CAFFE_OCL_WINOGRAD_TILE): its launches are
+    Winograd's, forward matches the reference and the gradients (dx and
+    dW by Winograd) check."""
+    import refs
+    monkeypatch.setenv(wino_ops.ENV, "1")
+    monkeypatch.setenv(wino_ops.TILE_ENV, tile)
+    x = rng.standard_normal((2, 3, 5, 4))
+    text = ('type: "Convolution" convolution_param { num_output: 4 kernel_size: 3 pad: 1 '
+            'weight_filler { type: "gaussian" std: 0.5 } '
+            'bias_filler { type: "uniform" min: -1 max: 1 } }')
+    layer, b, t = make_layer(text, [x])
+    (y,) = forward(layer, b, t)
+    assert "wino_output" in [ln.name for ln in layer.fwd]
+    ref = refs.conv2d(x, layer.blobs[0].data, layer.blobs[1].data, pad=(1, 1))
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+    # F(4x4)'s float32 forward noise (~1e-5 of |y| per element, test above)
+    # divided by the 2e-2 finite-difference step is ~3e-3 of the gradient:
+    # its dx itself is checked against float64 in _check_fwd_bwd.
+    monkeypatch.delenv(wino_ops.BWD_WEIGHT_ENV, raising=False)
+    check_gradient(layer, b, t, max_checks=30, threshold=1e-3 if tile == "2" else 1e-2)
+    names = [ln.name for ln in layer.bwd]
+    assert "wino_output" in names and "wino_filter_grad" in names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("p", [GEOMS[0], GEOMS[4]], ids=_id)
+def test_winograd_gpu_gemm_tiles(d, rng, monkeypatch, p, tile):
+    """The same pipeline with the GPU GEMM (gemm.cl 128x128 / 64x128 tiles);
+    backward-weight with split-K forced to 3."""
+    _check_fwd_bwd(d, rng, _geom(p), gemm_impl="tiled", tile=tile)
+    monkeypatch.setattr(wino_ops, "weight_split", lambda *a, **k: 3)
+    ls = _check_bwd_weight(d, rng, _geom(p), gemm_impl="tiled", tile=tile)
+    assert [ln.gsize[2] for ln in ls if ln.name == "gemm"] == [3 * (tile + 2) ** 2]
+
+
+def test_bad_tile_rejected(d):
+    with pytest.raises(ValueError, match="tile"):
+        wino_ops.forward(d.dev, _geom(GEOMS[0]), None, None, None, tile=3)
