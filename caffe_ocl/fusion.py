@@ -92,6 +92,7 @@ class Chain:
         self.net = net
         self.p = p
         self.members = members            # absorbed layer indices (consecutive)
+        self.layers = [p] + members
         self.first, self.last = p, members[-1]
         self.producer = net.layers[p]
         self.bn, self.scale, self.act = bn, scale, act
@@ -194,28 +195,31 @@ class Chain:
             t.data_mem.device_written()
 
 
-class FusionPlan:
-    """The chains of a Net; ``Net._forward_range`` asks ``forward``."""
+class ChainPlan:
+    """Chains of consecutive layers run as one (here and in
+    fusion_train.py): each chain has ``layers`` (indices), ``first``,
+    ``last`` and ``run()``. ``Net._forward_range`` asks ``forward``."""
 
     def __init__(self, chains):
         self.chains = chains
-        self.by_layer = {}
-        for c in chains:
-            for li in [c.p] + c.members:
-                self.by_layer[li] = c
+        self.by_layer = {li: c for c in chains for li in c.layers}
 
     def __bool__(self):
         return bool(self.chains)
 
     def forward(self, li, start, end):
-        """Run layer ``li`` the folded way if it belongs to a chain wholly
-        inside [start, end]; True when handled (the caller skips the layer)."""
+        """Run layer ``li``'s chain if it lies wholly inside [start, end]
+        (at its first layer); True when handled (the caller skips the layer)."""
         c = self.by_layer.get(li)
         if c is None or start > c.first or end < c.last:
             return False
-        if li == c.p:
+        if li == c.first:
             c.run()
         return True
+
+
+class FusionPlan(ChainPlan):
+    """The folded chains of a TEST net."""
 
     def check_backward(self):
         raise NetError(

@@ -34,7 +34,7 @@ by one, which gives the same values. Code calling ``layer.forward`` /
 import logging
 import os
 
-from .fusion import _act_of
+from .fusion import ChainPlan, _act_of
 from .ops import normalization as norm_ops
 from .ops import pointwise
 
@@ -94,8 +94,8 @@ def find_chains(net):
 class TrainChain:
     def __init__(self, net, b, s, a):
         self.net = net
-        self.members = [b, s] + ([a] if a is not None else [])
-        self.first, self.last = b, self.members[-1]
+        self.layers = [b, s] + ([a] if a is not None else [])
+        self.first, self.last = b, self.layers[-1]
         self.bn, self.scale = net.layers[b], net.layers[s]
         self.act = _act_of(net.layers[a]) if a is not None else None
         self.blob = net._top_vecs[b][0]
@@ -104,7 +104,7 @@ class TrainChain:
         self.fwd, self.bwd = [], []
 
     def describe(self):
-        return " -> ".join(self.net._layer_names[i] for i in self.members)
+        return " -> ".join(self.net._layer_names[i] for i in self.layers)
 
     def _build(self):
         """Launches bound to the current shapes and buffers (the diff memory
@@ -141,9 +141,10 @@ class TrainChain:
             self._build()
             self._key = key
 
-    def forward(self):
+    def run(self):
+        """The fused forward."""
         net = self.net
-        for li in self.members[1:]:     # the first was reshaped by the net's loop
+        for li in self.layers[1:]:      # the first was reshaped by the net's loop
             net.layers[li].reshape_if_needed(net._bottom_vecs[li], net._top_vecs[li])
         self._ensure_built()
         self.blob.data_mem.to_device()
@@ -170,25 +171,9 @@ class TrainChain:
             p.diff_mem.device_written()
 
 
-class TrainFusionPlan:
-    """The chains of a TRAIN net; consulted by Net's forward/backward loops."""
-
-    def __init__(self, chains):
-        self.chains = chains
-        self.by_layer = {}
-        for c in chains:
-            for li in c.members:
-                self.by_layer[li] = c
-
-    def forward(self, li, start, end):
-        """True when layer ``li`` was run (or skipped) as part of a fused
-        chain lying wholly inside [start, end]."""
-        c = self.by_layer.get(li)
-        if c is None or start > c.first or end < c.last:
-            return False
-        if li == c.first:
-            c.forward()
-        return True
+class TrainFusionPlan(ChainPlan):
+    """The chains of a TRAIN net; consulted by Net's forward (``forward``,
+    from ChainPlan) and backward loops."""
 
     def backward(self, li, start, end):
         """Backward runs from ``start`` down to ``end``: the fused chain at

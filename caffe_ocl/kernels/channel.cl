@@ -3,6 +3,7 @@
  * choosing the terms; y may alias x. */
 #include "common.h"
 #include "reduce.h"
+#include "act.h"
 
 #ifndef HAS_SCALE
 #define HAS_SCALE 1
@@ -35,6 +36,9 @@ __kernel void chan_affine(int n, int D, int I, __global const float* x,
  *   PART_MODE 0: s1 = sum a, s2 = sum a*b           (b unused when !PART_B)
  *   PART_MODE 1: s1 = sum (a-K), s2 = sum (a-K)^2   K = first element of the
  *                channel: shifted data keep E(x^2)-E(x)^2 accurate in one pass
+ *   PART_MODE 2: s1 = sum g, s2 = sum g*b with g = a * ACT_GRAD(gamma*b + beta)
+ *                (the fused TRAIN BatchNorm -> Scale -> act backward,
+ *                a = dy, b = x_norm; normalization.cl)
  * Index walk: o/i advance incrementally, no division per element. */
 #ifndef PART_MODE
 #define PART_MODE 0
@@ -44,7 +48,9 @@ __kernel void chan_affine(int n, int D, int I, __global const float* x,
 #endif
 
 __kernel void chan_partial(int O, int D, int I, int chunks, __global const float* a,
-                           __global const float* b, __global float* part) {
+                           __global const float* b, __global const float* gamma,
+                           __global const float* beta, float act_a, float act_b,
+                           __global float* part) {
     __local float buf[WG];
     const int m = O * I;
     const int len = (m + chunks - 1) / chunks;
@@ -54,6 +60,8 @@ __kernel void chan_partial(int O, int D, int I, int chunks, __global const float
         float s1 = 0.0f, s2 = 0.0f;
 #if PART_MODE == 1
         const float K = a[d * I];
+#elif PART_MODE == 2
+        const float ga = gamma[d], be = beta[d];
 #endif
         int j = j0 + (int)get_local_id(0);
         int o = j / I, i = j - o * I;
@@ -63,6 +71,11 @@ __kernel void chan_partial(int O, int D, int I, int chunks, __global const float
             const float v = a[k] - K;
             s1 += v;
             s2 += v * v;
+#elif PART_MODE == 2
+            const float xn = b[k];
+            const float g = a[k] * ACT_GRAD(fma(ga, xn, be));
+            s1 += g;
+            s2 += g * xn;
 #else
             const float v = a[k];
             s1 += v;

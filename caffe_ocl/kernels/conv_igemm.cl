@@ -17,6 +17,7 @@
  *                    workspace summed into dW by splitk_reduce)
  *   splitk_reduce:   dw[g][i] = beta * dw[g][i] + sum_s ws[g*nsplit + s][i] */
 #include "common.h"
+#include "act.h"
 
 #ifndef TM
 #define TM 128
@@ -121,11 +122,7 @@ void conv_fwd(int NIMG, int C, int H, int W, int CO, int HO, int WO, float alpha
             v += bias[offBias + g * M + m];
 #endif
             if (beta != 0.0f) v += beta * yb[m * HOWO];
-#if ACT == 1
-            v = v > 0.0f ? v : act_a * v;
-#elif ACT == 2
-            v = fmax(act_a, fmin(act_b, v));
-#endif
+            v = APPLY_ACT(v);
             yb[m * HOWO] = v;
         }
     }

@@ -37,22 +37,10 @@
 #ifndef BIAS
 #define BIAS 0
 #endif
-#ifndef ACT
-#define ACT 0
-#endif
 #ifndef WG
 #define WG 256
 #endif
-#if ACT < 0 || ACT > 2
-#error "ACT must be 0 (none), 1 (relu) or 2 (clip)"
-#endif
-#if ACT == 1
-#define APPLY_ACT(v) ((v) > 0.0f ? (v) : act_a * (v))
-#elif ACT == 2
-#define APPLY_ACT(v) fmax(act_a, fmin(act_b, (v)))
-#else
-#define APPLY_ACT(v) (v)
-#endif
+#include "act.h"
 
 #define TAPS (KH * KW)
 

@@ -33,15 +33,10 @@
 #ifndef GROUPS
 #define GROUPS 1
 #endif
-#ifndef ACT
-#define ACT 0
-#endif
 #ifndef TF32
 #define TF32 0
 #endif
-#if ACT < 0 || ACT > 2
-#error "ACT must be 0 (none), 1 (relu) or 2 (clip)"
-#endif
+#include "act.h"
 #include "mma_tf32.h"
 
 #if TRANS_A
@@ -93,11 +88,7 @@ void gemm(int M, int N, int K, float alpha,
             v += bias[offBias + n];
 #endif
             if (beta != 0.0f) v += beta * C[m * ldc + n];
-#if ACT == 1
-            v = v > 0.0f ? v : act_a * v;
-#elif ACT == 2
-            v = fmax(act_a, fmin(act_b, v));
-#endif
+            v = APPLY_ACT(v);
             C[m * ldc + n] = v;
         }
     }

@@ -48,20 +48,13 @@
 #ifndef GROUPS
 #define GROUPS 1
 #endif
-#ifndef ACT
-#define ACT 0
-#endif
-#if ACT < 0 || ACT > 2
-#error "ACT must be 0 (none), 1 (relu) or 2 (clip)"
-#endif
+#include "act.h"
+/* APPLY_ACT of act.h on a float8 */
 #if ACT == 1
-#define APPLY_ACT(v) ((v) > 0.0f ? (v) : act_a * (v))
 #define APPLY_ACT8(v) select(act_a * (v), (v), (v) > (float8)0.0f)
 #elif ACT == 2
-#define APPLY_ACT(v) fmax(act_a, fmin(act_b, (v)))
 #define APPLY_ACT8(v) fmax((float8)act_a, fmin((float8)act_b, (v)))
 #else
-#define APPLY_ACT(v) (v)
 #define APPLY_ACT8(v) (v)
 #endif
 #define MR 6

@@ -135,22 +135,10 @@ __kernel void chan_normalize_bwd(int O, int C, int I, __global const float* dy,
 
 /* ---- TRAIN-phase BatchNorm -> Scale -> activation on one blob (fusion_train.py)
  * y2 = gamma[c] * xn + beta[c] with xn = (x - mean[c]) / stdv[c], y = act(y2).
- * ACT 0 none, 1 relu (slope act_a), 2 clip [act_a, act_b]; the backward gates
- * with act'(y2), recomputed from xn (Caffe's non-in-place activation
- * semantics, which its in-place ReLU equals). */
-#ifndef ACT
-#define ACT 0
-#endif
-#if ACT == 1
-#define ACT_F(v) ((v) > 0.0f ? (v) : act_a * (v))
-#define ACT_D(v) ((v) > 0.0f ? 1.0f : act_a)
-#elif ACT == 2
-#define ACT_F(v) fmax(act_a, fmin(act_b, (v)))
-#define ACT_D(v) (((v) >= act_a && (v) <= act_b) ? 1.0f : 0.0f)
-#else
-#define ACT_F(v) (v)
-#define ACT_D(v) 1.0f
-#endif
+ * ACT as act.h; the backward gates with act'(y2), recomputed from xn
+ * (Caffe's non-in-place activation semantics, which its in-place ReLU
+ * equals). Its first pass is channel.cl's chan_partial, PART_MODE 2. */
+#include "act.h"
 
 /* forward after the statistics: xnorm = xn (kept for backward), y = act(y2);
  * y may alias x. */
@@ -163,41 +151,7 @@ __kernel void bn_scale_act_fwd(int n, int C, int I, __global const float* x,
         const int c = (k / I) % C;
         const float xn = (x[k] - mean[c]) / stdv[c];
         xnorm[k] = xn;
-        y[k] = ACT_F(fma(gamma[c], xn, beta[c]));
-    }
-}
-
-/* backward, first pass (as channel.cl's chan_partial): per (channel, chunk)
- * s1 = sum g, s2 = sum g*xn with g = dy * act'(y2). */
-__kernel void bn_scale_act_partial(int O, int C, int I, int chunks,
-                                   __global const float* dy, __global const float* xnorm,
-                                   __global const float* gamma, __global const float* beta,
-                                   float act_a, float act_b, __global float* part) {
-    __local float buf[WG];
-    const int m = O * I;
-    const int len = (m + chunks - 1) / chunks;
-    for (int t = get_group_id(0); t < C * chunks; t += get_num_groups(0)) {
-        const int c = t / chunks, g0 = t - c * chunks;
-        const int j0 = g0 * len, j1 = min(m, j0 + len);
-        const float ga = gamma[c], be = beta[c];
-        float s1 = 0.0f, s2 = 0.0f;
-        int j = j0 + (int)get_local_id(0);
-        int o = j / I, i = j - o * I;
-        for (; j < j1; j += WG) {
-            const int k = (o * C + c) * I + i;
-            const float xn = xnorm[k];
-            const float g = dy[k] * ACT_D(fma(ga, xn, be));
-            s1 += g;
-            s2 += g * xn;
-            i += WG;
-            while (i >= I) { i -= I; ++o; }
-        }
-        s1 = wg_sum(s1, buf);
-        s2 = wg_sum(s2, buf);
-        if (get_local_id(0) == 0) {
-            part[2 * t] = s1;
-            part[2 * t + 1] = s2;
-        }
+        y[k] = APPLY_ACT(fma(gamma[c], xn, beta[c]));
     }
 }
 
@@ -211,7 +165,7 @@ __kernel void bn_scale_act_bwd(int n, int C, int I, float inv_m, __global const 
     GLOBAL_LOOP(k, n) {
         const int c = (k / I) % C;
         const float xn = xnorm[k];
-        const float g = dy[k] * ACT_D(fma(gamma[c], xn, beta[c]));
+        const float g = dy[k] * ACT_GRAD(fma(gamma[c], xn, beta[c]));
         dx[k] = gamma[c] / stdv[c] * (g - inv_m * (sums[2 * c] + sums[2 * c + 1] * xn));
     }
 }

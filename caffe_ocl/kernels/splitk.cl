@@ -7,9 +7,7 @@
 #ifndef BIAS
 #define BIAS 0
 #endif
-#ifndef ACT
-#define ACT 0
-#endif
+#include "act.h"
 
 __kernel void gemm_splitk_reduce(int M, int N, int nsplit, __global const float* ws,
                                  float beta, __global float* C, int offC, int ldc,
@@ -27,11 +25,6 @@ __kernel void gemm_splitk_reduce(int M, int N, int nsplit, __global const float*
 #endif
         __global float* c = C + offC + m * ldc + n;
         if (beta != 0.0f) v += beta * *c;
-#if ACT == 1
-        v = v > 0.0f ? v : act_a * v;
-#elif ACT == 2
-        v = fmax(act_a, fmin(act_b, v));
-#endif
-        *c = v;
+        *c = APPLY_ACT(v);
     }
 }

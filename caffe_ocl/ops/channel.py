@@ -36,19 +36,26 @@ def split_chunks(dev, dim, m, wg):
     return int(max(1, min(per_channel, most)))
 
 
-def channel_partials(dev, outer, dim, inner, a, b=None, shifted=False):
+def channel_partials(dev, outer, dim, inner, a, b=None, shifted=False, gated=None):
     """(launch, part, chunks): the first pass of a split per-channel
     reduction (kernels/channel.cl ``chan_partial``): part holds two sums per
-    (channel, chunk): sum a and sum a*b, or with ``shifted`` the shifted
-    sums sum (a-K) and sum (a-K)^2 (K = the channel's first element)."""
+    (channel, chunk): sum a and sum a*b; with ``shifted`` the shifted sums
+    sum (a-K) and sum (a-K)^2 (K = the channel's first element); with
+    ``gated = (gamma, beta, act)`` sum g and sum g*b, g = a * act'(gamma*b +
+    beta) (the fused TRAIN BatchNorm/Scale/activation backward)."""
+    from .gemm import act_defines
     wg = reduce_wg(dev)
     chunks = split_chunks(dev, dim, outer * inner, wg)
     part = dev.alloc(8 * max(int(dim), 1) * chunks)
     groups = min(int(dim) * chunks, 65536)
+    mode = 2 if gated is not None else int(bool(shifted))
+    gamma, beta, act = gated if gated is not None else (a, a, None)
+    act_kind, act_a, act_b = act_defines(act)
     launch = dev.launch(SRC, "chan_partial", (max(groups, 1) * wg,), (wg,),
-                        [outer, dim, inner, chunks, a, b if b is not None else a, part],
-                        {"WG": wg, "PART_MODE": int(bool(shifted)),
-                         "PART_B": int(b is not None)})
+                        [outer, dim, inner, chunks, a, b if b is not None else a,
+                         gamma, beta, act_a, act_b, part],
+                        {"WG": wg, "PART_MODE": mode, "PART_B": int(b is not None),
+                         "ACT": act_kind})
     return launch, part, chunks
 
 

@@ -96,16 +96,10 @@ def bn_scale_act_backward(dev, O, C, I, dy, xnorm, gamma, beta, stdv, dx, dgamma
     with batch statistics: dgamma += sum g*xn, dbeta += sum g (g = dy *
     act'), dx = gamma/stdv * (g - mean(g) - mean(g*xn)*xn). One split
     reduction pass, two per-channel finishes, one element-wise pass."""
-    from .channel import reduce_wg, split_chunks
     defs, aa = _act_args(act)
-    wg = reduce_wg(dev)
-    chunks = split_chunks(dev, C, O * I, wg)
-    part = dev.alloc(8 * max(int(C), 1) * chunks)
+    first, part, chunks = channel_partials(dev, O, C, I, dy, xnorm,
+                                           gated=(gamma, beta, act))
     sums = dev.alloc(8 * max(int(C), 1))
-    groups = min(int(C) * chunks, 65536)
-    first = dev.launch(SRC, "bn_scale_act_partial", (max(groups, 1) * wg,), (wg,),
-                       [O, C, I, chunks, dy, xnorm, gamma, beta] + aa + [part],
-                       dict(defs, WG=wg))
     gs, ls = work_size(dev, C)
     grads = dev.launch("channel.cl", "chan_partial_sum", gs, ls,
                        [C, chunks, part, dbeta if dbeta is not None else dgamma, dgamma,

@@ -1,0 +1,31 @@
+/* The activation epilogue shared by the kernels that fuse one (gemm.cl,
+ * gemm_cpu.cl, conv_igemm.cl, depthwise.cl, splitk.cl, the TRAIN fusion in
+ * normalization.cl / channel.cl), selected at build time by -DACT
+ * (ops.gemm.act_defines):
+ *   ACT 0: none;  1: ReLU, v > 0 ? v : act_a * v (act_a = negative_slope);
+ *   2: clip, fmax(act_a, fmin(act_b, v)).
+ * APPLY_ACT(v) is the activation, ACT_GRAD(v) its derivative at the
+ * pre-activation v (Caffe's rule for a ReLU or Clip that is not in place).
+ * Kernels name their scalar arguments act_a and act_b. */
+#ifndef CAFFE_OCL_ACT_H
+#define CAFFE_OCL_ACT_H
+
+#ifndef ACT
+#define ACT 0
+#endif
+#if ACT < 0 || ACT > 2
+#error "ACT must be 0 (none), 1 (relu) or 2 (clip)"
+#endif
+
+#if ACT == 1
+#define APPLY_ACT(v) ((v) > 0.0f ? (v) : act_a * (v))
+#define ACT_GRAD(v) ((v) > 0.0f ? 1.0f : act_a)
+#elif ACT == 2
+#define APPLY_ACT(v) fmax(act_a, fmin(act_b, (v)))
+#define ACT_GRAD(v) (((v) >= act_a && (v) <= act_b) ? 1.0f : 0.0f)
+#else
+#define APPLY_ACT(v) (v)
+#define ACT_GRAD(v) 1.0f
+#endif
+
+#endif
