@@ -29,7 +29,7 @@ Every function takes ``algo=None`` (by device, see ``algorithm``).
 """
 from dataclasses import dataclass
 
-from . import work_size
+from . import cpu_chunks, work_size
 from . import depthwise as dw_ops
 from . import winograd as wino_ops
 from .gemm import act_defines, gemm, gpu_tiles
@@ -130,13 +130,26 @@ def _geom_args(g):
 
 
 def im2col(dev, g, nimg, im, off_im, col):
+    """CPU drivers: one work-item per (image, channel), writing in order
+    (im2col_chan); GPUs: one per column element (coalesced)."""
+    args = [nimg] + _geom_args(g) + [im, off_im, g.channels * g.height * g.width,
+                                     col, g.col_rows * g.out_spatial]
+    if dev.is_cpu:
+        n = cpu_chunks(dev, nimg * g.channels, min_chunk=1)
+        return dev.launch(SRC, "im2col_chan", (n,), (1,), args)
     gs, ls = work_size(dev, nimg * g.channels * g.out_spatial)
-    return dev.launch(SRC, "im2col", gs, ls,
-                      [nimg] + _geom_args(g) + [im, off_im, g.channels * g.height * g.width,
-                                                col, g.col_rows * g.out_spatial])
+    return dev.launch(SRC, "im2col", gs, ls, args)
 
 
 def col2im(dev, g, nimg, col, im, off_im, accumulate=False):
+    """The adjoint of ``im2col``, kernels chosen the same way."""
+    if dev.is_cpu:
+        n = cpu_chunks(dev, nimg * g.channels, min_chunk=1)
+        return dev.launch(SRC, "col2im_chan", (n,), (1,),
+                          [nimg] + _geom_args(g) + [col, g.col_rows * g.out_spatial,
+                                                    im, off_im,
+                                                    g.channels * g.height * g.width,
+                                                    int(bool(accumulate))])
     gs, ls = work_size(dev, nimg * g.channels * g.height * g.width)
     return dev.launch(SRC, "col2im", gs, ls,
                       [nimg] + _geom_args(g) + [col, g.col_rows * g.out_spatial,
