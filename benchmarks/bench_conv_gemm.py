@@ -12,8 +12,8 @@ there `--runs 3 --batch 16` keeps it under a minute or two:
 import argparse
 import os
 import sys
-import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 from caffe_ocl.device import get_device  # noqa: E402
 from caffe_ocl.ops import conv as conv_ops  # noqa: E402
 from caffe_ocl.ops import gemm as gemm_ops  # noqa: E402
+from common import time_launches  # noqa: E402
 
 CONVS = [  # name, (n, c, h, w, co, kh, kw, ph, pw, sh, sw, dh, dw, groups)
     ("resnet 3x3 64 56x56", (64, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1)),
@@ -28,18 +29,6 @@ CONVS = [  # name, (n, c, h, w, co, kh, kw, ph, pw, sh, sw, dh, dw, groups)
     ("resnet 3x3 512 7x7", (64, 512, 7, 7, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1)),
     ("vgg 3x3 256 56x56", (64, 256, 56, 56, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1)),
 ]
-
-
-def timeit(dev, launches, runs):
-    for ln in launches:
-        ln.run(dev.queue)
-    dev.finish()
-    t0 = time.perf_counter()
-    for _ in range(runs):
-        for ln in launches:
-            ln.run(dev.queue)
-    dev.finish()
-    return (time.perf_counter() - t0) / runs
 
 
 def main():
@@ -67,7 +56,7 @@ def main():
         row = []
         for tf in tf32s:
             gemm_ops.set_allow_tf32(tf)
-            t = timeit(dev, [gemm_ops.gemm(dev, M, N, K, A, B, C)], a.runs)
+            t = time_launches(dev, [gemm_ops.gemm(dev, M, N, K, A, B, C)], 1, a.runs) / 1e3
             row += [f"{t * 1e3:.3f}", f"{2 * M * N * K / t / scale:.1f}"]
         print(f"| gemm | {M}x{N}x{K} | " + " | ".join(row) + " |", flush=True)
     for name, p in CONVS:
@@ -88,7 +77,7 @@ def main():
                     ls = conv_ops.backward_data(dev, g, y, w, dx, col)
                 else:
                     ls = conv_ops.backward_weight(dev, g, x, y, dw, col)
-                t = timeit(dev, ls, a.runs)
+                t = time_launches(dev, ls, 1, a.runs) / 1e3
                 row += [f"{t * 1e3:.3f}", f"{flops / t / scale:.1f}"]
             print(f"| conv {what} | {name} | " + " | ".join(row) + " |", flush=True)
     gemm_ops.set_allow_tf32(False)

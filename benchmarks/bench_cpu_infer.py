@@ -18,7 +18,6 @@ import warnings
 import os
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -26,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import caffe_ocl  # noqa: E402
+from common import timed  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -37,17 +37,6 @@ NETS = {
     "mobilenet_v2": dict(proto="models/mobilenet_v2/deploy.prototxt", batch=16,
                          shape=(3, 224, 224)),
 }
-
-
-def timed(fn, sync, warmup, runs):
-    for _ in range(warmup):
-        fn()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(runs):
-        fn()
-    sync()
-    return (time.perf_counter() - t0) / runs * 1e3
 
 
 # --------------------------------------------------------------------------

@@ -19,8 +19,8 @@ Output: a Markdown table to paste into BENCHMARKS.md.
 import argparse
 import os
 import sys
-import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 from caffe_ocl.device import get_device  # noqa: E402
 from caffe_ocl.ops import conv as conv_ops  # noqa: E402
 from caffe_ocl.ops import winograd as wino_ops  # noqa: E402
+from common import time_launches  # noqa: E402
 
 LAYERS = [  # name, C, Co, H (= W); all 3x3 pad 1 stride 1
     ("vgg conv1_2", 64, 64, 224),
@@ -43,19 +44,6 @@ LAYERS = [  # name, C, Co, H (= W); all 3x3 pad 1 stride 1
     ("resnet50 3x3 256", 256, 256, 14),
     ("resnet50 3x3 512", 512, 512, 7),
 ]
-
-
-def timeit(dev, launches, warmup, runs):
-    for _ in range(warmup):
-        for ln in launches:
-            ln.run(dev.queue)
-    dev.finish()
-    t0 = time.perf_counter()
-    for _ in range(runs):
-        for ln in launches:
-            ln.run(dev.queue)
-    dev.finish()
-    return (time.perf_counter() - t0) / runs * 1e3
 
 
 def _ref_image0(x, w, dy, g):
@@ -147,9 +135,9 @@ def main():
                                                algo=dense)}
         for t in wtiles:
             bww[t] = wino_ops.backward_weight(dev, g, bufs["x"], bufs["dy"], dwt, tile=t)
-        tf = {k: timeit(dev, v, a.warmup, runs) for k, v in fwd.items()}
-        tb = {k: timeit(dev, v, a.warmup, runs) for k, v in bwd.items()}
-        tw = {k: timeit(dev, v, a.warmup, runs) for k, v in bww.items()}
+        tf = {k: time_launches(dev, v, a.warmup, runs) for k, v in fwd.items()}
+        tb = {k: time_launches(dev, v, a.warmup, runs) for k, v in bwd.items()}
+        tw = {k: time_launches(dev, v, a.warmup, runs) for k, v in bww.items()}
         for k in tf:
             tot[("f", k)] = tot.get(("f", k), 0.0) + tf[k]
             tot[("b", k)] = tot.get(("b", k), 0.0) + tb[k]

@@ -67,6 +67,8 @@ def fresh_pool(dev):
 
 
 def timed(fn, sync, warmup=3, runs=10):
+    """Mean milliseconds of ``fn`` over ``runs`` calls after ``warmup``
+    untimed ones, ``sync`` (e.g. the device's finish) before each clock read."""
     for _ in range(warmup):
         fn()
     sync()
@@ -75,3 +77,11 @@ def timed(fn, sync, warmup=3, runs=10):
         fn()
     sync()
     return (time.perf_counter() - t0) / runs * 1e3
+
+
+def time_launches(dev, launches, warmup=1, runs=10):
+    """Mean milliseconds of one pass over a list of ``Launch`` objects."""
+    def once():
+        for ln in launches:
+            ln.run(dev.queue)
+    return timed(once, dev.finish, warmup, runs)

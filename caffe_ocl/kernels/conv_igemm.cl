@@ -31,36 +31,10 @@
 #ifndef GROUPS
 #define GROUPS 1
 #endif
-#ifndef ACT
-#define ACT 0
-#endif
 #ifndef BIAS
 #define BIAS 0
 #endif
-#ifndef KH
-#define KH 1
-#endif
-#ifndef KW
-#define KW 1
-#endif
-#ifndef SH
-#define SH 1
-#endif
-#ifndef SW
-#define SW 1
-#endif
-#ifndef PH
-#define PH 0
-#endif
-#ifndef PW
-#define PW 0
-#endif
-#ifndef DH
-#define DH 1
-#endif
-#ifndef DW
-#define DW 1
-#endif
+#include "conv_geom.h"
 #ifndef MODE
 #define MODE 0
 #endif

@@ -6,34 +6,11 @@
  * Layouts: x [N][C][H][W], y / dy [N][C][HO][WO], w [C][1][KH][KW].
  * Geometry macros: KH KW SH SW PH PW DH DW (compile-time, so the tap loops
  * unroll and a stride of 1 needs no division); sizes are arguments.
- * ACT epilogue as gemm.cl: 0 none, 1 relu (slope act_a), 2 clip [act_a, act_b].
- * WG: work-group size of dw_bwd_weight (one work-group per channel). */
+ * ACT epilogue: act.h. WG: work-group size of dw_bwd_weight (several
+ * work-groups per channel, summed by dw_bwd_weight_sum). */
 #include "common.h"
 
-#ifndef KH
-#define KH 3
-#endif
-#ifndef KW
-#define KW 3
-#endif
-#ifndef SH
-#define SH 1
-#endif
-#ifndef SW
-#define SW 1
-#endif
-#ifndef PH
-#define PH 0
-#endif
-#ifndef PW
-#define PW 0
-#endif
-#ifndef DH
-#define DH 1
-#endif
-#ifndef DW
-#define DW 1
-#endif
+#include "conv_geom.h"
 #ifndef BIAS
 #define BIAS 0
 #endif
