@@ -31,6 +31,12 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--independent", action="store_true",
+                    help="under mpiexec: every rank trains alone (no reduction); shows "
+                         "what running N processes side by side costs by itself")
+    ap.add_argument("--drain", action="store_true",
+                    help="wait on the host for the device before every update (what a "
+                         "host-side wait for the reduction costs a single rank)")
     a = ap.parse_args()
     caffe_ocl.init_log()
     group = parallel.init() if parallel.launched_size() > 1 else None
@@ -38,9 +44,11 @@ def main():
                         (3, a.size, a.size))
     solver = caffe_ocl.solvers.SGDSolver(solver_for(param))
     fill_inputs(solver.net, 1000)
-    sync = parallel.DataParallel(solver, group) if group else None
+    sync = parallel.DataParallel(solver, group) if group and not a.independent else None
     dev = solver.net.device
     ranks = group.size if group else 1
+    if a.drain:
+        solver.add_callback(lambda: None, dev.finish)
 
     def barrier():
         dev.finish()
@@ -52,12 +60,16 @@ def main():
         sync.reset_stats()         # warm-up (kernel builds) out of the statistics
     t0 = time.perf_counter()
     solver.step(a.iters)
+    host = (time.perf_counter() - t0) / a.iters     # until the host enqueued the last step
     barrier()
     dt = (time.perf_counter() - t0) / a.iters
     if not group or group.rank == 0:
         print(f"{a.net} batch {a.batch}/rank, {ranks} rank(s) on {dev.name}, "
               f"bucket MB {os.environ.get('CAFFE_OCL_BUCKET_MB', 'default')}: "
-              f"{dt * 1000:.1f} ms/iter, {ranks * a.batch / dt:.1f} images/s", flush=True)
+              f"{dt * 1000:.1f} ms/iter, {ranks * a.batch / dt:.1f} images/s "
+              f"(host done enqueuing after {host * 1000:.1f} ms/iter)"
+              f"{' independent ranks' if a.independent else ''}"
+              f"{' drained before each update' if a.drain else ''}", flush=True)
         if sync:
             st = sync.stats()
             print(f"reduction: {sync.describe_path()}; {st['buckets']} buckets, "

@@ -87,6 +87,16 @@ class SyncedMemory:
             self.zero_device()
         return self._buf
 
+    def adopt_buffer(self, buf):
+        """Keep the device copy in ``buf`` from now on (a sub-buffer of a
+        parameter arena, caffe_ocl/param_arena.py), copying the current
+        device contents over. Launch plans bound to the old buffer must be
+        rebuilt by their owners."""
+        if self._buf is not None and self.head in (AT_DEVICE, SYNCED):
+            import pyopencl as cl
+            cl.enqueue_copy(self.device.queue, buf, self._buf, byte_count=4 * self.capacity)
+        self._buf = buf
+
     def zero_device(self):
         buf = self._device_buf()
         from .ops import pointwise

@@ -258,6 +258,7 @@ class Device:
         self._programs = {}
         self._sources = {}
         self.peak_bytes = 0          # most device memory the pool held at once
+        self.unpooled_bytes = 0      # held by alloc_unpooled buffers
         self._lock = threading.Lock()
         self.cache_dir = os.environ.get(
             "CAFFE_OCL_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "caffe_ocl"))
@@ -382,7 +383,8 @@ class Device:
         """A device buffer from the pool (at least 4 bytes)."""
         try:
             buf = self.allocator(max(int(nbytes), 4))
-            self.peak_bytes = max(self.peak_bytes, self.allocator.managed_bytes)
+            self.peak_bytes = max(self.peak_bytes,
+                                  self.allocator.managed_bytes + self.unpooled_bytes)
             return buf
         except (cl.MemoryError, cl.Error) as e:
             self.allocator.free_held()
@@ -391,6 +393,28 @@ class Device:
             except (cl.MemoryError, cl.Error):
                 raise DeviceError(f"out of device memory on {self.name}: could not "
                                   f"allocate {nbytes / 2**20:.1f} MiB ({e})")
+
+    def alloc_unpooled(self, nbytes):
+        """A plain ``cl.Buffer`` (not from the pool: sub-buffers can be cut
+        from it, caffe_ocl/param_arena.py), counted in ``peak_bytes`` until
+        its owner calls ``unpooled_freed(nbytes)``."""
+        nbytes = max(int(nbytes), 4)
+        try:
+            buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+        except (cl.MemoryError, cl.Error) as e:
+            self.allocator.free_held()
+            try:
+                buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+            except (cl.MemoryError, cl.Error):
+                raise DeviceError(f"out of device memory on {self.name}: could not "
+                                  f"allocate {nbytes / 2**20:.1f} MiB ({e})")
+        self.unpooled_bytes += nbytes
+        self.peak_bytes = max(self.peak_bytes,
+                              self.allocator.managed_bytes + self.unpooled_bytes)
+        return buf
+
+    def unpooled_freed(self, nbytes):
+        self.unpooled_bytes -= nbytes
 
     def upload(self, buf, host):
         cl.enqueue_copy(self.queue, buf, np.ascontiguousarray(host), is_blocking=False)

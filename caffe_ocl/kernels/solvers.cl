@@ -30,6 +30,68 @@
 #error "RED_LSIZE must be a power of two"
 #endif
 
+/* One element of the update. REG's term is skipped where local_decay is 0
+ * (Caffe regularizes only params with a decay; the solver compiles REG in
+ * only when some parameter has one). */
+inline void update_element(int i, __global float* data, __global float* diff,
+                           __global float* h, __global float* h2,
+                           __global const float* clip_scale,
+                           float accum_norm, float local_decay, float local_rate,
+                           float momentum, float momentum2, float delta) {
+    float g = diff[i];
+#if CLIP
+    g *= clip_scale[0];
+#endif
+#if NORM
+    g *= accum_norm;
+#endif
+#if REG == 1
+    if (local_decay != 0.0f) g += local_decay * data[i];
+#elif REG == 2
+    if (local_decay != 0.0f) {
+        float w = data[i];
+        g += local_decay * (float)((0.0f < w) - (w < 0.0f));
+    }
+#endif
+    float u;
+#if SOLVER == 0     /* SGD */
+    u = h[i] = momentum * h[i] + local_rate * g;
+#elif SOLVER == 1   /* Nesterov */
+    {
+        float hi = h[i];
+        float hi_new = h[i] = momentum * hi + local_rate * g;
+        u = (1.0f + momentum) * hi_new - momentum * hi;
+    }
+#elif SOLVER == 2   /* AdaGrad */
+    {
+        float hi = h[i] = h[i] + g * g;
+        u = local_rate * g / (sqrt(hi) + delta);
+    }
+#elif SOLVER == 3   /* RMSProp: momentum2 carries rms_decay */
+    {
+        float hi = h[i] = momentum2 * h[i] + (1.0f - momentum2) * g * g;
+        u = local_rate * g / (sqrt(hi) + delta);
+    }
+#elif SOLVER == 4   /* AdaDelta */
+    {
+        float hi = h[i] = momentum * h[i] + (1.0f - momentum) * g * g;
+        float gi = g * sqrt((h2[i] + delta) / (hi + delta));
+        h2[i] = momentum * h2[i] + (1.0f - momentum) * gi * gi;
+        u = local_rate * gi;
+    }
+#elif SOLVER == 5   /* Adam: momentum = beta1, momentum2 = beta2, delta = eps_hat */
+    {
+        float mi = h[i] = h[i] * momentum + g * (1.0f - momentum);
+        float vi = h2[i] = h2[i] * momentum2 + g * g * (1.0f - momentum2);
+        u = local_rate * mi / (sqrt(vi) + delta);
+    }
+#else
+#error "unknown SOLVER"
+#endif
+    diff[i] = u;
+    data[i] = data[i] - u;
+}
+
 /* arguments 6.. are per-iteration scalars (rebound with set_arg):
  * local_rate = rate * lr_mult (Adam: times the bias correction) */
 __kernel void solver_update(int n, __global float* data, __global float* diff,
@@ -38,59 +100,38 @@ __kernel void solver_update(int n, __global float* data, __global float* diff,
                             float accum_norm, float local_decay, float local_rate,
                             float momentum, float momentum2, float delta) {
     GLOBAL_LOOP(i, n) {
-        float g = diff[i];
-#if CLIP
-        g *= clip_scale[0];
-#endif
-#if NORM
-        g *= accum_norm;
-#endif
-#if REG == 1
-        g += local_decay * data[i];
-#elif REG == 2
-        {
-            float w = data[i];
-            g += local_decay * (float)((0.0f < w) - (w < 0.0f));
-        }
-#endif
-        float u;
-#if SOLVER == 0     /* SGD */
-        u = h[i] = momentum * h[i] + local_rate * g;
-#elif SOLVER == 1   /* Nesterov */
-        {
-            float hi = h[i];
-            float hi_new = h[i] = momentum * hi + local_rate * g;
-            u = (1.0f + momentum) * hi_new - momentum * hi;
-        }
-#elif SOLVER == 2   /* AdaGrad */
-        {
-            float hi = h[i] = h[i] + g * g;
-            u = local_rate * g / (sqrt(hi) + delta);
-        }
-#elif SOLVER == 3   /* RMSProp: momentum2 carries rms_decay */
-        {
-            float hi = h[i] = momentum2 * h[i] + (1.0f - momentum2) * g * g;
-            u = local_rate * g / (sqrt(hi) + delta);
-        }
-#elif SOLVER == 4   /* AdaDelta */
-        {
-            float hi = h[i] = momentum * h[i] + (1.0f - momentum) * g * g;
-            float gi = g * sqrt((h2[i] + delta) / (hi + delta));
-            h2[i] = momentum * h2[i] + (1.0f - momentum) * gi * gi;
-            u = local_rate * gi;
-        }
-#elif SOLVER == 5   /* Adam: momentum = beta1, momentum2 = beta2, delta = eps_hat */
-        {
-            float mi = h[i] = h[i] * momentum + g * (1.0f - momentum);
-            float vi = h2[i] = h2[i] * momentum2 + g * g * (1.0f - momentum2);
-            u = local_rate * mi / (sqrt(vi) + delta);
-        }
-#else
-#error "unknown SOLVER"
-#endif
-        diff[i] = u;
-        data[i] = data[i] - u;
+        update_element(i, data, diff, h, h2, clip_scale, accum_norm, local_decay,
+                       local_rate, momentum, momentum2, delta);
     }
+}
+
+/* The update of every learnable parameter in one launch (caffe_ocl/param_arena.py):
+ * data, diff, h, h2 are arenas with one layout; work-group b updates block b,
+ * blocks[3b .. 3b+2] = (first element, length, parameter index); the
+ * parameter's local rate and decay come from rates[] (rewritten when the
+ * learning rate changes) and decays[]. */
+__kernel void solver_update_blocks(__global const int* blocks,
+                                   __global const float* rates,
+                                   __global const float* decays,
+                                   __global float* data, __global float* diff,
+                                   __global float* h, __global float* h2,
+                                   __global const float* clip_scale,
+                                   float accum_norm, float momentum, float momentum2,
+                                   float delta) {
+    int b = get_group_id(0);
+    int start = blocks[3 * b], len = blocks[3 * b + 1], seg = blocks[3 * b + 2];
+    float local_rate = rates[seg], local_decay = decays[seg];
+    for (int k = get_local_id(0); k < len; k += get_local_size(0)) {
+        update_element(start + k, data, diff, h, h2, clip_scale, accum_norm, local_decay,
+                       local_rate, momentum, momentum2, delta);
+    }
+}
+
+/* x = value over every block of the table (clearing all parameter gradients) */
+__kernel void fill_blocks(__global const int* blocks, __global float* x, float value) {
+    int b = get_group_id(0);
+    int start = blocks[3 * b], len = blocks[3 * b + 1];
+    for (int k = get_local_id(0); k < len; k += get_local_size(0)) x[start + k] = value;
 }
 
 inline float group_sum(__local float* s, float v) {

@@ -40,6 +40,31 @@ def update(dev, kind, n, data, diff, h, h2, clip_buf, *, accum_norm=1.0, local_d
                        momentum, momentum2, delta], defines)
 
 
+def block_lsize(dev):
+    """Work-group size of the per-block kernels (one group per block)."""
+    return 256 if dev.is_gpu else 16
+
+
+def update_blocks(dev, kind, nblocks, blocks, rates, decays, data, diff, h, h2, clip_buf, *,
+                  accum_norm=1.0, reg=None, clip=False, momentum=0.0, momentum2=0.0,
+                  delta=0.0):
+    """The update of ``update`` for every parameter of an arena in one launch
+    (caffe_ocl/param_arena.py): ``blocks`` holds (start, length, parameter)
+    per block, ``rates``/``decays`` the per-parameter local rate and decay."""
+    ls = block_lsize(dev)
+    defines = {"SOLVER": SOLVER_KINDS[kind], "REG": REG_KINDS[reg],
+               "CLIP": int(bool(clip)), "NORM": int(accum_norm != 1.0)}
+    return dev.launch(SRC, "solver_update_blocks", (nblocks * ls,), (ls,),
+                      [blocks, rates, decays, data, diff, h, h2, clip_buf, accum_norm,
+                       momentum, momentum2, delta], defines)
+
+
+def fill_blocks(dev, nblocks, blocks, x, value):
+    """x = value over every block of an arena's table."""
+    ls = block_lsize(dev)
+    return dev.launch(SRC, "fill_blocks", (nblocks * ls,), (ls,), [blocks, x, float(value)])
+
+
 def sumsq_groups(dev, n):
     ls = red_lsize(dev)
     return max(1, min(MAX_PARTIAL_GROUPS, -(-n // (ls * 4))))

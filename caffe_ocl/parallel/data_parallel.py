@@ -8,10 +8,16 @@ Caffe's multi-GPU semantics (src/caffe/parallel.cpp, class NCCL):
   been enqueued, the bucket is reduced while the device goes on with the
   earlier layers; the result is the sum over ranks times 1/solver_count,
   bitwise identical on every rank;
-* ``on_gradients`` (NCCL::on_gradients_ready): wait for the buckets and make
-  the device queue wait for the reduced gradients; the solver then applies
-  its ordinary update (clipping, normalization by iter_size, regularization,
-  lr) to them.
+* ``on_gradients`` (NCCL::on_gradients_ready): make the device queue wait
+  for the reduced gradients; the solver then applies its ordinary update
+  (clipping, normalization by iter_size, regularization, lr) to them. The
+  host waits here, so the device idles while Python enqueues the update and
+  the next forward: the parameter arena (caffe_ocl/param_arena.py) makes
+  that one launch for the update and one for clearing the gradients.
+  (Gating the compute queue on an OpenCL user event instead, so the host
+  need not wait, deadlocks: pyopencl holds the GIL in a non-blocking
+  enqueue, and both NVIDIA's driver and PoCL block such an enqueue behind
+  an unset user event, so the reduction thread can never set it.)
 
 Three OpenCL queues on the rank's device: the compute queue (forward,
 backward, update), a copy queue for the downloads and a reduction queue for
@@ -97,13 +103,14 @@ STAGINGS = ("hostptr", "plain")
 
 
 class _Bucket:
-    __slots__ = ("index", "segments", "base", "count", "nbytes", "ready_layer", "host",
-                 "launches", "events")
+    __slots__ = ("index", "segments", "mems", "base", "count", "nbytes", "ready_layer",
+                 "host", "launches", "events")
 
-    def __init__(self, index, segments, base, ready_layer):
+    def __init__(self, index, segments, mems, base, ready_layer):
         self.index = index
-        # [(blob, offset in the blob, offset in the bucket, count)]
+        # [(diff buffer, offset in it, offset in the bucket, count)]
         self.segments = segments
+        self.mems = mems                    # the gradients' SyncedMemory objects
         self.base = base                    # offset in the whole gradient vector
         self.count = sum(c for _, _, _, c in segments)
         self.nbytes = 4 * self.count
@@ -157,15 +164,11 @@ class DataParallel:
         self._setup_path()
         self._queue = queue.Queue()
         self._done = threading.Condition()
-        self._n_done = 0
         self._failure = None
         self._launched = set()
-        self._round = 0
-        self._last_event = None
-        self._iter_comm = 0.0
-        self._iter_sync = 0.0
-        self._iter_last_ready = None
-        self._iter_all_done = None
+        self._round = 0              # main thread: the iteration being computed
+        self._completed = 0          # reduction thread: last round fully reduced
+        self._markers = {}           # round -> end-of-reduction marker
         self.totals = dict(iterations=0, comm_s=0.0, sync_s=0.0, exposed_s=0.0, wait_s=0.0,
                            backward_enqueue_s=0.0, bytes=0)
         self._t_backward = None
@@ -180,8 +183,9 @@ class DataParallel:
         solver._callbacks.insert(0, Callback(self._on_start, self._on_gradients))
         solver.data_parallel = self
         log.info("Data-parallel training: %d ranks (thread level %d), %d gradient buckets "
-                 "(%.3g MB per iteration), reduction %s, effective batch = %d x batch_size",
-                 self.size, group.thread_level, len(self.buckets),
+                 "(%s, %.3g MB per iteration), reduction %s, effective batch = %d x "
+                 "batch_size", self.size, group.thread_level, len(self.buckets),
+                 "arena ranges" if self.arena_buckets else "blobs",
                  self.total * 4 / 1e6, self.describe_path(), self.size)
 
     # ---- set-up --------------------------------------------------------------------
@@ -216,26 +220,65 @@ class DataParallel:
         for li, layer in enumerate(net.layers):
             for lid in getattr(layer, "_learnable_ids", []):
                 ready[lid] = min(ready.get(lid, li), li)
+        arena = getattr(self.solver, "_arena", None)
+        self.arena_buckets = arena is not None and arena.valid() and self.bucket_bytes > 0
+        if self.arena_buckets:
+            self._build_arena_buckets(arena, ready)
+        else:
+            self._build_blob_buckets(ready)
+        self._ready_at = {}
+        for bk in self.buckets:
+            self._ready_at.setdefault(bk.ready_layer, []).append(bk)
+
+    def _build_arena_buckets(self, arena, ready):
+        """Buckets as ranges of the parameter arena's gradient buffer
+        (caffe_ocl/param_arena.py), from its end down (the backward pass
+        finishes the last layers' gradients first): one copy and one sum
+        kernel per bucket whatever the number of blobs in it. Padding between
+        blobs is zero on every rank and sums to zero. A bucket is ready after
+        the backward of the earliest layer using any blob it overlaps."""
+        net = self.solver.net
+        index = {id(b): i for i, b in enumerate(net._learnable)}
+        slots = [(o, b.data_mem.capacity, index[id(b)], b.diff_mem)
+                 for b, o in zip(arena.blobs, arena.offsets)]
+        cap = max(self.bucket_bytes // 4, 1)
+        self.buckets, hi, base = [], arena.total, 0
+        while hi > 0:
+            lo = max(hi - cap, 0)
+            inside = [sl for sl in slots if sl[0] < hi and sl[0] + sl[1] > lo]
+            if inside:
+                layer = min(ready.get(lid, 0) for _, _, lid, _ in inside)
+                self.buckets.append(_Bucket(len(self.buckets), [(arena.diff, lo, 0, hi - lo)],
+                                            [m for _, _, _, m in inside], base, layer))
+                base += hi - lo
+            hi = lo
+        self.total = base
+
+    def _build_blob_buckets(self, ready):
+        """Buckets as runs of blobs in backward order (no arena, or one
+        bucket per layer asked for)."""
+        net = self.solver.net
         order = [i for i in sorted(range(len(net._learnable)),
                                    key=lambda i: (-ready.get(i, 0), i))
                  if net._learnable[i].count > 0]
         cap = self.bucket_bytes // 4 if self.bucket_bytes > 0 else None   # elements
         if cap is not None:
             cap = max(cap, 1)
-        self.buckets, seg, fill, base = [], [], 0, 0
+        self.buckets, seg, mems, fill, base = [], [], [], 0, 0
 
         def close(layer):
-            nonlocal seg, fill, base
-            self.buckets.append(_Bucket(len(self.buckets), seg, base, layer))
+            nonlocal seg, mems, fill, base
+            self.buckets.append(_Bucket(len(self.buckets), seg, mems, base, layer))
             base += fill
-            seg, fill = [], 0
+            seg, mems, fill = [], [], 0
 
         for n, lid in enumerate(order):
             b, layer = net._learnable[lid], ready.get(lid, 0)
             boff = 0
             while boff < b.count:
                 take = b.count - boff if cap is None else min(b.count - boff, cap - fill)
-                seg.append((b, boff, fill, take))
+                seg.append((b.diff_buffer(), boff, fill, take))
+                mems.append(b.diff_mem)
                 boff += take
                 fill += take
                 if cap is not None and fill >= cap:
@@ -246,9 +289,6 @@ class DataParallel:
                                         and layer_ends)):
                 close(layer)
         self.total = base
-        self._ready_at = {}
-        for bk in self.buckets:
-            self._ready_at.setdefault(bk.ready_layer, []).append(bk)
 
     def _setup_path(self):
         import pyopencl as cl
@@ -293,16 +333,16 @@ class DataParallel:
                 self.slot_bufs = [cl.Buffer(dev.context, mf.READ_WRITE | mf.USE_HOST_PTR,
                                             hostbuf=v) for v in self.shm.views]
             for bk in self.buckets:
-                bk.launches = [allreduce.sum_ranks(dev, cnt, blob.diff_buffer(), boff,
+                bk.launches = [allreduce.sum_ranks(dev, cnt, buf, boff,
                                                    self.staging_buf, bk.base + off, total,
                                                    n, me, self.scale)
-                               for blob, boff, off, cnt in bk.segments]
+                               for buf, boff, off, cnt in bk.segments]
         else:
             for bk in self.buckets:
                 bk.host = np.zeros(max(bk.count, 1), np.float32)
-                bk.launches = [allreduce.scale(dev, cnt, blob.diff_buffer(), self.scale,
+                bk.launches = [allreduce.scale(dev, cnt, buf, self.scale,
                                                off=boff)
-                               for blob, boff, off, cnt in bk.segments]
+                               for buf, boff, off, cnt in bk.segments]
         import atexit
         atexit.register(self._at_exit)
 
@@ -321,7 +361,7 @@ class DataParallel:
             self.red_q.finish()
             for bk in self.buckets:
                 bk.launches, bk.events = [], ()
-            self._last_event = None
+            self._markers.clear()
             if self.shm is not None:
                 for b in self.slot_bufs or ():
                     b.release()
@@ -334,12 +374,7 @@ class DataParallel:
     # ---- per iteration ---------------------------------------------------------------
     def _on_start(self):
         self._launched = set()
-        with self._done:
-            self._n_done = 0
         self._round += 1
-        self._iter_comm = 0.0
-        self._iter_sync = 0.0
-        self._iter_last_ready = None
         self._t_backward = None
 
     def _launch(self, bk):
@@ -347,8 +382,8 @@ class DataParallel:
         queue, after everything enqueued so far on the compute queue."""
         import pyopencl as cl
         q, cq = self.solver.dev.queue, self.copy_q
-        for blob, _, _, _ in bk.segments:
-            blob.diff_mem.to_device()
+        for mem in bk.mems:
+            mem.to_device()
         marker = cl.enqueue_marker(q)
         q.flush()
         evs = []
@@ -356,8 +391,8 @@ class DataParallel:
             par = (self._round & 1) * self.total
             if self.slot_bufs is not None:
                 own = self.slot_bufs[self.rank]
-                for blob, boff, off, cnt in bk.segments:
-                    evs.append(cl.enqueue_copy(cq, own, blob.diff_buffer(), byte_count=4 * cnt,
+                for buf, boff, off, cnt in bk.segments:
+                    evs.append(cl.enqueue_copy(cq, own, buf, byte_count=4 * cnt,
                                                src_offset=4 * boff,
                                                dst_offset=4 * (par + bk.base + off),
                                                wait_for=[marker]))
@@ -368,14 +403,14 @@ class DataParallel:
                 evs = [m.base.release(cq)]
             else:
                 view = self.shm.views[self.rank]
-                for blob, boff, off, cnt in bk.segments:
+                for buf, boff, off, cnt in bk.segments:
                     a = par + bk.base + off
-                    evs.append(cl.enqueue_copy(cq, view[a:a + cnt], blob.diff_buffer(),
+                    evs.append(cl.enqueue_copy(cq, view[a:a + cnt], buf,
                                                src_offset=4 * boff, wait_for=[marker],
                                                is_blocking=False))
         else:
-            for blob, boff, off, cnt in bk.segments:
-                evs.append(cl.enqueue_copy(cq, bk.host[off:off + cnt], blob.diff_buffer(),
+            for buf, boff, off, cnt in bk.segments:
+                evs.append(cl.enqueue_copy(cq, bk.host[off:off + cnt], buf,
                                            src_offset=4 * boff, wait_for=[marker],
                                            is_blocking=False))
         cq.flush()
@@ -402,7 +437,7 @@ class DataParallel:
         import pyopencl as cl
         t0 = time.perf_counter()
         self.shm.fence()
-        self._iter_sync += time.perf_counter() - t0
+        self._acc["sync_s"] += time.perf_counter() - t0
         rq, total = self.red_q, self.total
         par = (rnd & 1) * total
         a, cnt = par + bk.base, bk.count
@@ -428,76 +463,94 @@ class DataParallel:
         import pyopencl as cl
         self.group.allreduce_sum(bk.host)
         rq = self.red_q
-        for blob, boff, off, cnt in bk.segments:
-            cl.enqueue_copy(rq, blob.diff_buffer(), bk.host[off:off + cnt],
+        for buf, boff, off, cnt in bk.segments:
+            cl.enqueue_copy(rq, buf, bk.host[off:off + cnt],
                             dst_offset=4 * boff, is_blocking=False)
         for launch in bk.launches:
             launch.run(rq)
 
     def _run(self):
-        """The reduction thread: buckets in the same order on every rank."""
+        """The reduction thread: buckets in the same order on every rank, one
+        round (iteration) after the other."""
         import pyopencl as cl
+        cur, count = None, 0
         while True:
             item = self._queue.get()
             if item is None:
                 return
             bk, rnd = item
+            if rnd != cur:
+                cur, count = rnd, 0
+                self._acc = dict(comm_s=0.0, sync_s=0.0, last_ready=None)
+            count += 1
+            last = count == len(self.buckets)
             try:
-                if bk.events:
-                    cl.wait_for_events(bk.events)
-                t0 = time.perf_counter()
-                self._iter_last_ready = t0
-                if self.path == "shm":
-                    self._reduce_shm(bk, rnd)
-                else:
-                    self._reduce_mpi(bk)
-                last = self._n_done + 1 == len(self.buckets)
-                if last:
-                    # the whole iteration's uploads and sums are complete before the
-                    # main thread moves on (also what makes the slot parity safe)
-                    self._last_event = cl.enqueue_marker(self.red_q)
-                    self.red_q.finish()
-                else:
-                    self.red_q.flush()
-                t1 = time.perf_counter()
-                self._iter_comm += t1 - t0
+                if self._failure is None:
+                    if bk.events:
+                        cl.wait_for_events(bk.events)
+                    t0 = time.perf_counter()
+                    self._acc["last_ready"] = t0
+                    if self.path == "shm":
+                        self._reduce_shm(bk, rnd)
+                    else:
+                        self._reduce_mpi(bk)
+                    marker = None
+                    if last:
+                        # the whole round's uploads and sums are complete before the
+                        # next round's buckets are touched (what makes the slot parity
+                        # safe) and before the update may run
+                        marker = cl.enqueue_marker(self.red_q)
+                        self.red_q.finish()
+                    else:
+                        self.red_q.flush()
+                    self._acc["comm_s"] += time.perf_counter() - t0
             except BaseException as e:    # handed to the main thread
                 self._failure = e
+            if not last:
+                continue
+            done = time.perf_counter()
             with self._done:
-                self._n_done += 1
-                self._iter_all_done = time.perf_counter()
+                t, acc = self.totals, self._acc
+                t["iterations"] += 1
+                t["comm_s"] += acc["comm_s"]
+                t["sync_s"] += acc["sync_s"]
+                if acc["last_ready"] is not None:
+                    t["exposed_s"] += max(done - acc["last_ready"], 0.0)
+                t["bytes"] += 4 * self.total
+                if self._failure is None:
+                    self._markers[rnd] = marker
+                self._completed = rnd
                 self._done.notify_all()
 
+    def _wait_round(self, rnd):
+        """Main thread: until round ``rnd`` is reduced; raise if it failed."""
+        with self._done:
+            while self._completed < rnd and self._failure is None:
+                self._done.wait(0.5)
+        if self._failure is not None:
+            raise ParallelError(f"gradient reduction failed on rank {self.rank}: "
+                                f"{self._failure}")
+
     def _on_gradients(self):
-        """Wait for every bucket, make the compute queue wait for the
-        reduced gradients, agree on the signal-requested action (rank 0's)."""
+        """Wait for every bucket, make the compute queue wait for the reduced
+        gradients, agree on the signal-requested action (rank 0's)."""
         import pyopencl as cl
         for bk in self.buckets:          # backward run outside the solver's loop
             if bk.index not in self._launched:
                 self._launch(bk)
         t0 = time.perf_counter()
-        with self._done:
-            while self._n_done < len(self.buckets) and self._failure is None:
-                self._done.wait(0.5)
+        self._wait_round(self._round)
         t1 = time.perf_counter()
-        if self._failure is not None:
-            raise ParallelError(f"gradient reduction failed on rank {self.rank}: "
-                                f"{self._failure}")
         q = self.solver.dev.queue
-        if self._last_event is not None:
-            cl.enqueue_barrier(q, wait_for=[self._last_event])
-            self._last_event = None
+        with self._done:
+            marker = self._markers.pop(self._round, None)
+        if marker is not None:
+            cl.enqueue_barrier(q, wait_for=[marker])
         for bk in self.buckets:
-            for blob, _, _, _ in bk.segments:
-                blob.diff_mem.device_written()
-        tot = self.totals
-        tot["iterations"] += 1
-        tot["comm_s"] += self._iter_comm
-        tot["sync_s"] += self._iter_sync
-        tot["wait_s"] += t1 - t0
-        if self._iter_last_ready is not None and self._iter_all_done is not None:
-            tot["exposed_s"] += max(self._iter_all_done - self._iter_last_ready, 0.0)
-        tot["bytes"] += 4 * self.total
+            for mem in bk.mems:
+                mem.device_written()
+        with self._done:
+            self.totals["wait_s"] += t1 - t0
         # the requested action (signals reach rank 0's handler) is agreed by all
         if self.rank == 0:
             a = self._local_action() if self._local_action else NONE
@@ -521,7 +574,8 @@ class DataParallel:
         to the end of its reduction: communication the update waited for), ``hidden_ms`` =
         comm - exposed (overlapped with the backward pass), ``overlap`` =
         hidden / comm; ``path`` and ``staging`` name the reduction used."""
-        t = self.totals
+        with self._done:
+            t = dict(self.totals)
         n = max(t["iterations"], 1)
         comm, exposed = t["comm_s"] / n, min(t["exposed_s"] / n, t["comm_s"] / n)
         return dict(iterations=t["iterations"], path=self.path,
@@ -535,8 +589,9 @@ class DataParallel:
 
     def reset_stats(self):
         """Forget the timings so far (e.g. after warm-up iterations)."""
-        for k in self.totals:
-            self.totals[k] = 0 if k in ("iterations", "bytes") else 0.0
+        with self._done:
+            for k in self.totals:
+                self.totals[k] = 0 if k in ("iterations", "bytes") else 0.0
 
     def log_stats(self):
         s = self.stats()
@@ -554,3 +609,4 @@ class DataParallel:
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join(5)
+

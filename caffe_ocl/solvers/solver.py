@@ -144,6 +144,10 @@ class Solver:
             from .. import set_random_seed
             set_random_seed(p.random_seed + self.solver_rank)   # as Caffe's Solver::Init
         self.net = self._init_train_net()
+        # the parameters in one arena (before the test nets share them)
+        from ..param_arena import ParamArena, enabled as arena_enabled
+        self._arena = ParamArena(self.net) if arena_enabled() and self.net._learnable \
+            else None
         self.test_nets = self._init_test_nets() if self.solver_rank == 0 else []
         log.info("Solver scaffolding done.")
         if p.lr_policy not in LR_POLICIES:
@@ -295,16 +299,41 @@ class Solver:
         params = net._learnable
         self.history = [Blob(b.shape, name=f"history[{i}]", device=dev)
                         for k in range(self.n_history) for i, b in enumerate(params)]
+        self._history_arenas = []
+        if self._arena is not None:
+            index = {id(b): i for i, b in enumerate(params)}
+            for k in range(self.n_history):
+                buf, subs = self._arena.companion()
+                self._history_arenas.append(buf)
+                for b, sub in zip(self._arena.blobs, subs):
+                    self.history[k * len(params) + index[id(b)]].data_mem.adopt_buffer(sub)
         for h in self.history:
             h.data_mem.zero_device()
         self._clip_buf = dev.alloc(8)
         pointwise.fill(dev, self._clip_buf, 2, 1.0)
+        self._build_param_launches()
+        self._ring_cap = max(int(p.display), 1)
+        self._ring = dev.alloc(4 * self._ring_cap)
+        self._ring_iters = []
+        self._loss_plan = None
+        self._dummy = dev.alloc(4)
+        self._train_out_w = _output_loss_weights(net)
+        self._test_plans = {}
+        self._finite_plan = None
+
+    def _build_param_launches(self):
+        """The update, gradient-clearing and clipping launches, bound to the
+        parameters' current buffers: one launch each over the arena
+        (caffe_ocl/param_arena.py) when there is one, else one per blob."""
+        p, net, dev = self.param, self.net, self.dev
+        params = net._learnable
         self._updates, self._lr_mults, self._clears = [], [], []
         accum_norm = float(np.float32(1) / np.float32(p.iter_size))
         momentum, momentum2, delta = p.momentum, p.momentum2, p.delta
         if self.kind == "RMSProp":
             momentum2 = p.rms_decay
         nparams = len(params)
+        decays = []
         for i, (b, spec) in enumerate(zip(params, net._param_specs)):
             local_decay = float(np.float32(p.weight_decay) * np.float32(spec["decay"]))
             reg = p.regularization_type if local_decay else None
@@ -316,6 +345,7 @@ class Solver:
                 local_decay=local_decay, reg=reg, clip=p.clip_gradients >= 0,
                 momentum=momentum, momentum2=momentum2, delta=delta))
             self._lr_mults.append(np.float32(spec["lr"]))
+            decays.append(local_decay)
             self._clears.append(pointwise.fill_launch(dev, b.diff_buffer(), b.count, 0.0))
         self._clip_launches = []
         if p.clip_gradients >= 0 and params:
@@ -328,14 +358,33 @@ class Solver:
                 off += sops.sumsq_groups(dev, b.count)
             self._clip_launches.append(sops.clip_scale(dev, total, self._partials,
                                                        self._clip_buf, p.clip_gradients))
-        self._ring_cap = max(int(p.display), 1)
-        self._ring = dev.alloc(4 * self._ring_cap)
-        self._ring_iters = []
-        self._loss_plan = None
-        self._dummy = dev.alloc(4)
-        self._train_out_w = _output_loss_weights(net)
-        self._test_plans = {}
-        self._finite_plan = None
+        self._rates_host = None
+        if self._arena is not None:
+            a = self._arena
+            self._lr_mults_arr = np.asarray(self._lr_mults, np.float32)
+            self._rates = dev.alloc(4 * len(params))
+            self._decays = dev.alloc(4 * len(params))
+            dev.upload(self._decays, np.asarray(decays, np.float32))
+            h2 = self._history_arenas[1] if self.n_history > 1 else self._history_arenas[0]
+            self._update_all = sops.update_blocks(
+                dev, self.kind, a.nblocks, a.blocks, self._rates, self._decays, a.data,
+                a.diff, self._history_arenas[0], h2, self._clip_buf, accum_norm=accum_norm,
+                reg=p.regularization_type if any(decays) else None,
+                clip=p.clip_gradients >= 0, momentum=momentum, momentum2=momentum2,
+                delta=delta)
+            self._clear_all = sops.fill_blocks(dev, a.nblocks, a.blocks, a.diff, 0.0)
+
+    def _arena_ok(self):
+        """Whether the one-launch path applies; a parameter that left the
+        arena (a pycaffe reshape gave it new storage) ends it for good."""
+        if self._arena is None:
+            return False
+        if self._arena.valid():
+            return True
+        log.info("A parameter blob left the parameter arena: per-blob updates from now on")
+        self._arena = None
+        self._build_param_launches()
+        return False
 
     # ---- learning rate -------------------------------------------------------
     def get_learning_rate(self):
@@ -387,9 +436,17 @@ class Solver:
         for launch in self._clip_launches:
             launch.run(q)
         factor = self._rate_factor()
-        for launch, mult in zip(self._updates, self._lr_mults):
-            launch.set_arg(sops.ARG_LOCAL_RATE, np.float32(rate) * mult * factor)
-            launch.run(q)
+        if self._arena_ok():
+            # the same float32 products as the per-blob path, uploaded when changed
+            rates = np.float32(rate) * self._lr_mults_arr * factor
+            if self._rates_host is None or not np.array_equal(rates, self._rates_host):
+                self.dev.upload(self._rates, rates)
+                self._rates_host = rates
+            self._update_all.run(q)
+        else:
+            for launch, mult in zip(self._updates, self._lr_mults):
+                launch.set_arg(sops.ARG_LOCAL_RATE, np.float32(rate) * mult * factor)
+                launch.run(q)
         for b in params:
             b.data_mem.device_written()
             b.diff_mem.device_written()
@@ -404,6 +461,11 @@ class Solver:
 
     def _clear_param_diffs(self):
         q = self.dev.queue
+        if self._arena_ok():
+            self._clear_all.run(q)
+            for b in self.net._learnable:
+                b.diff_mem.device_written()
+            return
         for launch, b in zip(self._clears, self.net._learnable):
             launch.run(q)
             b.diff_mem.device_written()
