@@ -11,6 +11,13 @@ diff memory plan, see caffe_ocl/memory_plan.py; torch.cuda.max_memory_allocated)
     python benchmarks/bench_nets.py [--nets alexnet,resnet18,...] [--batches 16,64]
         [--runs 10] [--tf32] [--no-train] [--torch-device cuda|cpu]
 
+AlexNet: the shipped model is BVLC AlexNet (96-256-384-384-256 channels,
+two-group conv2/4/5, LRN after conv1 and conv2, Caffe's ceil-mode pooling);
+torchvision's ``alexnet`` is a different net (64-192-384-256-256, no groups,
+no LRN). The reference is therefore BVLC AlexNet written in PyTorch
+(``bvlc_alexnet`` below, nn.LocalResponseNorm for LRN); ``--torch-alexnet
+torchvision`` times torchvision's variant instead.
+
 Output: a Markdown table to paste into BENCHMARKS.md.
 """
 import argparse
@@ -54,14 +61,40 @@ def caffe_ocl_train(name, batch, runs):
     return timed(lambda: solver.step(1), dev.finish, runs=runs)
 
 
+def bvlc_alexnet():
+    """models/alexnet in PyTorch: same layers, shapes, groups, LRN and pooling."""
+    from torch import nn
+
+    def lrn():
+        return nn.LocalResponseNorm(5, alpha=1e-4, beta=0.75, k=1.0)
+
+    def pool():
+        return nn.MaxPool2d(3, 2, ceil_mode=True)     # Caffe rounds pooled sizes up
+    return nn.Sequential(
+        nn.Conv2d(3, 96, 11, 4), nn.ReLU(True), lrn(), pool(),
+        nn.Conv2d(96, 256, 5, padding=2, groups=2), nn.ReLU(True), lrn(), pool(),
+        nn.Conv2d(256, 384, 3, padding=1), nn.ReLU(True),
+        nn.Conv2d(384, 384, 3, padding=1, groups=2), nn.ReLU(True),
+        nn.Conv2d(384, 256, 3, padding=1, groups=2), nn.ReLU(True), pool(),
+        nn.Flatten(), nn.Linear(9216, 4096), nn.ReLU(True), nn.Dropout(0.5),
+        nn.Linear(4096, 4096), nn.ReLU(True), nn.Dropout(0.5), nn.Linear(4096, 1000))
+
+
+TORCH_ALEXNET = "bvlc"
+
+
 def torch_times(name, batch, runs, device, tf32, train):
     import torch
     import torchvision
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
-    m = getattr(torchvision.models, TORCH_NAMES[name])(
-        **({"aux_logits": False, "init_weights": True} if name == "googlenet" else {})).to(device)
+    if name == "alexnet" and TORCH_ALEXNET == "bvlc":
+        m = bvlc_alexnet().to(device)
+    else:
+        m = getattr(torchvision.models, TORCH_NAMES[name])(
+            **({"aux_logits": False, "init_weights": True} if name == "googlenet"
+               else {})).to(device)
     x = torch.rand(batch, 3, 224, 224, device=device)
     y = torch.randint(0, 1000, (batch,), device=device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -96,7 +129,12 @@ def main():
     ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--no-train", action="store_true")
     ap.add_argument("--torch-device", default=None)
+    ap.add_argument("--torch-alexnet", choices=("bvlc", "torchvision"), default="bvlc",
+                    help="the PyTorch AlexNet: the shipped BVLC architecture (default) or "
+                         "torchvision's different variant")
     a = ap.parse_args()
+    global TORCH_ALEXNET
+    TORCH_ALEXNET = a.torch_alexnet
     dev = caffe_ocl.get_device()
     caffe_ocl.set_allow_tf32(a.tf32)     # ours too (NVIDIA tensor cores)
     tdev = a.torch_device or ("cuda" if dev.is_gpu else "cpu")
@@ -108,7 +146,7 @@ def main():
         have_torch = False
     print(f"caffe_ocl device: {dev.name} ({dev.info['platform_name']}, {dev.info['driver']}); "
           f"PyTorch: {'on ' + tdev if have_torch else 'not installed'}; TF32: {a.tf32}; "
-          f"{time.strftime('%Y-%m-%d')}\n")
+          f"{time.strftime('%Y-%m-%d')}; PyTorch AlexNet: {a.torch_alexnet}\n")
     print("| net | batch | infer ms (ours) | infer ms (torch) | ratio | train ms (ours) "
           "| train ms (torch) | ratio | peak MiB (ours) | peak MiB (torch) |")
     print("|---|---|---|---|---|---|---|---|---|---|")

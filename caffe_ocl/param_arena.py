@@ -60,6 +60,9 @@ class ParamArena:
                     self._subs[id(mem)] = sub
         self._rebind(net)
         self._build_blocks(net)
+        # the per-blob buffers the parameters left went back to the pool: give
+        # them back to the device rather than hold them beside the arena
+        dev.allocator.free_held()
 
     # ---- buffers -------------------------------------------------------------------
     def _new_buffer(self):

@@ -48,6 +48,23 @@ def test_softmax_any_axis(rng, shape, axis):
         check_gradient(layer, b, t)
 
 
+@pytest.mark.parametrize("outer,c,inner", [(3, 1000, 1), (2, 70, 3), (1, 5, 2)])
+def test_softmax_work_group_kernels(d, rng, outer, c, inner):
+    """The GPU's one-work-group-per-row softmax (ops/softmax.py), forced on
+    the test device: forward against NumPy, backward y * (dy - sum dy y)."""
+    from caffe_ocl.ops import softmax as softmax_ops
+    x = rng.standard_normal((outer, c, inner)) * 5
+    dy = rng.standard_normal((outer, c, inner))
+    xb, yb, dyb = d.buf(x), d.buf(np.full(x.shape, np.nan)), d.buf(dy)
+    dxb = d.buf(np.full(x.shape, np.nan))
+    d.run([softmax_ops.forward(d.dev, outer, c, inner, xb, yb, groups=True)])
+    y = refs.softmax(x, 1)
+    np.testing.assert_allclose(d.get(yb, x.shape), y, rtol=1e-5, atol=1e-7)
+    d.run([softmax_ops.backward(d.dev, outer, c, inner, yb, dyb, dxb, groups=True)])
+    dx = y * (dy - (dy * y).sum(1, keepdims=True))
+    np.testing.assert_allclose(d.get(dxb, x.shape), dx, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("text,fn,kink", [
     ('type: "ReLU"', lambda x: np.maximum(x, 0), True),
     ('type: "ReLU" relu_param { negative_slope: 0.1 }', lambda x: np.where(x > 0, x, 0.1 * x), True),

@@ -29,6 +29,10 @@ except ImportError:
     HAVE_MPI4PY = False
 MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep +
                        os.environ.get("PATH", ""))
+# another launcher where the one beside Python does not match mpi4py's MPI
+# (e.g. CAFFE_OCL_TEST_MPIEXEC="mpirun --allow-run-as-root" on the GPU machine)
+MPIEXEC_CMD = os.environ.get("CAFFE_OCL_TEST_MPIEXEC", "").split() or [MPIEXEC]
+MPIEXEC = MPIEXEC_CMD[0] and shutil.which(MPIEXEC_CMD[0])
 needs_mpi = pytest.mark.skipif(not (HAVE_MPI4PY and MPIEXEC),
                                reason="needs mpi4py and mpiexec (pip install mpi4py mpich)")
 
@@ -175,7 +179,7 @@ def _train_ranks(workdir, n, iters, env):
     par = write_solver(workdir, f"par{n}", 4, iters)
     dump = workdir / f"dump{n}"
     dump.mkdir(exist_ok=True)
-    p = run_ranks([MPIEXEC, "-n", str(n), sys.executable, "-m", "caffe_ocl", "train",
+    p = run_ranks(MPIEXEC_CMD + ["-n", str(n), sys.executable, "-m", "caffe_ocl", "train",
                    f"--solver={par}"], env=dict(env, CAFFE_OCL_PARALLEL_DUMP=str(dump)))
     assert p.returncode == 0, p.stderr[-3000:]
     ranks = [weights_of(dump / f"rank{r}.caffemodel") for r in range(n)]
@@ -302,7 +306,7 @@ def test_gpu_list_spawns_ranks_and_resume(workdir):
     dump = workdir / "dump"
     dump.mkdir()
     state = workdir / "g_iter_2.solverstate"
-    p = run_ranks([MPIEXEC, "-n", "2", sys.executable, "-m", "caffe_ocl", "train",
+    p = run_ranks(MPIEXEC_CMD + ["-n", "2", sys.executable, "-m", "caffe_ocl", "train",
                    f"--solver={par}", f"--snapshot={state}"],
                   env={"CAFFE_OCL_PARALLEL_DUMP": str(dump)})
     assert p.returncode == 0, p.stderr[-3000:]
@@ -320,7 +324,7 @@ def test_gpu_list_spawns_ranks_and_resume(workdir):
 def test_ranks_that_disagree_on_the_net(workdir):
     a = write_solver(workdir, "a", 4, 2)
     b = write_solver(workdir, "b", 4, 2, hidden=6)
-    p = run_ranks([MPIEXEC, "-n", "1", sys.executable, "-m", "caffe_ocl", "train",
+    p = run_ranks(MPIEXEC_CMD + ["-n", "1", sys.executable, "-m", "caffe_ocl", "train",
                    f"--solver={a}", ":", "-n", "1", sys.executable, "-m", "caffe_ocl",
                    "train", f"--solver={b}"], timeout=90)
     assert p.returncode != 0

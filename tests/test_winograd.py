@@ -30,20 +30,26 @@ GEOMS = [
     (2, 33, 5, 6, 70, 1, 1),     # C, Co off the GEMM tiles, Co > 64
     (1, 2, 3, 3, 3, 0, 0),       # single output pixel (one tile, 3/4 wasted)
 ]
+# grouped (AlexNet's conv4/conv5 are two-group 3x3): (n, c, h, w, co, ph, pw, groups)
+GROUPED = [
+    (2, 8, 7, 6, 12, 1, 1, 2),   # groups of 4 in, 6 out
+    (1, 20, 5, 9, 20, 0, 1, 5),  # 5 groups of 4 (the fewest taken), pads 0/1
+]
 
 
 def _id(p):
-    return "n{}c{}h{}w{}co{}p{}{}".format(*p)
+    return "n{}c{}h{}w{}co{}p{}{}".format(*p) + (f"g{p[7]}" if len(p) > 7 else "")
 
 
 def _geom(p):
-    n, c, h, w, co, ph, pw = p
-    return conv_ops.ConvGeometry(n, c, h, w, co, 3, 3, ph, pw)
+    n, c, h, w, co, ph, pw = p[:7]
+    return conv_ops.ConvGeometry(n, c, h, w, co, 3, 3, ph, pw,
+                                 groups=p[7] if len(p) > 7 else 1)
 
 
 def _data(rng, g):
     x = rng.standard_normal((g.num, g.channels, g.height, g.width))
-    w = rng.standard_normal((g.out_channels, g.channels, 3, 3))
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, 3, 3))
     dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
     return x, w, dy
 
@@ -112,6 +118,18 @@ def test_winograd_backward_weight_matches_reference(d, rng, p, tile):
     ls = _check_bwd_weight(d, rng, _geom(p), tile=tile)
     assert [ln.name for ln in ls] == ["wino_input", "wino_output_grad", "gemm",
                                       "wino_filter_grad"]
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("p", GROUPED, ids=_id)
+def test_winograd_grouped_matches_reference(d, rng, p, tile):
+    """Grouped 3x3: per-group GEMMs (forward, backward-data with the
+    per-group transposed filter, backward-weight one GEMM per group)."""
+    g = _geom(p)
+    assert wino_ops.eligible(g)
+    _check_fwd_bwd(d, rng, g, tile=tile)
+    ls = _check_bwd_weight(d, rng, g, tile=tile)
+    assert [ln.name for ln in ls].count("gemm") == g.groups
 
 
 def test_winograd_weight_split_plan():
@@ -199,8 +217,9 @@ def test_winograd_through_conv_dispatch(d, rng, monkeypatch):
 
 
 @pytest.mark.parametrize("kw", [dict(sh=2, sw=2), dict(kh=5, kw=5), dict(dh=2, dw=2),
-                                dict(groups=2), dict(kh=3, kw=1)],
-                         ids=["stride2", "5x5", "dilation2", "groups2", "3x1"])
+                                dict(groups=2), dict(groups=4), dict(kh=3, kw=1)],
+                         ids=["stride2", "5x5", "dilation2", "groups-of-2", "depthwise",
+                              "3x1"])
 def test_winograd_rejects_ineligible_geometry(d, kw):
     base = dict(num=1, channels=4, height=9, width=9, out_channels=4, kh=3, kw=3, ph=1, pw=1)
     base.update(kw)
@@ -232,6 +251,8 @@ def test_automatic_choice(d, monkeypatch):
     assert conv_ops.algorithm(gpu, narrow) == "igemm"
     assert conv_ops.algorithm(gpu, g(3, 64, hw=224)) == "igemm"
     assert conv_ops.algorithm(gpu, g(256, 256, sh=2, sw=2)) == "igemm"
+    assert conv_ops.algorithm(gpu, g(384, 384, hw=13, groups=2)) == "winograd"  # AlexNet
+    assert conv_ops.algorithm(gpu, g(64, 64, groups=64)) == "depthwise"
     assert conv_ops.algorithm(gpu, wide, "igemm") == "igemm"
     assert conv_ops.algorithm(cpu, wide) == "winograd"        # pays on CPUs too
     assert conv_ops.algorithm(cpu, narrow) == "im2col"

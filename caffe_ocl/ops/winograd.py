@@ -1,7 +1,10 @@
 """Winograd F(2x2, 3x3) / F(4x4, 3x3) convolution (kernels/winograd.cl +
 ops.gemm).
 
-For 3x3, stride 1, dilation 1, groups == 1 (any padding). With output
+For 3x3, stride 1, dilation 1 (any padding), one group or groups of at
+least MIN_GROUP_CHANNELS input and output channels (AlexNet's two-group
+conv4/conv5): the transforms are per channel and ignore groups; only the
+GEMMs become per group (ops.gemm ``groups``). With output
 tiles of m x m (m = 2: 4x4 input patches, "A" = 16 GEMMs; m = 4: 6x6, A = 36)
 each tile costs A multiply-adds per (input, output) channel pair instead of
 9*m*m: the GEMM work is 2.25x (m = 2) or 4x (m = 4) smaller than direct
@@ -63,6 +66,8 @@ MIN_SPEEDUP = 1.2
 # SGEMM, ~3.5-4 TB/s effective HBM bandwidth).
 FLOP_PER_BYTE = 10.0
 _INT_MAX = (1 << 31) - 1
+# Grouped convolutions: fewest channels per group (in and out) taken.
+MIN_GROUP_CHANNELS = 4
 BWD_WEIGHT_ENV = "CAFFE_OCL_WINOGRAD_BWD_WEIGHT"
 # Backward-weight split-K: work-groups aimed at per compute unit, and the
 # fewest tiles (GEMM K) per split.
@@ -72,8 +77,11 @@ SPLIT_MIN_T = 256
 
 def eligible(g):
     """True for a geometry this module computes: 3x3, stride 1, dilation 1,
-    one group, non-empty output."""
-    return ((g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.groups) == (3, 3, 1, 1, 1, 1, 1)
+    one group or groups of >= MIN_GROUP_CHANNELS channels in and out (not
+    depthwise), non-empty output."""
+    grouped_ok = g.groups == 1 or (g.channels // g.groups >= MIN_GROUP_CHANNELS and
+                                   g.out_channels // g.groups >= MIN_GROUP_CHANNELS)
+    return ((g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) == (3, 3, 1, 1, 1, 1) and grouped_ok
             and g.out_h > 0 and g.out_w > 0)
 
 
@@ -99,14 +107,15 @@ def estimated_speedup(g, tile=None):
     transforms move ~(2A + m^2) (C + Co) floats per tile (V and M written
     once and read once, plus x and y); at FLOP_PER_BYTE their time relative
     to the 2*A*C*Co-FLOP GEMM is 4 (2A + m^2) FLOP_PER_BYTE / (2A) (1/C + 1/Co)
-    (m = 2: 45 (1/C + 1/Co)).
+    (m = 2: 45 (1/C + 1/Co)). Grouped: C and Co per group (the GEMMs shrink
+    by the group count, the transforms do not).
     m = 2: C = Co = 64: 0.93 (no gain; GEMMs with K = 64 are also below
     peak); C = Co = 128: 1.32; 256: 1.67; 512: 1.91; 512 at 7x7: 1.47."""
     m = _tile(tile)
     a = (m + 2) ** 2
     waste = (m * (-(-g.out_h // m)) * m * (-(-g.out_w // m))) / float(g.out_h * g.out_w)
     k = 4.0 * (2 * a + m * m) * FLOP_PER_BYTE / (2.0 * a)
-    mem = k * (1.0 / g.channels + 1.0 / g.out_channels)
+    mem = k * g.groups * (1.0 / g.channels + 1.0 / g.out_channels)
     return 9.0 * m * m / a / waste / (1.0 + mem)
 
 
@@ -140,7 +149,7 @@ def fits(g, tile=None):
     m = _tile(tile)
     A = (m + 2) ** 2
     tiles = -(-g.out_h // m) * -(-g.out_w // m)
-    ws = A * (g.channels * g.out_channels + (g.channels + g.out_channels) * tiles)
+    ws = A * (g.channels * g.out_channels // g.groups + (g.channels + g.out_channels) * tiles)
     return max(ws, g.num * max(g.channels * g.height * g.width,
                                g.out_channels * g.out_spatial)) <= _INT_MAX
 
@@ -155,7 +164,7 @@ def chunk_images(num, cin, cout, tiles_per_image, cap=None, tile=2):
 
 
 def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
-              bias, act, beta, gemm_impl, tile):
+              bias, act, beta, gemm_impl, tile, groups=1):
     from .conv import _workspace          # ops.conv imports this module
     act_kind, act_a, act_b = act_defines(act)
     m = _tile(tile)
@@ -163,17 +172,22 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
     defs = dict(WM=m)
     th, tw = -(-ho // m), -(-wo // m)
     tiles = th * tw
+    G = groups
+    cg, cog = cin // G, cout // G                  # channels per group, in and out
     chunk = chunk_images(num, cin, cout, tiles, tile=m)
     tmax = chunk * tiles
-    u_fl, v_fl, m_fl = A * cin * cout, A * cin * tmax, A * cout * tmax
+    u_fl, v_fl, m_fl = A * cg * cout, A * cin * tmax, A * cout * tmax
     if max(u_fl + v_fl + m_fl, num * max(cin * h * w, cout * ho * wo)) > _INT_MAX:
         raise ValueError(f"winograd: tensors of {num}x{cin}x{h}x{w} -> {cout}x{ho}x{wo} "
                          "exceed 32-bit indexing")
     ws = _workspace(dev, u_fl + v_fl + m_fl)
     off_v, off_m = u_fl, u_fl + v_fl
-    # weight is [Co][C][3][3] of the convolution; backward-data (flip) runs
-    # from its Co channels (cin here) to its C channels (cout here)
-    wco, wc = (cin, cout) if flip else (cout, cin)
+    # weight is [Co][C/G][3][3] of the convolution; backward-data (flip) runs
+    # from its Co channels (cin here) to its C channels (cout here).
+    # U[k] is [cout][cin/G] (forward) or [cout/G][cin] (flip: transposed per
+    # group): the A operand of group j starts at j*cog*cg or at column j*cg.
+    wco, wc = (cin, cog) if flip else (cout, cg)
+    a_ld, a_gstride = (cin, cg) if flip else (cg, cog * cg)
     gs, ls = work_size(dev, wco * wc)
     out = [dev.launch(SRC, "wino_filter", gs, ls, [wco, wc, int(bool(flip)), weight, 0, ws, 0],
                       defs)]
@@ -185,10 +199,10 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
                               [nc, cin, h, w, th, tw, ph, pw, T, x, n0 * cin * h * w,
                                ws, off_v],
                               defs))
-        out.append(gemm(dev, cout, T, cin, ws, ws, ws, off_a=0, off_b=off_v, off_c=off_m,
-                        lda=cin, ldb=T, ldc=T, batch=A,
-                        stride_a=(cout * cin, 0), stride_b=(cin * T, 0),
-                        stride_c=(cout * T, 0), impl=gemm_impl))
+        out.append(gemm(dev, cog, T, cg, ws, ws, ws, off_a=0, off_b=off_v, off_c=off_m,
+                        lda=a_ld, ldb=T, ldc=T, batch=A, groups=G,
+                        stride_a=(cout * cg, a_gstride), stride_b=(cin * T, cg * T),
+                        stride_c=(cout * T, cog * T), impl=gemm_impl))
         gs, ls = work_size(dev, cout * T)
         out.append(dev.launch(SRC, "wino_output", gs, ls,
                               [nc, cout, ho, wo, th, tw, ws, off_m,
@@ -201,8 +215,10 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
 def _check(g):
     if not eligible(g):
         raise ValueError(f"convolution algorithm 'winograd' needs a 3x3 kernel, stride 1, "
-                         f"dilation 1 and one group; got kernel {g.kh}x{g.kw}, stride "
-                         f"{g.sh}x{g.sw}, dilation {g.dh}x{g.dw}, groups {g.groups}")
+                         f"dilation 1 and one group or groups of at least "
+                         f"{MIN_GROUP_CHANNELS} channels; got kernel {g.kh}x{g.kw}, stride "
+                         f"{g.sh}x{g.sw}, dilation {g.dh}x{g.dw}, {g.channels} -> "
+                         f"{g.out_channels} channels in {g.groups} groups")
 
 
 def forward(dev, g, x, weight, y, bias=None, act=None, beta=0.0, gemm_impl=None,
@@ -214,7 +230,7 @@ def forward(dev, g, x, weight, y, bias=None, act=None, beta=0.0, gemm_impl=None,
     _check(g)
     return _pipeline(dev, g.num, g.channels, g.height, g.width, g.out_channels,
                      g.out_h, g.out_w, g.ph, g.pw, x, weight, False, y,
-                     bias, act, beta, gemm_impl, tile)
+                     bias, act, beta, gemm_impl, tile, g.groups)
 
 
 def backward_data(dev, g, dy, weight, dx, accumulate=False, gemm_impl=None, tile=None):
@@ -223,7 +239,7 @@ def backward_data(dev, g, dy, weight, dx, accumulate=False, gemm_impl=None, tile
     _check(g)
     return _pipeline(dev, g.num, g.out_channels, g.out_h, g.out_w, g.channels,
                      g.height, g.width, 2 - g.ph, 2 - g.pw, dy, weight, True, dx,
-                     None, None, 1.0 if accumulate else 0.0, gemm_impl, tile)
+                     None, None, 1.0 if accumulate else 0.0, gemm_impl, tile, g.groups)
 
 
 def bwd_weight_enabled():
@@ -268,15 +284,17 @@ def backward_weight(dev, g, x, dy, dweight, gemm_impl=None, tile=None):
     defs = dict(WM=m)
     num, cin, h, w = g.num, g.channels, g.height, g.width
     cout, ho, wo = g.out_channels, g.out_h, g.out_w
+    G = g.groups
+    cg, cog = cin // G, cout // G
     th, tw = -(-ho // m), -(-wo // m)
     tiles = th * tw
-    nsplit = weight_split(dev, cin, cout, num * tiles, m)
-    p_fl = A * nsplit * cin * cout
+    nsplit = weight_split(dev, cg, cout, num * tiles, m)
+    p_fl = A * nsplit * cg * cout
     per = A * (cin + cout) * tiles
     room = MAX_WS_FLOATS - p_fl - A * (cin + cout) * nsplit * 16     # padding tiles
     chunk = max(1, min(num, room // max(per, 1)))
-    nsplit = max(1, min(nsplit, weight_split(dev, cin, cout, chunk * tiles, m)))
-    p_fl = A * nsplit * cin * cout
+    nsplit = max(1, min(nsplit, weight_split(dev, cg, cout, chunk * tiles, m)))
+    p_fl = A * nsplit * cg * cout
     tp_max = nsplit * _split_len(chunk * tiles, nsplit)
     v_fl, m_fl = A * cin * tp_max, A * cout * tp_max
     if max(p_fl + v_fl + m_fl, num * max(cin * h * w, cout * ho * wo)) > _INT_MAX:
@@ -298,14 +316,17 @@ def backward_weight(dev, g, x, dy, dweight, gemm_impl=None, tile=None):
         out.append(dev.launch(SRC, "wino_output_grad", gs, ls,
                               [nc, cout, ho, wo, th, tw, Tp, dy, n0 * cout * ho * wo,
                                ws, off_m], defs))
-        # dUp[k][s] (+)= dM[k][:, s*kc : (s+1)*kc] x V[k][:, s*kc : (s+1)*kc]^T
-        out.append(gemm(dev, cout, cin, kc, ws, ws, ws, trans_b=True,
-                        beta=0.0 if n0 == 0 else 1.0,
-                        off_a=off_m, off_b=off_v, off_c=0, lda=Tp, ldb=Tp, ldc=cin,
-                        batch=A, groups=nsplit,
-                        stride_a=(cout * Tp, kc), stride_b=(cin * Tp, kc),
-                        stride_c=(nsplit * cout * cin, cout * cin), impl=gemm_impl))
-    gs, ls = work_size(dev, cout * cin)
+        # dUp[k][s] (+)= dM[k][:, s*kc : (s+1)*kc] x V[k][:, s*kc : (s+1)*kc]^T,
+        # dUp[k][s] being [cout][cin/G]: group j's rows of dM against its rows of V
+        for j in range(G):
+            out.append(gemm(dev, cog, cg, kc, ws, ws, ws, trans_b=True,
+                            beta=0.0 if n0 == 0 else 1.0,
+                            off_a=off_m + j * cog * Tp, off_b=off_v + j * cg * Tp,
+                            off_c=j * cog * cg, lda=Tp, ldb=Tp, ldc=cg,
+                            batch=A, groups=nsplit,
+                            stride_a=(cout * Tp, kc), stride_b=(cin * Tp, kc),
+                            stride_c=(nsplit * cout * cg, cout * cg), impl=gemm_impl))
+    gs, ls = work_size(dev, cout * cg)
     out.append(dev.launch(SRC, "wino_filter_grad", gs, ls,
-                          [cout, cin, nsplit, ws, 0, dweight, 0], defs))
+                          [cout, cg, nsplit, ws, 0, dweight, 0], defs))
     return out
