@@ -273,3 +273,29 @@ def test_tf32_conv_and_gemm_on_nvidia(d, rng, p, monkeypatch):
     cb = d.buf(np.full((M, N), np.nan))
     d.run([gemm_ops.gemm(d.dev, M, N, K, d.buf(A), d.buf(B), cb)])
     assert _rel(d.get(cb, (M, N)), A @ B) < 3e-3
+
+
+@pytest.mark.parametrize("p", [(2, 4, 7, 8, 6, 3, 3, 1, 1, 2, 2, 1, 1, 1),   # ResNet-18's 3x3 s2
+                               pytest.param((3, 2, 7, 7, 3, 2, 2, 0, 0, 3, 3, 1, 1, 1),
+                                            marks=pytest.mark.slow)],      # phases with no tap
+                         ids=["3x3s2", "2x2s3"])
+def test_strided_backward_data_by_phase(d, rng, p):
+    """GPU strided backward-data runs one implicit GEMM per stride phase
+    (only the taps that reach each phase's pixels); overwrite and accumulate
+    against float64, every pixel written (the output starts as NaN)."""
+    g = _geom(p)
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
+    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    _, _, dx_ref = _refs(g, x, w, dy)
+    wb, dyb = d.buf(w), d.buf(dy)
+    dxb = d.buf(np.full(x.shape, np.nan))
+    ls = conv_ops.backward_data(d.dev, g, dyb, wb, dxb, None, algo="igemm")
+    assert {ln.name for ln in ls} == {"conv_bwd_data_phase"}
+    assert len(ls) == g.sh * g.sw
+    d.run(ls)
+    assert _rel(d.get(dxb, x.shape), dx_ref) < 1e-5
+    dx0 = rng.standard_normal(x.shape)
+    dxb = d.buf(dx0)
+    d.run(conv_ops.backward_data(d.dev, g, dyb, wb, dxb, None, accumulate=True, algo="igemm"))
+    assert _rel(d.get(dxb, x.shape), dx0 + dx_ref) < 1e-5

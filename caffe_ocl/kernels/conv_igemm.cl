@@ -11,6 +11,8 @@
  *                    M = CO/G, N = n*HO*WO, K = C/G*KH*KW
  *   conv_bwd_data:   dx = W^T (*) dy + beta * dx
  *                    M = C/G, N = n*H*W, K = CO/G*KH*KW
+ *   conv_bwd_data_phase: the same for strided convolutions, one stride
+ *                    phase per launch (MODE 3, below)
  *   conv_bwd_weight: out[z] = dy (*) x^T + beta * out[z], z = g*nsplit + s,
  *                    M = CO/G, N = C/G*KH*KW, K = n*HO*WO split in nsplit
  *                    chunks of kchunk (out = dW when nsplit == 1, else a
@@ -149,6 +151,75 @@ void conv_bwd_data(int NIMG, int C, int H, int W, int CO, int HO, int WO,
         if (n >= N) continue;
         const int img = n / HW, q = n - img * HW;
         __global float* xb = DX + offDX + (img * C + g * M) * HW + q;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int m = m0 + ROW_OF(i);
+            if (m >= M) continue;
+            float v = acc[i][j];
+            if (beta != 0.0f) v += beta * xb[m * HW];
+            xb[m * HW] = v;
+        }
+    }
+}
+#endif
+
+#if MODE == 3
+/* Strided backward-data, one launch per stride phase (rh, rw): the input
+ * pixels whose padded coordinates (h + PH, w + PW) are (rh, rw) modulo the
+ * stride receive only the taps kh = rh + t*SH, kw = rw + u*SW (dilation 1),
+ * so the GEMM runs over K = CO/G * nkh * nkw instead of CO/G * KH * KW and
+ * skips the (1 - 1/(SH*SW)) of multiply-adds conv_bwd_data spends on zeros.
+ * The phase's pixels are h = h0 + SH*i (i < HP), w = w0 + SW*j (j < WP);
+ * qh = (h + PH - rh) / SH is exact and tap t reads dy row qh - t. */
+inline float col2im_phase(__global const float* dyb, int k, int kend, int ok,
+                          int qh, int qw, int nk, int nkw, int HO, int WO) {
+    const int co = k / nk, r = k - co * nk;
+    const int t = r / nkw, u = r - t * nkw;
+    const int ho = qh - t, wo = qw - u;
+    return (ok && k < kend && ho >= 0 && wo >= 0 && ho < HO && wo < WO)
+        ? dyb[(co * HO + ho) * WO + wo] : 0.0f;
+}
+
+#define A_KFAST 1
+#define B_KFAST 0
+__kernel __attribute__((reqd_work_group_size(TM * TN / 64, 1, 1)))
+void conv_bwd_data_phase(int NIMG, int C, int H, int W, int CO, int HO, int WO,
+                         int rh, int rw, int h0, int w0, int HP, int WP,
+                         __global const float* DY, int offDY, __global const float* Wt,
+                         float beta, __global float* DX, int offDX) {
+    const int g = get_group_id(2);
+    const int M = C / GROUPS, Mo = CO / GROUPS;
+    const int HW = H * W, HOWO = HO * WO, HPWP = HP * WP;
+    const int nkh = rh < KH ? (KH - rh + SH - 1) / SH : 0;
+    const int nkw = rw < KW ? (KW - rw + SW - 1) / SW : 0;
+    const int nk = nkh * nkw;
+    const int N = NIMG * HPWP, K = Mo * nk;
+    Wt += g * Mo * M * KHKW;
+    const int lid = get_local_id(0);
+    const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
+    const int kbeg = 0, kend = K;
+    const int bn = n0 + lid % TN;
+    const int bok = bn < N;
+    const int bimg = bok ? bn / HPWP : 0;
+    const int bq = bok ? bn - bimg * HPWP : 0;
+    const int bi = bq / WP, bj = bq - bi * WP;
+    const int qh = (h0 + SH * bi + PH - rh) / SH, qw = (w0 + SW * bj + PW - rw) / SW;
+    __global const float* dyb = DY + offDY + (bimg * CO + g * Mo) * HOWO;
+    /* A[m = c][k = co*nk + t*nkw + u] = Wt[co][c][rh + t*SH][rw + u*SW] */
+#define LOAD_A(m, k) (((m) < M && (k) < kend) \
+    ? Wt[((k) / nk) * (M * KHKW) + (m) * KHKW + \
+         (rh + (((k) % nk) / nkw) * SH) * KW + rw + (((k) % nk) % nkw) * SW] : 0.0f)
+#define LOAD_B(k, n) col2im_phase(dyb, (k), kend, bok, qh, qw, nk, nkw, HO, WO)
+#include "tile_mainloop.h"
+
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int n = n0 + COL_OF(j);
+        if (n >= N) continue;
+        const int img = n / HPWP, q = n - img * HPWP;
+        const int i_ = q / WP, j_ = q - i_ * WP;
+        __global float* xb = DX + offDX + (img * C + g * M) * HW +
+                             (h0 + SH * i_) * W + w0 + SW * j_;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int m = m0 + ROW_OF(i);
