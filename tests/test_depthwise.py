@@ -72,9 +72,22 @@ def test_dispatch_picks_depthwise(d):
         assert conv_ops.algorithm(d.dev, h, "depthwise") != "depthwise"
 
 
+@pytest.mark.parametrize("impl", [None, "gpu"], ids=["dispatch", "element-kernels"])
 @pytest.mark.parametrize("p", GEOMS, ids=[str(i) for i in range(len(GEOMS))])
-def test_depthwise_matches_reference(d, rng, p):
+def test_depthwise_matches_reference(d, rng, p, impl):
+    """impl None: through ops.conv (on the CPU test device: the plane
+    kernels); "gpu": the one-element-per-work-item kernels of GPUs."""
     g = _geom(p)
+
+    def fwd(*a, **kw):
+        if impl is None:
+            return conv_ops.forward(d.dev, g, *a[:3], None, **kw)
+        return dw_ops.forward(d.dev, g, *a[:3], impl=impl, **kw)
+
+    def bwd_data(*a, **kw):
+        if impl is None:
+            return conv_ops.backward_data(d.dev, g, *a, None, **kw)
+        return dw_ops.backward_data(d.dev, g, *a, impl=impl, **kw)
     x, w, b, dy = _case(g, rng)
     yshape = dy.shape
     y_ref = conv2d(x, w, **_kw(g))
@@ -83,7 +96,7 @@ def test_depthwise_matches_reference(d, rng, p):
     # forward: plain, bias, bias + leaky relu, bias + clip (poisoned output)
     for bias, act in [(None, None), (bb, None), (bb, ("relu", 0.1)), (bb, ("clip", -0.5, 0.7))]:
         yb = d.buf(np.full(yshape, np.nan))
-        d.run(conv_ops.forward(d.dev, g, xb, wb, yb, None, bias=bias, act=act))
+        d.run(fwd(xb, wb, yb, bias=bias, act=act))
         v = y_ref + (b.reshape(1, -1, 1, 1) if bias is not None else 0.0)
         if act is not None and act[0] == "relu":
             v = np.where(v > 0, v, 0.1 * v)
@@ -94,13 +107,15 @@ def test_depthwise_matches_reference(d, rng, p):
     dw_ref, dx_ref = _ref_grads(g, x, w, dy)
     # backward-data overwrites (poisoned), or accumulates when asked
     dxb = d.buf(np.full(x.shape, np.nan))
-    d.run(conv_ops.backward_data(d.dev, g, dyb, wb, dxb, None))
+    d.run(bwd_data(dyb, wb, dxb))
     assert _rel(d.get(dxb, x.shape), dx_ref) < 1e-5
     dx0 = rng.standard_normal(x.shape)
     dxb = d.buf(dx0)
-    d.run(conv_ops.backward_data(d.dev, g, dyb, wb, dxb, None, accumulate=True))
+    d.run(bwd_data(dyb, wb, dxb, accumulate=True))
     assert _rel(d.get(dxb, x.shape), dx0 + dx_ref) < 1e-5
 
+    if impl is not None:
+        return
     # backward-weight accumulates, by dispatch and by both reductions
     dw0 = rng.standard_normal(w.shape)
     dwb = d.buf(dw0)

@@ -38,4 +38,13 @@ inline uint2 philox2x32(uint2 ctr, uint key) {
 /* uniform float in [0, 1) with 24 random bits */
 inline float u01(uint x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
 
+/* Convolution rows: the output columns wo in [x, y) whose input column
+ * w0 + wo*sw lies in [0, W) (the others read padding). Used by the CPU
+ * kernels that walk image rows (im2col.cl, depthwise.cl). */
+inline int2 valid_wo(int w0, int sw, int W, int WO) {
+    const int lo = w0 >= 0 ? 0 : min(WO, (-w0 + sw - 1) / sw);
+    const int hi = w0 > W - 1 ? 0 : min(WO, (W - 1 - w0) / sw + 1);
+    return (int2)(lo, max(lo, hi));
+}
+
 #endif

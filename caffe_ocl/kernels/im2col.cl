@@ -65,14 +65,6 @@ __kernel void col2im(int nimg, int C, int H, int W, int KH, int KW,
     }
 }
 
-/* The output columns wo in [x, y) whose input column w0 + wo*sw lies in
- * [0, W) (the others read padding). */
-inline int2 valid_wo(int w0, int sw, int W, int WO) {
-    const int lo = w0 >= 0 ? 0 : min(WO, (-w0 + sw - 1) / sw);
-    const int hi = w0 > W - 1 ? 0 : min(WO, (W - 1 - w0) / sw + 1);
-    return (int2)(lo, max(lo, hi));
-}
-
 /* CPU drivers (work-groups of one item, GLOBAL_LOOP giving each a contiguous
  * range): one work-item per (image, channel) unit writes that channel's
  * KH*KW*HO*WO column rows front to back, reading image rows in order. The

@@ -30,24 +30,47 @@ def _sizes(g):
     return [g.channels, g.height, g.width, g.out_h, g.out_w]
 
 
-def forward(dev, g, x, weight, y, bias=None, act=None):
-    """y = act(depthwise(x, weight) (+ bias)); ``act`` as ops.gemm.gemm."""
+def _impl(dev, impl):
+    if impl is None:
+        impl = "cpu" if dev.is_cpu else "gpu"
+    if impl not in ("cpu", "gpu"):
+        raise ValueError(f"depthwise impl {impl!r}: expected 'cpu' or 'gpu'")
+    return impl
+
+
+def _plane_size(dev, g):
+    """(global, local) of the CPU plane kernels: runs of (image, channel) planes."""
+    n = cpu_chunks(dev, g.num * g.channels, min_chunk=1)
+    return (n,), (1,)
+
+
+def forward(dev, g, x, weight, y, bias=None, act=None, impl=None):
+    """y = act(depthwise(x, weight) (+ bias)); ``act`` as ops.gemm.gemm.
+    ``impl``: "gpu" (one work-item per output element), "cpu" (whole planes
+    per work-item, row segments); None: by device."""
     act_kind, act_a, act_b = act_defines(act)
+    defs = _defines(g, BIAS=int(bias is not None), ACT=act_kind)
+    tail = [x, weight, bias if bias is not None else weight, y, act_a, act_b]
+    if _impl(dev, impl) == "cpu":
+        gs, ls = _plane_size(dev, g)
+        return [dev.launch(SRC, "dw_forward_plane", gs, ls,
+                           [g.num * g.channels] + _sizes(g) + tail, defs)]
     total = g.num * g.channels * g.out_spatial
     gs, ls = work_size(dev, total)
-    return [dev.launch(SRC, "dw_forward", gs, ls,
-                       [total] + _sizes(g) + [x, weight,
-                                              bias if bias is not None else weight,
-                                              y, act_a, act_b],
-                       _defines(g, BIAS=int(bias is not None), ACT=act_kind))]
+    return [dev.launch(SRC, "dw_forward", gs, ls, [total] + _sizes(g) + tail, defs)]
 
 
-def backward_data(dev, g, dy, weight, dx, accumulate=False):
-    """dx = depthwise^T(dy) (+ dx if accumulate), gathered per input element."""
+def backward_data(dev, g, dy, weight, dx, accumulate=False, impl=None):
+    """dx = depthwise^T(dy) (+ dx if accumulate): gathered per input element
+    ("gpu") or scattered plane by plane ("cpu"); None: by device."""
+    tail = [dy, weight, dx, int(bool(accumulate))]
+    if _impl(dev, impl) == "cpu":
+        gs, ls = _plane_size(dev, g)
+        return [dev.launch(SRC, "dw_bwd_data_plane", gs, ls,
+                           [g.num * g.channels] + _sizes(g) + tail, _defines(g))]
     total = g.num * g.channels * g.height * g.width
     gs, ls = work_size(dev, total)
-    return [dev.launch(SRC, "dw_bwd_data", gs, ls,
-                       [total] + _sizes(g) + [dy, weight, dx, int(bool(accumulate))],
+    return [dev.launch(SRC, "dw_bwd_data", gs, ls, [total] + _sizes(g) + tail,
                        _defines(g))]
 
 
@@ -56,14 +79,11 @@ def backward_weight(dev, g, x, dy, dweight, impl=None):
     param gradient), reduced inside the kernel. ``impl``: "gpu" (one
     work-group per channel, local-memory tree reduction) or "cpu"
     (contiguous chunks of channels per work-item); None: by device."""
-    if impl is None:
-        impl = "cpu" if dev.is_cpu else "gpu"
+    impl = _impl(dev, impl)
     args = [g.num] + _sizes(g) + [x, dy, dweight]
     if impl == "cpu":
         n = cpu_chunks(dev, g.channels, min_chunk=1)
         return [dev.launch(SRC, "dw_bwd_weight_serial", (n,), (1,), args, _defines(g))]
-    if impl != "gpu":
-        raise ValueError(f"depthwise backward_weight impl {impl!r}: expected 'cpu' or 'gpu'")
     from .channel import split_chunks
     taps = g.kh * g.kw
     chunks = split_chunks(dev, g.channels, g.num * g.out_spatial, WG)
