@@ -88,23 +88,44 @@ class _Source:
         return Batch(arrays)
 
 
+class _Shard:
+    """Caffe's DataLayer/HDF5DataLayer::Skip: in a data-parallel TRAIN run
+    each of the ``count`` (solver_count) solvers reads every count-th record
+    (database entry, list line, HDF5 row) from its ``rank`` (solver_rank) on;
+    TEST nets (root solver only) and single runs read everything (1, 0)."""
+
+    def __init__(self, count=1, rank=0):
+        self.count, self.rank = count, rank
+        self.offset = 0         # records passed so far, this rank's and the others'
+
+    @classmethod
+    def for_phase(cls, phase):
+        from ..parallel import state as pstate
+        if phase == caffe_pb2.TRAIN and pstate.solver_count > 1:
+            return cls(pstate.solver_count, pstate.solver_rank)
+        return cls()
+
+    def take(self):
+        """Count the next record; True when it is this rank's to read
+        (otherwise the caller skips it and asks again)."""
+        off, self.offset = self.offset, self.offset + 1
+        return off % self.count == self.rank
+
+
 class _DBSource(_Source):
-    def __init__(self, reader, skip, record_shape, force, shard=(1, 0), **kw):
+    def __init__(self, reader, skip, record_shape, force, shard=None, **kw):
         super().__init__(**kw)
         self.reader = reader
         self.skip = skip
         self.record_shape = record_shape
         self.force = force
         self.records = None
-        self.shard = shard      # (solver_count, solver_rank): Caffe's DataLayer::Skip
-        self.offset = 0
+        self.shard = shard or _Shard()
 
     def _next(self):
-        n, r = self.shard
         while True:
             kv = next(self.records)
-            off, self.offset = self.offset, self.offset + 1
-            if off % n == r:
+            if self.shard.take():
                 return kv
 
     def setup(self):
@@ -132,17 +153,6 @@ class _DBSource(_Source):
             if labels is not None:
                 labels[i] = d.label
         self.transformer.transform_batch(imgs, batch.arrays[0])
-
-
-def _train_shard(phase):
-    """(solver_count, solver_rank) for a TRAIN data layer of a data-parallel
-    run: each solver reads every solver_count-th record (line, HDF5 row)
-    from its rank on, as Caffe's DataLayer/HDF5DataLayer::Skip; TEST nets
-    (root solver only) and single runs read everything: (1, 0)."""
-    from ..parallel import state as pstate
-    if phase == caffe_pb2.TRAIN and pstate.solver_count > 1:
-        return pstate.solver_count, pstate.solver_rank
-    return 1, 0
 
 
 def _shape_str(s):
@@ -184,7 +194,7 @@ class DataLayer(BasePrefetchingDataLayer):
         if p.rand_skip:
             skip = int(seeded_rng().integers(p.rand_skip))
             log.info("Skipping first %d data points.", skip)
-        src = _DBSource(self.reader, skip, img.shape, force, shard=_train_shard(self.phase),
+        src = _DBSource(self.reader, skip, img.shape, force, shard=_Shard.for_phase(self.phase),
                         batch_size=bs,
                         out_shape=out, with_label=len(top) > 1, transformer=self.transformer)
         self._start_prefetch(src, p.prefetch)
@@ -220,10 +230,9 @@ def read_image_list(source, where):
 
 class _ListSource(_Source):
     def __init__(self, lines, lines_id, source, root, new_hw, is_color, shuffle, rng,
-                 record_shape, shard=(1, 0), **kw):
+                 record_shape, shard=None, **kw):
         super().__init__(**kw)
-        self.shard = shard      # (solver_count, solver_rank), as _DBSource
-        self.offset = 0
+        self.shard = shard or _Shard()
         self.lines = lines
         self.lines_id = lines_id
         self.source = source
@@ -244,12 +253,9 @@ class _ListSource(_Source):
     def fill(self, batch):
         imgs = []
         labels = batch.arrays[1]
-        n_ranks, rank = self.shard
         for i in range(self.batch_size):
-            while n_ranks > 1 and self.offset % n_ranks != rank:   # another rank's line
-                self.offset += 1
+            while not self.shard.take():    # another rank's line
                 self._advance()
-            self.offset += 1
             path, label, n = self.lines[self.lines_id]
             where = f"list file {self.source} line {n}"
             img = read_image(self.root + path, *self.new_hw, self.is_color, where)
@@ -303,7 +309,7 @@ class ImageDataLayer(BasePrefetchingDataLayer):
         top[1].reshape((bs,))
         log.info("output data size: %s", _shape_str((bs,) + out))
         src = _ListSource(lines, lines_id, p.source, p.root_folder, (nh, nw), p.is_color,
-                          p.shuffle, rng, img.shape, shard=_train_shard(self.phase),
+                          p.shuffle, rng, img.shape, shard=_Shard.for_phase(self.phase),
                           batch_size=bs, out_shape=out, with_label=True,
                           transformer=self.transformer)
         self._start_prefetch(src, self.param.data_param.prefetch)   # as Caffe's base layer
@@ -463,8 +469,7 @@ class HDF5DataLayer(Layer):
         self.row_shapes = [a.shape[1:] for a in self.arrays]
         for t, s in zip(top, self.row_shapes):
             t.reshape((self.batch_size,) + s)
-        self.shard = _train_shard(self.phase)
-        self.offset = 0
+        self.shard = _Shard.for_phase(self.phase)
         # two sets of host batches, alternated: the upload of one may still
         # be in flight while the next is filled
         self._host = [[np.empty((self.batch_size,) + s, np.float32) for s in self.row_shapes]
@@ -534,14 +539,11 @@ class HDF5DataLayer(Layer):
         if self._events[turn]:
             cl.wait_for_events(self._events[turn])    # its last upload is done
         outs = self._host[turn]
-        n_ranks, rank = self.shard
         filled = 0
         while filled < bs:
-            if n_ranks > 1:     # Caffe's HDF5DataLayer::Skip, row by row
-                while self.offset % n_ranks != rank:
-                    self.offset += 1
+            if self.shard.count > 1:    # another rank's rows are skipped one by one
+                while not self.shard.take():
                     self._step()
-                self.offset += 1
                 take = 1
             else:
                 take = min(bs - filled, self.rows - self.row)

@@ -1,6 +1,7 @@
 """Helpers shared by both conversion directions: errors, attribute reading,
-and the pooling geometry of Caffe and ONNX (output sizes and the averaging
-divisor of each window), which decide how a pooling maps across."""
+the pooling geometry of Caffe and ONNX (output sizes and the averaging
+divisor of each window), which decide how a pooling maps across, the ONNX
+``pads`` layout, and Caffe's per-axis (h, w) spelling of kernel/pad/stride."""
 import numpy as np
 
 from ..errors import CaffeOclError
@@ -84,3 +85,92 @@ def onnx_divisor(H, K, S, pb, pe, out, count_include_pad):
     if count_include_pad:
         return np.minimum(hs + K, H + pe) - hs
     return np.minimum(hs + K, H) - np.maximum(hs, 0)
+
+
+# 2-D forms (spatial axes H, W; each argument a per-axis pair): the output
+# sizes and the per-window divisors (an array of shape ``outs``).
+
+def caffe_pool_outs(H, K, S, P, ceil):
+    return [caffe_pool_out(H[i], K[i], S[i], P[i], ceil) for i in range(2)]
+
+
+def onnx_pool_outs(H, K, S, pads, ceil):
+    """pads: per axis (begin, end)."""
+    return [onnx_pool_out(H[i], K[i], S[i], *pads[i], ceil) for i in range(2)]
+
+
+def caffe_divisor_2d(H, K, S, P, outs):
+    return np.outer(*[caffe_divisor(H[i], K[i], S[i], P[i], outs[i]) for i in range(2)])
+
+
+def onnx_divisor_2d(H, K, S, pads, outs, count_include_pad):
+    """pads: per axis (begin, end)."""
+    return np.outer(*[onnx_divisor(H[i], K[i], S[i], *pads[i], outs[i], count_include_pad)
+                      for i in range(2)])
+
+
+# ---------------------------------------------------------------------------
+# Padding layouts. ONNX ``pads`` lists all begins, then all ends:
+# [h_begin, w_begin, h_end, w_end]; the converters work with per-axis
+# (begin, end) pairs.
+# ---------------------------------------------------------------------------
+
+def pad_pairs(pads):
+    """ONNX 2-D ``pads`` -> [(h_begin, h_end), (w_begin, w_end)]."""
+    return [(pads[0], pads[2]), (pads[1], pads[3])]
+
+
+def onnx_pads(begin, end):
+    """Per-axis begin and end pads -> ONNX ``pads``."""
+    return list(begin) + list(end)
+
+
+# ---------------------------------------------------------------------------
+# Caffe's per-axis (h, w) spelling of kernel_size / pad / stride: one shared
+# value (a repeated field in ConvolutionParameter, a scalar in
+# PoolingParameter) or <stem>_h and <stem>_w (kernel_h, pad_h, stride_h, ...).
+# ---------------------------------------------------------------------------
+
+def _hw_names(field):
+    stem = field.split("_")[0]          # kernel_size -> kernel
+    return stem + "_h", stem + "_w"
+
+
+def per_axis(repeated, h, w, has_hw, default):
+    """(h, w) from a repeated field (0, 1 or 2+ values) or explicit h, w."""
+    if has_hw:
+        return [h, w]
+    if len(repeated) == 0:
+        return [default, default]
+    if len(repeated) == 1:
+        return [repeated[0]] * 2
+    return list(repeated[:2])
+
+
+def caffe_hw(p, field, default=None):
+    """Read ``field`` of ``p`` as an [h, w] pair; ``default`` fills an empty
+    repeated field (an unset scalar reads as its proto default)."""
+    fh, fw = _hw_names(field)
+    has_hw = p.HasField(fh) or p.HasField(fw)
+    v = getattr(p, field)
+    if isinstance(v, int):
+        return [getattr(p, fh), getattr(p, fw)] if has_hw else [v] * 2
+    return per_axis(v, getattr(p, fh), getattr(p, fw), has_hw, default)
+
+
+def set_caffe_hw(p, field, vals, default=None):
+    """Write the [h, w] pair ``vals`` into ``p`` as Caffe prototxts spell it:
+    the shared ``field`` when both agree (left out when equal to
+    ``default``), else <stem>_h and <stem>_w."""
+    if vals[0] == vals[1]:
+        if vals[0] != default:
+            v = getattr(p, field)
+            if isinstance(v, int):
+                setattr(p, field, vals[0])
+            else:
+                v.append(vals[0])
+    else:
+        fh, fw = _hw_names(field)
+        h, w = vals
+        setattr(p, fh, h)
+        setattr(p, fw, w)

@@ -23,22 +23,12 @@ import numpy as np
 
 from ..errors import FileNotFound
 from ..proto import blobproto_to_array, caffe_pb2, read_net, read_net_prototxt
-from ._common import (Unsupported, UnsupportedModelError,
-                      caffe_divisor, caffe_pool_out, onnx_divisor)
+from ._common import (Unsupported, UnsupportedModelError, caffe_divisor_2d, caffe_hw,
+                      caffe_pool_outs, onnx_divisor_2d, onnx_pads, per_axis)
 
 log = logging.getLogger("caffe_ocl")
 OPSET = 13
 PP = caffe_pb2.PoolingParameter
-
-
-def _per_axis(repeated, h, w, has_hw, default):
-    if has_hw:
-        return [h, w]
-    if len(repeated) == 0:
-        return [default, default]
-    if len(repeated) == 1:
-        return [repeated[0]] * 2
-    return list(repeated[:2])
 
 
 class Exporter:
@@ -178,12 +168,10 @@ class Exporter:
         p = lp.convolution_param
         if p.axis != 1:
             raise Unsupported("convolution axis other than 1")
-        k = _per_axis(p.kernel_size, p.kernel_h, p.kernel_w,
-                      p.HasField("kernel_h") or p.HasField("kernel_w"), None)
-        pad = _per_axis(p.pad, p.pad_h, p.pad_w, p.HasField("pad_h") or p.HasField("pad_w"), 0)
-        st = _per_axis(p.stride, p.stride_h, p.stride_w,
-                       p.HasField("stride_h") or p.HasField("stride_w"), 1)
-        dil = _per_axis(p.dilation, 0, 0, False, 1)
+        k = caffe_hw(p, "kernel_size", None)
+        pad = caffe_hw(p, "pad", 0)
+        st = caffe_hw(p, "stride", 1)
+        dil = per_axis(p.dilation, 0, 0, False, 1)
         if None in k or len(p.kernel_size) > 2:
             raise Unsupported("only 2-D convolution")
         g = p.group
@@ -200,7 +188,7 @@ class Exporter:
         for x, y in zip(b, t):
             ins[0] = x
             self.add("ConvTranspose" if reverse else "Conv", ins, [y], kernel_shape=k,
-                     pads=pad + pad, strides=st, dilations=dil, group=g)
+                     pads=onnx_pads(pad, pad), strides=st, dilations=dil, group=g)
 
     def l_Deconvolution(self, lp, b, t):
         self.l_Convolution(lp, b, t, reverse=True)
@@ -235,35 +223,27 @@ class Exporter:
         if p.global_pooling:
             self.add("GlobalMaxPool" if p.pool == PP.MAX else "GlobalAveragePool", b, t)
             return
-        k = [p.kernel_h, p.kernel_w] if (p.HasField("kernel_h") or p.HasField("kernel_w")) \
-            else [p.kernel_size] * 2
-        pad = [p.pad_h, p.pad_w] if (p.HasField("pad_h") or p.HasField("pad_w")) \
-            else [p.pad] * 2
-        st = [p.stride_h, p.stride_w] if (p.HasField("stride_h") or p.HasField("stride_w")) \
-            else [p.stride] * 2
+        k = caffe_hw(p, "kernel_size")
+        pad = caffe_hw(p, "pad")
+        st = caffe_hw(p, "stride")
         ceil = p.round_mode == PP.CEIL
         shape = self.shape(b[0])
         H = shape[2:]
-        outs = [caffe_pool_out(H[i], k[i], st[i], pad[i], ceil) for i in range(2)]
+        outs = caffe_pool_outs(H, k, st, pad, ceil)
         # floor mode, trailing pad chosen so the window count is Caffe's
         pe = [max((outs[i] - 1) * st[i] + k[i] - H[i] - pad[i], 0) for i in range(2)]
-        pads = [pad[0], pad[1], pe[0], pe[1]]
+        pads = onnx_pads(pad, pe)
         if p.pool == PP.MAX:
             self.add("MaxPool", b, t, kernel_shape=k, strides=st, pads=pads)
             return
-        dc = np.outer(*[caffe_divisor(H[i], k[i], st[i], pad[i], outs[i]) for i in range(2)])
-        best = None
+        dc = caffe_divisor_2d(H, k, st, pad, outs)
         for cip in (1, 0):
-            do = np.outer(*[onnx_divisor(H[i], k[i], st[i], pad[i], pe[i], outs[i], cip)
-                            for i in range(2)])
+            do = onnx_divisor_2d(H, k, st, list(zip(pad, pe)), outs, cip)
             if np.array_equal(do, dc):
-                best = (cip, None)
+                fix = None
                 break
-        if best is None:
-            do = np.outer(*[onnx_divisor(H[i], k[i], st[i], pad[i], pe[i], outs[i], 0)
-                            for i in range(2)])
-            best = (0, (do / dc).astype(np.float32).reshape(1, 1, *outs))
-        cip, fix = best
+        else:   # count_include_pad 0, corrected per window
+            fix = (do / dc).astype(np.float32).reshape(1, 1, *outs)
         y = t[0] if fix is None else None
         r = self.add("AveragePool", b, [y] if y else None, kernel_shape=k, strides=st,
                      pads=pads, count_include_pad=cip)

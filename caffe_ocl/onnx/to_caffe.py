@@ -38,8 +38,8 @@ import numpy as np
 
 from ..proto import array_to_blobproto, caffe_pb2, write_binary, write_text
 from ._common import (OnnxConversionError, Unsupported, UnsupportedModelError,
-                      caffe_divisor, caffe_pool_out, node_attrs, onnx_divisor,
-                      onnx_pool_out)
+                      caffe_divisor_2d, caffe_pool_outs, node_attrs, onnx_divisor_2d,
+                      onnx_pool_outs, pad_pairs, set_caffe_hw)
 from ._graph import load_model, prepare
 
 log = logging.getLogger("caffe_ocl")
@@ -67,6 +67,27 @@ class Var:
 
 def _desc(node):
     return (node.op_type, node.name or (node.output[0] if node.output else "?"))
+
+
+def _same_pads(total, lower):
+    """(begin, end) of an auto_pad SAME total: the odd pixel goes at the end
+    (SAME_UPPER) or, with ``lower``, at the beginning (SAME_LOWER)."""
+    small = total // 2
+    return (total - small, small) if lower else (small, total - small)
+
+
+def _conv_param(cp, num_output, kernel, pad, strides, dil, group, bias):
+    """Convolution/Deconvolution geometry, spelled as Caffe prototxts are."""
+    cp.num_output = num_output
+    set_caffe_hw(cp, "kernel_size", kernel)
+    set_caffe_hw(cp, "pad", pad, 0)
+    set_caffe_hw(cp, "stride", strides, 1)
+    if dil != [1, 1]:
+        cp.dilation.extend(dil if dil[0] != dil[1] else dil[:1])
+    if group != 1:
+        cp.group = group
+    if not bias:
+        cp.bias_term = False
 
 
 class Converter:
@@ -323,15 +344,13 @@ class Converter:
     def _spatial_pads(self, a, in_hw, kernel, strides, dil):
         auto = a.get("auto_pad", "NOTSET")
         if auto in ("NOTSET", ""):
-            p = list(a.get("pads", [0] * 4))
-            return [(p[0], p[2]), (p[1], p[3])]
+            return pad_pairs(list(a.get("pads", [0] * 4)))
         if auto == "VALID":
             return [(0, 0), (0, 0)]
         out = []
         for H, K, S, D in zip(in_hw, kernel, strides, dil):
             total = max((-(-H // S) - 1) * S + (K - 1) * D + 1 - H, 0)
-            small = total // 2
-            out.append((small, total - small) if auto == "SAME_UPPER" else (total - small, small))
+            out.append(_same_pads(total, lower=auto != "SAME_UPPER"))
         return out
 
     def op_Conv(self, node, a):
@@ -353,29 +372,8 @@ class Converter:
         top = self.out()
         lp = self.layer("Convolution", self.lname(), [x], [top],
                         [W] + ([B] if B is not None else []))
-        cp = lp.convolution_param
-        cp.num_output = W.shape[0]
-        if kernel[0] == kernel[1]:
-            cp.kernel_size.append(kernel[0])
-        else:
-            cp.kernel_h, cp.kernel_w = kernel
-        if sym[0] == sym[1]:
-            if sym[0]:
-                cp.pad.append(sym[0])
-        else:
-            cp.pad_h, cp.pad_w = sym
-        if strides[0] == strides[1]:
-            if strides[0] != 1:
-                cp.stride.append(strides[0])
-        else:
-            cp.stride_h, cp.stride_w = strides
-        if dil != [1, 1]:
-            cp.dilation.extend(dil if dil[0] != dil[1] else dil[:1])
-        g = int(a.get("group", 1))
-        if g != 1:
-            cp.group = g
-        if B is None:
-            cp.bias_term = False
+        _conv_param(lp.convolution_param, W.shape[0], kernel, sym, strides, dil,
+                    int(a.get("group", 1)), B is not None)
 
     def op_ConvTranspose(self, node, a):
         W = self.const(node.input[1], "weight")
@@ -400,10 +398,8 @@ class Converter:
                 begin.append(a["pads"][i])
             else:
                 total = f + opad[i] - out_shape[2 + i]
-                if a.get("auto_pad", "NOTSET") == "SAME_LOWER":
-                    begin.append(total - total // 2)
-                else:
-                    begin.append(total // 2)
+                lower = a.get("auto_pad", "NOTSET") == "SAME_LOWER"
+                begin.append(_same_pads(total, lower)[0])
         P = []
         for i in range(2):
             end_room = full[i] - begin[i] - out_shape[2 + i]   # cut from the end
@@ -416,28 +412,8 @@ class Converter:
         top = self.new_blob(node.output[0] + "_full") if needs_crop else self.out()
         lp = self.layer("Deconvolution", self.lname(), [x], [top],
                         [W] + ([B] if B is not None else []))
-        cp = lp.convolution_param
-        cp.num_output = W.shape[1] * g
-        if kernel[0] == kernel[1]:
-            cp.kernel_size.append(kernel[0])
-        else:
-            cp.kernel_h, cp.kernel_w = kernel
-        if P[0] == P[1]:
-            if P[0]:
-                cp.pad.append(P[0])
-        else:
-            cp.pad_h, cp.pad_w = P
-        if strides[0] == strides[1]:
-            if strides[0] != 1:
-                cp.stride.append(strides[0])
-        else:
-            cp.stride_h, cp.stride_w = strides
-        if dil != [1, 1]:
-            cp.dilation.extend(dil if dil[0] != dil[1] else dil[:1])
-        if g != 1:
-            cp.group = g
-        if B is None:
-            cp.bias_term = False
+        _conv_param(lp.convolution_param, W.shape[1] * g, kernel, P, strides, dil, g,
+                    B is not None)
         if needs_crop:
             b, s = top, list(cshape)
             axes = [i for i in range(2) if cshape[2 + i] != out_shape[2 + i]]
@@ -461,14 +437,14 @@ class Converter:
         ceil = bool(a.get("ceil_mode", 0))
         cip = bool(a.get("count_include_pad", 0))
         H = shape[2:]
-        want = [onnx_pool_out(H[i], K[i], S[i], *pads[i], ceil) for i in range(2)]
+        P = [pads[0][0], pads[1][0]]    # Caffe pads both ends by the begin pad
+        want = onnx_pool_outs(H, K, S, pads, ceil)
         extra = [max(pads[i][1] - pads[i][0], 0) for i in range(2)]
         best = None
         for exact in (True, False):
             for ex in ([0, 0], extra):
                 for c in (ceil, not ceil):
-                    outs = [caffe_pool_out(H[i] + ex[i], K[i], S[i], pads[i][0], c)
-                            for i in range(2)]
+                    outs = caffe_pool_outs([H[0] + ex[0], H[1] + ex[1]], K, S, P, c)
                     ok = outs == want if exact else all(o >= w for o, w in zip(outs, want))
                     if ok and best is None:
                         best = (ex, c, outs)
@@ -483,9 +459,9 @@ class Converter:
                                 value, base)
         fix = None
         if method == "AVE":
-            dc = [caffe_divisor(shape[2 + i], K[i], S[i], pads[i][0], want[i]) for i in range(2)]
-            do = [onnx_divisor(H[i], K[i], S[i], *pads[i], want[i], cip) for i in range(2)]
-            ratio = np.outer(dc[0], dc[1]).astype(np.float64) / np.outer(do[0], do[1])
+            dc = caffe_divisor_2d(shape[2:], K, S, P, want)
+            do = onnx_divisor_2d(H, K, S, pads, want, cip)
+            ratio = dc.astype(np.float64) / do
             if not np.all(ratio == 1.0):
                 fix = ratio.astype(np.float32)
         need_crop = outs != want
@@ -493,23 +469,10 @@ class Converter:
         top = self.new_blob(final + "_pool") if (need_crop or fix is not None) else self.out()
         lp = self.layer("Pooling", base, [x], [top])
         pp = lp.pooling_param
-        pp.pool = caffe_pb2.PoolingParameter.MAX if method == "MAX" else \
-            caffe_pb2.PoolingParameter.AVE
-        if K[0] == K[1]:
-            pp.kernel_size = K[0]
-        else:
-            pp.kernel_h, pp.kernel_w = K
-        P = [pads[0][0], pads[1][0]]
-        if P[0] == P[1]:
-            if P[0]:
-                pp.pad = P[0]
-        else:
-            pp.pad_h, pp.pad_w = P
-        if S[0] == S[1]:
-            if S[0] != 1:
-                pp.stride = S[0]
-        else:
-            pp.stride_h, pp.stride_w = S
+        pp.pool = getattr(caffe_pb2.PoolingParameter, method)
+        set_caffe_hw(pp, "kernel_size", K)
+        set_caffe_hw(pp, "pad", P, 0)
+        set_caffe_hw(pp, "stride", S, 1)
         if not c:
             pp.round_mode = caffe_pb2.PoolingParameter.FLOOR
         cur, cshape = top, [shape[0], shape[1]] + outs
@@ -540,13 +503,17 @@ class Converter:
     def op_AveragePool(self, node, a):
         self._pool(node, a, "AVE")
 
+    def _global_pool(self, x, top, method):
+        """Caffe global Pooling (``method`` "AVE" or "MAX") of blob x into top."""
+        lp = self.layer("Pooling", self.lname(), [x], [top])
+        lp.pooling_param.pool = getattr(caffe_pb2.PoolingParameter, method)
+        lp.pooling_param.global_pooling = True
+
     def _global(self, node, method):
         x = self.blob(node.input[0])
         if len(self.shape(node.input[0])) != 4:
             raise Unsupported("only 4-D global pooling maps to Caffe")
-        lp = self.layer("Pooling", self.lname(), [x], [self.out()])
-        lp.pooling_param.pool = getattr(caffe_pb2.PoolingParameter, method)
-        lp.pooling_param.global_pooling = True
+        self._global_pool(x, self.out(), method)
 
     def op_GlobalAveragePool(self, node, a):
         self._global(node, "AVE")
@@ -568,10 +535,7 @@ class Converter:
         x = self.blob(node.input[0])
         if len(shape) == 4 and axes == [2, 3] and kind in ("MEAN", "MAX"):
             top = self.new_blob(node.output[0] + "_pool") if not keep else self.out()
-            lp = self.layer("Pooling", self.lname(), [x], [top])
-            lp.pooling_param.pool = caffe_pb2.PoolingParameter.AVE if kind == "MEAN" \
-                else caffe_pb2.PoolingParameter.MAX
-            lp.pooling_param.global_pooling = True
+            self._global_pool(x, top, "AVE" if kind == "MEAN" else "MAX")
             if not keep:
                 self.refs[node.output[0]] = Var(node.output[0], top, shape[:2] + (1, 1),
                                                 out_shape)
