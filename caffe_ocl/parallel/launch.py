@@ -2,6 +2,7 @@
 a group, and turn `--gpu 0,1` on one machine into `mpiexec -n 2 ...`."""
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -30,12 +31,16 @@ def group_for_train():
 
 
 def find_mpiexec():
-    exe = os.environ.get("CAFFE_OCL_MPIEXEC")
+    """The launcher as a command list: ``$CAFFE_OCL_MPIEXEC`` (options
+    allowed, e.g. "mpirun --allow-run-as-root"), else ``mpiexec`` beside
+    Python or on PATH, else ``mpirun``; None when there is none."""
+    exe = os.environ.get("CAFFE_OCL_MPIEXEC", "").strip()
     if exe:
-        return exe
+        return shlex.split(exe)
     here = os.path.dirname(sys.executable)
-    return shutil.which("mpiexec", path=here + os.pathsep + os.environ.get("PATH", "")) \
+    found = shutil.which("mpiexec", path=here + os.pathsep + os.environ.get("PATH", "")) \
         or shutil.which("mpirun")
+    return [found] if found else None
 
 
 def _last_snapshot(solver_path):
@@ -70,7 +75,7 @@ def maybe_spawn(argv, gpu_ids, solver_path=None):
     if not exe:
         raise ParallelError(f"--gpu asks for {n} devices but no mpiexec was found on PATH: "
                             f"{INSTALL_HINT} (or set CAFFE_OCL_MPIEXEC)")
-    cmd = [exe, "-n", str(n), sys.executable, "-m", "caffe_ocl", "train"] + list(argv)
+    cmd = exe + ["-n", str(n), sys.executable, "-m", "caffe_ocl", "train"] + list(argv)
     log.info("Starting %d ranks: %s", n, " ".join(cmd))
     env = dict(os.environ, **{SPAWNED: "1"})
     try:
