@@ -41,3 +41,28 @@ def test_split_factor_only_where_tiles_are_few():
     assert splitk_factor(gpu, 64, 1000, 100) == 1         # K too short to split
     cpu = types.SimpleNamespace(is_gpu=False, compute_units=2)
     assert splitk_factor(cpu, 64, 4096, 9216) == 1
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 17, 70), (5, 64, 1000), (16, 130, 2061), (32, 20, 4100)])
+def test_small_m_cpu_kernel(d, rng, M, N, K):
+    """The CPU kernel for few rows (kernels/gemm_small_m.cl): C = act(alpha
+    A B^T + bias + beta C) for odd M, N, K (K over the 2048-float chunk and
+    off the 8-wide vectors), per-column and per-row bias, beta, clip."""
+    from caffe_ocl.ops import gemm_splitk
+    a, b = rng.standard_normal((M, K)), rng.standard_normal((N, K))
+    c0 = rng.standard_normal((M, N))
+    bias_n, bias_m = rng.standard_normal(N), rng.standard_normal(M)
+    ab = a @ b.T
+    for axis, bias, want in [(1, bias_n, 0.5 * ab + bias_n + 2.0 * c0),
+                             (0, bias_m, 0.5 * ab + bias_m[:, None] + 2.0 * c0)]:
+        cb = d.buf(c0)
+        d.run([gemm_splitk.small_m(d.dev, M, N, K, d.buf(a), d.buf(b), cb, alpha=0.5,
+                                   beta=2.0, bias=d.buf(bias), bias_axis=axis,
+                                   act=("clip", -3.0, 4.0))])
+        np.testing.assert_allclose(d.get(cb, (M, N)), np.clip(want, -3.0, 4.0),
+                                   rtol=1e-4, atol=1e-4 * np.sqrt(K))
+    # the dispatch of fully-connected shapes picks it on CPU drivers
+    if d.dev.is_cpu and K >= 64 and N >= 16:
+        ls = gemm_splitk.gemm_launches(d.dev, M, N, K, d.buf(a), d.buf(b), d.buf(c0),
+                                       trans_b=True)
+        assert [ln.name for ln in ls] == ["gemm_small_m"]

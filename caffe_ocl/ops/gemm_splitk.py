@@ -34,12 +34,46 @@ def splitk_factor(dev, M, N, K):
     return best
 
 
+SMALL_M_SRC = "gemm_small_m.cl"
+SMALL_M_MAX = 32         # rows of C the CPU small-M kernel holds (SM_MAXM)
+
+
+def use_small_m(dev, M, N, K, trans_a, trans_b):
+    """CPU drivers, C = A B^T with few rows (a fully-connected layer at a
+    small batch): stream B once (kernels/gemm_small_m.cl)."""
+    return bool(getattr(dev, "is_cpu", False)) and trans_b and not trans_a and \
+        M <= SMALL_M_MAX and K >= 64 and N >= 16
+
+
+def small_m(dev, M, N, K, A, B, C, *, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
+            bias=None, bias_axis=0, act=None):
+    """One launch of gemm_small_m: C = act(alpha A B^T + bias + beta C),
+    A [M][K], B [N][K], M <= SMALL_M_MAX."""
+    from . import cpu_chunks
+    if M > SMALL_M_MAX:
+        raise ValueError(f"small_m: M = {M} > {SMALL_M_MAX}")
+    act_kind, act_a, act_b = act_defines(act)
+    items = cpu_chunks(dev, -(-N // 4), min_chunk=4)
+    per = -(-(-(-N // items)) // 4) * 4                 # columns per work-item, x4
+    items = -(-N // per)
+    return dev.launch(SMALL_M_SRC, "gemm_small_m", (items,), (1,),
+                      [M, N, K, float(alpha), A, 0, K if lda is None else lda,
+                       B, 0, K if ldb is None else ldb, float(beta),
+                       C, 0, N if ldc is None else ldc,
+                       bias if bias is not None else A, act_a, act_b, per],
+                      dict(SM_MAXM=SMALL_M_MAX, ACT=act_kind,
+                           BIAS=0 if bias is None else (1 if bias_axis == 0 else 2)))
+
+
 def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=1.0,
                   beta=0.0, lda=None, ldb=None, ldc=None, bias=None, bias_axis=0,
                   act=None, nsplit=None):
     """[launches] computing C = act(alpha*op(A)op(B) + bias + beta*C), as
     ops.gemm.gemm (one problem, no offsets), split along K when it pays
     (``nsplit`` forces a factor that divides K)."""
+    if nsplit is None and use_small_m(dev, M, N, K, trans_a, trans_b):
+        return [small_m(dev, M, N, K, A, B, C, alpha=alpha, beta=beta, lda=lda, ldb=ldb,
+                        ldc=ldc, bias=bias, bias_axis=bias_axis, act=act)]
     if nsplit is None:
         nsplit = splitk_factor(dev, M, N, K)
     if nsplit <= 1:
