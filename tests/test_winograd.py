@@ -256,6 +256,15 @@ def test_automatic_choice(d, monkeypatch):
     assert conv_ops.algorithm(gpu, wide, "igemm") == "igemm"
     assert conv_ops.algorithm(cpu, wide) == "winograd"        # pays on CPUs too
     assert conv_ops.algorithm(cpu, narrow) == "im2col"
+    # few tiles (batch 1, small maps): the per-call filter transform and the
+    # narrow GEMMs lose; CPU drivers also need CPU_MIN_TILES tiles
+    b1_7x7 = conv_ops.ConvGeometry(1, 512, 7, 7, 512, 3, 3, 1, 1)
+    assert conv_ops.algorithm(gpu, b1_7x7) == "igemm"
+    assert conv_ops.algorithm(cpu, b1_7x7) == "im2col"
+    assert conv_ops.algorithm(cpu, conv_ops.ConvGeometry(1, 128, 28, 28, 128, 3, 3, 1, 1)) \
+        == "im2col"                                         # 49 tiles
+    assert conv_ops.algorithm(cpu, conv_ops.ConvGeometry(16, 256, 14, 14, 256, 3, 3, 1, 1)) \
+        == "winograd"                                       # 256 tiles
     huge = conv_ops.ConvGeometry(512, 512, 112, 112, 512, 3, 3, 1, 1)   # > 2^31 floats
     assert not wino_ops.fits(huge) and conv_ops.algorithm(gpu, huge) == "igemm"
     assert wino_ops.estimated_speedup(wide) > wino_ops.estimated_speedup(narrow)

@@ -68,6 +68,14 @@ FLOP_PER_BYTE = 10.0
 _INT_MAX = (1 << 31) - 1
 # Grouped convolutions: fewest channels per group (in and out) taken.
 MIN_GROUP_CHANNELS = 4
+# CPU drivers: fewest output tiles (whole batch, GEMM N) for Winograd. Its A
+# GEMMs are Co x C x T: with fewer tiles than the CPU GEMM's column blocks
+# they ran slower than im2col + one GEMM (PoCL, 2 cores, F(4x4): 512
+# channels at 7x7, batch 16 (T = 64): 1.00x forward, 0.85x backward-data;
+# at batch 1 (T = 4..49) 0.14-0.89x; 256 channels at 14x14, batch 16
+# (T = 256): 1.44x / 1.27x; 64 channels at 56x56, batch 1 (T = 196): 1.32x
+# forward).
+CPU_MIN_TILES = 128
 BWD_WEIGHT_ENV = "CAFFE_OCL_WINOGRAD_BWD_WEIGHT"
 # Backward-weight split-K: work-groups aimed at per compute unit, and the
 # fewest tiles (GEMM K) per split.
@@ -108,7 +116,11 @@ def estimated_speedup(g, tile=None):
     once and read once, plus x and y); at FLOP_PER_BYTE their time relative
     to the 2*A*C*Co-FLOP GEMM is 4 (2A + m^2) FLOP_PER_BYTE / (2A) (1/C + 1/Co)
     (m = 2: 45 (1/C + 1/Co)). Grouped: C and Co per group (the GEMMs shrink
-    by the group count, the transforms do not).
+    by the group count, the transforms do not). The filter transform, done
+    once per call, reads 9 and writes A floats per (C, Co) pair against the
+    GEMM's 2 A T FLOPs (T = tiles of the whole batch): 2 (9 + A)
+    FLOP_PER_BYTE / (A T) more, which decides at batch 1 and small maps
+    (ResNet-50's 512-channel 7x7 layers at batch 1: T = 4).
     m = 2: C = Co = 64: 0.93 (no gain; GEMMs with K = 64 are also below
     peak); C = Co = 128: 1.32; 256: 1.67; 512: 1.91; 512 at 7x7: 1.47."""
     m = _tile(tile)
@@ -116,6 +128,8 @@ def estimated_speedup(g, tile=None):
     waste = (m * (-(-g.out_h // m)) * m * (-(-g.out_w // m))) / float(g.out_h * g.out_w)
     k = 4.0 * (2 * a + m * m) * FLOP_PER_BYTE / (2.0 * a)
     mem = k * g.groups * (1.0 / g.channels + 1.0 / g.out_channels)
+    T = g.num * (-(-g.out_h // m)) * (-(-g.out_w // m))
+    mem += 2.0 * (9 + a) * FLOP_PER_BYTE / (a * max(T, 1))
     return 9.0 * m * m / a / waste / (1.0 + mem)
 
 
@@ -134,12 +148,17 @@ def use_auto(dev, g):
     for? Forced by the env variable; otherwise when ``estimated_speedup`` >=
     MIN_SPEEDUP, on GPUs and CPU drivers alike (PoCL, 2 cores, batch 16,
     ResNet 3x3 layers of 64/128/256 channels: 1.75-2.1x im2col + GEMM, the
-    same rule as on the H200 where it gave 1.5-3.1x)."""
+    same rule as on the H200 where it gave 1.5-3.1x), and on CPU drivers
+    only with at least CPU_MIN_TILES output tiles in the batch."""
     if not eligible(g) or not fits(g):
         return False
     forced = env_override()
     if forced is not None:
         return forced
+    if getattr(dev, "is_cpu", False):
+        m = default_tile()
+        if g.num * (-(-g.out_h // m)) * (-(-g.out_w // m)) < CPU_MIN_TILES:
+            return False
     return estimated_speedup(g) >= MIN_SPEEDUP
 
 
