@@ -206,12 +206,18 @@ def kernel_arg_dtypes(source):
 class Launch:
     """One kernel launch with its arguments bound once (at reshape time).
 
-    ``run()`` only enqueues: no argument conversion, no lookups."""
-    __slots__ = ("kernel", "gsize", "lsize", "name", "dtypes")
+    ``run()`` only enqueues: no argument conversion, no lookups. The
+    launch holds its buffer arguments: OpenCL kernels do not keep them
+    alive, and a pooled buffer whose last Python reference went away (a
+    workspace allocated only for this launch) would go back to the pool,
+    be handed to another user or released, while the kernel still
+    writes to it."""
+    __slots__ = ("kernel", "gsize", "lsize", "name", "dtypes", "buffers")
 
-    def __init__(self, kernel, gsize, lsize, name="", dtypes=None):
+    def __init__(self, kernel, gsize, lsize, name="", dtypes=None, buffers=None):
         self.kernel = kernel
         self.dtypes = dtypes
+        self.buffers = buffers if buffers is not None else {}   # arg index -> buffer
         self.gsize = tuple(int(g) for g in gsize)
         self.lsize = None if lsize is None else tuple(int(x) for x in lsize)
         self.name = name
@@ -220,6 +226,10 @@ class Launch:
         """Rebind one argument (for values that change per call: lr, seed)."""
         dt = self.dtypes[i] if self.dtypes else None
         self.kernel.set_arg(i, value if dt is None else dt(value))
+        if isinstance(value, cl.MemoryObjectHolder):
+            self.buffers[i] = value
+        else:
+            self.buffers.pop(i, None)
 
     def run(self, queue):
         cl.enqueue_nd_range_kernel(queue, self.kernel, self.gsize, self.lsize)
@@ -376,7 +386,8 @@ class Device:
             k.set_args(*args)
         except (cl.Error, TypeError, ValueError) as e:
             raise DeviceError(f"binding arguments of kernel {name}: {e}")
-        return Launch(k, gsize, lsize, name, self._sources[filename][1][name])
+        bufs = {i: a for i, a in enumerate(args) if isinstance(a, cl.MemoryObjectHolder)}
+        return Launch(k, gsize, lsize, name, self._sources[filename][1][name], bufs)
 
     # ---- memory --------------------------------------------------------
     def alloc(self, nbytes):
