@@ -21,9 +21,10 @@ launch plans, as for Caffe's shared weights. Blobs keep their pycaffe
 behaviour (``blob.data``/``blob.diff`` host views) unchanged. The histories
 adopt sub-buffers of ``companion()`` buffers with the same offsets.
 ``valid()`` tells whether every blob still uses its sub-buffer (a pycaffe
-``reshape`` to a bigger parameter gives it new storage); the solver then
-builds a new arena. ``CAFFE_OCL_PARAM_ARENA=0`` keeps per-blob storage and
-launches.
+``reshape`` to a bigger parameter or ``share_data`` gives it new storage);
+the solver then falls back to per-blob launches for good. Learnable blobs
+that share storage with each other (``supported``) and
+``CAFFE_OCL_PARAM_ARENA=0`` keep per-blob storage and launches.
 """
 import os
 import weakref
@@ -37,6 +38,14 @@ def enabled():
     return os.environ.get("CAFFE_OCL_PARAM_ARENA", "1") != "0"
 
 
+def supported(net):
+    """Every learnable blob has data and diff storage of its own (a blob that
+    shares another one's storage, through pycaffe before the solver was
+    made, keeps per-blob updates: Caffe updates such storage once per blob)."""
+    mems = [id(m) for b in net._learnable for m in (b.data_mem, b.diff_mem)]
+    return bool(mems) and len(mems) == len(set(mems))
+
+
 class ParamArena:
     def __init__(self, net):
         dev = net.device
@@ -47,17 +56,17 @@ class ParamArena:
         self.offsets, off = [], 0
         for b in self.blobs:
             self.offsets.append(off)
-            off += -(-b.data_mem.capacity // align) * align
+            cap = max(b.data_mem.capacity, b.diff_mem.capacity)
+            off += -(-cap // align) * align
         self.total = max(off, 1)
         self.data = self._new_buffer()
         self.diff = self._new_buffer()
         self._subs = {}                  # id(SyncedMemory) -> its sub-buffer
         for b, o in zip(self.blobs, self.offsets):
             for mem, parent in ((b.data_mem, self.data), (b.diff_mem, self.diff)):
-                if id(mem) not in self._subs:
-                    sub = self.sub(parent, o, mem.capacity)
-                    mem.adopt_buffer(sub)
-                    self._subs[id(mem)] = sub
+                sub = self.sub(parent, o, mem.capacity)
+                mem.adopt_buffer(sub)
+                self._subs[id(mem)] = sub
         self._rebind(net)
         self._build_blocks(net)
         # the per-blob buffers the parameters left went back to the pool: give

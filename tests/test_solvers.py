@@ -319,6 +319,15 @@ def test_non_finite_check_names_layer(monkeypatch, caplog):
     x = X.copy()
     x[1, 2] = np.nan
     solver.net.blobs["x"].data[...] = x
+    # the NaN is in the data: the first top found non-finite is the Input's own
+    # (the check once read the Input's device copy before it was uploaded and
+    # then blamed the layer after it, or nothing, depending on stale memory)
+    with pytest.raises(SolverError, match=r"Iteration 2: layer 'x' \(Input\) produced"
+                                          r" a non-finite value .* top 'x'"):
+        solver.step(1)
+    # finite data, a non-finite weight: the layer that computed it is named
+    solver.net.blobs["x"].data[...] = X
+    solver.net.params["ip"][0].data[0, 0] = np.inf
     with pytest.raises(SolverError, match=r"Iteration 2: layer 'ip' \(InnerProduct\) produced"
                                           r" a non-finite value .* top 'z'"):
         solver.step(1)

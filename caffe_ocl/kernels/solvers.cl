@@ -108,19 +108,21 @@ __kernel void solver_update(int n, __global float* data, __global float* diff,
 /* The update of every learnable parameter in one launch (caffe_ocl/param_arena.py):
  * data, diff, h, h2 are arenas with one layout; work-group b updates block b,
  * blocks[3b .. 3b+2] = (first element, length, parameter index); the
- * parameter's local rate and decay come from rates[] (rewritten when the
- * learning rate changes) and decays[]. */
+ * parameter's local rate is (rate * lr_mults[p]) * factor, the float32
+ * products the per-blob path forms on the host (rate and factor are
+ * per-iteration scalar arguments: no upload, no synchronisation), its
+ * decay decays[p]. */
 __kernel void solver_update_blocks(__global const int* blocks,
-                                   __global const float* rates,
+                                   __global const float* lr_mults,
                                    __global const float* decays,
                                    __global float* data, __global float* diff,
                                    __global float* h, __global float* h2,
                                    __global const float* clip_scale,
                                    float accum_norm, float momentum, float momentum2,
-                                   float delta) {
+                                   float delta, float rate, float factor) {
     int b = get_group_id(0);
     int start = blocks[3 * b], len = blocks[3 * b + 1], seg = blocks[3 * b + 2];
-    float local_rate = rates[seg], local_decay = decays[seg];
+    float local_rate = (rate * lr_mults[seg]) * factor, local_decay = decays[seg];
     for (int k = get_local_id(0); k < len; k += get_local_size(0)) {
         update_element(start + k, data, diff, h, h2, clip_scale, accum_norm, local_decay,
                        local_rate, momentum, momentum2, delta);

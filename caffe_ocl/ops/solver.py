@@ -15,6 +15,8 @@ SOLVER_KINDS = {"SGD": 0, "Nesterov": 1, "AdaGrad": 2, "RMSProp": 3, "AdaDelta":
 REG_KINDS = {None: 0, "L2": 1, "L1": 2}
 
 ARG_LOCAL_RATE = 8      # solver_update
+ARG_BLOCKS_RATE = 12    # solver_update_blocks: rate, then factor
+ARG_BLOCKS_FACTOR = 13
 ARG_LOSS_SLOT = 4       # loss_accum
 ARG_LOSS_ACCUMULATE = 5
 ARG_LOSS_DIVISOR = 6
@@ -45,18 +47,20 @@ def block_lsize(dev):
     return 256 if dev.is_gpu else 16
 
 
-def update_blocks(dev, kind, nblocks, blocks, rates, decays, data, diff, h, h2, clip_buf, *,
+def update_blocks(dev, kind, nblocks, blocks, lr_mults, decays, data, diff, h, h2, clip_buf, *,
                   accum_norm=1.0, reg=None, clip=False, momentum=0.0, momentum2=0.0,
                   delta=0.0):
     """The update of ``update`` for every parameter of an arena in one launch
     (caffe_ocl/param_arena.py): ``blocks`` holds (start, length, parameter)
-    per block, ``rates``/``decays`` the per-parameter local rate and decay."""
+    per block, ``lr_mults``/``decays`` the per-parameter lr multiplier and
+    local decay; the rate and its factor are rebound per iteration
+    (ARG_BLOCKS_RATE, ARG_BLOCKS_FACTOR)."""
     ls = block_lsize(dev)
     defines = {"SOLVER": SOLVER_KINDS[kind], "REG": REG_KINDS[reg],
                "CLIP": int(bool(clip)), "NORM": int(accum_norm != 1.0)}
     return dev.launch(SRC, "solver_update_blocks", (nblocks * ls,), (ls,),
-                      [blocks, rates, decays, data, diff, h, h2, clip_buf, accum_norm,
-                       momentum, momentum2, delta], defines)
+                      [blocks, lr_mults, decays, data, diff, h, h2, clip_buf, accum_norm,
+                       momentum, momentum2, delta, 0.0, 1.0], defines)
 
 
 def fill_blocks(dev, nblocks, blocks, x, value):

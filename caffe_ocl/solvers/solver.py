@@ -145,8 +145,8 @@ class Solver:
             set_random_seed(p.random_seed + self.solver_rank)   # as Caffe's Solver::Init
         self.net = self._init_train_net()
         # the parameters in one arena (before the test nets share them)
-        from ..param_arena import ParamArena, enabled as arena_enabled
-        self._arena = ParamArena(self.net) if arena_enabled() and self.net._learnable \
+        from ..param_arena import ParamArena, enabled as arena_enabled, supported
+        self._arena = ParamArena(self.net) if arena_enabled() and supported(self.net) \
             else None
         self.test_nets = self._init_test_nets() if self.solver_rank == 0 else []
         log.info("Solver scaffolding done.")
@@ -358,16 +358,15 @@ class Solver:
                 off += sops.sumsq_groups(dev, b.count)
             self._clip_launches.append(sops.clip_scale(dev, total, self._partials,
                                                        self._clip_buf, p.clip_gradients))
-        self._rates_host = None
         if self._arena is not None:
             a = self._arena
-            self._lr_mults_arr = np.asarray(self._lr_mults, np.float32)
-            self._rates = dev.alloc(4 * len(params))
+            self._lr_mults_buf = dev.alloc(4 * len(params))
             self._decays = dev.alloc(4 * len(params))
+            dev.upload(self._lr_mults_buf, np.asarray(self._lr_mults, np.float32))
             dev.upload(self._decays, np.asarray(decays, np.float32))
             h2 = self._history_arenas[1] if self.n_history > 1 else self._history_arenas[0]
             self._update_all = sops.update_blocks(
-                dev, self.kind, a.nblocks, a.blocks, self._rates, self._decays, a.data,
+                dev, self.kind, a.nblocks, a.blocks, self._lr_mults_buf, self._decays, a.data,
                 a.diff, self._history_arenas[0], h2, self._clip_buf, accum_norm=accum_norm,
                 reg=p.regularization_type if any(decays) else None,
                 clip=p.clip_gradients >= 0, momentum=momentum, momentum2=momentum2,
@@ -437,11 +436,9 @@ class Solver:
             launch.run(q)
         factor = self._rate_factor()
         if self._arena_ok():
-            # the same float32 products as the per-blob path, uploaded when changed
-            rates = np.float32(rate) * self._lr_mults_arr * factor
-            if self._rates_host is None or not np.array_equal(rates, self._rates_host):
-                self.dev.upload(self._rates, rates)
-                self._rates_host = rates
+            # the kernel forms (rate * lr_mult) * factor in float32, as below
+            self._update_all.set_arg(sops.ARG_BLOCKS_RATE, np.float32(rate))
+            self._update_all.set_arg(sops.ARG_BLOCKS_FACTOR, np.float32(factor))
             self._update_all.run(q)
         else:
             for launch, mult in zip(self._updates, self._lr_mults):
@@ -505,6 +502,10 @@ class Solver:
             bottoms, tops = net._bottom_vecs[li], net._top_vecs[li]
             layer.reshape_if_needed(bottoms, tops)
             layer.forward(bottoms, tops)
+            for t in tops:
+                # a top set from Python (Input) is uploaded by its first reader;
+                # the check reads it now, so it must not see stale device memory
+                t.data_mem.to_device()
             for launch in plan["fwd"][li]:
                 launch.run(q)
 
