@@ -392,15 +392,20 @@ class Device:
     # ---- memory --------------------------------------------------------
     def alloc(self, nbytes):
         """A device buffer from the pool (at least 4 bytes)."""
+        buf = self._allocate(lambda: self.allocator(max(int(nbytes), 4)), nbytes)
+        self.peak_bytes = max(self.peak_bytes,
+                              self.allocator.managed_bytes + self.unpooled_bytes)
+        return buf
+
+    def _allocate(self, make, nbytes):
+        """``make()``, retried once after the pool gave its held blocks back
+        to the driver; out of memory then is a DeviceError naming the size."""
         try:
-            buf = self.allocator(max(int(nbytes), 4))
-            self.peak_bytes = max(self.peak_bytes,
-                                  self.allocator.managed_bytes + self.unpooled_bytes)
-            return buf
+            return make()
         except (cl.MemoryError, cl.Error) as e:
             self.allocator.free_held()
             try:
-                return self.allocator(max(int(nbytes), 4))
+                return make()
             except (cl.MemoryError, cl.Error):
                 raise DeviceError(f"out of device memory on {self.name}: could not "
                                   f"allocate {nbytes / 2**20:.1f} MiB ({e})")
@@ -410,15 +415,8 @@ class Device:
         from it, caffe_ocl/param_arena.py), counted in ``peak_bytes`` until
         its owner calls ``unpooled_freed(nbytes)``."""
         nbytes = max(int(nbytes), 4)
-        try:
-            buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
-        except (cl.MemoryError, cl.Error) as e:
-            self.allocator.free_held()
-            try:
-                buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
-            except (cl.MemoryError, cl.Error):
-                raise DeviceError(f"out of device memory on {self.name}: could not "
-                                  f"allocate {nbytes / 2**20:.1f} MiB ({e})")
+        buf = self._allocate(
+            lambda: cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes), nbytes)
         self.unpooled_bytes += nbytes
         self.peak_bytes = max(self.peak_bytes,
                               self.allocator.managed_bytes + self.unpooled_bytes)

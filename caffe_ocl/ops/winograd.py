@@ -106,6 +106,11 @@ def _tile(tile):
     return tile
 
 
+def batch_tiles(g, m):
+    """Output tiles of side m over the whole batch (the GEMMs' N)."""
+    return g.num * (-(-g.out_h // m)) * (-(-g.out_w // m))
+
+
 def estimated_speedup(g, tile=None):
     """Model of direct time / Winograd time for ``g`` on a GPU.
 
@@ -128,8 +133,7 @@ def estimated_speedup(g, tile=None):
     waste = (m * (-(-g.out_h // m)) * m * (-(-g.out_w // m))) / float(g.out_h * g.out_w)
     k = 4.0 * (2 * a + m * m) * FLOP_PER_BYTE / (2.0 * a)
     mem = k * g.groups * (1.0 / g.channels + 1.0 / g.out_channels)
-    T = g.num * (-(-g.out_h // m)) * (-(-g.out_w // m))
-    mem += 2.0 * (9 + a) * FLOP_PER_BYTE / (a * max(T, 1))
+    mem += 2.0 * (9 + a) * FLOP_PER_BYTE / (a * max(batch_tiles(g, m), 1))
     return 9.0 * m * m / a / waste / (1.0 + mem)
 
 
@@ -155,10 +159,8 @@ def use_auto(dev, g):
     forced = env_override()
     if forced is not None:
         return forced
-    if getattr(dev, "is_cpu", False):
-        m = default_tile()
-        if g.num * (-(-g.out_h // m)) * (-(-g.out_w // m)) < CPU_MIN_TILES:
-            return False
+    if getattr(dev, "is_cpu", False) and batch_tiles(g, default_tile()) < CPU_MIN_TILES:
+        return False
     return estimated_speedup(g) >= MIN_SPEEDUP
 
 

@@ -336,6 +336,10 @@ class Solver:
         decays = []
         for i, (b, spec) in enumerate(zip(params, net._param_specs)):
             local_decay = float(np.float32(p.weight_decay) * np.float32(spec["decay"]))
+            self._lr_mults.append(np.float32(spec["lr"]))
+            decays.append(local_decay)
+            if self._arena is not None:      # the arena's two launches serve all
+                continue
             reg = p.regularization_type if local_decay else None
             h = self.history[i]
             h2 = self.history[i + nparams] if self.n_history > 1 else h
@@ -344,8 +348,6 @@ class Solver:
                 h2.data_buffer(), self._clip_buf, accum_norm=accum_norm,
                 local_decay=local_decay, reg=reg, clip=p.clip_gradients >= 0,
                 momentum=momentum, momentum2=momentum2, delta=delta))
-            self._lr_mults.append(np.float32(spec["lr"]))
-            decays.append(local_decay)
             self._clears.append(pointwise.fill_launch(dev, b.diff_buffer(), b.count, 0.0))
         self._clip_launches = []
         if p.clip_gradients >= 0 and params:
