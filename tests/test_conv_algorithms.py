@@ -153,11 +153,16 @@ GEMMS = [  # M, N, K, trans_a, trans_b, batch, groups
 ]
 
 
-@pytest.mark.parametrize("impl", ["cpu", "tiled"])
+@pytest.mark.parametrize("impl", ["cpu", "tiled", "tiled-direct"])
 @pytest.mark.parametrize("case", [pytest.param(c, marks=[pytest.mark.slow] if i in (1, 2, 3) else [])
                                   for i, c in enumerate(GEMMS)],
                          ids=[str(i) for i in range(len(GEMMS))])
-def test_gemm_kernels(d, rng, case, impl):
+def test_gemm_kernels(d, rng, case, impl, monkeypatch):
+    """tiled: the GPU kernel with the staged store (short K, tile_store.h);
+    tiled-direct: with direct stores (as for K > STAGED_MAX_K)."""
+    if impl == "tiled-direct":
+        monkeypatch.setattr(gemm_ops, "STAGED_MAX_K", -1)
+        impl = "tiled"
     M, N, K, ta, tb, batch, groups = case
     nb = batch * groups
     A = rng.standard_normal((nb,) + ((K, M) if ta else (M, K)))
@@ -181,7 +186,7 @@ def test_gemm_kernels(d, rng, case, impl):
 @pytest.mark.parametrize("case", GEMMS, ids=[str(i) for i in range(len(GEMMS))])
 def test_gemm_cpu_kernel_all_cases(d, rng, case):
     """gemm_cpu.cl on every GEMMS case (fast on PoCL, so none is slow)."""
-    test_gemm_kernels(d, rng, case, "cpu")
+    test_gemm_kernels(d, rng, case, "cpu", None)
 
 
 @pytest.mark.parametrize("M,HW,K,nimg", [(7, 21, 300, 3), (13, 300, 5, 2), (100, 17, 40, 4)])
@@ -299,3 +304,57 @@ def test_strided_backward_data_by_phase(d, rng, p):
     dxb = d.buf(dx0)
     d.run(conv_ops.backward_data(d.dev, g, dyb, wb, dxb, None, accumulate=True, algo="igemm"))
     assert _rel(d.get(dxb, x.shape), dx0 + dx_ref) < 1e-5
+
+
+def _tf32(a):
+    """float64 -> float32 rounded to TF32 (10 mantissa bits, ties away), as
+    cvt.rna.tf32.f32 does."""
+    u = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    return (((u + 0x1000) & 0xffffe000).astype(np.uint32)).view(np.float32).astype(np.float64)
+
+
+@pytest.fixture
+def emulated_tf32(monkeypatch):
+    """Kernels built in the test use the tensor-core tiling of
+    tile_mainloop.h with an emulated mma (kernels/mma_tf32.h, TF32 == 2)."""
+    monkeypatch.setattr(gemm_ops, "_emulate_tf32", True)
+
+
+def test_tf32_tiling_emulated_gemm(d, rng, emulated_tf32):
+    """The TF32 tile layout (fragments, A's row permutation, the staged
+    store) on any device: C must equal the product of the TF32-rounded
+    operands (not the FP32 product), over 128-row tiles with ragged edges."""
+    M, N, K = 70, 130, 33
+    A, B, C = rng.standard_normal((M, K)), rng.standard_normal((K, N)), rng.standard_normal((M, N))
+    bias = rng.standard_normal(M)
+    cb = d.buf(C)
+    d.run([gemm_ops.gemm(d.dev, M, N, K, d.buf(A), d.buf(B), cb, alpha=0.5, beta=0.25,
+                         bias=d.buf(bias), act=("relu", 0.1), impl="tiled")])
+    f32 = lambda a: np.asarray(a, np.float32).astype(np.float64)  # noqa: E731
+    v = 0.5 * _tf32(A) @ _tf32(B) + bias[:, None] + 0.25 * f32(C)
+    ref = np.where(v > 0, v, 0.1 * v)
+    got = d.get(cb, C.shape)
+    assert _rel(got, ref) < 2e-6
+    v32 = 0.5 * f32(A) @ f32(B) + bias[:, None] + 0.25 * f32(C)
+    assert _rel(got, np.where(v32 > 0, v32, 0.1 * v32)) > 2e-5   # really rounded
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("p", [GEOMS[0], GEOMS[4]], ids=["3x3", "1x1-70"])
+def test_tf32_tiling_emulated_conv(d, rng, p, emulated_tf32):
+    """Implicit-GEMM convolution passes with the emulated TF32 tiling."""
+    g = _geom(p)
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
+    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
+    y_ref, dw_ref, dx_ref = _refs(g, _tf32(x), _tf32(w), _tf32(dy))
+    xb, wb, dyb = d.buf(x), d.buf(w), d.buf(dy)
+    yb = d.buf(np.full(dy.shape, np.nan))
+    d.run(conv_ops.forward(d.dev, g, xb, wb, yb, None, algo="igemm"))
+    assert _rel(d.get(yb, dy.shape), y_ref) < 2e-6
+    dwb = d.buf(np.zeros(w.shape))
+    d.run(conv_ops.backward_weight(d.dev, g, xb, dyb, dwb, None, algo="igemm"))
+    assert _rel(d.get(dwb, w.shape), dw_ref) < 2e-6
+    dxb = d.buf(np.full(x.shape, np.nan))
+    d.run(conv_ops.backward_data(d.dev, g, dyb, wb, dxb, None, algo="igemm"))
+    assert _rel(d.get(dxb, x.shape), dx_ref) < 2e-6

@@ -83,25 +83,20 @@ void conv_fwd(int NIMG, int C, int H, int W, int CO, int HO, int WO, float alpha
 #define LOAD_B(k, n) im2col_at(xb, (k), kend, bok, hi0, wi0, H, W)
 #include "tile_mainloop.h"
 
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const int n = n0 + COL_OF(j);
-        if (n >= N) continue;
-        const int img = n / HOWO, p = n - img * HOWO;
-        __global float* yb = Y + offY + (img * CO + g * M) * HOWO + p;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int m = m0 + ROW_OF(i);
-            if (m >= M) continue;
-            float v = alpha * acc[i][j];
+#define STORE_COL(n)                                                      \
+    const int img_ = (n) / HOWO, p_ = (n) - img_ * HOWO;                  \
+    __global float* yb = Y + offY + (img_ * CO + g * M) * HOWO + p_;
 #if BIAS
-            v += bias[offBias + g * M + m];
+#define BIAS_AT(m) bias[offBias + g * M + (m)]
+#else
+#define BIAS_AT(m) 0.0f
 #endif
-            if (beta != 0.0f) v += beta * yb[m * HOWO];
-            v = APPLY_ACT(v);
-            yb[m * HOWO] = v;
-        }
+#define STORE_ROW(m, n, acc_v) {                                          \
+        float v = alpha * (acc_v) + BIAS_AT(m);                           \
+        if (beta != 0.0f) v += beta * yb[(m) * HOWO];                     \
+        yb[(m) * HOWO] = APPLY_ACT(v);                                    \
     }
+#include "tile_store.h"
 }
 #endif
 
@@ -145,21 +140,15 @@ void conv_bwd_data(int NIMG, int C, int H, int W, int CO, int HO, int WO,
 #define LOAD_B(k, n) col2im_at(dyb, (k), kend, bok, hp, wp, HO, WO)
 #include "tile_mainloop.h"
 
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const int n = n0 + COL_OF(j);
-        if (n >= N) continue;
-        const int img = n / HW, q = n - img * HW;
-        __global float* xb = DX + offDX + (img * C + g * M) * HW + q;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int m = m0 + ROW_OF(i);
-            if (m >= M) continue;
-            float v = acc[i][j];
-            if (beta != 0.0f) v += beta * xb[m * HW];
-            xb[m * HW] = v;
-        }
+#define STORE_COL(n)                                                      \
+    const int img_ = (n) / HW, q_ = (n) - img_ * HW;                      \
+    __global float* xb = DX + offDX + (img_ * C + g * M) * HW + q_;
+#define STORE_ROW(m, n, acc_v) {                                          \
+        float v = (acc_v);                                                \
+        if (beta != 0.0f) v += beta * xb[(m) * HW];                       \
+        xb[(m) * HW] = v;                                                 \
     }
+#include "tile_store.h"
 }
 #endif
 
@@ -212,23 +201,17 @@ void conv_bwd_data_phase(int NIMG, int C, int H, int W, int CO, int HO, int WO,
 #define LOAD_B(k, n) col2im_phase(dyb, (k), kend, bok, qh, qw, nk, nkw, HO, WO)
 #include "tile_mainloop.h"
 
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const int n = n0 + COL_OF(j);
-        if (n >= N) continue;
-        const int img = n / HPWP, q = n - img * HPWP;
-        const int i_ = q / WP, j_ = q - i_ * WP;
-        __global float* xb = DX + offDX + (img * C + g * M) * HW +
-                             (h0 + SH * i_) * W + w0 + SW * j_;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int m = m0 + ROW_OF(i);
-            if (m >= M) continue;
-            float v = acc[i][j];
-            if (beta != 0.0f) v += beta * xb[m * HW];
-            xb[m * HW] = v;
-        }
+#define STORE_COL(n)                                                      \
+    const int img_ = (n) / HPWP, q_ = (n) - img_ * HPWP;                  \
+    const int i_ = q_ / WP, j_ = q_ - i_ * WP;                            \
+    __global float* xb = DX + offDX + (img_ * C + g * M) * HW +           \
+                         (h0 + SH * i_) * W + w0 + SW * j_;
+#define STORE_ROW(m, n, acc_v) {                                          \
+        float v = (acc_v);                                                \
+        if (beta != 0.0f) v += beta * xb[(m) * HW];                       \
+        xb[(m) * HW] = v;                                                 \
     }
+#include "tile_store.h"
 }
 #endif
 
@@ -262,30 +245,32 @@ void conv_bwd_weight(int NIMG, int C, int H, int W, int CO, int HO, int WO,
     const int lid = get_local_id(0);
     const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
     const int kbeg = s * kchunk, kend = min(K, kbeg + kchunk);
-    /* k = img*HOWO + p; both operands are k-fast, so each work-item's k
-     * (kbeg + lid % TK + t*TK) is the same for all its loads of a tile:
-     * the decode below is shared (CSE) */
-#define K_IMG(k) ((k) / HOWO)
-#define K_P(k) ((k) - K_IMG(k) * HOWO)
+    /* k = img*HOWO + p; both operands are k-fast, so a work-item's loads of
+     * a tile share its 4 values of k (tile_mainloop.h's fetch mapping): the
+     * decode is shared (CSE), and divides by constants when the host passes
+     * the output size as macros (HO_C, WO_C) */
+#ifdef WO_C
+#define HOWO_ (HO_C * WO_C)
+#define WO_ WO_C
+#else
+#define HOWO_ HOWO
+#define WO_ WO
+#endif
+#define K_IMG(k) ((k) / HOWO_)
+#define K_P(k) ((k) - K_IMG(k) * HOWO_)
 #define LOAD_A(m, k) (((m) < M && (k) < kend) \
-    ? DY[(K_IMG(k) * CO + (m)) * HOWO + K_P(k)] : 0.0f)
-#define LOAD_B(k, n) im2col_t(X, (k), (n), kend, N, C, H, W, HOWO, WO)
+    ? DY[(K_IMG(k) * CO + (m)) * HOWO_ + K_P(k)] : 0.0f)
+#define LOAD_B(k, n) im2col_t(X, (k), (n), kend, N, C, H, W, HOWO_, WO_)
 #include "tile_mainloop.h"
 
     __global float* out = OUT + z * M * N;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const int m = m0 + ROW_OF(i);
-        if (m >= M) continue;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int n = n0 + COL_OF(j);
-            if (n >= N) continue;
-            float v = acc[i][j];
-            if (beta != 0.0f) v += beta * out[m * N + n];
-            out[m * N + n] = v;
-        }
+#define STORE_COL(n)
+#define STORE_ROW(m, n, acc_v) {                                          \
+        float v = (acc_v);                                                \
+        if (beta != 0.0f) v += beta * out[(m) * N + (n)];                 \
+        out[(m) * N + (n)] = v;                                           \
     }
+#include "tile_store.h"
 }
 #endif
 

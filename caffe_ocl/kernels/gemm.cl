@@ -73,23 +73,18 @@ void gemm(int M, int N, int K, float alpha,
 #define LOAD_B(k, n) (((n) < N && (k) < kend) ? B_AT(k, n) : 0.0f)
 #include "tile_mainloop.h"
 
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const int m = m0 + ROW_OF(i);
-        if (m >= M) continue;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int n = n0 + COL_OF(j);
-            if (n >= N) continue;
-            float v = alpha * acc[i][j];
+#define STORE_COL(n)
 #if BIAS == 1
-            v += bias[offBias + zg * M + m];
+#define BIAS_AT(m, n) bias[offBias + zg * M + (m)]
 #elif BIAS == 2
-            v += bias[offBias + n];
+#define BIAS_AT(m, n) bias[offBias + (n)]
+#else
+#define BIAS_AT(m, n) 0.0f
 #endif
-            if (beta != 0.0f) v += beta * C[m * ldc + n];
-            v = APPLY_ACT(v);
-            C[m * ldc + n] = v;
-        }
+#define STORE_ROW(m, n, acc_v) {                                    \
+        float v = alpha * (acc_v) + BIAS_AT(m, n);                  \
+        if (beta != 0.0f) v += beta * C[(m) * ldc + (n)];           \
+        C[(m) * ldc + (n)] = APPLY_ACT(v);                          \
     }
+#include "tile_store.h"
 }

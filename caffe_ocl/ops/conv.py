@@ -168,8 +168,10 @@ def _cols_operand(g, im, col, n0):
 # implicit GEMM (GPU)
 # ---------------------------------------------------------------------------
 
-def _igemm_launch(dev, g, kernel, mode, M, N, gz, args, **extra):
-    d = gpu_tiles(dev, M)
+def _igemm_launch(dev, g, kernel, mode, M, N, gz, args, K=None, **extra):
+    """K: the product's depth, for the staged store (None: direct stores;
+    weight gradients, whose outputs are small)."""
+    d = gpu_tiles(dev, M, K)
     d.update(MODE=mode, KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, PH=g.ph, PW=g.pw,
              DH=g.dh, DW=g.dw, GROUPS=g.groups, **extra)
     nt = d["TM"] * d["TN"] // 64
@@ -212,7 +214,7 @@ def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0):
     args = _sizes(g) + [1.0, x, 0, weight, float(beta), y, 0,
                         bias if bias is not None else weight, 0, act_a, act_b]
     return [_igemm_launch(dev, g, "conv_fwd", 0, M, N, g.groups, args,
-                          BIAS=int(bias is not None), ACT=act_kind)]
+                          K=g.col_rows // g.groups, BIAS=int(bias is not None), ACT=act_kind)]
 
 
 def _igemm_backward_data(dev, g, dy, weight, dx, accumulate):
@@ -223,7 +225,8 @@ def _igemm_backward_data(dev, g, dy, weight, dx, accumulate):
         return _phase_backward_data(dev, g, dy, weight, dx, accumulate)
     N = g.num * g.height * g.width
     args = _sizes(g) + [dy, 0, weight, 1.0 if accumulate else 0.0, dx, 0]
-    return [_igemm_launch(dev, g, "conv_bwd_data", 1, M, N, g.groups, args)]
+    return [_igemm_launch(dev, g, "conv_bwd_data", 1, M, N, g.groups, args,
+                          K=g.out_channels // g.groups * g.kh * g.kw)]
 
 
 def _phase_backward_data(dev, g, dy, weight, dx, accumulate):
@@ -243,8 +246,10 @@ def _phase_backward_data(dev, g, dy, weight, dx, accumulate):
                 continue
             args = _sizes(g) + [rh, rw, h0, w0, hp, wp, dy, 0, weight,
                                 1.0 if accumulate else 0.0, dx, 0]
+            ntaps = max(0, -(-(g.kh - rh) // g.sh)) * max(0, -(-(g.kw - rw) // g.sw))
             out.append(_igemm_launch(dev, g, "conv_bwd_data_phase", 3, M,
-                                     g.num * hp * wp, g.groups, args))
+                                     g.num * hp * wp, g.groups, args,
+                                     K=g.out_channels // g.groups * ntaps))
     return out
 
 
@@ -267,14 +272,18 @@ def _igemm_backward_weight(dev, g, x, dy, dweight):
     M = g.out_channels // g.groups
     N = g.col_rows // g.groups
     nsplit, kchunk = splitk_plan(dev, g)
+    # the output size as macros: the kernel decodes k = image * HO*WO + pixel
+    # for every tile it loads, by division (by constants then)
+    size = dict(HO_C=g.out_h, WO_C=g.out_w)
     if nsplit == 1:
         args = _sizes(g) + [1, kchunk, x, 0, dy, 0, 1.0, dweight]
-        return [_igemm_launch(dev, g, "conv_bwd_weight", 2, M, N, g.groups, args)]
+        return [_igemm_launch(dev, g, "conv_bwd_weight", 2, M, N, g.groups, args, **size)]
     ws = _workspace(dev, g.groups * nsplit * M * N)
     args = _sizes(g) + [nsplit, kchunk, x, 0, dy, 0, 0.0, ws]
     total = g.groups * M * N
     gs, ls = work_size(dev, total)
-    return [_igemm_launch(dev, g, "conv_bwd_weight", 2, M, N, g.groups * nsplit, args),
+    return [_igemm_launch(dev, g, "conv_bwd_weight", 2, M, N, g.groups * nsplit, args,
+                          **size),
             dev.launch(IGEMM_SRC, "splitk_reduce", gs, ls,
                        [total, M * N, nsplit, ws, 1.0, dweight], dict(MODE=-1))]
 

@@ -29,18 +29,44 @@ def allow_tf32():
     return _allow_tf32
 
 
+# Tests only: build the tensor-core tiling with an emulated mma (TF32 == 2,
+# kernels/mma_tf32.h) on any device, so PoCL checks its fragment layouts.
+_emulate_tf32 = False
+
+
+def set_emulate_tf32(flag=True):
+    """Tests: kernels built from now on use the TF32 tiling with an emulated
+    warp mma on any device (slow; exact TF32 rounding)."""
+    global _emulate_tf32
+    _emulate_tf32 = bool(flag)
+
+
 def use_tf32(dev):
-    """TF32 == 1 for this device? Only NVIDIA GPUs ever see PTX."""
+    """The TF32 macro for this device: 1 (tensor cores) only on NVIDIA GPUs
+    with TF32 allowed, so only they ever see PTX; 2 under the tests'
+    emulation; else 0."""
+    if _emulate_tf32:
+        return 2
     return int(bool(_allow_tf32 and dev.is_gpu and getattr(dev, "is_nvidia", False)))
 
 
-def gpu_tiles(dev, M):
+# kernels/tile_store.h: products with K up to this store their results
+# through local memory (coalesced rows); longer ones store directly (H200:
+# staging sped up 1x1 convolutions and Winograd's channel GEMMs, K 64-512,
+# by 1.1-1.5x and slowed VGG's implicit-GEMM convolutions, K 576-4608, and
+# a 4096^3 GEMM by 15-25%).
+STAGED_MAX_K = 512
+
+
+def gpu_tiles(dev, M, K=None):
     """Tile of the GPU kernels (tile_mainloop.h): 128 x 128 (256 work-items),
-    or 64 x 128 (128 work-items) when op(A) has at most 64 rows."""
+    or 64 x 128 (128 work-items) when op(A) has at most 64 rows; STAGED (the
+    store of tile_store.h) for a product of depth K <= STAGED_MAX_K."""
     tm = 64 if M <= 64 else 128
     if 2 * 16 * (tm + 8 + 128 + 8) * 4 > getattr(dev, "local_mem", 1 << 16):
         tm = 64          # 128-row tiles need 34 KiB of local memory
-    return dict(TM=tm, TN=128, TK=16, TF32=use_tf32(dev))
+    return dict(TM=tm, TN=128, TK=16, TF32=use_tf32(dev),
+                STAGED=int(K is not None and K <= STAGED_MAX_K))
 
 
 # kernels/gemm_cpu.cl: fixed panel sizes (one compiled variant per
@@ -158,7 +184,7 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
         extra = [bm, bn, int(nsplit), int(nstride[0]), int(nstride[1]),
                  int(ksplit), int(kstride[0]), int(kstride[1])]
     else:
-        t = gpu_tiles(dev, M)
+        t = gpu_tiles(dev, M, K)
         src = SRC
         lx, ly = t["TM"] * t["TN"] // 64, 1
         gx = -(-N // t["TN"]) * lx

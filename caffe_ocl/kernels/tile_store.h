@@ -1,0 +1,78 @@
+/* The store of the GPU matrix kernels' results, #included right after
+ * tile_mainloop.h (same block).
+ * STAGED == 1: a work-item's 8 x 8 results lie on rows and columns strided
+ * across the tile (ROW_OF / COL_OF), so storing them directly makes each
+ * warp-wide store touch 8-16 partly written 32-byte sectors; write-heavy
+ * products (a 1x1 convolution from 64 to 256 channels) then ran at a fifth
+ * of memory bandwidth. Staged, the tile goes through local memory, 32 rows
+ * at a time (in the B tiles' space, free after the main loop's last
+ * barrier), and is stored row by row: work-item lid owns column
+ * n0 + lid % TN, so consecutive work-items write consecutive addresses and
+ * the per-column address arithmetic is done once.
+ * STAGED == 0: direct stores. The host stages only short products (K <=
+ * ops/gemm.py STAGED_MAX_K): on the H200 the staged variant made long ones
+ * (VGG's 3x3 convolutions by implicit GEMM, a 4096^3 GEMM) 15-25% slower
+ * -- the kernel as a whole gets more registers -- and weight gradients
+ * (small outputs, long K) up to 1.5x slower.
+ *
+ * The includer defines, before the #include:
+ *   STORE_COL(n)         statements run once for this work-item's column n
+ *                        (may declare variables; n may be >= N there, but
+ *                        nothing is stored then);
+ *   STORE_ROW(m, n, v)   statements storing result v of row m (< M) and
+ *                        column n (< N), after alpha / bias / beta / act as
+ *                        the kernel needs;
+ * and has M, N, m0, n0, lid in scope. */
+#ifndef STAGED
+#define STAGED 0
+#endif
+#if STAGED
+#define EPI_ROWS_ 32
+#define LDC_ (TN + 8)   /* rows 8 banks apart: float2 (TF32) / float4 stores conflict-free */
+#if EPI_ROWS_ * LDC_ > 2 * TK * LDB_
+#error "tile_store.h: the staged rows do not fit the main loop's B tiles"
+#endif
+    {
+        __local float* cs_ = Bs;
+        const int ec_ = lid % TN;
+        const int en_ = n0 + ec_;
+        const int eok_ = en_ < N;
+        STORE_COL(en_)
+#pragma unroll
+        for (int h_ = 0; h_ < TM / EPI_ROWS_; ++h_) {
+            barrier(CLK_LOCAL_MEM_FENCE);    /* previous readers of the local tiles are done */
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const int r_ = ROW_OF(i);
+                if (r_ / EPI_ROWS_ != h_) continue;
+                __local float* crow_ = cs_ + (r_ - h_ * EPI_ROWS_) * LDC_;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) crow_[COL_OF(j)] = acc[i][j];
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (eok_) {
+                for (int r_ = lid / TN; r_ < EPI_ROWS_; r_ += NT / TN) {
+                    const int em_ = m0 + h_ * EPI_ROWS_ + r_;
+                    if (em_ >= M) break;
+                    const float ev_ = cs_[r_ * LDC_ + ec_];
+                    STORE_ROW(em_, en_, ev_)
+                }
+            }
+        }
+    }
+#undef EPI_ROWS_
+#undef LDC_
+#else
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int en_ = n0 + COL_OF(j);
+        if (en_ >= N) continue;
+        STORE_COL(en_)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int em_ = m0 + ROW_OF(i);
+            if (em_ >= M) continue;
+            STORE_ROW(em_, en_, acc[i][j])
+        }
+    }
+#endif
