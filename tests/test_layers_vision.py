@@ -198,3 +198,48 @@ def test_wrong_number_of_bottoms(rng):
     with pytest.raises(NetError, match="bottom"):
         make_layer(_pool_text("MAX", (2, 2), (2, 2), (0, 0)),
                    [rng.standard_normal((1, 1, 4, 4))] * 2)
+
+
+@pytest.mark.parametrize("impl", ["gpu", "flat"])
+def test_max_pool_backward_gpu_kernels(rng, impl):
+    """The GPU kernels of max-pooling backward (3-D grid with the window as
+    macros; the 1-D gather form for huge n*c) on any device, against the
+    layer's own path: overlapping 3x3 s2 windows with padding and ragged
+    sizes, where an input gets gradient from several windows."""
+    from caffe_ocl.device import get_device
+    from caffe_ocl.ops import pool as pool_ops
+    dev = get_device()
+    n, c, h, w, k, s, p = 2, 3, 9, 37, (3, 3), (2, 2), (1, 1)
+    ho, wo = refs.pool_out_size(h, k[0], s[0], p[0]), refs.pool_out_size(w, k[1], s[1], p[1])
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    x[0, 0, :3, :3] = 5.0                          # ties: the first maximum wins
+    dy = rng.standard_normal((n, c, ho, wo)).astype(np.float32)
+
+    def buf(a):
+        b = dev.alloc(4 * a.size)
+        dev.upload(b, np.ascontiguousarray(a, np.float32))
+        return b
+    xb, yb, mb, dyb = buf(x), buf(np.zeros((n, c, ho, wo))), buf(np.zeros((n, c, ho, wo))), buf(dy)
+    out = {}
+    for which in (impl, None):
+        dxb = buf(np.full(x.shape, np.nan))
+        for ln in [pool_ops.max_forward(dev, x.shape, (ho, wo), k, s, p, xb, yb, mb),
+                   pool_ops.max_backward(dev, x.shape, (ho, wo), k, s, p, dyb, mb, dxb, impl=which)]:
+            ln.run(dev.queue)
+        got = np.empty(x.shape, np.float32)
+        dev.download(got, dxb)
+        out[which] = got
+    # float64 reference: each top gradient goes to its window's first maximum
+    ref = np.zeros(x.shape)
+    for i in range(ho):
+        for j in range(wo):
+            h0, w0 = i * s[0] - p[0], j * s[1] - p[1]
+            hs, ws = max(h0, 0), max(w0, 0)
+            win = x[:, :, hs:min(h0 + k[0], h), ws:min(w0 + k[1], w)].reshape(n, c, -1)
+            arg = win.argmax(axis=2)
+            ww = min(w0 + k[1], w) - ws
+            for a in range(n):
+                for b in range(c):
+                    ref[a, b, hs + arg[a, b] // ww, ws + arg[a, b] % ww] += dy[a, b, i, j]
+    np.testing.assert_allclose(out[impl], ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(out[impl], out[None])

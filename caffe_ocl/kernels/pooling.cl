@@ -79,6 +79,32 @@ __kernel void max_pool_bwd(int total, int C, int H, int W, int HO, int WO,
     }
 }
 
+/* GPUs: max_pool_bwd over a 3-D range (w, h, n*c) with the window as
+ * macros (FKH FKW FSH FSW FPH FPW). The 1-D form above divides its index by
+ * W and H and the window bounds by the strides at run time, for every input
+ * element: on the H200 VGG-16's first pooling backward (64x64x224x224) took
+ * 2.4 ms, 8x its memory traffic. */
+#ifdef FSH
+__kernel void max_pool_bwd_grid(int H, int W, int HO, int WO,
+                                __global const float* dy, __global const float* mask,
+                                __global float* dx) {
+    const int w = get_global_id(0), h = get_global_id(1), nc = get_global_id(2);
+    if (w >= W || h >= H) return;
+    const int phs = (h + FPH < FKH) ? 0 : (h + FPH - FKH) / FSH + 1;
+    const int phe = min((h + FPH) / FSH + 1, HO);
+    const int pws = (w + FPW < FKW) ? 0 : (w + FPW - FKW) / FSW + 1;
+    const int pwe = min((w + FPW) / FSW + 1, WO);
+    const int me = h * W + w;
+    __global const float* pd = dy + nc * HO * WO;
+    __global const float* pm = mask + nc * HO * WO;
+    float g = 0.0f;
+    for (int ph = phs; ph < phe; ++ph)
+        for (int pw = pws; pw < pwe; ++pw)
+            if ((int)pm[ph * WO + pw] == me) g += pd[ph * WO + pw];
+    dx[nc * H * W + me] = g;
+}
+#endif
+
 __kernel void ave_pool_bwd(int total, int C, int H, int W, int HO, int WO,
                            int KH, int KW, int SH, int SW, int PH, int PW,
                            __global const float* dy, __global float* dx) {

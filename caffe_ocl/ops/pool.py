@@ -1,6 +1,7 @@
 """Pooling primitives (kernels/pooling.cl).
 
-GPUs: one work-item per output (forward) or input (backward, gather form).
+GPUs: one work-item per output (forward) or input (backward, gather form;
+MAX over a 3-D grid with the window compiled in).
 CPU drivers: the ``*_cpu`` kernels, one work-item per contiguous range of
 whole (n, c) planes, a few work-items per core (see pooling.cl)."""
 from . import cpu_chunks, work_size
@@ -43,8 +44,28 @@ def stochastic_test_forward(dev, shape, out_hw, k, s, x, y):
                    _geom(n, c, h, w, *out_hw, *k, *s, 0, 0), [x, y])
 
 
-def max_backward(dev, shape, out_hw, k, s, p, dy, mask, dx):
+# max_pool_bwd_grid: work-groups of 32 x 8 (w, h); the third grid
+# dimension (n*c) stays within what every driver accepts.
+GRID_LOCAL = (32, 8, 1)
+GRID_MAX_PLANES = 65535
+
+
+def max_backward(dev, shape, out_hw, k, s, p, dy, mask, dx, impl=None):
+    """impl: None (by device), "cpu" (planes per work-item), "gpu" (the 3-D
+    grid kernel; tests run it on PoCL) or "flat" (the 1-D gather form)."""
     n, c, h, w = shape
+    if impl is None:
+        impl = "cpu" if dev.is_cpu else ("gpu" if n * c <= GRID_MAX_PLANES else "flat")
+    if impl == "gpu":
+        lx, ly, _ = GRID_LOCAL
+        gs = (-(-w // lx) * lx, -(-h // ly) * ly, n * c)
+        window = dict(FKH=k[0], FKW=k[1], FSH=s[0], FSW=s[1], FPH=p[0], FPW=p[1])
+        return dev.launch(SRC, "max_pool_bwd_grid", gs, GRID_LOCAL,
+                          [h, w, out_hw[0], out_hw[1], dy, mask, dx], window)
+    if impl == "flat":
+        gs, ls = work_size(dev, n * c * h * w)
+        return dev.launch(SRC, "max_pool_bwd", gs, ls,
+                          [n * c * h * w] + _geom(n, c, h, w, *out_hw, *k, *s, *p) + [dy, mask, dx])
     return _launch(dev, "max_pool_bwd", shape, out_hw, n * c * h * w,
                    _geom(n, c, h, w, *out_hw, *k, *s, *p), [dy, mask, dx])
 
