@@ -1,7 +1,7 @@
 """Each pass of a convolution (forward, backward-data, backward-weight) by
 implicit GEMM and, for 3x3, by Winograd, in FP32 and (NVIDIA) TF32, on
-ResNet-50 / VGG-16 layer shapes: ms and TFLOP/s (the direct-convolution
-count, so Winograd's figure is an effective rate). Guides the GPU kernel
+ResNet-50 / VGG-16 layer shapes: ms and TFLOP/s (GFLOP/s on CPUs; the
+direct-convolution count, so Winograd's figure is an effective rate). Guides the GPU kernel
 work of issue 7; the numbers in BENCHMARKS.md come from it.
 
     python3 benchmarks/bench_conv_algos.py [--runs 10] [--batch 64]
@@ -13,12 +13,10 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
-
 from caffe_ocl.device import get_device  # noqa: E402
 from caffe_ocl.ops import conv as conv_ops  # noqa: E402
 from caffe_ocl.ops import gemm as gemm_ops  # noqa: E402
-from common import time_launches  # noqa: E402
+from common import conv_pass, random_buffers, time_launches  # noqa: E402
 
 SHAPES = [  # name, (c, h, w, co, k, pad)
     ("r50 1x1 64->256 56", (64, 56, 56, 256, 1, 0)),
@@ -39,16 +37,12 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     a = ap.parse_args()
     dev = get_device()
-    rng = np.random.default_rng(0)
-
-    def buf(n):
-        b = dev.alloc(4 * n)
-        dev.upload(b, rng.standard_normal(n).astype(np.float32))
-        return b
+    buf = random_buffers(dev)
     tf32s = [False, True] if dev.is_nvidia else [False]
+    scale, unit = (1e9, "GFLOP/s") if dev.is_cpu else (1e12, "TFLOP/s")
     print(f"device: {dev.name}")
     print("| shape | pass | algo | " + " | ".join(
-        f"{'TF32' if t else 'FP32'} ms | {'TF32' if t else 'FP32'} TFLOP/s" for t in tf32s) + " |")
+        f"{'TF32' if t else 'FP32'} ms | {'TF32' if t else 'FP32'} {unit}" for t in tf32s) + " |")
     print("|---|---|---|" + "---|---|" * len(tf32s))
     for name, (c, h, w, co, k, pad) in SHAPES:
         g = conv_ops.ConvGeometry(a.batch, c, h, w, co, k, k, pad, pad, 1, 1, 1, 1, 1)
@@ -64,14 +58,9 @@ def main():
                 row = []
                 for tf in tf32s:
                     gemm_ops.set_allow_tf32(tf)
-                    if what == "fwd":
-                        ls = conv_ops.forward(dev, g, x, wt, y, col, algo=algo)
-                    elif what == "bwd_data":
-                        ls = conv_ops.backward_data(dev, g, y, wt, dx, col, algo=algo)
-                    else:
-                        ls = conv_ops.backward_weight(dev, g, x, y, dw, col, algo=algo)
+                    ls = conv_pass(dev, g, what, x, wt, y, dx, dw, col, algo)
                     t = time_launches(dev, ls, 1, a.runs) / 1e3
-                    row += [f"{t * 1e3:.3f}", f"{flops / t / 1e12:.1f}"]
+                    row += [f"{t * 1e3:.3f}", f"{flops / t / scale:.1f}"]
                 print(f"| {name} | {what} | {algo} | " + " | ".join(row) + " |", flush=True)
     gemm_ops.set_allow_tf32(False)
 

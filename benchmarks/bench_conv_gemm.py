@@ -16,12 +16,10 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
-
 from caffe_ocl.device import get_device  # noqa: E402
 from caffe_ocl.ops import conv as conv_ops  # noqa: E402
 from caffe_ocl.ops import gemm as gemm_ops  # noqa: E402
-from common import time_launches  # noqa: E402
+from common import conv_pass, random_buffers, time_launches  # noqa: E402
 
 CONVS = [  # name, (n, c, h, w, co, kh, kw, ph, pw, sh, sw, dh, dw, groups)
     ("resnet 3x3 64 56x56", (64, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1)),
@@ -37,12 +35,7 @@ def main():
     ap.add_argument("--batch", type=int, default=64, help="images per convolution")
     a = ap.parse_args()
     dev = get_device()
-    rng = np.random.default_rng(0)
-
-    def buf(n):
-        b = dev.alloc(4 * n)
-        dev.upload(b, rng.standard_normal(n).astype(np.float32))
-        return b
+    buf = random_buffers(dev)
     print(f"device: {dev.name}")
     scale, unit = (1e9, "GFLOP/s") if dev.is_cpu else (1e12, "TFLOP/s")
     print(f"| op | shape | FP32 ms | FP32 {unit} | TF32 ms | TF32 {unit} |")
@@ -71,12 +64,7 @@ def main():
             row = []
             for tf in tf32s:
                 gemm_ops.set_allow_tf32(tf)
-                if what == "fwd":
-                    ls = conv_ops.forward(dev, g, x, w, y, col)
-                elif what == "bwd_data":
-                    ls = conv_ops.backward_data(dev, g, y, w, dx, col)
-                else:
-                    ls = conv_ops.backward_weight(dev, g, x, y, dw, col)
+                ls = conv_pass(dev, g, what, x, w, y, dx, dw, col)
                 t = time_launches(dev, ls, 1, a.runs) / 1e3
                 row += [f"{t * 1e3:.3f}", f"{flops / t / scale:.1f}"]
             print(f"| conv {what} | {name} | " + " | ".join(row) + " |", flush=True)

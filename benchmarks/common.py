@@ -85,3 +85,27 @@ def time_launches(dev, launches, warmup=1, runs=10):
         for ln in launches:
             ln.run(dev.queue)
     return timed(once, dev.finish, warmup, runs)
+
+
+def random_buffers(dev, seed=0):
+    """buf(n): a device buffer of n standard-normal float32 values (the
+    kernel benchmarks' operands)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+
+    def buf(n):
+        b = dev.alloc(4 * n)
+        dev.upload(b, rng.standard_normal(n).astype(np.float32))
+        return b
+    return buf
+
+
+def conv_pass(dev, g, what, x, w, y, dx, dw, col, algo=None):
+    """The launches of one convolution pass ("fwd", "bwd_data" or
+    "bwd_weight"; dy is read from y) of geometry g."""
+    from caffe_ocl.ops import conv as conv_ops
+    if what == "fwd":
+        return conv_ops.forward(dev, g, x, w, y, col, algo=algo)
+    if what == "bwd_data":
+        return conv_ops.backward_data(dev, g, y, w, dx, col, algo=algo)
+    return conv_ops.backward_weight(dev, g, x, y, dw, col, algo=algo)

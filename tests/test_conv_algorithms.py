@@ -252,27 +252,32 @@ def test_tf32_flag_never_reaches_non_nvidia(d, monkeypatch):
         assert gemm_ops.use_tf32(d.dev) == 1
 
 
+def _check_igemm_passes(d, rng, g, tol, rounding=lambda a: a):
+    """Forward, weight gradient and data gradient of ``g`` by implicit GEMM
+    against float64 references of the ``rounding``-ed operands."""
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
+    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
+    y_ref, dw_ref, dx_ref = _refs(g, rounding(x), rounding(w), rounding(dy))
+    xb, wb, dyb = d.buf(x), d.buf(w), d.buf(dy)
+    yb = d.buf(np.full(dy.shape, np.nan))
+    d.run(conv_ops.forward(d.dev, g, xb, wb, yb, None, algo="igemm"))
+    assert _rel(d.get(yb, dy.shape), y_ref) < tol
+    dwb = d.buf(np.zeros(w.shape))
+    d.run(conv_ops.backward_weight(d.dev, g, xb, dyb, dwb, None, algo="igemm"))
+    assert _rel(d.get(dwb, w.shape), dw_ref) < tol
+    dxb = d.buf(np.full(x.shape, np.nan))
+    d.run(conv_ops.backward_data(d.dev, g, dyb, wb, dxb, None, algo="igemm"))
+    assert _rel(d.get(dxb, x.shape), dx_ref) < tol
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("p", [GEOMS[0], GEOMS[1], GEOMS[4], GEOMS[6]], ids=str)
 def test_tf32_conv_and_gemm_on_nvidia(d, rng, p, monkeypatch):
     if not (d.dev.is_gpu and d.dev.is_nvidia):
         pytest.skip("TF32 tensor cores need an NVIDIA GPU")
     monkeypatch.setattr(gemm_ops, "_allow_tf32", True)
-    g = _geom(p)
-    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
-    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
-    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
-    y_ref, dw_ref, dx_ref = _refs(g, x, w, dy)
-    xb, wb, dyb = d.buf(x), d.buf(w), d.buf(dy)
-    yb = d.buf(np.full(dy.shape, np.nan))
-    d.run(conv_ops.forward(d.dev, g, xb, wb, yb, None, algo="igemm"))
-    assert _rel(d.get(yb, dy.shape), y_ref) < 3e-3
-    dwb = d.buf(np.zeros(w.shape))
-    d.run(conv_ops.backward_weight(d.dev, g, xb, dyb, dwb, None, algo="igemm"))
-    assert _rel(d.get(dwb, w.shape), dw_ref) < 3e-3
-    dxb = d.buf(np.full(x.shape, np.nan))
-    d.run(conv_ops.backward_data(d.dev, g, dyb, wb, dxb, None, algo="igemm"))
-    assert _rel(d.get(dxb, x.shape), dx_ref) < 3e-3
+    _check_igemm_passes(d, rng, _geom(p), 3e-3)
     M, N, K = 200, 300, 129
     A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
     cb = d.buf(np.full((M, N), np.nan))
@@ -342,19 +347,6 @@ def test_tf32_tiling_emulated_gemm(d, rng, emulated_tf32):
 @pytest.mark.slow
 @pytest.mark.parametrize("p", [GEOMS[0], GEOMS[4]], ids=["3x3", "1x1-70"])
 def test_tf32_tiling_emulated_conv(d, rng, p, emulated_tf32):
-    """Implicit-GEMM convolution passes with the emulated TF32 tiling."""
-    g = _geom(p)
-    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
-    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
-    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
-    y_ref, dw_ref, dx_ref = _refs(g, _tf32(x), _tf32(w), _tf32(dy))
-    xb, wb, dyb = d.buf(x), d.buf(w), d.buf(dy)
-    yb = d.buf(np.full(dy.shape, np.nan))
-    d.run(conv_ops.forward(d.dev, g, xb, wb, yb, None, algo="igemm"))
-    assert _rel(d.get(yb, dy.shape), y_ref) < 2e-6
-    dwb = d.buf(np.zeros(w.shape))
-    d.run(conv_ops.backward_weight(d.dev, g, xb, dyb, dwb, None, algo="igemm"))
-    assert _rel(d.get(dwb, w.shape), dw_ref) < 2e-6
-    dxb = d.buf(np.full(x.shape, np.nan))
-    d.run(conv_ops.backward_data(d.dev, g, dyb, wb, dxb, None, algo="igemm"))
-    assert _rel(d.get(dxb, x.shape), dx_ref) < 2e-6
+    """Implicit-GEMM convolution passes with the emulated TF32 tiling: the
+    products of the TF32-rounded operands, to float32 accuracy."""
+    _check_igemm_passes(d, rng, _geom(p), 2e-6, rounding=_tf32)

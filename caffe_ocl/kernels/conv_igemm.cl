@@ -41,6 +41,13 @@
 #define MODE 0
 #endif
 #define KHKW (KH * KW)
+/* backward-data's store of one result (xb: dx at this work-item's column,
+ * from STORE_COL), shared by conv_bwd_data and conv_bwd_data_phase */
+#define STORE_DX_ROW(m, n, acc_v) {                                       \
+        float v = (acc_v);                                                \
+        if (beta != 0.0f) v += beta * xb[(m) * HW];                       \
+        xb[(m) * HW] = v;                                                 \
+    }
 #include "mma_tf32.h"
 
 #if MODE == 0
@@ -143,11 +150,7 @@ void conv_bwd_data(int NIMG, int C, int H, int W, int CO, int HO, int WO,
 #define STORE_COL(n)                                                      \
     const int img_ = (n) / HW, q_ = (n) - img_ * HW;                      \
     __global float* xb = DX + offDX + (img_ * C + g * M) * HW + q_;
-#define STORE_ROW(m, n, acc_v) {                                          \
-        float v = (acc_v);                                                \
-        if (beta != 0.0f) v += beta * xb[(m) * HW];                       \
-        xb[(m) * HW] = v;                                                 \
-    }
+#define STORE_ROW STORE_DX_ROW
 #include "tile_store.h"
 }
 #endif
@@ -206,11 +209,7 @@ void conv_bwd_data_phase(int NIMG, int C, int H, int W, int CO, int HO, int WO,
     const int i_ = q_ / WP, j_ = q_ - i_ * WP;                            \
     __global float* xb = DX + offDX + (img_ * C + g * M) * HW +           \
                          (h0 + SH * i_) * W + w0 + SW * j_;
-#define STORE_ROW(m, n, acc_v) {                                          \
-        float v = (acc_v);                                                \
-        if (beta != 0.0f) v += beta * xb[(m) * HW];                       \
-        xb[(m) * HW] = v;                                                 \
-    }
+#define STORE_ROW STORE_DX_ROW
 #include "tile_store.h"
 }
 #endif
