@@ -116,8 +116,27 @@ def _check_bwd_weight(d, rng, g, gemm_impl=None, tile=2):
 @pytest.mark.parametrize("p", GEOMS, ids=_id)
 def test_winograd_backward_weight_matches_reference(d, rng, p, tile):
     ls = _check_bwd_weight(d, rng, _geom(p), tile=tile)
-    assert [ln.name for ln in ls] == ["wino_input", "wino_output_grad", "gemm",
+    assert [ln.name for ln in ls] == [_input_kernel(d), "wino_output_grad", "gemm",
                                       "wino_filter_grad"]
+
+
+def _input_kernel(d):
+    """The input transform the device gets: by strips of tiles on CPU
+    drivers, one work-item per tile on GPUs."""
+    return "wino_input_rows" if d.dev.is_cpu else "wino_input"
+
+
+@pytest.mark.parametrize("strips", [False, True], ids=["per-tile", "strips"])
+@pytest.mark.parametrize("p", [GEOMS[0], GEOMS[2], GEOMS[4]], ids=_id)
+def test_winograd_both_input_kernels(d, rng, p, strips, monkeypatch):
+    """Both input transforms (wino_input, wino_input_rows) on any device:
+    forward, backward-data and the zero padding tiles of backward-weight."""
+    orig = wino_ops._input_launch
+    monkeypatch.setattr(wino_ops, "_input_launch",
+                        lambda *a, **k: orig(*a, **dict(k, strips=strips)))
+    _check_fwd_bwd(d, rng, _geom(p), tile=4)
+    ls = _check_bwd_weight(d, rng, _geom(p), tile=4)
+    assert ls[0].name == ("wino_input_rows" if strips else "wino_input")
 
 
 @pytest.mark.parametrize("tile", [2, 4])
@@ -199,7 +218,7 @@ def test_winograd_through_conv_dispatch(d, rng, monkeypatch):
     xb, wb, dyb = d.buf(x), d.buf(w), d.buf(dy)
     yb = d.buf(np.full(dy.shape, np.nan))
     ls = conv_ops.forward(d.dev, g, xb, wb, yb, col, algo="winograd")
-    assert [ln.name for ln in ls][:2] == ["wino_filter", "wino_input"]
+    assert [ln.name for ln in ls][:2] == ["wino_filter", _input_kernel(d)]
     d.run(ls)
     assert _rel(d.get(yb, dy.shape), y_ref) < 1e-5
     dxb = d.buf(np.full(x.shape, np.nan))
@@ -265,6 +284,10 @@ def test_automatic_choice(d, monkeypatch):
         == "im2col"                                         # 49 tiles
     assert conv_ops.algorithm(cpu, conv_ops.ConvGeometry(16, 256, 14, 14, 256, 3, 3, 1, 1)) \
         == "winograd"                                       # 256 tiles
+    assert conv_ops.algorithm(cpu, conv_ops.ConvGeometry(16, 512, 7, 7, 512, 3, 3, 1, 1)) \
+        == "winograd"                                       # 64 tiles: ResNet's last stage
+    assert conv_ops.algorithm(cpu, conv_ops.ConvGeometry(8, 512, 7, 7, 512, 3, 3, 1, 1)) \
+        == "im2col"                                         # 32 tiles
     huge = conv_ops.ConvGeometry(512, 512, 112, 112, 512, 3, 3, 1, 1)   # > 2^31 floats
     assert not wino_ops.fits(huge) and conv_ops.algorithm(gpu, huge) == "igemm"
     assert wino_ops.estimated_speedup(wide) > wino_ops.estimated_speedup(narrow)

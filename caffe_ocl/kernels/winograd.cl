@@ -17,7 +17,8 @@
  * (TH = ceil(HO/m), TW = ceil(WO/m)); V and M are [WA*WA][channels][Tp]
  * row-major (Tp >= T: rows padded with zero tiles for the split-K GEMMs of
  * backward-weight; Tp = T otherwise), so each GEMM reads/writes plain
- * matrices.
+ * matrices; the WA*WA matrices lie KS floats apart (KS >= channels * Tp,
+ * an odd number of 64-byte lines: ops/winograd.py _kstride).
  *
  * Backward-weight (the adjoint of the forward pipeline):
  *   dM[k][co][t] = A dy_tile A^T                    (wino_output_grad)
@@ -125,7 +126,7 @@ inline void gt1(const float* u, int s, float* g, int t) {     /* g = G^T u */
  * (ty, tx) starts at (WM*ty - ph, WM*tx - pw); outside the image reads 0
  * (ph, pw may be negative: a crop). */
 __kernel void wino_input(int nimg, int C, int H, int W, int TH, int TW, int ph, int pw,
-                         int Tp,
+                         int Tp, int KS,
                          __global const float* X, int offX,
                          __global float* V, int offV) {
     const int tiles = TH * TW;
@@ -155,7 +156,61 @@ __kernel void wino_input(int nimg, int C, int H, int W, int TH, int TW, int ph, 
         for (int a = 0; a < WA; ++a) bt1(s + a * WA, 1, v + a * WA, 1); /* (B^T d) B */
         __global float* vp = V + offV + i;     /* i == c * Tp + t */
 #pragma unroll
-        for (int k = 0; k < WA * WA; ++k) vp[k * total] = v[k];
+        for (int k = 0; k < WA * WA; ++k) vp[k * KS] = v[k];
+    }
+}
+
+/* CPU drivers: the same V, one work-item per strip of tiles (channel c,
+ * image, tile row ty), so that each input element is read once per strip
+ * instead of once per overlapping tile, the column transform B^T runs once
+ * per strip column, and no index is divided per tile. The strip's WA input
+ * rows, transformed down the columns, are s[k][x] (x: padded column,
+ * WM*TW + 2 <= ROWMAX, else the host uses wino_input); then B across each
+ * tile's WA columns. Padding tiles T <= t < Tp are written by the strip
+ * that ends channel c. */
+#define ROWMAX 1030
+__kernel void wino_input_rows(int nimg, int C, int H, int W, int TH, int TW, int ph, int pw,
+                              int Tp, int KS,
+                              __global const float* X, int offX,
+                              __global float* V, int offV) {
+    const int strips = nimg * TH, T = nimg * TH * TW;
+    const int ncol = WM * TW + 2;
+    float s[WA * ROWMAX];                 /* s[k * ROWMAX + x] */
+    GLOBAL_LOOP(i, C * strips) {
+        const int c = i / strips, r = i - c * strips;
+        const int img = r / TH, ty = r - img * TH;
+        const int y0 = WM * ty - ph, x0 = -pw;
+        __global const float* xp = X + offX + (img * C + c) * H * W;
+        __global const float* rows[WA];
+        bool rowok[WA];
+#pragma unroll
+        for (int a = 0; a < WA; ++a) {
+            const int yy = y0 + a;
+            rowok[a] = yy >= 0 && yy < H;
+            rows[a] = xp + clamp(yy, 0, H - 1) * W;
+        }
+        for (int x = 0; x < ncol; ++x) {
+            const int xx = x0 + x;
+            const bool colok = xx >= 0 && xx < W;
+            const int xc = clamp(xx, 0, W - 1);
+            float d[WA];
+#pragma unroll
+            for (int a = 0; a < WA; ++a) d[a] = (colok && rowok[a]) ? rows[a][xc] : 0.0f;
+            bt1(d, 1, s + x, ROWMAX);                                    /* B^T d */
+        }
+        __global float* vp = V + offV + c * Tp + (img * TH + ty) * TW;
+        for (int tx = 0; tx < TW; ++tx) {
+            float v[WA * WA];
+#pragma unroll
+            for (int k = 0; k < WA; ++k)
+                bt1(s + k * ROWMAX + WM * tx, 1, v + k * WA, 1);         /* (B^T d) B */
+#pragma unroll
+            for (int k = 0; k < WA * WA; ++k) vp[k * KS + tx] = v[k];
+        }
+        if (r == strips - 1)                                             /* zero tiles */
+            for (int t = T; t < Tp; ++t)
+#pragma unroll
+                for (int k = 0; k < WA * WA; ++k) V[offV + k * KS + c * Tp + t] = 0.0f;
     }
 }
 
@@ -189,7 +244,7 @@ __kernel void wino_filter(int CO, int C, int flip,
  * M[k][co][t] (+offM). act: 0 none, 1 leaky ReLU (slope act_a),
  * 2 clip to [act_a, act_b] (ops.gemm.act_defines); Y is read only when
  * beta != 0. */
-__kernel void wino_output(int nimg, int CO, int HO, int WO, int TH, int TW,
+__kernel void wino_output(int nimg, int CO, int HO, int WO, int TH, int TW, int KS,
                           __global const float* Mm, int offM,
                           __global const float* bias, int has_bias, float beta,
                           int act, float act_a, float act_b,
@@ -204,7 +259,7 @@ __kernel void wino_output(int nimg, int CO, int HO, int WO, int TH, int TW,
         __global const float* mp = Mm + offM + i;
         float m[WA * WA], s[WM * WA], o[WM * WM];
 #pragma unroll
-        for (int k = 0; k < WA * WA; ++k) m[k] = mp[k * total];
+        for (int k = 0; k < WA * WA; ++k) m[k] = mp[k * KS];
 #pragma unroll
         for (int b = 0; b < WA; ++b) at1(m + b, WA, s + b, WA);        /* A^T m */
 #pragma unroll
@@ -232,7 +287,7 @@ __kernel void wino_output(int nimg, int CO, int HO, int WO, int TH, int TW,
 /* dM[k][co][t] (+offM) = (A dy A^T)[k] of the m x m tile t of
  * DY[img][co][HO][WO] (+offDY), zero outside the output and for the
  * padding tiles T <= t < Tp: the adjoint of wino_output. */
-__kernel void wino_output_grad(int nimg, int CO, int HO, int WO, int TH, int TW, int Tp,
+__kernel void wino_output_grad(int nimg, int CO, int HO, int WO, int TH, int TW, int Tp, int KS,
                                __global const float* DY, int offDY,
                                __global float* Mm, int offM) {
     const int tiles = TH * TW;
@@ -261,7 +316,7 @@ __kernel void wino_output_grad(int nimg, int CO, int HO, int WO, int TH, int TW,
         for (int a = 0; a < WA; ++a) a1(s + a * WM, 1, m + a * WA, 1);  /* (A dy) A^T */
         __global float* mp = Mm + offM + i;    /* i == co * Tp + t */
 #pragma unroll
-        for (int k = 0; k < WA * WA; ++k) mp[k * total] = m[k];
+        for (int k = 0; k < WA * WA; ++k) mp[k * KS] = m[k];
     }
 }
 

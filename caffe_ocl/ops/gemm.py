@@ -72,8 +72,12 @@ def gpu_tiles(dev, M, K=None):
 # kernels/gemm_cpu.cl: fixed panel sizes (one compiled variant per
 # transpose/bias/activation/groups combination); the block of C a
 # work-item owns is a run-time argument up to these maxima. KC x BM_MAX of A
-# and KC x BN_MAX of B packed in __local: 352 KiB, inside a 512 KiB L2.
-CPU_KC, CPU_BM_MAX, CPU_BN_MAX = 256, 96, 256
+# and KC x BN_MAX of B packed in __local: 400 KiB, inside a 512 KiB L2.
+# BM_MAX 144 rather than 96: each work-item packs its own B panel, so taller
+# blocks pack B fewer times; 2-core EPYC, PoCL 3.1, interleaved runs:
+# 512x784x4608 92 -> 101-106 GFLOP/s, 256x3136x2304 89 -> 103-107,
+# 256x2916x1200 79 -> 96-101, M <= 96 unchanged.
+CPU_KC, CPU_BM_MAX, CPU_BN_MAX = 256, 144, 256
 CPU_MR, CPU_NR = 6, 16
 
 

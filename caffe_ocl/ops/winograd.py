@@ -70,12 +70,13 @@ _INT_MAX = (1 << 31) - 1
 MIN_GROUP_CHANNELS = 4
 # CPU drivers: fewest output tiles (whole batch, GEMM N) for Winograd. Its A
 # GEMMs are Co x C x T: with fewer tiles than the CPU GEMM's column blocks
-# they ran slower than im2col + one GEMM (PoCL, 2 cores, F(4x4): 512
-# channels at 7x7, batch 16 (T = 64): 1.00x forward, 0.85x backward-data;
-# at batch 1 (T = 4..49) 0.14-0.89x; 256 channels at 14x14, batch 16
-# (T = 256): 1.44x / 1.27x; 64 channels at 56x56, batch 1 (T = 196): 1.32x
-# forward).
-CPU_MIN_TILES = 128
+# they run slower than im2col + one GEMM. PoCL, 2 cores, F(4x4), since the
+# transforms' streams are skewed across cache sets (_kstride), speed-up over
+# im2col forward / backward-data: 512 channels at 7x7, batch 16 (T = 64)
+# 1.35x / 1.10x, 256 at 14x14, batch 4 (T = 64) 1.14x / 0.94x, 256 at 7x7,
+# batch 16 (T = 64) 1.49x forward; T = 32: 0.71-0.85x, T = 16: 0.49-0.52x.
+# (128 before the skew, when 512 at 7x7, batch 16 was 1.00x / 0.85x.)
+CPU_MIN_TILES = 64
 BWD_WEIGHT_ENV = "CAFFE_OCL_WINOGRAD_BWD_WEIGHT"
 # Backward-weight split-K: work-groups aimed at per compute unit, and the
 # fewest tiles (GEMM K) per split.
@@ -184,6 +185,38 @@ def chunk_images(num, cin, cout, tiles_per_image, cap=None, tile=2):
     return max(1, min(num, room // max(per, 1)))
 
 
+# kernels/winograd.cl wino_input_rows: the widest strip of tiles it holds
+ROWMAX = 1030
+
+
+def _kstride(n):
+    """Floats between the WA*WA matrices of V / M holding n floats each: n
+    rounded up to an odd number of 16 floats (64-byte lines). The transforms
+    write (or read) all WA*WA matrices at once; at a multiple of 4 KiB apart
+    (64 channels x 3136 tiles) those streams all fall in one cache set and
+    PoCL's input transform ran 1.8x slower than with 63 channels."""
+    m = -(-n // 16) * 16
+    return m if (m // 16) % 2 else m + 16
+
+
+def _input_launch(dev, nimg, cin, h, w, th, tw, ph, pw, Tp, ks, x, off_x, ws, off_v, defs,
+                  strips=None):
+    """The input transform V of ``nimg`` images: on CPU drivers by strips of
+    tiles (wino_input_rows: each input element read once per strip, the
+    column transform shared by a strip's tiles; 64 channels of 56x56 at
+    batch 16 on 2 cores: see BENCHMARKS.md), else one work-item per tile.
+    strips: force (True) or forbid (False) the strip kernel (tests)."""
+    if strips is None:
+        strips = dev.is_cpu
+    if strips and defs["WM"] * tw + 2 <= ROWMAX:
+        gs, ls = work_size(dev, cin * nimg * th)
+        return dev.launch(SRC, "wino_input_rows", gs, ls,
+                          [nimg, cin, h, w, th, tw, ph, pw, Tp, ks, x, off_x, ws, off_v], defs)
+    gs, ls = work_size(dev, cin * Tp)
+    return dev.launch(SRC, "wino_input", gs, ls,
+                      [nimg, cin, h, w, th, tw, ph, pw, Tp, ks, x, off_x, ws, off_v], defs)
+
+
 def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
               bias, act, beta, gemm_impl, tile, groups=1):
     from .conv import _workspace          # ops.conv imports this module
@@ -197,7 +230,7 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
     cg, cog = cin // G, cout // G                  # channels per group, in and out
     chunk = chunk_images(num, cin, cout, tiles, tile=m)
     tmax = chunk * tiles
-    u_fl, v_fl, m_fl = A * cg * cout, A * cin * tmax, A * cout * tmax
+    u_fl, v_fl, m_fl = A * cg * cout, A * _kstride(cin * tmax), A * _kstride(cout * tmax)
     if max(u_fl + v_fl + m_fl, num * max(cin * h * w, cout * ho * wo)) > _INT_MAX:
         raise ValueError(f"winograd: tensors of {num}x{cin}x{h}x{w} -> {cout}x{ho}x{wo} "
                          "exceed 32-bit indexing")
@@ -215,18 +248,16 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
     for n0 in range(0, num, chunk):
         nc = min(chunk, num - n0)
         T = nc * tiles
-        gs, ls = work_size(dev, cin * T)
-        out.append(dev.launch(SRC, "wino_input", gs, ls,
-                              [nc, cin, h, w, th, tw, ph, pw, T, x, n0 * cin * h * w,
-                               ws, off_v],
-                              defs))
+        ksv, ksm = _kstride(cin * T), _kstride(cout * T)
+        out.append(_input_launch(dev, nc, cin, h, w, th, tw, ph, pw, T, ksv, x,
+                                 n0 * cin * h * w, ws, off_v, defs))
         out.append(gemm(dev, cog, T, cg, ws, ws, ws, off_a=0, off_b=off_v, off_c=off_m,
                         lda=a_ld, ldb=T, ldc=T, batch=A, groups=G,
-                        stride_a=(cout * cg, a_gstride), stride_b=(cin * T, cg * T),
-                        stride_c=(cout * T, cog * T), impl=gemm_impl))
+                        stride_a=(cout * cg, a_gstride), stride_b=(ksv, cg * T),
+                        stride_c=(ksm, cog * T), impl=gemm_impl))
         gs, ls = work_size(dev, cout * T)
         out.append(dev.launch(SRC, "wino_output", gs, ls,
-                              [nc, cout, ho, wo, th, tw, ws, off_m,
+                              [nc, cout, ho, wo, th, tw, ksm, ws, off_m,
                                bias if bias is not None else ws, int(bias is not None),
                                float(beta), act_kind, act_a, act_b,
                                y, n0 * cout * ho * wo], defs))
@@ -317,7 +348,7 @@ def backward_weight(dev, g, x, dy, dweight, gemm_impl=None, tile=None):
     nsplit = max(1, min(nsplit, weight_split(dev, cg, cout, chunk * tiles, m)))
     p_fl = A * nsplit * cg * cout
     tp_max = nsplit * _split_len(chunk * tiles, nsplit)
-    v_fl, m_fl = A * cin * tp_max, A * cout * tp_max
+    v_fl, m_fl = A * _kstride(cin * tp_max), A * _kstride(cout * tp_max)
     if max(p_fl + v_fl + m_fl, num * max(cin * h * w, cout * ho * wo)) > _INT_MAX:
         raise ValueError(f"winograd: tensors of {num}x{cin}x{h}x{w} -> {cout}x{ho}x{wo} "
                          "exceed 32-bit indexing")
@@ -329,13 +360,12 @@ def backward_weight(dev, g, x, dy, dweight, gemm_impl=None, tile=None):
         T = nc * tiles
         kc = _split_len(T, nsplit)
         Tp = nsplit * kc
-        gs, ls = work_size(dev, cin * Tp)
-        out.append(dev.launch(SRC, "wino_input", gs, ls,
-                              [nc, cin, h, w, th, tw, g.ph, g.pw, Tp, x, n0 * cin * h * w,
-                               ws, off_v], defs))
+        ksv, ksm = _kstride(cin * Tp), _kstride(cout * Tp)
+        out.append(_input_launch(dev, nc, cin, h, w, th, tw, g.ph, g.pw, Tp, ksv, x,
+                                 n0 * cin * h * w, ws, off_v, defs))
         gs, ls = work_size(dev, cout * Tp)
         out.append(dev.launch(SRC, "wino_output_grad", gs, ls,
-                              [nc, cout, ho, wo, th, tw, Tp, dy, n0 * cout * ho * wo,
+                              [nc, cout, ho, wo, th, tw, Tp, ksm, dy, n0 * cout * ho * wo,
                                ws, off_m], defs))
         # dUp[k][s] (+)= dM[k][:, s*kc : (s+1)*kc] x V[k][:, s*kc : (s+1)*kc]^T,
         # dUp[k][s] being [cout][cin/G]: group j's rows of dM against its rows of V
@@ -345,7 +375,7 @@ def backward_weight(dev, g, x, dy, dweight, gemm_impl=None, tile=None):
                             off_a=off_m + j * cog * Tp, off_b=off_v + j * cg * Tp,
                             off_c=j * cog * cg, lda=Tp, ldb=Tp, ldc=cg,
                             batch=A, groups=nsplit,
-                            stride_a=(cout * Tp, kc), stride_b=(cin * Tp, kc),
+                            stride_a=(ksm, kc), stride_b=(ksv, kc),
                             stride_c=(nsplit * cout * cg, cout * cg), impl=gemm_impl))
     gs, ls = work_size(dev, cout * cg)
     out.append(dev.launch(SRC, "wino_filter_grad", gs, ls,
