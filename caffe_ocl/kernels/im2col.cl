@@ -82,18 +82,23 @@ __kernel void im2col_chan(int nimg, int C, int H, int W, int KH, int KW,
         __global float* dst = col + n * col_stride + c * KH * KW * HO * WO;
         for (int kh = 0; kh < KH; ++kh) {
             for (int kw = 0; kw < KW; ++kw) {
-                for (int ho = 0; ho < HO; ++ho) {
+                /* the valid output columns depend on kw only: computed once
+                 * here, not per row (its divisions cost more than copying a
+                 * LeNet / CIFAR row of 8-32 values) */
+                const int2 r = valid_wo(kw * DW - PW, SW, W, WO);
+                for (int ho = 0; ho < HO; ++ho, dst += WO) {
                     const int h = ho * SH - PH + kh * DH;
                     if (h < 0 || h >= H) {
-                        for (int wo = 0; wo < WO; ++wo) *dst++ = 0.0f;
+                        for (int wo = 0; wo < WO; ++wo) dst[wo] = 0.0f;
                         continue;
                     }
                     __global const float* row = src + h * W + kw * DW - PW;
-                    const int2 r = valid_wo(kw * DW - PW, SW, W, WO);
-                    int wo = 0;
-                    for (; wo < r.x; ++wo) *dst++ = 0.0f;
-                    for (; wo < r.y; ++wo) *dst++ = row[wo * SW];
-                    for (; wo < WO; ++wo) *dst++ = 0.0f;
+                    for (int wo = 0; wo < r.x; ++wo) dst[wo] = 0.0f;
+                    if (SW == 1)            /* contiguous: a plain copy */
+                        for (int wo = r.x; wo < r.y; ++wo) dst[wo] = row[wo];
+                    else
+                        for (int wo = r.x; wo < r.y; ++wo) dst[wo] = row[wo * SW];
+                    for (int wo = r.y; wo < WO; ++wo) dst[wo] = 0.0f;
                 }
             }
         }
@@ -116,16 +121,15 @@ __kernel void col2im_chan(int nimg, int C, int H, int W, int KH, int KW,
             for (int k = 0; k < H * W; ++k) dst[k] = 0.0f;
         for (int kh = 0; kh < KH; ++kh) {
             for (int kw = 0; kw < KW; ++kw) {
-                for (int ho = 0; ho < HO; ++ho) {
+                const int2 r = valid_wo(kw * DW - PW, SW, W, WO);   /* per kw, as above */
+                for (int ho = 0; ho < HO; ++ho, src += WO) {
                     const int h = ho * SH - PH + kh * DH;
-                    if (h < 0 || h >= H) {
-                        src += WO;
-                        continue;
-                    }
+                    if (h < 0 || h >= H) continue;
                     __global float* row = dst + h * W + kw * DW - PW;
-                    const int2 r = valid_wo(kw * DW - PW, SW, W, WO);
-                    for (int wo = r.x; wo < r.y; ++wo) row[wo * SW] += src[wo];
-                    src += WO;
+                    if (SW == 1)
+                        for (int wo = r.x; wo < r.y; ++wo) row[wo] += src[wo];
+                    else
+                        for (int wo = r.x; wo < r.y; ++wo) row[wo * SW] += src[wo];
                 }
             }
         }
