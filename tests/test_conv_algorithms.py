@@ -133,6 +133,39 @@ def test_backward_weight_split_k(d, rng, monkeypatch):
     assert _rel(d.get(dwb, w.shape), dw0 + dw_ref) < 1e-5
 
 
+@pytest.mark.parametrize("p", [(4, 4, 7, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2),   # 2 groups
+                               (5, 3, 6, 6, 4, 1, 1, 0, 0, 1, 1, 1, 1, 1)],  # 1x1: no columns
+                         ids=["3x3-groups", "1x1"])
+def test_cpu_weight_gradient_split_over_images(d, rng, p, monkeypatch):
+    """CPU drivers: a weight gradient split into groups of images (partial
+    weights summed by splitk_reduce), with leftover images accumulated
+    directly: 3 splits of 1 image and 1 (or 2) left over."""
+    if not d.dev.is_cpu:
+        pytest.skip("the image split is the CPU path (GPUs split K in the implicit GEMM)")
+    monkeypatch.setattr(conv_ops, "cpu_weight_split", lambda *a: 3)
+    g = _geom(p)
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
+    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
+    _, dw_ref, _ = _refs(g, x, w, dy)
+    ws = conv_ops.workspace_floats(d.dev, g, "im2col")
+    col = d.buf(np.zeros(max(ws, 1))) if ws else None
+    dw0 = rng.standard_normal(w.shape)
+    dwb = d.buf(dw0)
+    launches = conv_ops.backward_weight(d.dev, g, d.buf(x), d.buf(dy), dwb, col, algo="im2col")
+    assert "splitk_reduce" in [ln.name for ln in launches]
+    d.run(launches)
+    assert _rel(d.get(dwb, w.shape), dw0 + dw_ref) < 1e-5
+
+
+def test_cpu_weight_split_rule(d):
+    """Small weights over many images are split; big ones are not."""
+    cu = max(int(d.dev.compute_units), 1)
+    assert conv_ops.cpu_weight_split(d.dev, 32, 75, 1, 100) == min(100, 4 * cu)  # CIFAR conv1
+    assert conv_ops.cpu_weight_split(d.dev, 32, 75, 1, 3) == min(3, 4 * cu)      # few images
+    assert conv_ops.cpu_weight_split(d.dev, 512, 4608, 1, 16) == 1               # ResNet conv
+
+
 @pytest.mark.parametrize("impl", ["cpu", "gpu"])
 def test_conv_bias_grad_accumulates(d, rng, impl):
     for outer, ch, inner in [(3, 5, 7), (1, 2, 300), (3, 2, 700)]:   # last: split

@@ -409,8 +409,54 @@ def backward_weight(dev, g, x, dy, dweight, col, algo=None):
         if not g.is_1x1:
             out.append(im2col(dev, g, nc, x, n0 * g.channels * g.height * g.width, col))
         b, boff, bstride = _cols_operand(g, x, col, n0)
+        nsplit = cpu_weight_split(dev, M, K, g.groups, nc) if dev.is_cpu else 1
+        if nsplit > 1:
+            out += _split_weight_gemm(dev, g, M, K, N, nc, n0, nsplit, dy, b, boff, bstride,
+                                      dweight)
+            continue
         out += _image_gemm(dev, M, K, nc * N, dy, b, dweight, trans_b=True, beta=1.0,
                            off_a=n0 * g.out_channels * N, off_b=boff, lda=N, ldb=N,
                            groups=g.groups, stride_a=(0, M * N), stride_b=(0, K * N),
                            stride_c=(0, M * K), ksplit=N, kstride=(g.out_channels * N, bstride))
     return out
+
+
+def cpu_weight_split(dev, M, K, groups, nimg):
+    """Image groups a CPU weight gradient is split into. Its GEMM is M x K
+    (the weight) over K = images * pixels: when the weight spans fewer
+    blocks of the CPU kernel than it has work-items to fill, the kernel
+    would shrink its blocks and every small block packs its own long panels
+    (CIFAR-10 quick's conv1, 32 x 75: 10 blocks of 18 x 16, 22 ms); instead
+    each group of images gets whole blocks and the partial weights are
+    summed (kernels/conv_igemm.cl splitk_reduce)."""
+    from .gemm import CPU_BM_MAX, CPU_BN_MAX, CPU_MR, CPU_NR, _split
+    blocks = -(-M // _split(M, CPU_BM_MAX, CPU_MR)) * -(-K // _split(K, CPU_BN_MAX, CPU_NR))
+    want = 4 * max(int(dev.compute_units), 1)
+    return max(1, min(nimg, want // max(blocks * groups, 1)))
+
+
+def _split_weight_gemm(dev, g, M, K, N, nc, n0, nsplit, dy, b, boff, bstride, dweight):
+    """dweight += sum over nc images (from n0) of dy * col^T, as nsplit GEMMs
+    over groups of q images into partial weights ([group][split][M*K], a
+    buffer of their own) summed by splitk_reduce; leftover images (nc not a
+    multiple of q) accumulate straight into dweight."""
+    q = nc // nsplit
+    G, MK = g.groups, M * K
+    ws = dev.alloc(4 * G * nsplit * MK)
+    launches = [gemm(dev, M, K, q * N, dy, b, ws, trans_b=True, beta=0.0,
+                     off_a=n0 * g.out_channels * N, off_b=boff, lda=N, ldb=N,
+                     batch=nsplit, groups=G,
+                     stride_a=(q * g.out_channels * N, M * N), stride_b=(q * bstride, K * N),
+                     stride_c=(MK, nsplit * MK), ksplit=N,
+                     kstride=(g.out_channels * N, bstride))]
+    gs, ls = work_size(dev, G * MK)
+    launches.append(dev.launch(IGEMM_SRC, "splitk_reduce", gs, ls,
+                               [G * MK, MK, nsplit, ws, 1.0, dweight], dict(MODE=-1)))
+    rest = nc - q * nsplit
+    if rest:
+        launches += _image_gemm(dev, M, K, rest * N, dy, b, dweight, trans_b=True, beta=1.0,
+                                off_a=(n0 + q * nsplit) * g.out_channels * N,
+                                off_b=boff + q * nsplit * bstride, lda=N, ldb=N, groups=G,
+                                stride_a=(0, M * N), stride_b=(0, K * N), stride_c=(0, MK),
+                                ksplit=N, kstride=(g.out_channels * N, bstride))
+    return launches
