@@ -414,11 +414,18 @@ def backward_weight(dev, g, x, dy, dweight, col, algo=None):
             out += _split_weight_gemm(dev, g, M, K, N, nc, n0, nsplit, dy, b, boff, bstride,
                                       dweight)
             continue
-        out += _image_gemm(dev, M, K, nc * N, dy, b, dweight, trans_b=True, beta=1.0,
-                           off_a=n0 * g.out_channels * N, off_b=boff, lda=N, ldb=N,
-                           groups=g.groups, stride_a=(0, M * N), stride_b=(0, K * N),
-                           stride_c=(0, M * K), ksplit=N, kstride=(g.out_channels * N, bstride))
+        out += _weight_gemm(dev, g, M, K, N, nc, n0, dy, b, boff, bstride, dweight)
     return out
+
+
+def _weight_gemm(dev, g, M, K, N, nimg, n_first, dy, b, boff, bstride, dweight):
+    """[launches]: dweight += dy * col^T over ``nimg`` images from image
+    ``n_first`` (dy) whose columns start at ``boff`` of ``b``, the images
+    folded into K."""
+    return _image_gemm(dev, M, K, nimg * N, dy, b, dweight, trans_b=True, beta=1.0,
+                       off_a=n_first * g.out_channels * N, off_b=boff, lda=N, ldb=N,
+                       groups=g.groups, stride_a=(0, M * N), stride_b=(0, K * N),
+                       stride_c=(0, M * K), ksplit=N, kstride=(g.out_channels * N, bstride))
 
 
 def cpu_weight_split(dev, M, K, groups, nimg):
@@ -429,8 +436,9 @@ def cpu_weight_split(dev, M, K, groups, nimg):
     (CIFAR-10 quick's conv1, 32 x 75: 10 blocks of 18 x 16, 22 ms); instead
     each group of images gets whole blocks and the partial weights are
     summed (kernels/conv_igemm.cl splitk_reduce)."""
-    from .gemm import CPU_BM_MAX, CPU_BN_MAX, CPU_MR, CPU_NR, _split
-    blocks = -(-M // _split(M, CPU_BM_MAX, CPU_MR)) * -(-K // _split(K, CPU_BN_MAX, CPU_NR))
+    from .gemm import cpu_full_blocks
+    bm, bn = cpu_full_blocks(M, K)
+    blocks = -(-M // bm) * -(-K // bn)
     want = 4 * max(int(dev.compute_units), 1)
     return max(1, min(nimg, want // max(blocks * groups, 1)))
 
@@ -452,11 +460,8 @@ def _split_weight_gemm(dev, g, M, K, N, nc, n0, nsplit, dy, b, boff, bstride, dw
     gs, ls = work_size(dev, G * MK)
     launches.append(dev.launch(IGEMM_SRC, "splitk_reduce", gs, ls,
                                [G * MK, MK, nsplit, ws, 1.0, dweight], dict(MODE=-1)))
-    rest = nc - q * nsplit
-    if rest:
-        launches += _image_gemm(dev, M, K, rest * N, dy, b, dweight, trans_b=True, beta=1.0,
-                                off_a=(n0 + q * nsplit) * g.out_channels * N,
-                                off_b=boff + q * nsplit * bstride, lda=N, ldb=N, groups=G,
-                                stride_a=(0, M * N), stride_b=(0, K * N), stride_c=(0, MK),
-                                ksplit=N, kstride=(g.out_channels * N, bstride))
+    done = q * nsplit
+    if nc > done:
+        launches += _weight_gemm(dev, g, M, K, N, nc - done, n0 + done, dy, b,
+                                 boff + done * bstride, bstride, dweight)
     return launches

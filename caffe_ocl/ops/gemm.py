@@ -99,6 +99,12 @@ def _split(n, most, unit):
     return min(most, -(-(-(-n // nblk)) // unit) * unit)
 
 
+def cpu_full_blocks(M, N):
+    """(bm, bn): the largest evenly sized blocks of an M x N product for
+    kernels/gemm_cpu.cl, before cpu_blocks halves them to fill the cores."""
+    return _split(max(M, 1), CPU_BM_MAX, CPU_MR), _split(max(N, 1), CPU_BN_MAX, CPU_NR)
+
+
 def cpu_blocks(dev, M, N, nz=1):
     """(bm, bn): block of C per work-item of kernels/gemm_cpu.cl.
 
@@ -107,8 +113,7 @@ def cpu_blocks(dev, M, N, nz=1):
     N = 784 waste little; then halved (bn first, down to 64; then bm, down
     to 24; then bn down to 16) until there are 4 blocks per core, so PoCL's
     dynamic scheduling keeps both cores busy."""
-    bm = _split(max(M, 1), CPU_BM_MAX, CPU_MR)
-    bn = _split(max(N, 1), CPU_BN_MAX, CPU_NR)
+    bm, bn = cpu_full_blocks(M, N)
     want = 4 * max(int(dev.compute_units), 1)
 
     def blocks():

@@ -13,9 +13,10 @@ def _geom(n, c, h, w, ho, wo, kh, kw, sh, sw, ph, pw):
     return [c, h, w, ho, wo, kh, kw, sh, sw, ph, pw]
 
 
-def _launch(dev, name, shape, out_hw, total, geom, bufs):
+def _launch(dev, name, shape, out_hw, total, geom, bufs, planes=None):
+    """planes: the CPU plane kernel (``name``_cpu) or not; None: CPU drivers."""
     n, c, h, w = shape
-    if dev.is_cpu:
+    if dev.is_cpu if planes is None else planes:
         planes = n * c
         per_plane = max(h * w + out_hw[0] * out_hw[1], 1)
         g = cpu_chunks(dev, planes, min_chunk=max(1, 8192 // per_plane))
@@ -62,12 +63,9 @@ def max_backward(dev, shape, out_hw, k, s, p, dy, mask, dx, impl=None):
         window = dict(FKH=k[0], FKW=k[1], FSH=s[0], FSW=s[1], FPH=p[0], FPW=p[1])
         return dev.launch(SRC, "max_pool_bwd_grid", gs, GRID_LOCAL,
                           [h, w, out_hw[0], out_hw[1], dy, mask, dx], window)
-    if impl == "flat":
-        gs, ls = work_size(dev, n * c * h * w)
-        return dev.launch(SRC, "max_pool_bwd", gs, ls,
-                          [n * c * h * w] + _geom(n, c, h, w, *out_hw, *k, *s, *p) + [dy, mask, dx])
     return _launch(dev, "max_pool_bwd", shape, out_hw, n * c * h * w,
-                   _geom(n, c, h, w, *out_hw, *k, *s, *p), [dy, mask, dx])
+                   _geom(n, c, h, w, *out_hw, *k, *s, *p), [dy, mask, dx],
+                   planes=impl == "cpu")
 
 
 def ave_backward(dev, shape, out_hw, k, s, p, dy, dx):
