@@ -389,3 +389,56 @@ def test_tf32_tiling_emulated_conv(d, rng, p, emulated_tf32):
     """Implicit-GEMM convolution passes with the emulated TF32 tiling: the
     products of the TF32-rounded operands, to float32 accuracy."""
     _check_igemm_passes(d, rng, _geom(p), 2e-6, rounding=_tf32)
+
+
+# CPU drivers pack forward / weight-gradient columns from the (zero-padded)
+# images (gemm_cpu.cl CONV_B). Geometries reaching its paths: output rows
+# of 16+ and of 8 (vector runs), rows a multiple of 8 (transposed
+# weight-gradient pack), C*KH*KW over one K panel (256), more pixels per
+# image than a panel, no padding (the images themselves), rows that are
+# not multiples of 8 with groups and stride (gathers); plus padded copies in
+# chunks of one image, and the weight gradient split with a leftover image.
+PACKED = [
+    ((2, 3, 16, 16, 5, 5, 5, 2, 2, 1, 1, 1, 1, 1), 0, 0),
+    ((3, 12, 8, 8, 7, 5, 5, 2, 2, 1, 1, 1, 1, 1), 0, 0),
+    ((2, 4, 26, 26, 3, 3, 3, 0, 0, 1, 1, 1, 1, 1), 0, 0),
+    ((2, 4, 10, 17, 6, 3, 3, 1, 1, 2, 1, 1, 1, 2), 0, 0),
+    ((3, 3, 16, 16, 5, 5, 5, 2, 2, 1, 1, 1, 1, 1), 3 * 20 * 20, 2),
+]
+
+
+@pytest.mark.parametrize("p,max_col,split", PACKED,
+                         ids=["rows16", "rows8-K300", "nopad-576px", "groups-gather",
+                              "chunks-split"])
+def test_cpu_packed_columns(d, rng, p, max_col, split, monkeypatch):
+    if not d.dev.is_cpu:
+        pytest.skip("columns are packed from the images by the CPU GEMM only")
+    monkeypatch.setattr(conv_ops, "CPU_PACKED_COLUMNS", True)
+    if max_col:
+        monkeypatch.setattr(conv_ops, "MAX_COL_FLOATS", max_col)
+    if split:
+        monkeypatch.setattr(conv_ops, "cpu_weight_split", lambda *a: split)
+    g = _geom(p)
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
+    b = rng.standard_normal(g.out_channels)
+    yshape = (g.num, g.out_channels, g.out_h, g.out_w)
+    dy = rng.standard_normal(yshape)
+    y_ref, dw_ref, _ = _refs(g, x, w, dy)
+    ws = conv_ops.workspace_floats(d.dev, g, "im2col")
+    col = d.buf(np.zeros(max(ws, 1)))
+    xb, wb, bb, dyb = d.buf(x), d.buf(w), d.buf(b), d.buf(dy)
+
+    yb = d.buf(np.full(yshape, np.nan))
+    fwd = conv_ops.forward(d.dev, g, xb, wb, yb, col, bias=bb, act=("relu", 0.1), algo="im2col")
+    assert "im2col_chan" not in [ln.name for ln in fwd]
+    d.run(fwd)
+    v = y_ref + b.reshape(1, -1, 1, 1)
+    assert _rel(d.get(yb, yshape), np.where(v > 0, v, 0.1 * v)) < 1e-5
+
+    dw0 = rng.standard_normal(w.shape)
+    dwb = d.buf(dw0)
+    bwd = conv_ops.backward_weight(d.dev, g, xb, dyb, dwb, col, algo="im2col")
+    assert "im2col_chan" not in [ln.name for ln in bwd]
+    d.run(bwd)
+    assert _rel(d.get(dwb, w.shape), dw0 + dw_ref) < 1e-5

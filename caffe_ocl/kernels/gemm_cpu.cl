@@ -22,6 +22,14 @@
  * further (op(A) not transposed, op(B) transposed: a weight gradient
  * dy * col^T summed over images). K panels never straddle two images.
  *
+ * CONV_B packs op(B) straight from images instead of an im2col buffer
+ * (a convolution without columns; B is the images zero-padded by PH, PW,
+ * [image][C][Hp][Wp], so no read needs a bounds test):
+ * CONV_B == 1 (forward, with nsplit = HO*WO): op(B)[k][n] is column row
+ * k = (c, kh, kw) of output pixel n; CONV_B == 2 (weight gradient, with
+ * ksplit = HO*WO, TRANS_B): op(B)[k][n] is column row n of pixel k.
+ * Geometry in the trailing ints (cv_*); Wp, Hp*Wp of the padded image.
+ *
  * Epilogue as in gemm.cl: C = act(alpha*op(A)*op(B) + bias + beta*C); the
  * bias, beta and activation are applied when the first / last K panel is
  * stored (in between C holds the partial sums). */
@@ -47,6 +55,12 @@
 #endif
 #ifndef GROUPS
 #define GROUPS 1
+#endif
+#ifndef CONV_B
+#define CONV_B 0
+#endif
+#if CONV_B == 1 && TRANS_B || CONV_B == 2 && !TRANS_B
+#error "CONV_B 1 packs op(B) = B, CONV_B 2 op(B) = B^T"
 #endif
 #include "act.h"
 /* APPLY_ACT of act.h on a float8 */
@@ -105,6 +119,118 @@ inline int split_off(int n, int nsplit, int stride) {
         vstore8(v_, 0, cp);                                       \
     } while (0)
 
+/* geometry of a CONV_B operand: kernel, stride, dilation, padded row
+ * length Wp, padded plane Hp*Wp, output row length WO (the kernel's last
+ * arguments, spelled out there for the host's signature parser) */
+#define CONV_ARGS int cv_kh, int cv_kw, int cv_sh, int cv_sw, int cv_dh, int cv_dw, \
+                  int cv_wp, int cv_hwp, int cv_wo
+#define CONV_PASS cv_kh, cv_kw, cv_sh, cv_sw, cv_dh, cv_dw, cv_wp, cv_hwp, cv_wo
+
+#if CONV_B == 1
+/* [kb][16] panel of op(B) for column rows k0.. and the 16 output pixels
+ * from column n (``cols`` of them valid; the rest repeat the last one).
+ * Each pixel's offset in the padded images is found once; per k the
+ * (c, kh, kw) offset is stepped, and two runs of 8 pixels along image
+ * rows (stride 1; rows of 16 or more, or of 8 as in CIFAR-10 quick's
+ * conv3) are two unaligned vector loads. */
+inline void pack_conv_fwd(__local float* bp, __global const float* B, int k0, int kb,
+                          int n, int cols, int nsplit, int nsB, CONV_ARGS) {
+    int off[NR];
+    for (int j = 0; j < NR; ++j) {
+        const int col = n + min(j, cols - 1);
+        const int img = col / nsplit, p = col - img * nsplit;
+        const int ho = p / cv_wo, wo = p - ho * cv_wo;
+        off[j] = img * nsB + ho * cv_sh * cv_wp + wo * cv_sw;
+    }
+    const int kk = cv_kh * cv_kw, c = k0 / kk, r = k0 - c * kk;
+    int kh = r / cv_kw, kw = r - kh * cv_kw;
+    /* offsets grow by at least 1 per pixel, so a span of 7 is a run */
+    const int runs = cols == NR && off[7] - off[0] == 7 && off[NR - 1] - off[8] == 7;
+    __global const float* s = B + c * cv_hwp + kh * cv_dh * cv_wp + kw * cv_dw;
+    const int step_row = cv_dh * cv_wp - cv_kw * cv_dw;          /* kw wraps */
+    const int step_chan = cv_hwp - cv_kh * cv_dh * cv_wp;        /* kh wraps */
+    for (int k = 0; k < kb; ++k) {
+        if (runs) {
+            vstore8(vload8(0, s + off[0]), 2 * k, bp);
+            vstore8(vload8(0, s + off[8]), 2 * k + 1, bp);
+        } else {
+            for (int j = 0; j < NR; ++j) bp[k * NR + j] = s[off[j]];
+        }
+        s += cv_dw;
+        if (++kw == cv_kw) {
+            kw = 0;
+            s += step_row;
+            if (++kh == cv_kh) { kh = 0; s += step_chan; }
+        }
+    }
+}
+#elif CONV_B == 2
+/* d[i * NR] = column i of the 8 x 8 block r0..r7 (row j = rj), by lane
+ * swizzles that LLVM turns into unpack / shuffle / lane-permute steps. */
+inline void store_transposed8(__local float* d, float8 r0, float8 r1, float8 r2, float8 r3,
+                              float8 r4, float8 r5, float8 r6, float8 r7) {
+    const float8 a0 = (float8)(r0.s0, r1.s0, r0.s1, r1.s1, r0.s4, r1.s4, r0.s5, r1.s5);
+    const float8 a1 = (float8)(r0.s2, r1.s2, r0.s3, r1.s3, r0.s6, r1.s6, r0.s7, r1.s7);
+    const float8 a2 = (float8)(r2.s0, r3.s0, r2.s1, r3.s1, r2.s4, r3.s4, r2.s5, r3.s5);
+    const float8 a3 = (float8)(r2.s2, r3.s2, r2.s3, r3.s3, r2.s6, r3.s6, r2.s7, r3.s7);
+    const float8 a4 = (float8)(r4.s0, r5.s0, r4.s1, r5.s1, r4.s4, r5.s4, r4.s5, r5.s5);
+    const float8 a5 = (float8)(r4.s2, r5.s2, r4.s3, r5.s3, r4.s6, r5.s6, r4.s7, r5.s7);
+    const float8 a6 = (float8)(r6.s0, r7.s0, r6.s1, r7.s1, r6.s4, r7.s4, r6.s5, r7.s5);
+    const float8 a7 = (float8)(r6.s2, r7.s2, r6.s3, r7.s3, r6.s6, r7.s6, r6.s7, r7.s7);
+    const float8 b0 = (float8)(a0.s01, a2.s01, a0.s45, a2.s45);
+    const float8 b1 = (float8)(a0.s23, a2.s23, a0.s67, a2.s67);
+    const float8 b2 = (float8)(a1.s01, a3.s01, a1.s45, a3.s45);
+    const float8 b3 = (float8)(a1.s23, a3.s23, a1.s67, a3.s67);
+    const float8 b4 = (float8)(a4.s01, a6.s01, a4.s45, a6.s45);
+    const float8 b5 = (float8)(a4.s23, a6.s23, a4.s67, a6.s67);
+    const float8 b6 = (float8)(a5.s01, a7.s01, a5.s45, a7.s45);
+    const float8 b7 = (float8)(a5.s23, a7.s23, a5.s67, a7.s67);
+    vstore8((float8)(b0.lo, b4.lo), 0, d);          vstore8((float8)(b1.lo, b5.lo), 0, d + NR);
+    vstore8((float8)(b2.lo, b6.lo), 0, d + 2 * NR); vstore8((float8)(b3.lo, b7.lo), 0, d + 3 * NR);
+    vstore8((float8)(b0.hi, b4.hi), 0, d + 4 * NR); vstore8((float8)(b1.hi, b5.hi), 0, d + 5 * NR);
+    vstore8((float8)(b2.hi, b6.hi), 0, d + 6 * NR); vstore8((float8)(b3.hi, b7.hi), 0, d + 7 * NR);
+}
+
+/* [kb][16] panel of op(B) = col^T for output pixels k0.. of one image and
+ * the 16 column rows (c, kh, kw) from n (``cols`` valid, the rest repeat
+ * the last): each row's offset is found once. Stride 1 with output rows
+ * of a multiple of 8: 8 pixels of a row are contiguous for every column
+ * row, so 8 x 8 blocks are loaded as vectors and transposed in registers
+ * (the 16-way scalar gather otherwise, which held CIFAR-10 quick's weight
+ * gradients at 6-34 GFLOP/s). */
+inline void pack_conv_wgrad(__local float* bp, __global const float* B, int k0, int kb,
+                            int n, int cols, CONV_ARGS) {
+    const int kk = cv_kh * cv_kw;
+    int off[NR];
+    for (int j = 0; j < NR; ++j) {
+        const int row = n + min(j, cols - 1);
+        const int c = row / kk, r = row - c * kk, kh = r / cv_kw, kw = r - kh * cv_kw;
+        off[j] = c * cv_hwp + kh * cv_dh * cv_wp + kw * cv_dw;
+    }
+    int ho = k0 / cv_wo, wo = k0 - ho * cv_wo;
+    __global const float* s = B + ho * cv_sh * cv_wp + wo * cv_sw;
+    const int step_row = cv_sh * cv_wp - cv_wo * cv_sw;          /* wo wraps */
+    if (cv_sw == 1 && cv_wo % 8 == 0 && k0 % 8 == 0 && kb % 8 == 0) {
+        for (int k = 0; k < kb; k += 8) {
+            for (int h = 0; h < NR; h += 8)
+                store_transposed8(bp + k * NR + h,
+                                  vload8(0, s + off[h]), vload8(0, s + off[h + 1]),
+                                  vload8(0, s + off[h + 2]), vload8(0, s + off[h + 3]),
+                                  vload8(0, s + off[h + 4]), vload8(0, s + off[h + 5]),
+                                  vload8(0, s + off[h + 6]), vload8(0, s + off[h + 7]));
+            s += 8;
+            if ((wo += 8) == cv_wo) { wo = 0; s += step_row; }
+        }
+        return;
+    }
+    for (int k = 0; k < kb; ++k) {
+        for (int j = 0; j < NR; ++j) bp[k * NR + j] = s[off[j]];
+        s += cv_sw;
+        if (++wo == cv_wo) { wo = 0; s += step_row; }
+    }
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void gemm(int M, int N, int K, float alpha,
           __global const float* A, int offA, int lda, int sA_n, int sA_g,
@@ -112,7 +238,9 @@ void gemm(int M, int N, int K, float alpha,
           float beta,
           __global float* C, int offC, int ldc, int sC_n, int sC_g,
           __global const float* bias, int offBias, float act_a, float act_b,
-          int bm, int bn, int nsplit, int nsB, int nsC, int ksplit, int ksA, int ksB) {
+          int bm, int bn, int nsplit, int nsB, int nsC, int ksplit, int ksA, int ksB,
+          int cv_kh, int cv_kw, int cv_sh, int cv_sw, int cv_dh, int cv_dw,
+          int cv_wp, int cv_hwp, int cv_wo) {
     const int z = get_global_id(2);
     const int zn = z / GROUPS, zg = z - zn * GROUPS;
     __global const float* A0 = A + offA + zn * sA_n + zg * sA_g;
@@ -191,6 +319,11 @@ void gemm(int M, int N, int K, float alpha,
         for (int ni = 0; ni < nb; ni += NR) {
             __local float* bp = Bp + ni * KC;
             const int n = n0 + ni;
+#if CONV_B == 1
+            pack_conv_fwd(bp, B, kk, kb, n, min(NR, nb - ni), nsplit, nsB, CONV_PASS);
+#elif CONV_B == 2
+            pack_conv_wgrad(bp, B, kk, kb, n, min(NR, nb - ni), CONV_PASS);
+#else
             int p = n, img = 0;
             if (nsplit > 0) { img = n / nsplit; p = n - img * nsplit; }
             if (ni + NR <= nb && (nsplit <= 0 || p + NR <= nsplit)) {
@@ -216,6 +349,7 @@ void gemm(int M, int N, int K, float alpha,
                     for (int k = 0; k < kb; ++k) bp[k * NR + j] = B_AT(kk + k, nj);
                 }
             }
+#endif
         }
         for (int ni = 0; ni < nb; ni += NR) {
             __local const float* bp = Bp + ni * KC;

@@ -135,3 +135,24 @@ __kernel void col2im_chan(int nimg, int C, int H, int W, int KH, int KW,
         }
     }
 }
+
+/* CPU drivers: planes [unit = (image, channel)][H][W] copied into planes
+ * with a zero border ([unit][H + 2PH][W + 2PW]), the operand from which
+ * gemm_cpu.cl (CONV_B) packs convolution columns with no bounds tests: a
+ * copy 1-2x the image instead of im2col's KH*KW-fold columns. One
+ * work-item per range of planes, written front to back. */
+__kernel void pad_planes(int units, int H, int W, int PH, int PW,
+                         __global const float* im, int off_im, __global float* out) {
+    const int Wp = W + 2 * PW;
+    GLOBAL_LOOP(u, units) {
+        __global const float* src = im + off_im + u * H * W;
+        __global float* dst = out + u * (H + 2 * PH) * Wp;
+        for (int i = 0; i < PH * Wp; ++i) *dst++ = 0.0f;
+        for (int h = 0; h < H; ++h, src += W) {
+            for (int i = 0; i < PW; ++i) *dst++ = 0.0f;
+            for (int w = 0; w < W; ++w) *dst++ = src[w];
+            for (int i = 0; i < PW; ++i) *dst++ = 0.0f;
+        }
+        for (int i = 0; i < PH * Wp; ++i) *dst++ = 0.0f;
+    }
+}

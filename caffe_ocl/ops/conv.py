@@ -4,11 +4,14 @@
   into the tile loads, images folded into the GEMM dimensions: one launch
   per forward / backward-data, one or two (split-K + reduce) per
   backward-weight, whatever the batch; no column workspace.
-- "im2col" (CPU drivers, where it measured faster): im2col into a ``col``
-  workspace + one GEMM (gemm_cpu.cl) per chunk of images, the images
-  folded into the GEMM's N (forward, backward-data) or K (backward-weight)
-  dimension so that small feature maps still make big GEMMs; 1x1 stride-1
-  is a plain GEMM on the image.
+- "im2col" (CPU drivers, where it measured faster): one GEMM (gemm_cpu.cl)
+  per chunk of images, the images folded into the GEMM's N (forward,
+  backward-data) or K (backward-weight) dimension so that small feature
+  maps still make big GEMMs. Forward and backward-weight on CPU drivers
+  pack their columns straight from a zero-padded copy of the images (no
+  column buffer, see ``CPU_PACKED_COLUMNS``); backward-data (and GPUs
+  asked for im2col) goes through a ``col`` workspace; 1x1 stride-1 is a
+  plain GEMM on the image.
 - "depthwise" (every device, chosen automatically when groups == channels
   == out_channels and the kernel is not 1x1): direct kernels of
   ops/depthwise.py (kernels/depthwise.cl); asking for it on another
@@ -43,6 +46,13 @@ SRC = "im2col.cl"
 # Largest column workspace (floats) a layer keeps; bigger batches are
 # processed in chunks of images.
 MAX_COL_FLOATS = 1 << 23
+
+# CPU drivers: forward and backward-weight GEMMs pack their columns from
+# the (zero-padded) images themselves (gemm_cpu.cl CONV_B) instead of
+# reading an im2col buffer: CIFAR-10 quick batch 100 wrote and re-read
+# ~270 MB of columns per training step (im2col 34 of 190 ms). False: im2col
+# as on GPUs (tests and A/B timing; read when launches are built).
+CPU_PACKED_COLUMNS = True
 
 
 @dataclass(frozen=True)
@@ -121,7 +131,28 @@ def workspace_floats(dev, g, algo=None):
     a = algorithm(dev, g, algo)
     if a == "winograd":      # own scratch (_workspace); dW by the dense path
         a = "im2col" if dev.is_cpu else "igemm"
-    return 0 if a in ("igemm", "depthwise") else g.col_floats()
+    if a in ("igemm", "depthwise"):
+        return 0
+    if _packs_columns(dev, g):       # backward-data's columns, or padded images
+        return max(g.col_floats(), _pad_chunk(g) * g.channels * _plane(g))
+    return g.col_floats()
+
+
+def _packs_columns(dev, g):
+    """Whether the CPU GEMM packs this convolution's columns itself."""
+    return dev.is_cpu and CPU_PACKED_COLUMNS and not g.is_1x1
+
+
+def _plane(g):
+    """Floats of one zero-padded image plane."""
+    return (g.height + 2 * g.ph) * (g.width + 2 * g.pw)
+
+
+def _pad_chunk(g):
+    """Images per zero-padded copy (bounded as ``col`` is): 0 without padding."""
+    if not (g.ph or g.pw):
+        return 0
+    return max(1, min(g.num, MAX_COL_FLOATS // max(g.channels * _plane(g), 1)))
 
 
 def _geom_args(g):
@@ -157,11 +188,48 @@ def col2im(dev, g, nimg, col, im, off_im, accumulate=False):
                                                 int(bool(accumulate))])
 
 
-def _cols_operand(g, im, col, n0):
-    """(buffer, offset, per-image stride) of the K x HoWo column operand."""
+@dataclass(frozen=True)
+class _Cols:
+    """The column operand of a forward / backward-weight GEMM: buffer,
+    offset, per-image and per-group strides, and gemm's ``conv`` spec when
+    the GEMM packs the columns from images itself."""
+    buf: object
+    off: int
+    image_stride: int
+    group_stride: int
+    conv: tuple = None
+
+
+def _column_chunks(dev, g):
+    """(first image, images) of the chunks the column operand comes in."""
+    if g.is_1x1 or (_packs_columns(dev, g) and not _pad_chunk(g)):
+        return [(0, g.num)]
+    if _packs_columns(dev, g):
+        c = _pad_chunk(g)
+        return [(n0, min(c, g.num - n0)) for n0 in range(0, g.num, c)]
+    return list(g.chunks())
+
+
+def _columns(dev, g, x, col, n0, nc):
+    """([launches], _Cols) of the columns of images n0 .. n0+nc-1: the
+    image itself (1x1), the images (zero-padded into ``col`` where the
+    convolution pads) that the CPU GEMM packs columns from, or im2col's
+    columns in ``col``."""
+    chw = g.channels * g.height * g.width
+    cg = g.channels // g.groups
     if g.is_1x1:
-        return im, n0 * g.channels * g.height * g.width, g.channels * g.height * g.width
-    return col, 0, g.col_rows * g.out_spatial
+        return [], _Cols(x, n0 * chw, chw, cg * g.height * g.width)
+    if not _packs_columns(dev, g):
+        return ([im2col(dev, g, nc, x, n0 * chw, col)],
+                _Cols(col, 0, g.col_rows * g.out_spatial, g.col_rows // g.groups * g.out_spatial))
+    wp = g.width + 2 * g.pw
+    conv = (g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, wp, _plane(g), g.out_w)
+    if not (g.ph or g.pw):
+        return [], _Cols(x, n0 * chw, chw, cg * _plane(g), conv)
+    units = nc * g.channels
+    pad = dev.launch(SRC, "pad_planes", (cpu_chunks(dev, units, min_chunk=1),), (1,),
+                     [units, g.height, g.width, g.ph, g.pw, x, n0 * chw, col])
+    return [pad], _Cols(col, 0, g.channels * _plane(g), cg * _plane(g), conv)
 
 
 # ---------------------------------------------------------------------------
@@ -346,15 +414,15 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None):
     N = g.out_spatial
     out = []
     # images folded into N (nsplit): one GEMM per chunk of images
-    for n0, nc in g.chunks() if not g.is_1x1 else [(0, g.num)]:
-        if not g.is_1x1:
-            out.append(im2col(dev, g, nc, x, n0 * g.channels * g.height * g.width, col))
-        b, boff, bstride = _cols_operand(g, x, col, n0)
-        out += _image_gemm(dev, M, nc * N, K, weight, b, y, off_b=boff,
+    for n0, nc in _column_chunks(dev, g):
+        pre, src = _columns(dev, g, x, col, n0, nc)
+        out += pre
+        out += _image_gemm(dev, M, nc * N, K, weight, src.buf, y, off_b=src.off,
                            off_c=n0 * g.out_channels * N, ldb=N, ldc=N, groups=g.groups,
-                           stride_a=(0, M * K), stride_b=(0, K * N), stride_c=(0, M * N),
-                           nsplit=N, nstride=(bstride, g.out_channels * N),
-                           bias=bias, bias_axis=0, act=act)
+                           stride_a=(0, M * K), stride_b=(0, src.group_stride),
+                           stride_c=(0, M * N), nsplit=N,
+                           nstride=(src.image_stride, g.out_channels * N),
+                           bias=bias, bias_axis=0, act=act, conv=src.conv)
     return out
 
 
@@ -405,27 +473,26 @@ def backward_weight(dev, g, x, dy, dweight, col, algo=None):
     N = g.out_spatial
     out = []
     # images folded into the reduction (ksplit): one GEMM per chunk of images
-    for n0, nc in g.chunks() if not g.is_1x1 else [(0, g.num)]:
-        if not g.is_1x1:
-            out.append(im2col(dev, g, nc, x, n0 * g.channels * g.height * g.width, col))
-        b, boff, bstride = _cols_operand(g, x, col, n0)
+    for n0, nc in _column_chunks(dev, g):
+        pre, src = _columns(dev, g, x, col, n0, nc)
+        out += pre
         nsplit = cpu_weight_split(dev, M, K, g.groups, nc) if dev.is_cpu else 1
         if nsplit > 1:
-            out += _split_weight_gemm(dev, g, M, K, N, nc, n0, nsplit, dy, b, boff, bstride,
-                                      dweight)
+            out += _split_weight_gemm(dev, g, M, K, N, nc, n0, nsplit, dy, src, dweight)
             continue
-        out += _weight_gemm(dev, g, M, K, N, nc, n0, dy, b, boff, bstride, dweight)
+        out += _weight_gemm(dev, g, M, K, N, nc, n0, dy, src, dweight)
     return out
 
 
-def _weight_gemm(dev, g, M, K, N, nimg, n_first, dy, b, boff, bstride, dweight):
+def _weight_gemm(dev, g, M, K, N, nimg, n_first, dy, src, dweight):
     """[launches]: dweight += dy * col^T over ``nimg`` images from image
-    ``n_first`` (dy) whose columns start at ``boff`` of ``b``, the images
-    folded into K."""
-    return _image_gemm(dev, M, K, nimg * N, dy, b, dweight, trans_b=True, beta=1.0,
-                       off_a=n_first * g.out_channels * N, off_b=boff, lda=N, ldb=N,
-                       groups=g.groups, stride_a=(0, M * N), stride_b=(0, K * N),
-                       stride_c=(0, M * K), ksplit=N, kstride=(g.out_channels * N, bstride))
+    ``n_first`` (dy) whose columns are ``src`` (a _Cols), the images folded
+    into K."""
+    return _image_gemm(dev, M, K, nimg * N, dy, src.buf, dweight, trans_b=True, beta=1.0,
+                       off_a=n_first * g.out_channels * N, off_b=src.off, lda=N, ldb=N,
+                       groups=g.groups, stride_a=(0, M * N), stride_b=(0, src.group_stride),
+                       stride_c=(0, M * K), ksplit=N,
+                       kstride=(g.out_channels * N, src.image_stride), conv=src.conv)
 
 
 def cpu_weight_split(dev, M, K, groups, nimg):
@@ -443,25 +510,26 @@ def cpu_weight_split(dev, M, K, groups, nimg):
     return max(1, min(nimg, want // max(blocks * groups, 1)))
 
 
-def _split_weight_gemm(dev, g, M, K, N, nc, n0, nsplit, dy, b, boff, bstride, dweight):
+def _split_weight_gemm(dev, g, M, K, N, nc, n0, nsplit, dy, src, dweight):
     """dweight += sum over nc images (from n0) of dy * col^T, as nsplit GEMMs
     over groups of q images into partial weights ([group][split][M*K], a
     buffer of their own) summed by splitk_reduce; leftover images (nc not a
     multiple of q) accumulate straight into dweight."""
     q = nc // nsplit
-    G, MK = g.groups, M * K
+    G, MK, bstride = g.groups, M * K, src.image_stride
     ws = dev.alloc(4 * G * nsplit * MK)
-    launches = [gemm(dev, M, K, q * N, dy, b, ws, trans_b=True, beta=0.0,
-                     off_a=n0 * g.out_channels * N, off_b=boff, lda=N, ldb=N,
+    launches = [gemm(dev, M, K, q * N, dy, src.buf, ws, trans_b=True, beta=0.0,
+                     off_a=n0 * g.out_channels * N, off_b=src.off, lda=N, ldb=N,
                      batch=nsplit, groups=G,
-                     stride_a=(q * g.out_channels * N, M * N), stride_b=(q * bstride, K * N),
+                     stride_a=(q * g.out_channels * N, M * N),
+                     stride_b=(q * bstride, src.group_stride),
                      stride_c=(MK, nsplit * MK), ksplit=N,
-                     kstride=(g.out_channels * N, bstride))]
+                     kstride=(g.out_channels * N, bstride), conv=src.conv)]
     gs, ls = work_size(dev, G * MK)
     launches.append(dev.launch(IGEMM_SRC, "splitk_reduce", gs, ls,
                                [G * MK, MK, nsplit, ws, 1.0, dweight], dict(MODE=-1)))
     done = q * nsplit
     if nc > done:
-        launches += _weight_gemm(dev, g, M, K, N, nc - done, n0 + done, dy, b,
-                                 boff + done * bstride, bstride, dweight)
+        rest = _Cols(src.buf, src.off + done * bstride, bstride, src.group_stride, src.conv)
+        launches += _weight_gemm(dev, g, M, K, N, nc - done, n0 + done, dy, rest, dweight)
     return launches

@@ -148,7 +148,7 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
          lda=None, ldb=None, ldc=None, batch=1, groups=1,
          stride_a=(0, 0), stride_b=(0, 0), stride_c=(0, 0),
          bias=None, bias_axis=0, off_bias=0, act=None, impl=None,
-         nsplit=0, nstride=(0, 0), ksplit=0, kstride=(0, 0)):
+         nsplit=0, nstride=(0, 0), ksplit=0, kstride=(0, 0), conv=None):
     """One launch over batch*groups problems.
 
     stride_x = (per batch index, per group index), in elements.
@@ -161,7 +161,11 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
     n % nsplit, images nstride = (B, C) floats apart (op(B) not transposed);
     ksplit > 0: index k of op(A), op(B) lies in image k // ksplit at
     k % ksplit, images kstride = (A, B) floats apart (A not transposed, B
-    transposed)."""
+    transposed);
+    conv = (kh, kw, sh, sw, dh, dw, wp, hwp, wo): B is zero-padded images
+    ([image][C][Hp][Wp]; Wp, Hp*Wp, output row WO) whose columns the kernel
+    packs itself (gemm_cpu.cl CONV_B): op(B) = col with nsplit = HO*WO
+    (forward), or op(B) = col^T with ksplit = HO*WO (weight gradient)."""
     act_kind, act_a, act_b = act_defines(act)
     if lda is None:
         lda = M if trans_a else K
@@ -183,6 +187,11 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
         raise ValueError("gemm: nsplit needs op(B) = B (not transposed)")
     if ksplit and (trans_a or not trans_b):
         raise ValueError("gemm: ksplit needs op(A) = A and op(B) = B^T")
+    if conv is not None:
+        if not (nsplit if not trans_b else ksplit) or impl not in (None, "cpu"):
+            raise ValueError("gemm: conv needs the CPU kernel and nsplit (op(B) = B) "
+                             "or ksplit (op(B) = B^T)")
+        common["CONV_B"] = 2 if trans_b else 1
     extra = []
     if impl == "cpu":
         # CPU drivers: one work-item per bm x bn block (kernels/gemm_cpu.cl)
@@ -192,6 +201,7 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
         gx, gy = -(-N // bn), -(-M // bm)
         extra = [bm, bn, int(nsplit), int(nstride[0]), int(nstride[1]),
                  int(ksplit), int(kstride[0]), int(kstride[1])]
+        extra += [int(v) for v in (conv if conv is not None else (0,) * 9)]
     else:
         t = gpu_tiles(dev, M, K)
         src = SRC
