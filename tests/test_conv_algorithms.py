@@ -392,7 +392,8 @@ def test_tf32_tiling_emulated_conv(d, rng, p, emulated_tf32):
 
 
 # CPU drivers pack forward / weight-gradient columns from the (zero-padded)
-# images (gemm_cpu.cl CONV_B). Geometries reaching its paths: output rows
+# images (gemm_cpu.cl CONV_B), and stride-1 backward-data's as a forward
+# convolution of dy with the flipped weight. Geometries reaching its paths: output rows
 # of 16+ and of 8 (vector runs), rows a multiple of 8 (transposed
 # weight-gradient pack), C*KH*KW over one K panel (256), more pixels per
 # image than a panel, no padding (the images themselves), rows that are
@@ -424,7 +425,7 @@ def test_cpu_packed_columns(d, rng, p, max_col, split, monkeypatch):
     b = rng.standard_normal(g.out_channels)
     yshape = (g.num, g.out_channels, g.out_h, g.out_w)
     dy = rng.standard_normal(yshape)
-    y_ref, dw_ref, _ = _refs(g, x, w, dy)
+    y_ref, dw_ref, dx_ref = _refs(g, x, w, dy)
     ws = conv_ops.workspace_floats(d.dev, g, "im2col")
     col = d.buf(np.zeros(max(ws, 1)))
     xb, wb, bb, dyb = d.buf(x), d.buf(w), d.buf(b), d.buf(dy)
@@ -442,3 +443,12 @@ def test_cpu_packed_columns(d, rng, p, max_col, split, monkeypatch):
     assert "im2col_chan" not in [ln.name for ln in bwd]
     d.run(bwd)
     assert _rel(d.get(dwb, w.shape), dw0 + dw_ref) < 1e-5
+
+    dx0 = rng.standard_normal(x.shape)
+    for accumulate, base in ((False, np.full(x.shape, np.nan)), (True, dx0)):
+        dxb = d.buf(base)
+        ls = conv_ops.backward_data(d.dev, g, dyb, wb, dxb, col, accumulate=accumulate,
+                                    algo="im2col")
+        assert ("col2im_chan" in [ln.name for ln in ls]) == (g.sh > 1)
+        d.run(ls)
+        assert _rel(d.get(dxb, x.shape), dx_ref + (dx0 if accumulate else 0)) < 1e-5

@@ -156,3 +156,15 @@ __kernel void pad_planes(int units, int H, int W, int PH, int PW,
         for (int i = 0; i < PH * Wp; ++i) *dst++ = 0.0f;
     }
 }
+
+/* CPU drivers: the weight of a stride-1 convolution's backward-data taken
+ * as a forward convolution of dy: wt[g][c][co][KK-1-k] = w[g][co][c][k]
+ * (kernel taps reversed, k = kh*KW + kw; M output and C input channels
+ * per group), written in order. */
+__kernel void flip_weights(int total, int M, int C, int KK,
+                           __global const float* w, __global float* wt, int off_wt) {
+    GLOBAL_LOOP(i, total) {
+        const int k = i % KK, t = i / KK, co = t % M, t2 = t / M, c = t2 % C, g = t2 / C;
+        wt[off_wt + i] = w[((g * M + co) * C + c) * KK + (KK - 1 - k)];
+    }
+}
