@@ -34,6 +34,7 @@ by one, which gives the same values. Code calling ``layer.forward`` /
 import logging
 import os
 
+from . import fusion_eltwise
 from .fusion import ChainPlan, _act_of
 from .ops import normalization as norm_ops
 from .ops import pointwise
@@ -192,8 +193,11 @@ def build_plan(net):
     if not enabled():
         return None
     chains = [TrainChain(net, *t) for t in find_chains(net)]
-    if not chains:
-        return None
-    log.info("Fused %d BatchNorm/Scale/activation chains for training (%s%s)",
-             len(chains), chains[0].describe(), " ..." if len(chains) > 1 else "")
-    return TrainFusionPlan(chains)
+    if chains:
+        log.info("Fused %d BatchNorm/Scale/activation chains for training (%s%s)",
+                 len(chains), chains[0].describe(), " ..." if len(chains) > 1 else "")
+    sums = fusion_eltwise.chains_of(net, train=True)
+    if sums:
+        log.info("Fused %d Eltwise/activation chains for training (%s%s)",
+                 len(sums), sums[0].describe(), " ..." if len(sums) > 1 else "")
+    return TrainFusionPlan(chains + sums) if chains or sums else None
