@@ -222,10 +222,13 @@ class FusionPlan(ChainPlan):
     """The folded chains of a TEST net."""
 
     def check_backward(self):
+        lost = [c for c in self.chains if getattr(c, "loses_values", True)]
+        if not lost:
+            return      # only Eltwise -> activation chains: every blob holds its value
         raise NetError(
             "backward through a folded net is not supported (BatchNorm/Scale/activation "
-            f"layers were folded into their producers: {self.chains[0].describe()}"
-            f"{' ...' if len(self.chains) > 1 else ''}); build the net with fold=False "
+            f"layers were folded into their producers: {lost[0].describe()}"
+            f"{' ...' if len(lost) > 1 else ''}); build the net with fold=False "
             "(or set CAFFE_OCL_FOLD=0), or call caffe_ocl.fusion.unfold(net) and run "
             "forward again before backward")
 
@@ -302,7 +305,8 @@ def find_chains(net):
 
 def build_plan(net):
     """FusionPlan for ``net`` (None when nothing folds)."""
-    chains = find_chains(net)
+    from . import fusion_eltwise
+    chains = find_chains(net) + fusion_eltwise.chains_of(net, train=False)
     for c in chains:
         log.info("Folding %s", c.describe())
     return FusionPlan(chains) if chains else None

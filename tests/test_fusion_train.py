@@ -108,3 +108,51 @@ def test_solver_steps_match(monkeypatch, tmp_path):
     for k in results[0]:
         for a, b in zip(results[0][k], results[1][k]):
             np.testing.assert_allclose(b, a, rtol=1e-3, atol=1e-5, err_msg=k)
+
+
+CONV_RELU = """
+name: "cr" force_backward: true
+layer { name: "in" type: "Input" top: "x" top: "label"
+        input_param { shape { dim: 2 dim: 3 dim: 6 dim: 5 } shape { dim: 2 } } }
+layer { name: "c1" type: "Convolution" bottom: "x" top: "c1"
+        convolution_param { num_output: 4 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.5 }
+                            bias_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "r1" type: "ReLU" bottom: "c1" top: "c1" }
+layer { name: "c2" type: "Convolution" bottom: "c1" top: "c2"
+        convolution_param { num_output: 3 kernel_size: 1 bias_term: false weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "r2" type: "ReLU" bottom: "c2" top: "c2" relu_param { negative_slope: 0.2 } }
+layer { name: "c3" type: "Convolution" bottom: "c2" top: "c3"
+        convolution_param { num_output: 3 kernel_size: 1 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "r3" type: "ReLU" bottom: "c3" top: "r3" }
+layer { name: "fc" type: "InnerProduct" bottom: "r3" top: "fc"
+        inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }
+"""
+
+
+def test_conv_relu_forward_fused(monkeypatch):
+    """Convolution -> in-place ReLU: the ReLU in the convolution's epilogue
+    (not for a ReLU into another blob), backward layer by layer; same
+    values and gradients as unfused."""
+    nets = []
+    for fuse in (False, True):
+        monkeypatch.setenv(fusion_train.ENV, "1" if fuse else "0")
+        caffe_ocl.set_random_seed(4)
+        net = caffe_ocl.Net(parse_net_text(CONV_RELU), caffe_ocl.TRAIN)
+        net.blobs["x"].data[...] = np.random.default_rng(2).standard_normal(net.blobs["x"].shape)
+        net.blobs["label"].data[...] = [2, 0]
+        net.forward()
+        net.backward()
+        nets.append(net)
+    ref, fused = nets
+    assert [c.describe() for c in fused._train_fusion.chains] == ["c1 -> r1", "c2 -> r2"]
+    for name in ("c1", "c2", "c3", "loss"):
+        np.testing.assert_allclose(fused.blobs[name].data, ref.blobs[name].data,
+                                   rtol=1e-5, atol=1e-6, err_msg=name)
+    assert (ref.blobs["c1"].data == 0).any() and (ref.blobs["c2"].data < 0).any()
+    for name in ("x", "c1", "c2"):
+        np.testing.assert_allclose(fused.blobs[name].diff, ref.blobs[name].diff,
+                                   rtol=1e-4, atol=1e-6, err_msg=name)
+    for lname in ("c1", "c2", "c3"):
+        for a, b in zip(fused.params[lname], ref.params[lname]):
+            np.testing.assert_allclose(a.diff, b.diff, rtol=1e-4, atol=1e-6, err_msg=lname)

@@ -142,16 +142,37 @@ __kernel void chan_normalize_bwd(int O, int C, int I, __global const float* dy,
 
 /* forward after the statistics: xnorm = xn (kept for backward), y = act(y2);
  * y may alias x. */
+/* VEC 4 (the host checks that 4 divides I): float4 loads and stores, one
+ * channel index per four elements. */
+#ifndef VEC
+#define VEC 1
+#endif
+#if VEC == 4
+#define VLOAD(k, p) vload4((k), (p))
+#define VSTORE(v, k, p) vstore4((v), (k), (p))
+typedef float4 floatv;
+#else
+#define VLOAD(k, p) ((p)[k])
+#define VSTORE(v, k, p) ((p)[k] = (v))
+typedef float floatv;
+#endif
 __kernel void bn_scale_act_fwd(int n, int C, int I, __global const float* x,
                                __global const float* mean, __global const float* stdv,
                                __global const float* gamma, __global const float* beta,
                                __global float* xnorm, __global float* y,
                                float act_a, float act_b) {
-    GLOBAL_LOOP(k, n) {
-        const int c = (k / I) % C;
-        const float xn = (x[k] - mean[c]) / stdv[c];
-        xnorm[k] = xn;
-        y[k] = APPLY_ACT(fma(gamma[c], xn, beta[c]));
+    const int IV = I / VEC;
+    GLOBAL_LOOP(k, n / VEC) {
+        const int c = (k / IV) % C;
+        const floatv xn = (VLOAD(k, x) - mean[c]) / stdv[c];
+        VSTORE(xn, k, xnorm);
+        floatv v = fma((floatv)gamma[c], xn, (floatv)beta[c]);
+#if ACT == 1
+        v = select(act_a * v, v, v > (floatv)0.0f);
+#elif ACT == 2
+        v = fmax((floatv)act_a, fmin((floatv)act_b, v));
+#endif
+        VSTORE(v, k, y);
     }
 }
 
@@ -162,10 +183,17 @@ __kernel void bn_scale_act_bwd(int n, int C, int I, float inv_m, __global const 
                                __global const float* beta, __global const float* stdv,
                                __global const float* sums, __global float* dx,
                                float act_a, float act_b) {
-    GLOBAL_LOOP(k, n) {
-        const int c = (k / I) % C;
-        const float xn = xnorm[k];
-        const float g = dy[k] * ACT_GRAD(fma(gamma[c], xn, beta[c]));
-        dx[k] = gamma[c] / stdv[c] * (g - inv_m * (sums[2 * c] + sums[2 * c + 1] * xn));
+    const int IV = I / VEC;
+    GLOBAL_LOOP(k, n / VEC) {
+        const int c = (k / IV) % C;
+        const floatv xn = VLOAD(k, xnorm);
+        floatv g = VLOAD(k, dy);
+#if ACT == 1
+        g *= select((floatv)act_a, (floatv)1.0f, fma((floatv)gamma[c], xn, (floatv)beta[c]) > (floatv)0.0f);
+#elif ACT == 2
+        const floatv pre = fma((floatv)gamma[c], xn, (floatv)beta[c]);
+        g = select((floatv)0.0f, g, pre >= (floatv)act_a && pre <= (floatv)act_b);
+#endif
+        VSTORE(gamma[c] / stdv[c] * (g - inv_m * (sums[2 * c] + sums[2 * c + 1] * xn)), k, dx);
     }
 }

@@ -3,6 +3,7 @@
  * Backward: dx = dy * f'(x, y; a, b, c)  (BETA=1 adds to dx instead)
  * The op numbers live in caffe_ocl/ops/pointwise.py (UNARY_OPS). */
 #include "common.h"
+#include "act.h"
 
 #ifndef OP
 #define OP 0
@@ -146,6 +147,55 @@ __kernel void axpby(int n, float alpha, __global const float* x, int offx,
         float v = alpha * x[offx + i];
         if (beta != 0.0f) v += beta * y[offy + i];
         y[offy + i] = v;
+    }
+}
+
+/* y = act(c0*x0 + c1*x1): a two-bottom Eltwise SUM in one pass (two
+ * axpby passes read y once more), Split's backward (c0 = c1 = 1, ACT 0),
+ * and an Eltwise with its in-place ReLU/Clip fused in (ACT, act.h). */
+__kernel void sum2_act(int n, float c0, __global const float* x0, float c1,
+                       __global const float* x1, __global float* y,
+                       float act_a, float act_b) {
+    GLOBAL_LOOP(i, n) {
+        float v = c0 * x0[i] + c1 * x1[i];
+        y[i] = APPLY_ACT(v);
+    }
+}
+
+#ifndef PD0
+#define PD0 1
+#endif
+#ifndef PD1
+#define PD1 1
+#endif
+#ifndef KEEP_G
+#define KEEP_G 1
+#endif
+/* Backward of sum2_act whose ReLU (ACT 1) ran in place on y: the gate
+ * comes from the output, as Caffe's in-place ReLU computes it (its backward
+ * reads the bottom, which in place is the top). g = dy * relu'(y);
+ * dx0 = c0 * g, dx1 = c1 * g for the bottoms that take a gradient (PD0,
+ * PD1); g is written back into dy (KEEP_G) unless the net shares diffs,
+ * where no one can read it afterwards. One pass instead of three (ReLU's
+ * backward, then a copy per bottom). */
+__kernel void sum2_act_bwd(int n, __global float* dy, __global const float* y,
+                           float c0, __global float* dx0, float c1, __global float* dx1,
+                           float act_a, float act_b) {
+    GLOBAL_LOOP(i, n) {
+#if ACT == 0
+        float g = dy[i];
+#else
+        float g = dy[i] * ACT_GRAD(y[i]);
+#if KEEP_G
+        dy[i] = g;
+#endif
+#endif
+#if PD0
+        dx0[i] = c0 * g;
+#endif
+#if PD1
+        dx1[i] = c1 * g;
+#endif
     }
 }
 

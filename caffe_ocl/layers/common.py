@@ -104,6 +104,10 @@ class SplitLayer(Layer):
         if not self.propagate_down[0]:
             return
         n, dx = bottom[0].count, bottom[0].diff_buffer()
-        self.bwd = [pointwise.copy(self.device, n, top[0].diff_buffer(), dx)]
-        for t in top[1:]:
+        if len(top) == 1:
+            self.bwd = [pointwise.copy(self.device, n, top[0].diff_buffer(), dx)]
+        else:       # the first two tops' diffs summed in one pass, more accumulate
+            self.bwd = [pointwise.sum2(self.device, n, 1.0, top[0].diff_buffer(), 1.0,
+                                       top[1].diff_buffer(), dx)]
+        for t in top[2:]:
             self.bwd.append(pointwise.axpby(self.device, n, 1.0, t.diff_buffer(), 1.0, dx))

@@ -74,9 +74,14 @@ class EltwiseLayer(Layer):
         top[0].reshape(bottom[0].shape)
         dev, n, y = self.device, bottom[0].count, top[0].data_buffer()
         if self.op == self.SUM:
-            self.fwd = [pointwise.axpby(dev, n, self.coeffs[0], bottom[0].data_buffer(), 0.0, y)]
+            if len(bottom) == 1:
+                self.fwd = [pointwise.axpby(dev, n, self.coeffs[0], bottom[0].data_buffer(),
+                                            0.0, y)]
+            else:   # the first two in one pass, more accumulate
+                self.fwd = [pointwise.sum2(dev, n, self.coeffs[0], bottom[0].data_buffer(),
+                                           self.coeffs[1], bottom[1].data_buffer(), y)]
             self.fwd += [pointwise.axpby(dev, n, c, b.data_buffer(), 1.0, y)
-                         for c, b in zip(self.coeffs[1:], bottom[1:])]
+                         for c, b in zip(self.coeffs[2:], bottom[2:])]
         elif self.op == self.PROD:
             self.fwd = [shape_ops.mul(dev, n, bottom[0].data_buffer(), bottom[1].data_buffer(), y)]
             self.fwd += [shape_ops.mul(dev, n, y, b.data_buffer(), y) for b in bottom[2:]]

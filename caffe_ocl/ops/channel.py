@@ -26,6 +26,12 @@ def affine(dev, outer, dim, inner, x, y, scale=None, bias=None):
                       {"HAS_SCALE": int(scale is not None), "HAS_BIAS": int(bias is not None)})
 
 
+def vec_of(inner):
+    """Elements per load of the per-channel kernels that take VEC: 4 (a
+    float4) when channels are made of whole float4s, else 1."""
+    return 4 if inner % 4 == 0 else 1
+
+
 def split_chunks(dev, dim, m, wg):
     """How many work-groups share one channel of ``m`` elements in the split
     reductions: enough groups in flight to fill the device (about 8 per
@@ -45,7 +51,8 @@ def channel_partials(dev, outer, dim, inner, a, b=None, shifted=False, gated=Non
     beta) (the fused TRAIN BatchNorm/Scale/activation backward)."""
     from .gemm import act_defines
     wg = reduce_wg(dev)
-    chunks = split_chunks(dev, dim, outer * inner, wg)
+    vec = vec_of(inner)
+    chunks = split_chunks(dev, dim, outer * inner // vec, wg)
     part = dev.alloc(8 * max(int(dim), 1) * chunks)
     groups = min(int(dim) * chunks, 65536)
     mode = 2 if gated is not None else int(bool(shifted))
@@ -55,7 +62,7 @@ def channel_partials(dev, outer, dim, inner, a, b=None, shifted=False, gated=Non
                         [outer, dim, inner, chunks, a, b if b is not None else a,
                          gamma, beta, act_a, act_b, part],
                         {"WG": wg, "PART_MODE": mode, "PART_B": int(b is not None),
-                         "ACT": act_kind})
+                         "ACT": act_kind, "VEC": vec})
     return launch, part, chunks
 
 

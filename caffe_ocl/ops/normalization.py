@@ -4,7 +4,7 @@ Blobs are viewed as ``O x C x I``; statistics of channel c run over (o, i)
 by one work-group per channel (BatchNorm: O=num, I=spatial; MVN: O=1,
 C=rows, I=row length)."""
 from . import work_size
-from .channel import channel_partials, reduce_groups, reduce_wg
+from .channel import channel_partials, reduce_groups, reduce_wg, vec_of
 
 SRC = "normalization.cl"
 
@@ -84,8 +84,10 @@ def bn_scale_act_forward(dev, O, C, I, x, mean, stdv, gamma, beta, xnorm, y, act
     """TRAIN BatchNorm -> Scale -> act after the statistics (bn_train_stats):
     xnorm = (x - mean) / stdv, y = act(gamma * xnorm + beta), one pass."""
     n = O * C * I
-    g, l = work_size(dev, n)
+    vec = vec_of(I)
+    g, l = work_size(dev, n // vec)
     defs, aa = _act_args(act)
+    defs["VEC"] = vec
     return dev.launch(SRC, "bn_scale_act_fwd", g, l,
                       [n, C, I, x, mean, stdv, gamma, beta, xnorm, y] + aa, defs)
 
@@ -106,7 +108,9 @@ def bn_scale_act_backward(dev, O, C, I, dy, xnorm, gamma, beta, stdv, dx, dgamma
                         1, 1], {"WANT1": int(dbeta is not None), "WANT2": 1})
     pairs = dev.launch("channel.cl", "chan_partial_pairs", gs, ls, [C, chunks, part, sums])
     n = O * C * I
-    g, l = work_size(dev, n)
+    vec = vec_of(I)
+    g, l = work_size(dev, n // vec)
+    defs["VEC"] = vec
     apply = dev.launch(SRC, "bn_scale_act_bwd", g, l,
                        [n, C, I, 1.0 / max(O * I, 1), dy, xnorm, gamma, beta, stdv, sums,
                         dx] + aa, defs)

@@ -41,6 +41,34 @@ def axpby(dev, n, alpha, x, beta, y, offx=0, offy=0):
     return dev.launch(SRC, "axpby", g, l, [n, alpha, x, offx, beta, y, offy])
 
 
+def sum2(dev, n, c0, x0, c1, x1, y, act=None):
+    """y = act(c0*x0 + c1*x1) in one pass (act: None, ('relu', slope) or
+    ('clip', lo, hi), as ops.gemm.act_defines)."""
+    from .gemm import act_defines
+    kind, a, b = act_defines(act)
+    g, l = work_size(dev, n)
+    return dev.launch(SRC, "sum2_act", g, l, [n, float(c0), x0, float(c1), x1, y, a, b],
+                      {"ACT": kind})
+
+
+def sum2_backward(dev, n, dy, y, c0, dx0, c1, dx1, act=None, keep_g=True):
+    """Backward of ``sum2`` whose ReLU (or no activation) ran in place on
+    y: g = dy * relu'(y) (from the output, Caffe's in-place ReLU rule), dx0 =
+    c0*g, dx1 = c1*g (a None dx is skipped), g written back into dy when
+    ``keep_g``. Not for Clip: its in-place backward gates by the saved
+    input (layers/neuron_ext.py), which is not kept here."""
+    from .gemm import act_defines
+    kind, a, b = act_defines(act)
+    if kind not in (0, 1):
+        raise ValueError(f"sum2_backward: only ReLU or no activation, got {act!r}")
+    g, l = work_size(dev, n)
+    return dev.launch(SRC, "sum2_act_bwd", g, l,       # an absent dx's slot gets dy, unused
+                      [n, dy, y, float(c0), dy if dx0 is None else dx0,
+                       float(c1), dy if dx1 is None else dx1, a, b],
+                      {"ACT": kind, "PD0": int(dx0 is not None), "PD1": int(dx1 is not None),
+                       "KEEP_G": int(bool(keep_g))})
+
+
 def copy(dev, n, x, y, offx=0, offy=0):
     return axpby(dev, n, 1.0, x, 0.0, y, offx, offy)
 
