@@ -29,6 +29,7 @@ GEOMS = [
     (1, 3, 4, 7, 2, 1, 0),       # unequal pads
     (2, 33, 5, 6, 70, 1, 1),     # C, Co off the GEMM tiles, Co > 64
     (1, 2, 3, 3, 3, 0, 0),       # single output pixel (one tile, 3/4 wasted)
+    (2, 3, 6, 8, 5, 1, 1),       # width 8: F(4x4) rows as float4s, a partial tile row
 ]
 # grouped (AlexNet's conv4/conv5 are two-group 3x3): (n, c, h, w, co, ph, pw, groups)
 GROUPED = [
