@@ -173,3 +173,34 @@ def test_backward_weight_split_over_work_groups(d, rng):
     dwb = d.buf(dw0)
     d.run(dw_ops.backward_weight(d.dev, g, d.buf(x), d.buf(dy), dwb, impl="gpu"))
     assert _rel(d.get(dwb, w.shape), dw0 + ref) < 1e-5
+
+
+# CPU forward: rows wide enough for the float8 runs of dw_forward_plane
+# (stride 1: unaligned loads; 2: even lanes; 3: gathered), with edges, a
+# tail after the last run, and (stride 3, pad 3 > kernel reach) output
+# rows and columns that read only padding.
+CPU_VECTOR_GEOMS = [
+    (2, 3, 5, 29, 3, 3, 1, 1, 1, 1, 1, 1),
+    (1, 2, 6, 37, 3, 3, 1, 1, 2, 2, 1, 1),
+    (1, 2, 7, 52, 3, 3, 3, 3, 3, 3, 1, 1),
+]
+
+
+@pytest.mark.parametrize("band_floats", [None, 200, 20], ids=["one-band", "bands", "no-band"])
+@pytest.mark.parametrize("p", CPU_VECTOR_GEOMS, ids=["s1", "s2", "s3pad3"])
+def test_cpu_forward_vector_runs(d, rng, monkeypatch, p, band_floats):
+    """band_floats: a smaller host budget cuts planes into several bands of
+    rows, or (too small for one row) falls back to the element kernel."""
+    if band_floats is not None:
+        monkeypatch.setattr(dw_ops, "BAND_FLOATS", band_floats)
+    g = _geom(p)
+    rows = dw_ops.band_rows(d.dev, g)
+    assert (rows == g.out_h, 0 < rows < g.out_h, rows == 0)[[None, 200, 20].index(band_floats)]
+    x, w, b, _ = _case(g, rng)
+    yshape = (g.num, g.channels, g.out_h, g.out_w)
+    assert g.out_w >= 16
+    ref = np.clip(conv2d(x, w, **_kw(g)) + b.reshape(1, -1, 1, 1), -0.5, 0.7)
+    yb = d.buf(np.full(yshape, np.nan))
+    d.run(dw_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, bias=d.buf(b),
+                         act=("clip", -0.5, 0.7), impl="cpu"))
+    assert _rel(d.get(yb, yshape), ref) < 1e-5

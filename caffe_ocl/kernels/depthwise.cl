@@ -18,8 +18,23 @@
 #define WG 256
 #endif
 #include "act.h"
+/* APPLY_ACT of act.h on a float8 */
+#if ACT == 1
+#define APPLY_ACT8(v) select(act_a * (v), (v), (v) > (float8)0.0f)
+#elif ACT == 2
+#define APPLY_ACT8(v) fmax((float8)act_a, fmin((float8)act_b, (v)))
+#else
+#define APPLY_ACT8(v) (v)
+#endif
 
 #define TAPS (KH * KW)
+/* dw_forward_band: __local floats of a band of padded input rows (set by
+ * ops/depthwise.py, which sizes bands to it), and the zeros after its last
+ * row that the last vector loads may read (8 lanes at stride SW). */
+#ifndef DW_BAND_FLOATS
+#define DW_BAND_FLOATS 16384
+#endif
+#define DW_SLACK (8 * SW + (KW - 1) * DW)
 
 /* y = act(x (*) w + bias); one output element per index. */
 __kernel void dw_forward(int total, int C, int H, int W, int HO, int WO,
@@ -96,41 +111,96 @@ __kernel void dw_bwd_data(int total, int C, int H, int W, int HO, int WO,
     }
 }
 
+/* 8 inputs of (padded) row xr for 8 consecutive outputs from column ow,
+ * tap column kw (compile-time stride: one unaligned vector load at stride
+ * 1, the even lanes of one 16-wide load at stride 2, gathered otherwise). */
+inline float8 dw_row8(__local const float* xr, int ow, int kw) {
+    __local const float* s = xr + ow * SW + kw * DW;
+#if SW == 1
+    return vload8(0, s);
+#elif SW == 2
+    return vload16(0, s).even;
+#else
+    return (float8)(s[0], s[SW], s[2 * SW], s[3 * SW], s[4 * SW], s[5 * SW], s[6 * SW],
+                    s[7 * SW]);
+#endif
+}
+
+/* Rows ih0 .. ih0 + rows - 1 of plane xp, zero-padded (PW columns on each
+ * side, rows outside the image all zeros) into buf ([rows][wp]), then
+ * DW_SLACK zeros that the last row's vector loads may read. */
+inline void dw_pad_rows(__local float* buf, __global const float* xp, int ih0, int rows,
+                        int H, int W, int wp) {
+    for (int r = 0; r < rows; ++r) {
+        __local float* d = buf + r * wp;
+        const int ih = ih0 + r;
+        if (ih < 0 || ih >= H) {
+            for (int j = 0; j < wp; ++j) d[j] = 0.0f;
+            continue;
+        }
+        __global const float* s = xp + ih * W;
+        for (int j = 0; j < PW; ++j) d[j] = 0.0f;
+        int j = 0;
+        for (; j + 8 <= W; j += 8) vstore8(vload8(0, s + j), 0, d + PW + j);
+        for (; j < W; ++j) d[PW + j] = s[j];
+        for (j = PW + W; j < wp; ++j) d[j] = 0.0f;
+    }
+    for (int j = 0; j < DW_SLACK; ++j) buf[rows * wp + j] = 0.0f;
+}
+
 /* CPU drivers (work-groups of one item, GLOBAL_LOOP giving each a run of
- * (image, channel) planes): per output row, the taps walk contiguous row
- * segments (valid_wo) accumulating into y's row, which stays in cache; no
- * per-element index arithmetic (the element kernels above spent their time
- * on four integer divisions per output: 3 GFLOP/s on MobileNet v2). */
-__kernel void dw_forward_plane(int units, int C, int H, int W, int HO, int WO,
-                               __global const float* x, __global const float* w,
-                               __global const float* bias, __global float* y,
-                               float act_a, float act_b) {
+ * (image, channel) planes): each band of ``band`` output rows copies the
+ * input rows it reads into __local memory, zero-padded, then computes its
+ * outputs 8 at a time in a float8 register summed over the taps (one
+ * vector load + fma per tap, no bounds tests, each output stored once; a
+ * row's last 8 overlap the previous ones, rows under 8 store their lanes
+ * one by one). The per-tap row sweeps with bounds-tested segments it
+ * replaces read and wrote each y row once per tap and ran the edge columns
+ * scalar: MobileNet v2's depthwise layers at batch 16 took 49 ms per pass
+ * against 17 ms without their edge columns. */
+__kernel void dw_forward_band(int units, int C, int H, int W, int HO, int WO, int band,
+                              __global const float* x, __global const float* w,
+                              __global const float* bias, __global float* y,
+                              float act_a, float act_b) {
+    __local float buf[DW_BAND_FLOATS];
+    const int wp = W + 2 * PW;
     GLOBAL_LOOP(u, units) {
         const int c = u % C;
         __global const float* xp = x + (size_t)u * H * W;
         __global float* yp = y + (size_t)u * HO * WO;
-        __global const float* wp = w + c * TAPS;
+        float wv[TAPS];
+#pragma unroll
+        for (int t = 0; t < TAPS; ++t) wv[t] = w[c * TAPS + t];
 #if BIAS
         const float b = bias[c];
 #else
         const float b = 0.0f;
 #endif
-        for (int oh = 0; oh < HO; ++oh) {
-            __global float* yr = yp + oh * WO;
-            for (int ow = 0; ow < WO; ++ow) yr[ow] = 0.0f;
-            for (int kh = 0; kh < KH; ++kh) {
-                const int ih = oh * SH - PH + kh * DH;
-                if (ih < 0 || ih >= H) continue;
-                __global const float* xr = xp + ih * W;
-                for (int kw = 0; kw < KW; ++kw) {
-                    const float wv = wp[kh * KW + kw];
-                    const int off = kw * DW - PW;
-                    const int2 r = valid_wo(off, SW, W, WO);
-                    for (int ow = r.x; ow < r.y; ++ow)
-                        yr[ow] = fma(xr[ow * SW + off], wv, yr[ow]);
+        for (int oh0 = 0; oh0 < HO; oh0 += band) {
+            const int nr = min(band, HO - oh0);
+            dw_pad_rows(buf, xp, oh0 * SH - PH, (nr - 1) * SH + (KH - 1) * DH + 1, H, W, wp);
+            for (int r = 0; r < nr; ++r) {
+                __local const float* xr = buf + r * SH * wp;
+                __global float* yr = yp + (oh0 + r) * WO;
+                for (int ow = 0; ow < WO; ow += 8) {
+                    const int o = max(0, min(ow, WO - 8));
+                    float8 acc = 0.0f;
+#pragma unroll
+                    for (int kh = 0; kh < KH; ++kh)
+#pragma unroll
+                        for (int kw = 0; kw < KW; ++kw)
+                            acc = fma(dw_row8(xr + kh * DH * wp, o, kw),
+                                      (float8)wv[kh * KW + kw], acc);
+                    acc = APPLY_ACT8(acc + b);
+                    if (WO >= 8) {
+                        vstore8(acc, 0, yr + o);
+                    } else {
+                        float v[8];
+                        vstore8(acc, 0, v);
+                        for (int j = 0; j < WO; ++j) yr[j] = v[j];
+                    }
                 }
             }
-            for (int ow = 0; ow < WO; ++ow) yr[ow] = APPLY_ACT(yr[ow] + b);
         }
     }
 }

@@ -12,6 +12,10 @@ from .gemm import act_defines
 SRC = "depthwise.cl"
 # work-group size of the GPU backward-weight reduction (power of two)
 WG = 256
+# kernels/depthwise.cl dw_forward_band: most __local floats per band of
+# padded input rows (DW_BAND_FLOATS there; 64 KiB, an eighth of PoCL's
+# local memory, less where the device has less)
+BAND_FLOATS = 16384
 
 
 def eligible(g):
@@ -44,17 +48,35 @@ def _plane_size(dev, g):
     return (n,), (1,)
 
 
+def band_floats(dev):
+    """__local floats of dw_forward_band's band on ``dev``."""
+    return min(BAND_FLOATS, getattr(dev, "local_mem", 1 << 19) // 8)
+
+
+def band_rows(dev, g):
+    """Output rows per band of dw_forward_band: as many as fit their padded
+    input rows (and the vector loads' slack) in band_floats; 0 when not
+    even one does (rows wider than ~5000 on PoCL)."""
+    wp = g.width + 2 * g.pw
+    room = band_floats(dev) - (8 * g.sw + (g.kw - 1) * g.dw)
+    rows_in = room // wp - (g.kh - 1) * g.dh - 1
+    return 0 if rows_in < 0 else min(g.out_h, rows_in // g.sh + 1)
+
+
 def forward(dev, g, x, weight, y, bias=None, act=None, impl=None):
     """y = act(depthwise(x, weight) (+ bias)); ``act`` as ops.gemm.gemm.
     ``impl``: "gpu" (one work-item per output element), "cpu" (whole planes
-    per work-item, row segments); None: by device."""
+    per work-item, bands of zero-padded rows; the element kernel where not
+    one row fits a band); None: by device."""
     act_kind, act_a, act_b = act_defines(act)
     defs = _defines(g, BIAS=int(bias is not None), ACT=act_kind)
     tail = [x, weight, bias if bias is not None else weight, y, act_a, act_b]
-    if _impl(dev, impl) == "cpu":
+    rows = band_rows(dev, g)
+    if _impl(dev, impl) == "cpu" and rows > 0:
         gs, ls = _plane_size(dev, g)
-        return [dev.launch(SRC, "dw_forward_plane", gs, ls,
-                           [g.num * g.channels] + _sizes(g) + tail, defs)]
+        return [dev.launch(SRC, "dw_forward_band", gs, ls,
+                           [g.num * g.channels] + _sizes(g) + [rows] + tail,
+                           dict(defs, DW_BAND_FLOATS=band_floats(dev)))]
     total = g.num * g.channels * g.out_spatial
     gs, ls = work_size(dev, total)
     return [dev.launch(SRC, "dw_forward", gs, ls, [total] + _sizes(g) + tail, defs)]
