@@ -132,10 +132,6 @@ __kernel void wino_input(int nimg, int C, int H, int W, int TH, int TW, int ph, 
     const int tiles = TH * TW;
     const int T = nimg * tiles;
     const int total = C * Tp;
-    /* F(4x4), padding 1 ("same" 3x3), W and the offset multiples of 4: a
-     * tile's 6 input columns are 1 + an aligned float4 + 1 (the middle 4
-     * always inside the image: TW = W / 4) */
-    const bool mid4 = WM == 4 && pw == 1 && W % 4 == 0 && offX % 4 == 0;
     GLOBAL_LOOP(i, total) {
         const int c = i / Tp, t = i - c * Tp;
         const bool live = t < T;          /* t >= T: a zero padding tile */
@@ -148,17 +144,6 @@ __kernel void wino_input(int nimg, int C, int H, int W, int TH, int TW, int ph, 
         for (int a = 0; a < WA; ++a) {
             const int yy = y0 + a;
             const bool rowok = live && yy >= 0 && yy < H;
-#if WM == 4
-            if (mid4) {      /* columns x0+1 .. x0+4: one aligned float4 */
-                __global const float* rp = xp + yy * W + x0;
-                const float4 m4 = rowok ? *(__global const float4*)(rp + 1) : (float4)0.0f;
-                d[a * WA] = (rowok && tx > 0) ? rp[0] : 0.0f;
-                d[a * WA + 1] = m4.x; d[a * WA + 2] = m4.y;
-                d[a * WA + 3] = m4.z; d[a * WA + 4] = m4.w;
-                d[a * WA + 5] = (rowok && x0 + 5 < W) ? rp[5] : 0.0f;
-                continue;
-            }
-#endif
 #pragma unroll
             for (int b = 0; b < WA; ++b) {
                 const int xx = x0 + b;
