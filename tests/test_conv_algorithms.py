@@ -397,7 +397,9 @@ def test_tf32_tiling_emulated_conv(d, rng, p, emulated_tf32):
 # of 16+ and of 8 (vector runs), rows a multiple of 8 (transposed
 # weight-gradient pack), C*KH*KW over one K panel (256), more pixels per
 # image than a panel, no padding (the images themselves), rows that are
-# not multiples of 8 with groups and stride (gathers); plus padded copies in
+# not multiples of 8 with groups and stride (gathers), stride-2 runs (rows
+# of 12: halves across rows gathered; 1x1 on odd rows: a run ending on the
+# images' last float); plus padded copies in
 # chunks of one image, and the weight gradient split with a leftover image.
 PACKED = [
     ((2, 3, 16, 16, 5, 5, 5, 2, 2, 1, 1, 1, 1, 1), 0, 0),
@@ -405,12 +407,14 @@ PACKED = [
     ((2, 4, 26, 26, 3, 3, 3, 0, 0, 1, 1, 1, 1, 1), 0, 0),
     ((2, 4, 10, 17, 6, 3, 3, 1, 1, 2, 1, 1, 1, 2), 0, 0),
     ((3, 3, 16, 16, 5, 5, 5, 2, 2, 1, 1, 1, 1, 1), 3 * 20 * 20, 2),
+    ((2, 3, 13, 23, 5, 3, 3, 1, 1, 2, 2, 1, 1, 1), 0, 0),
+    ((2, 4, 9, 33, 6, 1, 1, 0, 0, 2, 2, 1, 1, 1), 0, 0),
 ]
 
 
 @pytest.mark.parametrize("p,max_col,split", PACKED,
                          ids=["rows16", "rows8-K300", "nopad-576px", "groups-gather",
-                              "chunks-split"])
+                              "chunks-split", "stride2-rows12", "stride2-1x1-odd"])
 def test_cpu_packed_columns(d, rng, p, max_col, split, monkeypatch):
     if not d.dev.is_cpu:
         pytest.skip("columns are packed from the images by the CPU GEMM only")

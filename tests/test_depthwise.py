@@ -175,7 +175,7 @@ def test_backward_weight_split_over_work_groups(d, rng):
     assert _rel(d.get(dwb, w.shape), dw0 + ref) < 1e-5
 
 
-# CPU forward: rows wide enough for the float8 runs of dw_forward_plane
+# CPU forward: rows wide enough for the float8 runs of dw_forward_band
 # (stride 1: unaligned loads; 2: even lanes; 3: gathered), with edges, a
 # tail after the last run, and (stride 3, pad 3 > kernel reach) output
 # rows and columns that read only padding.
