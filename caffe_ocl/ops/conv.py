@@ -357,8 +357,9 @@ def _strided_1x1_backward_data(dev, g, dy, weight, dx, accumulate):
     gs, ls = work_size(dev, total)
     return (_igemm_backward_data(dev, dense, dy, weight, sub, False) +
             [dev.launch(IGEMM_SRC, "stride_scatter", gs, ls,
-                        [total, g.height, g.width, g.out_h, g.out_w, g.sh, g.sw, sub, dx,
-                         int(bool(accumulate))], dict(MODE=-1))])
+                        [total, sub, dx, int(bool(accumulate))],
+                        dict(MODE=-1, SS_H=g.height, SS_W=g.width, SS_HO=g.out_h,
+                             SS_WO=g.out_w, SS_SH=g.sh, SS_SW=g.sw))])
 
 
 def _igemm_backward_weight(dev, g, x, dy, dweight):
