@@ -222,6 +222,8 @@ class ConvReLUChain:
             bias = params[1] if conv.bias_term else None
             self.fwd = conv_ops.forward(conv.device, conv.geom, x.data_buffer(), params[0],
                                         y.data_buffer(), conv.col, bias, act=self.act)
+            if x.count == 0 or y.count == 0:
+                self.fwd = []
             self._key = key
         x.data_mem.to_device()
         for p in conv.blobs:
