@@ -127,6 +127,12 @@ def _input_kernel(d):
     return "wino_input_rows" if d.dev.is_cpu else "wino_input"
 
 
+def _filter_kernel(d):
+    """The filter transform the device gets: blocks of filters (whole
+    cache lines of U) on CPU drivers, one per work-item on GPUs."""
+    return "wino_filter_lines" if d.dev.is_cpu else "wino_filter"
+
+
 @pytest.mark.parametrize("strips", [False, True], ids=["per-tile", "strips"])
 @pytest.mark.parametrize("p", [GEOMS[0], GEOMS[2], GEOMS[4]], ids=_id)
 def test_winograd_both_input_kernels(d, rng, p, strips, monkeypatch):
@@ -138,6 +144,22 @@ def test_winograd_both_input_kernels(d, rng, p, strips, monkeypatch):
     _check_fwd_bwd(d, rng, _geom(p), tile=4)
     ls = _check_bwd_weight(d, rng, _geom(p), tile=4)
     assert ls[0].name == ("wino_input_rows" if strips else "wino_input")
+
+
+@pytest.mark.parametrize("flip", [0, 1])
+def test_filter_kernels_agree(d, rng, flip):
+    """wino_filter (GPUs) and wino_filter_lines (CPU drivers: blocks of
+    FILTER_BLOCK filters, a partial last block of 6 here) write the same U."""
+    co, c = 10, 7
+    w = d.buf(rng.standard_normal((co, c, 3, 3)))
+    us = {}
+    for name, gs in (("wino_filter", co * c), ("wino_filter_lines", 1)):
+        ub = d.buf(np.full(36 * co * c, np.nan))
+        d.run([d.dev.launch(wino_ops.SRC, name, (gs,), (1,), [co, c, flip, w, 0, ub, 0],
+                            dict(WM=4))])
+        us[name] = d.get(ub, (36, co * c))
+    assert np.isfinite(us["wino_filter"]).all()
+    assert np.array_equal(us["wino_filter"], us["wino_filter_lines"])
 
 
 @pytest.mark.parametrize("tile", [2, 4])
@@ -219,7 +241,7 @@ def test_winograd_through_conv_dispatch(d, rng, monkeypatch):
     xb, wb, dyb = d.buf(x), d.buf(w), d.buf(dy)
     yb = d.buf(np.full(dy.shape, np.nan))
     ls = conv_ops.forward(d.dev, g, xb, wb, yb, col, algo="winograd")
-    assert [ln.name for ln in ls][:2] == ["wino_filter", _input_kernel(d)]
+    assert [ln.name for ln in ls][:2] == [_filter_kernel(d), _input_kernel(d)]
     d.run(ls)
     assert _rel(d.get(yb, dy.shape), y_ref) < 1e-5
     dxb = d.buf(np.full(x.shape, np.nan))

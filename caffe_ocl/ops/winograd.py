@@ -51,7 +51,7 @@ env ``CAFFE_OCL_WINOGRAD=0/1`` forces it off / on for every eligible geometry).
 """
 import os
 
-from . import work_size
+from . import cpu_chunks, work_size
 from .gemm import act_defines, gemm
 
 SRC = "winograd.cl"
@@ -217,6 +217,22 @@ def _input_launch(dev, nimg, cin, h, w, th, tw, ph, pw, Tp, ks, x, off_x, ws, of
                       [nimg, cin, h, w, th, tw, ph, pw, Tp, ks, x, off_x, ws, off_v], defs)
 
 
+# kernels/winograd.cl wino_filter_lines: filters per step
+FILTER_BLOCK = 64
+
+
+def _filter_launch(dev, wco, wc, flip, weight, ws, defs):
+    """The filter transform U (at ws[0]): on CPU drivers FILTER_BLOCK
+    filters per step (wino_filter_lines, whole cache lines per U[k]), else
+    one per work-item."""
+    args = [wco, wc, int(bool(flip)), weight, 0, ws, 0]
+    if dev.is_cpu:
+        n = cpu_chunks(dev, -(-wco * wc // FILTER_BLOCK), min_chunk=16)
+        return dev.launch(SRC, "wino_filter_lines", (n,), (1,), args, defs)
+    gs, ls = work_size(dev, wco * wc)
+    return dev.launch(SRC, "wino_filter", gs, ls, args, defs)
+
+
 def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
               bias, act, beta, gemm_impl, tile, groups=1):
     from .conv import _workspace          # ops.conv imports this module
@@ -242,9 +258,7 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
     # group): the A operand of group j starts at j*cog*cg or at column j*cg.
     wco, wc = (cin, cog) if flip else (cout, cg)
     a_ld, a_gstride = (cin, cg) if flip else (cg, cog * cg)
-    gs, ls = work_size(dev, wco * wc)
-    out = [dev.launch(SRC, "wino_filter", gs, ls, [wco, wc, int(bool(flip)), weight, 0, ws, 0],
-                      defs)]
+    out = [_filter_launch(dev, wco, wc, flip, weight, ws, defs)]
     for n0 in range(0, num, chunk):
         nc = min(chunk, num - n0)
         T = nc * tiles
