@@ -214,10 +214,6 @@ __kernel void wino_input_rows(int nimg, int C, int H, int W, int TH, int TW, int
     }
 }
 
-/* U[k] (+offU) from Wt[CO][C][3][3] (+offW).
- * flip == 0: U[k][co][c] = (G w[co][c] G^T)[k]          (forward)
- * flip != 0: U[k][c][co] = (G rot180(w[co][c]) G^T)[k]  (backward-data:
- *            the full correlation of dy with the rotated, transposed filter). */
 /* u[k * us] = (G w G^T)[k] of filter i as wino_filter indexes it. */
 inline void wino_filter_one(int i, int CO, int C, int flip, __global const float* Wt,
                             float* u, int us) {
@@ -236,6 +232,10 @@ inline void wino_filter_one(int i, int CO, int C, int flip, __global const float
     for (int k = 0; k < WA * WA; ++k) u[k * us] = v[k];
 }
 
+/* U[k] (+offU) from Wt[CO][C][3][3] (+offW).
+ * flip == 0: U[k][co][c] = (G w[co][c] G^T)[k]          (forward)
+ * flip != 0: U[k][c][co] = (G rot180(w[co][c]) G^T)[k]  (backward-data:
+ *            the full correlation of dy with the rotated, transposed filter). */
 __kernel void wino_filter(int CO, int C, int flip,
                           __global const float* Wt, int offW,
                           __global float* U, int offU) {
