@@ -195,6 +195,28 @@ class Chain:
             t.data_mem.device_written()
 
 
+class LayerPair:
+    """Two consecutive layers run as one chain, the second an activation in
+    place on the first's top (fusion_eltwise.py, fusion_train.py): the
+    ``ChainPlan`` interface less ``run``."""
+
+    def __init__(self, net, first, second):
+        self.net = net
+        self.layers = [first, second]
+        self.first, self.last = first, second
+        self.act = _act_of(net.layers[second])
+
+    def describe(self):
+        return " -> ".join(self.net._layer_names[i] for i in self.layers)
+
+    def reshape_second(self):
+        """The net's loop reshapes a layer before running it, so the chain,
+        run at its first layer, reshapes its second itself."""
+        li = self.last
+        self.net.layers[li].reshape_if_needed(self.net._bottom_vecs[li],
+                                              self.net._top_vecs[li])
+
+
 class ChainPlan:
     """Chains of consecutive layers run as one (here and in
     fusion_train.py): each chain has ``layers`` (indices), ``first``,

@@ -29,11 +29,11 @@ plan (fusion_train.TrainFusionPlan), which decide when a chain runs fused
 (a forward or backward range that covers it whole); ``CAFFE_OCL_FOLD=0`` /
 ``CAFFE_OCL_FUSE_TRAIN=0`` turn them off with the rest.
 """
+from .fusion import LayerPair, _act_of
 from .ops import pointwise
 
 def find_chains(net, train):
     """[(eltwise index, activation index)] of ``net`` (``train``: ReLU only)."""
-    from .fusion import _act_of
     chains = []
     for li in range(len(net.layers) - 1):
         layer, act = net.layers[li], net.layers[li + 1]
@@ -52,7 +52,7 @@ def find_chains(net, train):
     return chains
 
 
-class EltwiseActChain:
+class EltwiseActChain(LayerPair):
     """One Eltwise SUM + in-place activation; the ``ChainPlan`` interface
     (layers, first, last, run) plus ``backward``. ``loses_values``: with a
     ReLU every blob holds what the unfused layers would leave in it, so a
@@ -60,20 +60,13 @@ class EltwiseActChain:
     layer; a Clip's saved input (its backward's gate) is not made."""
 
     def __init__(self, net, e, a):
-        from .fusion import _act_of
-        self.net = net
-        self.layers = [e, a]
-        self.first, self.last = e, a
+        super().__init__(net, e, a)
         self.eltwise = net.layers[e]
-        self.act = _act_of(net.layers[a])
         self.loses_values = self.act[0] != "relu"
         self.bottoms = net._bottom_vecs[e]
         self.top = net._top_vecs[e][0]
         self._fkey = self._bkey = None
         self.fwd = self.bwd = None
-
-    def describe(self):
-        return " -> ".join(self.net._layer_names[i] for i in self.layers)
 
     def _keep_g(self):
         plan = self.net.memory_plan
@@ -87,8 +80,7 @@ class EltwiseActChain:
 
     def run(self):
         net, e = self.net, self.first
-        net.layers[self.last].reshape_if_needed(net._bottom_vecs[self.last],
-                                                net._top_vecs[self.last])
+        self.reshape_second()
         key = (self.eltwise._reshapes, self.top.data_buffer(),
                tuple(b.data_buffer() for b in self.bottoms))
         if key != self._fkey:

@@ -9,7 +9,8 @@ import caffe_ocl
 from caffe_ocl import fusion, fusion_train
 from caffe_ocl.errors import NetError
 from caffe_ocl.ops import pointwise
-from caffe_ocl.proto import caffe_pb2, parse_net_text
+from caffe_ocl.proto import parse_net_text
+from test_fusion_train import sgd_solver
 
 # Block 1: coefficients, leaky ReLU; block 2: a bottom without
 # propagate_down; then an Eltwise in place and a PROD (neither fused); last
@@ -100,11 +101,7 @@ def test_solver_steps_with_shared_diffs_match(monkeypatch):
     results = []
     for fuse in (False, True):
         monkeypatch.setenv(fusion_train.ENV, "1" if fuse else "0")
-        sp = caffe_pb2.SolverParameter()
-        sp.net_param.CopyFrom(parse_net_text(NET))
-        sp.base_lr, sp.momentum, sp.lr_policy, sp.max_iter = 0.05, 0.9, "fixed", 100
-        sp.random_seed, sp.display, sp.snapshot_after_train = 5, 0, False
-        s = caffe_ocl.SGDSolver(sp)
+        s = sgd_solver(NET)
         assert s.net.memory_plan is not None
         if fuse:
             assert not any(c._keep_g() for c in s.net._train_fusion.chains)

@@ -86,17 +86,23 @@ def test_ranges_cutting_a_chain_run_unfused(monkeypatch):
                                atol=1e-5)
 
 
+def sgd_solver(net_text):
+    """An SGD solver with momentum (no display, no snapshots) on a net whose
+    Input layer gives "x" and "label"."""
+    sp = caffe_pb2.SolverParameter()
+    sp.net_param.CopyFrom(parse_net_text(net_text))
+    sp.base_lr, sp.momentum, sp.lr_policy, sp.max_iter = 0.05, 0.9, "fixed", 100
+    sp.random_seed, sp.display, sp.snapshot_after_train = 5, 0, False
+    return caffe_ocl.SGDSolver(sp)
+
+
 def test_solver_steps_match(monkeypatch, tmp_path):
     """SGD with momentum through the solver (fused backward plus the
     per-layer hooks path) ends at the unfused weights."""
     results = []
     for fuse in (False, True):
         monkeypatch.setenv(fusion_train.ENV, "1" if fuse else "0")
-        sp = caffe_pb2.SolverParameter()
-        sp.net_param.CopyFrom(parse_net_text(NET))
-        sp.base_lr, sp.momentum, sp.lr_policy, sp.max_iter = 0.05, 0.9, "fixed", 100
-        sp.random_seed, sp.display, sp.snapshot_after_train = 5, 0, False
-        s = caffe_ocl.SGDSolver(sp)
+        s = sgd_solver(NET)
         rng = np.random.default_rng(1)
         s.net.blobs["x"].data[...] = rng.standard_normal(s.net.blobs["x"].shape)
         s.net.blobs["label"].data[...] = [1, 0, 2]
