@@ -32,6 +32,7 @@ plan (fusion_train.TrainFusionPlan), which decide when a chain runs fused
 from .fusion import LayerPair, _act_of
 from .ops import pointwise
 
+
 def find_chains(net, train):
     """[(eltwise index, activation index)] of ``net`` (``train``: ReLU only)."""
     chains = []
@@ -46,8 +47,9 @@ def find_chains(net, train):
         if top is bots[0] or top is bots[1]:
             continue
         acts = ("ReLU",) if train else ("ReLU", "ReLU6", "Clip")
-        if (act.type in acts and _act_of(act) is not None
-                and net._bottom_vecs[li + 1] == [top] and net._top_vecs[li + 1] == [top]):
+        abots, atops = net._bottom_vecs[li + 1], net._top_vecs[li + 1]
+        if (act.type in acts and _act_of(act) is not None and len(abots) == 1
+                and len(atops) == 1 and abots[0] is top and atops[0] is top):
             chains.append((li, li + 1))
     return chains
 
