@@ -389,14 +389,23 @@ void gemm(int M, int N, int K, float alpha,
                     c50 = fma((float8)a[5], b0, c50); c51 = fma((float8)a[5], b1, c51);
                 }
                 const int m = m0 + mi;
-                if (cvec && mi + MR <= mb) {
+                /* whole 16-column rows by vectors, also in a block's last
+                 * row tile when M is not a multiple of 6 (the element path
+                 * below held MobileNet v2's M = 16 GEMM, a third of its
+                 * tiles partial, at 26 GFLOP/s) */
+                const int rows = min(MR, mb - mi);
+                if (cvec) {
                     __global float* cp = C + m * ldc + img * nsC + p;
                     STORE8(c00, m, n, cp); STORE8(c01, m, n + 8, cp + 8); cp += ldc;
-                    STORE8(c10, m + 1, n, cp); STORE8(c11, m + 1, n + 8, cp + 8); cp += ldc;
-                    STORE8(c20, m + 2, n, cp); STORE8(c21, m + 2, n + 8, cp + 8); cp += ldc;
-                    STORE8(c30, m + 3, n, cp); STORE8(c31, m + 3, n + 8, cp + 8); cp += ldc;
-                    STORE8(c40, m + 4, n, cp); STORE8(c41, m + 4, n + 8, cp + 8); cp += ldc;
-                    STORE8(c50, m + 5, n, cp); STORE8(c51, m + 5, n + 8, cp + 8);
+                    if (rows > 1) { STORE8(c10, m + 1, n, cp); STORE8(c11, m + 1, n + 8, cp + 8); }
+                    cp += ldc;
+                    if (rows > 2) { STORE8(c20, m + 2, n, cp); STORE8(c21, m + 2, n + 8, cp + 8); }
+                    cp += ldc;
+                    if (rows > 3) { STORE8(c30, m + 3, n, cp); STORE8(c31, m + 3, n + 8, cp + 8); }
+                    cp += ldc;
+                    if (rows > 4) { STORE8(c40, m + 4, n, cp); STORE8(c41, m + 4, n + 8, cp + 8); }
+                    cp += ldc;
+                    if (rows > 5) { STORE8(c50, m + 5, n, cp); STORE8(c51, m + 5, n + 8, cp + 8); }
                     continue;
                 }
                 float acc[MR][NR];
@@ -406,7 +415,6 @@ void gemm(int M, int N, int K, float alpha,
                 vstore8(c30, 0, acc[3]); vstore8(c31, 1, acc[3]);
                 vstore8(c40, 0, acc[4]); vstore8(c41, 1, acc[4]);
                 vstore8(c50, 0, acc[5]); vstore8(c51, 1, acc[5]);
-                const int rows = min(MR, mb - mi);
                 for (int j = 0; j < cols; ++j) {
                     __global float* cp = C + m * ldc + split_off(n + j, nsplit, nsC);
                     for (int i = 0; i < rows; ++i, cp += ldc) {
