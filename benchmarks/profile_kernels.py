@@ -87,8 +87,9 @@ def main():
     rec = Recorder()
     for name in a.nets.split(","):
         if a.infer:
-            net = caffe_ocl.Net(os.path.join(ROOT, "models", name, "deploy.prototxt"),
-                                caffe_ocl.TEST)
+            deploy = "models/lenet/lenet.prototxt" if name == "lenet" else \
+                os.path.join("models", name, "deploy.prototxt")
+            net = caffe_ocl.Net(os.path.join(ROOT, deploy), caffe_ocl.TEST)
             inp = net.blobs[net.inputs[0]]
             inp.reshape(a.batch, *inp.shape[1:])
             net.reshape()

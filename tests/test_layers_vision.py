@@ -200,6 +200,43 @@ def test_wrong_number_of_bottoms(rng):
                    [rng.standard_normal((1, 1, 4, 4))] * 2)
 
 
+@pytest.mark.parametrize("k,s,p", [(3, 2, 1), (2, 2, 0), (3, 1, 1), (2, 1, 0), (3, 3, 0)])
+def test_pool_forward_values_and_mask(rng, k, s, p):
+    """Max- and average-pooling forward on the device's kernels (on CPU
+    drivers the plane kernels, 8 outputs at a time where windows are whole
+    at strides 1 and 2) against float64: maxima, averages and the max mask,
+    the first maximum's plane index in raster order (ties made on purpose),
+    rows long enough for several runs of 8 plus ragged ends."""
+    from caffe_ocl.device import get_device
+    from caffe_ocl.ops import pool as pool_ops
+    dev = get_device()
+    n, c, h, w = 2, 3, 7, 29
+    kk, ss, pp = (k, k), (s, s), (p, p)
+    ho, wo = refs.pool_out_size(h, k, s, p), refs.pool_out_size(w, k, s, p)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    x[0, 1, 2:5, :] = 1.5                           # ties: the first maximum wins
+    xb = dev.alloc(4 * x.size)
+    dev.upload(xb, x)
+    yb, mb = dev.alloc(4 * n * c * ho * wo), dev.alloc(4 * n * c * ho * wo)
+    pool_ops.max_forward(dev, x.shape, (ho, wo), kk, ss, pp, xb, yb, mb).run(dev.queue)
+    y, m = np.empty((n, c, ho, wo), np.float32), np.empty((n, c, ho, wo), np.float32)
+    dev.download(y, yb)
+    dev.download(m, mb)
+    np.testing.assert_array_equal(y, refs.pool2d(x, kk, ss, pp).astype(np.float32))
+    ref_m = np.zeros((n, c, ho, wo))
+    for i in range(ho):
+        for j in range(wo):
+            hs, ws = max(i * s - p, 0), max(j * s - p, 0)
+            he, we = min(i * s - p + k, h), min(j * s - p + k, w)
+            win = x[:, :, hs:he, ws:we].reshape(n, c, -1)
+            a = win.argmax(axis=2)
+            ref_m[:, :, i, j] = (hs + a // (we - ws)) * w + ws + a % (we - ws)
+    np.testing.assert_array_equal(m, ref_m)
+    pool_ops.ave_forward(dev, x.shape, (ho, wo), kk, ss, pp, xb, yb).run(dev.queue)
+    dev.download(y, yb)
+    np.testing.assert_allclose(y, refs.pool2d(x, kk, ss, pp, "ave"), rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("impl", ["gpu", "flat"])
 def test_max_pool_backward_gpu_kernels(rng, impl):
     """The GPU kernels of max-pooling backward (3-D grid with the window as

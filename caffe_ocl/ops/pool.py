@@ -20,7 +20,8 @@ def _launch(dev, name, shape, out_hw, total, geom, bufs, planes=None):
         planes = n * c
         per_plane = max(h * w + out_hw[0] * out_hw[1], 1)
         g = cpu_chunks(dev, planes, min_chunk=max(1, 8192 // per_plane))
-        fixed = {"FKH": geom[5], "FKW": geom[6]} if geom[5] * geom[6] <= 25 else None
+        fixed = ({"FKH": geom[5], "FKW": geom[6], "FSW": geom[8]}
+                 if geom[5] * geom[6] <= 25 else None)
         return dev.launch(SRC, name + "_cpu", (g,), (1,), [planes] + geom + bufs, fixed)
     gs, ls = work_size(dev, total)
     return dev.launch(SRC, name, gs, ls, [total] + geom + bufs)
