@@ -253,11 +253,18 @@ __kernel void bias_grad(int outer, int channels, int inner,
                         __global const float* dy, __global float* dbias, int accumulate) {
     int c = get_global_id(0);
     if (c >= channels) return;
+    /* eight running sums: one waits on every add's latency (CIFAR-10
+     * quick's 32-channel bias gradients summed at ~1.4 GB/s on PoCL) */
+    float8 s8 = (float8)(0.0f);
     float s = 0.0f;
     for (int o = 0; o < outer; ++o) {
         __global const float* p = dy + (o * channels + c) * inner;
-        for (int k = 0; k < inner; ++k) s += p[k];
+        int k = 0;
+        for (; k + 8 <= inner; k += 8) s8 += vload8(0, p + k);
+        for (; k < inner; ++k) s += p[k];
     }
+    const float4 s4 = s8.lo + s8.hi;
+    s += (s4.x + s4.y) + (s4.z + s4.w);
     dbias[c] = accumulate ? dbias[c] + s : s;
 }
 
