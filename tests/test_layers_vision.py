@@ -175,16 +175,17 @@ def test_pooling_bad_params(rng):
 @pytest.mark.parametrize("shape,size,region", [((2, 7, 3, 3), 5, "ACROSS_CHANNELS"),
                                                ((1, 3, 2, 5), 3, "ACROSS_CHANNELS"),
                                                ((2, 2, 5, 4), 3, "WITHIN_CHANNEL")])
-def test_lrn_forward_and_gradient(rng, shape, size, region):
+@pytest.mark.parametrize("beta", [0.75, 0.6])    # 0.75 (Caffe's default): square roots
+def test_lrn_forward_and_gradient(rng, shape, size, region, beta):
     x = rng.standard_normal(shape)
-    text = (f'type: "LRN" lrn_param {{ local_size: {size} alpha: 0.3 beta: 0.75 k: 2 '
+    text = (f'type: "LRN" lrn_param {{ local_size: {size} alpha: 0.3 beta: {beta} k: 2 '
             f'norm_region: {region} }}')
     layer, b, t = make_layer(text, [x])
     (y,) = forward(layer, b, t)
     if region == "ACROSS_CHANNELS":
-        ref = refs.lrn_across(x, size, 0.3, 0.75, 2.0)
+        ref = refs.lrn_across(x, size, 0.3, beta, 2.0)
     else:
-        ref = refs.lrn_within(x, size, 0.3, 0.75)
+        ref = refs.lrn_within(x, size, 0.3, beta)
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
     check_gradient(layer, b, t, max_checks=30)
 

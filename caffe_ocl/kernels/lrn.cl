@@ -3,9 +3,15 @@
  *   y = x * scale^-beta            (pre = (size-1)/2, post = size-1-pre) */
 #include "common.h"
 
-/* x^-beta for x > 0. PoCL's pow() costs ~150 ns a call (it dominated these
- * kernels); exp2(-beta * log2(x)) is a few ns and within a few ulp. */
-inline float pow_neg(float x, float beta) { return exp2(-beta * log2(x)); }
+/* x^-beta for x > 0 (scalars and vectors). PoCL's pow() costs ~150 ns a
+ * call (it dominated these kernels); exp2(-beta * log2(x)) is a few ns and
+ * within a few ulp. BETA_075 (the host sets it for beta = 0.75: AlexNet,
+ * CaffeNet, GoogLeNet): rsqrt(x) * sqrt(rsqrt(x)), square roots only. */
+#if BETA_075
+#define POW_NEG(x, beta) (rsqrt(x) * sqrt(rsqrt(x)))
+#else
+#define POW_NEG(x, beta) exp2(-(beta) * log2(x))
+#endif
 
 __kernel void lrn_across_fwd(int outer, int C, int inner, int size, float alpha_over_size,
                              float beta, float k, __global const float* x,
@@ -22,7 +28,7 @@ __kernel void lrn_across_fwd(int outer, int C, int inner, int size, float alpha_
             float sc = k + alpha_over_size * acc;
             int o2 = o * C * inner + c * inner + s;
             scale[o2] = sc;
-            y[o2] = px[c * inner] * pow_neg(sc, beta);
+            y[o2] = px[c * inner] * POW_NEG(sc, beta);
         }
     }
 }
@@ -44,7 +50,7 @@ __kernel void lrn_across_bwd(int outer, int C, int inner, int size, float cache_
                 acc += dy[q] * y[q] / scale[q];
             }
             int p = base + c * inner;
-            dx[p] = dy[p] * pow_neg(scale[p], beta) - cache_ratio * x[p] * acc;
+            dx[p] = dy[p] * POW_NEG(scale[p], beta) - cache_ratio * x[p] * acc;
         }
     }
 }
@@ -68,7 +74,7 @@ __kernel void lrn_within_fwd(int total, int H, int W, int size, float alpha, flo
             for (int j = ws; j < we; ++j) { float v = p[i * W + j]; acc += v * v; }
         float sc = 1.0f + alpha * (acc / cnt);
         scale[idx] = sc;
-        y[idx] = x[idx] * pow_neg(sc, beta);
+        y[idx] = x[idx] * POW_NEG(sc, beta);
     }
 }
 
@@ -93,7 +99,7 @@ __kernel void lrn_within_bwd(int total, int H, int W, int size, float alpha, flo
                 int q = base + qh * W + qw;
                 acc += dy[q] * y[q] / scale[q] / cnt;
             }
-        dx[idx] = dy[idx] * pow_neg(scale[idx], beta) - 2.0f * alpha * beta * x[idx] * acc;
+        dx[idx] = dy[idx] * POW_NEG(scale[idx], beta) - 2.0f * alpha * beta * x[idx] * acc;
     }
 }
 
@@ -112,7 +118,7 @@ __kernel void lrn_within_bwd(int total, int H, int W, int size, float alpha, flo
             if (c - pre - 1 >= 0) { T v = LD(px + (c - pre - 1) * inner); acc -= SQ(v); } \
             T sc = (T)k + alpha_over_size * acc;                                \
             ST(sc, ps + c * inner);                                             \
-            ST(LD(px + c * inner) * exp2(-beta * log2(sc)), py + c * inner);   \
+            ST(LD(px + c * inner) * POW_NEG(sc, beta), py + c * inner);   \
         }                                                                       \
     }
 
@@ -159,7 +165,7 @@ __kernel void lrn_across_fwd_cpu(int outer, int C, int inner, int size, float al
             if (a < C) acc += LD(pdy + a * inner) * LD(py + a * inner) / LD(ps + a * inner); \
             if (r >= 0) acc -= LD(pdy + r * inner) * LD(py + r * inner) / LD(ps + r * inner); \
             T sc = LD(ps + c * inner);                                          \
-            ST(LD(pdy + c * inner) * exp2(-beta * log2(sc))                     \
+            ST(LD(pdy + c * inner) * POW_NEG(sc, beta)                     \
                - cache_ratio * LD(px + c * inner) * acc, pdx + c * inner);      \
         }                                                                       \
     }

@@ -14,28 +14,33 @@ def _across_size(dev, outer, c, inner, name):
     return name, gs, ls
 
 
+def _beta_defs(beta):
+    """beta = 0.75 (the common LRN setting) raises by square roots."""
+    return {"BETA_075": int(float(beta) == 0.75)}
+
+
 def across_forward(dev, outer, c, inner, size, alpha, beta, k, x, scale, y):
     name, gs, ls = _across_size(dev, outer, c, inner, "lrn_across_fwd")
     return dev.launch(SRC, name, gs, ls,
-                      [outer, c, inner, size, alpha / size, beta, k, x, scale, y])
+                      [outer, c, inner, size, alpha / size, beta, k, x, scale, y], _beta_defs(beta))
 
 
 def across_backward(dev, outer, c, inner, size, alpha, beta, x, y, scale, dy, dx):
     name, gs, ls = _across_size(dev, outer, c, inner, "lrn_across_bwd")
     return dev.launch(SRC, name, gs, ls,
                       [outer, c, inner, size, 2.0 * alpha * beta / size, beta,
-                       x, y, scale, dy, dx])
+                       x, y, scale, dy, dx], _beta_defs(beta))
 
 
 def within_forward(dev, nc, h, w, size, alpha, beta, x, scale, y):
     total = nc * h * w
     gs, ls = work_size(dev, total)
     return dev.launch(SRC, "lrn_within_fwd", gs, ls,
-                      [total, h, w, size, alpha, beta, x, scale, y])
+                      [total, h, w, size, alpha, beta, x, scale, y], _beta_defs(beta))
 
 
 def within_backward(dev, nc, h, w, size, alpha, beta, x, y, scale, dy, dx):
     total = nc * h * w
     gs, ls = work_size(dev, total)
     return dev.launch(SRC, "lrn_within_bwd", gs, ls,
-                      [total, h, w, size, alpha, beta, x, y, scale, dy, dx])
+                      [total, h, w, size, alpha, beta, x, y, scale, dy, dx], _beta_defs(beta))
