@@ -249,17 +249,13 @@ def build_plan(net):
     fuses or the fusion is turned off."""
     if not enabled():
         return None
-    chains = [TrainChain(net, *t) for t in find_chains(net)]
-    if chains:
-        log.info("Fused %d BatchNorm/Scale/activation chains for training (%s%s)",
-                 len(chains), chains[0].describe(), " ..." if len(chains) > 1 else "")
-    sums = fusion_eltwise.chains_of(net, train=True)
-    if sums:
-        log.info("Fused %d Eltwise/activation chains for training (%s%s)",
-                 len(sums), sums[0].describe(), " ..." if len(sums) > 1 else "")
-    convs = [ConvReLUChain(net, *t) for t in find_conv_relu(net)]
-    if convs:
-        log.info("Fused %d Convolution/ReLU forwards for training (%s%s)",
-                 len(convs), convs[0].describe(), " ..." if len(convs) > 1 else "")
-    chains += sums + convs
+    kinds = [("BatchNorm/Scale/activation chains", [TrainChain(net, *t) for t in find_chains(net)]),
+             ("Eltwise/activation chains", fusion_eltwise.chains_of(net, train=True)),
+             ("Convolution/ReLU forwards", [ConvReLUChain(net, *t) for t in find_conv_relu(net)])]
+    chains = []
+    for what, found in kinds:
+        if found:
+            log.info("Fused %d %s for training (%s%s)", len(found), what, found[0].describe(),
+                     " ..." if len(found) > 1 else "")
+        chains += found
     return TrainFusionPlan(chains) if chains else None
