@@ -249,9 +249,11 @@ def build_plan(net):
     fuses or the fusion is turned off."""
     if not enabled():
         return None
-    kinds = [("BatchNorm/Scale/activation chains", [TrainChain(net, *t) for t in find_chains(net)]),
+    kinds = [("BatchNorm/Scale/activation chains",
+              [TrainChain(net, *t) for t in find_chains(net)]),
              ("Eltwise/activation chains", fusion_eltwise.chains_of(net, train=True)),
-             ("Convolution/ReLU forwards", [ConvReLUChain(net, *t) for t in find_conv_relu(net)])]
+             ("Convolution/ReLU forwards",
+              [ConvReLUChain(net, *t) for t in find_conv_relu(net)])]
     chains = []
     for what, found in kinds:
         if found:

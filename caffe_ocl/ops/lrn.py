@@ -22,7 +22,8 @@ def _beta_defs(beta):
 def across_forward(dev, outer, c, inner, size, alpha, beta, k, x, scale, y):
     name, gs, ls = _across_size(dev, outer, c, inner, "lrn_across_fwd")
     return dev.launch(SRC, name, gs, ls,
-                      [outer, c, inner, size, alpha / size, beta, k, x, scale, y], _beta_defs(beta))
+                      [outer, c, inner, size, alpha / size, beta, k, x, scale, y],
+                      _beta_defs(beta))
 
 
 def across_backward(dev, outer, c, inner, size, alpha, beta, x, y, scale, dy, dx):
