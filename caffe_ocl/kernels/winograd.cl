@@ -55,22 +55,30 @@ inline void bt1(const float* d, int s, float* v, int t) {     /* v = B^T d */
 #endif
 }
 
-inline void g1(const float* g, int s, float* u, int t) {      /* u = G g */
-    const float g0 = g[0], g1_ = g[s], g2 = g[2 * s];
+/* u = G g, for one filter (float) or eight (float8, wino_filter_lines) */
 #if WM == 2
-    u[0] = g0;
-    u[t] = 0.5f * (g0 + g1_ + g2);
-    u[2 * t] = 0.5f * (g0 - g1_ + g2);
-    u[3 * t] = g2;
+#define DEFINE_G1(NAME, T)                                                \
+    inline void NAME(const T* g, int s, T* u, int t) {                    \
+        const T g0 = g[0], g1_ = g[s], g2 = g[2 * s];                     \
+        u[0] = g0;                                                        \
+        u[t] = 0.5f * (g0 + g1_ + g2);                                    \
+        u[2 * t] = 0.5f * (g0 - g1_ + g2);                                \
+        u[3 * t] = g2;                                                    \
+    }
 #else
-    u[0] = 0.25f * g0;
-    u[t] = (-1.0f / 6.0f) * (g0 + g1_ + g2);
-    u[2 * t] = (-1.0f / 6.0f) * (g0 - g1_ + g2);
-    u[3 * t] = (1.0f / 24.0f) * g0 + (1.0f / 12.0f) * g1_ + (1.0f / 6.0f) * g2;
-    u[4 * t] = (1.0f / 24.0f) * g0 - (1.0f / 12.0f) * g1_ + (1.0f / 6.0f) * g2;
-    u[5 * t] = g2;
+#define DEFINE_G1(NAME, T)                                                \
+    inline void NAME(const T* g, int s, T* u, int t) {                    \
+        const T g0 = g[0], g1_ = g[s], g2 = g[2 * s];                     \
+        u[0] = 0.25f * g0;                                                \
+        u[t] = (-1.0f / 6.0f) * (g0 + g1_ + g2);                          \
+        u[2 * t] = (-1.0f / 6.0f) * (g0 - g1_ + g2);                      \
+        u[3 * t] = (1.0f / 24.0f) * g0 + (1.0f / 12.0f) * g1_ + (1.0f / 6.0f) * g2; \
+        u[4 * t] = (1.0f / 24.0f) * g0 - (1.0f / 12.0f) * g1_ + (1.0f / 6.0f) * g2; \
+        u[5 * t] = g2;                                                    \
+    }
 #endif
-}
+DEFINE_G1(g1, float)
+DEFINE_G1(g1_8, float8)
 
 inline void at1(const float* m, int s, float* y, int t) {     /* y = A^T m */
 #if WM == 2
@@ -249,12 +257,39 @@ __kernel void wino_filter(int CO, int C, int flip,
     }
 }
 
-/* CPU drivers: the same U, FILTER_BLOCK filters per step, each of the
- * WA*WA matrices receiving whole 64-byte lines of them. U[k] lie Co*C
- * floats apart, often a multiple of 4 KiB: wino_filter's one-float stores
- * to the WA*WA streams all fell in one cache set and re-fetched each line
- * once per float (ResNet-50 batch 16, 2 cores: 262 ms per pass; blocks of
- * 16 filters 109 ms, of 64 ~20% less again, of 256 no better). */
+/* u[k * us + l] = (G w G^T)[k] of filters i0 + l, l < 8, as float8 lanes
+ * (lanes from nv on repeat filter i0 + nv - 1). */
+inline void wino_filter_8(int i0, int nv, int CO, int C, int flip, __global const float* Wt,
+                          float* u, int us) {
+    float gl[9 * 8];                                              /* gl[tap * 8 + lane] */
+    for (int l = 0; l < 8; ++l) {
+        const int i = i0 + min(l, nv - 1);
+        int co, c;
+        if (flip) { c = i / CO; co = i - c * CO; }
+        else      { co = i / C; c = i - co * C; }
+        __global const float* wp = Wt + (co * C + c) * 9;
+#pragma unroll
+        for (int j = 0; j < 9; ++j) gl[j * 8 + l] = flip ? wp[8 - j] : wp[j];
+    }
+    float8 g[9], s[WA * 3], v[WA * WA];
+#pragma unroll
+    for (int j = 0; j < 9; ++j) g[j] = vload8(j, gl);
+#pragma unroll
+    for (int q = 0; q < 3; ++q) g1_8(g + q, 3, s + q, 3);            /* G g */
+#pragma unroll
+    for (int a = 0; a < WA; ++a) g1_8(s + a * 3, 1, v + a * WA, 1);  /* (G g) G^T */
+#pragma unroll
+    for (int k = 0; k < WA * WA; ++k) vstore8(v[k], 0, u + k * us);
+}
+
+/* CPU drivers: the same U, FILTER_BLOCK filters per step, transformed
+ * eight at a time as float8 lanes, each of the WA*WA matrices then
+ * receiving whole 64-byte lines of them. U[k] lie Co*C floats apart,
+ * often a multiple of 4 KiB: wino_filter's one-float stores to the WA*WA
+ * streams all fell in one cache set and re-fetched each line once per
+ * float (ResNet-50 batch 16, 2 cores: 262 ms per pass; blocks of 16
+ * filters 109 ms, of 64 ~20% less again, of 256 no better); the scalar
+ * transform then took ~120 cycles per filter (52 ms per pass). */
 #define FILTER_BLOCK 64
 __kernel void wino_filter_lines(int CO, int C, int flip,
                                 __global const float* Wt, int offW,
@@ -263,8 +298,8 @@ __kernel void wino_filter_lines(int CO, int C, int flip,
     GLOBAL_LOOP(b, (total + FILTER_BLOCK - 1) / FILTER_BLOCK) {
         const int i0 = FILTER_BLOCK * b, n = min(FILTER_BLOCK, total - i0);
         float u[WA * WA * FILTER_BLOCK];                  /* u[k * FILTER_BLOCK + j] */
-        for (int j = 0; j < n; ++j)
-            wino_filter_one(i0 + j, CO, C, flip, Wt + offW, u + j, FILTER_BLOCK);
+        for (int j = 0; j < n; j += 8)
+            wino_filter_8(i0 + j, min(8, n - j), CO, C, flip, Wt + offW, u + j, FILTER_BLOCK);
         __global float* up = U + offU + i0;
         if (n == FILTER_BLOCK) {
             for (int k = 0; k < WA * WA; ++k)
