@@ -133,8 +133,12 @@ def _filter_kernel(d):
     return "wino_filter_lines" if d.dev.is_cpu else "wino_filter"
 
 
+# rows of 37: strips of 10 tiles (the others have at most 3)
+WIDE = (2, 3, 5, 37, 4, 1, 1)
+
+
 @pytest.mark.parametrize("strips", [False, True], ids=["per-tile", "strips"])
-@pytest.mark.parametrize("p", [GEOMS[0], GEOMS[2], GEOMS[4]], ids=_id)
+@pytest.mark.parametrize("p", [GEOMS[0], GEOMS[2], GEOMS[4], WIDE], ids=_id)
 def test_winograd_both_input_kernels(d, rng, p, strips, monkeypatch):
     """Both input transforms (wino_input, wino_input_rows) on any device:
     forward, backward-data and the zero padding tiles of backward-weight."""
