@@ -30,9 +30,12 @@
 #define TAPS (KH * KW)
 /* dw_forward_band: __local floats of a band of padded input rows (set by
  * ops/depthwise.py, which sizes bands to it), and the zeros after its last
- * row that the last vector loads may read (8 lanes at stride SW). */
+ * row that the last vector loads may read (8 lanes at stride SW). Programs
+ * built for the other kernels leave it unset: the tiny default keeps their
+ * __local footprint small (Oclgrind charges every kernel of a program with
+ * all its __local arrays and refused launches needing 64 KiB). */
 #ifndef DW_BAND_FLOATS
-#define DW_BAND_FLOATS 16384
+#define DW_BAND_FLOATS 8
 #endif
 #define DW_SLACK (8 * SW + (KW - 1) * DW)
 
