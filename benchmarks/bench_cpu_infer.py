@@ -7,17 +7,23 @@ definitions of the same architectures written below (torchvision is not
 needed); ONNX Runtime runs those PyTorch models exported to ONNX.
 
     python benchmarks/bench_cpu_infer.py [--nets lenet,caffenet,...] [--runs 3]
-        [--warmup 1] [--threads N] [--no-ort]
+        [--warmup 1] [--threads N] [--no-ort] [--pipelined]
 
 Prints a Markdown table; ratio = other time / caffe_ocl time (above 1 means
 caffe_ocl is faster). Times are the mean of --runs timed forward passes
-after --warmup untimed ones, device-synchronised.
+after --warmup untimed ones. Each caffe_ocl pass ends with the device
+synchronised, as a pycaffe ``forward()`` returning its outputs and as the
+PyTorch and ONNX Runtime calls, which return when done. ``--pipelined``
+synchronises only after the last pass instead: on PoCL that is slower (the
+host enqueuing the next pass competes with the kernels for the 2 cores;
+LeNet 4.2-5.0 ms per pass against 3.4 synchronised).
 """
 import argparse
 import warnings
 import os
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -152,7 +158,7 @@ def _mobilenet_v2():
 # Runners
 # --------------------------------------------------------------------------
 
-def caffe_ocl_infer(cfg, warmup, runs):
+def caffe_ocl_infer(cfg, warmup, runs, pipelined=False):
     net = caffe_ocl.Net(os.path.join(ROOT, cfg["proto"]), caffe_ocl.TEST)
     inp = net.inputs[0]
     net.blobs[inp].reshape(cfg["batch"], *cfg["shape"])
@@ -161,7 +167,13 @@ def caffe_ocl_infer(cfg, warmup, runs):
         net.blobs[inp].shape).astype(np.float32)
     dev = net.device
     last = len(net.layers) - 1
-    return timed(lambda: net._forward_range(0, last), dev.finish, warmup, runs)
+    if pipelined:
+        return timed(lambda: net._forward_range(0, last), dev.finish, warmup, runs)
+
+    def one_pass():
+        net._forward_range(0, last)
+        dev.finish()
+    return timed(one_pass, dev.finish, warmup, runs)
 
 
 def torch_infer(model, x, warmup, runs):
@@ -189,7 +201,16 @@ def ort_infer(model, x, warmup, runs, threads):
             so.intra_op_num_threads = threads
         sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     feed = {"data": x.numpy()}
+    settle()        # after the export's PyTorch work
     return timed(lambda: sess.run(None, feed), lambda: None, warmup, runs)
+
+
+def settle(seconds=1.0):
+    """Pause before timing a framework: the thread pools of the one timed
+    before (OpenMP's, ONNX Runtime's) spin-wait for a while after their last
+    call and took cores from the next one (LeNet on PoCL: a median of 4.9 ms
+    per pass alone, 6.6 ms right after a PyTorch op)."""
+    time.sleep(seconds)
 
 
 def main():
@@ -201,6 +222,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0,
                     help="PyTorch / ONNX Runtime threads (0: their default)")
     ap.add_argument("--no-ort", action="store_true")
+    ap.add_argument("--pipelined", action="store_true",
+                    help="caffe_ocl passes back to back, synchronised after the last only")
     a = ap.parse_args()
     dev = caffe_ocl.get_device()
     try:
@@ -225,12 +248,14 @@ def main():
     print("|---|---|---|---|---|---|---|")
     for name in a.nets.split(","):
         cfg = NETS[name]
-        ours = caffe_ocl_infer(cfg, a.warmup, a.runs)
+        settle()
+        ours = caffe_ocl_infer(cfg, a.warmup, a.runs, a.pipelined)
         ref = ortms = float("nan")
         if torch is not None:
             torch.manual_seed(0)
             model = torch_model(name).eval()
             x = torch.randn(cfg["batch"], *cfg["shape"])
+            settle()
             ref = torch_infer(model, x, a.warmup, a.runs)
             if ort_ok:
                 try:
