@@ -8,7 +8,6 @@ prints the median step of each and their ratio.
 """
 import argparse
 import os
-import statistics
 import sys
 import time
 
@@ -18,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from caffe_ocl.ops import conv as conv_ops  # noqa: E402
 from caffe_ocl.solvers import SGDSolver  # noqa: E402
 from bench_train_small import NETS  # noqa: E402
-from common import fill_inputs, solver_for, with_inputs  # noqa: E402
+from common import fill_inputs, interleaved, solver_for, with_inputs  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,14 +48,9 @@ def main():
     a = ap.parse_args()
     cfg = NETS[a.net]
     solvers = {"im2col (A)": make_solver(cfg, False), "packed (B)": make_solver(cfg, True)}
-    times = {k: [] for k in solvers}
-    for _ in range(a.rounds):
-        for k, s in solvers.items():
-            times[k].append(step_ms(s, a.iters))
-    med = {k: statistics.median(v) for k, v in times.items()}
-    for k, v in times.items():
-        print(f"{k}: median {med[k]:.1f} ms/step  ({' '.join(f'{x:.0f}' for x in v)})")
-    print(f"A/B: {med['im2col (A)'] / med['packed (B)']:.2f}x")
+    med = interleaved({k: (lambda s=s: step_ms(s, a.iters)) for k, s in solvers.items()},
+                      a.rounds)
+    print(f"A/B: {med['im2col (A)'] / med['packed (B)']:.2f}x (ms per step)")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ import argparse
 import ast
 import importlib
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import numpy as np  # noqa: E402
 import caffe_ocl  # noqa: E402
 from caffe_ocl import device as device_mod  # noqa: E402
 from bench_cpu_infer import NETS  # noqa: E402
+from common import interleaved  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -103,13 +103,8 @@ def main():
     cfg = NETS[a.net]
     nets = {"A": build(cfg, old_sources(dev, files, a.rev), parse_sets(a.set_a)),
             "B": build(cfg, {}, [])}
-    times = {k: [] for k in nets}
-    for _ in range(a.rounds):
-        for k, n in nets.items():
-            times[k].append(pass_ms(n, a.iters))
-    med = {k: statistics.median(v) for k, v in times.items()}
-    for k, v in times.items():
-        print(f"{k}: median {med[k]:.1f} ms  ({' '.join(f'{x:.0f}' for x in v)})")
+    med = interleaved({k: (lambda n=n: pass_ms(n, a.iters)) for k, n in nets.items()},
+                      a.rounds)
     print(f"{a.net}: A/B {med['A'] / med['B']:.2f}x")
 
 

@@ -109,3 +109,18 @@ def conv_pass(dev, g, what, x, w, y, dx, dw, col, algo=None):
     if what == "bwd_data":
         return conv_ops.backward_data(dev, g, y, w, dx, col, algo=algo)
     return conv_ops.backward_weight(dev, g, x, y, dw, col, algo=algo)
+
+
+def interleaved(timers, rounds):
+    """A/B timing on a noisy machine: each of ``timers`` (name -> function
+    returning milliseconds) in turn, ``rounds`` times; prints each one's
+    median and samples, returns {name: median}."""
+    import statistics
+    times = {k: [] for k in timers}
+    for _ in range(rounds):
+        for k, fn in timers.items():
+            times[k].append(fn())
+    med = {k: statistics.median(v) for k, v in times.items()}
+    for k, v in times.items():
+        print(f"{k}: median {med[k]:.1f} ms  ({' '.join(f'{x:.0f}' for x in v)})")
+    return med

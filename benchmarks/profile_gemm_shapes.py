@@ -49,13 +49,10 @@ def install():
     device_mod.Device.launch = launch
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--net", default="cifar10_quick")
-    ap.add_argument("--batch", type=int, default=100)
-    ap.add_argument("--iters", type=int, default=5)
-    a = ap.parse_args()
-    install()
+def labelled_profile(fn, dev, iters, unit, top=None):
+    """Run ``fn`` ``iters`` times under OpenCL profiling (``install()``
+    first) and print its launches by label, heaviest first: ms per
+    ``unit`` (step, pass), launches per unit, GFLOP/s of the GEMMs."""
     rec = Recorder()
     orig_run = device_mod.Launch.run
     names = {}
@@ -66,11 +63,10 @@ def main():
             names[len(rec.events) - 1] = _labels.get(id(launch), (launch.name, 0.0))
         return ev
     device_mod.Launch.run = run
-    cfg = NETS[a.net]
-    param = with_inputs(os.path.join(ROOT, cfg["proto"]), a.batch, cfg["shape"])
-    solver = SGDSolver(solver_for(param))
-    fill_inputs(solver.net, 10)
-    wall, recs = rec.measure(lambda: solver.step(1), solver.net.device, a.iters)
+    try:
+        wall, recs = rec.measure(fn, dev, iters)
+    finally:
+        device_mod.Launch.run = rec._orig
     agg = collections.OrderedDict()
     for i, (_, _, ms) in enumerate(recs):
         label, flop = names.get(i, ("?", 0.0))
@@ -78,12 +74,26 @@ def main():
         e[0] += ms
         e[1] += 1
     total = sum(v[0] for v in agg.values())
-    print(f"wall {wall:.1f} ms/step, kernels {total:.1f} ms")
-    print("| launch | ms/step | per step | GFLOP/s |\n|---|---|---|---|")
-    for label, (ms, c, flop) in sorted(agg.items(), key=lambda kv: -kv[1][0]):
-        per = c // a.iters
+    print(f"wall {wall:.1f} ms/{unit}, kernels {total:.1f} ms")
+    print(f"| launch | ms/{unit} | per {unit} | GFLOP/s |\n|---|---|---|---|")
+    for label, (ms, c, flop) in sorted(agg.items(), key=lambda kv: -kv[1][0])[:top]:
+        per = max(c // iters, 1)
         rate = f"{flop * per / (ms * 1e6):.0f}" if flop else ""
         print(f"| {label} | {ms:.2f} | {per} | {rate} |")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--net", default="cifar10_quick")
+    ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--iters", type=int, default=5)
+    a = ap.parse_args()
+    install()
+    cfg = NETS[a.net]
+    param = with_inputs(os.path.join(ROOT, cfg["proto"]), a.batch, cfg["shape"])
+    solver = SGDSolver(solver_for(param))
+    fill_inputs(solver.net, 10)
+    labelled_profile(lambda: solver.step(1), solver.net.device, a.iters, "step")
 
 
 if __name__ == "__main__":

@@ -28,4 +28,13 @@
 #define ACT_GRAD(v) 1.0f
 #endif
 
+/* APPLY_ACT on a float8 (the CPU kernels' vector epilogues) */
+#if ACT == 1
+#define APPLY_ACT8(v) select(act_a * (v), (v), (v) > (float8)0.0f)
+#elif ACT == 2
+#define APPLY_ACT8(v) fmax((float8)act_a, fmin((float8)act_b, (v)))
+#else
+#define APPLY_ACT8(v) (v)
+#endif
+
 #endif

@@ -18,14 +18,6 @@
 #define WG 256
 #endif
 #include "act.h"
-/* APPLY_ACT of act.h on a float8 */
-#if ACT == 1
-#define APPLY_ACT8(v) select(act_a * (v), (v), (v) > (float8)0.0f)
-#elif ACT == 2
-#define APPLY_ACT8(v) fmax((float8)act_a, fmin((float8)act_b, (v)))
-#else
-#define APPLY_ACT8(v) (v)
-#endif
 
 #define TAPS (KH * KW)
 /* dw_forward_band: __local floats of a band of padded input rows (set by

@@ -63,14 +63,6 @@
 #error "CONV_B 1 packs op(B) = B, CONV_B 2 op(B) = B^T"
 #endif
 #include "act.h"
-/* APPLY_ACT of act.h on a float8 */
-#if ACT == 1
-#define APPLY_ACT8(v) select(act_a * (v), (v), (v) > (float8)0.0f)
-#elif ACT == 2
-#define APPLY_ACT8(v) fmax((float8)act_a, fmin((float8)act_b, (v)))
-#else
-#define APPLY_ACT8(v) (v)
-#endif
 #define MR 6
 #define NR 16
 #if (BM_MAX % MR) || (BN_MAX % NR)
