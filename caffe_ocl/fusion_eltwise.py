@@ -81,12 +81,11 @@ class EltwiseActChain(LayerPair):
         return not self._planned
 
     def run(self):
-        net, e = self.net, self.first
         self.reshape_second()
         key = (self.eltwise._reshapes, self.top.data_buffer(),
                tuple(b.data_buffer() for b in self.bottoms))
         if key != self._fkey:
-            c0, c1 = net.layers[e].coeffs
+            c0, c1 = self.eltwise.coeffs
             self.fwd = pointwise.sum2(self.eltwise.device, self.top.count, c0,
                                       self.bottoms[0].data_buffer(), c1,
                                       self.bottoms[1].data_buffer(), self.top.data_buffer(),
