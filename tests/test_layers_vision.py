@@ -201,7 +201,7 @@ def test_wrong_number_of_bottoms(rng):
                    [rng.standard_normal((1, 1, 4, 4))] * 2)
 
 
-@pytest.mark.parametrize("k,s,p", [(3, 2, 1), (2, 2, 0), (3, 1, 1), (2, 1, 0), (3, 3, 0)])
+@pytest.mark.parametrize("k,s,p", [(3, 2, 1), (2, 2, 0), (3, 1, 1)])
 def test_pool_forward_values_and_mask(rng, k, s, p):
     """Max- and average-pooling forward on the device's kernels (on CPU
     drivers the plane kernels, 8 outputs at a time where windows are whole
