@@ -47,4 +47,14 @@ inline int2 valid_wo(int w0, int sw, int W, int WO) {
     return (int2)(lo, max(lo, hi));
 }
 
+/* 8 elements of a row at stride sw (1 or 2) from s: one unaligned vector
+ * load, or the even lanes of two overlapping ones (elements 0..14 only: the
+ * 16th may lie past the buffer). The CPU kernels' vector runs (gemm_cpu.cl
+ * column packing, pooling.cl windows; a compile-time sw folds the test). */
+inline float8 run8(__global const float* s, int sw) {
+    if (sw == 1) return vload8(0, s);
+    const float8 a = vload8(0, s), b = vload8(0, s + 7);
+    return (float8)(a.even, b.odd);
+}
+
 #endif

@@ -119,21 +119,13 @@ inline int split_off(int n, int nsplit, int stride) {
 #define CONV_PASS cv_kh, cv_kw, cv_sh, cv_sw, cv_dh, cv_dw, cv_wp, cv_hwp, cv_wo
 
 #if CONV_B == 1
-/* 8 pixels of a run along an image row at stride sw from s (sw 1 or 2):
- * one unaligned vector load, or the even lanes of two overlapping ones
- * (elements 0..14 only: the 16th may lie past the buffer). */
-inline float8 conv_run8(__global const float* s, int sw) {
-    if (sw == 1) return vload8(0, s);
-    const float8 a = vload8(0, s), b = vload8(0, s + 7);
-    return (float8)(a.even, b.odd);
-}
 
 /* [kb][16] panel of op(B) for column rows k0.. and the 16 output pixels
  * from column n (``cols`` of them valid; the rest repeat the last one).
  * Each pixel's offset in the padded images is found once; per k the
  * (c, kh, kw) offset is stepped, and each half of 8 pixels lying along one
  * image row at stride 1 or 2 (rows of 8 or more) is packed by vector
- * loads (conv_run8). Stride 2 by vectors: ResNet-50's stride-2 1x1
+ * loads (run8, common.h). Stride 2 by vectors: ResNet-50's stride-2 1x1
  * convolutions packed by scalar gathers ran at 32-44 GFLOP/s against
  * 70-80 for their stride-1 neighbours. */
 inline void pack_conv_fwd(__local float* bp, __global const float* B, int k0, int kb,
@@ -156,11 +148,11 @@ inline void pack_conv_fwd(__local float* bp, __global const float* B, int k0, in
     const int step_chan = cv_hwp - cv_kh * cv_dh * cv_wp;        /* kh wraps */
     for (int k = 0; k < kb; ++k) {
         if (run0)
-            vstore8(conv_run8(s + off[0], cv_sw), 2 * k, bp);
+            vstore8(run8(s + off[0], cv_sw), 2 * k, bp);
         else
             for (int j = 0; j < 8; ++j) bp[k * NR + j] = s[off[j]];
         if (run1)
-            vstore8(conv_run8(s + off[8], cv_sw), 2 * k + 1, bp);
+            vstore8(run8(s + off[8], cv_sw), 2 * k + 1, bp);
         else
             for (int j = 8; j < NR; ++j) bp[k * NR + j] = s[off[j]];
         s += cv_dw;

@@ -141,18 +141,6 @@ __kernel void ave_pool_bwd(int total, int C, int H, int W, int HO, int WO,
 
 #if defined(FKH) && defined(FSW) && (FSW == 1 || FSW == 2)
 #define POOL_RUN8 1     /* CPU plane kernels: 8 outputs at a time */
-/* 8 window taps of consecutive outputs along a row, FSW apart, from s: one
- * unaligned vector load, or the even lanes of two overlapping ones
- * (elements 0..14 only: the 16th may lie past the buffer) */
-inline float8 pool_run8(__global const float* s) {
-#if FSW == 1
-    return vload8(0, s);
-#else
-    const float8 a = vload8(0, s), b = vload8(0, s + 7);
-    return (float8)(a.even, b.odd);
-#endif
-}
-
 /* Outputs wo..wo+7 of row ho whose windows lie wholly inside the image
  * (q: the first window's top-left input), as the scalar loop below: the
  * first maximum in raster order and its plane index. Scalar windows ran
@@ -166,7 +154,7 @@ inline void max_pool_run8(__global const float* q, int W, int base,
     for (int i = 0; i < FKH; ++i)
         #pragma unroll
         for (int j = 0; j < FKW; ++j) {
-            const float8 v = pool_run8(q + i * W + j);
+            const float8 v = run8(q + i * W + j, FSW);   /* common.h */
             const int8 gt = v > best;
             arg = select(arg, (int8)(i * W + j), gt);
             best = select(best, v, gt);
