@@ -20,11 +20,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
 
 import caffe_ocl  # noqa: E402
 from caffe_ocl import device as device_mod  # noqa: E402
-from bench_cpu_infer import NETS  # noqa: E402
+from bench_cpu_infer import NETS, deploy_net  # noqa: E402
 from common import interleaved  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,12 +63,7 @@ def build(cfg, renames, sets):
     for m, a, v in sets:
         setattr(m, a, v)
     try:
-        net = caffe_ocl.Net(os.path.join(ROOT, cfg["proto"]), caffe_ocl.TEST)
-        inp = net.inputs[0]
-        net.blobs[inp].reshape(cfg["batch"], *cfg["shape"])
-        net.reshape()
-        net.blobs[inp].data[...] = np.random.default_rng(0).standard_normal(
-            net.blobs[inp].shape).astype(np.float32)
+        net = deploy_net(cfg["proto"], cfg["batch"], cfg["shape"])
         net._forward_range(0, len(net.layers) - 1)
         net.device.finish()
     finally:

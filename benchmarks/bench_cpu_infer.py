@@ -158,13 +158,19 @@ def _mobilenet_v2():
 # Runners
 # --------------------------------------------------------------------------
 
-def caffe_ocl_infer(cfg, warmup, runs, pipelined=False):
-    net = caffe_ocl.Net(os.path.join(ROOT, cfg["proto"]), caffe_ocl.TEST)
-    inp = net.inputs[0]
-    net.blobs[inp].reshape(cfg["batch"], *cfg["shape"])
+def deploy_net(proto, batch, shape=None):
+    """A TEST net of ``proto`` (relative to the project) at ``batch`` (input
+    ``shape`` per image, or the prototxt's), fed standard-normal data."""
+    net = caffe_ocl.Net(os.path.join(ROOT, proto), caffe_ocl.TEST)
+    inp = net.blobs[net.inputs[0]]
+    inp.reshape(batch, *(shape or inp.shape[1:]))
     net.reshape()
-    net.blobs[inp].data[...] = np.random.default_rng(0).standard_normal(
-        net.blobs[inp].shape).astype(np.float32)
+    inp.data[...] = np.random.default_rng(0).standard_normal(inp.shape).astype(np.float32)
+    return net
+
+
+def caffe_ocl_infer(cfg, warmup, runs, pipelined=False):
+    net = deploy_net(cfg["proto"], cfg["batch"], cfg["shape"])
     dev = net.device
     last = len(net.layers) - 1
     if pipelined:

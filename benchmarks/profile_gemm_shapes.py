@@ -53,23 +53,10 @@ def labelled_profile(fn, dev, iters, unit, top=None):
     """Run ``fn`` ``iters`` times under OpenCL profiling (``install()``
     first) and print its launches by label, heaviest first: ms per
     ``unit`` (step, pass), launches per unit, GFLOP/s of the GEMMs."""
-    rec = Recorder()
-    orig_run = device_mod.Launch.run
-    names = {}
-
-    def run(launch, queue):      # remember which Launch each event belongs to
-        ev = orig_run(launch, queue)
-        if rec.events is not None:
-            names[len(rec.events) - 1] = _labels.get(id(launch), (launch.name, 0.0))
-        return ev
-    device_mod.Launch.run = run
-    try:
-        wall, recs = rec.measure(fn, dev, iters)
-    finally:
-        device_mod.Launch.run = rec._orig
+    wall, recs = Recorder().measure(fn, dev, iters)
     agg = collections.OrderedDict()
-    for i, (_, _, ms) in enumerate(recs):
-        label, flop = names.get(i, ("?", 0.0))
+    for launch, ms in recs:
+        label, flop = _labels.get(id(launch), (launch.name, 0.0))
         e = agg.setdefault(label, [0.0, 0, flop])
         e[0] += ms
         e[1] += 1

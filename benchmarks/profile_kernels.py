@@ -23,6 +23,7 @@ import pyopencl as cl  # noqa: E402
 
 import caffe_ocl  # noqa: E402
 from caffe_ocl import device as device_mod  # noqa: E402
+from bench_cpu_infer import NETS as CPU_NETS, deploy_net  # noqa: E402
 from bench_train_small import NETS as SMALL_NETS  # noqa: E402
 from common import fill_inputs, solver_for, with_inputs  # noqa: E402
 
@@ -30,17 +31,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Recorder:
-    """Wraps Launch.run to keep (kernel name, global size, event)."""
+    """Wraps Launch.run to keep (launch, event) while measuring."""
 
     def __init__(self):
         self.events = None
-        self._orig = device_mod.Launch.run
         rec = self
 
         def run(launch, queue):
             ev = cl.enqueue_nd_range_kernel(queue, launch.kernel, launch.gsize, launch.lsize)
             if rec.events is not None:
-                rec.events.append((launch.name, launch.gsize, ev))
+                rec.events.append((launch, ev))
             return ev
         device_mod.Launch.run = run
 
@@ -54,17 +54,16 @@ class Recorder:
         dev.finish()
         wall = (time.perf_counter() - t0) / iters * 1e3
         evs, self.events = self.events, None
-        return wall, [(n, g, (e.profile.end - e.profile.start) * 1e-6 / iters) for n, g, e in evs]
+        return wall, [(ln, (e.profile.end - e.profile.start) * 1e-6 / iters) for ln, e in evs]
 
 
 def report(title, wall, recs, top):
     by_name = collections.defaultdict(lambda: [0.0, 0])
     by_shape = collections.defaultdict(lambda: [0.0, 0])
-    for n, g, ms in recs:
-        by_name[n][0] += ms
-        by_name[n][1] += 1
-        by_shape[(n, g)][0] += ms
-        by_shape[(n, g)][1] += 1
+    for ln, ms in recs:
+        for key, agg in ((ln.name, by_name), ((ln.name, ln.gsize), by_shape)):
+            agg[key][0] += ms
+            agg[key][1] += 1
     total = sum(v[0] for v in by_name.values())
     print(f"\n## {title}: wall {wall:.2f} ms, kernels {total:.2f} ms "
           f"({len(recs)} launches; idle {wall - total:.2f} ms)")
@@ -87,12 +86,9 @@ def main():
     rec = Recorder()
     for name in a.nets.split(","):
         if a.infer:
-            deploy = "models/lenet/lenet.prototxt" if name == "lenet" else \
-                os.path.join("models", name, "deploy.prototxt")
-            net = caffe_ocl.Net(os.path.join(ROOT, deploy), caffe_ocl.TEST)
-            inp = net.blobs[net.inputs[0]]
-            inp.reshape(a.batch, *inp.shape[1:])
-            net.reshape()
+            proto = (CPU_NETS[name]["proto"] if name in CPU_NETS
+                     else os.path.join("models", name, "deploy.prototxt"))
+            net = deploy_net(proto, a.batch)
             wall, recs = rec.measure(lambda: net._forward_range(0, len(net.layers) - 1),
                                      net.device, a.iters)
             report(f"{name} batch {a.batch} inference", wall, recs, a.top)
