@@ -20,7 +20,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
 import caffe_ocl  # noqa: E402
 from caffe_ocl import device as device_mod  # noqa: E402
 from bench_cpu_infer import NETS, deploy_net  # noqa: E402
