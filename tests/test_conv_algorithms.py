@@ -317,11 +317,31 @@ def test_tf32_conv_and_gemm_on_nvidia(d, rng, p, monkeypatch):
         pytest.skip("TF32 tensor cores need an NVIDIA GPU")
     monkeypatch.setattr(gemm_ops, "_allow_tf32", True)
     _check_igemm_passes(d, rng, _geom(p), 3e-3)
-    M, N, K = 200, 300, 129
-    A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
-    cb = d.buf(np.full((M, N), np.nan))
-    d.run([gemm_ops.gemm(d.dev, M, N, K, d.buf(A), d.buf(B), cb)])
-    assert _rel(d.get(cb, (M, N)), A @ B) < 3e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("M,N,K,ld", [(200, 300, 129, 0), (40, 136, 20, 0), (131, 260, 64, 4)])
+def test_tf32_gemm_on_nvidia(d, rng, M, N, K, ld, ta, tb, monkeypatch):
+    """TF32 GEMMs on tensor cores (tile_mainloop_async.h) in every transpose
+    case, 128- and 64-row tiles, 4-byte copies (odd rows) and 16-byte
+    copies (rows padded to ld-aligned lengths), two batches."""
+    if not (d.dev.is_gpu and d.dev.is_nvidia):
+        pytest.skip("TF32 tensor cores need an NVIDIA GPU")
+    monkeypatch.setattr(gemm_ops, "_allow_tf32", True)
+    lda, ldb = (M if ta else K), (K if tb else N)
+    if ld:
+        lda, ldb = -(-lda // ld) * ld, -(-ldb // ld) * ld
+    A = rng.standard_normal((2, K if ta else M, lda))
+    B = rng.standard_normal((2, N if tb else K, ldb))
+    cb = d.buf(np.full((2, M, N), np.nan))
+    d.run([gemm_ops.gemm(d.dev, M, N, K, d.buf(A), d.buf(B), cb, trans_a=ta, trans_b=tb,
+                         lda=lda, ldb=ldb, batch=2, stride_a=(A[0].size, 0),
+                         stride_b=(B[0].size, 0), stride_c=(M * N, 0))])
+    a = np.transpose(A[:, :, :M], (0, 2, 1)) if ta else A[:, :, :K]
+    b = np.transpose(B[:, :, :K], (0, 2, 1)) if tb else B[:, :, :N]
+    assert _rel(d.get(cb, (2, M, N)), a @ b) < 3e-3
 
 
 @pytest.mark.parametrize("p", [(2, 4, 7, 8, 6, 3, 3, 1, 1, 2, 2, 1, 1, 1),   # ResNet-18's 3x3 s2
@@ -364,22 +384,50 @@ def emulated_tf32(monkeypatch):
     monkeypatch.setattr(gemm_ops, "_emulate_tf32", True)
 
 
-def test_tf32_tiling_emulated_gemm(d, rng, emulated_tf32):
-    """The TF32 tile layout (fragments, A's row permutation, the staged
-    store) on any device: C must equal the product of the TF32-rounded
-    operands (not the FP32 product), over 128-row tiles with ragged edges."""
-    M, N, K = 70, 130, 33
-    A, B, C = rng.standard_normal((M, K)), rng.standard_normal((K, N)), rng.standard_normal((M, N))
+# (trans_a, trans_b, rows padded to 16 bytes, async loop): tile_mainloop.h's
+# TF32 tiling; tile_mainloop_async.h with k-fast A / x-fast B by 4-byte
+# copies (rows of 33 and 130 floats), and x-fast A / k-fast B by 16-byte
+# copies over two batches (its ldmatrix and scalar fragment reads, both
+# swizzles).
+EMULATED_GEMMS = [(False, False, False, False), (False, False, False, True),
+                  pytest.param(True, True, True, True, marks=pytest.mark.slow)]  # ~80 s PoCL build
+
+
+@pytest.mark.parametrize("ta,tb,aligned,use_async", EMULATED_GEMMS,
+                         ids=["registers", "async-4B", "async-16B-trans"])
+def test_tf32_tiling_emulated_gemm(d, rng, emulated_tf32, monkeypatch, ta, tb, aligned,
+                                   use_async):
+    """The TF32 tile layouts (fragments, A's row permutation or the async
+    loop's swizzles, the staged store) on any device: C must equal the
+    product of the TF32-rounded operands (not the FP32 product), over
+    128-row tiles with ragged edges."""
+    monkeypatch.setattr(gemm_ops, "_async_tf32", use_async)
+    M, N, K, batch = 70, 130, 33, 1 + int(ta)
+    lda, ldb = (M if ta else K), (K if tb else N)
+    if aligned:
+        lda, ldb = -(-lda // 4) * 4, -(-ldb // 4) * 4
+    A = rng.standard_normal((batch, K if ta else M, lda))
+    B = rng.standard_normal((batch, N if tb else K, ldb))
+    C = rng.standard_normal((batch, M, N))
     bias = rng.standard_normal(M)
     cb = d.buf(C)
-    d.run([gemm_ops.gemm(d.dev, M, N, K, d.buf(A), d.buf(B), cb, alpha=0.5, beta=0.25,
-                         bias=d.buf(bias), act=("relu", 0.1), impl="tiled")])
-    f32 = lambda a: np.asarray(a, np.float32).astype(np.float64)  # noqa: E731
-    v = 0.5 * _tf32(A) @ _tf32(B) + bias[:, None] + 0.25 * f32(C)
+    launch = gemm_ops.gemm(d.dev, M, N, K, d.buf(A), d.buf(B), cb, trans_a=ta, trans_b=tb,
+                           lda=lda, ldb=ldb, alpha=0.5, beta=0.25, batch=batch,
+                           stride_a=(A[0].size, 0), stride_b=(B[0].size, 0),
+                           stride_c=(C[0].size, 0), bias=d.buf(bias), act=("relu", 0.1),
+                           impl="tiled")
+    assert launch.lsize[0] == (128 if use_async else 256)     # the loop asked for
+    assert gemm_ops._rows_aligned(lda, 0, (A[0].size, 0)) == aligned   # 16- or 4-byte copies
+    assert gemm_ops._rows_aligned(ldb, 0, (B[0].size, 0)) == aligned
+    d.run([launch])
+    a = np.transpose(A[:, :, :M], (0, 2, 1)) if ta else A[:, :, :K]
+    b = np.transpose(B[:, :, :K], (0, 2, 1)) if tb else B[:, :, :N]
+    f32 = lambda x: np.asarray(x, np.float32).astype(np.float64)  # noqa: E731
+    v = 0.5 * _tf32(a) @ _tf32(b) + bias[:, None] + 0.25 * f32(C)
     ref = np.where(v > 0, v, 0.1 * v)
     got = d.get(cb, C.shape)
     assert _rel(got, ref) < 2e-6
-    v32 = 0.5 * f32(A) @ f32(B) + bias[:, None] + 0.25 * f32(C)
+    v32 = 0.5 * f32(a) @ f32(b) + bias[:, None] + 0.25 * f32(C)
     assert _rel(got, np.where(v32 > 0, v32, 0.1 * v32)) > 2e-5   # really rounded
 
 

@@ -12,7 +12,9 @@
  *
  * Tiling (tile_mainloop.h): a 1-D work-group of TM*TN/64 work-items computes
  * a TM x TN block (TM 64 or 128, TN 128), 8 x 8 results per work-item,
- * double-buffered local tiles of TK; TF32 == 1 uses tensor cores (NVIDIA). */
+ * double-buffered local tiles of TK; TF32 == 1 uses tensor cores (NVIDIA).
+ * ASYNC == 1 (TF32 only): tile_mainloop_async.h instead, a work-group of
+ * (TM / 64) * (TN / WN) warps fed by asynchronous copies, STAGES deep. */
 #include "common.h"
 
 #ifndef TRANS_A
@@ -38,6 +40,7 @@
 #endif
 #include "act.h"
 #include "mma_tf32.h"
+#include "tile_config.h"
 
 #if TRANS_A
 #define A_AT(m, k) A[(k) * lda + (m)]
@@ -54,7 +57,7 @@
 #define B_KFAST 0
 #endif
 
-__kernel __attribute__((reqd_work_group_size(TM * TN / 64, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void gemm(int M, int N, int K, float alpha,
           __global const float* A, int offA, int lda, int sA_n, int sA_g,
           __global const float* B, int offB, int ldb, int sB_n, int sB_g,
@@ -71,7 +74,7 @@ void gemm(int M, int N, int K, float alpha,
     const int kbeg = 0, kend = K;
 #define LOAD_A(m, k) (((m) < M && (k) < kend) ? A_AT(m, k) : 0.0f)
 #define LOAD_B(k, n) (((n) < N && (k) < kend) ? B_AT(k, n) : 0.0f)
-#include "tile_mainloop.h"
+#include TILE_MAINLOOP
 
 #define STORE_COL(n)
 #if BIAS == 1

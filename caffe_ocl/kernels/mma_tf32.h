@@ -29,6 +29,29 @@ inline float tf32_round(float x) {
                    "r"((b)[0]), "r"((b)[1]),                                      \
                    "f"(d0), "f"(d1), "f"(d2), "f"(d3))
 
+/* Asynchronous global -> local copies (sm_80+), for tile_mainloop_async.h:
+ * nbytes of src (0 to the copy's size) land at dst, the rest zero-filled.
+ * The copy is 16 bytes (src and dst 16-byte aligned) or 4. A work-item's
+ * copies are grouped by commit; wait_group n waits until at most n of its
+ * groups are in flight (a barrier after it makes everyone's visible). */
+inline void cp_async16(__local float* dst, __global const float* src, int nbytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"((uint)(size_t)dst), "l"(src), "r"(nbytes));
+}
+inline void cp_async4(__local float* dst, __global const float* src, int nbytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+                 :: "r"((uint)(size_t)dst), "l"(src), "r"(nbytes));
+}
+/* r[0..3] = this lane's word of four 8 x 4-float blocks of local memory;
+ * lane l gives the address (base + off) of row l % 8 of block l / 8, and
+ * receives word l % 4 of row l / 4 of each block (the mma fragment order) */
+#define LDSM_X4(r, base, off)                                                     \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"  \
+                 : "=r"((r)[0]), "=r"((r)[1]), "=r"((r)[2]), "=r"((r)[3])         \
+                 : "r"((uint)(size_t)((base) + (off))))
+#define cp_async_commit() asm volatile("cp.async.commit_group;")
+#define cp_async_wait_all() asm volatile("cp.async.wait_all;")
+
 #elif TF32 == 2
 
 /* the same rounding as cvt.rna.tf32.f32 (ties away from zero) */
@@ -61,11 +84,40 @@ inline void mma_tf32_emulated(float* d, const uint* a, const uint* b,
     }
 }
 
+/* the copies, done at once (the waits are then nothing to wait for) */
+inline void cp_async16(__local float* dst, __global const float* src, int nbytes) {
+    for (int i = 0; i < 4; ++i) dst[i] = 4 * i < nbytes ? src[i] : 0.0f;
+}
+inline void cp_async4(__local float* dst, __global const float* src, int nbytes) {
+    dst[0] = nbytes ? src[0] : 0.0f;
+}
+#define cp_async_commit()
+#define cp_async_wait_all()
+
+/* ldmatrix.x4 (above): the lanes' offsets exchanged through local memory */
+inline void ldsm_x4_emulated(uint* r, __local const float* base, int off,
+                             __local int* xi, int lid) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    xi[lid] = off;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int lane = lid & 31, w0 = lid & ~31;
+    for (int i = 0; i < 4; ++i) r[i] = as_uint(base[xi[w0 + 8 * i + (lane >> 2)] + (lane & 3)]);
+}
+#define LDSM_X4(r, base, off) ldsm_x4_emulated(r, base, off, (__local int*)mma_xch_, lid)
+
 #define MMA_TF32(d0, d1, d2, d3, a, b) {                                          \
         float d_[4] = {d0, d1, d2, d3};                                           \
         mma_tf32_emulated(d_, a, b, mma_xch_, lid);                               \
         d0 = d_[0]; d1 = d_[1]; d2 = d_[2]; d3 = d_[3];                           \
     }
 
+#endif
+
+#if TF32
+/* element copy from p[off], zero where off < 0 (outside the operand) */
+#define cp_async4_at(dst, p, off) {                                               \
+        const int o_ = (off);                                                     \
+        cp_async4(dst, (p) + max(o_, 0), o_ >= 0 ? 4 : 0);                        \
+    }
 #endif
 #endif

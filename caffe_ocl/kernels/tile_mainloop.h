@@ -33,6 +33,8 @@
 #define LDB_ (TN + 8)
 #define A_PER (TM * TK / NT)
 #define B_PER (TN * TK / NT)
+#define ACC_N 8                      /* for tile_store.h */
+#define TILE_FLOATS_ (2 * TK * LDB_)
 #if (TM != 64 && TM != 128) || TN != 128 || TK % 8
 #error "tile_mainloop.h: TM must be 64 or 128, TN 128, TK a multiple of 8"
 #endif

@@ -22,14 +22,19 @@
  *   STORE_ROW(m, n, v)   statements storing result v of row m (< M) and
  *                        column n (< N), after alpha / bias / beta / act as
  *                        the kernel needs;
- * and has M, N, m0, n0, lid in scope. */
+ * and has M, N, m0, n0, lid in scope; the main loop header defines ACC_N
+ * (columns of acc) and TILE_FLOATS_ (floats of its B tiles, Bs). */
 #ifndef STAGED
 #define STAGED 0
 #endif
 #if STAGED
-#define EPI_ROWS_ 32
 #define LDC_ (TN + 8)   /* rows 8 banks apart: float2 (TF32) / float4 stores conflict-free */
-#if EPI_ROWS_ * LDC_ > 2 * TK * LDB_
+#if 32 * LDC_ <= TILE_FLOATS_
+#define EPI_ROWS_ 32
+#else                   /* tile_mainloop_async.h with 2 stages */
+#define EPI_ROWS_ 16
+#endif
+#if EPI_ROWS_ * LDC_ > TILE_FLOATS_
 #error "tile_store.h: the staged rows do not fit the main loop's B tiles"
 #endif
     {
@@ -47,7 +52,7 @@
                 if (r_ / EPI_ROWS_ != h_) continue;
                 __local float* crow_ = cs_ + (r_ - h_ * EPI_ROWS_) * LDC_;
 #pragma unroll
-                for (int j = 0; j < 8; ++j) crow_[COL_OF(j)] = acc[i][j];
+                for (int j = 0; j < ACC_N; ++j) crow_[COL_OF(j)] = acc[i][j];
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             if (eok_) {
@@ -64,7 +69,7 @@
 #undef LDC_
 #else
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < ACC_N; ++j) {
         const int en_ = n0 + COL_OF(j);
         if (en_ >= N) continue;
         STORE_COL(en_)

@@ -69,6 +69,47 @@ def gpu_tiles(dev, M, K=None):
                 STAGED=int(K is not None and K <= STAGED_MAX_K))
 
 
+# TF32 GEMMs (not the implicit-GEMM convolutions) run
+# kernels/tile_mainloop_async.h: local tiles filled by asynchronous copies
+# (cp.async), ASYNC_MAX_STAGES deep where local memory allows, warps of
+# 64 x ASYNC_WN results. CAFFE_OCL_TF32_ASYNC=0 keeps tile_mainloop.h.
+_async_tf32 = os.environ.get("CAFFE_OCL_TF32_ASYNC", "1").strip().lower() not in ("0", "false", "no", "off")
+ASYNC_WN = int(os.environ.get("CAFFE_OCL_TF32_WN", "64"))
+ASYNC_MAX_STAGES = int(os.environ.get("CAFFE_OCL_TF32_STAGES", "3"))
+
+
+def async_tiles(dev, t, aligned_a, aligned_b):
+    """Defines that switch a TF32 tile ``t`` (gpu_tiles) to
+    tile_mainloop_async.h, or {} where it does not apply (FP32, the
+    switch off, under 2 stages of local memory). aligned_x: that operand's
+    rows start on 16-byte boundaries (16-byte copies; else 4-byte ones)."""
+    if not t["TF32"] or not _async_tf32:
+        return {}
+    tm, tk = t["TM"], t["TK"]
+    wn = ASYNC_WN if tm == 128 else 32       # at least 128 work-items (tile_store.h)
+    threads = (tm // 64) * (t["TN"] // wn) * 32
+    stage = 4 * tk * (tm + t["TN"])
+    have = getattr(dev, "local_mem", 1 << 16) - (24 * threads if t["TF32"] == 2 else 0)
+    stages = min(ASYNC_MAX_STAGES, have // stage)
+    if stages < 2:
+        return {}
+    return dict(ASYNC=1, STAGES=stages, WN=wn,
+                A_VEC=4 if aligned_a else 1, B_VEC=4 if aligned_b else 1)
+
+
+def tile_threads(t):
+    """Work-group size of the GPU matrix kernels for tile ``t``
+    (kernels/tile_config.h)."""
+    if t.get("ASYNC"):
+        return (t["TM"] // 64) * (t["TN"] // t["WN"]) * 32
+    return t["TM"] * t["TN"] // 64
+
+
+def _rows_aligned(ld, off, strides):
+    """Rows of ld floats from offset off, moved by strides, all on 16 bytes."""
+    return all(int(v) % 4 == 0 for v in (ld, off) + tuple(strides))
+
+
 # kernels/gemm_cpu.cl: fixed panel sizes (one compiled variant per
 # transpose/bias/activation/groups combination); the block of C a
 # work-item owns is a run-time argument up to these maxima. KC x BM_MAX of A
@@ -204,8 +245,10 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
         extra += [int(v) for v in (conv if conv is not None else (0,) * 9)]
     else:
         t = gpu_tiles(dev, M, K)
+        t.update(async_tiles(dev, t, _rows_aligned(lda, off_a, stride_a),
+                             _rows_aligned(ldb, off_b, stride_b)))
         src = SRC
-        lx, ly = t["TM"] * t["TN"] // 64, 1
+        lx, ly = tile_threads(t), 1
         gx = -(-N // t["TN"]) * lx
         gy = -(-M // t["TM"])
     defines = dict(t, **common)
