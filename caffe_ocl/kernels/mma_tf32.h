@@ -30,16 +30,12 @@ inline float tf32_round(float x) {
                    "f"(d0), "f"(d1), "f"(d2), "f"(d3))
 
 /* Asynchronous global -> local copies (sm_80+), for tile_mainloop_async.h:
- * nbytes of src (0 to the copy's size) land at dst, the rest zero-filled.
- * The copy is 16 bytes (src and dst 16-byte aligned) or 4. A work-item's
+ * nbytes of src (0 to 16) land at dst, the rest of the 16 bytes zero-filled
+ * (src and dst 16-byte aligned). A work-item's
  * copies are grouped by commit; wait_group n waits until at most n of its
  * groups are in flight (a barrier after it makes everyone's visible). */
 inline void cp_async16(__local float* dst, __global const float* src, int nbytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                 :: "r"((uint)(size_t)dst), "l"(src), "r"(nbytes));
-}
-inline void cp_async4(__local float* dst, __global const float* src, int nbytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
                  :: "r"((uint)(size_t)dst), "l"(src), "r"(nbytes));
 }
 /* r[0..3] = this lane's word of four 8 x 4-float blocks of local memory;
@@ -88,9 +84,6 @@ inline void mma_tf32_emulated(float* d, const uint* a, const uint* b,
 inline void cp_async16(__local float* dst, __global const float* src, int nbytes) {
     for (int i = 0; i < 4; ++i) dst[i] = 4 * i < nbytes ? src[i] : 0.0f;
 }
-inline void cp_async4(__local float* dst, __global const float* src, int nbytes) {
-    dst[0] = nbytes ? src[0] : 0.0f;
-}
 #define cp_async_commit()
 #define cp_async_wait_all()
 
@@ -113,11 +106,4 @@ inline void ldsm_x4_emulated(uint* r, __local const float* base, int off,
 
 #endif
 
-#if TF32
-/* element copy from p[off], zero where off < 0 (outside the operand) */
-#define cp_async4_at(dst, p, off) {                                               \
-        const int o_ = (off);                                                     \
-        cp_async4(dst, (p) + max(o_, 0), o_ >= 0 ? 4 : 0);                        \
-    }
-#endif
 #endif

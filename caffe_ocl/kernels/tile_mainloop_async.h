@@ -26,14 +26,14 @@
  *     chunk k / 4 of row x sits at chunk (k / 4) ^ ((x / 2) % 4);
  *   x-fast operand, row k of W floats: chunk x / 4 sits at (x / 4) ^ 2 (k % 4).
  *
+ * Copies are 16 bytes, so the host uses this loop only where both
+ * operands' rows start on 16-byte boundaries: 4-byte copies (of unaligned
+ * rows, or of the implicit-GEMM convolutions' gathers) ran 1.3-1.6x slower
+ * on the H200 than tile_mainloop.h's register-staged loads.
  * The includer (gemm.cl) defines, before the #include: A_KFAST / B_KFAST
  * (as for tile_mainloop.h), A_AT(m, k) / B_AT(k, n) (lvalues of the
- * matrices A and B), A_VEC / B_VEC (4: 16-byte copies, which the host
- * allows only when that operand's rows start on 16-byte boundaries; 1:
- * 4-byte copies), and has A, B, M, N, kbeg, kend (the product's k range),
- * m0, n0, lid in scope. (The implicit-GEMM convolutions keep
- * tile_mainloop.h: fed by 4-byte copies of their gathers they ran 1.3-1.6x
- * slower on the H200 than with its register-staged loads.)
+ * matrices A and B), and has A, B, M, N, kbeg, kend (the product's k
+ * range), m0, n0, lid in scope.
  * After it: float acc[8][ACC_N], acc[i][j] = C[m0 + ROW_OF(i)][n0 + COL_OF(j)],
  * for tile_store.h. */
 #ifndef STAGES
@@ -42,16 +42,10 @@
 #ifndef WN
 #define WN 64
 #endif
-#ifndef A_VEC
-#define A_VEC 1
-#endif
-#ifndef B_VEC
-#define B_VEC 1
-#endif
 #define NT ((TM / 64) * (TN / WN) * 32)
 #define ACC_N (WN / 4)
-#if TK != 16 || (TM != 64 && TM != 128) || TN != 128 || (WN != 32 && WN != 64) || NT != TN
-#error "tile_mainloop_async.h: TK 16, TM 64 or 128, TN 128, WN 32 or 64, NT == TN (tile_store.h)"
+#if TK != 16 || (TM != 64 && TM != 128) || TN != 128 || (WN != 32 && WN != 64) || NT % TN
+#error "tile_mainloop_async.h: TK 16, TM 64 or 128, TN 128, WN 32 or 64, NT a multiple of TN"
 #endif
 #if !TF32
 #error "tile_mainloop_async.h: the tensor-core (TF32) loop only"
@@ -107,9 +101,9 @@
 #define ROW_OF(i) (wm_ * 64 + ((i) >> 1) * 16 + gid_ + ((i) & 1) * 8)
 #define COL_OF(j) (wn_ * WN + ((j) >> 1) * 8 + tig_ * 2 + ((j) & 1))
 
-/* Copies of k-tile KT into stage ST (as ST's first float); every work-item
- * takes chunks lid, lid + NT, ... Bytes past the matrix are zero-filled. */
-#if A_VEC == 4
+/* Copies of the k-tile starting at k = KT into the stage at AS / BS; every
+ * work-item takes chunks lid, lid + NT, ... Bytes past the matrix are
+ * zero-filled. */
 #if A_KFAST
 #define FETCH_A_(KT, AS) {                                                       \
         for (int i_ = 0; i_ < TM * TK / 4 / NT; ++i_) {        \
@@ -127,16 +121,6 @@
             cp_async16((AS) + POS_XF_(k_, x_, TM), nb_ ? &A_AT(gm_, gk_) : A, nb_); \
         } }
 #endif
-#else
-#define FETCH_A1(dst, m, k) cp_async4_at(dst, A, ((m) < M && (k) < kend) ? &A_AT(m, k) - A : -1)
-#define FETCH_A_(KT, AS) {                                                       \
-        for (int i_ = 0; i_ < TM * TK / NT; ++i_) {            \
-            const int c_ = lid + i_ * NT;                                        \
-            const int x_ = A_KFAST ? c_ / TK : c_ % TM, k_ = A_KFAST ? c_ % TK : c_ / TM; \
-            FETCH_A1((AS) + POS_A_(x_, k_), m0 + x_, KT + k_);                  \
-        } }
-#endif
-#if B_VEC == 4
 #if B_KFAST
 #define FETCH_B_(KT, BS) {                                                       \
         for (int i_ = 0; i_ < TN * TK / 4 / NT; ++i_) {        \
@@ -152,15 +136,6 @@
             const int gn_ = n0 + x_, gk_ = (KT) + k_;                       \
             const int nb_ = gk_ < kend ? clamp(N - gn_, 0, 4) * 4 : 0;              \
             cp_async16((BS) + POS_XF_(k_, x_, TN), nb_ ? &B_AT(gk_, gn_) : B, nb_); \
-        } }
-#endif
-#else
-#define FETCH_B1(dst, k, n) cp_async4_at(dst, B, ((n) < N && (k) < kend) ? &B_AT(k, n) - B : -1)
-#define FETCH_B_(KT, BS) {                                                       \
-        for (int i_ = 0; i_ < TN * TK / NT; ++i_) {            \
-            const int c_ = lid + i_ * NT;                                        \
-            const int x_ = B_KFAST ? c_ / TK : c_ % TN, k_ = B_KFAST ? c_ % TK : c_ / TN; \
-            FETCH_B1((BS) + POS_B_(k_, x_), KT + k_, n0 + x_);                  \
         } }
 #endif
 
@@ -283,5 +258,3 @@
     cp_async_wait_all();
 #undef FETCH_A_
 #undef FETCH_B_
-#undef FETCH_A1
-#undef FETCH_B1

@@ -74,16 +74,18 @@ def gpu_tiles(dev, M, K=None):
 # (cp.async), ASYNC_MAX_STAGES deep where local memory allows, warps of
 # 64 x ASYNC_WN results. CAFFE_OCL_TF32_ASYNC=0 keeps tile_mainloop.h.
 _async_tf32 = os.environ.get("CAFFE_OCL_TF32_ASYNC", "1").strip().lower() not in ("0", "false", "no", "off")
-ASYNC_WN = int(os.environ.get("CAFFE_OCL_TF32_WN", "64"))
-ASYNC_MAX_STAGES = int(os.environ.get("CAFFE_OCL_TF32_STAGES", "3"))
+ASYNC_WN = 64           # H200, 4096^3: 32-column warps 1.38 ms, 64: 1.12
+ASYNC_MAX_STAGES = 3    # as many 128 x 16 stages as 48 KiB holds (64-row tiles: not tried deeper)
 
 
 def async_tiles(dev, t, aligned_a, aligned_b):
     """Defines that switch a TF32 tile ``t`` (gpu_tiles) to
-    tile_mainloop_async.h, or {} where it does not apply (FP32, the
-    switch off, under 2 stages of local memory). aligned_x: that operand's
-    rows start on 16-byte boundaries (16-byte copies; else 4-byte ones)."""
-    if not t["TF32"] or not _async_tf32:
+    tile_mainloop_async.h, or {} where it does not apply: FP32, the switch
+    off, under 2 stages of local memory, or an operand whose rows do not
+    start on 16-byte boundaries (aligned_x False). Its copies are 16 bytes:
+    4-byte ones ran 1.3x slower than tile_mainloop.h (VGG-16's Winograd
+    GEMMs with 1519 tiles per row; the implicit-GEMM gathers 1.3-1.6x)."""
+    if not t["TF32"] or not _async_tf32 or not (aligned_a and aligned_b):
         return {}
     tm, tk = t["TM"], t["TK"]
     wn = ASYNC_WN if tm == 128 else 32       # at least 128 work-items (tile_store.h)
@@ -93,8 +95,7 @@ def async_tiles(dev, t, aligned_a, aligned_b):
     stages = min(ASYNC_MAX_STAGES, have // stage)
     if stages < 2:
         return {}
-    return dict(ASYNC=1, STAGES=stages, WN=wn,
-                A_VEC=4 if aligned_a else 1, B_VEC=4 if aligned_b else 1)
+    return dict(ASYNC=1, STAGES=stages, WN=wn)
 
 
 def tile_threads(t):
