@@ -189,6 +189,7 @@ GEMMS = [  # M, N, K, trans_a, trans_b, batch, groups
     (130, 65, 17, 0, 1, 2, 1),
     (64, 129, 40, 1, 1, 1, 2),
     (3, 4, 0, 0, 0, 1, 1),       # K = 0: C = beta*C + bias
+    (37, 50, 300, 0, 0, 1, 1),   # K > 96 (CPU: column strips outer) over two K panels
 ]
 
 

@@ -65,6 +65,7 @@
 #include "act.h"
 #define MR 6
 #define NR 16
+#define ROWS_OUTER_MAX_K 96
 #if (BM_MAX % MR) || (BN_MAX % NR)
 #error "BM_MAX must be a multiple of 6 and BN_MAX of 16"
 #endif
@@ -350,14 +351,26 @@ void gemm(int M, int N, int K, float alpha,
             }
 #endif
         }
-        for (int ni = 0; ni < nb; ni += NR) {
+        /* the 6 x 16 tiles of the block, by 16-column strips (a B
+         * micro-panel stays in L1 while the A panel streams from L2) or,
+         * for short products (K <= ROWS_OUTER_MAX_K), by 6-row strips: C is
+         * then written 6 rows of bn at a time instead of 64 bytes of every
+         * row of the block in turn. 2-core EPYC, PoCL 3.1, A/B in one
+         * process: MobileNet v2's 1x1 layers (K 16-96) 1.10-1.24x, K 144
+         * and 256 0.97-1.03x by rows. */
+        const int nmi = (mb + MR - 1) / MR, nni = (nb + NR - 1) / NR;
+        const int rows_outer = K <= ROWS_OUTER_MAX_K;
+        for (int t = 0; t < nmi * nni; ++t) {
+            const int si = rows_outer ? t / nni : t % nmi;
+            const int sj = rows_outer ? t - si * nni : t / nmi;
+            const int mi = si * MR, ni = sj * NR;
             __local const float* bp = Bp + ni * KC;
             const int n = n0 + ni;
             int p = n, img = 0;
             if (nsplit > 0) { img = n / nsplit; p = n - img * nsplit; }
             const int cols = min(NR, nb - ni);
             const int cvec = cols == NR && (nsplit <= 0 || p + NR <= nsplit);
-            for (int mi = 0; mi < mb; mi += MR) {
+            {
                 __local const float* ap = Ap + mi * KC;
                 float8 c00 = 0.0f, c01 = 0.0f, c10 = 0.0f, c11 = 0.0f;
                 float8 c20 = 0.0f, c21 = 0.0f, c30 = 0.0f, c31 = 0.0f;
