@@ -101,42 +101,36 @@
 #define ROW_OF(i) (wm_ * 64 + ((i) >> 1) * 16 + gid_ + ((i) & 1) * 8)
 #define COL_OF(j) (wn_ * WN + ((j) >> 1) * 8 + tig_ * 2 + ((j) & 1))
 
-/* Copies of the k-tile starting at k = KT into the stage at AS / BS; every
- * work-item takes chunks lid, lid + NT, ... Bytes past the matrix are
- * zero-filled. */
-#if A_KFAST
-#define FETCH_A_(KT, AS) {                                                       \
-        for (int i_ = 0; i_ < TM * TK / 4 / NT; ++i_) {        \
+/* Copies of the k-tile starting at k = KT into the stage S of an operand
+ * with TX rows or columns x (from X0, XN of them in the matrix), element
+ * (x, k) at AT(x, k); every work-item takes chunks lid, lid + NT, ...
+ * Bytes past the matrix are zero-filled (P: any valid address then).
+ * k-fast: a chunk is 4 k of row x; x-fast: 4 x of row k. */
+#define FETCH_KF_(KT, S, TX, X0, XN, AT, P) {                                    \
+        for (int i_ = 0; i_ < TX * TK / 4 / NT; ++i_) {                           \
             const int c_ = lid + i_ * NT, x_ = c_ / (TK / 4), k_ = (c_ % (TK / 4)) * 4; \
-            const int gm_ = m0 + x_, gk_ = (KT) + k_;                       \
-            const int nb_ = gm_ < M ? clamp(kend - gk_, 0, 4) * 4 : 0;              \
-            cp_async16((AS) + POS_KF_(x_, k_), nb_ ? &A_AT(gm_, gk_) : A, nb_);   \
+            const int gx_ = (X0) + x_, gk_ = (KT) + k_;                           \
+            const int nb_ = gx_ < (XN) ? clamp(kend - gk_, 0, 4) * 4 : 0;         \
+            cp_async16((S) + POS_KF_(x_, k_), nb_ ? &AT(gx_, gk_) : (P), nb_);    \
         } }
+#define FETCH_XF_(KT, S, TX, X0, XN, AT, P) {                                    \
+        for (int i_ = 0; i_ < TX * TK / 4 / NT; ++i_) {                           \
+            const int c_ = lid + i_ * NT, k_ = c_ / (TX / 4), x_ = (c_ % (TX / 4)) * 4; \
+            const int gx_ = (X0) + x_, gk_ = (KT) + k_;                           \
+            const int nb_ = gk_ < kend ? clamp((XN) - gx_, 0, 4) * 4 : 0;         \
+            cp_async16((S) + POS_XF_(k_, x_, TX), nb_ ? &AT(gx_, gk_) : (P), nb_); \
+        } }
+#define A_XK_(m, k) A_AT(m, k)
+#define B_XK_(n, k) B_AT(k, n)
+#if A_KFAST
+#define FETCH_A_(KT, AS) FETCH_KF_(KT, AS, TM, m0, M, A_XK_, A)
 #else
-#define FETCH_A_(KT, AS) {                                                       \
-        for (int i_ = 0; i_ < TM * TK / 4 / NT; ++i_) {        \
-            const int c_ = lid + i_ * NT, k_ = c_ / (TM / 4), x_ = (c_ % (TM / 4)) * 4; \
-            const int gm_ = m0 + x_, gk_ = (KT) + k_;                       \
-            const int nb_ = gk_ < kend ? clamp(M - gm_, 0, 4) * 4 : 0;              \
-            cp_async16((AS) + POS_XF_(k_, x_, TM), nb_ ? &A_AT(gm_, gk_) : A, nb_); \
-        } }
+#define FETCH_A_(KT, AS) FETCH_XF_(KT, AS, TM, m0, M, A_XK_, A)
 #endif
 #if B_KFAST
-#define FETCH_B_(KT, BS) {                                                       \
-        for (int i_ = 0; i_ < TN * TK / 4 / NT; ++i_) {        \
-            const int c_ = lid + i_ * NT, x_ = c_ / (TK / 4), k_ = (c_ % (TK / 4)) * 4; \
-            const int gn_ = n0 + x_, gk_ = (KT) + k_;                       \
-            const int nb_ = gn_ < N ? clamp(kend - gk_, 0, 4) * 4 : 0;              \
-            cp_async16((BS) + POS_KF_(x_, k_), nb_ ? &B_AT(gk_, gn_) : B, nb_);   \
-        } }
+#define FETCH_B_(KT, BS) FETCH_KF_(KT, BS, TN, n0, N, B_XK_, B)
 #else
-#define FETCH_B_(KT, BS) {                                                       \
-        for (int i_ = 0; i_ < TN * TK / 4 / NT; ++i_) {        \
-            const int c_ = lid + i_ * NT, k_ = c_ / (TN / 4), x_ = (c_ % (TN / 4)) * 4; \
-            const int gn_ = n0 + x_, gk_ = (KT) + k_;                       \
-            const int nb_ = gk_ < kend ? clamp(N - gn_, 0, 4) * 4 : 0;              \
-            cp_async16((BS) + POS_XF_(k_, x_, TN), nb_ ? &B_AT(gk_, gn_) : B, nb_); \
-        } }
+#define FETCH_B_(KT, BS) FETCH_XF_(KT, BS, TN, n0, N, B_XK_, B)
 #endif
 
     /* Fragment offsets of this lane within a stage, computed once (the loop
@@ -185,18 +179,10 @@
         cp_async_commit();
         __local const float* as_ = As + cur_ * (TM * TK);
         __local const float* bs_ = Bs + cur_ * (TN * TK);
-#if TF32 == 2      /* the emulation holds barriers: few copies build faster */
-#pragma unroll 1
-#else
 #pragma unroll
-#endif
         for (int ks = 0; ks < TK; ks += 8) {
             uint af[4][4], bf[WN / 8][2];
-#if TF32 == 2      /* the emulation holds barriers: few copies build faster */
-#pragma unroll 1
-#else
 #pragma unroll
-#endif
             for (int mt = 0; mt < 4; ++mt) {
 #if A_KFAST
                 LDSM_X4(af[mt], as_, (ks ? aoff1_ : aoff0_) + mt * 256);
@@ -209,11 +195,7 @@
                 af[mt][3] = as_uint(q_[4 * TM]);
 #endif
             }
-#if TF32 == 2      /* the emulation holds barriers: few copies build faster */
-#pragma unroll 1
-#else
 #pragma unroll
-#endif
             for (int nt = 0; nt < WN / 8; ++nt) {
 #if B_KFAST
                 if (nt % 2 == 0) {
@@ -256,5 +238,7 @@
         nxt_ = nxt_ + 1 == STAGES ? 0 : nxt_ + 1;
     }
     cp_async_wait_all();
+#undef FETCH_KF_
+#undef FETCH_XF_
 #undef FETCH_A_
 #undef FETCH_B_
