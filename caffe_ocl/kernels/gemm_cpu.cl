@@ -370,67 +370,65 @@ void gemm(int M, int N, int K, float alpha,
             if (nsplit > 0) { img = n / nsplit; p = n - img * nsplit; }
             const int cols = min(NR, nb - ni);
             const int cvec = cols == NR && (nsplit <= 0 || p + NR <= nsplit);
-            {
-                __local const float* ap = Ap + mi * KC;
-                float8 c00 = 0.0f, c01 = 0.0f, c10 = 0.0f, c11 = 0.0f;
-                float8 c20 = 0.0f, c21 = 0.0f, c30 = 0.0f, c31 = 0.0f;
-                float8 c40 = 0.0f, c41 = 0.0f, c50 = 0.0f, c51 = 0.0f;
-                for (int k = 0; k < kb; ++k) {
-                    const float8 b0 = vload8(0, bp + k * NR), b1 = vload8(1, bp + k * NR);
-                    __local const float* a = ap + k * MR;
-                    c00 = fma((float8)a[0], b0, c00); c01 = fma((float8)a[0], b1, c01);
-                    c10 = fma((float8)a[1], b0, c10); c11 = fma((float8)a[1], b1, c11);
-                    c20 = fma((float8)a[2], b0, c20); c21 = fma((float8)a[2], b1, c21);
-                    c30 = fma((float8)a[3], b0, c30); c31 = fma((float8)a[3], b1, c31);
-                    c40 = fma((float8)a[4], b0, c40); c41 = fma((float8)a[4], b1, c41);
-                    c50 = fma((float8)a[5], b0, c50); c51 = fma((float8)a[5], b1, c51);
-                }
-                const int m = m0 + mi;
-                /* whole 16-column rows by vectors, also in a block's last
-                 * row tile when M is not a multiple of 6 (the element path
-                 * below held MobileNet v2's M = 16 GEMM, a third of its
-                 * tiles partial, at 26 GFLOP/s) */
-                const int rows = min(MR, mb - mi);
-                if (cvec) {
-                    __global float* cp = C + m * ldc + img * nsC + p;
-                    STORE8(c00, m, n, cp); STORE8(c01, m, n + 8, cp + 8); cp += ldc;
-                    if (rows > 1) { STORE8(c10, m + 1, n, cp); STORE8(c11, m + 1, n + 8, cp + 8); }
-                    cp += ldc;
-                    if (rows > 2) { STORE8(c20, m + 2, n, cp); STORE8(c21, m + 2, n + 8, cp + 8); }
-                    cp += ldc;
-                    if (rows > 3) { STORE8(c30, m + 3, n, cp); STORE8(c31, m + 3, n + 8, cp + 8); }
-                    cp += ldc;
-                    if (rows > 4) { STORE8(c40, m + 4, n, cp); STORE8(c41, m + 4, n + 8, cp + 8); }
-                    cp += ldc;
-                    if (rows > 5) { STORE8(c50, m + 5, n, cp); STORE8(c51, m + 5, n + 8, cp + 8); }
-                    continue;
-                }
-                float acc[MR][NR];
-                vstore8(c00, 0, acc[0]); vstore8(c01, 1, acc[0]);
-                vstore8(c10, 0, acc[1]); vstore8(c11, 1, acc[1]);
-                vstore8(c20, 0, acc[2]); vstore8(c21, 1, acc[2]);
-                vstore8(c30, 0, acc[3]); vstore8(c31, 1, acc[3]);
-                vstore8(c40, 0, acc[4]); vstore8(c41, 1, acc[4]);
-                vstore8(c50, 0, acc[5]); vstore8(c51, 1, acc[5]);
-                for (int j = 0; j < cols; ++j) {
-                    __global float* cp = C + m * ldc + split_off(n + j, nsplit, nsC);
-                    for (int i = 0; i < rows; ++i, cp += ldc) {
-                        float v = alpha * acc[i][j];
-                        if (first) {
+            __local const float* ap = Ap + mi * KC;
+            float8 c00 = 0.0f, c01 = 0.0f, c10 = 0.0f, c11 = 0.0f;
+            float8 c20 = 0.0f, c21 = 0.0f, c30 = 0.0f, c31 = 0.0f;
+            float8 c40 = 0.0f, c41 = 0.0f, c50 = 0.0f, c51 = 0.0f;
+            for (int k = 0; k < kb; ++k) {
+                const float8 b0 = vload8(0, bp + k * NR), b1 = vload8(1, bp + k * NR);
+                __local const float* a = ap + k * MR;
+                c00 = fma((float8)a[0], b0, c00); c01 = fma((float8)a[0], b1, c01);
+                c10 = fma((float8)a[1], b0, c10); c11 = fma((float8)a[1], b1, c11);
+                c20 = fma((float8)a[2], b0, c20); c21 = fma((float8)a[2], b1, c21);
+                c30 = fma((float8)a[3], b0, c30); c31 = fma((float8)a[3], b1, c31);
+                c40 = fma((float8)a[4], b0, c40); c41 = fma((float8)a[4], b1, c41);
+                c50 = fma((float8)a[5], b0, c50); c51 = fma((float8)a[5], b1, c51);
+            }
+            const int m = m0 + mi;
+            /* whole 16-column rows by vectors, also in a block's last
+             * row tile when M is not a multiple of 6 (the element path
+             * below held MobileNet v2's M = 16 GEMM, a third of its
+             * tiles partial, at 26 GFLOP/s) */
+            const int rows = min(MR, mb - mi);
+            if (cvec) {
+                __global float* cp = C + m * ldc + img * nsC + p;
+                STORE8(c00, m, n, cp); STORE8(c01, m, n + 8, cp + 8); cp += ldc;
+                if (rows > 1) { STORE8(c10, m + 1, n, cp); STORE8(c11, m + 1, n + 8, cp + 8); }
+                cp += ldc;
+                if (rows > 2) { STORE8(c20, m + 2, n, cp); STORE8(c21, m + 2, n + 8, cp + 8); }
+                cp += ldc;
+                if (rows > 3) { STORE8(c30, m + 3, n, cp); STORE8(c31, m + 3, n + 8, cp + 8); }
+                cp += ldc;
+                if (rows > 4) { STORE8(c40, m + 4, n, cp); STORE8(c41, m + 4, n + 8, cp + 8); }
+                cp += ldc;
+                if (rows > 5) { STORE8(c50, m + 5, n, cp); STORE8(c51, m + 5, n + 8, cp + 8); }
+                continue;
+            }
+            float acc[MR][NR];
+            vstore8(c00, 0, acc[0]); vstore8(c01, 1, acc[0]);
+            vstore8(c10, 0, acc[1]); vstore8(c11, 1, acc[1]);
+            vstore8(c20, 0, acc[2]); vstore8(c21, 1, acc[2]);
+            vstore8(c30, 0, acc[3]); vstore8(c31, 1, acc[3]);
+            vstore8(c40, 0, acc[4]); vstore8(c41, 1, acc[4]);
+            vstore8(c50, 0, acc[5]); vstore8(c51, 1, acc[5]);
+            for (int j = 0; j < cols; ++j) {
+                __global float* cp = C + m * ldc + split_off(n + j, nsplit, nsC);
+                for (int i = 0; i < rows; ++i, cp += ldc) {
+                    float v = alpha * acc[i][j];
+                    if (first) {
 #if BIAS == 1
-                            v += bias[offBias + zg * M + m + i];
+                        v += bias[offBias + zg * M + m + i];
 #elif BIAS == 2
-                            v += bias[offBias + n + j];
+                        v += bias[offBias + n + j];
 #endif
-                            if (beta != 0.0f) v += beta * *cp;
-                        } else {
-                            v += *cp;
-                        }
-#if ACT
-                        if (last) v = APPLY_ACT(v);
-#endif
-                        *cp = v;
+                        if (beta != 0.0f) v += beta * *cp;
+                    } else {
+                        v += *cp;
                     }
+#if ACT
+                    if (last) v = APPLY_ACT(v);
+#endif
+                    *cp = v;
                 }
             }
         }
