@@ -264,6 +264,27 @@ def test_gemm_cpu_images_folded_into_k(d, rng, M, N, HW, nimg):
     assert _rel(d.get(cb, C.shape), ref) < 1e-5
 
 
+@pytest.mark.parametrize("nsplit", [1, 3])
+def test_gemm_gpu_images_folded_into_k(d, rng, nsplit):
+    """The GPU kernel's ksplit (gemm.cl KFOLD): k = image * HW + pixel,
+    K split in kchunk slices (one per batch index) into partial products
+    that add up to the weight gradient; groups move A, B and C."""
+    M, N, HW, nimg, G = 13, 20, 36, 3, 2
+    K = nimg * HW
+    kchunk = -(-K // nsplit // 16) * 16
+    A = rng.standard_normal((nimg, G, M, HW))
+    B = rng.standard_normal((nimg, G, N, HW))
+    C = rng.standard_normal((G, nsplit, M, N))
+    ref = np.einsum("igmp,ignp->gmn", A, B)
+    cb = d.buf(C)
+    d.run([gemm_ops.gemm(d.dev, M, N, K, d.buf(A), d.buf(B), cb, trans_b=True, beta=0.0,
+                         lda=HW, ldb=HW, ksplit=HW, kstride=(G * M * HW, G * N * HW),
+                         kchunk=kchunk, batch=nsplit, groups=G, stride_a=(0, M * HW),
+                         stride_b=(0, N * HW), stride_c=(M * N, nsplit * M * N),
+                         impl="tiled")])
+    assert _rel(d.get(cb, C.shape).sum(axis=1), ref) < 1e-5
+
+
 def test_cpu_blocks_cover_and_balance(d):
     for M, N in [(1, 1), (64, 50176), (512, 784), (20, 25), (1000, 16), (64, 49)]:
         bm, bn = gemm_ops.cpu_blocks(d.dev, M, N)
@@ -277,6 +298,9 @@ def test_gemm_split_arguments_rejected(d):
         gemm_ops.gemm(d.dev, 2, 2, 2, None, None, None, nsplit=1, impl="tiled")
     with pytest.raises(ValueError, match="ksplit"):
         gemm_ops.gemm(d.dev, 2, 2, 2, None, None, None, ksplit=1, impl="cpu")
+    with pytest.raises(ValueError, match="ksplit"):    # 2 slices of K = 32, not 1
+        gemm_ops.gemm(d.dev, 2, 2, 32, None, None, None, trans_b=True, ksplit=8,
+                      kchunk=16, impl="tiled")
 
 
 def test_bad_algorithm_rejected(d):
@@ -437,6 +461,74 @@ def test_tf32_tiling_emulated_conv(d, rng, p, emulated_tf32):
     """Implicit-GEMM convolution passes with the emulated TF32 tiling: the
     products of the TF32-rounded operands, to float32 accuracy."""
     _check_igemm_passes(d, rng, _geom(p), 2e-6, rounding=_tf32)
+
+
+# 1x1 stride-1, rows (20 pixels) on 16 bytes, 70 filters per group: the
+# weight gradient as a TF32 GEMM with the images folded into K
+FOLDED_1X1 = (3, 6, 4, 5, 140, 1, 1, 0, 0, 1, 1, 1, 1, 2)
+
+
+@pytest.mark.parametrize("nsplit", [1, 4])
+def test_tf32_folded_weight_gradient_1x1(d, rng, nsplit, monkeypatch):
+    """1x1 stride-1 weight gradients run gemm.cl's async TF32 loop with
+    the images folded into K (both operands k-fast: ldmatrix for both),
+    whole or split into slices summed by splitk_reduce, accumulating into
+    dW as Caffe does; tensor cores on NVIDIA, the emulated mma elsewhere."""
+    nvidia = d.dev.is_gpu and d.dev.is_nvidia
+    monkeypatch.setattr(gemm_ops, "_allow_tf32" if nvidia else "_emulate_tf32", True)
+    monkeypatch.setattr(gemm_ops, "_async_tf32", True)
+    g = _geom(FOLDED_1X1)
+    kchunk = {1: 64, 4: 16}[nsplit]              # K = 3 images x 20 pixels
+    monkeypatch.setattr(conv_ops, "splitk_plan", lambda dev, g: (nsplit, kchunk))
+    assert conv_ops._folded_weight_gemm_applies(d.dev, g)
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, 1, 1))
+    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
+    dw0 = rng.standard_normal(w.shape)
+    _, dw_ref, _ = _refs(g, _tf32(x), w, _tf32(dy))
+    dwb = d.buf(dw0)
+    launches = conv_ops.backward_weight(d.dev, g, d.buf(x), d.buf(dy), dwb, None, algo="igemm")
+    assert launches[0].name == "gemm" and launches[0].lsize[0] == 128    # the async loop
+    assert len(launches) == (1 if nsplit == 1 else 2)
+    d.run(launches)
+    assert _rel(d.get(dwb, w.shape), np.asarray(dw0, np.float32) + dw_ref) < (3e-3 if nvidia else 2e-6)
+
+
+@pytest.mark.parametrize("what", ["fwd", pytest.param("bwd_data", marks=pytest.mark.slow)])
+def test_tf32_batched_1x1(d, rng, what, monkeypatch):
+    """1x1 stride-1 forward (bias and ReLU fused) and backward-data
+    (accumulating) over many input channels run one TF32 GEMM per image on
+    the async loop; groups move weights, images and outputs. Tensor cores
+    on NVIDIA, the emulated mma elsewhere (backward-data's x-fast operands
+    take ~80 s to build on PoCL: -m slow there)."""
+    nvidia = d.dev.is_gpu and d.dev.is_nvidia
+    monkeypatch.setattr(gemm_ops, "_allow_tf32" if nvidia else "_emulate_tf32", True)
+    monkeypatch.setattr(gemm_ops, "_async_tf32", True)
+    monkeypatch.setattr(conv_ops, "BATCHED_1X1_MIN_K", 16)
+    g = _geom((3, 40, 2, 6, 72, 1, 1, 0, 0, 1, 1, 1, 1, 2))     # K 20 / 36, 12 pixels
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, 1, 1))
+    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
+    tol = 3e-3 if nvidia else 2e-6
+    if what == "fwd":
+        b = rng.standard_normal(g.out_channels)
+        y_ref, _, _ = _refs(g, _tf32(x), _tf32(w), dy)
+        y_ref = np.maximum(y_ref + b[None, :, None, None], 0)
+        yb = d.buf(np.full(dy.shape, np.nan))
+        launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, bias=d.buf(b),
+                                    act=("relu", 0.0), algo="igemm")
+        assert [(ln.name, ln.lsize[0]) for ln in launches] == [("gemm", 128)]
+        d.run(launches)
+        assert _rel(d.get(yb, dy.shape), y_ref) < tol
+    else:
+        _, _, dx_ref = _refs(g, x, _tf32(w), _tf32(dy))
+        dx0 = rng.standard_normal(x.shape)
+        dxb = d.buf(dx0)
+        launches = conv_ops.backward_data(d.dev, g, d.buf(dy), d.buf(w), dxb, None,
+                                          accumulate=True, algo="igemm")
+        assert [(ln.name, ln.lsize[0]) for ln in launches] == [("gemm", 128)]
+        d.run(launches)
+        assert _rel(d.get(dxb, x.shape), np.asarray(dx0, np.float32) + dx_ref) < tol
 
 
 # CPU drivers pack forward / weight-gradient columns from the (zero-padded)

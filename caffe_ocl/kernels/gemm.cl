@@ -4,6 +4,11 @@
  * Batch index z = get_group_id(2) splits as (z / GROUPS, z % GROUPS) and
  * each operand moves by  (z / GROUPS) * s*_n + (z % GROUPS) * s*_g
  * (images x groups of a grouped convolution).
+ * KFOLD > 0 (A not transposed, B transposed: a weight gradient over
+ * images): index k of both lies in image k / KFOLD at k % KFOLD, images
+ * kstride_a / kstride_b floats apart, and the batch index zn is a slice
+ * of K instead, [zn * kchunk, + kchunk) (split-K; C moves by sC_n per
+ * slice, partial results summed by the caller).
  * Epilogue: BIAS == 1 adds bias[g*M + m] (per row, g = group), BIAS == 2 adds bias[n]
  * (per column) -- bias is fused so a convolution is one launch.
  * Activation epilogue, applied last (after alpha, bias and beta):
@@ -38,10 +43,24 @@
 #ifndef TF32
 #define TF32 0
 #endif
+#ifndef KFOLD
+#define KFOLD 0
+#endif
 #include "act.h"
 #include "mma_tf32.h"
 #include "tile_config.h"
 
+#if KFOLD
+#if TRANS_A || !TRANS_B
+#error "gemm.cl: KFOLD needs A not transposed and B transposed"
+#endif
+/* image k / KFOLD, pixel k % KFOLD (KFOLD a constant: a multiply) */
+#define KIMG_(k) ((k) / KFOLD)
+#define A_AT(m, k) A[KIMG_(k) * kstride_a + (m) * lda + (k) - KIMG_(k) * KFOLD]
+#define A_KFAST 1
+#define B_AT(k, n) B[KIMG_(k) * kstride_b + (n) * ldb + (k) - KIMG_(k) * KFOLD]
+#define B_KFAST 1
+#else
 #if TRANS_A
 #define A_AT(m, k) A[(k) * lda + (m)]
 #define A_KFAST 0
@@ -56,6 +75,7 @@
 #define B_AT(k, n) B[(k) * ldb + (n)]
 #define B_KFAST 0
 #endif
+#endif
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void gemm(int M, int N, int K, float alpha,
@@ -63,7 +83,8 @@ void gemm(int M, int N, int K, float alpha,
           __global const float* B, int offB, int ldb, int sB_n, int sB_g,
           float beta,
           __global float* C, int offC, int ldc, int sC_n, int sC_g,
-          __global const float* bias, int offBias, float act_a, float act_b) {
+          __global const float* bias, int offBias, float act_a, float act_b,
+          int kstride_a, int kstride_b, int kchunk) {     /* KFOLD only */
     const int z = get_group_id(2);
     const int zn = z / GROUPS, zg = z - zn * GROUPS;
     A += offA + zn * sA_n + zg * sA_g;
@@ -71,7 +92,11 @@ void gemm(int M, int N, int K, float alpha,
     C += offC + zn * sC_n + zg * sC_g;
     const int lid = get_local_id(0);
     const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
+#if KFOLD
+    const int kbeg = zn * kchunk, kend = min(K, kbeg + kchunk);
+#else
     const int kbeg = 0, kend = K;
+#endif
 #define LOAD_A(m, k) (((m) < M && (k) < kend) ? A_AT(m, k) : 0.0f)
 #define LOAD_B(k, n) (((n) < N && (k) < kend) ? B_AT(k, n) : 0.0f)
 #include TILE_MAINLOOP

@@ -190,7 +190,7 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
          lda=None, ldb=None, ldc=None, batch=1, groups=1,
          stride_a=(0, 0), stride_b=(0, 0), stride_c=(0, 0),
          bias=None, bias_axis=0, off_bias=0, act=None, impl=None,
-         nsplit=0, nstride=(0, 0), ksplit=0, kstride=(0, 0), conv=None):
+         nsplit=0, nstride=(0, 0), ksplit=0, kstride=(0, 0), kchunk=0, conv=None):
     """One launch over batch*groups problems.
 
     stride_x = (per batch index, per group index), in elements.
@@ -204,6 +204,10 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
     ksplit > 0: index k of op(A), op(B) lies in image k // ksplit at
     k % ksplit, images kstride = (A, B) floats apart (A not transposed, B
     transposed);
+    The GPU kernel takes ksplit too (gemm.cl KFOLD), with a split of K:
+    batch index i computes the slice [i * kchunk, + kchunk) of K (batch =
+    ceil(K / kchunk); C moves by stride_c[0] per slice; A and B do not move,
+    so stride_a[0] and stride_b[0] must be 0).
     conv = (kh, kw, sh, sw, dh, dw, wp, hwp, wo): B is zero-padded images
     ([image][C][Hp][Wp]; Wp, Hp*Wp, output row WO) whose columns the kernel
     packs itself (gemm_cpu.cl CONV_B): op(B) = col with nsplit = HO*WO
@@ -223,8 +227,13 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
     gz = batch * groups
     if impl is None:
         impl = "cpu" if dev.is_cpu else "tiled"
-    if (nsplit or ksplit) and impl != "cpu":
-        raise ValueError("gemm: nsplit/ksplit exist only in the CPU kernel")
+    if nsplit and impl != "cpu":
+        raise ValueError("gemm: nsplit exists only in the CPU kernel")
+    if ksplit and impl != "cpu":
+        kchunk = int(kchunk or K)
+        if batch != -(-K // kchunk) or stride_a[0] or stride_b[0] or kchunk % 16:
+            raise ValueError("gemm: a GPU ksplit GEMM has one batch index per kchunk "
+                             "(a multiple of 16) of K and operands that do not move with it")
     if nsplit and trans_b:
         raise ValueError("gemm: nsplit needs op(B) = B (not transposed)")
     if ksplit and (trans_a or not trans_b):
@@ -246,8 +255,13 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
         extra += [int(v) for v in (conv if conv is not None else (0,) * 9)]
     else:
         t = gpu_tiles(dev, M, K)
-        t.update(async_tiles(dev, t, _rows_aligned(lda, off_a, stride_a),
-                             _rows_aligned(ldb, off_b, stride_b)))
+        fold_a = fold_b = ()
+        extra = [int(kstride[0]), int(kstride[1]), int(kchunk)]
+        if ksplit:       # images folded into K (gemm.cl KFOLD), K split in kchunks
+            common["KFOLD"] = int(ksplit)
+            fold_a, fold_b = (kstride[0], ksplit), (kstride[1], ksplit)
+        t.update(async_tiles(dev, t, _rows_aligned(lda, off_a, tuple(stride_a) + fold_a),
+                             _rows_aligned(ldb, off_b, tuple(stride_b) + fold_b)))
         src = SRC
         lx, ly = tile_threads(t), 1
         gx = -(-N // t["TN"]) * lx
