@@ -215,6 +215,19 @@ def test_winograd_backward_weight_split_and_chunked(d, rng, monkeypatch, tile, c
     assert len(gemms) == nchunks and all(ln.gsize[2] == A * nsplit for ln in gemms)
 
 
+@pytest.mark.parametrize("num,most,tiles,want", [
+    (64, 31, 49, 24),     # VGG-16 28x28: 31 + 31 + 2 -> 24 + 24 + 16, rows of 1176 tiles
+    (64, 64, 49, 64),     # one chunk
+    (3, 2, 20, 2),        # tiles already whole 16 bytes
+    (10, 4, 6, 4),        # two images per 16 bytes: 4 + 4 + 2
+    (9, 5, 49, 4),        # rounding up to 8 does not fit: down to 4 (three chunks)
+    (5, 1, 49, 1),        # one image at most
+])
+def test_winograd_chunks_balanced_and_aligned(num, most, tiles, want):
+    c = wino_ops.balanced_chunk(num, most, tiles)
+    assert c == want and 1 <= c <= most
+
+
 @pytest.mark.parametrize("tile,cap_images", [(2, 1), (2, 2), (4, 2)])
 def test_winograd_chunked_over_images(d, rng, monkeypatch, tile, cap_images):
     """A workspace cap of 1 or 2 images: 3 images in 3 / 2 chunks
