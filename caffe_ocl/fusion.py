@@ -224,7 +224,12 @@ class ChainPlan:
 
     def __init__(self, chains):
         self.chains = chains
-        self.by_layer = {li: c for c in chains for li in c.layers}
+        # a layer may be in one chain fusing its forward and another fusing
+        # its backward (fuses_forward / fuses_backward, default True)
+        self.by_layer = {li: c for c in chains if getattr(c, "fuses_forward", True)
+                         for li in c.layers}
+        self.by_layer_bwd = {li: c for c in chains if getattr(c, "fuses_backward", True)
+                             for li in c.layers}
 
     def __bool__(self):
         return bool(self.chains)

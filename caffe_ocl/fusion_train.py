@@ -41,6 +41,7 @@ from .fusion import ChainPlan, LayerPair, _act_of
 from .ops import conv as conv_ops
 from .ops import normalization as norm_ops
 from .ops import pointwise
+from .ops import pool as pool_ops
 
 log = logging.getLogger("caffe_ocl")
 
@@ -227,6 +228,68 @@ class ConvReLUChain(LayerPair):
         y.data_mem.device_written()
 
 
+def find_relu_maxpool(net, taken=()):
+    """[(ReLU index, Pooling index)]: a ReLU in place on a blob that a MAX
+    Pooling directly after it reads (its one bottom; one top, no mask top),
+    the pooling's output not changed in place later (the fused backward
+    reads it), both layers needing backward, the ReLU in no chain in
+    ``taken`` (indices of chains that fuse backward). VGG's and AlexNet's
+    pattern."""
+    out = []
+    for li in range(len(net.layers) - 1):
+        relu, pool = net.layers[li], net.layers[li + 1]
+        if relu.type != "ReLU" or pool.type != "Pooling" or li in taken or li + 1 in taken:
+            continue
+        if len(net._top_vecs[li]) != 1 or not _in_place_on(net, li, net._top_vecs[li][0]):
+            continue
+        if (pool.method != pool.MAX or len(net._bottom_vecs[li + 1]) != 1
+                or len(net._top_vecs[li + 1]) != 1
+                or net._bottom_vecs[li + 1][0] is not net._top_vecs[li][0]):
+            continue
+        top = net._top_vecs[li + 1][0]
+        if any(top is t for lj in range(li + 2, len(net.layers)) for t in net._top_vecs[lj]):
+            continue
+        if not (net._layer_need_backward[li] and net._bottom_need_backward[li][0]
+                and net._layer_need_backward[li + 1] and net._bottom_need_backward[li + 1][0]):
+            continue
+        out.append((li, li + 1))
+    return out
+
+
+class ReLUMaxPoolBackward(LayerPair):
+    """In-place ReLU -> MAX Pooling: the pooling's backward also applies the
+    ReLU's gradient gate (kernels/pooling.cl GATE): only a window's chosen
+    input gets gradient, and its ReLU output is the window's pooled value,
+    so the gate reads the pooling's (smaller) output and the ReLU's pass
+    over its whole blob goes (VGG-16 batch 64: that blob is 64 x 64 x 224 x
+    224 at pool1). Forward is not fused: the layers run as they are. After
+    backward the blob's diff holds the ReLU's input gradient, as unfused."""
+    fuses_forward = False
+
+    def __init__(self, net, r, p):
+        super().__init__(net, r, p)
+        self.act = _act_of(net.layers[r])          # ("relu", negative_slope)
+        self.pool = net.layers[p]
+        self._key = None
+        self.bwd = None
+
+    def backward(self):
+        net, pool = self.net, self.pool
+        blob, top = net._bottom_vecs[self.last][0], net._top_vecs[self.last][0]
+        key = (pool._reshapes, top.data_buffer(), top.diff_buffer(), blob.diff_buffer(),
+               pool.mask.data_buffer())
+        if key != self._key:
+            self.bwd = pool_ops.max_backward(
+                pool.device, blob.shape, pool.out_hw, pool.kernel, pool.stride, pool.pad,
+                top.diff_buffer(), pool.mask.data_buffer(), blob.diff_buffer(),
+                gate=(top.data_buffer(), self.act[1]))
+            self._key = key
+        top.diff_mem.to_device()
+        top.data_mem.to_device()          # (the mask lives on the device only, as for
+        self.bwd.run(pool.device.queue)   # the pooling's own backward)
+        blob.diff_mem.device_written()
+
+
 class TrainFusionPlan(ChainPlan):
     """The chains of a TRAIN net; consulted by Net's forward (``forward``,
     from ChainPlan) and backward loops."""
@@ -235,9 +298,8 @@ class TrainFusionPlan(ChainPlan):
         """Backward runs from ``start`` down to ``end``: the fused chain at
         its last layer when [end, start] covers it (chains fusing only the
         forward leave it to the layers)."""
-        c = self.by_layer.get(li)
-        if (c is None or not getattr(c, "fuses_backward", True)
-                or start < c.last or end > c.first):
+        c = self.by_layer_bwd.get(li)
+        if c is None or start < c.last or end > c.first:
             return False
         if li == c.last:
             c.backward()
@@ -251,9 +313,12 @@ def build_plan(net):
         return None
     kinds = [("BatchNorm/Scale/activation chains",
               [TrainChain(net, *t) for t in find_chains(net)]),
-             ("Eltwise/activation chains", fusion_eltwise.chains_of(net, train=True)),
-             ("Convolution/ReLU forwards",
-              [ConvReLUChain(net, *t) for t in find_conv_relu(net)])]
+             ("Eltwise/activation chains", fusion_eltwise.chains_of(net, train=True))]
+    taken = {li for _, found in kinds for c in found for li in c.layers}
+    kinds += [("Convolution/ReLU forwards",
+               [ConvReLUChain(net, *t) for t in find_conv_relu(net)]),
+              ("ReLU/max-pooling backwards",
+               [ReLUMaxPoolBackward(net, *t) for t in find_relu_maxpool(net, taken)])]
     chains = []
     for what, found in kinds:
         if found:

@@ -162,3 +162,58 @@ def test_conv_relu_forward_fused(monkeypatch):
     for lname in ("c1", "c2", "c3"):
         for a, b in zip(fused.params[lname], ref.params[lname]):
             np.testing.assert_allclose(a.diff, b.diff, rtol=1e-4, atol=1e-6, err_msg=lname)
+
+
+RELU_POOL = """
+name: "rp" force_backward: true
+layer { name: "in" type: "Input" top: "x" top: "label"
+        input_param { shape { dim: 2 dim: 3 dim: 9 dim: 7 } shape { dim: 2 } } }
+layer { name: "c1" type: "Convolution" bottom: "x" top: "c1"
+        convolution_param { num_output: 4 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.5 }
+                            bias_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "r1" type: "ReLU" bottom: "c1" top: "c1" }
+layer { name: "p1" type: "Pooling" bottom: "c1" top: "p1"
+        pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "c2" type: "Convolution" bottom: "p1" top: "c2"
+        convolution_param { num_output: 3 kernel_size: 1 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "r2" type: "ReLU" bottom: "c2" top: "c2" relu_param { negative_slope: 0.2 } }
+layer { name: "p2" type: "Pooling" bottom: "c2" top: "p2"
+        pooling_param { pool: MAX kernel_size: 3 stride: 2 pad: 1 } }
+layer { name: "c3" type: "Convolution" bottom: "p2" top: "c3"
+        convolution_param { num_output: 3 kernel_size: 1 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "r3" type: "ReLU" bottom: "c3" top: "c3" }
+layer { name: "p3" type: "Pooling" bottom: "c3" top: "p3"
+        pooling_param { pool: MAX kernel_size: 2 stride: 1 } }
+layer { name: "r4" type: "ReLU" bottom: "p3" top: "p3" }
+layer { name: "fc" type: "InnerProduct" bottom: "p3" top: "fc"
+        inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }
+"""
+
+
+def test_relu_maxpool_backward_fused(monkeypatch):
+    """In-place ReLU -> MAX pooling: the pooling's backward applies the
+    ReLU's gate (tiling 2x2/2 windows with a ragged edge, overlapping
+    padded 3x3/2 with a leaky ReLU); not where a later layer changes the
+    pooled blob in place (p3 -> r4). Same gradients as layer by layer."""
+    nets = []
+    for fuse in (False, True):
+        monkeypatch.setenv(fusion_train.ENV, "1" if fuse else "0")
+        caffe_ocl.set_random_seed(5)
+        net = caffe_ocl.Net(parse_net_text(RELU_POOL), caffe_ocl.TRAIN)
+        net.blobs["x"].data[...] = np.random.default_rng(3).standard_normal(net.blobs["x"].shape)
+        net.blobs["label"].data[...] = [1, 2]
+        net.forward()
+        net.backward()
+        nets.append(net)
+    ref, fused = nets
+    assert [c.describe() for c in fused._train_fusion.chains
+            if isinstance(c, fusion_train.ReLUMaxPoolBackward)] == ["r1 -> p1", "r2 -> p2"]
+    # windows whose pooled value is <= 0 (the gate closes) exist in both kinds
+    assert (ref.blobs["p1"].data == 0).any() and (ref.blobs["p2"].data < 0).any()
+    for name in ("x", "c1", "c2", "c3", "p1", "p2"):
+        np.testing.assert_allclose(fused.blobs[name].diff, ref.blobs[name].diff,
+                                   rtol=1e-5, atol=1e-6, err_msg=name)
+    for lname in ("c1", "c2", "c3", "fc"):
+        for a, b in zip(fused.params[lname], ref.params[lname]):
+            np.testing.assert_allclose(a.diff, b.diff, rtol=1e-5, atol=1e-6, err_msg=lname)

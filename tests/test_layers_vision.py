@@ -281,3 +281,46 @@ def test_max_pool_backward_gpu_kernels(rng, impl):
                     ref[a, b, hs + arg[a, b] // ww, ws + arg[a, b] % ww] += dy[a, b, i, j]
     np.testing.assert_allclose(out[impl], ref, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(out[impl], out[None])
+
+
+@pytest.mark.parametrize("impl", ["cpu", "gpu", "tiles", "flat"])
+@pytest.mark.parametrize("slope", [0.0, 0.25])
+def test_max_pool_backward_gated_by_relu(rng, impl, slope):
+    """max_backward with gate=(top, slope): the pooling's gradient times the
+    gate of the in-place ReLU before it (1 where the pooled value is
+    positive, else slope), in every kernel form; 2x2/2 windows tiling a
+    9 x 37 input (the last row and column of windows ragged). Checks the
+    plain tiles kernel too."""
+    from caffe_ocl.device import get_device
+    from caffe_ocl.ops import pool as pool_ops
+    dev = get_device()
+    n, c, h, w, k, s, p = 2, 3, 9, 37, (2, 2), (2, 2), (0, 0)
+    ho, wo = refs.pool_out_size(h, k[0], s[0], p[0]), refs.pool_out_size(w, k[1], s[1], p[1])
+    assert pool_ops.tiles_input((n, c, h, w), (ho, wo), k, s, p)
+    pre = rng.standard_normal((n, c, h, w))
+    pre[0, 0, :4, :4] = -1.0                       # whole windows below zero
+    x = np.where(pre > 0, pre, slope * pre).astype(np.float32)     # the ReLU's output
+    dy = rng.standard_normal((n, c, ho, wo)).astype(np.float32)
+
+    def buf(a):
+        b = dev.alloc(4 * a.size)
+        dev.upload(b, np.ascontiguousarray(a, np.float32))
+        return b
+    xb, yb, mb, dyb = buf(x), buf(np.zeros((n, c, ho, wo))), buf(np.zeros((n, c, ho, wo))), buf(dy)
+    pool_ops.max_forward(dev, x.shape, (ho, wo), k, s, p, xb, yb, mb).run(dev.queue)
+    ref = np.zeros(x.shape)
+    for i in range(ho):
+        for j in range(wo):
+            win = x[:, :, 2 * i:2 * i + 2, 2 * j:2 * j + 2]
+            ww = win.shape[3]
+            arg = win.reshape(n, c, -1).argmax(axis=2)
+            for a in range(n):
+                for b in range(c):
+                    ref[a, b, 2 * i + arg[a, b] // ww, 2 * j + arg[a, b] % ww] += dy[a, b, i, j]
+    for gate, want in ((None, ref), ((yb, slope), ref * np.where(x > 0, 1.0, slope))):
+        dxb = buf(np.full(x.shape, np.nan))
+        pool_ops.max_backward(dev, x.shape, (ho, wo), k, s, p, dyb, mb, dxb, impl=impl,
+                              gate=gate).run(dev.queue)
+        got = np.empty(x.shape, np.float32)
+        dev.download(got, dxb)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

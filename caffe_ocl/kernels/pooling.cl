@@ -3,6 +3,21 @@
  * STOCHASTIC at test time (weighted average by value). */
 #include "common.h"
 
+/* MAX backward with GATE == 1: the gradient of an in-place ReLU (slope:
+ * its negative_slope) directly before the pooling, fused (fusion_train.py
+ * ReLUMaxPoolBackward). Only a window's chosen element receives gradient,
+ * and its ReLU output is the window's pooled value top[o], so the ReLU's
+ * gate is that of top[o]: the ReLU's own pass over the (larger) bottom is
+ * not needed. */
+#ifndef GATE
+#define GATE 0
+#endif
+#if GATE
+#define GATED(g, o) ((g) * (top[o] > 0.0f ? 1.0f : slope))
+#else
+#define GATED(g, o) (g)
+#endif
+
 __kernel void max_pool_fwd(int total, int C, int H, int W, int HO, int WO,
                            int KH, int KW, int SH, int SW, int PH, int PW,
                            __global const float* x, __global float* y,
@@ -61,7 +76,7 @@ __kernel void sto_pool_test_fwd(int total, int C, int H, int W, int HO, int WO,
 __kernel void max_pool_bwd(int total, int C, int H, int W, int HO, int WO,
                            int KH, int KW, int SH, int SW, int PH, int PW,
                            __global const float* dy, __global const float* mask,
-                           __global float* dx) {
+                           __global float* dx, __global const float* top, float slope) {
     GLOBAL_LOOP(idx, total) {
         int w = idx % W, h = (idx / W) % H, nc = idx / (W * H);
         int phs = (h + PH < KH) ? 0 : (h + PH - KH) / SH + 1;
@@ -70,11 +85,12 @@ __kernel void max_pool_bwd(int total, int C, int H, int W, int HO, int WO,
         int pwe = min((w + PW) / SW + 1, WO);
         float g = 0.0f;
         int me = h * W + w;
-        __global const float* pd = dy + nc * HO * WO;
-        __global const float* pm = mask + nc * HO * WO;
+        const int plane = nc * HO * WO;
+        __global const float* pd = dy + plane;
+        __global const float* pm = mask + plane;
         for (int ph = phs; ph < phe; ++ph)
             for (int pw = pws; pw < pwe; ++pw)
-                if ((int)pm[ph * WO + pw] == me) g += pd[ph * WO + pw];
+                if ((int)pm[ph * WO + pw] == me) g += GATED(pd[ph * WO + pw], plane + ph * WO + pw);
         dx[idx] = g;
     }
 }
@@ -87,21 +103,48 @@ __kernel void max_pool_bwd(int total, int C, int H, int W, int HO, int WO,
 #ifdef FSH
 __kernel void max_pool_bwd_grid(int H, int W, int HO, int WO,
                                 __global const float* dy, __global const float* mask,
-                                __global float* dx) {
+                                __global float* dx, __global const float* top, float slope) {
     const int w = get_global_id(0), h = get_global_id(1), nc = get_global_id(2);
     if (w >= W || h >= H) return;
     const int phs = (h + FPH < FKH) ? 0 : (h + FPH - FKH) / FSH + 1;
     const int phe = min((h + FPH) / FSH + 1, HO);
     const int pws = (w + FPW < FKW) ? 0 : (w + FPW - FKW) / FSW + 1;
     const int pwe = min((w + FPW) / FSW + 1, WO);
-    const int me = h * W + w;
-    __global const float* pd = dy + nc * HO * WO;
-    __global const float* pm = mask + nc * HO * WO;
+    const int me = h * W + w, plane = nc * HO * WO;
+    __global const float* pd = dy + plane;
+    __global const float* pm = mask + plane;
     float g = 0.0f;
     for (int ph = phs; ph < phe; ++ph)
         for (int pw = pws; pw < pwe; ++pw)
-            if ((int)pm[ph * WO + pw] == me) g += pd[ph * WO + pw];
+            if ((int)pm[ph * WO + pw] == me) g += GATED(pd[ph * WO + pw], plane + ph * WO + pw);
     dx[nc * H * W + me] = g;
+}
+
+/* GPUs, windows that tile the input (kernel == stride, no padding, every
+ * input in a window): scatter form, one work-item per window over a 3-D
+ * range (wo, ho, n*c) writing its FKH x FKW inputs, the chosen one dy and
+ * the others 0 (a warp writes whole runs of rows; the gather form reads
+ * dy and mask once per input instead of once per window). */
+__kernel void max_pool_bwd_tiles(int H, int W, int HO, int WO,
+                                 __global const float* dy, __global const float* mask,
+                                 __global float* dx, __global const float* top, float slope) {
+    const int wo = get_global_id(0), ho = get_global_id(1), nc = get_global_id(2);
+    if (wo >= WO || ho >= HO) return;
+    const int o = (nc * HO + ho) * WO + wo;
+    const int chosen = (int)mask[o];
+    const float g = GATED(dy[o], o);
+    __global float* px = dx + nc * H * W;
+    #pragma unroll
+    for (int i = 0; i < FKH; ++i) {
+        const int h = ho * FSH + i;
+        if (h < H) {
+            #pragma unroll
+            for (int j = 0; j < FKW; ++j) {
+                const int w = wo * FSW + j;
+                if (w < W) px[h * W + w] = (h * W + w == chosen) ? g : 0.0f;
+            }
+        }
+    }
 }
 #endif
 
@@ -296,7 +339,7 @@ __kernel void sto_pool_test_fwd_cpu(int planes, int C, int H, int W, int HO, int
 __kernel void max_pool_bwd_cpu(int planes, int C, int H, int W, int HO, int WO,
                                int KH, int KW, int SH, int SW, int PH, int PW,
                                __global const float* dy, __global const float* mask,
-                               __global float* dx) {
+                               __global float* dx, __global const float* top, float slope) {
     PLANE_RANGE(p0, p1, planes);
     const int hw = H * W, ohw = HO * WO;
     for (int pl = p0; pl < p1; ++pl) {
@@ -306,7 +349,7 @@ __kernel void max_pool_bwd_cpu(int planes, int C, int H, int W, int HO, int WO,
         for (int i = 0; i < hw; ++i) pdx[i] = 0.0f;
         for (int o = 0; o < ohw; ++o) {
             int a = (int)pm[o];
-            if (a >= 0 && a < hw) pdx[a] += pd[o];
+            if (a >= 0 && a < hw) pdx[a] += GATED(pd[o], (size_t)pl * ohw + o);
         }
     }
 }

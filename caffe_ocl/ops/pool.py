@@ -13,18 +13,20 @@ def _geom(n, c, h, w, ho, wo, kh, kw, sh, sw, ph, pw):
     return [c, h, w, ho, wo, kh, kw, sh, sw, ph, pw]
 
 
-def _launch(dev, name, shape, out_hw, total, geom, bufs, planes=None):
+def _launch(dev, name, shape, out_hw, total, geom, bufs, planes=None, defines=None):
     """planes: the CPU plane kernel (``name``_cpu) or not; None: CPU drivers."""
     n, c, h, w = shape
+    defines = dict(defines or {})
     if dev.is_cpu if planes is None else planes:
         planes = n * c
         per_plane = max(h * w + out_hw[0] * out_hw[1], 1)
         g = cpu_chunks(dev, planes, min_chunk=max(1, 8192 // per_plane))
-        fixed = ({"FKH": geom[5], "FKW": geom[6], "FSW": geom[8]}
-                 if geom[5] * geom[6] <= 25 else None)
-        return dev.launch(SRC, name + "_cpu", (g,), (1,), [planes] + geom + bufs, fixed)
+        if geom[5] * geom[6] <= 25:
+            defines.update(FKH=geom[5], FKW=geom[6], FSW=geom[8])
+        return dev.launch(SRC, name + "_cpu", (g,), (1,), [planes] + geom + bufs,
+                          defines or None)
     gs, ls = work_size(dev, total)
-    return dev.launch(SRC, name, gs, ls, [total] + geom + bufs)
+    return dev.launch(SRC, name, gs, ls, [total] + geom + bufs, defines or None)
 
 
 def max_forward(dev, shape, out_hw, k, s, p, x, y, mask=None):
@@ -52,21 +54,44 @@ GRID_LOCAL = (32, 8, 1)
 GRID_MAX_PLANES = 65535
 
 
-def max_backward(dev, shape, out_hw, k, s, p, dy, mask, dx, impl=None):
+def tiles_input(shape, out_hw, k, s, p):
+    """Windows that tile the input: kernel == stride, no padding, and every
+    input inside a window (VGG's 2 x 2 / 2)."""
+    _, _, h, w = shape
+    return (tuple(k) == tuple(s) and tuple(p) == (0, 0)
+            and out_hw[0] * s[0] >= h and out_hw[1] * s[1] >= w)
+
+
+# GPUs: the scatter form (max_pool_bwd_tiles) where windows tile the input
+POOL_BWD_TILES = True
+
+
+def max_backward(dev, shape, out_hw, k, s, p, dy, mask, dx, impl=None, gate=None):
     """impl: None (by device), "cpu" (planes per work-item), "gpu" (the 3-D
-    grid kernel; tests run it on PoCL) or "flat" (the 1-D gather form)."""
+    grid kernel; tests run it on PoCL), "tiles" (its scatter form, windows
+    that tile the input) or "flat" (the 1-D gather form).
+    gate: (top, slope): also the backward of an in-place ReLU before the
+    pooling (negative_slope ``slope``), ``top`` the pooling's output
+    (kernels/pooling.cl GATE)."""
     n, c, h, w = shape
     if impl is None:
         impl = "cpu" if dev.is_cpu else ("gpu" if n * c <= GRID_MAX_PLANES else "flat")
-    if impl == "gpu":
+        if impl == "gpu" and POOL_BWD_TILES and tiles_input(shape, out_hw, k, s, p):
+            impl = "tiles"
+    top, slope = gate if gate is not None else (dy, 0.0)
+    defines = dict(GATE=1) if gate is not None else {}
+    if impl in ("gpu", "tiles"):
         lx, ly, _ = GRID_LOCAL
-        gs = (-(-w // lx) * lx, -(-h // ly) * ly, n * c)
-        window = dict(FKH=k[0], FKW=k[1], FSH=s[0], FSW=s[1], FPH=p[0], FPW=p[1])
-        return dev.launch(SRC, "max_pool_bwd_grid", gs, GRID_LOCAL,
-                          [h, w, out_hw[0], out_hw[1], dy, mask, dx], window)
+        gx, gy = (out_hw[1], out_hw[0]) if impl == "tiles" else (w, h)
+        gs = (-(-gx // lx) * lx, -(-gy // ly) * ly, n * c)
+        defines.update(FKH=k[0], FKW=k[1], FSH=s[0], FSW=s[1], FPH=p[0], FPW=p[1])
+        name = "max_pool_bwd_tiles" if impl == "tiles" else "max_pool_bwd_grid"
+        return dev.launch(SRC, name, gs, GRID_LOCAL,
+                          [h, w, out_hw[0], out_hw[1], dy, mask, dx, top, float(slope)],
+                          defines)
     return _launch(dev, "max_pool_bwd", shape, out_hw, n * c * h * w,
-                   _geom(n, c, h, w, *out_hw, *k, *s, *p), [dy, mask, dx],
-                   planes=impl == "cpu")
+                   _geom(n, c, h, w, *out_hw, *k, *s, *p), [dy, mask, dx, top, float(slope)],
+                   planes=impl == "cpu", defines=defines)
 
 
 def ave_backward(dev, shape, out_hw, k, s, p, dy, dx):
