@@ -290,6 +290,61 @@ class ReLUMaxPoolBackward(LayerPair):
         blob.diff_mem.device_written()
 
 
+def find_relu_conv(net, taken=()):
+    """[(ReLU index, Convolution index)]: a ReLU in place on a blob that a
+    Convolution (not Deconvolution) directly after it reads (its one
+    bottom, one top), both needing backward into that blob, the ReLU in no
+    chain in ``taken``. VGG's pattern between its pooling stages. Whether
+    the convolution's backward-data can apply the gate (Winograd) is
+    decided per call."""
+    out = []
+    for li in range(len(net.layers) - 1):
+        relu, conv = net.layers[li], net.layers[li + 1]
+        if relu.type != "ReLU" or conv.type != "Convolution" or li in taken or li + 1 in taken:
+            continue
+        if len(net._top_vecs[li]) != 1 or not _in_place_on(net, li, net._top_vecs[li][0]):
+            continue
+        if (len(net._bottom_vecs[li + 1]) != 1 or len(net._top_vecs[li + 1]) != 1
+                or net._bottom_vecs[li + 1][0] is not net._top_vecs[li][0]):
+            continue
+        if not (net._layer_need_backward[li] and net._bottom_need_backward[li][0]
+                and net._layer_need_backward[li + 1] and net._bottom_need_backward[li + 1][0]):
+            continue
+        out.append((li, li + 1))
+    return out
+
+
+class ReLUConvBackward(LayerPair):
+    """In-place ReLU -> Convolution: the convolution's backward-data
+    applies the ReLU's gradient gate in its last pass (Winograd's output
+    transform reads the ReLU's output, ops/winograd.py ``gate``), so the
+    ReLU's own pass over the blob (read output and gradient, write the
+    gradient) goes. Where the convolution's backward-data does not take a
+    gate (not Winograd), the two layers run their own backward. Forward is
+    not fused."""
+    fuses_forward = False
+
+    def __init__(self, net, r, c):
+        super().__init__(net, r, c)
+        self.act = _act_of(net.layers[r])          # ("relu", negative_slope)
+        self.conv = net.layers[c]
+
+    def backward(self):
+        net, conv, r, c = self.net, self.conv, self.first, self.last
+        blob = net._bottom_vecs[c][0]
+        if conv_ops.gates_backward_data(conv.device, conv.geom):
+            conv.bwd_variant = (blob, self.act[1])
+            try:
+                conv.backward(net._top_vecs[c], net._bottom_need_backward[c],
+                              net._bottom_vecs[c])
+            finally:
+                conv.bwd_variant = None
+            return
+        conv.backward(net._top_vecs[c], net._bottom_need_backward[c], net._bottom_vecs[c])
+        net.layers[r].backward(net._top_vecs[r], net._bottom_need_backward[r],
+                               net._bottom_vecs[r])
+
+
 class TrainFusionPlan(ChainPlan):
     """The chains of a TRAIN net; consulted by Net's forward (``forward``,
     from ChainPlan) and backward loops."""
@@ -315,10 +370,13 @@ def build_plan(net):
               [TrainChain(net, *t) for t in find_chains(net)]),
              ("Eltwise/activation chains", fusion_eltwise.chains_of(net, train=True))]
     taken = {li for _, found in kinds for c in found for li in c.layers}
+    pools = [ReLUMaxPoolBackward(net, *t) for t in find_relu_maxpool(net, taken)]
+    taken |= {li for c in pools for li in c.layers}
     kinds += [("Convolution/ReLU forwards",
                [ConvReLUChain(net, *t) for t in find_conv_relu(net)]),
-              ("ReLU/max-pooling backwards",
-               [ReLUMaxPoolBackward(net, *t) for t in find_relu_maxpool(net, taken)])]
+              ("ReLU/max-pooling backwards", pools),
+              ("ReLU/convolution backwards",
+               [ReLUConvBackward(net, *t) for t in find_relu_conv(net, taken)])]
     chains = []
     for what, found in kinds:
         if found:

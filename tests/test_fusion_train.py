@@ -151,7 +151,8 @@ def test_conv_relu_forward_fused(monkeypatch):
         net.backward()
         nets.append(net)
     ref, fused = nets
-    assert [c.describe() for c in fused._train_fusion.chains] == ["c1 -> r1", "c2 -> r2"]
+    assert [c.describe() for c in fused._train_fusion.chains
+            if isinstance(c, fusion_train.ConvReLUChain)] == ["c1 -> r1", "c2 -> r2"]
     for name in ("c1", "c2", "c3", "loss"):
         np.testing.assert_allclose(fused.blobs[name].data, ref.blobs[name].data,
                                    rtol=1e-5, atol=1e-6, err_msg=name)
@@ -217,3 +218,73 @@ def test_relu_maxpool_backward_fused(monkeypatch):
     for lname in ("c1", "c2", "c3", "fc"):
         for a, b in zip(fused.params[lname], ref.params[lname]):
             np.testing.assert_allclose(a.diff, b.diff, rtol=1e-5, atol=1e-6, err_msg=lname)
+
+
+RELU_CONV = """
+name: "rc" force_backward: true
+layer { name: "in" type: "Input" top: "x" top: "label"
+        input_param { shape { dim: 2 dim: 3 dim: 9 dim: 8 } shape { dim: 2 } } }
+layer { name: "c1" type: "Convolution" bottom: "x" top: "c1"
+        convolution_param { num_output: 5 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.5 }
+                            bias_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "r1" type: "ReLU" bottom: "c1" top: "c1" }
+layer { name: "c2" type: "Convolution" bottom: "c1" top: "c2"
+        convolution_param { num_output: 4 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "r2" type: "ReLU" bottom: "c2" top: "c2" relu_param { negative_slope: 0.3 } }
+layer { name: "c3" type: "Convolution" bottom: "c2" top: "c3"
+        convolution_param { num_output: 3 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "r3" type: "ReLU" bottom: "c3" top: "c3" }
+layer { name: "c4" type: "Convolution" bottom: "c3" top: "c4"
+        convolution_param { num_output: 3 kernel_size: 1 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "fc" type: "InnerProduct" bottom: "c4" top: "fc"
+        inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }
+"""
+
+
+def test_relu_conv_backward_fused(monkeypatch):
+    """In-place ReLU -> Convolution: Winograd's backward-data applies the
+    ReLU's gate (plain and leaky ReLU); before a 1x1 convolution (not
+    Winograd) the pair runs its layers' own backward. Same gradients as
+    layer by layer, also after the per-layer backward (which must not gate
+    twice) and over a second step."""
+    from caffe_ocl.ops import winograd as wino_ops
+    monkeypatch.setenv(wino_ops.ENV, "1")         # 3x3 layers by Winograd on any device
+    nets = []
+    for fuse in (False, True):
+        monkeypatch.setenv(fusion_train.ENV, "1" if fuse else "0")
+        caffe_ocl.set_random_seed(6)
+        net = caffe_ocl.Net(parse_net_text(RELU_CONV), caffe_ocl.TRAIN)
+        net.blobs["x"].data[...] = np.random.default_rng(4).standard_normal(net.blobs["x"].shape)
+        net.blobs["label"].data[...] = [0, 2]
+        net.forward()
+        net.backward()
+        nets.append(net)
+    ref, fused = nets
+    pairs = [c for c in fused._train_fusion.chains if isinstance(c, fusion_train.ReLUConvBackward)]
+    assert [c.describe() for c in pairs] == ["r1 -> c2", "r2 -> c3", "r3 -> c4"]
+    assert (ref.blobs["c1"].data == 0).any() and (ref.blobs["c2"].data < 0).any()
+
+    def same():
+        for name in ("x", "c1", "c2", "c3"):
+            np.testing.assert_allclose(fused.blobs[name].diff, ref.blobs[name].diff,
+                                       rtol=1e-4, atol=1e-6, err_msg=name)
+        for lname in ("c1", "c2", "c3", "c4"):
+            for a, b in zip(fused.params[lname], ref.params[lname]):
+                np.testing.assert_allclose(a.diff, b.diff, rtol=1e-4, atol=1e-6, err_msg=lname)
+    same()
+    # c2's backward launches were built with r1's gate, which is unset after the call
+    c2 = fused.layers[3]
+    assert c2._bwd_key[-1] == (fused.blobs["c1"], 0.0) and c2.bwd_variant is None
+    # layer by layer through the fused net's layers (caffe_ocl time's way), then fused again
+    for net in (ref, fused):
+        net.clear_param_diffs()
+        for li in range(len(net.layers) - 1, -1, -1):
+            if net._layer_need_backward[li]:
+                net.layers[li].backward(net._top_vecs[li], net._bottom_need_backward[li],
+                                        net._bottom_vecs[li])
+    same()
+    for net in (ref, fused):
+        net.clear_param_diffs()
+        net.backward()
+    same()

@@ -320,7 +320,12 @@ __kernel void wino_output(int nimg, int CO, int HO, int WO, int TH, int TW, int 
                           __global const float* Mm, int offM,
                           __global const float* bias, int has_bias, float beta,
                           int act, float act_a, float act_b,
-                          __global float* Y, int offY) {
+                          __global float* Y, int offY,
+                          __global const float* G, int offG) {
+    /* act == 3 (backward-data of a convolution whose input is an in-place
+     * ReLU's output, fusion_train.py ReLUConvBackward): that ReLU's
+     * gradient gate, v if G > 0 else act_a * v, G (shaped as Y) being the
+     * ReLU's output */
     const int tiles = TH * TW;
     const int T = nimg * tiles;
     const int total = CO * T;
@@ -343,6 +348,7 @@ __kernel void wino_output(int nimg, int CO, int HO, int WO, int TH, int TW, int 
         for (int a = 0; a < WM; ++a) at1(s + a * WA, 1, o + a * WM, 1); /* (A^T m) A */
         const float bv = has_bias ? bias[co] : 0.0f;
         __global float* yp = Y + offY + (img * CO + co) * HO * WO;
+        __global const float* gp = G + offG + (img * CO + co) * HO * WO;
 #if WM == 4
         if (rows4) {       /* a tile row is one aligned float4 of the output */
 #pragma unroll
@@ -354,6 +360,9 @@ __kernel void wino_output(int nimg, int CO, int HO, int WO, int TH, int TW, int 
                 if (beta != 0.0f) v += beta * *p4;
                 if (act == 1) v = select(act_a * v, v, v > (float4)0.0f);
                 else if (act == 2) v = fmax((float4)act_a, fmin((float4)act_b, v));
+                else if (act == 3)
+                    v = select(act_a * v, v,
+                               *(__global const float4*)(gp + oy * WO + WM * tx) > (float4)0.0f);
                 *p4 = v;
             }
             continue;
@@ -371,6 +380,7 @@ __kernel void wino_output(int nimg, int CO, int HO, int WO, int TH, int TW, int 
                 if (beta != 0.0f) v += beta * yp[oy * WO + ox];
                 if (act == 1) v = v > 0.0f ? v : act_a * v;
                 else if (act == 2) v = fmax(act_a, fmin(act_b, v));
+                else if (act == 3) v = gp[oy * WO + ox] > 0.0f ? v : act_a * v;
                 yp[oy * WO + ox] = v;
             }
         }

@@ -59,6 +59,10 @@ class Layer:
     min_bottom = None
     max_bottom = None
     exact_num_top = None
+    # what else a layer's backward computes, when a fusion asks
+    # (fusion_train.ReLUConvBackward sets a Convolution's); part of the key
+    # its backward launches are built for
+    bwd_variant = None
     min_top = None
     max_top = None
     equal_num_bottom_top = False
@@ -193,7 +197,8 @@ class Layer:
 
     def backward(self, top, propagate_down, bottom):
         propagate_down = list(propagate_down)
-        key = (self._reshapes, tuple(propagate_down), tuple(self.param_propagate_down))
+        key = (self._reshapes, tuple(propagate_down), tuple(self.param_propagate_down),
+               self.bwd_variant)
         if key != self._bwd_key:
             self.propagate_down = propagate_down
             self.bwd = []

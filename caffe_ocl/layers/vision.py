@@ -159,9 +159,13 @@ class BaseConvolution(Layer):
                                                          t.diff_buffer(), w.diff_buffer(),
                                                          colbuf)
                 if self.propagate_down[bottom.index(b)]:
-                    self.bwd += conv_ops.backward_data(dev, g, t.diff_buffer(),
-                                                       w.data_buffer(), b.diff_buffer(),
-                                                       colbuf)
+                    # bwd_variant (fusion_train.ReLUConvBackward): (blob, slope)
+                    # of an in-place ReLU before this layer, whose backward
+                    # the data gradient then includes
+                    gate = self.bwd_variant
+                    self.bwd += conv_ops.backward_data(
+                        dev, g, t.diff_buffer(), w.data_buffer(), b.diff_buffer(), colbuf,
+                        gate=None if gate is None else (gate[0].data_buffer(), gate[1]))
 
 
 @register("Convolution")

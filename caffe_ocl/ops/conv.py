@@ -523,12 +523,22 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None):
     return out
 
 
-def backward_data(dev, g, dy, weight, dx, col, accumulate=False, algo=None):
+def gates_backward_data(dev, g, algo=None):
+    """Whether backward_data of ``g`` takes a ReLU ``gate`` (Winograd's
+    output transform applies it)."""
+    return algorithm(dev, g, algo) == "winograd"
+
+
+def backward_data(dev, g, dy, weight, dx, col, accumulate=False, algo=None, gate=None):
     """dx = conv^T(dy) (+ dx if accumulate): implicit GEMM, or col = W_g^T * dy_g
-    then col2im (or straight GEMM for 1x1)."""
+    then col2im (or straight GEMM for 1x1). gate = (G, slope): dx also
+    passes the backward of an in-place ReLU whose output G is (where
+    gates_backward_data says so)."""
     a = algorithm(dev, g, algo)
+    if gate is not None and a != "winograd":
+        raise ValueError(f"convolution backward_data: no ReLU gate with algorithm {a!r}")
     if a == "winograd":
-        return wino_ops.backward_data(dev, g, dy, weight, dx, accumulate)
+        return wino_ops.backward_data(dev, g, dy, weight, dx, accumulate, gate=gate)
     if a == "depthwise":
         return dw_ops.backward_data(dev, g, dy, weight, dx, accumulate)
     if a == "igemm":

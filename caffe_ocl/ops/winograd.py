@@ -255,9 +255,14 @@ def _filter_launch(dev, wco, wc, flip, weight, ws, defs):
 
 
 def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
-              bias, act, beta, gemm_impl, tile, groups=1):
+              bias, act, beta, gemm_impl, tile, groups=1, gate=None):
+    """gate: (G, slope): y = y if G > 0 else slope * y elementwise (the
+    gradient gate of an in-place ReLU whose output G is; instead of act)."""
     from .conv import _workspace          # ops.conv imports this module
     act_kind, act_a, act_b = act_defines(act)
+    gate_buf = y
+    if gate is not None:
+        gate_buf, act_kind, act_a, act_b = gate[0], 3, float(gate[1]), 0.0
     m = _tile(tile)
     A = (m + 2) ** 2
     defs = dict(WM=m)
@@ -295,7 +300,7 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
                               [nc, cout, ho, wo, th, tw, ksm, ws, off_m,
                                bias if bias is not None else ws, int(bias is not None),
                                float(beta), act_kind, act_a, act_b,
-                               y, n0 * cout * ho * wo], defs))
+                               y, n0 * cout * ho * wo, gate_buf, n0 * cout * ho * wo], defs))
     return out
 
 
@@ -320,13 +325,18 @@ def forward(dev, g, x, weight, y, bias=None, act=None, beta=0.0, gemm_impl=None,
                      bias, act, beta, gemm_impl, tile, g.groups)
 
 
-def backward_data(dev, g, dy, weight, dx, accumulate=False, gemm_impl=None, tile=None):
+def backward_data(dev, g, dy, weight, dx, accumulate=False, gemm_impl=None, tile=None,
+                  gate=None):
     """[launches]: dx = conv^T(dy) (+ dx if accumulate): the full
-    correlation of dy with rot180(weight)^T, padding 2 - pad."""
+    correlation of dy with rot180(weight)^T, padding 2 - pad. gate = (G,
+    slope): dx then passes an in-place ReLU's backward (G its output)."""
     _check(g)
+    if gate is not None and accumulate:
+        raise ValueError("winograd backward_data: a ReLU gate needs accumulate=False")
     return _pipeline(dev, g.num, g.out_channels, g.out_h, g.out_w, g.channels,
                      g.height, g.width, 2 - g.ph, 2 - g.pw, dy, weight, True, dx,
-                     None, None, 1.0 if accumulate else 0.0, gemm_impl, tile, g.groups)
+                     None, None, 1.0 if accumulate else 0.0, gemm_impl, tile, g.groups,
+                     gate=gate)
 
 
 def bwd_weight_enabled():
