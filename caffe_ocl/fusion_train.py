@@ -1,6 +1,10 @@
 """TRAIN-phase fusion: BatchNorm -> Scale (-> activation) on one blob;
-also Convolution -> ReLU forwards (``ConvReLUChain``) and Eltwise SUM ->
-ReLU (fusion_eltwise.py).
+also Convolution -> ReLU forwards (``ConvReLUChain``), Eltwise SUM ->
+ReLU (fusion_eltwise.py), and the backward of an in-place ReLU inside the
+backward of the layer after it: a MAX Pooling (``ReLUMaxPoolBackward``)
+or a Convolution whose backward-data runs Winograd (``ReLUConvBackward``).
+A layer may be in one chain that fuses its forward and another that fuses
+its backward (``fuses_forward`` / ``fuses_backward``).
 
 Caffe's ResNets and MobileNets run, in place on a convolution's top,
 ``BatchNorm`` (batch statistics) -> ``Scale`` (learned gamma, beta) ->
