@@ -232,29 +232,33 @@ class ConvReLUChain(LayerPair):
         y.data_mem.device_written()
 
 
+def _relu_into_next(net, li, taken):
+    """Layer ``li`` is a ReLU in place on a blob that the next layer reads as
+    its one bottom (one top), both layers needing backward into that blob,
+    neither in a chain in ``taken`` (indices of chains fusing backward)."""
+    if li in taken or li + 1 in taken or net.layers[li].type != "ReLU":
+        return False
+    if len(net._top_vecs[li]) != 1 or not _in_place_on(net, li, net._top_vecs[li][0]):
+        return False
+    if (len(net._bottom_vecs[li + 1]) != 1 or len(net._top_vecs[li + 1]) != 1
+            or net._bottom_vecs[li + 1][0] is not net._top_vecs[li][0]):
+        return False
+    return bool(net._layer_need_backward[li] and net._bottom_need_backward[li][0]
+                and net._layer_need_backward[li + 1] and net._bottom_need_backward[li + 1][0])
+
+
 def find_relu_maxpool(net, taken=()):
-    """[(ReLU index, Pooling index)]: a ReLU in place on a blob that a MAX
-    Pooling directly after it reads (its one bottom; one top, no mask top),
-    the pooling's output not changed in place later (the fused backward
-    reads it), both layers needing backward, the ReLU in no chain in
-    ``taken`` (indices of chains that fuse backward). VGG's and AlexNet's
-    pattern."""
+    """[(ReLU index, Pooling index)]: ``_relu_into_next`` with a MAX Pooling
+    (no mask top) whose output no later layer changes in place (the fused
+    backward reads it). VGG's and AlexNet's pattern."""
     out = []
     for li in range(len(net.layers) - 1):
-        relu, pool = net.layers[li], net.layers[li + 1]
-        if relu.type != "ReLU" or pool.type != "Pooling" or li in taken or li + 1 in taken:
-            continue
-        if len(net._top_vecs[li]) != 1 or not _in_place_on(net, li, net._top_vecs[li][0]):
-            continue
-        if (pool.method != pool.MAX or len(net._bottom_vecs[li + 1]) != 1
-                or len(net._top_vecs[li + 1]) != 1
-                or net._bottom_vecs[li + 1][0] is not net._top_vecs[li][0]):
+        pool = net.layers[li + 1]
+        if (pool.type != "Pooling" or pool.method != pool.MAX
+                or not _relu_into_next(net, li, taken)):
             continue
         top = net._top_vecs[li + 1][0]
         if any(top is t for lj in range(li + 2, len(net.layers)) for t in net._top_vecs[lj]):
-            continue
-        if not (net._layer_need_backward[li] and net._bottom_need_backward[li][0]
-                and net._layer_need_backward[li + 1] and net._bottom_need_backward[li + 1][0]):
             continue
         out.append((li, li + 1))
     return out
@@ -295,27 +299,12 @@ class ReLUMaxPoolBackward(LayerPair):
 
 
 def find_relu_conv(net, taken=()):
-    """[(ReLU index, Convolution index)]: a ReLU in place on a blob that a
-    Convolution (not Deconvolution) directly after it reads (its one
-    bottom, one top), both needing backward into that blob, the ReLU in no
-    chain in ``taken``. VGG's pattern between its pooling stages. Whether
-    the convolution's backward-data can apply the gate (Winograd) is
-    decided per call."""
-    out = []
-    for li in range(len(net.layers) - 1):
-        relu, conv = net.layers[li], net.layers[li + 1]
-        if relu.type != "ReLU" or conv.type != "Convolution" or li in taken or li + 1 in taken:
-            continue
-        if len(net._top_vecs[li]) != 1 or not _in_place_on(net, li, net._top_vecs[li][0]):
-            continue
-        if (len(net._bottom_vecs[li + 1]) != 1 or len(net._top_vecs[li + 1]) != 1
-                or net._bottom_vecs[li + 1][0] is not net._top_vecs[li][0]):
-            continue
-        if not (net._layer_need_backward[li] and net._bottom_need_backward[li][0]
-                and net._layer_need_backward[li + 1] and net._bottom_need_backward[li + 1][0]):
-            continue
-        out.append((li, li + 1))
-    return out
+    """[(ReLU index, Convolution index)]: ``_relu_into_next`` with a
+    Convolution (not Deconvolution). VGG's pattern between its pooling
+    stages. Whether the convolution's backward-data can apply the gate
+    (Winograd) is decided per call."""
+    return [(li, li + 1) for li in range(len(net.layers) - 1)
+            if net.layers[li + 1].type == "Convolution" and _relu_into_next(net, li, taken)]
 
 
 class ReLUConvBackward(LayerPair):

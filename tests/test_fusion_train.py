@@ -136,21 +136,28 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "
 """
 
 
+def _ref_and_fused(monkeypatch, text, seed, labels):
+    """The net of ``text`` built unfused and fused (same weights and input),
+    each after one forward and backward."""
+    nets = []
+    for fuse in (False, True):
+        monkeypatch.setenv(fusion_train.ENV, "1" if fuse else "0")
+        caffe_ocl.set_random_seed(seed)
+        net = caffe_ocl.Net(parse_net_text(text), caffe_ocl.TRAIN)
+        net.blobs["x"].data[...] = np.random.default_rng(seed).standard_normal(
+            net.blobs["x"].shape)
+        net.blobs["label"].data[...] = labels
+        net.forward()
+        net.backward()
+        nets.append(net)
+    return nets
+
+
 def test_conv_relu_forward_fused(monkeypatch):
     """Convolution -> in-place ReLU: the ReLU in the convolution's epilogue
     (not for a ReLU into another blob), backward layer by layer; same
     values and gradients as unfused."""
-    nets = []
-    for fuse in (False, True):
-        monkeypatch.setenv(fusion_train.ENV, "1" if fuse else "0")
-        caffe_ocl.set_random_seed(4)
-        net = caffe_ocl.Net(parse_net_text(CONV_RELU), caffe_ocl.TRAIN)
-        net.blobs["x"].data[...] = np.random.default_rng(2).standard_normal(net.blobs["x"].shape)
-        net.blobs["label"].data[...] = [2, 0]
-        net.forward()
-        net.backward()
-        nets.append(net)
-    ref, fused = nets
+    ref, fused = _ref_and_fused(monkeypatch, CONV_RELU, 4, [2, 0])
     assert [c.describe() for c in fused._train_fusion.chains
             if isinstance(c, fusion_train.ConvReLUChain)] == ["c1 -> r1", "c2 -> r2"]
     for name in ("c1", "c2", "c3", "loss"):
@@ -197,17 +204,7 @@ def test_relu_maxpool_backward_fused(monkeypatch):
     ReLU's gate (tiling 2x2/2 windows with a ragged edge, overlapping
     padded 3x3/2 with a leaky ReLU); not where a later layer changes the
     pooled blob in place (p3 -> r4). Same gradients as layer by layer."""
-    nets = []
-    for fuse in (False, True):
-        monkeypatch.setenv(fusion_train.ENV, "1" if fuse else "0")
-        caffe_ocl.set_random_seed(5)
-        net = caffe_ocl.Net(parse_net_text(RELU_POOL), caffe_ocl.TRAIN)
-        net.blobs["x"].data[...] = np.random.default_rng(3).standard_normal(net.blobs["x"].shape)
-        net.blobs["label"].data[...] = [1, 2]
-        net.forward()
-        net.backward()
-        nets.append(net)
-    ref, fused = nets
+    ref, fused = _ref_and_fused(monkeypatch, RELU_POOL, 5, [1, 2])
     assert [c.describe() for c in fused._train_fusion.chains
             if isinstance(c, fusion_train.ReLUMaxPoolBackward)] == ["r1 -> p1", "r2 -> p2"]
     # windows whose pooled value is <= 0 (the gate closes) exist in both kinds
@@ -250,17 +247,7 @@ def test_relu_conv_backward_fused(monkeypatch):
     twice) and over a second step."""
     from caffe_ocl.ops import winograd as wino_ops
     monkeypatch.setenv(wino_ops.ENV, "1")         # 3x3 layers by Winograd on any device
-    nets = []
-    for fuse in (False, True):
-        monkeypatch.setenv(fusion_train.ENV, "1" if fuse else "0")
-        caffe_ocl.set_random_seed(6)
-        net = caffe_ocl.Net(parse_net_text(RELU_CONV), caffe_ocl.TRAIN)
-        net.blobs["x"].data[...] = np.random.default_rng(4).standard_normal(net.blobs["x"].shape)
-        net.blobs["label"].data[...] = [0, 2]
-        net.forward()
-        net.backward()
-        nets.append(net)
-    ref, fused = nets
+    ref, fused = _ref_and_fused(monkeypatch, RELU_CONV, 6, [0, 2])
     pairs = [c for c in fused._train_fusion.chains if isinstance(c, fusion_train.ReLUConvBackward)]
     assert [c.describe() for c in pairs] == ["r1 -> c2", "r2 -> c3", "r3 -> c4"]
     assert (ref.blobs["c1"].data == 0).any() and (ref.blobs["c2"].data < 0).any()

@@ -238,6 +238,15 @@ def test_pool_forward_values_and_mask(rng, k, s, p):
     np.testing.assert_allclose(y, refs.pool2d(x, kk, ss, pp, "ave"), rtol=1e-6, atol=1e-6)
 
 
+def _uploader(dev):
+    """buf(a): a device buffer holding ``a`` as float32."""
+    def buf(a):
+        b = dev.alloc(4 * a.size)
+        dev.upload(b, np.ascontiguousarray(a, np.float32))
+        return b
+    return buf
+
+
 @pytest.mark.parametrize("impl", ["gpu", "flat"])
 def test_max_pool_backward_gpu_kernels(rng, impl):
     """The GPU kernels of max-pooling backward (3-D grid with the window as
@@ -252,11 +261,7 @@ def test_max_pool_backward_gpu_kernels(rng, impl):
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     x[0, 0, :3, :3] = 5.0                          # ties: the first maximum wins
     dy = rng.standard_normal((n, c, ho, wo)).astype(np.float32)
-
-    def buf(a):
-        b = dev.alloc(4 * a.size)
-        dev.upload(b, np.ascontiguousarray(a, np.float32))
-        return b
+    buf = _uploader(dev)
     xb, yb, mb, dyb = buf(x), buf(np.zeros((n, c, ho, wo))), buf(np.zeros((n, c, ho, wo))), buf(dy)
     out = {}
     for which in (impl, None):
@@ -301,11 +306,7 @@ def test_max_pool_backward_gated_by_relu(rng, impl, slope):
     pre[0, 0, :4, :4] = -1.0                       # whole windows below zero
     x = np.where(pre > 0, pre, slope * pre).astype(np.float32)     # the ReLU's output
     dy = rng.standard_normal((n, c, ho, wo)).astype(np.float32)
-
-    def buf(a):
-        b = dev.alloc(4 * a.size)
-        dev.upload(b, np.ascontiguousarray(a, np.float32))
-        return b
+    buf = _uploader(dev)
     xb, yb, mb, dyb = buf(x), buf(np.zeros((n, c, ho, wo))), buf(np.zeros((n, c, ho, wo))), buf(dy)
     pool_ops.max_forward(dev, x.shape, (ho, wo), k, s, p, xb, yb, mb).run(dev.queue)
     ref = np.zeros(x.shape)
