@@ -59,13 +59,13 @@ class Layer:
     min_bottom = None
     max_bottom = None
     exact_num_top = None
+    min_top = None
+    max_top = None
+    equal_num_bottom_top = False
     # what else a layer's backward computes, when a fusion asks
     # (fusion_train.ReLUConvBackward sets a Convolution's); part of the key
     # its backward launches are built for
     bwd_variant = None
-    min_top = None
-    max_top = None
-    equal_num_bottom_top = False
     # True when the layer can compute a gradient for bottom i (Caffe's
     # AllowForceBackward).
     allow_force_backward = True
