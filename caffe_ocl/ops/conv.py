@@ -328,7 +328,6 @@ def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0):
                      stride_c=(g.out_channels * hw, M * hw), bias=bias, act=act,
                      impl="tiled")]
     act_kind, act_a, act_b = act_defines(act)
-    M = g.out_channels // g.groups
     N = g.num * g.out_spatial
     args = _sizes(g) + [1.0, x, 0, weight, float(beta), y, 0,
                         bias if bias is not None else weight, 0, act_a, act_b]
@@ -403,10 +402,10 @@ FOLDED_WEIGHT_GEMM = True
 def _folded_weight_gemm_applies(dev, g):
     if not (FOLDED_WEIGHT_GEMM and g.is_1x1):
         return False
-    M, hw = g.out_channels // g.groups, g.out_spatial
-    t = gpu_tiles(dev, M)
-    # rows (pixels of one channel) and images start on 16 bytes
-    aligned = hw % 4 == 0 and (M * hw) % 4 == 0 and (g.channels // g.groups * hw) % 4 == 0
+    t = gpu_tiles(dev, g.out_channels // g.groups)
+    # every row, image and group of both operands starts a multiple of HW
+    # floats in: all on 16 bytes when HW is a multiple of 4
+    aligned = g.out_spatial % 4 == 0
     return bool(async_tiles(dev, t, aligned, aligned))    # {} on CPU drivers (no TF32)
 
 
