@@ -6,10 +6,17 @@ chains, memory-plan sharing and algorithm choices are those of
 unfused). Also prints the step's wall time: wall minus the kernels' sum is
 time the device sat idle (host overhead, transfers, gaps).
 
-    python3 benchmarks/profile_kernels.py --nets resnet50 --batch 64 [--infer]
+    python3 benchmarks/profile_kernels.py --nets resnet50 --batch 64 [--infer] [--by-layer]
+
+``--by-layer`` also charges each launch to the layer the net was running
+(forward or backward; a fused chain's launches go to its first layer) and
+prints per-layer times, with each Convolution's shape and TFLOP/s (the
+direct-convolution count); ``--json F`` writes those rows to F (for a
+per-layer comparison against another framework).
 """
 import argparse
 import collections
+import json
 import os
 import sys
 import time
@@ -33,16 +40,29 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 class Recorder:
     """Wraps Launch.run to keep (launch, event) while measuring."""
 
-    def __init__(self):
+    def __init__(self, by_layer=False):
         self.events = None
+        self.by_layer = by_layer
         rec = self
 
         def run(launch, queue):
             ev = cl.enqueue_nd_range_kernel(queue, launch.kernel, launch.gsize, launch.lsize)
             if rec.events is not None:
-                rec.events.append((launch, ev))
+                rec.events.append((launch, ev, rec.where() if rec.by_layer else None))
             return ev
         device_mod.Launch.run = run
+
+    @staticmethod
+    def where():
+        """("F" or "B", layer index) of the net loop that enqueued the
+        current launch (None outside one: the solver's update)."""
+        f = sys._getframe(2)
+        while f is not None:
+            name = f.f_code.co_name
+            if name in ("_forward_range", "_backward_range") and "li" in f.f_locals:
+                return ("F" if name == "_forward_range" else "B", f.f_locals["li"])
+            f = f.f_back
+        return None
 
     def measure(self, fn, dev, iters):
         fn()
@@ -54,7 +74,10 @@ class Recorder:
         dev.finish()
         wall = (time.perf_counter() - t0) / iters * 1e3
         evs, self.events = self.events, None
-        return wall, [(ln, (e.profile.end - e.profile.start) * 1e-6 / iters) for ln, e in evs]
+        self.where_ms = collections.defaultdict(float)
+        for ln, e, w in evs:
+            self.where_ms[w] += (e.profile.end - e.profile.start) * 1e-6 / iters
+        return wall, [(ln, (e.profile.end - e.profile.start) * 1e-6 / iters) for ln, e, _ in evs]
 
 
 def report(title, wall, recs, top):
@@ -75,6 +98,54 @@ def report(title, wall, recs, top):
         print(f"| {n} | {g} | {ms:.3f} | {c} |")
 
 
+def conv_row(layer):
+    """Shape fields and FLOPs of a Convolution layer's forward (None for
+    other layers)."""
+    g = getattr(layer, "geom", None)
+    if layer.type != "Convolution" or g is None:
+        return None
+    flops = 2 * g.num * g.out_channels * g.out_spatial * g.col_rows // g.groups
+    return dict(num=g.num, c=g.channels, h=g.height, w=g.width, co=g.out_channels,
+                kh=g.kh, kw=g.kw, sh=g.sh, sw=g.sw, ph=g.ph, pw=g.pw, groups=g.groups,
+                flops=flops)
+
+
+def report_layers(net, where_ms, json_path=None):
+    """Per-layer forward / backward ms, sorted by their sum; convolutions
+    with their shape and TFLOP/s (forward: 1x the forward FLOPs, backward:
+    2x, data and weight)."""
+    rows = []
+    for li, layer in enumerate(net.layers):
+        f, b = where_ms.get(("F", li), 0.0), where_ms.get(("B", li), 0.0)
+        if f == 0.0 and b == 0.0:
+            continue
+        rows.append(dict(name=net._layer_names[li], type=layer.type, fwd_ms=f, bwd_ms=b,
+                         conv=conv_row(layer)))
+    other = where_ms.get(None, 0.0)
+    print(f"\n| layer | type | fwd ms | bwd ms | shape (C,H,W -> Co, k/s/p) | fwd TFLOP/s | "
+          f"bwd TFLOP/s |\n|---|---|---|---|---|---|---|")
+    for r in sorted(rows, key=lambda r: -(r["fwd_ms"] + r["bwd_ms"])):
+        c, shape, tf, tb = r["conv"], "", "", ""
+        if c:
+            shape = (f"{c['c']},{c['h']},{c['w']} -> {c['co']}, {c['kh']}x{c['kw']}/"
+                     f"{c['sh']}/{c['ph']}" + (f" g{c['groups']}" if c["groups"] > 1 else ""))
+            tf = f"{c['flops'] / r['fwd_ms'] * 1e-9:.1f}" if r["fwd_ms"] else ""
+            tb = f"{2 * c['flops'] / r['bwd_ms'] * 1e-9:.1f}" if r["bwd_ms"] else ""
+        print(f"| {r['name']} | {r['type']} | {r['fwd_ms']:.3f} | {r['bwd_ms']:.3f} | "
+              f"{shape} | {tf} | {tb} |")
+    by_type = collections.defaultdict(lambda: [0.0, 0.0])
+    for r in rows:
+        by_type[r["type"]][0] += r["fwd_ms"]
+        by_type[r["type"]][1] += r["bwd_ms"]
+    print("\n| layer type | fwd ms | bwd ms |\n|---|---|---|")
+    for t, (f, b) in sorted(by_type.items(), key=lambda kv: -sum(kv[1])):
+        print(f"| {t} | {f:.2f} | {b:.2f} |")
+    print(f"| (outside the net: solver update) | {other:.2f} | |")
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(rows, fh, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nets", default="resnet50")
@@ -82,8 +153,10 @@ def main():
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--infer", action="store_true", help="deploy net forward instead")
+    ap.add_argument("--by-layer", action="store_true", help="also per-layer times")
+    ap.add_argument("--json", help="with --by-layer: write the per-layer rows here")
     a = ap.parse_args()
-    rec = Recorder()
+    rec = Recorder(by_layer=a.by_layer or bool(a.json))
     for name in a.nets.split(","):
         if a.infer:
             proto = (CPU_NETS[name]["proto"] if name in CPU_NETS
@@ -92,6 +165,8 @@ def main():
             wall, recs = rec.measure(lambda: net._forward_range(0, len(net.layers) - 1),
                                      net.device, a.iters)
             report(f"{name} batch {a.batch} inference", wall, recs, a.top)
+            if rec.by_layer:
+                report_layers(net, rec.where_ms, a.json)
         else:
             if name in SMALL_NETS:       # LeNet, CIFAR-10 quick: their own input shape
                 cfg = SMALL_NETS[name]
@@ -103,6 +178,8 @@ def main():
             fill_inputs(solver.net, 10 if name in SMALL_NETS else 1000)
             wall, recs = rec.measure(lambda: solver.step(1), solver.net.device, a.iters)
             report(f"{name} batch {a.batch} training step", wall, recs, a.top)
+            if rec.by_layer:
+                report_layers(solver.net, rec.where_ms, a.json)
 
 
 if __name__ == "__main__":

@@ -71,14 +71,7 @@ class EltwiseActChain(LayerPair):
         self.fwd = self.bwd = None
 
     def _keep_g(self):
-        plan = self.net.memory_plan
-        if plan is None:
-            return True
-        key = (id(plan), plan._key)     # the plan's groups change when it plans again
-        if key != getattr(self, "_plan_key", None):
-            self._plan_key = key
-            self._planned = any(b is self.top for g in plan.groups for b in g.blobs)
-        return not self._planned
+        return keep_top_diff(self)
 
     def run(self):
         self.reshape_second()
@@ -119,6 +112,21 @@ class EltwiseActChain(LayerPair):
                 b.diff_mem.device_written()
         if keep:
             self.top.diff_mem.device_written()
+
+
+def keep_top_diff(chain):
+    """Whether a fused chain's backward should leave g in its ``top``'s diff
+    (as the unfused in-place activation does): not where the diff memory
+    plan shares that diff (its value after backward is not meaningful).
+    Cached on the chain until the plan plans again."""
+    plan = chain.net.memory_plan
+    if plan is None:
+        return True
+    key = (id(plan), plan._key)     # the plan's groups change when it plans again
+    if key != getattr(chain, "_plan_key", None):
+        chain._plan_key = key
+        chain._planned = any(b is chain.top for g in plan.groups for b in g.blobs)
+    return not chain._planned
 
 
 def chains_of(net, train):

@@ -39,6 +39,13 @@ __kernel void chan_affine(int n, int D, int I, __global const float* x,
  *   PART_MODE 2: s1 = sum g, s2 = sum g*b with g = a * ACT_GRAD(gamma*b + beta)
  *                (the fused TRAIN BatchNorm -> Scale -> act backward,
  *                a = dy, b = x_norm; normalization.cl)
+ *   PART_MODE 3: s1 = sum c_t*g, s2 = sum c_t*g*b with g = a * relu'(gate)
+ *                (the fused residual-block tail BatchNorm -> Scale ->
+ *                Eltwise SUM -> in-place ReLU: a = dy of the sum, gate =
+ *                its output, b = x_norm); also writes out_s = c_s*g (the
+ *                shortcut's gradient) when WRITE_S and out_g = g (the
+ *                ReLU's input gradient, in dy's place) when WRITE_G
+ * The arguments of a mode it does not use may be any buffer / value.
  * Index walk: o/i advance incrementally, no division per element. */
 #ifndef PART_MODE
 #define PART_MODE 0
@@ -49,6 +56,12 @@ __kernel void chan_affine(int n, int D, int I, __global const float* x,
 
 #ifndef VEC
 #define VEC 1
+#endif
+#ifndef WRITE_S
+#define WRITE_S 0
+#endif
+#ifndef WRITE_G
+#define WRITE_G 0
 #endif
 #define NEED_B (PART_MODE == 2 || (PART_MODE == 0 && PART_B))
 #if PART_MODE == 1
@@ -69,7 +82,9 @@ __kernel void chan_affine(int n, int D, int I, __global const float* x,
 __kernel void chan_partial(int O, int D, int I, int chunks, __global const float* a,
                            __global const float* b, __global const float* gamma,
                            __global const float* beta, float act_a, float act_b,
-                           __global float* part) {
+                           __global float* part, __global const float* gate,
+                           __global float* out_s, __global float* out_g, float c_t,
+                           float c_s) {
     __local float buf[WG];
     const int IV = I / VEC;
     const int m = O * IV;
@@ -87,7 +102,29 @@ __kernel void chan_partial(int O, int D, int I, int chunks, __global const float
         int o = j / IV, i = j - o * IV;
         for (; j < j1; j += WG) {
             const int k = (o * D + d) * IV + i;
-#if VEC == 4
+#if PART_MODE == 3 && VEC == 4
+            const float4 g4 = vload4(k, a) * select((float4)act_a, (float4)1.0f,
+                                                    vload4(k, gate) > (float4)0.0f);
+            const float4 gt4 = c_t * g4;
+            s1 += (gt4.x + gt4.y) + (gt4.z + gt4.w);
+            s2 += dot(gt4, vload4(k, b));
+#if WRITE_S
+            vstore4(c_s * g4, k, out_s);
+#endif
+#if WRITE_G
+            vstore4(g4, k, out_g);
+#endif
+#elif PART_MODE == 3
+            const float g_ = a[k] * (gate[k] > 0.0f ? 1.0f : act_a);
+            s1 += c_t * g_;
+            s2 += c_t * g_ * b[k];
+#if WRITE_S
+            out_s[k] = c_s * g_;
+#endif
+#if WRITE_G
+            out_g[k] = g_;
+#endif
+#elif VEC == 4
             const float4 a4 = vload4(k, a);
 #if NEED_B
             const float4 b4 = vload4(k, b);

@@ -176,9 +176,34 @@ __kernel void bn_scale_act_fwd(int n, int C, int I, __global const float* x,
     }
 }
 
-/* backward, last pass: sums[2c] = S1 = sum g, sums[2c+1] = S2 = sum g*xn;
- * dx = gamma/stdv * (g - (S1 + S2*xn) / m). dx may alias dy. */
+/* The TRAIN residual-block tail (fusion_train.ResidualTailChain): BatchNorm
+ * -> Scale in place on x, Eltwise SUM with the shortcut s, in-place ReLU:
+ *   xnorm = (x - mean) / stdv,  t = gamma * xnorm + beta,
+ *   y = relu(c_t * t + c_s * s)  (act_a = negative_slope),
+ * t written back into x (in place, as the unfused layers leave it). */
+__kernel void bn_scale_add_relu_fwd(int n, int C, int I, __global float* x,
+                                    __global const float* mean, __global const float* stdv,
+                                    __global const float* gamma, __global const float* beta,
+                                    __global float* xnorm, float c_t,
+                                    __global const float* s, float c_s,
+                                    __global float* y, float act_a) {
+    const int IV = I / VEC;
+    GLOBAL_LOOP(k, n / VEC) {
+        const int c = (k / IV) % C;
+        const floatv xn = (VLOAD(k, x) - mean[c]) / stdv[c];
+        VSTORE(xn, k, xnorm);
+        const floatv t = fma((floatv)gamma[c], xn, (floatv)beta[c]);
+        VSTORE(t, k, x);
+        const floatv v = fma((floatv)c_t, t, c_s * VLOAD(k, s));
+        VSTORE(select(act_a * v, v, v > (floatv)0.0f), k, y);
+    }
+}
+
+/* backward, last pass: g = gscale * dy (gated by ACT), sums[2c] = S1 =
+ * sum g, sums[2c+1] = S2 = sum g*xn; dx = gamma/stdv * (g - (S1 + S2*xn)
+ * / m). dx may alias dy. */
 __kernel void bn_scale_act_bwd(int n, int C, int I, float inv_m, __global const float* dy,
+                               float gscale,
                                __global const float* xnorm, __global const float* gamma,
                                __global const float* beta, __global const float* stdv,
                                __global const float* sums, __global float* dx,
@@ -187,7 +212,7 @@ __kernel void bn_scale_act_bwd(int n, int C, int I, float inv_m, __global const 
     GLOBAL_LOOP(k, n / VEC) {
         const int c = (k / IV) % C;
         const floatv xn = VLOAD(k, xnorm);
-        floatv g = VLOAD(k, dy);
+        floatv g = gscale * VLOAD(k, dy);
 #if ACT == 1
         g *= select((floatv)act_a, (floatv)1.0f, fma((floatv)gamma[c], xn, (floatv)beta[c]) > (floatv)0.0f);
 #elif ACT == 2

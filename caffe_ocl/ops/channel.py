@@ -42,27 +42,37 @@ def split_chunks(dev, dim, m, wg):
     return int(max(1, min(per_channel, most)))
 
 
-def channel_partials(dev, outer, dim, inner, a, b=None, shifted=False, gated=None):
+def channel_partials(dev, outer, dim, inner, a, b=None, shifted=False, gated=None,
+                     tail=None):
     """(launch, part, chunks): the first pass of a split per-channel
     reduction (kernels/channel.cl ``chan_partial``): part holds two sums per
     (channel, chunk): sum a and sum a*b; with ``shifted`` the shifted sums
     sum (a-K) and sum (a-K)^2 (K = the channel's first element); with
     ``gated = (gamma, beta, act)`` sum g and sum g*b, g = a * act'(gamma*b +
-    beta) (the fused TRAIN BatchNorm/Scale/activation backward)."""
+    beta) (the fused TRAIN BatchNorm/Scale/activation backward); with
+    ``tail = (gate, c_t, out_s, c_s, out_g, slope)`` sum c_t*g and sum
+    c_t*g*b, g = a * relu'(gate), writing out_s = c_s*g and out_g = g where
+    those are not None (the fused residual-block tail's backward)."""
     from .gemm import act_defines
     wg = reduce_wg(dev)
     vec = vec_of(inner)
     chunks = split_chunks(dev, dim, outer * inner // vec, wg)
     part = dev.alloc(8 * max(int(dim), 1) * chunks)
     groups = min(int(dim) * chunks, 65536)
-    mode = 2 if gated is not None else int(bool(shifted))
+    mode = 2 if gated is not None else 3 if tail is not None else int(bool(shifted))
     gamma, beta, act = gated if gated is not None else (a, a, None)
     act_kind, act_a, act_b = act_defines(act)
+    gate, c_t, out_s, c_s, out_g = a, 0.0, None, 0.0, None
+    if tail is not None:
+        gate, c_t, out_s, c_s, out_g, act_a = tail
     launch = dev.launch(SRC, "chan_partial", (max(groups, 1) * wg,), (wg,),
                         [outer, dim, inner, chunks, a, b if b is not None else a,
-                         gamma, beta, act_a, act_b, part],
+                         gamma, beta, float(act_a), act_b, part, gate,
+                         a if out_s is None else out_s, a if out_g is None else out_g,
+                         float(c_t), float(c_s)],
                         {"WG": wg, "PART_MODE": mode, "PART_B": int(b is not None),
-                         "ACT": act_kind, "VEC": vec})
+                         "ACT": act_kind, "VEC": vec, "WRITE_S": int(out_s is not None),
+                         "WRITE_G": int(out_g is not None)})
     return launch, part, chunks
 
 

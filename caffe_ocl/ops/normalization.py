@@ -98,9 +98,18 @@ def bn_scale_act_backward(dev, O, C, I, dy, xnorm, gamma, beta, stdv, dx, dgamma
     with batch statistics: dgamma += sum g*xn, dbeta += sum g (g = dy *
     act'), dx = gamma/stdv * (g - mean(g) - mean(g*xn)*xn). One split
     reduction pass, two per-channel finishes, one element-wise pass."""
-    defs, aa = _act_args(act)
     first, part, chunks = channel_partials(dev, O, C, I, dy, xnorm,
                                            gated=(gamma, beta, act))
+    return [first] + _bn_scale_finish(dev, O, C, I, part, chunks, dy, 1.0, xnorm, gamma, beta,
+                                      stdv, dx, dgamma, dbeta, act)
+
+
+def _bn_scale_finish(dev, O, C, I, part, chunks, dy, gscale, xnorm, gamma, beta, stdv, dx,
+                     dgamma, dbeta, act):
+    """[launches] after the split reduction of the gradient g of the Scale's
+    output (part): dgamma (+)= sum g*xn, dbeta (+)= sum g, and dx from g =
+    gscale * dy (gated by act)."""
+    defs, aa = _act_args(act)
     sums = dev.alloc(8 * max(int(C), 1))
     gs, ls = work_size(dev, C)
     grads = dev.launch("channel.cl", "chan_partial_sum", gs, ls,
@@ -112,6 +121,37 @@ def bn_scale_act_backward(dev, O, C, I, dy, xnorm, gamma, beta, stdv, dx, dgamma
     g, l = work_size(dev, n // vec)
     defs["VEC"] = vec
     apply = dev.launch(SRC, "bn_scale_act_bwd", g, l,
-                       [n, C, I, 1.0 / max(O * I, 1), dy, xnorm, gamma, beta, stdv, sums,
-                        dx] + aa, defs)
-    return [first, grads, pairs, apply]
+                       [n, C, I, 1.0 / max(O * I, 1), dy, float(gscale), xnorm, gamma, beta,
+                        stdv, sums, dx] + aa, defs)
+    return [grads, pairs, apply]
+
+
+def residual_tail_forward(dev, O, C, I, x, mean, stdv, gamma, beta, xnorm, c_t, s, c_s, y,
+                          slope):
+    """TRAIN BatchNorm -> Scale -> Eltwise SUM -> ReLU after the statistics
+    (bn_train_stats of x): xnorm = (x - mean) / stdv, t = gamma * xnorm +
+    beta (written back into x), y = relu(c_t * t + c_s * s), one pass."""
+    n = O * C * I
+    vec = vec_of(I)
+    g, l = work_size(dev, n // vec)
+    return dev.launch(SRC, "bn_scale_add_relu_fwd", g, l,
+                      [n, C, I, x, mean, stdv, gamma, beta, xnorm, float(c_t), s, float(c_s),
+                       y, float(slope)], {"VEC": vec})
+
+
+def residual_tail_backward(dev, O, C, I, dy, y, xnorm, gamma, beta, stdv, dx, dgamma, dbeta,
+                           c_t, ds, c_s, slope, keep_g=True):
+    """[launches]: backward of ``residual_tail_forward``: g = dy * relu'(y)
+    (Caffe's in-place ReLU gates by its output), ds = c_s * g (the
+    shortcut's gradient; None: not wanted), g written into dy when
+    ``keep_g``, and BatchNorm/Scale's gradients of c_t * g as
+    bn_scale_act_backward (dgamma, dbeta accumulate; dx = the BatchNorm's
+    input gradient). The last pass reads g back from ds (scaled by c_t /
+    c_s) or, without one, from dy (then g is always written there)."""
+    from_ds = ds is not None and c_s != 0.0
+    keep_g = keep_g or not from_ds
+    first, part, chunks = channel_partials(
+        dev, O, C, I, dy, xnorm, tail=(y, c_t, ds, c_s, dy if keep_g else None, slope))
+    src, gscale = (ds, c_t / c_s) if from_ds else (dy, c_t)
+    return [first] + _bn_scale_finish(dev, O, C, I, part, chunks, src, gscale, xnorm, gamma,
+                                      beta, stdv, dx, dgamma, dbeta, None)
