@@ -440,7 +440,7 @@ class ReLUConvBackward(LayerPair):
         net, conv, r, c = self.net, self.conv, self.first, self.last
         blob = net._bottom_vecs[c][0]
         if conv_ops.gates_backward_data(conv.device, conv.geom):
-            conv.bwd_variant = (blob, self.act[1])
+            conv.bwd_variant = ("gate", blob, self.act[1])
             try:
                 conv.backward(net._top_vecs[c], net._bottom_need_backward[c],
                               net._bottom_vecs[c])
@@ -450,6 +450,80 @@ class ReLUConvBackward(LayerPair):
         conv.backward(net._top_vecs[c], net._bottom_need_backward[c], net._bottom_vecs[c])
         net.layers[r].backward(net._top_vecs[r], net._bottom_need_backward[r],
                                net._bottom_vecs[r])
+
+
+def find_split_convs(net, taken=()):
+    """[(split index, convolution index, the convolution's top of the split,
+    the other top)]: a Split with two tops, each read by one later layer
+    only, the earlier reader a Convolution (not Deconvolution; one bottom,
+    not in a chain of ``taken``) and both passing a gradient into their
+    top. ResNet's pattern at every block input (the shortcut and the
+    branch's first convolution)."""
+    out, n = [], len(net.layers)
+    for si, layer in enumerate(net.layers):
+        tops = net._top_vecs[si]
+        if layer.type != "Split" or len(tops) != 2 or not net._layer_need_backward[si] \
+                or not net._bottom_need_backward[si][0]:
+            continue
+        readers = []
+        for t in tops:
+            r = [(lj, k) for lj in range(si + 1, n)
+                 for k, x in enumerate(net._bottom_vecs[lj]) if x is t]
+            readers.append(r[0] if len(r) == 1 else None)
+        if None in readers:
+            continue
+        a = 0 if readers[0][0] < readers[1][0] else 1
+        (ja, _), (jb, kb) = readers[a], readers[1 - a]
+        conv = net.layers[ja]
+        if (conv.type != "Convolution" or conv.reverse or ja in taken
+                or len(net._bottom_vecs[ja]) != 1 or not net._layer_need_backward[ja]
+                or not net._bottom_need_backward[ja][0]
+                or not net._layer_need_backward[jb] or not net._bottom_need_backward[jb][kb]):
+            continue
+        out.append((si, ja, tops[a], tops[1 - a]))
+    return out
+
+
+class SplitConvBackward:
+    """A Split's backward (the sum of its two tops' gradients into its
+    bottom) done by the backward-data of the convolution reading one top:
+    the other top's diff is the bottom's (the diff memory plan shares them,
+    memory_plan.DiffPlan), so the layer that runs backward first writes the
+    bottom's gradient there and the convolution adds its data gradient to
+    it (its GEMM epilogue reads and adds C instead of a separate pass
+    reading both tops and writing the bottom: 1.3 ms of ResNet-50's
+    batch-64 step on an H200). Where the two diffs are not shared (no plan:
+    a pycaffe Net keeps every diff) the layers run their own backward.
+    Forward is not fused."""
+    fuses_forward = False
+
+    def __init__(self, net, si, ja, top_a, top_b):
+        self.net = net
+        self.layers = [si, ja]
+        self.first, self.last = si, ja
+        self.conv, self.split = net.layers[ja], net.layers[si]
+        self.top_a, self.top_b = top_a, top_b
+        self.bottom = net._bottom_vecs[si][0]
+        shares = net.__dict__.setdefault("_diff_shares", [])
+        shares.append((top_b, self.bottom))
+
+    def describe(self):
+        return " -> ".join(self.net._layer_names[i] for i in self.layers)
+
+    def backward(self):
+        net, conv, si, ja = self.net, self.conv, self.first, self.last
+        if self.top_b.diff_mem is not self.bottom.diff_mem:
+            conv.backward(net._top_vecs[ja], net._bottom_need_backward[ja], net._bottom_vecs[ja])
+            self.split.backward(net._top_vecs[si], net._bottom_need_backward[si],
+                                net._bottom_vecs[si])
+            return
+        self.bottom.diff_mem.to_device()
+        conv.bwd_variant = ("accumulate", self.bottom)
+        try:
+            conv.backward(net._top_vecs[ja], net._bottom_need_backward[ja], net._bottom_vecs[ja])
+        finally:
+            conv.bwd_variant = None
+        self.bottom.diff_mem.device_written()
 
 
 class TrainFusionPlan(ChainPlan):
@@ -485,11 +559,14 @@ def build_plan(net):
     taken = {li for _, found in kinds for c in found for li in c.layers}
     pools = [ReLUMaxPoolBackward(net, *t) for t in find_relu_maxpool(net, taken)]
     taken |= {li for c in pools for li in c.layers}
+    relu_convs = [ReLUConvBackward(net, *t) for t in find_relu_conv(net, taken)]
+    taken |= {li for c in relu_convs for li in c.layers}
     kinds += [("Convolution/ReLU forwards",
                [ConvReLUChain(net, *t) for t in find_conv_relu(net)]),
               ("ReLU/max-pooling backwards", pools),
-              ("ReLU/convolution backwards",
-               [ReLUConvBackward(net, *t) for t in find_relu_conv(net, taken)])]
+              ("ReLU/convolution backwards", relu_convs),
+              ("Split/convolution backwards",
+               [SplitConvBackward(net, *t) for t in find_split_convs(net, taken)])]
     chains = []
     for what, found in kinds:
         if found:

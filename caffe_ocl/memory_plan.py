@@ -144,6 +144,11 @@ class DiffPlan:
 
     def apply(self):
         net = self.net
+        # a Split top whose gradient goes straight into the Split's bottom
+        # (fusion_train.SplitConvBackward) shares the bottom's diff
+        for top, bottom in getattr(net, "_diff_shares", ()):
+            if top.count == bottom.count:
+                top._diff = bottom._diff
         groups = [g for g in diff_groups(net) if not g.private]
         # Interval colouring in backward order: at layer L, first give a
         # buffer to the diffs that start at L (hi == L), then release those
@@ -203,6 +208,8 @@ def remove_diff_plan(net):
         mem = SyncedMemory(g.count, net.device)
         for b in g.blobs:
             b._diff = mem
+    for top, _ in getattr(net, "_diff_shares", ()):
+        top._diff = SyncedMemory(top.count, net.device)
     for layer in net.layers:
         layer._bwd_key = None
 

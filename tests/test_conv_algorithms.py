@@ -597,3 +597,24 @@ def test_cpu_packed_columns(d, rng, p, max_col, split, monkeypatch):
         assert ("col2im_chan" in [ln.name for ln in ls]) == (g.sh > 1 or g.ph == 0)
         d.run(ls)
         assert _rel(d.get(dxb, x.shape), dx_ref + (dx0 if accumulate else 0)) < 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("staged", [0, 1])
+def test_igemm_backward_data_accumulates_both_stores(d, rng, monkeypatch, staged):
+    """The accumulating backward-data reads the old dx ahead of its stores
+    (tile_store.h PRIOR_AT) in both store forms: staged (short K) and
+    direct (K over ops/gemm.py STAGED_MAX_K). 3x3 stride 2: the phase
+    kernel too."""
+    monkeypatch.setattr(gemm_ops, "STAGED_MAX_K", 1 << 20 if staged else 0)
+    for stride in (1, 2):
+        g = _geom((2, 3, 7, 6, 5, 3, 3, 1, 1, stride, stride, 1, 1, 1))
+        x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+        w = rng.standard_normal((g.out_channels, g.channels, 3, 3))
+        dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
+        dx_ref = _refs(g, x, w, dy)[2]
+        dx0 = rng.standard_normal(x.shape)
+        dxb = d.buf(dx0)
+        d.run(conv_ops.backward_data(d.dev, g, d.buf(dy), d.buf(w), dxb, None,
+                                     accumulate=True, algo="igemm"))
+        assert _rel(d.get(dxb, x.shape), dx0 + dx_ref) < 1e-5, stride

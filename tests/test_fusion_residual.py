@@ -1,8 +1,10 @@
-"""TRAIN fusion of a ResNet block's tail (fusion_train.ResidualTailChain):
-BatchNorm -> Scale -> Eltwise SUM with the shortcut -> in-place ReLU runs as
-one chain and gives the layer-by-layer values, gradients and solver steps
-(identity and projection blocks, Eltwise coefficients, a leaky ReLU, a
-shortcut without gradient, channels of whole float4s and not)."""
+"""TRAIN fusions of a ResNet block's ends (fusion_train.py): the tail
+BatchNorm -> Scale -> Eltwise SUM with the shortcut -> in-place ReLU as one
+chain (``ResidualTailChain``; identity and projection blocks, Eltwise
+coefficients, a leaky ReLU, a shortcut without gradient, channels of whole
+float4s and not), and the block input's Split summed by the first
+convolution's backward-data (``SplitConvBackward``, with a diff memory
+plan). Both give the layer-by-layer values, gradients and solver steps."""
 import numpy as np
 import pytest
 
@@ -132,3 +134,42 @@ def test_tail_solver_steps_match(monkeypatch):
     for k in results[0]:
         for a, b in zip(results[0][k], results[1][k]):
             np.testing.assert_allclose(b, a, rtol=1e-3, atol=1e-5, err_msg=k)
+
+
+def test_split_into_convolution_backward(monkeypatch):
+    """With shared diffs (a Solver's default) a Split's bottom gradient is
+    accumulated by the earlier reader's backward-data (c0's split: c1 after
+    the sum's write; sum1's split: c2 after c3's); the Split itself runs
+    nothing. Same gradients as the unfused net without sharing; without
+    sharing the fused net runs the layers' own backward."""
+    text = block_net(4, 5, "coeff: 1 coeff: -0.5", 0.1)
+    monkeypatch.setenv(fusion_train.ENV, "0")
+    caffe_ocl.set_random_seed(7)
+    ref = caffe_ocl.Net(parse_net_text(text), caffe_ocl.TRAIN)
+    monkeypatch.setenv(fusion_train.ENV, "1")
+    caffe_ocl.set_random_seed(7)
+    fused = caffe_ocl.Net(parse_net_text(text), caffe_ocl.TRAIN, share_diffs=True)
+    splits = [c for c in fused._train_fusion.chains
+              if isinstance(c, fusion_train.SplitConvBackward)]
+    assert [c.describe() for c in splits] == ["c0_r0_0_split -> c1", "sum1_relu1_0_split -> c2"]
+    assert all(c.top_b.diff_mem is c.bottom.diff_mem for c in splits)
+    calls = []
+    for c in splits:
+        monkeypatch.setattr(c.split, "backward", lambda *a, **k: calls.append(a))
+    for net in (ref, fused):
+        _fill(net, 3)
+        net.clear_param_diffs()
+        net.forward()
+        net.backward()
+    assert calls == []
+    np.testing.assert_allclose(fused.blobs["x"].diff, ref.blobs["x"].diff, rtol=1e-4,
+                               atol=1e-6)
+    for lname in ref.params:
+        for a, b in zip(fused.params[lname], ref.params[lname]):
+            np.testing.assert_allclose(a.diff, b.diff, rtol=1e-4, atol=1e-6, err_msg=lname)
+    fused.set_share_diffs(False)        # every diff its own again: the layers' backward
+    assert all(c.top_b.diff_mem is not c.bottom.diff_mem for c in splits)
+    fused.clear_param_diffs()
+    fused.forward()
+    fused.backward()
+    assert len(calls) == 2

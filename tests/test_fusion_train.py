@@ -50,7 +50,7 @@ def test_chains_found(monkeypatch):
     net = _net(monkeypatch, True)
     chains = net._train_fusion.chains
     assert [c.describe() for c in chains] == ["bn1 -> s1 -> r1", "bn2 -> s2",
-                                               "bn3 -> s3 -> r3"]
+                                               "bn3 -> s3 -> r3", "c1_r1_0_split -> c2"]
     assert _net(monkeypatch, False)._train_fusion is None
 
 
@@ -262,7 +262,7 @@ def test_relu_conv_backward_fused(monkeypatch):
     same()
     # c2's backward launches were built with r1's gate, which is unset after the call
     c2 = fused.layers[3]
-    assert c2._bwd_key[-1] == (fused.blobs["c1"], 0.0) and c2.bwd_variant is None
+    assert c2._bwd_key[-1] == ("gate", fused.blobs["c1"], 0.0) and c2.bwd_variant is None
     # layer by layer through the fused net's layers (caffe_ocl time's way), then fused again
     for net in (ref, fused):
         net.clear_param_diffs()

@@ -42,10 +42,12 @@
 #endif
 #define KHKW (KH * KW)
 /* backward-data's store of one result (xb: dx at this work-item's column,
- * from STORE_COL), shared by conv_bwd_data and conv_bwd_data_phase */
-#define STORE_DX_ROW(m, n, acc_v) {                                       \
+ * from STORE_COL), shared by conv_bwd_data and conv_bwd_data_phase; the
+ * old value (accumulate: beta 1) read ahead by tile_store.h */
+#define DX_PRIOR_AT(m, n) xb[(m) * HW]
+#define STORE_ROW_PRIOR(m, n, acc_v, old) {                               \
         float v = (acc_v);                                                \
-        if (beta != 0.0f) v += beta * xb[(m) * HW];                       \
+        if (beta != 0.0f) v += beta * (old);                              \
         xb[(m) * HW] = v;                                                 \
     }
 #include "mma_tf32.h"
@@ -150,8 +152,9 @@ void conv_bwd_data(int NIMG, int C, int H, int W, int CO, int HO, int WO,
 #define STORE_COL(n)                                                      \
     const int img_ = (n) / HW, q_ = (n) - img_ * HW;                      \
     __global float* xb = DX + offDX + (img_ * C + g * M) * HW + q_;
-#define STORE_ROW STORE_DX_ROW
+#define PRIOR_AT DX_PRIOR_AT
 #include "tile_store.h"
+#undef PRIOR_AT
 }
 #endif
 
@@ -209,8 +212,9 @@ void conv_bwd_data_phase(int NIMG, int C, int H, int W, int CO, int HO, int WO,
     const int i_ = q_ / WP, j_ = q_ - i_ * WP;                            \
     __global float* xb = DX + offDX + (img_ * C + g * M) * HW +           \
                          (h0 + SH * i_) * W + w0 + SW * j_;
-#define STORE_ROW STORE_DX_ROW
+#define PRIOR_AT DX_PRIOR_AT
 #include "tile_store.h"
+#undef PRIOR_AT
 }
 #endif
 

@@ -23,7 +23,21 @@
  *                        column n (< N), after alpha / bias / beta / act as
  *                        the kernel needs;
  * and has M, N, m0, n0, lid in scope; the main loop header defines ACC_N
- * (columns of acc) and TILE_FLOATS_ (floats of its B tiles, Bs). */
+ * (columns of acc) and TILE_FLOATS_ (floats of its B tiles, Bs).
+ * An includer whose store adds beta times the old value (an accumulating
+ * backward-data) may define instead of reading it in STORE_ROW:
+ *   PRIOR_AT(m, n)           the old value at (m, n) (a read);
+ *   STORE_ROW_PRIOR(m, n, v, old)  the store given it;
+ * then, when beta != 0, a work-item's old values of a row block are read
+ * into registers before any of its stores: a read in STORE_ROW after the
+ * previous row's store cannot be moved above it (the same buffer), so each
+ * row waited a full memory latency (ResNet-50's accumulating 1x1
+ * backward-data ran slower than a separate summing pass). */
+#ifdef PRIOR_AT
+#define ROW_STORE_(m, n, v, i) STORE_ROW_PRIOR(m, n, v, prior_[i])
+#else
+#define ROW_STORE_(m, n, v, i) STORE_ROW(m, n, v)
+#endif
 #ifndef STAGED
 #define STAGED 0
 #endif
@@ -36,6 +50,9 @@
 #endif
 #if EPI_ROWS_ * LDC_ > TILE_FLOATS_
 #error "tile_store.h: the staged rows do not fit the main loop's B tiles"
+#endif
+#if NT % TN || EPI_ROWS_ % (NT / TN)
+#error "tile_store.h: the staged rows are not whole rows of work-items"
 #endif
     {
         __local float* cs_ = Bs;
@@ -56,11 +73,21 @@
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             if (eok_) {
-                for (int r_ = lid / TN; r_ < EPI_ROWS_; r_ += NT / TN) {
+#ifdef PRIOR_AT
+                float prior_[EPI_ROWS_ / (NT / TN)];
+#pragma unroll
+                for (int pi_ = 0; pi_ < EPI_ROWS_ / (NT / TN); ++pi_) {
+                    const int em_ = m0 + h_ * EPI_ROWS_ + lid / TN + pi_ * (NT / TN);
+                    prior_[pi_] = (beta != 0.0f && em_ < M) ? PRIOR_AT(em_, en_) : 0.0f;
+                }
+#endif
+#pragma unroll
+                for (int pi_ = 0; pi_ < EPI_ROWS_ / (NT / TN); ++pi_) {
+                    const int r_ = lid / TN + pi_ * (NT / TN);
                     const int em_ = m0 + h_ * EPI_ROWS_ + r_;
                     if (em_ >= M) break;
                     const float ev_ = cs_[r_ * LDC_ + ec_];
-                    STORE_ROW(em_, en_, ev_)
+                    ROW_STORE_(em_, en_, ev_, pi_)
                 }
             }
         }
@@ -73,11 +100,20 @@
         const int en_ = n0 + COL_OF(j);
         if (en_ >= N) continue;
         STORE_COL(en_)
+#ifdef PRIOR_AT
+        float prior_[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int em_ = m0 + ROW_OF(i);
+            prior_[i] = (beta != 0.0f && em_ < M) ? PRIOR_AT(em_, en_) : 0.0f;
+        }
+#endif
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int em_ = m0 + ROW_OF(i);
             if (em_ >= M) continue;
-            STORE_ROW(em_, en_, acc[i][j])
+            ROW_STORE_(em_, en_, acc[i][j], i)
         }
     }
 #endif
+#undef ROW_STORE_

@@ -159,13 +159,18 @@ class BaseConvolution(Layer):
                                                          t.diff_buffer(), w.diff_buffer(),
                                                          colbuf)
                 if self.propagate_down[bottom.index(b)]:
-                    # bwd_variant (fusion_train.ReLUConvBackward): (blob, slope)
-                    # of an in-place ReLU before this layer, whose backward
-                    # the data gradient then includes
-                    gate = self.bwd_variant
+                    # bwd_variant, set by a fusion (fusion_train): ("gate",
+                    # blob, slope) of an in-place ReLU before this layer,
+                    # whose backward the data gradient then includes
+                    # (ReLUConvBackward); ("accumulate", blob): the data
+                    # gradient is added to blob's diff instead of written
+                    # to the bottom's (SplitConvBackward)
+                    v = self.bwd_variant or (None,)
+                    dx = v[1].diff_buffer() if v[0] == "accumulate" else b.diff_buffer()
                     self.bwd += conv_ops.backward_data(
-                        dev, g, t.diff_buffer(), w.data_buffer(), b.diff_buffer(), colbuf,
-                        gate=None if gate is None else (gate[0].data_buffer(), gate[1]))
+                        dev, g, t.diff_buffer(), w.data_buffer(), dx, colbuf,
+                        accumulate=v[0] == "accumulate",
+                        gate=(v[1].data_buffer(), v[2]) if v[0] == "gate" else None)
 
 
 @register("Convolution")
