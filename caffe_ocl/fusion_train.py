@@ -118,15 +118,11 @@ class TrainChain:
     def _build(self):
         """Launches bound to the current shapes and buffers (the diff memory
         plan may hand the blob another diff buffer after a reshape)."""
-        bn, sc, blob, dev = self.bn, self.scale, self.blob, self.bn.device
-        O, C, I = bn.dims
+        dev, blob = self.bn.device, self.blob
+        O, C, I = self.bn.dims
         x, dx = blob.data_buffer(), blob.diff_buffer()
-        gamma = sc.blobs[0]
-        beta, dbeta = self._beta()
-        mean, std = bn.mean.data_buffer(), bn.stdv.data_buffer()
-        xnorm = bn.x_norm.data_buffer()
-        run = [b.data_buffer() for b in bn.blobs]
-        self.fwd = norm_ops.bn_train_stats(dev, O, C, I, x, mean, std, bn.eps, *run, bn.maf) + [
+        stats, gamma, beta, dbeta, mean, std, xnorm = self._operands()
+        self.fwd = stats + [
             norm_ops.bn_scale_act_forward(dev, O, C, I, x, mean, std, gamma.data_buffer(),
                                           beta, xnorm, x, self.act)]
         self.bwd = norm_ops.bn_scale_act_backward(dev, O, C, I, dx, xnorm, gamma.data_buffer(),
@@ -134,6 +130,18 @@ class TrainChain:
                                                   self.act)
         if blob.count == 0:
             self.fwd, self.bwd = [], []
+
+    def _operands(self):
+        """(the batch statistics' launches, gamma blob, beta, its diff or
+        None, mean, stdv, x_norm buffers) of the BatchNorm/Scale pair."""
+        bn = self.bn
+        O, C, I = bn.dims
+        mean, std = bn.mean.data_buffer(), bn.stdv.data_buffer()
+        run = [b.data_buffer() for b in bn.blobs]
+        stats = norm_ops.bn_train_stats(bn.device, O, C, I, self.blob.data_buffer(), mean, std,
+                                        bn.eps, *run, bn.maf)
+        return (stats, self.scale.blobs[0]) + self._beta() + (mean, std,
+                                                             bn.x_norm.data_buffer())
 
     def _beta(self):
         """(beta buffer, its diff buffer or None): the Scale's bias, or a
@@ -147,10 +155,14 @@ class TrainChain:
             self._zero_beta = (C, buf)
         return self._zero_beta[1], None
 
+    def _build_key(self):
+        """What the launches were built for: shapes and buffers."""
+        return (self.bn._reshapes, self.blob.data_buffer(), self.blob.diff_buffer(),
+                tuple(p.data_buffer() for p in self.scale.blobs),
+                tuple(p.diff_buffer() for p in self.scale.blobs))
+
     def _ensure_built(self):
-        key = (self.bn._reshapes, self.blob.data_buffer(), self.blob.diff_buffer(),
-               tuple(p.data_buffer() for p in self.scale.blobs),
-               tuple(p.diff_buffer() for p in self.scale.blobs))
+        key = self._build_key()
         if key != self._key:
             self._build()
             self._key = key
@@ -244,18 +256,14 @@ class ResidualTailChain(TrainChain):
         self.top = net._top_vecs[e][0]
 
     def _build(self):
-        net, bn, sc, blob, dev = self.net, self.bn, self.scale, self.blob, self.bn.device
+        net, blob, dev = self.net, self.blob, self.bn.device
         e = self.layers[2]
-        O, C, I = bn.dims
+        O, C, I = self.bn.dims
         x = blob.data_buffer()
         c = self.eltwise.coeffs
         c_t, c_s = c[self.ti], c[1 - self.ti]
-        gamma = sc.blobs[0]
-        beta, dbeta = self._beta()
-        mean, std = bn.mean.data_buffer(), bn.stdv.data_buffer()
-        xnorm = bn.x_norm.data_buffer()
-        run = [p.data_buffer() for p in bn.blobs]
-        self.fwd = norm_ops.bn_train_stats(dev, O, C, I, x, mean, std, bn.eps, *run, bn.maf) + [
+        stats, gamma, beta, dbeta, mean, std, xnorm = self._operands()
+        self.fwd = stats + [
             norm_ops.residual_tail_forward(dev, O, C, I, x, mean, std, gamma.data_buffer(), beta,
                                            xnorm, c_t, self.short.data_buffer(), c_s,
                                            self.top.data_buffer(), self.slope)]
@@ -268,16 +276,10 @@ class ResidualTailChain(TrainChain):
         if blob.count == 0:
             self.fwd, self.bwd = [], []
 
-    def _ensure_built(self):
-        key = (self.bn._reshapes, self.eltwise._reshapes, self.blob.data_buffer(),
-               self.blob.diff_buffer(), self.short.data_buffer(), self.short.diff_buffer(),
-               self.top.data_buffer(), self.top.diff_buffer(),
-               fusion_eltwise.keep_top_diff(self),
-               tuple(p.data_buffer() for p in self.scale.blobs),
-               tuple(p.diff_buffer() for p in self.scale.blobs))
-        if key != self._key:
-            self._build()
-            self._key = key
+    def _build_key(self):
+        return super()._build_key() + (
+            self.eltwise._reshapes, self.short.data_buffer(), self.short.diff_buffer(),
+            self.top.data_buffer(), self.top.diff_buffer(), fusion_eltwise.keep_top_diff(self))
 
     def run(self):
         self.short.data_mem.to_device()

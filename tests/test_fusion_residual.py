@@ -12,7 +12,7 @@ import caffe_ocl
 from caffe_ocl import fusion_train
 from caffe_ocl.proto import parse_net_text
 
-from test_fusion_train import sgd_solver
+from test_fusion_train import assert_params_close, sgd_solver
 
 CONV = 'convolution_param {{ num_output: 4 kernel_size: {k} pad: {p} bias_term: false ' \
        'weight_filler {{ type: "gaussian" std: 0.5 }} }}'
@@ -99,12 +99,7 @@ def test_tail_fused_equals_layer_by_layer(monkeypatch, h, w, coeffs, slope):
                                    rtol=1e-4, atol=1e-5, err_msg=name + " data")
         np.testing.assert_allclose(fused.blobs[name].diff, ref.blobs[name].diff,
                                    rtol=1e-3, atol=1e-5, err_msg=name + " diff")
-    for lname in ref.params:
-        for i, (a, b) in enumerate(zip(fused.params[lname], ref.params[lname])):
-            np.testing.assert_allclose(a.data, b.data, rtol=1e-5, atol=1e-6,
-                                       err_msg=f"{lname}[{i}] data")
-            np.testing.assert_allclose(a.diff, b.diff, rtol=1e-3, atol=1e-5,
-                                       err_msg=f"{lname}[{i}] diff")
+    assert_params_close(fused, ref, ref.params)
 
 
 def test_tail_without_shortcut_gradient(monkeypatch):

@@ -66,7 +66,12 @@ def test_fused_equals_layer_by_layer(monkeypatch):
     for name in ("x", "c1", "c2", "sum"):
         np.testing.assert_allclose(fused.blobs[name].diff, ref.blobs[name].diff,
                                    rtol=1e-3, atol=1e-5, err_msg=name)
-    for lname in ("c1", "c2", "bn1", "s1", "s2", "s3", "bn3", "fc"):
+    assert_params_close(fused, ref, ("c1", "c2", "bn1", "s1", "s2", "s3", "bn3", "fc"))
+
+
+def assert_params_close(fused, ref, names):
+    """The layers' parameters and their gradients agree (float32 tolerance)."""
+    for lname in names:
         for i, (a, b) in enumerate(zip(fused.params[lname], ref.params[lname])):
             np.testing.assert_allclose(a.data, b.data, rtol=1e-5, atol=1e-6,
                                        err_msg=f"{lname}[{i}] data")
