@@ -122,8 +122,8 @@ def report_layers(net, where_ms, json_path=None):
         rows.append(dict(name=net._layer_names[li], type=layer.type, fwd_ms=f, bwd_ms=b,
                          conv=conv_row(layer)))
     other = where_ms.get(None, 0.0)
-    print(f"\n| layer | type | fwd ms | bwd ms | shape (C,H,W -> Co, k/s/p) | fwd TFLOP/s | "
-          f"bwd TFLOP/s |\n|---|---|---|---|---|---|---|")
+    print("\n| layer | type | fwd ms | bwd ms | shape (C,H,W -> Co, k/s/p) | fwd TFLOP/s | "
+          "bwd TFLOP/s |\n|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: -(r["fwd_ms"] + r["bwd_ms"])):
         c, shape, tf, tb = r["conv"], "", "", ""
         if c:

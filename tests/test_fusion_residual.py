@@ -44,7 +44,7 @@ def block_net(h, w, coeffs="", slope=0.0, force_backward=True):
             + 'layer { name: "sum1" type: "Eltwise" bottom: "c0" bottom: "c1" top: "sum1" }\n'
             + f'layer {{ name: "relu1" type: "ReLU" bottom: "sum1" top: "sum1" {relu} }}\n'
             + conv(2, "sum1") + bn_scale(2, "true") + conv(3, "sum1") + bn_scale(3, "false")
-            + f'layer {{ name: "sum2" type: "Eltwise" bottom: "c3" bottom: "c2" top: "sum2" '
+            + 'layer { name: "sum2" type: "Eltwise" bottom: "c3" bottom: "c2" top: "sum2" '
             + f'eltwise_param {{ {coeffs} }} }}\n'
             + f'layer {{ name: "relu2" type: "ReLU" bottom: "sum2" top: "sum2" {relu} }}\n'
             + conv(4, "sum2") + bn_scale(4, "true")
