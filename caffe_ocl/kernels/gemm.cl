@@ -46,6 +46,9 @@
 #ifndef KFOLD
 #define KFOLD 0
 #endif
+#ifndef READ_AHEAD
+#define READ_AHEAD 1
+#endif
 #include "act.h"
 #include "mma_tf32.h"
 #include "tile_config.h"
@@ -109,10 +112,22 @@ void gemm(int M, int N, int K, float alpha,
 #else
 #define BIAS_AT(m, n) 0.0f
 #endif
+#if READ_AHEAD
+/* beta's old values read ahead of the stores (tile_store.h PRIOR_AT): a
+ * weight gradient accumulating into a large dW (VGG-16's fc6, K = 64) is
+ * nearly all store */
+#define PRIOR_AT(m, n) C[(m) * ldc + (n)]
+#define STORE_ROW_PRIOR(m, n, acc_v, old) {                         \
+        float v = alpha * (acc_v) + BIAS_AT(m, n);                  \
+        if (beta != 0.0f) v += beta * (old);                        \
+        C[(m) * ldc + (n)] = APPLY_ACT(v);                          \
+    }
+#else
 #define STORE_ROW(m, n, acc_v) {                                    \
         float v = alpha * (acc_v) + BIAS_AT(m, n);                  \
         if (beta != 0.0f) v += beta * C[(m) * ldc + (n)];           \
         C[(m) * ldc + (n)] = APPLY_ACT(v);                          \
     }
+#endif
 #include "tile_store.h"
 }

@@ -58,6 +58,11 @@ def use_tf32(dev):
 STAGED_MAX_K = 512
 
 
+# gemm.cl reads the old values of C (beta != 0) ahead of its stores
+# (kernels/tile_store.h PRIOR_AT); False: read each right before its store.
+READ_AHEAD = True
+
+
 def gpu_tiles(dev, M, K=None):
     """Tile of the GPU kernels (tile_mainloop.h): 128 x 128 (256 work-items),
     or 64 x 128 (128 work-items) when op(A) has at most 64 rows; STAGED (the
@@ -66,7 +71,7 @@ def gpu_tiles(dev, M, K=None):
     if 2 * 16 * (tm + 8 + 128 + 8) * 4 > getattr(dev, "local_mem", 1 << 16):
         tm = 64          # 128-row tiles need 34 KiB of local memory
     return dict(TM=tm, TN=128, TK=16, TF32=use_tf32(dev),
-                STAGED=int(K is not None and K <= STAGED_MAX_K))
+                STAGED=int(K is not None and K <= STAGED_MAX_K), READ_AHEAD=int(READ_AHEAD))
 
 
 # TF32 GEMMs (not the implicit-GEMM convolutions) run
