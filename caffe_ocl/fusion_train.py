@@ -440,18 +440,11 @@ class ReLUConvBackward(LayerPair):
 
     def backward(self):
         net, conv, r, c = self.net, self.conv, self.first, self.last
-        blob = net._bottom_vecs[c][0]
         if conv_ops.gates_backward_data(conv.device, conv.geom):
-            conv.bwd_variant = ("gate", blob, self.act[1])
-            try:
-                conv.backward(net._top_vecs[c], net._bottom_need_backward[c],
-                              net._bottom_vecs[c])
-            finally:
-                conv.bwd_variant = None
+            _layer_backward(net, c, ("gate", net._bottom_vecs[c][0], self.act[1]))
             return
-        conv.backward(net._top_vecs[c], net._bottom_need_backward[c], net._bottom_vecs[c])
-        net.layers[r].backward(net._top_vecs[r], net._bottom_need_backward[r],
-                               net._bottom_vecs[r])
+        _layer_backward(net, c)
+        _layer_backward(net, r)
 
 
 def find_split_convs(net, taken=()):
@@ -503,29 +496,34 @@ class SplitConvBackward:
         self.net = net
         self.layers = [si, ja]
         self.first, self.last = si, ja
-        self.conv, self.split = net.layers[ja], net.layers[si]
+        self.split = net.layers[si]
         self.top_a, self.top_b = top_a, top_b
         self.bottom = net._bottom_vecs[si][0]
         shares = net.__dict__.setdefault("_diff_shares", [])
         shares.append((top_b, self.bottom))
 
-    def describe(self):
-        return " -> ".join(self.net._layer_names[i] for i in self.layers)
+    describe = LayerPair.describe
 
     def backward(self):
-        net, conv, si, ja = self.net, self.conv, self.first, self.last
+        net, si, ja = self.net, self.first, self.last
         if self.top_b.diff_mem is not self.bottom.diff_mem:
-            conv.backward(net._top_vecs[ja], net._bottom_need_backward[ja], net._bottom_vecs[ja])
-            self.split.backward(net._top_vecs[si], net._bottom_need_backward[si],
-                                net._bottom_vecs[si])
+            _layer_backward(net, ja)
+            _layer_backward(net, si)
             return
         self.bottom.diff_mem.to_device()
-        conv.bwd_variant = ("accumulate", self.bottom)
-        try:
-            conv.backward(net._top_vecs[ja], net._bottom_need_backward[ja], net._bottom_vecs[ja])
-        finally:
-            conv.bwd_variant = None
+        _layer_backward(net, ja, ("accumulate", self.bottom))
         self.bottom.diff_mem.device_written()
+
+
+def _layer_backward(net, li, variant=None):
+    """Layer ``li``'s own backward, with ``variant`` as its bwd_variant for
+    this call (what a fusion asks its backward to compute as well)."""
+    layer = net.layers[li]
+    layer.bwd_variant = variant
+    try:
+        layer.backward(net._top_vecs[li], net._bottom_need_backward[li], net._bottom_vecs[li])
+    finally:
+        layer.bwd_variant = None
 
 
 class TrainFusionPlan(ChainPlan):

@@ -63,8 +63,8 @@ class Layer:
     max_top = None
     equal_num_bottom_top = False
     # what else a layer's backward computes, when a fusion asks
-    # (fusion_train.ReLUConvBackward sets a Convolution's); part of the key
-    # its backward launches are built for
+    # (fusion_train.ReLUConvBackward and SplitConvBackward set a
+    # Convolution's); part of the key its backward launches are built for
     bwd_variant = None
     # True when the layer can compute a gradient for bottom i (Caffe's
     # AllowForceBackward).

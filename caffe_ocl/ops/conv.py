@@ -423,11 +423,8 @@ def _folded_backward_weight(dev, g, x, dy, dweight):
     if nsplit == 1:
         return [gemm(dev, M, N, K, dy, x, dweight, beta=1.0, stride_c=(0, M * N), **fold)]
     ws = _workspace(dev, g.groups * nsplit * M * N)
-    total = g.groups * M * N
-    gs, ls = work_size(dev, total)
     return [gemm(dev, M, N, K, dy, x, ws, beta=0.0, stride_c=(M * N, nsplit * M * N), **fold),
-            dev.launch(IGEMM_SRC, "splitk_reduce", gs, ls,
-                       [total, M * N, nsplit, ws, 1.0, dweight], dict(MODE=-1))]
+            _splitk_sum(dev, g, M * N, nsplit, ws, dweight)]
 
 
 def _igemm_backward_weight(dev, g, x, dy, dweight):
@@ -444,12 +441,18 @@ def _igemm_backward_weight(dev, g, x, dy, dweight):
         return [_igemm_launch(dev, g, "conv_bwd_weight", 2, M, N, g.groups, args, **size)]
     ws = _workspace(dev, g.groups * nsplit * M * N)
     args = _sizes(g) + [nsplit, kchunk, x, 0, dy, 0, 0.0, ws]
-    total = g.groups * M * N
-    gs, ls = work_size(dev, total)
     return [_igemm_launch(dev, g, "conv_bwd_weight", 2, M, N, g.groups * nsplit, args,
                           **size),
-            dev.launch(IGEMM_SRC, "splitk_reduce", gs, ls,
-                       [total, M * N, nsplit, ws, 1.0, dweight], dict(MODE=-1))]
+            _splitk_sum(dev, g, M * N, nsplit, ws, dweight)]
+
+
+def _splitk_sum(dev, g, per_group, nsplit, ws, dweight):
+    """dweight += the nsplit partial weight gradients of each group in ws
+    ([group][split][per_group floats]), kernels/conv_igemm.cl splitk_reduce."""
+    total = g.groups * per_group
+    gs, ls = work_size(dev, total)
+    return dev.launch(IGEMM_SRC, "splitk_reduce", gs, ls,
+                      [total, per_group, nsplit, ws, 1.0, dweight], dict(MODE=-1))
 
 
 def bias_grad(dev, outer, channels, inner, dy, dbias, impl=None):
