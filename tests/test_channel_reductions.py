@@ -75,3 +75,25 @@ def test_bn_scale_act_passes(d, rng, O, C, I, act):
     np.testing.assert_allclose(d.get(dbeta, (C,)), s1, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(d.get(dgamma, (C,)), s2, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(d.get(dxb, x.shape), dx, rtol=1e-4, atol=1e-4)
+
+
+class _FakeGPU:
+    is_gpu, is_cpu, compute_units = True, False, 132
+
+
+@pytest.mark.parametrize("dim,m", [(64, 200704), (256, 50176), (128, 12544), (1024, 3136),
+                                   (2048, 3136), (3, 40)])
+@pytest.mark.parametrize("tail", [False, True])
+def test_partial_plan_fills_one_wave_on_gpus(dim, m, tail):
+    """GPU plan: never more groups than one wave of resident slots unless
+    one per channel is already more (a second, nearly empty wave doubled the
+    pass on the H200), and every work-item gets several loads."""
+    wg, chunks = channel.partial_plan(_FakeGPU(), dim, m, tail=tail)
+    slots = 132 * (channel.GPU_ITEMS_PER_CU // wg)
+    if tail:
+        slots = int(slots * channel.TAIL_OCCUPANCY)
+    assert wg in (128, 256) and chunks >= 1
+    assert dim * chunks <= max(slots, dim)
+    assert chunks == 1 or m // chunks >= 4 * wg
+    if m >= 16 * 256 * 4 and dim * 2 <= slots:
+        assert dim * chunks > slots // 2      # long channels are split to fill the device

@@ -128,9 +128,9 @@ def test_batchnorm_statistics_are_not_parameters(rng):
 
 def _split_shape_check(layer, m):
     """The shape really takes the split (several work-groups per channel) path."""
-    from caffe_ocl.ops.channel import reduce_wg, split_chunks
+    from caffe_ocl.ops.channel import partial_plan
     c = layer.dims[1]
-    assert split_chunks(layer.device, c, m, reduce_wg(layer.device)) > 1
+    assert partial_plan(layer.device, c, m)[1] > 1
 
 
 def test_batchnorm_split_reduction_forward_backward(rng):

@@ -3,7 +3,7 @@
 Blobs are viewed as ``O x C x I``; statistics of channel c run over (o, i)
 by one work-group per channel (BatchNorm: O=num, I=spatial; MVN: O=1,
 C=rows, I=row length)."""
-from . import work_size
+from . import vec_work_size, work_size
 from .channel import channel_partials, reduce_groups, reduce_wg, vec_of
 
 SRC = "normalization.cl"
@@ -85,7 +85,7 @@ def bn_scale_act_forward(dev, O, C, I, x, mean, stdv, gamma, beta, xnorm, y, act
     xnorm = (x - mean) / stdv, y = act(gamma * xnorm + beta), one pass."""
     n = O * C * I
     vec = vec_of(I)
-    g, l = work_size(dev, n // vec)
+    g, l = vec_work_size(dev, n // vec, vec)
     defs, aa = _act_args(act)
     defs["VEC"] = vec
     return dev.launch(SRC, "bn_scale_act_fwd", g, l,
@@ -118,7 +118,7 @@ def _bn_scale_finish(dev, O, C, I, part, chunks, dy, gscale, xnorm, gamma, beta,
     pairs = dev.launch("channel.cl", "chan_partial_pairs", gs, ls, [C, chunks, part, sums])
     n = O * C * I
     vec = vec_of(I)
-    g, l = work_size(dev, n // vec)
+    g, l = vec_work_size(dev, n // vec, vec)
     defs["VEC"] = vec
     apply = dev.launch(SRC, "bn_scale_act_bwd", g, l,
                        [n, C, I, 1.0 / max(O * I, 1), dy, float(gscale), xnorm, gamma, beta,
@@ -133,7 +133,7 @@ def residual_tail_forward(dev, O, C, I, x, mean, stdv, gamma, beta, xnorm, c_t, 
     beta (written back into x), y = relu(c_t * t + c_s * s), one pass."""
     n = O * C * I
     vec = vec_of(I)
-    g, l = work_size(dev, n // vec)
+    g, l = vec_work_size(dev, n // vec, vec)
     return dev.launch(SRC, "bn_scale_add_relu_fwd", g, l,
                       [n, C, I, x, mean, stdv, gamma, beta, xnorm, float(c_t), s, float(c_s),
                        y, float(slope)], {"VEC": vec})
