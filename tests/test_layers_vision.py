@@ -247,7 +247,7 @@ def _uploader(dev):
     return buf
 
 
-@pytest.mark.parametrize("impl", ["gpu", "flat"])
+@pytest.mark.parametrize("impl", ["gpu", "blocks", "flat"])
 def test_max_pool_backward_gpu_kernels(rng, impl):
     """The GPU kernels of max-pooling backward (3-D grid with the window as
     macros; the 1-D gather form for huge n*c) on any device, against the
@@ -288,7 +288,7 @@ def test_max_pool_backward_gpu_kernels(rng, impl):
     np.testing.assert_array_equal(out[impl], out[None])
 
 
-@pytest.mark.parametrize("impl", ["cpu", "gpu", "tiles", "flat"])
+@pytest.mark.parametrize("impl", ["cpu", "gpu", "tiles", "blocks", "flat"])
 @pytest.mark.parametrize("slope", [0.0, 0.25])
 def test_max_pool_backward_gated_by_relu(rng, impl, slope):
     """max_backward with gate=(top, slope): the pooling's gradient times the

@@ -299,15 +299,26 @@ __kernel void splitk_reduce(int total, int MN, int nsplit, __global const float*
  * planes, zeros between; sub holds SS_HO x SS_WO planes. The sizes are
  * compiled in: four divisions by runtime values per element ran this at
  * ~1 TB/s on an H200 (1 ms of ResNet-50's training step). */
-__kernel void stride_scatter(int total, __global const float* sub, __global float* dx,
-                             int accumulate) {
+__kernel void stride_scatter(int total, __global const float* sub, __global float* dx) {
     GLOBAL_LOOP(i, total) {
         const int w = i % SS_W, t = i / SS_W;
         const int h = t % SS_H, nc = t / SS_H;
         float v = 0.0f;
         if (h % SS_SH == 0 && w % SS_SW == 0 && h / SS_SH < SS_HO && w / SS_SW < SS_WO)
             v = sub[(nc * SS_HO + h / SS_SH) * SS_WO + w / SS_SW];
-        dx[i] = accumulate ? dx[i] + v : v;
+        dx[i] = v;
+    }
+}
+
+/* Accumulating (dx += the scattered sub): only the stride grid's positions
+ * change, so one work-item per element of sub reads and writes those alone
+ * (the full-plane pass read and rewrote all of dx, (1 - 1/(SH*SW)) of it
+ * unchanged). */
+__kernel void stride_scatter_add(int total_sub, __global const float* sub, __global float* dx) {
+    GLOBAL_LOOP(i, total_sub) {
+        const int wo = i % SS_WO, t = i / SS_WO;
+        const int ho = t % SS_HO, nc = t / SS_HO;
+        dx[(nc * SS_H + ho * SS_SH) * SS_W + wo * SS_SW] += sub[i];
     }
 }
 #endif

@@ -120,6 +120,42 @@ __kernel void max_pool_bwd_grid(int H, int W, int HO, int WO,
     dx[nc * H * W + me] = g;
 }
 
+/* GPUs, strides of 2 or more (ResNet's 3 x 3 / 2 stem pooling): one
+ * work-item per 2 x 2 block of inputs. The windows that may have chosen any
+ * of the four are read once for the block (max_pool_bwd_grid reads each
+ * window for every input it covers: 2.25 times per window for 3 x 3 / 2),
+ * and each window's choice lands in at most one of them. */
+__kernel void max_pool_bwd_blocks(int H, int W, int HO, int WO,
+                                  __global const float* dy, __global const float* mask,
+                                  __global float* dx, __global const float* top, float slope) {
+    const int w0 = 2 * (int)get_global_id(0), h0 = 2 * (int)get_global_id(1);
+    const int nc = get_global_id(2);
+    if (w0 >= W || h0 >= H) return;
+    const int phs = (h0 + FPH < FKH) ? 0 : (h0 + FPH - FKH) / FSH + 1;
+    const int phe = min((h0 + 1 + FPH) / FSH + 1, HO);
+    const int pws = (w0 + FPW < FKW) ? 0 : (w0 + FPW - FKW) / FSW + 1;
+    const int pwe = min((w0 + 1 + FPW) / FSW + 1, WO);
+    const int plane = nc * HO * WO, me = h0 * W + w0;
+    const int right = w0 + 1 < W, below = h0 + 1 < H;   /* the block's other inputs exist */
+    float g00 = 0.0f, g01 = 0.0f, g10 = 0.0f, g11 = 0.0f;
+    for (int ph = phs; ph < phe; ++ph)
+        for (int pw = pws; pw < pwe; ++pw) {
+            const int o = plane + ph * WO + pw;
+            const int r = (int)mask[o] - me;       /* 0, 1, W, W + 1 inside the block */
+            if (r == 0) g00 += GATED(dy[o], o);
+            else if (r == 1 && right) g01 += GATED(dy[o], o);
+            else if (r == W && below) g10 += GATED(dy[o], o);
+            else if (r == W + 1 && right && below) g11 += GATED(dy[o], o);
+        }
+    __global float* px = dx + nc * H * W + me;
+    px[0] = g00;
+    if (right) px[1] = g01;
+    if (below) {
+        px[W] = g10;
+        if (right) px[W + 1] = g11;
+    }
+}
+
 /* GPUs, windows that tile the input (kernel == stride, no padding, every
  * input in a window): scatter form, one work-item per window over a 3-D
  * range (wo, ho, n*c) writing its FKH x FKW inputs, the chosen one dy and

@@ -112,14 +112,22 @@ def channel_sums(dev, outer, dim, inner, a, b=None, out1=None, out2=None,
     """[launches]: out1[d] (+)= sum over outer and inner of a, out2[d] (+)=
     sum of a*b, in one pass over a (and b), split over many work-groups."""
     first, part, chunks = channel_partials(dev, outer, dim, inner, a, b)
+    return [first, partial_finish(dev, dim, chunks, part, out1, out2, acc1, acc2)]
+
+
+def partial_finish(dev, dim, chunks, part, out1=None, out2=None, acc1=False, acc2=False,
+                   pairs=None):
+    """The launch adding a split reduction's chunks (``part`` of
+    ``channel_partials``): out1[d] (+)= the first sums, out2[d] (+)= the
+    second, pairs[2d], pairs[2d+1] = both (each output optional)."""
     g, l = work_size(dev, dim)
-    dummy = out1 if out1 is not None else out2
-    second = dev.launch(SRC, "chan_partial_sum", g, l,
-                        [dim, chunks, part, out1 if out1 is not None else dummy,
-                         out2 if out2 is not None else dummy, int(bool(acc1)),
-                         int(bool(acc2))],
-                        {"WANT1": int(out1 is not None), "WANT2": int(out2 is not None)})
-    return [first, second]
+    dummy = next(b for b in (out1, out2, pairs, part) if b is not None)
+    return dev.launch(SRC, "chan_partial_sum", g, l,
+                      [dim, chunks, part, out1 if out1 is not None else dummy,
+                       out2 if out2 is not None else dummy, int(bool(acc1)), int(bool(acc2)),
+                       pairs if pairs is not None else dummy],
+                      {"WANT1": int(out1 is not None), "WANT2": int(out2 is not None),
+                       "WANT_PAIRS": int(pairs is not None)})
 
 
 def channel_sum(dev, outer, dim, inner, a, out, b=None, accumulate=False):

@@ -383,12 +383,15 @@ def _strided_1x1_backward_data(dev, g, dy, weight, dx, accumulate):
     (kernels/conv_igemm.cl stride_scatter)."""
     dense = ConvGeometry(g.num, g.channels, g.out_h, g.out_w, g.out_channels, 1, 1,
                          groups=g.groups)
-    sub = _workspace(dev, g.num * g.channels * g.out_spatial)
-    total = g.num * g.channels * g.height * g.width
+    total_sub = g.num * g.channels * g.out_spatial
+    sub = _workspace(dev, total_sub)
+    if accumulate:
+        name, total = "stride_scatter_add", total_sub
+    else:
+        name, total = "stride_scatter", g.num * g.channels * g.height * g.width
     gs, ls = work_size(dev, total)
     return (_igemm_backward_data(dev, dense, dy, weight, sub, False) +
-            [dev.launch(IGEMM_SRC, "stride_scatter", gs, ls,
-                        [total, sub, dx, int(bool(accumulate))],
+            [dev.launch(IGEMM_SRC, name, gs, ls, [total, sub, dx],
                         dict(MODE=-1, SS_H=g.height, SS_W=g.width, SS_HO=g.out_h,
                              SS_WO=g.out_w, SS_SH=g.sh, SS_SW=g.sw))])
 

@@ -4,7 +4,7 @@ Blobs are viewed as ``O x C x I``; statistics of channel c run over (o, i)
 by one work-group per channel (BatchNorm: O=num, I=spatial; MVN: O=1,
 C=rows, I=row length)."""
 from . import vec_work_size, work_size
-from .channel import channel_partials, reduce_groups, reduce_wg, vec_of
+from .channel import channel_partials, partial_finish, reduce_groups, reduce_wg, vec_of
 
 SRC = "normalization.cl"
 
@@ -67,8 +67,7 @@ def bn_backward(dev, O, C, I, dy, y, stdv, dx):
     n = O * C * I
     g, l = work_size(dev, n)
     first, part, chunks = channel_partials(dev, O, C, I, dy, y)
-    gs, ls = work_size(dev, C)
-    finish = dev.launch("channel.cl", "chan_partial_pairs", gs, ls, [C, chunks, part, sums])
+    finish = partial_finish(dev, C, chunks, part, pairs=sums)
     return [first, finish,
             dev.launch(SRC, "bn_backward_apply", g, l,
                        [n, C, I, 1.0 / max(O * I, 1), dy, y, sums, stdv, dx])]
@@ -97,7 +96,7 @@ def bn_scale_act_backward(dev, O, C, I, dy, xnorm, gamma, beta, stdv, dx, dgamma
     """[launches]: the gradients of y = act(gamma * (x - mean)/stdv + beta)
     with batch statistics: dgamma += sum g*xn, dbeta += sum g (g = dy *
     act'), dx = gamma/stdv * (g - mean(g) - mean(g*xn)*xn). One split
-    reduction pass, two per-channel finishes, one element-wise pass."""
+    reduction pass, one per-channel finish, one element-wise pass."""
     first, part, chunks = channel_partials(dev, O, C, I, dy, xnorm,
                                            gated=(gamma, beta, act))
     return [first] + _bn_scale_finish(dev, O, C, I, part, chunks, dy, 1.0, xnorm, gamma, beta,
@@ -111,11 +110,8 @@ def _bn_scale_finish(dev, O, C, I, part, chunks, dy, gscale, xnorm, gamma, beta,
     gscale * dy (gated by act)."""
     defs, aa = _act_args(act)
     sums = dev.alloc(8 * max(int(C), 1))
-    gs, ls = work_size(dev, C)
-    grads = dev.launch("channel.cl", "chan_partial_sum", gs, ls,
-                       [C, chunks, part, dbeta if dbeta is not None else dgamma, dgamma,
-                        1, 1], {"WANT1": int(dbeta is not None), "WANT2": 1})
-    pairs = dev.launch("channel.cl", "chan_partial_pairs", gs, ls, [C, chunks, part, sums])
+    grads_and_pairs = partial_finish(dev, C, chunks, part, out1=dbeta, out2=dgamma,
+                                     acc1=True, acc2=True, pairs=sums)
     n = O * C * I
     vec = vec_of(I)
     g, l = vec_work_size(dev, n // vec, vec)
@@ -123,7 +119,7 @@ def _bn_scale_finish(dev, O, C, I, part, chunks, dy, gscale, xnorm, gamma, beta,
     apply = dev.launch(SRC, "bn_scale_act_bwd", g, l,
                        [n, C, I, 1.0 / max(O * I, 1), dy, float(gscale), xnorm, gamma, beta,
                         stdv, sums, dx] + aa, defs)
-    return [grads, pairs, apply]
+    return [grads_and_pairs, apply]
 
 
 def residual_tail_forward(dev, O, C, I, x, mean, stdv, gamma, beta, xnorm, c_t, s, c_s, y,

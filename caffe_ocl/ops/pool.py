@@ -64,12 +64,16 @@ def tiles_input(shape, out_hw, k, s, p):
 
 # GPUs: the scatter form (max_pool_bwd_tiles) where windows tile the input
 POOL_BWD_TILES = True
+# GPUs, strides >= 2 otherwise: 2 x 2 blocks of inputs per work-item
+# (max_pool_bwd_blocks)
+POOL_BWD_BLOCKS = True
 
 
 def max_backward(dev, shape, out_hw, k, s, p, dy, mask, dx, impl=None, gate=None):
     """impl: None (by device), "cpu" (planes per work-item), "gpu" (the 3-D
     grid kernel; tests run it on PoCL), "tiles" (its scatter form, windows
-    that tile the input) or "flat" (the 1-D gather form).
+    that tile the input), "blocks" (its 2 x 2-input blocks, strides >= 2)
+    or "flat" (the 1-D gather form).
     gate: (top, slope): also the backward of an in-place ReLU before the
     pooling (negative_slope ``slope``), ``top`` the pooling's output
     (kernels/pooling.cl GATE)."""
@@ -78,14 +82,18 @@ def max_backward(dev, shape, out_hw, k, s, p, dy, mask, dx, impl=None, gate=None
         impl = "cpu" if dev.is_cpu else ("gpu" if n * c <= GRID_MAX_PLANES else "flat")
         if impl == "gpu" and POOL_BWD_TILES and tiles_input(shape, out_hw, k, s, p):
             impl = "tiles"
+        elif impl == "gpu" and POOL_BWD_BLOCKS and min(s) >= 2:
+            impl = "blocks"
     top, slope = gate if gate is not None else (dy, 0.0)
     defines = dict(GATE=1) if gate is not None else {}
-    if impl in ("gpu", "tiles"):
+    if impl in ("gpu", "tiles", "blocks"):
         lx, ly, _ = GRID_LOCAL
-        gx, gy = (out_hw[1], out_hw[0]) if impl == "tiles" else (w, h)
+        gx, gy = {"tiles": (out_hw[1], out_hw[0]), "blocks": (-(-w // 2), -(-h // 2))}.get(
+            impl, (w, h))
         gs = (-(-gx // lx) * lx, -(-gy // ly) * ly, n * c)
         defines.update(FKH=k[0], FKW=k[1], FSH=s[0], FSW=s[1], FPH=p[0], FPW=p[1])
-        name = "max_pool_bwd_tiles" if impl == "tiles" else "max_pool_bwd_grid"
+        name = {"tiles": "max_pool_bwd_tiles", "blocks": "max_pool_bwd_blocks"}.get(
+            impl, "max_pool_bwd_grid")
         return dev.launch(SRC, name, gs, GRID_LOCAL,
                           [h, w, out_hw[0], out_hw[1], dy, mask, dx, top, float(slope)],
                           defines)
