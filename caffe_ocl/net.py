@@ -283,8 +283,12 @@ class Net:
         for o in self._outputs:
             log.info("This network produces output %s", o)
         self._share_weights()
-        for layer, bn in zip(self.layers, self._bottom_need_backward):
-            layer.propagate_down = list(bn)
+        for li, (layer, bn) in enumerate(zip(self.layers, self._bottom_need_backward)):
+            seen, layer.propagate_down = layer.propagate_down, list(bn)
+            if layer.forward_reads_propagate_down and seen != layer.propagate_down:
+                # its forward plan was built for the needs before the backward
+                # pass pruned them (or force_backward added them)
+                layer.rebind(self._bottom_vecs[li], self._top_vecs[li])
         log.info("Network initialization done.")
 
     def _append_param(self, li, layer, lp, pi):

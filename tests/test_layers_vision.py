@@ -201,21 +201,26 @@ def test_wrong_number_of_bottoms(rng):
                    [rng.standard_normal((1, 1, 4, 4))] * 2)
 
 
+@pytest.mark.parametrize("w", [29, 11, 8])
 @pytest.mark.parametrize("k,s,p", [(3, 2, 1), (2, 2, 0), (3, 1, 1)])
-def test_pool_forward_values_and_mask(rng, k, s, p):
+def test_pool_forward_values_and_mask(rng, k, s, p, w):
     """Max- and average-pooling forward on the device's kernels (on CPU
     drivers the plane kernels, 8 outputs at a time where windows are whole
-    at strides 1 and 2) against float64: maxima, averages and the max mask,
-    the first maximum's plane index in raster order (ties made on purpose),
-    rows long enough for several runs of 8 plus ragged ends."""
+    at strides 1 and 2, 4 at a time in rows too short for 8) against
+    float64: maxima, averages and the max mask, the first maximum's plane
+    index in raster order (ties made on purpose), rows long enough for
+    several runs of 8 plus ragged ends, and short ones (LeNet's 8 -> 4)."""
     from caffe_ocl.device import get_device
     from caffe_ocl.ops import pool as pool_ops
     dev = get_device()
-    n, c, h, w = 2, 3, 7, 29
+    n, c, h = 2, 3, 7
     kk, ss, pp = (k, k), (s, s), (p, p)
     ho, wo = refs.pool_out_size(h, k, s, p), refs.pool_out_size(w, k, s, p)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     x[0, 1, 2:5, :] = 1.5                           # ties: the first maximum wins
+    if dev.is_cpu:
+        widths = {29: 8, 11: 8 if s == 1 else 4, 8: 4}
+        assert pool_ops.run_width(w, wo, k, s, p) == widths[w]
     xb = dev.alloc(4 * x.size)
     dev.upload(xb, x)
     yb, mb = dev.alloc(4 * n * c * ho * wo), dev.alloc(4 * n * c * ho * wo)

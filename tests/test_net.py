@@ -277,3 +277,34 @@ def test_loss_weight_on_any_top_drives_backward(tmp_path, rng):
     h = np.maximum(x @ net.params["ip"][0].data.T + net.params["ip"][1].data, 0)
     np.testing.assert_allclose(net.params["ip2"][0].diff, 2 * np.outer(np.ones(2), h.sum(0)),
                                rtol=1e-4)
+
+
+POOL_NET = """
+{force}layer {{ name: "data" type: "Input" top: "data" input_param {{ shape {{ dim: 2 dim: 3 dim: 8 dim: 8 }} }} }}
+layer {{ name: "pool" type: "Pooling" bottom: "data" top: "pool"
+        pooling_param {{ pool: MAX kernel_size: 2 stride: 2 }} }}
+"""
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_max_pool_mask_only_where_backward_runs(tmp_path, rng, force):
+    """A deploy net (no loss, no force_backward) runs no backward, so its MAX
+    pooling keeps no argmax mask (Caffe's max_idx_ would be written and
+    never read); with force_backward it keeps one and the gradient goes to
+    each window's maximum. Same outputs either way."""
+    net = _net(tmp_path, POOL_NET.format(force="force_backward: true\n" if force else ""))
+    pool = net.layer_dict["pool"]
+    assert (pool.mask is not None) == force
+    x = rng.permutation(2 * 3 * 64).reshape(2, 3, 8, 8).astype(np.float32)
+    net.blobs["data"].data[...] = x
+    out = net.forward()["pool"]
+    windows = x.reshape(2, 3, 4, 2, 4, 2).transpose(0, 1, 2, 4, 3, 5).reshape(2, 3, 4, 4, 4)
+    np.testing.assert_array_equal(out, windows.max(-1))
+    if force:
+        dy = rng.standard_normal(out.shape).astype(np.float32)
+        net.blobs["pool"].diff[...] = dy
+        dx = net.backward()["data"]
+        ref = np.zeros_like(windows)
+        np.put_along_axis(ref, windows.argmax(-1)[..., None], dy[..., None], axis=-1)
+        ref = ref.reshape(2, 3, 4, 4, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(x.shape)
+        np.testing.assert_allclose(dx, ref, rtol=1e-6)

@@ -57,4 +57,12 @@ inline float8 run8(__global const float* s, int sw) {
     return (float8)(a.even, b.odd);
 }
 
+/* 4 elements at stride sw (1 or 2) from s, reading elements 0..6 only
+ * (run8 for rows too short for 8 outputs: LeNet's 8 x 8 pooling). */
+inline float4 run4(__global const float* s, int sw) {
+    if (sw == 1) return vload4(0, s);
+    const float4 a = vload4(0, s), b = vload4(0, s + 3);
+    return (float4)(a.s02, b.s13);
+}
+
 #endif

@@ -219,35 +219,56 @@ __kernel void ave_pool_bwd(int total, int C, int H, int W, int HO, int WO,
     const int p1 = min((planes), p0 + _pc)
 
 #if defined(FKH) && defined(FSW) && (FSW == 1 || FSW == 2)
-#define POOL_RUN8 1     /* CPU plane kernels: 8 outputs at a time */
-/* Outputs wo..wo+7 of row ho whose windows lie wholly inside the image
+#define POOL_RUN 1      /* CPU plane kernels: FRUN outputs at a time */
+/* FRUN (host: ops/pool.py): 8, or 4 where a row has fewer than 8 outputs
+ * with whole windows (LeNet's 8 x 8 -> 4 x 4 pooling ran every output
+ * through the scalar window loop, 4x ONNX Runtime's time for that layer). */
+#ifndef FRUN
+#define FRUN 8
+#endif
+#if FRUN == 4
+typedef float4 float_run;
+typedef int4 int_run;
+#define RUN_LOAD(s, sw) run4((s), (sw))
+#define RUN_STORE vstore4
+#define RUN_TO_FLOAT convert_float4
+#define RUN_LANES ((int4)(0, 1, 2, 3))
+#else
+typedef float8 float_run;
+typedef int8 int_run;
+#define RUN_LOAD(s, sw) run8((s), (sw))
+#define RUN_STORE vstore8
+#define RUN_TO_FLOAT convert_float8
+#define RUN_LANES ((int8)(0, 1, 2, 3, 4, 5, 6, 7))
+#endif
+/* Outputs wo..wo+FRUN-1 of row ho whose windows lie wholly inside the image
  * (q: the first window's top-left input), as the scalar loop below: the
  * first maximum in raster order and its plane index. Scalar windows ran
  * at ~40 instructions per output (CIFAR-10 quick's 3x3/2 pooling 4.6 ms of
  * a ~100 ms training step, LeNet's 2x2/2 18% of its inference). */
-inline void max_pool_run8(__global const float* q, int W, int base,
-                          __global float* py, __global float* pm, int use_mask) {
-    float8 best = (float8)(-FLT_MAX);
-    int8 arg = (int8)(-1);
+inline void max_pool_run(__global const float* q, int W, int base,
+                         __global float* py, __global float* pm, int use_mask) {
+    float_run best = (float_run)(-FLT_MAX);
+    int_run arg = (int_run)(-1);
     #pragma unroll
     for (int i = 0; i < FKH; ++i)
         #pragma unroll
         for (int j = 0; j < FKW; ++j) {
-            const float8 v = run8(q + i * W + j, FSW);   /* common.h */
-            const int8 gt = v > best;
-            arg = select(arg, (int8)(i * W + j), gt);
+            const float_run v = RUN_LOAD(q + i * W + j, FSW);   /* common.h */
+            const int_run gt = v > best;
+            arg = select(arg, (int_run)(i * W + j), gt);
             best = select(best, v, gt);
         }
-    vstore8(best, 0, py);
+    RUN_STORE(best, 0, py);
     if (use_mask)
-        vstore8(convert_float8(arg + base + FSW * (int8)(0, 1, 2, 3, 4, 5, 6, 7)), 0, pm);
+        RUN_STORE(RUN_TO_FLOAT(arg + base + FSW * RUN_LANES), 0, pm);
 }
 
-/* wo of the next run of 8 whole-width windows from wo (a row's last run
+/* wo of the next run of FRUN whole-width windows from wo (a row's last run
  * ends at whi, redoing a few outputs with the same values rather than
- * leaving up to 7 scalar), or -1 */
+ * leaving up to FRUN-1 scalar), or -1 */
 inline int pool_run_start(int wo, int wlo, int whi) {
-    return (wo >= wlo && wo <= whi && whi - wlo >= 7) ? min(wo, whi - 7) : -1;
+    return (wo >= wlo && wo <= whi && whi - wlo >= FRUN - 1) ? min(wo, whi - (FRUN - 1)) : -1;
 }
 #endif
 
@@ -255,7 +276,7 @@ __kernel void max_pool_fwd_cpu(int planes, int C, int H, int W, int HO, int WO,
                                int KH, int KW, int SH, int SW, int PH, int PW,
                                __global const float* x, __global float* y,
                                __global float* mask, int use_mask) {
-#ifdef POOL_RUN8
+#ifdef POOL_RUN
     /* outputs whose windows are whole in width: wo in [wlo, whi] */
     const int wlo = (PW + FSW - 1) / FSW, whi = min(WO - 1, (W + PW - FKW) / FSW);
 #endif
@@ -270,13 +291,13 @@ __kernel void max_pool_fwd_cpu(int planes, int C, int H, int W, int HO, int WO,
             hs = max(hs, 0);
             const int full_h = (he - hs == KH);
             for (int wo = 0; wo < WO; ++wo) {
-#ifdef POOL_RUN8
+#ifdef POOL_RUN
                 const int w0 = full_h ? pool_run_start(wo, wlo, whi) : -1;
                 if (w0 >= 0) {
                     const int ws0 = w0 * FSW - PW;
-                    max_pool_run8(p + hs * W + ws0, W, hs * W + ws0, py + ho * WO + w0,
-                                  pm + ho * WO + w0, use_mask);
-                    wo = w0 + 7;
+                    max_pool_run(p + hs * W + ws0, W, hs * W + ws0, py + ho * WO + w0,
+                                 pm + ho * WO + w0, use_mask);
+                    wo = w0 + FRUN - 1;
                     continue;
                 }
 #endif

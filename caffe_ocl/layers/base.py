@@ -145,6 +145,11 @@ class Layer:
             return True
         return False
 
+    # True where reshape builds a lighter forward once ``propagate_down`` says
+    # no backward will run (the Net reshapes such layers again after setting
+    # it): MAX pooling then writes no argmax mask.
+    forward_reads_propagate_down = False
+
     def rebind(self, bottom, top):
         """Rebuild the launch plans after a parameter blob changed storage
         (shared weights): same shapes, new buffers to bind."""

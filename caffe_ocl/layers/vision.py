@@ -183,6 +183,11 @@ class DeconvolutionLayer(BaseConvolution):
     reverse = True
 
 
+# MAX pooling in nets that run no backward through it writes no argmax
+# (benchmarks/ab_cpu_infer.py --set-a can turn it back on to compare)
+SKIP_UNREAD_MASK = True
+
+
 @register("Pooling")
 class PoolingLayer(Layer):
     exact_num_bottom = 1
@@ -190,6 +195,7 @@ class PoolingLayer(Layer):
     max_top = 2
 
     MAX, AVE, STOCHASTIC = 0, 1, 2
+    forward_reads_propagate_down = True     # no argmax mask without a backward
 
     def layer_setup(self, bottom, top):
         p = self.param.pooling_param
@@ -262,11 +268,18 @@ class PoolingLayer(Layer):
             if len(top) == 2:
                 top[1].reshape((n, c, ho, wo))
                 self.mask = top[1]
+            elif (SKIP_UNREAD_MASK and self.propagate_down is not None
+                  and not any(self.propagate_down)):
+                # the Net runs no backward here (a deploy net: nothing below a
+                # loss, no force_backward), so Caffe's internal argmax would
+                # be written and never read
+                self.mask = None
             else:
                 self.mask = Blob((n, c, ho, wo), name=f"{self.name}.mask", device=dev)
             self.fwd = [pool_ops.max_forward(dev, shape, self.out_hw, self.kernel,
                                              self.stride, self.pad, x, y,
-                                             self.mask.data_buffer())]
+                                             None if self.mask is None
+                                             else self.mask.data_buffer())]
         elif self.method == self.AVE:
             self.fwd = [pool_ops.ave_forward(dev, shape, self.out_hw, self.kernel,
                                              self.stride, self.pad, x, y)]

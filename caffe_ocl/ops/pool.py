@@ -13,6 +13,13 @@ def _geom(n, c, h, w, ho, wo, kh, kw, sh, sw, ph, pw):
     return [c, h, w, ho, wo, kh, kw, sh, sw, ph, pw]
 
 
+def run_width(w, wo, kw, sw, pw):
+    """Outputs per vector step of the CPU max-pooling kernel (pooling.cl
+    FRUN): 8, or 4 where fewer than 8 outputs of a row have whole windows."""
+    wlo, whi = -(-pw // sw), min(wo - 1, (w + pw - kw) // sw)
+    return 8 if whi - wlo >= 7 else 4
+
+
 def _launch(dev, name, shape, out_hw, total, geom, bufs, planes=None, defines=None):
     """planes: the CPU plane kernel (``name``_cpu) or not; None: CPU drivers."""
     n, c, h, w = shape
@@ -23,6 +30,7 @@ def _launch(dev, name, shape, out_hw, total, geom, bufs, planes=None, defines=No
         g = cpu_chunks(dev, planes, min_chunk=max(1, 8192 // per_plane))
         if geom[5] * geom[6] <= 25:
             defines.update(FKH=geom[5], FKW=geom[6], FSW=geom[8])
+            defines["FRUN"] = run_width(w, out_hw[1], geom[6], geom[8], geom[10])
         return dev.launch(SRC, name + "_cpu", (g,), (1,), [planes] + geom + bufs,
                           defines or None)
     gs, ls = work_size(dev, total)
