@@ -210,9 +210,12 @@ def balanced_chunk(num, most, tiles_per_image):
 ROWMAX = 1030
 
 
-# GPU transforms run one work-item per tile, filter or output position with
-# no grid-stride cap (ops.work_size cap_per_cu=None): VGG-16 TF32 training
-# on the H200 45.7 -> 45.2 ms (ResNet-50 unchanged), same session.
+# GPU transforms: one work-item per tile, filter or output position, no
+# grid-stride cap (ops.work_size's cap_per_cu): VGG-16 TF32 training on the
+# H200 45.7 -> 45.2 ms with it (ResNet-50 unchanged), same session.
+TRANSFORM_CAP_PER_CU = None
+
+
 def _kstride(n):
     """Floats between the WA*WA matrices of V / M holding n floats each: n
     rounded up to an odd number of 16 floats (64-byte lines). The transforms
@@ -233,10 +236,10 @@ def _input_launch(dev, nimg, cin, h, w, th, tw, ph, pw, Tp, ks, x, off_x, ws, of
     if strips is None:
         strips = dev.is_cpu
     if strips and defs["WM"] * tw + 2 <= ROWMAX:
-        gs, ls = work_size(dev, cin * nimg * th, cap_per_cu=None)
+        gs, ls = work_size(dev, cin * nimg * th, cap_per_cu=TRANSFORM_CAP_PER_CU)
         return dev.launch(SRC, "wino_input_rows", gs, ls,
                           [nimg, cin, h, w, th, tw, ph, pw, Tp, ks, x, off_x, ws, off_v], defs)
-    gs, ls = work_size(dev, cin * Tp, cap_per_cu=None)
+    gs, ls = work_size(dev, cin * Tp, cap_per_cu=TRANSFORM_CAP_PER_CU)
     return dev.launch(SRC, "wino_input", gs, ls,
                       [nimg, cin, h, w, th, tw, ph, pw, Tp, ks, x, off_x, ws, off_v], defs)
 
@@ -253,7 +256,7 @@ def _filter_launch(dev, wco, wc, flip, weight, ws, defs):
     if dev.is_cpu:
         n = cpu_chunks(dev, -(-wco * wc // FILTER_BLOCK), min_chunk=16)
         return dev.launch(SRC, "wino_filter_lines", (n,), (1,), args, defs)
-    gs, ls = work_size(dev, wco * wc, cap_per_cu=None)
+    gs, ls = work_size(dev, wco * wc, cap_per_cu=TRANSFORM_CAP_PER_CU)
     return dev.launch(SRC, "wino_filter", gs, ls, args, defs)
 
 
@@ -298,7 +301,7 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
                         lda=a_ld, ldb=T, ldc=T, batch=A, groups=G,
                         stride_a=(cout * cg, a_gstride), stride_b=(ksv, cg * T),
                         stride_c=(ksm, cog * T), impl=gemm_impl))
-        gs, ls = work_size(dev, cout * T, cap_per_cu=None)
+        gs, ls = work_size(dev, cout * T, cap_per_cu=TRANSFORM_CAP_PER_CU)
         out.append(dev.launch(SRC, "wino_output", gs, ls,
                               [nc, cout, ho, wo, th, tw, ksm, ws, off_m,
                                bias if bias is not None else ws, int(bias is not None),
@@ -411,7 +414,7 @@ def backward_weight(dev, g, x, dy, dweight, gemm_impl=None, tile=None):
         ksv, ksm = _kstride(cin * Tp), _kstride(cout * Tp)
         out.append(_input_launch(dev, nc, cin, h, w, th, tw, g.ph, g.pw, Tp, ksv, x,
                                  n0 * cin * h * w, ws, off_v, defs))
-        gs, ls = work_size(dev, cout * Tp, cap_per_cu=None)
+        gs, ls = work_size(dev, cout * Tp, cap_per_cu=TRANSFORM_CAP_PER_CU)
         out.append(dev.launch(SRC, "wino_output_grad", gs, ls,
                               [nc, cout, ho, wo, th, tw, Tp, ksm, dy, n0 * cout * ho * wo,
                                ws, off_m], defs))
@@ -425,7 +428,7 @@ def backward_weight(dev, g, x, dy, dweight, gemm_impl=None, tile=None):
                             batch=A, groups=nsplit,
                             stride_a=(ksm, kc), stride_b=(ksv, kc),
                             stride_c=(nsplit * cout * cg, cout * cg), impl=gemm_impl))
-    gs, ls = work_size(dev, cout * cg, cap_per_cu=None)
+    gs, ls = work_size(dev, cout * cg, cap_per_cu=TRANSFORM_CAP_PER_CU)
     out.append(dev.launch(SRC, "wino_filter_grad", gs, ls,
                           [cout, cg, nsplit, ws, 0, dweight, 0], defs))
     return out
