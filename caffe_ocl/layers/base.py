@@ -72,6 +72,10 @@ class Layer:
     # True for layers whose outputs do not depend on bottoms' values in a
     # differentiable way (Data layers, Accuracy, ArgMax, ...).
     has_backward = True
+    # True where reshape builds a lighter forward once ``propagate_down`` says
+    # no backward will run (the Net reshapes such layers again after setting
+    # it): MAX pooling then writes no argmax mask.
+    forward_reads_propagate_down = False
 
     def __init__(self, param, phase=None):
         from ..proto import caffe_pb2
@@ -144,11 +148,6 @@ class Layer:
             self._fill_loss_diffs(top)
             return True
         return False
-
-    # True where reshape builds a lighter forward once ``propagate_down`` says
-    # no backward will run (the Net reshapes such layers again after setting
-    # it): MAX pooling then writes no argmax mask.
-    forward_reads_propagate_down = False
 
     def rebind(self, bottom, top):
         """Rebuild the launch plans after a parameter blob changed storage
