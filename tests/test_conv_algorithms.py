@@ -229,11 +229,14 @@ def test_gemm_cpu_kernel_all_cases(d, rng, case):
     test_gemm_kernels(d, rng, case, "cpu", None)
 
 
+@pytest.mark.parametrize("impl", ["cpu", "tiled"])
 @pytest.mark.parametrize("M,HW,K,nimg", [(7, 21, 300, 3), (13, 300, 5, 2), (100, 17, 40, 4)])
-def test_gemm_cpu_images_folded_into_n(d, rng, M, HW, K, nimg):
+def test_gemm_images_folded_into_n(d, rng, M, HW, K, nimg, impl):
     """nsplit: op(B) and C as [image][rows][HW] (the image tensors of a
     convolution), N = images * HW; HW not a multiple of the 16-column
-    strips, K over one panel, beta accumulation, bias and ReLU epilogue."""
+    strips (CPU) or of a 128-column tile (GPU kernel, gemm.cl NFOLD: tiles
+    across image ends), K over one panel, beta accumulation, bias and ReLU
+    epilogue."""
     A = rng.standard_normal((M, K))
     B = rng.standard_normal((nimg, K + 1, HW))      # one spare row per image
     C = rng.standard_normal((nimg, M + 2, HW))
@@ -244,7 +247,7 @@ def test_gemm_cpu_images_folded_into_n(d, rng, M, HW, K, nimg):
     cb = d.buf(C)
     d.run([gemm_ops.gemm(d.dev, M, nimg * HW, K, d.buf(A), d.buf(B), cb, beta=0.5,
                          ldb=HW, ldc=HW, nsplit=HW, nstride=((K + 1) * HW, (M + 2) * HW),
-                         bias=d.buf(bias), act=("relu", 0.2), impl="cpu")])
+                         bias=d.buf(bias), act=("relu", 0.2), impl=impl)])
     assert _rel(d.get(cb, C.shape), ref) < 1e-5
 
 
@@ -295,7 +298,7 @@ def test_cpu_blocks_cover_and_balance(d):
 
 def test_gemm_split_arguments_rejected(d):
     with pytest.raises(ValueError, match="nsplit"):
-        gemm_ops.gemm(d.dev, 2, 2, 2, None, None, None, nsplit=1, impl="tiled")
+        gemm_ops.gemm(d.dev, 2, 2, 2, None, None, None, nsplit=1, trans_b=True, impl="tiled")
     with pytest.raises(ValueError, match="ksplit"):
         gemm_ops.gemm(d.dev, 2, 2, 2, None, None, None, ksplit=1, impl="cpu")
     with pytest.raises(ValueError, match="ksplit"):    # 2 slices of K = 32, not 1
@@ -497,14 +500,15 @@ def test_tf32_folded_weight_gradient_1x1(d, rng, nsplit, monkeypatch):
 @pytest.mark.parametrize("what", ["fwd", pytest.param("bwd_data", marks=pytest.mark.slow)])
 def test_tf32_batched_1x1(d, rng, what, monkeypatch):
     """1x1 stride-1 forward (bias and ReLU fused) and backward-data
-    (accumulating) over many input channels run one TF32 GEMM per image on
-    the async loop; groups move weights, images and outputs. Tensor cores
-    on NVIDIA, the emulated mma elsewhere (backward-data's x-fast operands
-    take ~80 s to build on PoCL: -m slow there)."""
+    (accumulating) over many input channels run one TF32 GEMM on the async
+    loop, the images folded into N (tiles across image ends); groups move
+    weights, images and outputs. Tensor cores on NVIDIA, the emulated mma
+    elsewhere (backward-data's x-fast operands take ~80 s to build on PoCL:
+    -m slow there)."""
     nvidia = d.dev.is_gpu and d.dev.is_nvidia
     monkeypatch.setattr(gemm_ops, "_allow_tf32" if nvidia else "_emulate_tf32", True)
     monkeypatch.setattr(gemm_ops, "_async_tf32", True)
-    monkeypatch.setattr(conv_ops, "BATCHED_1X1_MIN_K", 16)
+    monkeypatch.setattr(conv_ops, "GEMM_1X1_MIN_K", 16)
     g = _geom((3, 40, 2, 6, 72, 1, 1, 0, 0, 1, 1, 1, 1, 2))     # K 20 / 36, 12 pixels
     x = rng.standard_normal((g.num, g.channels, g.height, g.width))
     w = rng.standard_normal((g.out_channels, g.channels // g.groups, 1, 1))
@@ -529,6 +533,44 @@ def test_tf32_batched_1x1(d, rng, what, monkeypatch):
         assert [(ln.name, ln.lsize[0]) for ln in launches] == [("gemm", 128)]
         d.run(launches)
         assert _rel(d.get(dxb, x.shape), np.asarray(dx0, np.float32) + dx_ref) < tol
+
+
+ROWS_1X1 = [(4, 16, 3, 3, 24, 1, 1, 0, 0, 1, 1, 1, 1, 2),     # 9-pixel planes, groups
+            (4, 12, 5, 6, 20, 1, 1, 0, 0, 2, 2, 1, 1, 1)]     # strided: 5x6 -> 3x3
+
+
+@pytest.mark.parametrize("p", ROWS_1X1, ids=["9px", "stride2"])
+def test_gemm_1x1_gathered_rows(d, rng, p, monkeypatch):
+    """1x1 passes whose planes are not a multiple of 4 pixels, or strided:
+    the operand gathered into rows by channel over the batch (rows_1x1),
+    then one GEMM whose stores fold C's columns back into the images
+    (gemm.cl NFOLD_B 0). The async TF32 loop takes them on NVIDIA; here the
+    plan is forced and the FP32 tiles run it. Forward with bias, ReLU;
+    backward-data accumulating and not (strided: dense GEMM into the
+    shared scratch before its rows, then the scatter)."""
+    monkeypatch.setattr(conv_ops, "async_tiles", lambda *a: {"ASYNC": 1})
+    monkeypatch.setattr(conv_ops, "GEMM_1X1_MIN_K", 1)
+    monkeypatch.setattr(conv_ops, "ROWS_1X1_MIN_K", 1)
+    g = _geom(p)
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, 1, 1))
+    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
+    b = rng.standard_normal(g.out_channels)
+    y_ref, _, dx_ref = _refs(g, x, w, dy)
+    yb = d.buf(np.full(dy.shape, np.nan))
+    launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, bias=d.buf(b),
+                                act=("relu", 0.0), algo="igemm")
+    assert [ln.name for ln in launches] == ["rows_1x1", "gemm"]
+    d.run(launches)
+    assert _rel(d.get(yb, dy.shape), np.maximum(y_ref + b[None, :, None, None], 0)) < 1e-5
+    for accumulate in (False, True):
+        dx0 = rng.standard_normal(x.shape)
+        dxb = d.buf(dx0)
+        launches = conv_ops.backward_data(d.dev, g, d.buf(dy), d.buf(w), dxb, None,
+                                          accumulate=accumulate, algo="igemm")
+        assert [ln.name for ln in launches][:2] == ["rows_1x1", "gemm"]
+        d.run(launches)
+        assert _rel(d.get(dxb, x.shape), dx_ref + accumulate * dx0) < 1e-5
 
 
 # CPU drivers pack forward / weight-gradient columns from the (zero-padded)

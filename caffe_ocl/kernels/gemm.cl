@@ -9,6 +9,11 @@
  * kstride_a / kstride_b floats apart, and the batch index zn is a slice
  * of K instead, [zn * kchunk, + kchunk) (split-K; C moves by sC_n per
  * slice, partial results summed by the caller).
+ * NFOLD > 0 (a 1x1 convolution's images): column n of C, and with
+ * NFOLD_B of B (not transposed), lies in image n / NFOLD at n % NFOLD,
+ * images nstride_c / nstride_b floats apart (one launch over the batch, no
+ * per-image tile edges; NFOLD_B 0: B is a plain matrix, e.g. the images'
+ * pixels gathered into rows by channel).
  * Epilogue: BIAS == 1 adds bias[g*M + m] (per row, g = group), BIAS == 2 adds bias[n]
  * (per column) -- bias is fused so a convolution is one launch.
  * Activation epilogue, applied last (after alpha, bias and beta):
@@ -46,6 +51,12 @@
 #ifndef KFOLD
 #define KFOLD 0
 #endif
+#ifndef NFOLD
+#define NFOLD 0
+#endif
+#ifndef NFOLD_B
+#define NFOLD_B 1
+#endif
 #ifndef READ_AHEAD
 #define READ_AHEAD 1
 #endif
@@ -54,8 +65,8 @@
 #include "tile_config.h"
 
 #if KFOLD
-#if TRANS_A || !TRANS_B
-#error "gemm.cl: KFOLD needs A not transposed and B transposed"
+#if TRANS_A || !TRANS_B || NFOLD
+#error "gemm.cl: KFOLD needs A not transposed and B transposed, and no NFOLD"
 #endif
 /* image k / KFOLD, pixel k % KFOLD (KFOLD a constant: a multiply) */
 #define KIMG_(k) ((k) / KFOLD)
@@ -71,7 +82,15 @@
 #define A_AT(m, k) A[(m) * lda + (k)]
 #define A_KFAST 1
 #endif
+/* image n / NFOLD, pixel n % NFOLD (NFOLD a constant: a multiply) */
+#define NIMG_(n) ((n) / NFOLD)
+#if NFOLD && NFOLD_B
 #if TRANS_B
+#error "gemm.cl: NFOLD_B needs B not transposed"
+#endif
+#define B_AT(k, n) B[NIMG_(n) * nstride_b + (k) * ldb + (n) - NIMG_(n) * NFOLD]
+#define B_KFAST 0
+#elif TRANS_B
 #define B_AT(k, n) B[(n) * ldb + (k)]
 #define B_KFAST 1
 #else
@@ -87,7 +106,8 @@ void gemm(int M, int N, int K, float alpha,
           float beta,
           __global float* C, int offC, int ldc, int sC_n, int sC_g,
           __global const float* bias, int offBias, float act_a, float act_b,
-          int kstride_a, int kstride_b, int kchunk) {     /* KFOLD only */
+          int kstride_a, int kstride_b, int kchunk,       /* KFOLD only */
+          int nstride_b, int nstride_c) {                 /* NFOLD only */
     const int z = get_group_id(2);
     const int zn = z / GROUPS, zg = z - zn * GROUPS;
     A += offA + zn * sA_n + zg * sA_g;
@@ -104,7 +124,16 @@ void gemm(int M, int N, int K, float alpha,
 #define LOAD_B(k, n) (((n) < N && (k) < kend) ? B_AT(k, n) : 0.0f)
 #include TILE_MAINLOOP
 
+#if NFOLD
+/* cb_: C at this work-item's column n (image n / NFOLD) */
+#define STORE_COL(n)                                                    \
+    const int cimg_ = NIMG_(n);                                         \
+    __global float* cb_ = C + cimg_ * nstride_c + (n) - cimg_ * NFOLD;
+#define C_AT(m, n) cb_[(m) * ldc]
+#else
 #define STORE_COL(n)
+#define C_AT(m, n) C[(m) * ldc + (n)]
+#endif
 #if BIAS == 1
 #define BIAS_AT(m, n) bias[offBias + zg * M + (m)]
 #elif BIAS == 2
@@ -116,17 +145,17 @@ void gemm(int M, int N, int K, float alpha,
 /* beta's old values read ahead of the stores (tile_store.h PRIOR_AT): a
  * weight gradient accumulating into a large dW (VGG-16's fc6, K = 64) is
  * nearly all store */
-#define PRIOR_AT(m, n) C[(m) * ldc + (n)]
+#define PRIOR_AT(m, n) C_AT(m, n)
 #define STORE_ROW_PRIOR(m, n, acc_v, old) {                         \
         float v = alpha * (acc_v) + BIAS_AT(m, n);                  \
         if (beta != 0.0f) v += beta * (old);                        \
-        C[(m) * ldc + (n)] = APPLY_ACT(v);                          \
+        C_AT(m, n) = APPLY_ACT(v);                                  \
     }
 #else
 #define STORE_ROW(m, n, acc_v) {                                    \
         float v = alpha * (acc_v) + BIAS_AT(m, n);                  \
-        if (beta != 0.0f) v += beta * C[(m) * ldc + (n)];           \
-        C[(m) * ldc + (n)] = APPLY_ACT(v);                          \
+        if (beta != 0.0f) v += beta * C_AT(m, n);                   \
+        C_AT(m, n) = APPLY_ACT(v);                                  \
     }
 #endif
 #include "tile_store.h"

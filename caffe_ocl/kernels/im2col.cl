@@ -168,3 +168,19 @@ __kernel void flip_weights(int total, int M, int C, int KK,
         wt[off_wt + i] = w[((g * M + co) * C + c) * KK + (KK - 1 - k)];
     }
 }
+
+/* GPUs: a 1x1 convolution's operand gathered into rows by channel over the
+ * whole batch, out[off + c * nimg*HO*WO + n * HO*WO + p] =
+ * im[n][c][ho * SH][wo * SW] (p = ho*WO + wo): a plain GEMM operand whose
+ * rows start on 16 bytes whatever an image's pixel count (ops/conv.py
+ * _rows_1x1: 7 x 7 planes, strided layers). Grid (pixels, n * C): no
+ * division per element but the pixel's row. */
+__kernel void rows_1x1(int nimg, int C, int H, int W, int SH, int SW, int HO, int WO,
+                       __global const float* im, __global float* out, int off) {
+    const int p = get_global_id(0), plane = get_global_id(1);     /* plane n * C + c */
+    const int HOWO = HO * WO;
+    if (p >= HOWO || plane >= nimg * C) return;
+    const int n = plane / C, c = plane - n * C;
+    const int ho = p / WO, wo = p - ho * WO;
+    out[off + (c * nimg + n) * HOWO + p] = im[(plane * H + ho * SH) * W + wo * SW];
+}

@@ -300,33 +300,90 @@ def splitk_plan(dev, g):
     return -(-K // kchunk), kchunk
 
 
-# 1x1 stride-1 forward and backward-data over at least this many input
-# channels (their GEMM's K) on GPUs: one GEMM per image (batched) on the
-# TF32 cp.async loop rather than the implicit-GEMM kernel. ResNet-50 shapes,
-# batch 64, H200 (ms, implicit GEMM -> batched): forward K 1024 at 14x14
-# 0.121 -> 0.091, K 512 0.063 -> 0.052 (14x14) and 0.096 -> 0.097 (28x28);
-# backward-data K 1024 0.112 -> 0.088, K 512 0.100 -> 0.091; shorter K
-# mixed to slower (K 64 at 56x56 forward 0.042 -> 0.051).
-BATCHED_1X1_MIN_K = 512
+# 1x1 forward and backward-data passes on GPUs as GEMMs on the TF32
+# cp.async loop (kernels/tile_mainloop_async.h) rather than the
+# implicit-GEMM kernel, with the images folded into N (one launch over the
+# batch, gemm.cl NFOLD), for products of depth K >= GEMM_1X1_MIN_K:
+# - stride 1, planes of a multiple of 4 pixels: operands as the images lie;
+# - 7 x 7 planes and strided forwards, K >= ROWS_1X1_MIN_K: the operand
+#   first gathered into rows by channel (im2col.cl rows_1x1: the async
+#   loop's 16-byte copies need rows on 16 bytes), C's columns folded back
+#   into the images by the GEMM's stores.
+# H200, ResNet-50 shapes, batch 64, TF32 (ms, implicit GEMM -> GEMM):
+# K 1024 at 14 x 14 forward 0.121 -> 0.087, backward-data 0.113 -> 0.083;
+# K 256 at 14 x 14 forward 0.096 -> 0.075, backward-data 0.092 -> 0.075;
+# K 128 at 28 x 28 0.107 -> 0.102 and 0.107 -> 0.094; K 64 at 56 x 56
+# 0.040 -> 0.050 (why GEMM_1X1_MIN_K). Gathered rows: 7 x 7, 512 -> 2048
+# forward 0.119 -> 0.101, backward-data 0.155 -> 0.136; 1024 -> 2048
+# stride 2 forward 0.276 -> 0.199; but 512 -> 256 stride 2 forward 0.067 ->
+# 0.085 (the gather's cost shared by few outputs), and K 256 at 56 x 56
+# stride 2 0.062 -> 0.123. One GEMM per image instead of the folded one:
+# 14 x 14 planes 0.101 and 0.092 (two 128-column tiles for 196 columns).
+# ResNet-50 TF32 training step 32.4-32.5 -> 31.7-31.8 ms.
+GEMM_1X1_MIN_K = 128
+ROWS_1X1_MIN_K = 512
 
 
-def _batched_1x1_applies(dev, g, k, lda):
-    """A 1x1 stride-1 pass whose GEMM has depth ``k`` runs as per-image
-    GEMMs on the async loop: rows of the weight (lda floats) and of one
-    channel's pixels on 16 bytes."""
-    if not g.is_1x1 or k < BATCHED_1X1_MIN_K or g.out_spatial % 4 or lda % 4:
-        return False
-    t = gpu_tiles(dev, g.out_channels // g.groups)
-    return bool(async_tiles(dev, t, True, True))
+def _gemm_1x1_plan(dev, g, m, k, lda):
+    """How a 1x1 pass with an m x k weight whose rows are ``lda`` floats
+    apart runs: "images" (a GEMM on the images as they lie), "rows" (a GEMM
+    on its operand gathered into rows by channel) or None (implicit GEMM)."""
+    if ((g.kh, g.kw, g.ph, g.pw, g.dh, g.dw) != (1, 1, 0, 0, 1, 1)
+            or k < GEMM_1X1_MIN_K or lda % 4):
+        return None
+    if not async_tiles(dev, gpu_tiles(dev, m), True, True):
+        return None
+    strided = (g.sh, g.sw) != (1, 1)
+    if not strided and g.out_spatial % 4 == 0:
+        return "images"
+    # a strided gather reads whole input rows for a quarter of them
+    # written: it pays only where many output channels share it
+    if (k >= ROWS_1X1_MIN_K and (g.num * g.out_spatial) % 4 == 0
+            and (not strided or m >= k)):
+        return "rows"
+    return None
+
+
+def _rows_1x1(dev, src, nimg, channels, h, w, stride, out, off):
+    """Launch gathering ``src`` ([nimg][channels][h][w], sampled at
+    ``stride``) into rows by channel over the batch at ``out`` + ``off``
+    (kernels/im2col.cl rows_1x1)."""
+    ho, wo = (h - 1) // stride[0] + 1, (w - 1) // stride[1] + 1
+    lx = min(256, -(-ho * wo // 32) * 32)
+    ly = 256 // lx
+    gsize = (-(-ho * wo // lx) * lx, -(-nimg * channels // ly) * ly)
+    return dev.launch(SRC, "rows_1x1", gsize, (lx, ly),
+                      [nimg, channels, h, w, stride[0], stride[1], ho, wo, src, out, off])
+
+
+def _gemm_1x1(dev, g, plan, M, K, A, src, src_rows, C, dst_rows, scratch_at=0, **kw):
+    """[launches] of C = op(A) * B for a 1x1 pass (``plan`` of _gemm_1x1_plan)
+    whose output planes are g's: B from ``src`` ([n][src_rows][..], g's input
+    images sampled at g's stride, or dy), C ``dst`` ([n][dst_rows][HO*WO]),
+    both per group; "rows" gathers B at ``scratch_at`` in the shared scratch."""
+    hw = g.out_spatial
+    N = g.num * hw
+    fold = dict(ldc=hw, nsplit=hw, groups=g.groups, stride_c=(0, dst_rows // g.groups * hw),
+                impl="tiled")
+    if plan == "images":
+        return [gemm(dev, M, N, K, A, src, C, ldb=hw, nstride=(src_rows * hw, dst_rows * hw),
+                     stride_b=(0, src_rows // g.groups * hw), **fold, **kw)]
+    # B's planes: the input's sampled at the stride (forward), or dy's
+    # (backward-data: stride 1, so the input's size)
+    rows = _workspace(dev, scratch_at + src_rows * N)
+    return [_rows_1x1(dev, src, g.num, src_rows, g.height, g.width, (g.sh, g.sw), rows,
+                      scratch_at),
+            gemm(dev, M, N, K, A, rows, C, off_b=scratch_at, ldb=N, nsplit_b=False,
+                 nstride=(0, dst_rows * hw), stride_b=(0, src_rows // g.groups * N),
+                 **fold, **kw)]
 
 
 def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0):
-    M, K, hw = g.out_channels // g.groups, g.channels // g.groups, g.out_spatial
-    if _batched_1x1_applies(dev, g, K, K):
-        return [gemm(dev, M, hw, K, weight, x, y, beta=float(beta), groups=g.groups,
-                     batch=g.num, stride_a=(0, M * K), stride_b=(g.channels * hw, K * hw),
-                     stride_c=(g.out_channels * hw, M * hw), bias=bias, act=act,
-                     impl="tiled")]
+    M, K = g.out_channels // g.groups, g.channels // g.groups
+    plan = _gemm_1x1_plan(dev, g, M, K, K)
+    if plan:
+        return _gemm_1x1(dev, g, plan, M, K, weight, x, g.channels, y, g.out_channels,
+                         beta=float(beta), stride_a=(0, M * K), bias=bias, act=act)
     act_kind, act_a, act_b = act_defines(act)
     N = g.num * g.out_spatial
     args = _sizes(g) + [1.0, x, 0, weight, float(beta), y, 0,
@@ -335,16 +392,18 @@ def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0):
                           K=g.col_rows // g.groups, BIAS=int(bias is not None), ACT=act_kind)]
 
 
-def _igemm_backward_data(dev, g, dy, weight, dx, accumulate):
+def _igemm_backward_data(dev, g, dy, weight, dx, accumulate, scratch_at=0):
+    """scratch_at: where in the shared scratch this pass may start (the
+    strided 1x1 backward-data holds its dense result before it)."""
     if (g.kh, g.kw, g.ph, g.pw, g.dh, g.dw) == (1, 1, 0, 0, 1, 1) and not g.is_1x1:
         return _strided_1x1_backward_data(dev, g, dy, weight, dx, accumulate)
     M = g.channels // g.groups
-    K, hw = g.out_channels // g.groups, g.out_spatial
-    if _batched_1x1_applies(dev, g, K, M):
-        return [gemm(dev, M, hw, K, weight, dy, dx, trans_a=True, lda=M,
-                     beta=1.0 if accumulate else 0.0, groups=g.groups, batch=g.num,
-                     stride_a=(0, K * M), stride_b=(g.out_channels * hw, K * hw),
-                     stride_c=(g.channels * hw, M * hw), impl="tiled")]
+    K = g.out_channels // g.groups
+    plan = _gemm_1x1_plan(dev, g, M, K, M)
+    if plan:
+        return _gemm_1x1(dev, g, plan, M, K, weight, dy, g.out_channels, dx, g.channels,
+                         scratch_at=scratch_at, trans_a=True, lda=M,
+                         beta=1.0 if accumulate else 0.0, stride_a=(0, K * M))
     if (g.sh, g.sw) != (1, 1) and (g.dh, g.dw) == (1, 1):
         return _phase_backward_data(dev, g, dy, weight, dx, accumulate)
     N = g.num * g.height * g.width
@@ -390,7 +449,7 @@ def _strided_1x1_backward_data(dev, g, dy, weight, dx, accumulate):
     else:
         name, total = "stride_scatter", g.num * g.channels * g.height * g.width
     gs, ls = work_size(dev, total)
-    return (_igemm_backward_data(dev, dense, dy, weight, sub, False) +
+    return (_igemm_backward_data(dev, dense, dy, weight, sub, False, scratch_at=total_sub) +
             [dev.launch(IGEMM_SRC, name, gs, ls, [total, sub, dx],
                         dict(MODE=-1, SS_H=g.height, SS_W=g.width, SS_HO=g.out_h,
                              SS_WO=g.out_w, SS_SH=g.sh, SS_SW=g.sw))])

@@ -195,7 +195,8 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
          lda=None, ldb=None, ldc=None, batch=1, groups=1,
          stride_a=(0, 0), stride_b=(0, 0), stride_c=(0, 0),
          bias=None, bias_axis=0, off_bias=0, act=None, impl=None,
-         nsplit=0, nstride=(0, 0), ksplit=0, kstride=(0, 0), kchunk=0, conv=None):
+         nsplit=0, nstride=(0, 0), nsplit_b=True, ksplit=0, kstride=(0, 0), kchunk=0,
+         conv=None):
     """One launch over batch*groups problems.
 
     stride_x = (per batch index, per group index), in elements.
@@ -209,7 +210,10 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
     ksplit > 0: index k of op(A), op(B) lies in image k // ksplit at
     k % ksplit, images kstride = (A, B) floats apart (A not transposed, B
     transposed);
-    The GPU kernel takes ksplit too (gemm.cl KFOLD), with a split of K:
+    The GPU kernel takes nsplit too (gemm.cl NFOLD; batch then moves the
+    operands as usual), with nsplit_b=False folding only C's columns (op(B)
+    a plain matrix, nstride[0] unused), and ksplit (gemm.cl KFOLD) with a
+    split of K:
     batch index i computes the slice [i * kchunk, + kchunk) of K (batch =
     ceil(K / kchunk); C moves by stride_c[0] per slice; A and B do not move,
     so stride_a[0] and stride_b[0] must be 0).
@@ -232,15 +236,17 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
     gz = batch * groups
     if impl is None:
         impl = "cpu" if dev.is_cpu else "tiled"
-    if nsplit and impl != "cpu":
-        raise ValueError("gemm: nsplit exists only in the CPU kernel")
     if ksplit and impl != "cpu":
         kchunk = int(kchunk or K)
         if batch != -(-K // kchunk) or stride_a[0] or stride_b[0] or kchunk % 16:
             raise ValueError("gemm: a GPU ksplit GEMM has one batch index per kchunk "
                              "(a multiple of 16) of K and operands that do not move with it")
-    if nsplit and trans_b:
+    if nsplit and trans_b and (nsplit_b or impl == "cpu"):
         raise ValueError("gemm: nsplit needs op(B) = B (not transposed)")
+    if nsplit and not nsplit_b and impl == "cpu":
+        raise ValueError("gemm: nsplit_b=False exists only in the GPU kernel")
+    if nsplit and ksplit:
+        raise ValueError("gemm: nsplit and ksplit together")
     if ksplit and (trans_a or not trans_b):
         raise ValueError("gemm: ksplit needs op(A) = A and op(B) = B^T")
     if conv is not None:
@@ -261,10 +267,16 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
     else:
         t = gpu_tiles(dev, M, K)
         fold_a = fold_b = ()
-        extra = [int(kstride[0]), int(kstride[1]), int(kchunk)]
+        extra = [int(kstride[0]), int(kstride[1]), int(kchunk), int(nstride[0]), int(nstride[1])]
         if ksplit:       # images folded into K (gemm.cl KFOLD), K split in kchunks
             common["KFOLD"] = int(ksplit)
             fold_a, fold_b = (kstride[0], ksplit), (kstride[1], ksplit)
+        if nsplit:       # images folded into N (gemm.cl NFOLD)
+            common["NFOLD"] = int(nsplit)
+            if nsplit_b:
+                fold_b = (nstride[0], nsplit)
+            else:
+                common["NFOLD_B"] = 0
         t.update(async_tiles(dev, t, _rows_aligned(lda, off_a, tuple(stride_a) + fold_a),
                              _rows_aligned(ldb, off_b, tuple(stride_b) + fold_b)))
         src = SRC
