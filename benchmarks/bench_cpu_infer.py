@@ -7,11 +7,15 @@ definitions of the same architectures written below (torchvision is not
 needed); ONNX Runtime runs those PyTorch models exported to ONNX.
 
     python benchmarks/bench_cpu_infer.py [--nets lenet,caffenet,...] [--runs 3]
-        [--warmup 1] [--threads N] [--no-ort] [--pipelined]
+        [--warmup 1] [--rounds 1] [--threads N] [--no-ort] [--pipelined]
 
 Prints a Markdown table; ratio = other time / caffe_ocl time (above 1 means
 caffe_ocl is faster). Times are the mean of --runs timed forward passes
-after --warmup untimed ones. Each caffe_ocl pass ends with the device
+after --warmup untimed ones; with --rounds R > 1 the three frameworks are
+timed in turn R times (each round: every framework's mean of --runs) and
+the table gives each one's median round, so a slow spell of this shared
+machine falls on all of them alike instead of on whichever ran during it
+(the rounds' spread is printed below the table). Each caffe_ocl pass ends with the device
 synchronised, as a pycaffe ``forward()`` returning its outputs and as the
 PyTorch and ONNX Runtime calls, which return when done. ``--pipelined``
 synchronises only after the last pass instead: on PoCL that is slower (the
@@ -21,6 +25,7 @@ LeNet 4.2-5.0 ms per pass against 3.4 synchronised).
 import argparse
 import warnings
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -169,26 +174,31 @@ def deploy_net(proto, batch, shape=None):
     return net
 
 
-def caffe_ocl_infer(cfg, warmup, runs, pipelined=False):
+def caffe_ocl_timer(cfg, pipelined=False):
+    """timer(warmup, runs) -> mean ms of a caffe_ocl forward pass."""
     net = deploy_net(cfg["proto"], cfg["batch"], cfg["shape"])
     dev = net.device
     last = len(net.layers) - 1
     if pipelined:
-        return timed(lambda: net._forward_range(0, last), dev.finish, warmup, runs)
+        return lambda warmup, runs: timed(lambda: net._forward_range(0, last), dev.finish,
+                                          warmup, runs)
 
     def one_pass():
         net._forward_range(0, last)
         dev.finish()
-    return timed(one_pass, dev.finish, warmup, runs)
+    return lambda warmup, runs: timed(one_pass, dev.finish, warmup, runs)
 
 
-def torch_infer(model, x, warmup, runs):
+def torch_timer(model, x):
     import torch
-    with torch.inference_mode():
-        return timed(lambda: model(x), lambda: None, warmup, runs)
+
+    def timer(warmup, runs):
+        with torch.inference_mode():
+            return timed(lambda: model(x), lambda: None, warmup, runs)
+    return timer
 
 
-def ort_infer(model, x, warmup, runs, threads):
+def ort_timer(model, x, threads):
     import onnxruntime as ort
     import torch
     with tempfile.TemporaryDirectory() as d:
@@ -207,8 +217,7 @@ def ort_infer(model, x, warmup, runs, threads):
             so.intra_op_num_threads = threads
         sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     feed = {"data": x.numpy()}
-    settle()        # after the export's PyTorch work
-    return timed(lambda: sess.run(None, feed), lambda: None, warmup, runs)
+    return lambda warmup, runs: timed(lambda: sess.run(None, feed), lambda: None, warmup, runs)
 
 
 def settle(seconds=1.0):
@@ -225,6 +234,8 @@ def main():
     ap.add_argument("--nets", default=",".join(NETS))
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time the frameworks in turn this many times; report medians")
     ap.add_argument("--threads", type=int, default=0,
                     help="PyTorch / ONNX Runtime threads (0: their default)")
     ap.add_argument("--no-ort", action="store_true")
@@ -252,25 +263,37 @@ def main():
     print("| net | batch | caffe_ocl ms | PyTorch ms | ONNX Runtime ms | "
           "PyTorch/caffe_ocl | ORT/caffe_ocl |")
     print("|---|---|---|---|---|---|---|")
+    spreads = []
     for name in a.nets.split(","):
         cfg = NETS[name]
-        settle()
-        ours = caffe_ocl_infer(cfg, a.warmup, a.runs, a.pipelined)
-        ref = ortms = float("nan")
+        timers = {"caffe_ocl": caffe_ocl_timer(cfg, a.pipelined)}
         if torch is not None:
             torch.manual_seed(0)
             model = torch_model(name).eval()
             x = torch.randn(cfg["batch"], *cfg["shape"])
-            settle()
-            ref = torch_infer(model, x, a.warmup, a.runs)
+            timers["PyTorch"] = torch_timer(model, x)
             if ort_ok:
                 try:
-                    ortms = ort_infer(model, x, a.warmup, a.runs, a.threads)
+                    timers["ORT"] = ort_timer(model, x, a.threads)
                 except Exception as e:  # noqa: BLE001 - report and carry on
                     print(f"<!-- ONNX Runtime failed on {name}: {e} -->")
+        samples = {k: [] for k in timers}
+        for r in range(max(a.rounds, 1)):
+            for k, timer in timers.items():
+                settle()        # after the previous framework's thread pool
+                samples[k].append(timer(a.warmup, a.runs))
+        ms = {k: statistics.median(v) for k, v in samples.items()}
+        ours = ms["caffe_ocl"]
+        ref, ortms = ms.get("PyTorch", float("nan")), ms.get("ORT", float("nan"))
         print(f"| {name} | {cfg['batch']} | {ours:.1f} | {ref:.1f} | {ortms:.1f} | "
               f"{ref / ours:.2f} | {ortms / ours:.2f} |", flush=True)
-
+        if a.rounds > 1:
+            spreads.append(f"{name}: " + "; ".join(
+                f"{k} {' '.join(f'{v:.1f}' for v in vs)}" for k, vs in samples.items()))
+    if spreads:
+        print(f"\nms per round ({a.rounds} rounds, the table: medians):")
+        for line in spreads:
+            print(f"- {line}")
 
 if __name__ == "__main__":
     main()

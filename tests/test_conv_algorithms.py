@@ -229,8 +229,8 @@ def test_gemm_cpu_kernel_all_cases(d, rng, case):
     test_gemm_kernels(d, rng, case, "cpu", None)
 
 
-@pytest.mark.parametrize("impl", ["cpu", "tiled"])
-@pytest.mark.parametrize("M,HW,K,nimg", [(7, 21, 300, 3), (13, 300, 5, 2), (100, 17, 40, 4)])
+@pytest.mark.parametrize("M,HW,K,nimg,impl", [(7, 21, 300, 3, "cpu"), (13, 300, 5, 2, "cpu"),
+                                              (100, 17, 40, 4, "cpu"), (100, 17, 40, 4, "tiled")])
 def test_gemm_images_folded_into_n(d, rng, M, HW, K, nimg, impl):
     """nsplit: op(B) and C as [image][rows][HW] (the image tensors of a
     convolution), N = images * HW; HW not a multiple of the 16-column
@@ -535,23 +535,19 @@ def test_tf32_batched_1x1(d, rng, what, monkeypatch):
         assert _rel(d.get(dxb, x.shape), np.asarray(dx0, np.float32) + dx_ref) < tol
 
 
-ROWS_1X1 = [(4, 16, 3, 3, 24, 1, 1, 0, 0, 1, 1, 1, 1, 2),     # 9-pixel planes, groups
-            (4, 12, 5, 6, 20, 1, 1, 0, 0, 2, 2, 1, 1, 1)]     # strided: 5x6 -> 3x3
-
-
-@pytest.mark.parametrize("p", ROWS_1X1, ids=["9px", "stride2"])
-def test_gemm_1x1_gathered_rows(d, rng, p, monkeypatch):
+def test_gemm_1x1_gathered_rows(d, rng, monkeypatch):
     """1x1 passes whose planes are not a multiple of 4 pixels, or strided:
     the operand gathered into rows by channel over the batch (rows_1x1),
     then one GEMM whose stores fold C's columns back into the images
     (gemm.cl NFOLD_B 0). The async TF32 loop takes them on NVIDIA; here the
-    plan is forced and the FP32 tiles run it. Forward with bias, ReLU;
-    backward-data accumulating and not (strided: dense GEMM into the
-    shared scratch before its rows, then the scatter)."""
+    plan is forced and the FP32 tiles run it. Stride 2 from 5 x 6 to 3 x 3
+    planes (9 pixels), two groups; forward with bias and ReLU; backward-data
+    accumulating and not (the dense 3 x 3 pass gathers dy's rows in the
+    shared scratch after its own result, then the scatter)."""
     monkeypatch.setattr(conv_ops, "async_tiles", lambda *a: {"ASYNC": 1})
     monkeypatch.setattr(conv_ops, "GEMM_1X1_MIN_K", 1)
     monkeypatch.setattr(conv_ops, "ROWS_1X1_MIN_K", 1)
-    g = _geom(p)
+    g = _geom((4, 16, 5, 6, 24, 1, 1, 0, 0, 2, 2, 1, 1, 2))
     x = rng.standard_normal((g.num, g.channels, g.height, g.width))
     w = rng.standard_normal((g.out_channels, g.channels // g.groups, 1, 1))
     dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
