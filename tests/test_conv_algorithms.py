@@ -509,7 +509,7 @@ def test_tf32_batched_1x1(d, rng, what, monkeypatch):
     monkeypatch.setattr(gemm_ops, "_allow_tf32" if nvidia else "_emulate_tf32", True)
     monkeypatch.setattr(gemm_ops, "_async_tf32", True)
     monkeypatch.setattr(conv_ops, "GEMM_1X1_MIN_K", 16)
-    g = _geom((3, 40, 2, 6, 72, 1, 1, 0, 0, 1, 1, 1, 1, 2))     # K 20 / 36, 12 pixels
+    g = _geom((3, 40, 2, 6, 144, 1, 1, 0, 0, 1, 1, 1, 1, 2))    # K 20 / 72, 12 pixels
     x = rng.standard_normal((g.num, g.channels, g.height, g.width))
     w = rng.standard_normal((g.out_channels, g.channels // g.groups, 1, 1))
     dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
