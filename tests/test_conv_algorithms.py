@@ -486,7 +486,7 @@ def test_tf32_folded_weight_gradient_1x1(d, rng, nsplit, monkeypatch):
     monkeypatch.setattr(gemm_ops, "_async_tf32", True)
     g = _geom(FOLDED_1X1)
     kchunk = {1: 64, 4: 16}[nsplit]              # K = 3 images x 20 pixels
-    monkeypatch.setattr(conv_ops, "splitk_plan", lambda dev, g: (nsplit, kchunk))
+    monkeypatch.setattr(conv_ops, "splitk_plan", lambda dev, g, per_cu=0: (nsplit, kchunk))
     assert conv_ops._folded_weight_gemm_applies(d.dev, g)
     x = rng.standard_normal((g.num, g.channels, g.height, g.width))
     w = rng.standard_normal((g.out_channels, g.channels // g.groups, 1, 1))

@@ -284,16 +284,26 @@ def _workspace(dev, nfloats):
     return shared_scratch(dev, nfloats)
 
 
-def splitk_plan(dev, g):
+# Work-groups per compute unit the split-K weight gradients aim for: the
+# implicit-GEMM kernel's, and the folded 1x1 GEMM's on the TF32 async loop
+# (H200, ResNet-50's 1x1 layers, batch 64, ms by splits per CU 4 -> 2:
+# 64 -> 256 at 56 x 56 0.160 -> 0.143, 128 -> 512 at 28 x 28 0.123 ->
+# 0.100, 256 -> 1024 at 14 x 14 0.125 -> 0.100; 1 per CU 0.10-0.18).
+SPLITK_PER_CU = 4
+SPLITK_PER_CU_ASYNC = 2
+
+
+def splitk_plan(dev, g, per_cu=SPLITK_PER_CU):
     """(nsplit, kchunk) of backward-weight: split K = n*HO*WO so that the
-    small M x N of a weight gradient still fills the device."""
+    small M x N of a weight gradient still fills the device (about
+    ``per_cu`` work-groups per compute unit)."""
     M = g.out_channels // g.groups
     N = g.col_rows // g.groups
     K = g.num * g.out_spatial
     t = gpu_tiles(dev, M)
     tiles = -(-M // t["TM"]) * -(-N // t["TN"]) * g.groups
     ktiles = -(-K // t["TK"])
-    want = -(-4 * max(dev.compute_units, 1) // tiles)
+    want = -(-per_cu * max(dev.compute_units, 1) // tiles)
     nsplit = max(1, min(want, ktiles // 8,
                         MAX_SPLITK_FLOATS // max(g.groups * M * N, 1)))
     kchunk = -(-ktiles // nsplit) * t["TK"]
@@ -481,7 +491,7 @@ def _folded_backward_weight(dev, g, x, dy, dweight):
     partial weights splitk_reduce sums, as for the implicit GEMM."""
     M, N, hw = g.out_channels // g.groups, g.channels // g.groups, g.out_spatial
     K = g.num * hw
-    nsplit, kchunk = splitk_plan(dev, g)
+    nsplit, kchunk = splitk_plan(dev, g, SPLITK_PER_CU_ASYNC)
     fold = dict(trans_b=True, lda=hw, ldb=hw, groups=g.groups, batch=nsplit,
                 stride_a=(0, M * hw), stride_b=(0, N * hw), ksplit=hw,
                 kstride=(g.out_channels * hw, g.channels * hw), kchunk=kchunk, impl="tiled")
