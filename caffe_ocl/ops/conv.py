@@ -285,18 +285,22 @@ def _workspace(dev, nfloats):
 
 
 # Work-groups per compute unit the split-K weight gradients aim for: the
-# implicit-GEMM kernel's, and the folded 1x1 GEMM's on the TF32 async loop
-# (H200, ResNet-50's 1x1 layers, batch 64, ms by splits per CU 4 -> 2:
-# 64 -> 256 at 56 x 56 0.160 -> 0.143, 128 -> 512 at 28 x 28 0.123 ->
-# 0.100, 256 -> 1024 at 14 x 14 0.125 -> 0.100; 1 per CU 0.10-0.18).
+# implicit-GEMM kernel's, and the folded 1x1 GEMM's on the TF32 async loop.
+# H200, ResNet-50's layers, batch 64, ms by per-CU target 4 -> 2: folded
+# 1x1, 64 -> 256 at 56 x 56 0.160 -> 0.143, 128 -> 512 at 28 x 28 0.123 ->
+# 0.100, 256 -> 1024 at 14 x 14 0.125 -> 0.100 (1 per CU: 0.10-0.18);
+# implicit GEMM (conv1, the strided and 7 x 7 1x1 layers), summed: TF32
+# 1.83 -> 1.92, FP32 3.76 -> 3.74 (1: 2.57 / 4.59, 8: 1.99 / 3.92).
 SPLITK_PER_CU = 4
 SPLITK_PER_CU_ASYNC = 2
 
 
-def splitk_plan(dev, g, per_cu=SPLITK_PER_CU):
+def splitk_plan(dev, g, per_cu=None):
     """(nsplit, kchunk) of backward-weight: split K = n*HO*WO so that the
     small M x N of a weight gradient still fills the device (about
-    ``per_cu`` work-groups per compute unit)."""
+    ``per_cu`` work-groups per compute unit; default SPLITK_PER_CU)."""
+    if per_cu is None:
+        per_cu = SPLITK_PER_CU
     M = g.out_channels // g.groups
     N = g.col_rows // g.groups
     K = g.num * g.out_spatial
