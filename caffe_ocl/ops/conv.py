@@ -336,6 +336,10 @@ def splitk_plan(dev, g, per_cu=None):
 # ResNet-50 TF32 training step 32.4-32.5 -> 31.7-31.8 ms.
 GEMM_1X1_MIN_K = 128
 ROWS_1X1_MIN_K = 512
+# Forwards with at most 64 output channels take the GEMM only from this K:
+# 256 -> 64 at 56 x 56 ran 0.103 ms by implicit GEMM, 0.112 folded (the
+# same product transposed, in backward-data, 0.108 -> 0.098).
+GEMM_1X1_MIN_K_64_ROWS = 512
 
 
 def _gemm_1x1_plan(dev, g, m, k, lda):
@@ -394,10 +398,8 @@ def _gemm_1x1(dev, g, plan, M, K, A, src, src_rows, C, dst_rows, scratch_at=0, *
 
 def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0):
     M, K = g.out_channels // g.groups, g.channels // g.groups
-    # 64-row forwards under K 512 stay on the implicit GEMM (256 -> 64 at
-    # 56 x 56: 0.103 ms there, 0.112 folded; the same product transposed in
-    # backward-data ran 0.108 -> 0.098)
-    plan = _gemm_1x1_plan(dev, g, M, K, K) if M > 64 or K >= ROWS_1X1_MIN_K else None
+    plan = (_gemm_1x1_plan(dev, g, M, K, K) if M > 64 or K >= GEMM_1X1_MIN_K_64_ROWS
+            else None)
     if plan:
         return _gemm_1x1(dev, g, plan, M, K, weight, x, g.channels, y, g.out_channels,
                          beta=float(beta), stride_a=(0, M * K), bias=bias, act=act)
