@@ -551,6 +551,7 @@ def test_gemm_1x1_gathered_rows(d, rng, monkeypatch):
     monkeypatch.setattr(conv_ops, "async_tiles", lambda *a: {"ASYNC": 1})
     monkeypatch.setattr(conv_ops, "GEMM_1X1_MIN_K", 1)
     monkeypatch.setattr(conv_ops, "ROWS_1X1_MIN_K", 1)
+    monkeypatch.setattr(conv_ops, "GEMM_1X1_MIN_K_64_ROWS", 1)
     g = _geom((4, 16, 5, 6, 24, 1, 1, 0, 0, 2, 2, 1, 1, 2))
     x = rng.standard_normal((g.num, g.channels, g.height, g.width))
     w = rng.standard_normal((g.out_channels, g.channels // g.groups, 1, 1))
