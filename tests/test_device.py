@@ -115,3 +115,18 @@ def test_command_errors_are_one_line_without_traceback(tmp_path, args, msg):
     assert "Traceback" not in out.stderr
     errors = [line for line in out.stderr.splitlines() if "error" in line]
     assert len(errors) == 1, out.stderr
+
+
+@pytest.mark.parametrize("environ,allowed,ncpu,want", [
+    ({}, {0, 1}, 2, True),                                  # every CPU: pin
+    ({}, {0, 1, 2, 3}, 4, True),
+    ({}, {2, 3}, 4, False),                 # a cpuset without CPU 0: PoCL would pin outside it
+    ({}, {0, 1}, 4, False),                 # fewer CPUs allowed than PoCL starts threads
+    ({"POCL_AFFINITY": "0"}, {0, 1}, 2, False),             # the user's choice stands
+    ({"POCL_AFFINITY": "1"}, {0, 1}, 2, False),             # (already set: nothing to do)
+    ({"CAFFE_OCL_POCL_AFFINITY": "0"}, {0, 1}, 2, False),   # opted out
+    ({}, {0}, 0, False),                                    # CPU count unknown
+])
+def test_pocl_affinity_only_where_every_pin_is_allowed(environ, allowed, ncpu, want):
+    from caffe_ocl.device import pocl_affinity_default
+    assert pocl_affinity_default(environ, allowed, ncpu) is want
