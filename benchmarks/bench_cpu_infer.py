@@ -15,12 +15,13 @@ after --warmup untimed ones; with --rounds R > 1 the three frameworks are
 timed in turn R times (each round: every framework's mean of --runs) and
 the table gives each one's median round, so a slow spell of this shared
 machine falls on all of them alike instead of on whichever ran during it
-(the rounds' spread is printed below the table). Each caffe_ocl pass ends with the device
-synchronised, as a pycaffe ``forward()`` returning its outputs and as the
-PyTorch and ONNX Runtime calls, which return when done. ``--pipelined``
-synchronises only after the last pass instead: on PoCL that is slower (the
-host enqueuing the next pass competes with the kernels for the 2 cores;
-LeNet 4.2-5.0 ms per pass against 3.4 synchronised).
+(the rounds' spread is printed below the table). Each caffe_ocl pass ends
+with the device synchronised, as a pycaffe ``forward()`` returning its
+outputs and as the PyTorch and ONNX Runtime calls, which return when done.
+``--pipelined`` synchronises only after the last pass instead: on PoCL
+that is slower (the host enqueuing the next pass competes with the
+kernels for the 2 cores; LeNet 4.2-5.0 ms per pass against 3.4
+synchronised).
 """
 import argparse
 import warnings
@@ -294,6 +295,7 @@ def main():
         print(f"\nms per round ({a.rounds} rounds, the table: medians):")
         for line in spreads:
             print(f"- {line}")
+
 
 if __name__ == "__main__":
     main()
