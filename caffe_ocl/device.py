@@ -56,9 +56,9 @@ def pocl_affinity_default(environ=None, allowed=None, ncpu=None):
     """Whether caffe_ocl turns on PoCL's POCL_AFFINITY (its CPU driver pins
     worker thread i to CPU i). Pinned, a small net's first passes after the
     process was idle run at the steady-state speed (2-core VM, LeNet batch
-    64, median of the five passes after a 1 s pause: 4.6-5.0 ms against
-    7.4-8.0 unpinned; back to back 4.3-4.9 against 4.6-5.0; MobileNet v2
-    unchanged). Not when the user set POCL_AFFINITY (either way) or
+    64, median of the five passes after a 1 s pause: 4.6-5.1 ms against
+    7.0-8.0 unpinned; back to back 4.3-4.9 against 4.2-5.0; MobileNet v2
+    and training unchanged). Not when the user set POCL_AFFINITY (either way) or
     CAFFE_OCL_POCL_AFFINITY=0, nor unless this process may run on every CPU
     0..n-1: PoCL pins blindly, and newer versions abort when a pin fails
     (a container restricted to other CPUs)."""
