@@ -295,6 +295,11 @@ class Device:
                                              leading_bits_in_bin_id=8)
         self._programs = {}
         self._sources = {}
+        # kernel files built without LLVM's optimisations (-cl-opt-disable;
+        # part of the program cache keys): the tests' GPU kernels on CPU
+        # drivers, where optimising them took PoCL most of the suite's time
+        # (tests/test_conv_algorithms.py)
+        self.unoptimized_sources = frozenset()
         self.peak_bytes = 0          # most device memory the pool held at once
         self.unpooled_bytes = 0      # held by alloc_unpooled buffers
         self._lock = threading.Lock()
@@ -321,7 +326,8 @@ class Device:
     def program(self, filename, defines=None):
         """Built program for kernels/<filename> with -D macros (cached)."""
         defines = defines or {}
-        key = (filename, tuple(sorted((k, str(v)) for k, v in defines.items())))
+        key = (filename, tuple(sorted((k, str(v)) for k, v in defines.items())),
+               ("-cl-opt-disable",) if filename in self.unoptimized_sources else ())
         prog = self._programs.get(key)
         if prog is not None:
             return prog
@@ -331,7 +337,7 @@ class Device:
                 return prog
             src, _ = self._source(filename)
             opts = [f"-D{k}={v}" for k, v in key[1]]
-            opts += ["-I", KERNEL_DIR, "-cl-mad-enable"]
+            opts += ["-I", KERNEL_DIR, "-cl-mad-enable"] + list(key[2])
             prog = self._build(filename, src, opts)
             self._programs[key] = prog
             return prog
@@ -376,7 +382,8 @@ class Device:
                     warnings.simplefilter("ignore")
                 prog = cl.Program(self.context, src).build(options=opts)
         except cl.RuntimeError as e:
-            raise DeviceError(f"building kernels/{filename} with {' '.join(opts[:-3])} "
+            macros = " ".join(o for o in opts if o.startswith("-D"))
+            raise DeviceError(f"building kernels/{filename} with {macros} "
                               f"failed on {self.name}:\n{e}")
         self.build_stats["built"] += 1
         self.build_stats["seconds"] += time.perf_counter() - t0

@@ -15,6 +15,21 @@ from caffe_ocl.ops import gemm as gemm_ops
 from refs import rel_err as _rel
 
 # (n, c, h, w, co, kh, kw, ph, pw, sh, sw, dh, dw, groups)
+@pytest.fixture(autouse=True)
+def gpu_kernels_unoptimized_on_cpu(d, monkeypatch):
+    """On CPU drivers the GPU kernels these tests run (gemm.cl, the
+    implicit-GEMM conv_igemm.cl; emulated TF32 tilings among them) are
+    built without LLVM's optimisations: a CPU in use never runs them, what
+    is checked here is their indexing, tiling and fragment layout, and PoCL
+    took 15-150 s to optimise each variant (1-3 s unoptimised), which kept
+    most of them behind `-m slow`. The GPU runs them optimised. (The CPU
+    weight-gradient path's splitk_reduce, in conv_igemm.cl, runs optimised
+    in the net and solver tests.)"""
+    if d.dev.is_cpu:
+        monkeypatch.setattr(d.dev, "unoptimized_sources",
+                            frozenset({"gemm.cl", "conv_igemm.cl"}))
+
+
 GEOMS = [
     (2, 3, 7, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1),      # odd sizes, pad
     (1, 4, 9, 8, 6, 3, 2, 1, 0, 2, 1, 1, 1, 2),      # batch 1, groups, stride 2
@@ -70,13 +85,10 @@ def _refs(g, x, w, dy):
 
 
 
-# Each kernel geometry is its own program (macros) and PoCL takes 25-30 s to
-# build each GPU kernel variant: the default run (CI, 2 cores) covers igemm
-# on one geometry; the rest run with `-m slow` here, and all of them with
-# `-m ""` on the GPU machine.
-_SLOW_IGEMM = (1, 2, 3, 4, 5, 7)
-CASES = [pytest.param(p, algo, id=f"{i}-{algo}",
-                      marks=[pytest.mark.slow] if algo == "igemm" and i in _SLOW_IGEMM else [])
+# Each kernel geometry is its own program (macros); the GPU ones build
+# unoptimised on CPU drivers (gpu_kernels_unoptimized_on_cpu), so every
+# geometry runs by every algorithm in the default suite.
+CASES = [pytest.param(p, algo, id=f"{i}-{algo}")
          for algo in conv_ops.ALGOS if algo != "winograd"   # 3x3 only: test_winograd.py
          for i, p in enumerate(GEOMS)]
 
@@ -194,9 +206,7 @@ GEMMS = [  # M, N, K, trans_a, trans_b, batch, groups
 
 
 @pytest.mark.parametrize("impl", ["cpu", "tiled", "tiled-direct"])
-@pytest.mark.parametrize("case", [pytest.param(c, marks=[pytest.mark.slow] if i in (1, 2, 3) else [])
-                                  for i, c in enumerate(GEMMS)],
-                         ids=[str(i) for i in range(len(GEMMS))])
+@pytest.mark.parametrize("case", GEMMS, ids=[str(i) for i in range(len(GEMMS))])
 def test_gemm_kernels(d, rng, case, impl, monkeypatch):
     """tiled: the GPU kernel with the staged store (short K, tile_store.h);
     tiled-direct: with direct stores (as for K > STAGED_MAX_K)."""
@@ -373,8 +383,7 @@ def test_tf32_gemm_on_nvidia(d, rng, M, N, K, ld, ta, tb, monkeypatch):
 
 
 @pytest.mark.parametrize("p", [(2, 4, 7, 8, 6, 3, 3, 1, 1, 2, 2, 1, 1, 1),   # ResNet-18's 3x3 s2
-                               pytest.param((3, 2, 7, 7, 3, 2, 2, 0, 0, 3, 3, 1, 1, 1),
-                                            marks=pytest.mark.slow)],      # phases with no tap
+                               (3, 2, 7, 7, 3, 2, 2, 0, 0, 3, 3, 1, 1, 1)],   # phases with no tap
                          ids=["3x3s2", "2x2s3"])
 def test_strided_backward_data_by_phase(d, rng, p):
     """GPU strided backward-data runs one implicit GEMM per stride phase
@@ -405,25 +414,23 @@ def _tf32(a):
     return (((u + 0x1000) & 0xffffe000).astype(np.uint32)).view(np.float32).astype(np.float64)
 
 
-@pytest.fixture
-def emulated_tf32(monkeypatch):
-    """Kernels built in the test use the tensor-core tiling of
-    tile_mainloop.h with an emulated mma (kernels/mma_tf32.h, TF32 == 2)."""
+def _use_emulated_tf32(d, monkeypatch):
+    """Kernels built from now on in the test use the tensor-core tiling with
+    an emulated mma (kernels/mma_tf32.h, TF32 == 2)."""
     monkeypatch.setattr(gemm_ops, "_emulate_tf32", True)
+
+
+@pytest.fixture
+def emulated_tf32(d, monkeypatch):
+    _use_emulated_tf32(d, monkeypatch)
 
 
 # (trans_a, trans_b, rows padded to 16 bytes):
 # tile_mainloop.h's TF32 tiling (rows of 33 and 130 floats); the same rows
 # padded to 16 bytes, so tile_mainloop_async.h runs (k-fast A by ldmatrix,
 # x-fast B); and x-fast A / k-fast B over two batches (the other swizzle
-# and fragment reads). The async builds take 80-130 s on PoCL, so they
-# run with `-m slow` (and on the GPU with tensor cores); the default suite
-# builds the async loop with k-fast A and x-fast B in
-# test_tf32_batched_1x1[fwd] (ragged M, N and K, TF32 rounding checked to
-# 2e-6) and with accumulating stores in test_tf32_folded_weight_gradient_1x1.
-EMULATED_GEMMS = [(False, False, False),
-                  pytest.param(False, False, True, marks=pytest.mark.slow),
-                  pytest.param(True, True, True, marks=pytest.mark.slow)]
+# and fragment reads).
+EMULATED_GEMMS = [(False, False, False), (False, False, True), (True, True, True)]
 
 
 @pytest.mark.parametrize("ta,tb,aligned", EMULATED_GEMMS,
@@ -462,7 +469,6 @@ def test_tf32_tiling_emulated_gemm(d, rng, emulated_tf32, monkeypatch, ta, tb, a
     assert _rel(got, np.where(v32 > 0, v32, 0.1 * v32)) > 2e-5   # really rounded
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("p", [GEOMS[0], GEOMS[4]], ids=["3x3", "1x1-70"])
 def test_tf32_tiling_emulated_conv(d, rng, p, emulated_tf32):
     """Implicit-GEMM convolution passes with the emulated TF32 tiling: the
@@ -482,7 +488,10 @@ def test_tf32_folded_weight_gradient_1x1(d, rng, nsplit, monkeypatch):
     whole or split into slices summed by splitk_reduce, accumulating into
     dW as Caffe does; tensor cores on NVIDIA, the emulated mma elsewhere."""
     nvidia = d.dev.is_gpu and d.dev.is_nvidia
-    monkeypatch.setattr(gemm_ops, "_allow_tf32" if nvidia else "_emulate_tf32", True)
+    if nvidia:
+        monkeypatch.setattr(gemm_ops, "_allow_tf32", True)
+    else:
+        _use_emulated_tf32(d, monkeypatch)
     monkeypatch.setattr(gemm_ops, "_async_tf32", True)
     g = _geom(FOLDED_1X1)
     kchunk = {1: 64, 4: 16}[nsplit]              # K = 3 images x 20 pixels
@@ -501,16 +510,18 @@ def test_tf32_folded_weight_gradient_1x1(d, rng, nsplit, monkeypatch):
     assert _rel(d.get(dwb, w.shape), np.asarray(dw0, np.float32) + dw_ref) < (3e-3 if nvidia else 2e-6)
 
 
-@pytest.mark.parametrize("what", ["fwd", pytest.param("bwd_data", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("what", ["fwd", "bwd_data"])
 def test_tf32_batched_1x1(d, rng, what, monkeypatch):
     """1x1 stride-1 forward (bias and ReLU fused) and backward-data
     (accumulating) over many input channels run one TF32 GEMM on the async
     loop, the images folded into N (tiles across image ends); groups move
     weights, images and outputs. Tensor cores on NVIDIA, the emulated mma
-    elsewhere (backward-data's x-fast operands take ~80 s to build on PoCL:
-    -m slow there)."""
+    elsewhere."""
     nvidia = d.dev.is_gpu and d.dev.is_nvidia
-    monkeypatch.setattr(gemm_ops, "_allow_tf32" if nvidia else "_emulate_tf32", True)
+    if nvidia:
+        monkeypatch.setattr(gemm_ops, "_allow_tf32", True)
+    else:
+        _use_emulated_tf32(d, monkeypatch)
     monkeypatch.setattr(gemm_ops, "_async_tf32", True)
     monkeypatch.setattr(conv_ops, "GEMM_1X1_MIN_K", 16)
     g = _geom((3, 40, 2, 6, 144, 1, 1, 0, 0, 1, 1, 1, 1, 2))    # K 20 / 72, 12 pixels
@@ -642,7 +653,6 @@ def test_cpu_packed_columns(d, rng, p, max_col, split, monkeypatch):
         assert _rel(d.get(dxb, x.shape), dx_ref + (dx0 if accumulate else 0)) < 1e-5
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("staged", [0, 1])
 def test_igemm_backward_data_accumulates_both_stores(d, rng, monkeypatch, staged):
     """The accumulating backward-data reads the old dx ahead of its stores
