@@ -130,3 +130,18 @@ def test_command_errors_are_one_line_without_traceback(tmp_path, args, msg):
 def test_pocl_affinity_only_where_every_pin_is_allowed(environ, allowed, ncpu, want):
     from caffe_ocl.device import pocl_affinity_default
     assert pocl_affinity_default(environ, allowed, ncpu) is want
+
+
+def test_unoptimized_sources_build_their_own_programs(monkeypatch):
+    """Device.unoptimized_sources (the tests' GPU kernels on CPU drivers):
+    those files build with -cl-opt-disable into programs of their own cache
+    key; the others keep the optimised ones."""
+    from caffe_ocl.device import get_device
+    dev = get_device()
+    optimised = dev.program("shape.cl")
+    monkeypatch.setattr(dev, "unoptimized_sources", frozenset({"shape.cl"}))
+    plain = dev.program("shape.cl")
+    assert plain is not optimised
+    assert ("shape.cl", (), ("-cl-opt-disable",)) in dev._programs
+    monkeypatch.setattr(dev, "unoptimized_sources", frozenset())
+    assert dev.program("shape.cl") is optimised
