@@ -2,9 +2,9 @@
 and both GEMM kernels (gemm_cpu.cl, the GPU tiles of gemm.cl) against
 float64 NumPy references, over edge shapes: odd sizes, groups, dilation,
 stride > kernel, batch 1, sizes that are not multiples of the tiles.
-The GPU kernels run on PoCL too (slowly): CI checks one geometry of each,
-`-m slow` the rest; the TF32
-tensor-core path needs an NVIDIA GPU (marked gpu)."""
+The GPU kernels run on PoCL too, built unoptimised there
+(gpu_kernels_unoptimized_on_cpu), with the TF32 tilings on an emulated
+mma; the real tensor-core path needs an NVIDIA GPU (marked gpu)."""
 import types
 
 import numpy as np
