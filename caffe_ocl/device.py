@@ -17,6 +17,7 @@ import hashlib
 import logging
 import os
 import re
+import struct
 import threading
 import time
 import warnings
@@ -50,6 +51,38 @@ def _require_cl():
 def _pocl_version(platform_version):
     m = re.search(r"PoCL\s+(\d+)\.(\d+)", platform_version, re.I)
     return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def pocl_binary_intact(binary):
+    """False for a PoCL program binary holding an empty file record, True
+    for any other binary (other drivers' included).
+
+    PoCL serialises a program with the files of its kernel cache directory,
+    which processes sharing POCL_CACHE_DIR (MPI ranks, test workers) write
+    concurrently: a file caught mid-write comes out as an empty record, and
+    loading such a binary later makes PoCL abort the whole process on an
+    assertion (pocl_binary.c, "len > 0") -- no error to catch. Layout read
+    here (PoCL binary versions 9-11): 8-byte magic, device id (u64),
+    version (u32), kernel count (u32), flags (u64), root entries (u32), a
+    41-byte build hash, [u64 if version >= 10 with program-scope
+    variables], then per root entry a u64 length and that many bytes."""
+    b = bytes(binary)
+    if b[:8] != b"poclbin\0" or len(b) < 77:
+        return True
+    (version,) = struct.unpack_from("<I", b, 16)
+    flags, root_entries = struct.unpack_from("<QI", b, 24)
+    off = 36 + 41
+    if version >= 10 and flags & 2:
+        off += 8
+    for _ in range(root_entries):
+        if off + 8 > len(b):
+            return False
+        (n,) = struct.unpack_from("<Q", b, off)
+        off += 8
+        if n == 0 or off + n > len(b):
+            return False
+        off += n
+    return True
 
 
 def pocl_affinity_default(environ=None, allowed=None, ncpu=None):
@@ -367,6 +400,8 @@ class Device:
                 try:
                     with open(path, "rb") as f:
                         binary = f.read()
+                    if not pocl_binary_intact(binary):
+                        raise OSError("a PoCL binary with an empty file record")
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
                         prog = cl.Program(self.context, [self.cl_device], [binary]).build(
@@ -390,7 +425,7 @@ class Device:
         if path:
             try:
                 (binary,) = prog.get_info(cl.program_info.BINARIES)
-                if binary:
+                if binary and pocl_binary_intact(binary):
                     os.makedirs(self.cache_dir, exist_ok=True)
                     tmp = f"{path}.tmp-{os.getpid()}"
                     with open(tmp, "wb") as f:

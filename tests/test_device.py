@@ -87,6 +87,42 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path):
     assert again["built"] == first["built"]
 
 
+def _empty_first_record(binary):
+    """A PoCL binary whose first root file record claims 0 bytes, as when
+    PoCL serialised a file that another process was still writing."""
+    b = bytearray(binary)
+    b[77:85] = bytes(8)
+    return bytes(b)
+
+
+def test_pocl_binary_with_an_empty_record_is_refused():
+    from caffe_ocl.device import get_device, pocl_binary_intact
+    import pyopencl as cl
+    dev = get_device()
+    (binary,) = dev.program("shape.cl").get_info(cl.program_info.BINARIES)
+    assert pocl_binary_intact(binary)
+    assert pocl_binary_intact(b"not a pocl binary")       # other drivers' binaries
+    if binary[:8] != b"poclbin\0":
+        pytest.skip("not a PoCL device")
+    assert not pocl_binary_intact(_empty_first_record(binary))
+    assert not pocl_binary_intact(binary[:100])
+
+
+def test_cache_entry_with_an_empty_pocl_record_is_rebuilt_not_loaded(tmp_path):
+    """Loading it would abort the process inside PoCL (seen in CI: MPI ranks
+    sharing POCL_CACHE_DIR); it is rebuilt from source and overwritten."""
+    first = _build_in_subprocess(tmp_path)
+    bins = [tmp_path / f for f in os.listdir(tmp_path) if f.endswith(".bin")]
+    if not bins[0].read_bytes().startswith(b"poclbin"):
+        pytest.skip("not a PoCL device")
+    for f in bins:
+        f.write_bytes(_empty_first_record(f.read_bytes()))
+    again = _build_in_subprocess(tmp_path)
+    assert again["built"] == first["built"] and again["cached"] == 0
+    third = _build_in_subprocess(tmp_path)             # the rewritten entries load
+    assert third["built"] == 0
+
+
 def test_device_query_lists_and_marks_the_chosen_device(capsys):
     from caffe_ocl.cli import main
     assert main(["device_query"]) == 0
