@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from caffe_ocl.device import get_device  # noqa: E402
 from caffe_ocl.ops import conv as conv_ops  # noqa: E402
 from caffe_ocl.ops import gemm as gemm_ops  # noqa: E402
-from common import conv_pass, random_buffers, time_launches  # noqa: E402
+from common import conv_pass, cuda_ms, random_buffers, time_launches  # noqa: E402
 
 SHAPES = [  # (in channels, input size, out channels, stride): ResNet-50's 1x1 layers
     (64, 56, 64, 1), (64, 56, 256, 1), (256, 56, 64, 1), (128, 28, 512, 1), (512, 28, 128, 1),
@@ -46,18 +46,6 @@ def torch_timer(batch, tf32):
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
 
-    def ms(fn, n=30):
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(True), torch.cuda.Event(True)
-        s.record()
-        for _ in range(n):
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        return s.elapsed_time(e) / n
-
     def timer(c, h, co, st):
         x = torch.randn(batch, c, h, h, device="cuda")
         w = torch.randn(co, c, 1, 1, device="cuda")
@@ -66,9 +54,9 @@ def torch_timer(batch, tf32):
         def bwd(mask):
             return lambda: torch.ops.aten.convolution_backward(
                 dy, x, w, None, (st, st), (0, 0), (1, 1), False, (0, 0), 1, mask)
-        return {"fwd": ms(lambda: torch.nn.functional.conv2d(x, w, stride=st)),
-                "bwd_data": ms(bwd((True, False, False))),
-                "bwd_weight": ms(bwd((False, True, False)))}
+        return {"fwd": cuda_ms(lambda: torch.nn.functional.conv2d(x, w, stride=st), 30),
+                "bwd_data": cuda_ms(bwd((True, False, False)), 30),
+                "bwd_weight": cuda_ms(bwd((False, True, False)), 30)}
     return timer
 
 

@@ -79,6 +79,22 @@ def timed(fn, sync, warmup=3, runs=10):
     return (time.perf_counter() - t0) / runs * 1e3
 
 
+def cuda_ms(fn, runs=20, warmup=3):
+    """Mean milliseconds of ``fn`` (PyTorch work on the current CUDA device)
+    over ``runs`` calls after ``warmup``, timed by CUDA events."""
+    import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(True), torch.cuda.Event(True)
+    start.record()
+    for _ in range(runs):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / runs
+
+
 def time_launches(dev, launches, warmup=1, runs=10):
     """Mean milliseconds of one pass over a list of ``Launch`` objects."""
     def once():

@@ -12,22 +12,20 @@ kernels work in NHWC); ours includes any activation fused into the
 convolution. Our first convolution computes no data gradient (nor does
 PyTorch's here: its input needs none)."""
 import json
+import os
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common import cuda_ms as t  # noqa: E402
+
 tf32 = "--tf32" in sys.argv
 torch.backends.cudnn.benchmark = True
 torch.backends.cuda.matmul.allow_tf32 = tf32
 torch.backends.cudnn.allow_tf32 = tf32
 rows = json.load(open(sys.argv[1]))
-def t(fn, n=20):
-    for _ in range(3): fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(True), torch.cuda.Event(True)
-    s.record()
-    for _ in range(n): fn()
-    e.record(); torch.cuda.synchronize()
-    return s.elapsed_time(e) / n
 print("| layer | shape | ours fwd | torch fwd | ours bwd | torch bwd | ours-torch ms |")
 print("|---|---|---|---|---|---|---|")
 tot = [0.0] * 4

@@ -414,15 +414,11 @@ def _tf32(a):
     return (((u + 0x1000) & 0xffffe000).astype(np.uint32)).view(np.float32).astype(np.float64)
 
 
-def _use_emulated_tf32(d, monkeypatch):
-    """Kernels built from now on in the test use the tensor-core tiling with
-    an emulated mma (kernels/mma_tf32.h, TF32 == 2)."""
-    monkeypatch.setattr(gemm_ops, "_emulate_tf32", True)
-
-
 @pytest.fixture
-def emulated_tf32(d, monkeypatch):
-    _use_emulated_tf32(d, monkeypatch)
+def emulated_tf32(monkeypatch):
+    """Kernels built in the test use the tensor-core tiling with an
+    emulated mma (kernels/mma_tf32.h, TF32 == 2)."""
+    monkeypatch.setattr(gemm_ops, "_emulate_tf32", True)
 
 
 # (trans_a, trans_b, rows padded to 16 bytes):
@@ -488,10 +484,7 @@ def test_tf32_folded_weight_gradient_1x1(d, rng, nsplit, monkeypatch):
     whole or split into slices summed by splitk_reduce, accumulating into
     dW as Caffe does; tensor cores on NVIDIA, the emulated mma elsewhere."""
     nvidia = d.dev.is_gpu and d.dev.is_nvidia
-    if nvidia:
-        monkeypatch.setattr(gemm_ops, "_allow_tf32", True)
-    else:
-        _use_emulated_tf32(d, monkeypatch)
+    monkeypatch.setattr(gemm_ops, "_allow_tf32" if nvidia else "_emulate_tf32", True)
     monkeypatch.setattr(gemm_ops, "_async_tf32", True)
     g = _geom(FOLDED_1X1)
     kchunk = {1: 64, 4: 16}[nsplit]              # K = 3 images x 20 pixels
@@ -518,10 +511,7 @@ def test_tf32_batched_1x1(d, rng, what, monkeypatch):
     weights, images and outputs. Tensor cores on NVIDIA, the emulated mma
     elsewhere."""
     nvidia = d.dev.is_gpu and d.dev.is_nvidia
-    if nvidia:
-        monkeypatch.setattr(gemm_ops, "_allow_tf32", True)
-    else:
-        _use_emulated_tf32(d, monkeypatch)
+    monkeypatch.setattr(gemm_ops, "_allow_tf32" if nvidia else "_emulate_tf32", True)
     monkeypatch.setattr(gemm_ops, "_async_tf32", True)
     monkeypatch.setattr(conv_ops, "GEMM_1X1_MIN_K", 16)
     g = _geom((3, 40, 2, 6, 144, 1, 1, 0, 0, 1, 1, 1, 1, 2))    # K 20 / 72, 12 pixels

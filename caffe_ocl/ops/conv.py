@@ -362,16 +362,17 @@ def _gemm_1x1_plan(dev, g, m, k, lda):
     return None
 
 
-def _rows_1x1(dev, src, nimg, channels, h, w, stride, out, off):
-    """Launch gathering ``src`` ([nimg][channels][h][w], sampled at
-    ``stride``) into rows by channel over the batch at ``out`` + ``off``
-    (kernels/im2col.cl rows_1x1)."""
-    ho, wo = (h - 1) // stride[0] + 1, (w - 1) // stride[1] + 1
-    lx = min(256, -(-ho * wo // 32) * 32)
+def _rows_1x1(dev, g, src, channels, out, off):
+    """Launch gathering ``src`` ([n][channels] planes of g's input size,
+    sampled at g's stride onto its output planes) into rows by channel over
+    the batch at ``out`` + ``off`` (kernels/im2col.cl rows_1x1)."""
+    hw = g.out_spatial
+    lx = min(256, -(-hw // 32) * 32)
     ly = 256 // lx
-    gsize = (-(-ho * wo // lx) * lx, -(-nimg * channels // ly) * ly)
+    gsize = (-(-hw // lx) * lx, -(-g.num * channels // ly) * ly)
     return dev.launch(SRC, "rows_1x1", gsize, (lx, ly),
-                      [nimg, channels, h, w, stride[0], stride[1], ho, wo, src, out, off])
+                      [g.num, channels, g.height, g.width, g.sh, g.sw, g.out_h, g.out_w,
+                       src, out, off])
 
 
 def _gemm_1x1(dev, g, plan, M, K, A, src, src_rows, C, dst_rows, scratch_at=0, **kw):
@@ -389,8 +390,7 @@ def _gemm_1x1(dev, g, plan, M, K, A, src, src_rows, C, dst_rows, scratch_at=0, *
     # B's planes: the input's sampled at the stride (forward), or dy's
     # (backward-data: stride 1, so the input's size)
     rows = _workspace(dev, scratch_at + src_rows * N)
-    return [_rows_1x1(dev, src, g.num, src_rows, g.height, g.width, (g.sh, g.sw), rows,
-                      scratch_at),
+    return [_rows_1x1(dev, g, src, src_rows, rows, scratch_at),
             gemm(dev, M, N, K, A, rows, C, off_b=scratch_at, ldb=N, nsplit_b=False,
                  nstride=(0, dst_rows * hw), stride_b=(0, src_rows // g.groups * N),
                  **fold, **kw)]

@@ -241,10 +241,10 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
         if batch != -(-K // kchunk) or stride_a[0] or stride_b[0] or kchunk % 16:
             raise ValueError("gemm: a GPU ksplit GEMM has one batch index per kchunk "
                              "(a multiple of 16) of K and operands that do not move with it")
-    if nsplit and trans_b and (nsplit_b or impl == "cpu"):
-        raise ValueError("gemm: nsplit needs op(B) = B (not transposed)")
     if nsplit and not nsplit_b and impl == "cpu":
         raise ValueError("gemm: nsplit_b=False exists only in the GPU kernel")
+    if nsplit and nsplit_b and trans_b:
+        raise ValueError("gemm: nsplit needs op(B) = B (not transposed)")
     if nsplit and ksplit:
         raise ValueError("gemm: nsplit and ksplit together")
     if ksplit and (trans_a or not trans_b):
