@@ -240,13 +240,15 @@ def test_gemm_cpu_kernel_all_cases(d, rng, case):
 
 
 @pytest.mark.parametrize("M,HW,K,nimg,impl", [(7, 21, 300, 3, "cpu"), (13, 300, 5, 2, "cpu"),
-                                              (100, 17, 40, 4, "cpu"), (100, 17, 40, 4, "tiled")])
+                                              (100, 17, 40, 4, "cpu"), (8, 9, 20, 5, "cpu"),
+                                              (100, 17, 40, 4, "tiled")])
 def test_gemm_images_folded_into_n(d, rng, M, HW, K, nimg, impl):
     """nsplit: op(B) and C as [image][rows][HW] (the image tensors of a
     convolution), N = images * HW; HW not a multiple of the 16-column
-    strips (CPU) or of a 128-column tile (GPU kernel, gemm.cl NFOLD: tiles
-    across image ends), K over one panel, beta accumulation, bias and ReLU
-    epilogue."""
+    strips (CPU: 16-column panels and tiles across one image end, with 5 or
+    10 of their columns in the first image, or across several; GPU kernel,
+    gemm.cl NFOLD: 128-column tiles across image ends), K over one panel,
+    beta accumulation, bias and ReLU epilogue."""
     A = rng.standard_normal((M, K))
     B = rng.standard_normal((nimg, K + 1, HW))      # one spare row per image
     C = rng.standard_normal((nimg, M + 2, HW))
