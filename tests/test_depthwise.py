@@ -204,3 +204,31 @@ def test_cpu_forward_vector_runs(d, rng, monkeypatch, p, band_floats):
     d.run(dw_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, bias=d.buf(b),
                          act=("clip", -0.5, 0.7), impl="cpu"))
     assert _rel(d.get(yb, yshape), ref) < 1e-5
+
+
+# CPU forward of small same-size planes as one flattened run
+# (dw_forward_flat): a 5 x 9 plane under a 3 x 5 kernel (column masks for
+# five taps, two columns of padding), and a 4 x 2 plane of exactly 8
+# outputs under a dilated 3 x 3 kernel whose taps reach two rows and
+# columns out.
+FLAT_GEOMS = [
+    (2, 3, 5, 9, 3, 5, 1, 2, 1, 1, 1, 1),
+    (1, 2, 4, 2, 3, 3, 2, 2, 1, 1, 2, 2),
+]
+
+
+@pytest.mark.parametrize("p", FLAT_GEOMS, ids=["kernel3x5", "dilated-8-outputs"])
+def test_cpu_forward_flat_planes(d, rng, p):
+    g = _geom(p)
+    assert dw_ops.flat_fits(g)
+    assert not dw_ops.flat_fits(conv_ops.ConvGeometry(1, 2, 8, 8, 2, 3, 3, 1, 1, 2, 2,
+                                                      groups=2))     # stride 2: bands
+    x, w, b, _ = _case(g, rng)
+    yshape = (g.num, g.channels, g.out_h, g.out_w)
+    ref = np.clip(conv2d(x, w, **_kw(g)) + b.reshape(1, -1, 1, 1), -0.5, 0.7)
+    yb = d.buf(np.full(yshape, np.nan))
+    launches = dw_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, bias=d.buf(b),
+                              act=("clip", -0.5, 0.7), impl="cpu")
+    assert [ln.name for ln in launches] == ["dw_forward_flat"]
+    d.run(launches)
+    assert _rel(d.get(yb, yshape), ref) < 1e-5

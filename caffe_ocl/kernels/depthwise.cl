@@ -200,6 +200,73 @@ __kernel void dw_forward_band(int units, int C, int H, int W, int HO, int WO, in
     }
 }
 
+/* CPU drivers, small planes at stride 1 keeping their size (HO == H,
+ * WO == W: 2*PH == DH*(KH-1), 2*PW == DW*(KW-1)): the plane is one run of
+ * H*W floats, so output p and its tap (kh, kw) are p + (kh*DH - PH)*W +
+ * kw*DW - PW in it. The plane goes into __local memory between FLAT_PAD =
+ * PH*W + PW zeros on each side (the rows above and below), and the outputs
+ * are computed 8 at a time along the run (the last 8 overlapping the
+ * previous ones), each tap's column masked where it would wrap into the
+ * neighbouring row. 7 x 7 planes by dw_forward_band's rows ran one 8-wide
+ * vector with 7 lanes used per row and stored it lane by lane, after
+ * padding 9 rows: MobileNet v2's 7 x 7 depthwise layers took twice ONNX
+ * Runtime's time. Host (ops/depthwise.py flat_fits): H*W in [8, FLAT_MAX]
+ * and H*W + 2*FLAT_PAD <= FLAT_BUF. */
+#define FLAT_MAX 256
+#define FLAT_BUF (3 * FLAT_MAX)
+#define FLAT_PAD (PH * W + PW)
+__kernel void dw_forward_flat(int units, int C, int H, int W, int HO, int WO,
+                              __global const float* x, __global const float* w,
+                              __global const float* bias, __global float* y,
+                              float act_a, float act_b) {
+    __local float buf[FLAT_BUF];
+    const int hw = H * W, nv = (hw + 7) / 8;
+    /* column of each lane of each 8-output step (the same for every plane) */
+    int8 col[FLAT_MAX / 8];
+    for (int v = 0; v < nv; ++v) {
+        const int p0 = min(8 * v, hw - 8);
+        col[v] = (int8)(p0 % W, (p0 + 1) % W, (p0 + 2) % W, (p0 + 3) % W,
+                        (p0 + 4) % W, (p0 + 5) % W, (p0 + 6) % W, (p0 + 7) % W);
+    }
+    for (int j = 0; j < FLAT_PAD; ++j) {
+        buf[j] = 0.0f;
+        buf[FLAT_PAD + hw + j] = 0.0f;
+    }
+    GLOBAL_LOOP(u, units) {
+        const int c = u % C;
+        __global const float* xp = x + (size_t)u * hw;
+        __global float* yp = y + (size_t)u * hw;
+        int j = 0;
+        for (; j + 8 <= hw; j += 8) vstore8(vload8(0, xp + j), 0, buf + FLAT_PAD + j);
+        for (; j < hw; ++j) buf[FLAT_PAD + j] = xp[j];
+        float wv[TAPS];
+#pragma unroll
+        for (int t = 0; t < TAPS; ++t) wv[t] = w[c * TAPS + t];
+#if BIAS
+        const float b = bias[c];
+#else
+        const float b = 0.0f;
+#endif
+        for (int v = 0; v < nv; ++v) {
+            const int p0 = min(8 * v, hw - 8);
+            __local const float* s = buf + p0;      /* tap (0, 0) of output p0 */
+            float8 acc = 0.0f;
+#pragma unroll
+            for (int kw = 0; kw < KW; ++kw) {
+                const int8 cw = col[v] + (kw * DW - PW);
+                const int8 ok = cw >= 0 && cw < W;
+                float8 part = 0.0f;
+#pragma unroll
+                for (int kh = 0; kh < KH; ++kh)
+                    part = fma(vload8(0, s + kh * DH * W + kw * DW), (float8)wv[kh * KW + kw],
+                               part);
+                acc += select((float8)0.0f, part, ok);
+            }
+            vstore8(APPLY_ACT8(acc + b), 0, yp + p0);
+        }
+    }
+}
+
 /* dx = depthwise^T(dy) on CPU drivers: each work-item owns whole dx planes
  * (no races), clears them unless accumulating, then scatters every dy row
  * through the taps into the dx rows it reaches (contiguous segments). */

@@ -63,6 +63,19 @@ def band_rows(dev, g):
     return 0 if rows_in < 0 else min(g.out_h, rows_in // g.sh + 1)
 
 
+# kernels/depthwise.cl dw_forward_flat: most floats of a plane (FLAT_MAX)
+# and of a plane with its zero rows around it (FLAT_BUF)
+FLAT_MAX, FLAT_BUF = 256, 768
+
+
+def flat_fits(g):
+    """Whether dw_forward_flat takes ``g``: stride 1, output the input's size,
+    planes of 8 .. FLAT_MAX floats that fit FLAT_BUF with their padding."""
+    hw = g.height * g.width
+    return ((g.sh, g.sw) == (1, 1) and (g.out_h, g.out_w) == (g.height, g.width)
+            and 8 <= hw <= FLAT_MAX and hw + 2 * (g.ph * g.width + g.pw) <= FLAT_BUF)
+
+
 def forward(dev, g, x, weight, y, bias=None, act=None, impl=None):
     """y = act(depthwise(x, weight) (+ bias)); ``act`` as ops.gemm.gemm.
     ``impl``: "gpu" (one work-item per output element), "cpu" (whole planes
@@ -72,6 +85,10 @@ def forward(dev, g, x, weight, y, bias=None, act=None, impl=None):
     defs = _defines(g, BIAS=int(bias is not None), ACT=act_kind)
     tail = [x, weight, bias if bias is not None else weight, y, act_a, act_b]
     rows = band_rows(dev, g)
+    if _impl(dev, impl) == "cpu" and flat_fits(g):
+        gs, ls = _plane_size(dev, g)
+        return [dev.launch(SRC, "dw_forward_flat", gs, ls,
+                           [g.num * g.channels] + _sizes(g) + tail, defs)]
     if _impl(dev, impl) == "cpu" and rows > 0:
         gs, ls = _plane_size(dev, g)
         return [dev.launch(SRC, "dw_forward_band", gs, ls,
