@@ -199,20 +199,26 @@ def torch_timer(model, x):
     return timer
 
 
+def export_onnx(model, x, path):
+    """The PyTorch reference model as ONNX (input "data", output "prob"),
+    by the TorchScript exporter where this PyTorch has both."""
+    import torch
+    kw = {}
+    try:
+        import inspect
+        if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+            kw["dynamo"] = False
+    except (TypeError, ValueError):
+        pass
+    torch.onnx.export(model, (x,), path, input_names=["data"], output_names=["prob"],
+                      opset_version=17, **kw)
+
+
 def ort_timer(model, x, threads):
     import onnxruntime as ort
-    import torch
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "m.onnx")
-        kw = {}
-        try:
-            import inspect
-            if "dynamo" in inspect.signature(torch.onnx.export).parameters:
-                kw["dynamo"] = False
-        except (TypeError, ValueError):
-            pass
-        torch.onnx.export(model, (x,), path, input_names=["data"], output_names=["prob"],
-                          opset_version=17, **kw)
+        export_onnx(model, x, path)
         so = ort.SessionOptions()
         if threads:
             so.intra_op_num_threads = threads
