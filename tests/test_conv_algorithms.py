@@ -308,6 +308,43 @@ def test_cpu_blocks_cover_and_balance(d):
         assert bm < M + 6 and bn < N + 16      # no block wider than needed
 
 
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1)])
+def test_gemm_cpu_thin_panels(d, rng, ta, tb):
+    """Thin, short products (M <= 36, K <= 32) take gemm_cpu.cl with blocks of
+    up to 2048 columns where local memory holds them (not on a 32 KiB
+    device); results as any GEMM's: N over one wide block, odd M and K,
+    transposes, bias and clip; images folded into N with a 16-column
+    panel across the image end."""
+    import types
+    assert gemm_ops.cpu_panels(d.dev, 16, 32) == gemm_ops.CPU_THIN_PANELS
+    assert gemm_ops.cpu_panels(d.dev, 37, 32)[2] == gemm_ops.CPU_BN_MAX
+    assert gemm_ops.cpu_panels(d.dev, 16, 33)[2] == gemm_ops.CPU_BN_MAX
+    small = types.SimpleNamespace(local_mem=32 << 10)
+    assert gemm_ops.cpu_panels(small, 16, 32)[2] == gemm_ops.CPU_BN_MAX
+    M, N, K = 17, 4500, 27
+    A = rng.standard_normal((K, M) if ta else (M, K))
+    B = rng.standard_normal((N, K) if tb else (K, N))
+    C = rng.standard_normal((M, N))
+    bias = rng.standard_normal(M)
+    v = (A.T if ta else A) @ (B.T if tb else B) + bias[:, None] + 0.5 * C
+    cb = d.buf(C)
+    d.run([gemm_ops.gemm(d.dev, M, N, K, d.buf(A), d.buf(B), cb, trans_a=bool(ta),
+                         trans_b=bool(tb), beta=0.5, bias=d.buf(bias), act=("clip", -1.0, 2.0),
+                         impl="cpu")])
+    assert _rel(d.get(cb, C.shape), np.clip(v, -1.0, 2.0)) < 1e-5
+    if tb:
+        return
+    HW, nimg = 1500, 3                             # panels across image ends
+    B = rng.standard_normal((nimg, K, HW))
+    C = rng.standard_normal((nimg, M, HW))
+    v = np.einsum("mk,ikp->imp", A.T if ta else A, B) + bias[None, :, None]
+    cb = d.buf(C)
+    d.run([gemm_ops.gemm(d.dev, M, nimg * HW, K, d.buf(A), d.buf(B), cb, trans_a=bool(ta),
+                         ldb=HW, ldc=HW, nsplit=HW, nstride=(K * HW, M * HW),
+                         bias=d.buf(bias), impl="cpu")])
+    assert _rel(d.get(cb, C.shape), v) < 1e-5
+
+
 def test_gemm_split_arguments_rejected(d):
     with pytest.raises(ValueError, match="nsplit"):
         gemm_ops.gemm(d.dev, 2, 2, 2, None, None, None, nsplit=1, trans_b=True, impl="tiled")
