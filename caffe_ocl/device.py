@@ -331,7 +331,9 @@ class Device:
         # kernel files built without LLVM's optimisations (-cl-opt-disable;
         # part of the program cache keys): the tests' GPU kernels on CPU
         # drivers, where optimising them took PoCL most of the suite's time
-        # (tests/test_conv_algorithms.py)
+        # (tests/test_conv_algorithms.py). CPU drivers only: NVIDIA's
+        # compiler at -cl-opt-disable does not link the kernels' C99
+        # ``inline`` helpers (unresolved externs)
         self.unoptimized_sources = frozenset()
         self.peak_bytes = 0          # most device memory the pool held at once
         self.unpooled_bytes = 0      # held by alloc_unpooled buffers

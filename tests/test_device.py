@@ -174,6 +174,12 @@ def test_unoptimized_sources_build_their_own_programs(monkeypatch):
     key; the others keep the optimised ones."""
     from caffe_ocl.device import get_device
     dev = get_device()
+    if not dev.is_cpu:
+        # NVIDIA's compiler at -cl-opt-disable leaves the kernels' C99
+        # ``inline`` helpers as unresolved externs (ptxas: "Unresolved
+        # extern function '_gl_chunk'"); the facility is only ever set for
+        # CPU drivers (test_conv_algorithms' fixture)
+        pytest.skip("unoptimized_sources is a CPU-driver facility")
     optimised = dev.program("shape.cl")
     monkeypatch.setattr(dev, "unoptimized_sources", frozenset({"shape.cl"}))
     plain = dev.program("shape.cl")
