@@ -62,3 +62,19 @@ class DeviceBuffers:
 @pytest.fixture(scope="module")
 def d():
     return DeviceBuffers()
+
+
+@pytest.fixture
+def gpu_kernels_unoptimized_on_cpu(d, monkeypatch):
+    """On CPU drivers the GPU kernels that tests run there (gemm.cl, the
+    implicit-GEMM conv_igemm.cl; emulated TF32 tilings among them) are
+    built without LLVM's optimisations: a CPU in use never runs them, what
+    is checked here is their indexing, tiling and fragment layout, and PoCL
+    took 15-150 s to optimise each variant (1-3 s unoptimised), which kept
+    most of them behind `-m slow`. The GPU runs them optimised. (The CPU
+    weight-gradient path's splitk_reduce, in conv_igemm.cl, runs optimised
+    in the net and solver tests.) Used by test_conv_algorithms and
+    test_gemm_splitk (pytestmark)."""
+    if d.dev.is_cpu:
+        monkeypatch.setattr(d.dev, "unoptimized_sources",
+                            frozenset({"gemm.cl", "conv_igemm.cl"}))

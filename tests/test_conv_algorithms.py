@@ -14,22 +14,10 @@ from caffe_ocl.ops import conv as conv_ops
 from caffe_ocl.ops import gemm as gemm_ops
 from refs import rel_err as _rel
 
+# GPU kernels built unoptimised on CPU drivers (conftest)
+pytestmark = pytest.mark.usefixtures("gpu_kernels_unoptimized_on_cpu")
+
 # (n, c, h, w, co, kh, kw, ph, pw, sh, sw, dh, dw, groups)
-@pytest.fixture(autouse=True)
-def gpu_kernels_unoptimized_on_cpu(d, monkeypatch):
-    """On CPU drivers the GPU kernels these tests run (gemm.cl, the
-    implicit-GEMM conv_igemm.cl; emulated TF32 tilings among them) are
-    built without LLVM's optimisations: a CPU in use never runs them, what
-    is checked here is their indexing, tiling and fragment layout, and PoCL
-    took 15-150 s to optimise each variant (1-3 s unoptimised), which kept
-    most of them behind `-m slow`. The GPU runs them optimised. (The CPU
-    weight-gradient path's splitk_reduce, in conv_igemm.cl, runs optimised
-    in the net and solver tests.)"""
-    if d.dev.is_cpu:
-        monkeypatch.setattr(d.dev, "unoptimized_sources",
-                            frozenset({"gemm.cl", "conv_igemm.cl"}))
-
-
 GEOMS = [
     (2, 3, 7, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1),      # odd sizes, pad
     (1, 4, 9, 8, 6, 3, 2, 1, 0, 2, 1, 1, 1, 2),      # batch 1, groups, stride 2

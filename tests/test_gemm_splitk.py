@@ -9,6 +9,9 @@ import pytest
 from caffe_ocl.ops.gemm_splitk import gemm_launches, splitk_factor
 from refs import rel_err
 
+# gemm.cl (the GPU kernel) built unoptimised on CPU drivers (conftest)
+pytestmark = pytest.mark.usefixtures("gpu_kernels_unoptimized_on_cpu")
+
 
 @pytest.mark.parametrize("trans_a,trans_b,bias_axis,act", [
     (False, True, 1, None),            # InnerProduct forward: x * W^T + b
