@@ -8,8 +8,9 @@ machine, ms per pass.
         --infer --by-layer --iters 5 --json mb.json
     python3 benchmarks/compare_cpu_layers.py mb.json --net mobilenet_v2 [--runs 5]
 
-Convolutions are paired in network order (both nets list them in the same
-order; the script stops if their counts differ). ONNX Runtime's Conv node
+Convolutions are paired by their shapes (input channels and size, output
+channels and size), in network order among equal shapes: the nets order a
+ResNet block's shortcut and branch differently. ONNX Runtime's Conv node
 includes what it fused into it (BatchNorm, Clip / ReLU, a residual Add in
 its NCHWc layout); ours includes the folded BatchNorm / Scale and the
 activation. Both sides run under profiling, which inflates short layers,
@@ -28,8 +29,20 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench_cpu_infer import NETS, export_onnx, torch_model  # noqa: E402
 
 
+def _shape_chw(entry):
+    """(C, H, W) of a profiled tensor shape: [N, C, H, W], or NCHWc's
+    [N, C / b, H, W, b]."""
+    dims = next(iter(entry.values()))
+    if len(dims) == 5:
+        return dims[1] * dims[4], dims[2], dims[3]
+    if len(dims) == 4:
+        return tuple(dims[1:4])
+    return None
+
+
 def ort_node_ms(name, runs):
-    """[(op type, ms per run)] of ONNX Runtime's nodes in execution order."""
+    """[(op type, ms per run, (C, H, Co, HO))] of ONNX Runtime's nodes in
+    execution order."""
     import onnxruntime as ort
     import torch
     cfg = NETS[name]
@@ -51,8 +64,13 @@ def ort_node_ms(name, runs):
     for e in events:     # "<node>_kernel_time" events, one per node per run
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
             key = e["name"][:-len("_kernel_time")]
-            op, ms = nodes.get(key, (e["args"].get("op_name"), 0.0))
-            nodes[key] = (op, ms + e["dur"] / 1000.0 / runs)
+            args = e["args"]
+            op, ms, sig = nodes.get(key, (args.get("op_name"), 0.0, None))
+            if sig is None and args.get("input_type_shape") and args.get("output_type_shape"):
+                i, o = (_shape_chw(args["input_type_shape"][0]),
+                        _shape_chw(args["output_type_shape"][0]))
+                sig = (i[0], i[1], o[0], o[1]) if i and o else ("?", args["input_type_shape"])
+            nodes[key] = (op, ms + e["dur"] / 1000.0 / runs, sig)
     return list(nodes.values())
 
 
@@ -66,10 +84,21 @@ def main():
     with open(a.layers) as fh:
         rows = json.load(fh)
     ours = [r for r in rows if r["conv"]]
-    theirs = [ms for op, ms in ort_node_ms(a.net, a.runs) if op == "Conv"]
-    if len(ours) != len(theirs):
-        sys.exit(f"{len(ours)} convolutions here, {len(theirs)} Conv nodes in ONNX Runtime's "
-                 "graph: cannot pair them")
+    queues = {}          # ONNX Runtime's Conv times by shape, in order
+    for op, ms, sig in ort_node_ms(a.net, a.runs):
+        if op == "Conv":
+            queues.setdefault(sig, []).append(ms)
+    theirs = []
+    for r in ours:
+        c = r["conv"]
+        ho = (c["h"] + 2 * c["ph"] - c["kh"]) // c["sh"] + 1   # dilation 1 in these nets
+        q = queues.get((c["c"], c["h"], c["co"], ho))
+        if not q:
+            sys.exit(f"{r['name']}: no Conv of its shape left in ONNX Runtime's profile")
+        theirs.append(q.pop(0))
+    left = {k: len(v) for k, v in queues.items() if v}
+    if left:
+        sys.exit(f"ONNX Runtime ran Conv nodes that match no layer here: {left}")
     print("| layer | shape (C,H,W -> Co, k/s, groups) | ours ms | ORT ms | ours - ORT |")
     print("|---|---|---|---|---|")
     for r, ms in zip(ours, theirs):

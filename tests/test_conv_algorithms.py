@@ -612,7 +612,8 @@ def test_gemm_1x1_gathered_rows(d, rng, monkeypatch):
 # image than a panel, no padding (the images themselves), rows that are
 # not multiples of 8 with groups and stride (gathers), stride-2 runs (rows
 # of 12: halves across rows gathered; 1x1 on odd rows: a run ending on the
-# images' last float); plus padded copies in
+# images' last float; packed only with CPU_PACK_STRIDED_1X1, by default
+# im2col's columns); plus padded copies in
 # chunks of one image, and the weight gradient split with a leftover image.
 PACKED = [
     ((2, 3, 16, 16, 5, 5, 5, 2, 2, 1, 1, 1, 1, 1), 0, 0),
@@ -622,16 +623,22 @@ PACKED = [
     ((3, 3, 16, 16, 5, 5, 5, 2, 2, 1, 1, 1, 1, 1), 3 * 20 * 20, 2),
     ((2, 3, 13, 23, 5, 3, 3, 1, 1, 2, 2, 1, 1, 1), 0, 0),
     ((2, 4, 9, 33, 6, 1, 1, 0, 0, 2, 2, 1, 1, 1), 0, 0),
+    ((2, 4, 9, 33, 6, 1, 1, 0, 0, 2, 2, 1, 1, 1), 0, 0),
 ]
 
 
 @pytest.mark.parametrize("p,max_col,split", PACKED,
                          ids=["rows16", "rows8-K300", "nopad-576px", "groups-gather",
-                              "chunks-split", "stride2-rows12", "stride2-1x1-odd"])
-def test_cpu_packed_columns(d, rng, p, max_col, split, monkeypatch):
+                              "chunks-split", "stride2-rows12", "stride2-1x1-odd",
+                              "stride2-1x1-odd-im2col"])
+def test_cpu_packed_columns(d, rng, p, max_col, split, monkeypatch, request):
+    """The last case: a strided 1x1 kernel by default, whose columns im2col
+    writes once (the one before it: packed, CPU_PACK_STRIDED_1X1)."""
     if not d.dev.is_cpu:
         pytest.skip("columns are packed from the images by the CPU GEMM only")
     monkeypatch.setattr(conv_ops, "CPU_PACKED_COLUMNS", True)
+    im2col = request.node.callspec.id.endswith("-im2col")
+    monkeypatch.setattr(conv_ops, "CPU_PACK_STRIDED_1X1", not im2col)
     if max_col:
         monkeypatch.setattr(conv_ops, "MAX_COL_FLOATS", max_col)
     if split:
@@ -649,7 +656,7 @@ def test_cpu_packed_columns(d, rng, p, max_col, split, monkeypatch):
 
     yb = d.buf(np.full(yshape, np.nan))
     fwd = conv_ops.forward(d.dev, g, xb, wb, yb, col, bias=bb, act=("relu", 0.1), algo="im2col")
-    assert "im2col_chan" not in [ln.name for ln in fwd]
+    assert ("im2col_chan" in [ln.name for ln in fwd]) == im2col
     d.run(fwd)
     v = y_ref + b.reshape(1, -1, 1, 1)
     assert _rel(d.get(yb, yshape), np.where(v > 0, v, 0.1 * v)) < 1e-5
@@ -657,7 +664,7 @@ def test_cpu_packed_columns(d, rng, p, max_col, split, monkeypatch):
     dw0 = rng.standard_normal(w.shape)
     dwb = d.buf(dw0)
     bwd = conv_ops.backward_weight(d.dev, g, xb, dyb, dwb, col, algo="im2col")
-    assert "im2col_chan" not in [ln.name for ln in bwd]
+    assert ("im2col_chan" in [ln.name for ln in bwd]) == im2col
     d.run(bwd)
     assert _rel(d.get(dwb, w.shape), dw0 + dw_ref) < 1e-5
 

@@ -53,6 +53,8 @@ MAX_COL_FLOATS = 1 << 23
 # ~270 MB of columns per training step (im2col 34 of 190 ms). False: im2col
 # as on GPUs (tests and A/B timing; read when launches are built).
 CPU_PACKED_COLUMNS = True
+# ... except for strided 1x1 kernels (False; True: packed too, for A/B)
+CPU_PACK_STRIDED_1X1 = False
 
 
 @dataclass(frozen=True)
@@ -143,8 +145,14 @@ def workspace_floats(dev, g, algo=None):
 
 
 def _packs_columns(dev, g):
-    """Whether the CPU GEMM packs this convolution's columns itself."""
-    return dev.is_cpu and CPU_PACKED_COLUMNS and not g.is_1x1
+    """Whether the CPU GEMM packs this convolution's columns itself: not
+    for 1x1 kernels (a stride-1 one's columns are the image; a strided one's
+    are the image subsampled, which im2col writes once -- packed from the
+    images, each block of output channels gathered them again, 16 floats
+    apart lane by lane on 7 x 7 outputs)."""
+    unpadded_1x1 = g.kh == g.kw == 1 and g.ph == g.pw == 0
+    return (dev.is_cpu and CPU_PACKED_COLUMNS and not g.is_1x1
+            and not (unpadded_1x1 and not CPU_PACK_STRIDED_1X1))
 
 
 def _flipped(g):
