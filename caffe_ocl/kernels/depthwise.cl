@@ -31,6 +31,19 @@
 #endif
 #define DW_SLACK (8 * SW + (KW - 1) * DW)
 
+/* the CPU forward kernels' per-plane constants: channel c's taps (wv) and
+ * bias (b; 0 without BIAS) */
+#if BIAS
+#define DW_BIAS_OF(c) bias[c]
+#else
+#define DW_BIAS_OF(c) 0.0f
+#endif
+#define DW_CHANNEL_TAPS(c)                                          \
+    float wv[TAPS];                                                 \
+    _Pragma("unroll")                                               \
+    for (int t_ = 0; t_ < TAPS; ++t_) wv[t_] = w[(c) * TAPS + t_];  \
+    const float b = DW_BIAS_OF(c)
+
 /* y = act(x (*) w + bias); one output element per index. */
 __kernel void dw_forward(int total, int C, int H, int W, int HO, int WO,
                          __global const float* x, __global const float* w,
@@ -163,14 +176,7 @@ __kernel void dw_forward_band(int units, int C, int H, int W, int HO, int WO, in
         const int c = u % C;
         __global const float* xp = x + (size_t)u * H * W;
         __global float* yp = y + (size_t)u * HO * WO;
-        float wv[TAPS];
-#pragma unroll
-        for (int t = 0; t < TAPS; ++t) wv[t] = w[c * TAPS + t];
-#if BIAS
-        const float b = bias[c];
-#else
-        const float b = 0.0f;
-#endif
+        DW_CHANNEL_TAPS(c);
         for (int oh0 = 0; oh0 < HO; oh0 += band) {
             const int nr = min(band, HO - oh0);
             dw_pad_rows(buf, xp, oh0 * SH - PH, (nr - 1) * SH + (KH - 1) * DH + 1, H, W, wp);
@@ -239,14 +245,7 @@ __kernel void dw_forward_flat(int units, int C, int H, int W, int HO, int WO,
         int j = 0;
         for (; j + 8 <= hw; j += 8) vstore8(vload8(0, xp + j), 0, buf + FLAT_PAD + j);
         for (; j < hw; ++j) buf[FLAT_PAD + j] = xp[j];
-        float wv[TAPS];
-#pragma unroll
-        for (int t = 0; t < TAPS; ++t) wv[t] = w[c * TAPS + t];
-#if BIAS
-        const float b = bias[c];
-#else
-        const float b = 0.0f;
-#endif
+        DW_CHANNEL_TAPS(c);
         for (int v = 0; v < nv; ++v) {
             const int p0 = min(8 * v, hw - 8);
             __local const float* s = buf + p0;      /* tap (0, 0) of output p0 */
