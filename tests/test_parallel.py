@@ -385,3 +385,25 @@ def test_killed_rank_ends_the_job_and_snapshots_stay_intact(workdir):
         model = st.with_suffix(".caffemodel")
         assert weights_of(model)["ip1"][0].shape == (5, C * H * W)
     assert not list(workdir.glob("*.tmp*"))
+
+
+def test_dead_ranks_partial_snapshots_removed(workdir):
+    """After a multi-rank job ends abnormally the launcher deletes the
+    temporary files of snapshots whose writer was killed mid-write (no
+    chance to clean up under SIGKILL); a live writer's file, finished
+    snapshots and other files stay. (CI once found such a file after
+    test_killed_rank_ends_the_job_and_snapshots_stay_intact.)"""
+    from caffe_ocl.parallel import launch
+    par = write_solver(workdir, "t", 4, 10, snap=3)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead, alive = gone.pid, os.getpid()
+    files = {f"t_iter_9.solverstate.tmp-{dead}": False,
+             f"t_iter_9.caffemodel.tmp-{dead}": False,
+             f"t_iter_9.solverstate.tmp-{alive}": True,
+             "t_iter_6.solverstate": True, "t_iter_6.caffemodel": True,
+             f"other_iter_9.solverstate.tmp-{dead}": True}
+    for name in files:
+        (workdir / name).write_bytes(b"x")
+    launch._remove_dead_ranks_partial_snapshots(str(par))
+    assert {n: (workdir / n).exists() for n in files} == files

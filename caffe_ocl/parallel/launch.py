@@ -43,13 +43,46 @@ def find_mpiexec():
     return [found] if found else None
 
 
+def _snapshot_prefix(solver_path):
+    try:
+        from ..solvers import read_solver
+        return read_solver(solver_path).snapshot_prefix
+    except Exception:
+        return None
+
+
+def _remove_dead_ranks_partial_snapshots(solver_path):
+    """Delete ``<prefix>_iter_*.tmp-<pid>`` files whose writer no longer
+    runs: a rank the launcher killed while it wrote a snapshot (SIGKILL
+    leaves no chance to clean up) leaves its half-written temporary file;
+    the snapshots themselves are only ever renamed into place whole."""
+    import glob
+    import re
+    prefix = _snapshot_prefix(solver_path)
+    if not prefix:
+        return
+    for f in glob.glob(glob.escape(prefix) + "_iter_*.tmp-*"):
+        m = re.search(r"\.tmp-(\d+)$", f)
+        if not m:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue                    # its writer still runs
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue                    # exists, not ours to signal
+        try:
+            os.unlink(f)
+        except OSError:
+            pass
+
+
 def _last_snapshot(solver_path):
     import glob
     import re
-    try:
-        from ..solvers import read_solver
-        prefix = read_solver(solver_path).snapshot_prefix
-    except Exception:
+    prefix = _snapshot_prefix(solver_path)
+    if not prefix:
         return None
     found = []
     for f in glob.glob(glob.escape(prefix) + "_iter_*.solverstate*"):
@@ -83,6 +116,8 @@ def maybe_spawn(argv, gpu_ids, solver_path=None):
     except KeyboardInterrupt:
         rc = 130
     if rc != 0:
+        if solver_path:
+            _remove_dead_ranks_partial_snapshots(solver_path)
         last = _last_snapshot(solver_path) if solver_path else None
         sys.stderr.write(
             f"caffe_ocl: {n}-rank training ended abnormally (mpiexec exit status {rc}): "
