@@ -303,7 +303,6 @@ def test_gemm_cpu_thin_panels(d, rng, ta, tb):
     device); results as any GEMM's: N over one wide block, odd M and K,
     transposes, bias and clip; images folded into N with a 16-column
     panel across the image end."""
-    import types
     kc, bm, bn = gemm_ops.CPU_THIN_PANELS
     fits = 4 * kc * (bm + bn) <= d.dev.local_mem       # PoCL: yes; GPUs: no
     assert (gemm_ops.cpu_panels(d.dev, 16, 32) == gemm_ops.CPU_THIN_PANELS) == fits
@@ -615,29 +614,29 @@ def test_gemm_1x1_gathered_rows(d, rng, monkeypatch):
 # images' last float; packed only with CPU_PACK_STRIDED_1X1, by default
 # im2col's columns); plus padded copies in
 # chunks of one image, and the weight gradient split with a leftover image.
-PACKED = [
-    ((2, 3, 16, 16, 5, 5, 5, 2, 2, 1, 1, 1, 1, 1), 0, 0),
-    ((3, 12, 8, 8, 7, 5, 5, 2, 2, 1, 1, 1, 1, 1), 0, 0),
-    ((2, 4, 26, 26, 3, 3, 3, 0, 0, 1, 1, 1, 1, 1), 0, 0),
-    ((2, 4, 10, 17, 6, 3, 3, 1, 1, 2, 1, 1, 1, 2), 0, 0),
-    ((3, 3, 16, 16, 5, 5, 5, 2, 2, 1, 1, 1, 1, 1), 3 * 20 * 20, 2),
-    ((2, 3, 13, 23, 5, 3, 3, 1, 1, 2, 2, 1, 1, 1), 0, 0),
-    ((2, 4, 9, 33, 6, 1, 1, 0, 0, 2, 2, 1, 1, 1), 0, 0),
-    ((2, 4, 9, 33, 6, 1, 1, 0, 0, 2, 2, 1, 1, 1), 0, 0),
+PACKED = [   # geometry, MAX_COL_FLOATS, weight split, im2col expected
+    ((2, 3, 16, 16, 5, 5, 5, 2, 2, 1, 1, 1, 1, 1), 0, 0, False),
+    ((3, 12, 8, 8, 7, 5, 5, 2, 2, 1, 1, 1, 1, 1), 0, 0, False),
+    ((2, 4, 26, 26, 3, 3, 3, 0, 0, 1, 1, 1, 1, 1), 0, 0, False),
+    ((2, 4, 10, 17, 6, 3, 3, 1, 1, 2, 1, 1, 1, 2), 0, 0, False),
+    ((3, 3, 16, 16, 5, 5, 5, 2, 2, 1, 1, 1, 1, 1), 3 * 20 * 20, 2, False),
+    ((2, 3, 13, 23, 5, 3, 3, 1, 1, 2, 2, 1, 1, 1), 0, 0, False),
+    ((2, 4, 9, 33, 6, 1, 1, 0, 0, 2, 2, 1, 1, 1), 0, 0, False),
+    ((2, 4, 9, 33, 6, 1, 1, 0, 0, 2, 2, 1, 1, 1), 0, 0, True),
 ]
 
 
-@pytest.mark.parametrize("p,max_col,split", PACKED,
+@pytest.mark.parametrize("p,max_col,split,im2col", PACKED,
                          ids=["rows16", "rows8-K300", "nopad-576px", "groups-gather",
                               "chunks-split", "stride2-rows12", "stride2-1x1-odd",
                               "stride2-1x1-odd-im2col"])
-def test_cpu_packed_columns(d, rng, p, max_col, split, monkeypatch, request):
-    """The last case: a strided 1x1 kernel by default, whose columns im2col
-    writes once (the one before it: packed, CPU_PACK_STRIDED_1X1)."""
+def test_cpu_packed_columns(d, rng, p, max_col, split, im2col, monkeypatch):
+    """The last case: a strided 1x1 kernel as by default, its columns
+    written once by im2col (the one before it: packed, as with
+    CPU_PACK_STRIDED_1X1)."""
     if not d.dev.is_cpu:
         pytest.skip("columns are packed from the images by the CPU GEMM only")
     monkeypatch.setattr(conv_ops, "CPU_PACKED_COLUMNS", True)
-    im2col = request.node.callspec.id.endswith("-im2col")
     monkeypatch.setattr(conv_ops, "CPU_PACK_STRIDED_1X1", not im2col)
     if max_col:
         monkeypatch.setattr(conv_ops, "MAX_COL_FLOATS", max_col)
