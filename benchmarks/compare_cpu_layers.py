@@ -91,8 +91,7 @@ def main():
     theirs = []
     for r in ours:
         c = r["conv"]
-        ho = (c["h"] + 2 * c["ph"] - c["kh"]) // c["sh"] + 1   # dilation 1 in these nets
-        q = queues.get((c["c"], c["h"], c["co"], ho))
+        q = queues.get((c["c"], c["h"], c["co"], c["ho"]))
         if not q:
             sys.exit(f"{r['name']}: no Conv of its shape left in ONNX Runtime's profile")
         theirs.append(q.pop(0))

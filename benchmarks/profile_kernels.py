@@ -107,7 +107,7 @@ def conv_row(layer):
     flops = 2 * g.num * g.out_channels * g.out_spatial * g.col_rows // g.groups
     return dict(num=g.num, c=g.channels, h=g.height, w=g.width, co=g.out_channels,
                 kh=g.kh, kw=g.kw, sh=g.sh, sw=g.sw, ph=g.ph, pw=g.pw, groups=g.groups,
-                flops=flops)
+                ho=g.out_h, flops=flops)
 
 
 def report_layers(net, where_ms, json_path=None):

@@ -375,12 +375,12 @@ void gemm(int M, int N, int K, float alpha,
 #elif CONV_B == 2
             pack_conv_wgrad(bp, B, kk, kb, n, min(NR, nb - ni), CONV_PASS);
 #else
-            int p = n, img = 0;
-            if (nsplit > 0) { img = n / nsplit; p = n - img * nsplit; }
 #if !TRANS_B && B_ROWS_FIRST
             if (ni + NR <= nb && (nsplit <= 0 || nsplit >= NR)) {
                 /* packed above */
 #else
+            int p = n, img = 0;
+            if (nsplit > 0) { img = n / nsplit; p = n - img * nsplit; }
             if (ni + NR <= nb && (nsplit <= 0 || p + NR <= nsplit)) {
                 const int off = img * nsB + p;
 #endif

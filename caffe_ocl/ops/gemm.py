@@ -142,10 +142,16 @@ def cpu_kc(dev):
     """K panel of the CPU kernel: CPU_KC, halved until both packed panels fit
     the device's local memory (PoCL gives 512 KiB; simulators such as
     Oclgrind only 32 KiB)."""
-    kc, have = CPU_KC, getattr(dev, "local_mem", 1 << 19)
-    while kc > 8 and 4 * kc * (CPU_BM_MAX + CPU_BN_MAX) > have:
+    kc = CPU_KC
+    while kc > 8 and not _panels_fit(dev, kc, CPU_BM_MAX, CPU_BN_MAX):
         kc //= 2
     return kc
+
+
+def _panels_fit(dev, kc, bm_max, bn_max):
+    """Whether gemm_cpu.cl's packed panels (KC x BM_MAX of A, KC x BN_MAX
+    of B) fit the device's local memory."""
+    return 4 * kc * (bm_max + bn_max) <= getattr(dev, "local_mem", 1 << 19)
 
 
 def cpu_panels(dev, M, K):
@@ -153,8 +159,7 @@ def cpu_panels(dev, M, K):
     A -- CPU_THIN_PANELS for thin, short ones where the device's local
     memory holds them, the usual panels otherwise."""
     kc, bm, bn = CPU_THIN_PANELS
-    if (M <= CPU_THIN_MAX_M and K <= CPU_THIN_MAX_K
-            and 4 * kc * (bm + bn) <= getattr(dev, "local_mem", 1 << 19)):
+    if M <= CPU_THIN_MAX_M and K <= CPU_THIN_MAX_K and _panels_fit(dev, kc, bm, bn):
         return kc, bm, bn
     return cpu_kc(dev), CPU_BM_MAX, CPU_BN_MAX
 
