@@ -9,7 +9,7 @@ device memory of each (caffe_ocl's buffer pool, for the Solver's net with its
 diff memory plan, see caffe_ocl/memory_plan.py; torch.cuda.max_memory_allocated).
 
     python benchmarks/bench_nets.py [--nets alexnet,resnet18,...] [--batches 16,64]
-        [--runs 10] [--tf32] [--no-train] [--torch-device cuda|cpu]
+        [--runs 10] [--tf32] [--no-train] [--tune] [--torch-device cuda|cpu]
 
 AlexNet: the shipped model is BVLC AlexNet (96-256-384-384-256 channels,
 two-group conv2/4/5, LRN after conv1 and conv2, Caffe's ceil-mode pooling);
@@ -39,7 +39,7 @@ TORCH_NAMES = {"alexnet": "alexnet", "resnet18": "resnet18", "resnet50": "resnet
                "squeezenet1_1": "squeezenet1_1"}
 
 
-def caffe_ocl_infer(name, batch, runs):
+def _infer_net(name, batch):
     net = caffe_ocl.Net(os.path.join(ROOT, "models", name, "deploy.prototxt"), caffe_ocl.TEST)
     inp = net.inputs[0]
     shape = net.blobs[inp].shape
@@ -47,18 +47,39 @@ def caffe_ocl_infer(name, batch, runs):
     net.reshape()
     net.blobs[inp].data[...] = np.random.default_rng(0).standard_normal(
         net.blobs[inp].shape).astype(np.float32)
+    return net
+
+
+def caffe_ocl_infer(name, batch, runs):
+    net = _infer_net(name, batch)
     dev = net.device
     ms = timed(lambda: net._forward_range(0, len(net.layers) - 1), dev.finish, runs=runs)
     return ms
 
 
-def caffe_ocl_train(name, batch, runs):
+def _solver(name, batch):
     shape = (3, 224, 224)
     param = with_inputs(os.path.join(ROOT, "models", name, "train.prototxt"), batch, shape)
     solver = caffe_ocl.solvers.SGDSolver(solver_for(param))
     fill_inputs(solver.net, 1000)
+    return solver
+
+
+def caffe_ocl_train(name, batch, runs):
+    solver = _solver(name, batch)
     dev = solver.net.device
     return timed(lambda: solver.step(1), dev.finish, runs=runs)
+
+
+def tune(name, batch, train):
+    """`caffe_ocl tune` on the nets timed here (their convolutions' choices
+    stored for this device; the nets built afterwards use them)."""
+    from caffe_ocl import tuning
+    tuning.tune_net(_infer_net(name, batch), out=lambda s: print("  tune:", s, file=sys.stderr))
+    if train:
+        tuning.tune_net(_solver(name, batch).net,
+                        out=lambda s: print("  tune:", s, file=sys.stderr))
+    fresh_pool(caffe_ocl.get_device())
 
 
 def bvlc_alexnet():
@@ -128,6 +149,10 @@ def main():
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--no-train", action="store_true")
+    ap.add_argument("--tune", action="store_true",
+                    help="first run `caffe_ocl tune` on each net and batch (stored per "
+                         "device), then time ours with the stored choices and, in the "
+                         "'rules' columns, without them (CAFFE_OCL_TUNED=0)")
     ap.add_argument("--torch-device", default=None)
     ap.add_argument("--torch-alexnet", choices=("bvlc", "torchvision"), default="bvlc",
                     help="the PyTorch AlexNet: the shipped BVLC architecture (default) or "
@@ -147,12 +172,15 @@ def main():
     print(f"caffe_ocl device: {dev.name} ({dev.info['platform_name']}, {dev.info['driver']}); "
           f"PyTorch: {'on ' + tdev if have_torch else 'not installed'}; TF32: {a.tf32}; "
           f"{time.strftime('%Y-%m-%d')}; PyTorch AlexNet: {a.torch_alexnet}\n")
+    rules = " infer ms (rules) | train ms (rules) |" if a.tune else ""
     print("| net | batch | infer ms (ours) | infer ms (torch) | ratio | train ms (ours) "
-          "| train ms (torch) | ratio | peak MiB (ours) | peak MiB (torch) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| train ms (torch) | ratio | peak MiB (ours) | peak MiB (torch) |" + rules)
+    print("|---" * (12 if a.tune else 10) + "|")
     for name in a.nets.split(","):
         for batch in (int(b) for b in a.batches.split(",")):
             import gc
+            if a.tune:
+                tune(name, batch, not a.no_train)
             ours_i = caffe_ocl_infer(name, batch, a.runs)
             ours_t = peak = float("nan")
             if not a.no_train:
@@ -161,12 +189,21 @@ def main():
                 peak = dev.peak_bytes / 2 ** 20       # peak of the training step
             gc.collect()
             dev.allocator.free_held()
+            extra = ""
+            if a.tune:                              # the same without the stored choices
+                os.environ["CAFFE_OCL_TUNED"] = "0"
+                rules_i = caffe_ocl_infer(name, batch, a.runs)
+                rules_t = float("nan") if a.no_train else caffe_ocl_train(name, batch, a.runs)
+                del os.environ["CAFFE_OCL_TUNED"]
+                gc.collect()
+                dev.allocator.free_held()
+                extra = f" {rules_i:.1f} | {rules_t:.1f} |"
             ti = tt = tm = float("nan")
             if have_torch:
                 ti, tt, tm = torch_times(name, batch, a.runs, tdev, a.tf32, not a.no_train)
             print(f"| {name} | {batch} | {ours_i:.1f} | {ti:.1f} | {ti / ours_i:.2f} | "
-                  f"{ours_t:.1f} | {tt:.1f} | {tt / ours_t:.2f} | {peak:.0f} | {tm:.0f} |",
-                  flush=True)
+                  f"{ours_t:.1f} | {tt:.1f} | {tt / ours_t:.2f} | {peak:.0f} | {tm:.0f} |"
+                  + extra, flush=True)
 
 
 if __name__ == "__main__":

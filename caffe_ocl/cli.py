@@ -3,6 +3,7 @@
     caffe_ocl train --solver S [--weights W | --snapshot S] [--gpu N]
     caffe_ocl test --model M --weights W [--iterations N]
     caffe_ocl time --model M [--iterations N]
+    caffe_ocl tune --model M [--phase TRAIN|TEST]   (caffe_ocl's own)
     caffe_ocl device_query
     caffe_ocl <tool> ...      (convert_imageset, compute_image_mean, draw_net, ...)
 
@@ -20,6 +21,8 @@ COMMANDS = {
     "train": ("caffe_ocl.train_cli", "train_main", "train a net from a solver prototxt"),
     "test": ("caffe_ocl.train_cli", "test_main", "score a model with given weights"),
     "time": ("caffe_ocl.timing", "time_main", "time forward/backward per layer"),
+    "tune": ("caffe_ocl.tuning", "tune_main",
+             "time each convolution's algorithms here and store the fastest"),
     "device_query": ("caffe_ocl.timing", "device_query_main", "list OpenCL devices"),
     "demo": ("caffe_ocl.data.demo", "demo_main",
              "train LeNet on the embedded MNIST digits and plot the run"),

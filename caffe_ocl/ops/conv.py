@@ -30,12 +30,15 @@ their bottom. ``col`` workspaces (``workspace_floats``) hold ``chunk``
 images at a time so memory stays bounded whatever the batch size.
 Every function takes ``algo=None`` (by device, see ``algorithm``).
 """
+import logging
 from dataclasses import dataclass
 
-from . import cpu_chunks, work_size
+from . import cpu_chunks, tuned, work_size
 from . import depthwise as dw_ops
 from . import winograd as wino_ops
-from .gemm import act_defines, async_tiles, gemm, gpu_tiles
+from .gemm import act_defines, async_tiles, gemm, gpu_tiles, use_tf32
+
+log = logging.getLogger("caffe_ocl")
 
 ALGOS = ("im2col", "igemm", "depthwise", "winograd")
 IGEMM_SRC = "conv_igemm.cl"
@@ -109,10 +112,16 @@ class ConvGeometry:
             yield n0, min(c, self.num - n0)
 
 
-def algorithm(dev, g, algo=None):
-    """The convolution algorithm used for ``g`` on ``dev``."""
+def algorithm(dev, g, algo=None, pass_=None):
+    """The convolution algorithm used for ``g`` on ``dev``: ``algo`` when
+    asked for; else, for a ``pass_`` ("forward", "backward_data",
+    "backward_weight") that ``caffe_ocl tune`` measured for this geometry on
+    this device, its stored choice (ops/tuned.py; not while
+    CAFFE_OCL_WINOGRAD forces Winograd on or off); else the rules below."""
     if algo is not None and algo not in ALGOS:
         raise ValueError(f"convolution algorithm {algo!r}: expected one of {ALGOS}")
+    if algo is None and pass_ is not None and wino_ops.env_override() is None:
+        algo = _tuned_choice(dev, g, pass_)
     # --- Winograd hook (ops/winograd.py): 3x3 stride 1; explicit on an
     # ineligible geometry raises; automatic on GPUs where it pays / by env.
     if algo == "winograd":
@@ -128,8 +137,41 @@ def algorithm(dev, g, algo=None):
     return algo
 
 
+def candidates(dev, g):
+    """The algorithms ``caffe_ocl tune`` times for ``g``: the dense ones
+    (on CPU drivers only im2col: the GPU-style implicit GEMM ran SGEMM at
+    7-12 GFLOP/s on PoCL against ~100 for gemm_cpu.cl, and builds for
+    minutes there), depthwise and Winograd where they apply."""
+    out = ["im2col"] if dev.is_cpu else ["igemm", "im2col"]
+    if dw_ops.eligible(g):
+        out.insert(0, "depthwise")
+    if wino_ops.eligible(g) and wino_ops.fits(g):
+        out.insert(0, "winograd")
+    return out
+
+
+_warned_stale = set()
+
+
+def _tuned_choice(dev, g, pass_):
+    """The stored choice for this pass of ``g`` on ``dev``, or None (none
+    stored, or one that cannot compute ``g``: reported once, then ignored)."""
+    key = tuned.conv_key(g, pass_, use_tf32(dev))
+    choice = tuned.lookup(dev, key)
+    if choice is None or choice in candidates(dev, g):
+        return choice
+    if key not in _warned_stale:
+        _warned_stale.add(key)
+        log.warning("ignoring tuned choice %r for %s in %s: it does not apply to that "
+                    "convolution", choice, key, tuned.store_path(dev))
+    return None
+
+
 def workspace_floats(dev, g, algo=None):
-    """Floats of the ``col`` workspace a layer must pass (0: none needed)."""
+    """Floats of the ``col`` workspace a layer must pass (0: none needed):
+    for ``algo``, or, when None, the most any pass's algorithm needs."""
+    if algo is None:
+        return max(workspace_floats(dev, g, algorithm(dev, g, None, p)) for p in tuned.PASSES)
     a = algorithm(dev, g, algo)
     if a == "winograd":      # own scratch (_workspace); dW by the dense path
         a = "im2col" if dev.is_cpu else "igemm"
@@ -590,7 +632,7 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None):
 
     ``act``: None, ("relu", negative_slope) or ("clip", lo, hi), applied in
     the GEMM epilogue (see ops.gemm.gemm)."""
-    a = algorithm(dev, g, algo)
+    a = algorithm(dev, g, algo, "forward")
     if a == "winograd":
         return wino_ops.forward(dev, g, x, weight, y, bias, act)
     if a == "depthwise":
@@ -617,7 +659,7 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None):
 def gates_backward_data(dev, g, algo=None):
     """Whether backward_data of ``g`` takes a ReLU ``gate`` (Winograd's
     output transform applies it)."""
-    return algorithm(dev, g, algo) == "winograd"
+    return algorithm(dev, g, algo, "backward_data") == "winograd"
 
 
 def backward_data(dev, g, dy, weight, dx, col, accumulate=False, algo=None, gate=None):
@@ -625,7 +667,7 @@ def backward_data(dev, g, dy, weight, dx, col, accumulate=False, algo=None, gate
     then col2im (or straight GEMM for 1x1). gate = (G, slope): dx also
     passes the backward of an in-place ReLU whose output G is (where
     gates_backward_data says so)."""
-    a = algorithm(dev, g, algo)
+    a = algorithm(dev, g, algo, "backward_data")
     if gate is not None and a != "winograd":
         raise ValueError(f"convolution backward_data: no ReLU gate with algorithm {a!r}")
     if a == "winograd":
@@ -683,7 +725,7 @@ def backward_weight(dev, g, x, dy, dweight, col, algo=None):
     """dweight += dy_g * col_g^T summed over the images: implicit GEMM with
     K = n*HO*WO (split-K + reduce when the weight is small), or im2col +
     one GEMM per chunk of images with the images folded into K (CPU)."""
-    a = algorithm(dev, g, algo)
+    a = algorithm(dev, g, algo, "backward_weight")
     if a == "winograd":      # env CAFFE_OCL_WINOGRAD_BWD_WEIGHT=0: the device's dense path
         if wino_ops.bwd_weight_enabled():
             return wino_ops.backward_weight(dev, g, x, dy, dweight)

@@ -1,0 +1,252 @@
+"""`caffe_ocl tune`: measure each convolution's algorithms on this device
+and store the fastest (ops/tuned.py), so that nets built afterwards use them.
+
+    caffe_ocl tune --model M.prototxt [--phase TRAIN|TEST] [--gpu N]
+                   [--iterations R] [--store=false]
+
+For every convolution of the net (Convolution and Deconvolution layers;
+geometries shared by several layers are timed once) and every pass the
+phase runs (TEST: the layers' forward; TRAIN: also the data gradient where
+the net propagates one, and the weight gradient), each algorithm that can
+compute it (ops/conv.py ``candidates``) runs on buffers of the layer's
+shapes (a pass that only one algorithm can compute is listed, not timed),
+interleaved -- A, B, C, A, B, C, ... -- for R rounds (default 5),
+each round long enough to dwarf the queue's synchronisation; the median
+decides (the rules' own choice unless another is more than 3% faster).
+Choices are stored per device, geometry (batch size included),
+pass and TF32 setting. The table printed shows every time, the choice and
+what the rules would run.
+
+What it does not see: a fusion's extra work (the activation or ReLU
+backward that a layer fused with a convolution adds to it is not timed),
+and the cache effects of a whole net (each pass runs alone, repeated).
+"""
+import logging
+import statistics
+import time
+
+import numpy as np
+
+from .ops import conv as conv_ops
+from .ops import tuned
+from .ops.gemm import use_tf32
+
+log = logging.getLogger("caffe_ocl")
+
+# seconds a timed round of one candidate should last at least (it repeats
+# the pass that many times between two synchronisations)
+ROUND_SECONDS = {"gpu": 0.004, "cpu": 0.05}
+# the rules' choice stays unless another algorithm is faster by more than
+# this fraction (H200, ResNet-50: equal 1x1 passes, 0.147 vs 0.147 ms,
+# otherwise went to whichever the noise favoured)
+KEEP_RULE_WITHIN = 0.03
+
+
+def net_conv_passes(net):
+    """[(layer name, geometry, pass)] of the convolution passes ``net``
+    runs: a layer's forward, and in a TRAIN-phase net its data and weight
+    gradients where they are needed (Deconvolution: the forward of the layer
+    is the convolution's backward_data and vice versa). (Caffe works out
+    which layers need backward in TEST nets too; they rarely run it.)"""
+    from .net import TRAIN
+    training = net.phase == TRAIN
+    out = []
+    for li, layer in enumerate(net.layers):
+        if layer.type not in ("Convolution", "Deconvolution") or getattr(layer, "geom", None) is None:
+            continue
+        reverse = layer.type == "Deconvolution"
+        g = layer.geom
+        passes = ["backward_data" if reverse else "forward"]
+        if training and net._layer_need_backward[li]:
+            if any(net._bottom_need_backward[li]):
+                passes.append("forward" if reverse else "backward_data")
+            if layer.param_propagate_down and layer.param_propagate_down[0]:
+                passes.append("backward_weight")
+        out += [(net._layer_names[li], g, p) for p in passes]
+    return out
+
+
+class _Buffers:
+    """Device buffers of one geometry's shapes, filled with random values."""
+
+    def __init__(self, dev, g, col_floats):
+        rng = np.random.default_rng(0)
+        self.dev = dev
+        self._host = []
+        sizes = dict(x=g.num * g.channels * g.height * g.width,
+                     y=g.num * g.out_channels * g.out_spatial,
+                     w=g.out_channels * (g.channels // g.groups) * g.kh * g.kw,
+                     b=g.out_channels)
+        for name, n in sizes.items():
+            for suffix in ("", "_grad"):
+                host = rng.standard_normal(n).astype(np.float32) * 0.1
+                buf = dev.alloc(4 * n)
+                dev.upload(buf, host)
+                self._host.append(host)          # alive until the copies finish
+                setattr(self, name + suffix, buf)
+        self.col = dev.alloc(4 * col_floats) if col_floats else None
+        dev.finish()
+        self._host = []
+
+
+def _launches(dev, g, pass_, algo, bufs):
+    if pass_ == "forward":
+        return conv_ops.forward(dev, g, bufs.x, bufs.w, bufs.y, bufs.col, bufs.b, algo=algo)
+    if pass_ == "backward_data":
+        return conv_ops.backward_data(dev, g, bufs.y_grad, bufs.w, bufs.x_grad, bufs.col,
+                                      algo=algo)
+    return conv_ops.backward_weight(dev, g, bufs.x, bufs.y_grad, bufs.w_grad, bufs.col, algo=algo)
+
+
+def _run(dev, launches, times):
+    q = dev.queue
+    t0 = time.perf_counter()
+    for _ in range(times):
+        for launch in launches:
+            launch.run(q)
+    dev.finish()
+    return time.perf_counter() - t0
+
+
+def measure(dev, g, pass_, algos=None, rounds=5, clock=None):
+    """{algorithm: median ms} of one convolution pass, the candidates
+    interleaved round by round; a candidate that cannot be built or run on
+    this device (too much local memory, out of memory) maps to the error's
+    text instead. ``clock(dev, algo, launches, repeats)`` replaces the
+    timing (tests)."""
+    algos = list(algos or conv_ops.candidates(dev, g))
+    col = max(conv_ops.workspace_floats(dev, g, a) for a in algos)
+    bufs = _Buffers(dev, g, col)
+    built, failed = {}, {}
+    for a in algos:
+        try:
+            built[a] = _launches(dev, g, pass_, a, bufs)
+            _run(dev, built[a], 1)                   # builds programs, warms up
+        except Exception as e:                       # noqa: BLE001 -- reported, not fatal
+            failed[a] = f"failed: {str(e).splitlines()[0][:120]}"
+            built.pop(a, None)
+    clock = clock or (lambda dev, a, launches, n: _run(dev, launches, n))
+    target = ROUND_SECONDS["cpu" if dev.is_cpu else "gpu"]
+    repeats = {}
+    for a, launches in built.items():
+        once = max(clock(dev, a, launches, 1), 1e-6)
+        repeats[a] = max(1, min(1000, int(target / once + 0.5)))
+    samples = {a: [] for a in built}
+    for _ in range(rounds):
+        for a, launches in built.items():
+            samples[a].append(clock(dev, a, launches, repeats[a]) / repeats[a])
+    result = {a: statistics.median(s) * 1000.0 for a, s in samples.items()}
+    result.update(failed)
+    return result
+
+
+def tune_passes(dev, items, rounds=5, store=True, out=print, clock=None):
+    """Time every (name, geometry, pass) of ``items`` (each distinct
+    geometry and pass once), store the fastest choices for ``dev`` (unless
+    ``store`` is False) and return ``(rows, path)``: rows of dicts with the
+    layer names, key, times, choice and the rules' choice."""
+    tf32 = use_tf32(dev)
+    by_key = {}
+    for name, g, p in items:
+        key = tuned.conv_key(g, p, tf32)
+        by_key.setdefault(key, [g, p, []])[2].append(name)
+    rows, new = [], {}
+    for key, (g, p, names) in by_key.items():
+        algos = conv_ops.candidates(dev, g)
+        if len(algos) == 1:                 # nothing to choose (not timed, not stored)
+            out(f"{_names(names)} {p}: only {algos[0]} applies")
+            continue
+        times = measure(dev, g, p, algos, rounds=rounds, clock=clock)
+        ok = {a: t for a, t in times.items() if isinstance(t, float)}
+        rule = conv_ops.algorithm(dev, g)             # pass_=None: never the stored choice
+        if rule == "winograd" and p == "backward_weight" and not _wino_bwd_weight():
+            rule = "im2col" if dev.is_cpu else "igemm"
+        choice = min(ok, key=ok.get) if ok else None
+        if choice is not None and rule in ok and ok[rule] <= ok[choice] * (1 + KEEP_RULE_WITHIN):
+            choice = rule
+        row = dict(layers=names, key=key, pass_=p, times=times, rule=rule, choice=choice)
+        rows.append(row)
+        _print_row(row, out)
+        if row["choice"] is not None:
+            new[key] = {"choice": row["choice"], "ms": {a: round(t, 4) for a, t in ok.items()},
+                        "layers": names[:4]}
+    _print_summary(rows, out)
+    path = tuned.save(dev, new) if store and new else None
+    if path:
+        out(f"stored {len(new)} choices in {path}")
+    return rows, path
+
+
+def _wino_bwd_weight():
+    from .ops import winograd
+    return winograd.bwd_weight_enabled()
+
+
+def _print_row(row, out):
+    times = ", ".join(f"{a} {t:.3f} ms" if isinstance(t, float) else f"{a} {t}"
+                      for a, t in row["times"].items())
+    out(f"{_names(row['layers'])} {row['pass_']}: {times} -> {row['choice']} "
+        f"(rules: {row['rule']})")
+
+
+def _names(layers):
+    return ",".join(layers[:3]) + ("..." if len(layers) > 3 else "")
+
+
+def _print_summary(rows, out):
+    """Sum over the net's passes that had a choice (a geometry shared by k
+    layers counts k times) of the rules' choices and of the chosen ones."""
+    rules = chosen = 0.0
+    for r in rows:
+        t = r["times"]
+        if r["choice"] is None or not isinstance(t.get(r["rule"]), float):
+            continue
+        k = len(r["layers"])
+        rules += k * t[r["rule"]]
+        chosen += k * t[r["choice"]]
+    if chosen > 0:
+        out(f"convolution passes with a choice, summed: rules {rules:.3f} ms, "
+            f"tuned {chosen:.3f} ms ({rules / chosen:.2f}x)")
+
+
+def tune_net(net, rounds=5, store=True, out=print, clock=None):
+    """Tune the convolutions of a built ``net`` (see the module's text).
+    Nets built afterwards use the stored choices; ``net`` keeps its own."""
+    return tune_passes(net.device, net_conv_passes(net), rounds=rounds, store=store,
+                       out=out, clock=clock)
+
+
+def tune_main(argv):
+    from .device import get_device, set_device, set_mode_gpu
+    from .errors import CaffeOclError
+    from .flags import parse_flags
+    from .logs import init_log
+    from .net import Net, TEST, TRAIN
+    flags, _ = parse_flags(argv, {"model": str, "iterations": int, "gpu": str, "phase": str,
+                                  "level": int, "stage": str, "store": bool},
+                           defaults={"iterations": 5, "phase": "TRAIN", "level": 0,
+                                     "store": True},
+                           program="caffe_ocl tune")
+    if "model" not in flags:
+        raise CaffeOclError("tune needs --model NET.prototxt")
+    if flags["iterations"] < 1:
+        raise CaffeOclError("tune: --iterations must be at least 1")
+    phase = flags["phase"].upper()
+    if phase not in ("TRAIN", "TEST"):
+        raise CaffeOclError(f"tune: --phase must be TRAIN or TEST, got {flags['phase']!r}")
+    init_log()
+    if "gpu" in flags:
+        set_mode_gpu()
+        if flags["gpu"] != "all":
+            set_device(int(flags["gpu"].split(",")[0]))
+    dev = get_device()
+    log.info("Use OpenCL device %s (%s)", dev.name, dev.reason)
+    stages = flags["stage"].split(",") if flags.get("stage") else ()
+    net = Net(flags["model"], TRAIN if phase == "TRAIN" else TEST, level=flags["level"],
+              stages=stages)
+    items = net_conv_passes(net)
+    if not items:
+        log.info("%s has no convolutions: nothing to tune", flags["model"])
+        return 0
+    tune_passes(dev, items, rounds=flags["iterations"], store=flags["store"], out=log.info)
+    return 0

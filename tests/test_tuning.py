@@ -1,0 +1,255 @@
+"""`caffe_ocl tune` and the per-device store of its choices (caffe_ocl/tuning.py,
+caffe_ocl/ops/tuned.py): stored choices are used per geometry and pass,
+ignored when switched off, forced away by CAFFE_OCL_WINOGRAD, or when they
+cannot apply; the tuner picks the fastest of what it timed; a net built
+after tuning runs the stored algorithms and gives the same results."""
+import json
+import logging
+
+import numpy as np
+import pytest
+
+import caffe_ocl
+from caffe_ocl import cli, tuning
+from caffe_ocl.device import get_device
+from caffe_ocl.ops import conv as conv_ops
+from caffe_ocl.ops import tuned
+from caffe_ocl.ops import winograd as wino_ops
+from caffe_ocl.proto import parse_net_text
+
+# the CPU rules run Winograd here (64 output tiles, 64 channels)
+WIDE = conv_ops.ConvGeometry(4, 64, 16, 16, 64, 3, 3, 1, 1)
+DEPTHWISE = conv_ops.ConvGeometry(2, 8, 9, 9, 8, 3, 3, 1, 1, groups=8)
+
+
+@pytest.fixture
+def store(monkeypatch, tmp_path):
+    """The device's tuned store in a fresh directory, switched on."""
+    dev = get_device()
+    monkeypatch.setattr(dev, "cache_dir", str(tmp_path))
+    monkeypatch.setenv(tuned.ENV, "1")
+    monkeypatch.delenv(wino_ops.ENV, raising=False)
+    tuned.forget_loaded()
+    yield dev
+    tuned.forget_loaded()
+
+
+def _key(dev, g, p):
+    return tuned.conv_key(g, p, conv_ops.use_tf32(dev))
+
+
+def test_stored_choice_per_pass(store, monkeypatch):
+    dev = store
+    if not dev.is_cpu:
+        pytest.skip("the geometry's rule is chosen for CPU drivers")
+    assert conv_ops.algorithm(dev, WIDE, None, "forward") == "winograd"      # the rules
+    path = tuned.save(dev, {_key(dev, WIDE, "forward"): {"choice": "im2col"}})
+    assert path.startswith(dev.cache_dir) and path.endswith(".json")
+    assert conv_ops.algorithm(dev, WIDE, None, "forward") == "im2col"
+    assert conv_ops.algorithm(dev, WIDE, None, "backward_data") == "winograd"  # not stored
+    assert conv_ops.algorithm(dev, WIDE) == "winograd"                 # no pass: rules
+    assert conv_ops.algorithm(dev, WIDE, "winograd", "forward") == "winograd"  # asked for
+    other = conv_ops.ConvGeometry(8, 64, 16, 16, 64, 3, 3, 1, 1)       # another batch size
+    assert conv_ops.algorithm(dev, other, None, "forward") == "winograd"
+    monkeypatch.setenv(tuned.ENV, "0")
+    assert conv_ops.algorithm(dev, WIDE, None, "forward") == "winograd"
+    monkeypatch.setenv(tuned.ENV, "1")
+    monkeypatch.setenv(wino_ops.ENV, "1")           # forcing Winograd beats the store
+    assert conv_ops.algorithm(dev, WIDE, None, "forward") == "winograd"
+    monkeypatch.setenv(wino_ops.ENV, "0")
+    assert conv_ops.algorithm(dev, WIDE, None, "forward") == "im2col"
+
+
+def test_choice_that_cannot_apply_is_ignored(store, caplog):
+    dev = store
+    rule = conv_ops.algorithm(dev, WIDE, None, "forward")
+    tuned.save(dev, {_key(dev, WIDE, "forward"): {"choice": "depthwise"}})
+    with caplog.at_level(logging.WARNING, logger="caffe_ocl"):
+        assert conv_ops.algorithm(dev, WIDE, None, "forward") == rule
+    assert "does not apply" in caplog.text and tuned.store_path(dev) in caplog.text
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"format": 99, "entries": {}}', "[1, 2]"])
+def test_unreadable_store_is_ignored(store, caplog, content):
+    dev = store
+    path = tuned.store_path(dev)
+    import os
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as f:
+        f.write(content)
+    with caplog.at_level(logging.WARNING, logger="caffe_ocl"):
+        assert tuned.entries(dev) == {}
+        conv_ops.algorithm(dev, WIDE, None, "forward")
+    assert path in caplog.text
+    # tuning writes it anew, whole
+    tuned.save(dev, {_key(dev, WIDE, "forward"): {"choice": "im2col"}})
+    data = json.load(open(path))
+    assert data["format"] == tuned.FORMAT and len(data["entries"]) == 1
+
+
+def test_workspace_covers_every_pass(store):
+    """A depthwise layer needs no column workspace, unless a pass was tuned
+    to the dense path."""
+    dev = store
+    assert conv_ops.workspace_floats(dev, DEPTHWISE) == 0
+    tuned.save(dev, {_key(dev, DEPTHWISE, "backward_weight"): {"choice": "im2col"}})
+    need = conv_ops.workspace_floats(dev, DEPTHWISE, "im2col")
+    assert need > 0 and conv_ops.workspace_floats(dev, DEPTHWISE) == need
+    assert conv_ops.algorithm(dev, DEPTHWISE, None, "backward_weight") == "im2col"
+    assert conv_ops.algorithm(dev, DEPTHWISE, None, "forward") == "depthwise"
+
+
+def _fake_clock(ms):
+    """A clock that says each algorithm's pass takes ms[algo] ms."""
+    calls = []
+
+    def clock(dev, algo, launches, repeats):
+        calls.append((algo, repeats))
+        return ms[algo] * repeats / 1000.0
+    return clock, calls
+
+
+def test_measure_interleaves_and_takes_medians(store):
+    dev = store
+    clock, calls = _fake_clock({"depthwise": 0.5, "im2col": 0.2, "igemm": 3.0})
+    t = tuning.measure(dev, DEPTHWISE, "forward", rounds=3, clock=clock)
+    assert set(t) == set(conv_ops.candidates(dev, DEPTHWISE))
+    assert t["depthwise"] == pytest.approx(0.5) and t["im2col"] == pytest.approx(0.2)
+    timed = [a for a, r in calls[len(t):]]              # after one calibration call each
+    assert timed == list(t) * 3                          # A, B, A, B, ...
+    target = tuning.ROUND_SECONDS["cpu" if dev.is_cpu else "gpu"]
+    assert dict(calls[len(t):len(t) * 2])["im2col"] == int(target / 0.0002 + 0.5)
+
+
+def test_measure_real_device():
+    dev = get_device()
+    t = tuning.measure(dev, DEPTHWISE, "backward_weight", rounds=2)
+    assert all(isinstance(v, float) and v > 0 for v in t.values()), t
+
+
+def test_failing_candidate_is_reported(store, monkeypatch):
+    dev = store
+    real = tuning._launches
+
+    def launches(dev, g, p, algo, bufs):
+        if algo == "im2col":
+            raise RuntimeError("out of resources\nmore")
+        return real(dev, g, p, algo, bufs)
+    monkeypatch.setattr(tuning, "_launches", launches)
+    t = tuning.measure(dev, DEPTHWISE, "forward", rounds=1)
+    assert t["im2col"] == "failed: out of resources"
+    assert isinstance(t["depthwise"], float)
+
+
+NET = """
+name: "t"
+layer { name: "in" type: "Input" top: "x" top: "label"
+        input_param { shape { dim: 4 dim: 64 dim: 16 dim: 16 } shape { dim: 4 } } }
+layer { name: "c1" type: "Convolution" bottom: "x" top: "c1"
+        convolution_param { num_output: 64 kernel_size: 3 pad: 1
+                            weight_filler { type: "gaussian" std: 0.05 } } }
+layer { name: "r1" type: "ReLU" bottom: "c1" top: "c1" }
+layer { name: "dw" type: "Convolution" bottom: "c1" top: "dw"
+        convolution_param { num_output: 64 group: 64 kernel_size: 3 pad: 1
+                            weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "c2" type: "Convolution" bottom: "dw" top: "c2"
+        convolution_param { num_output: 64 kernel_size: 3 pad: 1
+                            weight_filler { type: "gaussian" std: 0.05 } } }
+layer { name: "fc" type: "InnerProduct" bottom: "c2" top: "fc"
+        inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.01 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }
+"""
+
+
+def _run(seed=5):
+    caffe_ocl.set_random_seed(seed)
+    net = caffe_ocl.Net(parse_net_text(NET), caffe_ocl.TRAIN)
+    rng = np.random.default_rng(1)
+    net.blobs["x"].data[...] = rng.standard_normal(net.blobs["x"].shape)
+    net.blobs["label"].data[...] = [0, 2, 1, 1]
+    net.forward()
+    net.backward()
+    return net
+
+
+def _kernel_names(layer):
+    return {ln.name for ln in list(layer.fwd) + list(layer.bwd)}
+
+
+def test_tuned_net_runs_the_choices(store):
+    """The tuner's passes of a training net (c1 shares c2's geometry: timed
+    once), its choices (made the slowest-by-rule by a fake clock) stored,
+    and a net built afterwards runs them with the same results."""
+    dev = store
+    base = _run()
+    items = tuning.net_conv_passes(base)
+    assert [(n, p) for n, _, p in items] == [
+        ("c1", "forward"), ("c1", "backward_weight"),          # x needs no gradient
+        ("dw", "forward"), ("dw", "backward_data"), ("dw", "backward_weight"),
+        ("c2", "forward"), ("c2", "backward_data"), ("c2", "backward_weight")]
+    # every algorithm but the rules' choice "fastest": the stored choices differ
+    # from the rules' everywhere there was a choice
+    lines = []
+    clock, _ = _fake_clock({"winograd": 5.0, "depthwise": 5.0, "im2col": 1.0, "igemm": 2.0}
+                           if dev.is_cpu else
+                           {"winograd": 5.0, "depthwise": 5.0, "im2col": 1.0, "igemm": 9.0})
+    rows, path = tuning.tune_net(base, rounds=1, out=lines.append, clock=clock)
+    assert len(rows) == 6 and sorted(rows[0]["layers"]) == ["c1", "c2"]
+    assert all(r["choice"] == "im2col" for r in rows)
+    assert any("-> im2col (rules: depthwise)" in s for s in lines)
+    assert lines[-1] == f"stored 6 choices in {path}"
+    tuned_net = _run()
+    assert not any("dw_" in k for k in _kernel_names(tuned_net.layers[3]))
+    assert any("dw_" in k for k in _kernel_names(base.layers[3]))
+    for name in ("loss", "fc"):
+        np.testing.assert_allclose(tuned_net.blobs[name].data, base.blobs[name].data,
+                                   rtol=2e-4, atol=1e-5)
+    for i in (1, 3, 4):
+        for a, b in zip(tuned_net.layers[i].blobs, base.layers[i].blobs):
+            np.testing.assert_allclose(a.diff, b.diff, rtol=2e-3, atol=1e-5)
+
+
+def test_rules_kept_within_noise(store):
+    """An algorithm at most 3% faster than the rules' does not replace it."""
+    dev = store
+    rule = conv_ops.algorithm(dev, DEPTHWISE)
+    assert rule == "depthwise"
+    clock, _ = _fake_clock({"depthwise": 1.0, "im2col": 0.98, "igemm": 0.985})
+    rows, _ = tuning.tune_passes(dev, [("dw", DEPTHWISE, "forward")], rounds=1,
+                                 store=False, out=lambda s: None, clock=clock)
+    assert rows[0]["choice"] == "depthwise"
+    clock, _ = _fake_clock({"depthwise": 1.0, "im2col": 0.9, "igemm": 0.95})
+    rows, _ = tuning.tune_passes(dev, [("dw", DEPTHWISE, "forward")], rounds=1,
+                                 store=False, out=lambda s: None, clock=clock)
+    assert rows[0]["choice"] == "im2col" and tuned.entries(dev) == {}
+
+
+def test_single_candidate_not_timed(store):
+    dev = store
+    one = conv_ops.ConvGeometry(2, 8, 5, 5, 4, 1, 1)
+    if len(conv_ops.candidates(dev, one)) > 1:
+        pytest.skip("GPUs have two algorithms for 1x1 convolutions")
+    lines = []
+    clock, calls = _fake_clock({"im2col": 1.0})
+    rows, path = tuning.tune_passes(dev, [("c", one, "forward")], out=lines.append, clock=clock)
+    assert lines == ["c forward: only im2col applies"]
+    assert rows == [] and path is None and calls == []
+
+
+def test_cli(store, tmp_path, capsys, caplog):
+    model = tmp_path / "m.prototxt"
+    model.write_text(NET)
+    with caplog.at_level(logging.INFO, logger="caffe_ocl"):
+        assert cli.main(["tune", "--model", str(model), "--phase", "TEST",
+                         "--iterations", "1"]) == 0
+    text = caplog.text
+    assert "c1,c2 forward:" in text and "dw forward:" in text and "stored 2 choices" in text
+    entries = json.load(open(tuned.store_path(store)))["entries"]
+    assert sorted(e["layers"][0] for e in entries.values()) == ["c1", "dw"]
+    assert all(e["choice"] in e["ms"] for e in entries.values())
+    assert cli.main(["tune", "--model", str(model), "--phase", "TEST", "--iterations", "1",
+                     "--store=false"]) == 0
+    assert cli.main(["tune"]) == 1
+    assert "needs --model" in capsys.readouterr().err
+    assert cli.main(["tune", "--model", str(model), "--phase", "VAL"]) == 1
+    assert "TRAIN or TEST" in capsys.readouterr().err
