@@ -73,8 +73,20 @@ def time_net(net, iterations, backward=True, out=print):
                 backward_total=bwd_total / iterations)
 
 
-def time_main(argv):
+def device_from_flags(flags):
+    """The device a tool's ``--gpu N`` asks for (Caffe's flag: the first of
+    a list; ``all``: the default GPU), logged as Caffe logs it."""
     from .device import get_device, set_device, set_mode_gpu
+    if "gpu" in flags:
+        set_mode_gpu()
+        if flags["gpu"] != "all":
+            set_device(int(flags["gpu"].split(",")[0]))
+    dev = get_device()
+    log.info("Use OpenCL device %s (%s)", dev.name, dev.reason)
+    return dev
+
+
+def time_main(argv):
     from .logs import init_log
     from .net import Net, TRAIN, TEST
     flags, rest = parse_flags(argv, {"model": str, "iterations": int, "gpu": str,
@@ -86,12 +98,7 @@ def time_main(argv):
         from .errors import CaffeOclError
         raise CaffeOclError("time needs --model NET.prototxt")
     init_log()
-    if "gpu" in flags:
-        set_mode_gpu()
-        if flags["gpu"] != "all":
-            set_device(int(flags["gpu"].split(",")[0]))
-    dev = get_device()
-    log.info("Use OpenCL device %s (%s)", dev.name, dev.reason)
+    dev = device_from_flags(flags)
     stages = flags["stage"].split(",") if flags.get("stage") else ()
     t0 = time.perf_counter()
     net = Net(flags["model"], TRAIN if flags["phase"].upper() == "TRAIN" else TEST,

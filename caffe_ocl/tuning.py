@@ -217,11 +217,11 @@ def tune_net(net, rounds=5, store=True, out=print, clock=None):
 
 
 def tune_main(argv):
-    from .device import get_device, set_device, set_mode_gpu
     from .errors import CaffeOclError
     from .flags import parse_flags
     from .logs import init_log
     from .net import Net, TEST, TRAIN
+    from .timing import device_from_flags
     flags, _ = parse_flags(argv, {"model": str, "iterations": int, "gpu": str, "phase": str,
                                   "level": int, "stage": str, "store": bool},
                            defaults={"iterations": 5, "phase": "TRAIN", "level": 0,
@@ -235,12 +235,7 @@ def tune_main(argv):
     if phase not in ("TRAIN", "TEST"):
         raise CaffeOclError(f"tune: --phase must be TRAIN or TEST, got {flags['phase']!r}")
     init_log()
-    if "gpu" in flags:
-        set_mode_gpu()
-        if flags["gpu"] != "all":
-            set_device(int(flags["gpu"].split(",")[0]))
-    dev = get_device()
-    log.info("Use OpenCL device %s (%s)", dev.name, dev.reason)
+    dev = device_from_flags(flags)
     stages = flags["stage"].split(",") if flags.get("stage") else ()
     net = Net(flags["model"], TRAIN if phase == "TRAIN" else TEST, level=flags["level"],
               stages=stages)

@@ -5,6 +5,7 @@ cannot apply; the tuner picks the fastest of what it timed; a net built
 after tuning runs the stored algorithms and gives the same results."""
 import json
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -73,7 +74,6 @@ def test_choice_that_cannot_apply_is_ignored(store, caplog):
 def test_unreadable_store_is_ignored(store, caplog, content):
     dev = store
     path = tuned.store_path(dev)
-    import os
     os.makedirs(os.path.dirname(path))
     with open(path, "w") as f:
         f.write(content)
