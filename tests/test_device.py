@@ -133,6 +133,8 @@ def test_device_query_lists_and_marks_the_chosen_device(capsys):
 @pytest.mark.parametrize("args,msg", [
     (["time", "--model", "nowhere.prototxt"], "not found: nowhere.prototxt"),
     (["time", "--model", "{bad}"], ":1:"),
+    (["tune", "--model", "nowhere.prototxt"], "not found: nowhere.prototxt"),
+    (["tune", "--model", "{bad}", "--phase", "TEST"], ":1:"),
     (["classify", "--model", "{unknown}", "x.png"], "unknown layer type 'Convolutoin'"),
 ])
 def test_command_errors_are_one_line_without_traceback(tmp_path, args, msg):
