@@ -123,7 +123,8 @@ def measure(dev, g, pass_, algos=None, rounds=5, clock=None):
             built[a] = _launches(dev, g, pass_, a, bufs)
             _run(dev, built[a], 1)                   # builds programs, warms up
         except Exception as e:                       # noqa: BLE001 -- reported, not fatal
-            failed[a] = f"failed: {str(e).splitlines()[0][:120]}"
+            first_line = (str(e).splitlines() or [type(e).__name__])[0]
+            failed[a] = f"failed: {first_line[:120]}"
             built.pop(a, None)
     clock = clock or (lambda dev, a, launches, n: _run(dev, launches, n))
     target = ROUND_SECONDS["cpu" if dev.is_cpu else "gpu"]

@@ -12,8 +12,9 @@ One JSON file per device, ``<cache dir>/tuned/<device>.json`` (cache dir:
 ``$CAFFE_OCL_CACHE``, default ``~/.cache/caffe_ocl``), named from the
 device's name and a hash of its platform, driver and OpenCL versions, so a
 driver update starts from the rules again. ``CAFFE_OCL_TUNED=0`` ignores
-the stored choices (and ``caffe_ocl tune`` then only measures). The file is
-a cache: an unreadable one is reported once and ignored, never fatal.
+the stored choices (``caffe_ocl tune`` still writes them; ``--store=false``
+only measures). The file is a cache: an unreadable one is reported and
+ignored, never fatal.
 """
 import hashlib
 import json
