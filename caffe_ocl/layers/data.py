@@ -16,7 +16,7 @@ Differences a Caffe user may notice:
   start-up (Caffe's DataReader behaviour) for Data as well as ImageData.
 * HDF5Output appends each forward's rows to the ``data``/``label``
   datasets (Caffe writes them once and fails on a second forward).
-* WindowData is not implemented.
+WindowData lives in window_data.py.
 """
 import logging
 import os
