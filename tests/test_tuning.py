@@ -253,3 +253,29 @@ def test_cli(store, tmp_path, capsys, caplog):
     assert "needs --model" in capsys.readouterr().err
     assert cli.main(["tune", "--model", str(model), "--phase", "VAL"]) == 1
     assert "TRAIN or TEST" in capsys.readouterr().err
+
+
+def test_deconvolution_passes_are_the_convolutions_reversed(store):
+    """A Deconvolution's forward is its convolution's backward_data and its
+    data gradient that convolution's forward (the geometry's image side is
+    the layer's top)."""
+    text = """
+    name: "d"
+    layer { name: "in" type: "Input" top: "x" top: "label"
+            input_param { shape { dim: 2 dim: 4 dim: 5 dim: 5 } shape { dim: 2 } } }
+    layer { name: "c" type: "Convolution" bottom: "x" top: "c"
+            convolution_param { num_output: 6 kernel_size: 1 } }
+    layer { name: "up" type: "Deconvolution" bottom: "c" top: "up"
+            convolution_param { num_output: 4 kernel_size: 3 stride: 1 pad: 1
+                                weight_filler { type: "gaussian" std: 0.1 } } }
+    layer { name: "fc" type: "InnerProduct" bottom: "up" top: "fc"
+            inner_product_param { num_output: 2 } }
+    layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }
+    """
+    net = caffe_ocl.Net(parse_net_text(text), caffe_ocl.TRAIN)
+    items = tuning.net_conv_passes(net)
+    assert [(n, p) for n, _, p in items] == [
+        ("c", "forward"), ("c", "backward_weight"),
+        ("up", "backward_data"), ("up", "forward"), ("up", "backward_weight")]
+    g = items[2][1]
+    assert (g.channels, g.out_channels) == (4, 6)       # image side: the top
