@@ -264,8 +264,8 @@ def _producer_ok(net, li):
     layer = net.layers[li]
     if len(net._bottom_vecs[li]) != 1 or len(net._top_vecs[li]) != 1:
         return False
-    if layer.type == "Convolution":
-        return not getattr(layer, "reverse", False)
+    if layer.type == "Convolution":      # 2-D (ops/conv.py): N-D ones run ops/conv_nd.py
+        return not getattr(layer, "reverse", False) and layer.spatial == 2
     return layer.type == "InnerProduct"
 
 

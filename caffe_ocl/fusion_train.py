@@ -303,7 +303,8 @@ def find_conv_relu(net):
     out = []
     for li in range(len(net.layers) - 1):
         conv, act = net.layers[li], net.layers[li + 1]
-        if (conv.type == "Convolution" and not conv.reverse and act.type == "ReLU"
+        if (conv.type == "Convolution" and not conv.reverse and conv.spatial == 2
+                and act.type == "ReLU"
                 and len(net._bottom_vecs[li]) == 1 and len(net._top_vecs[li]) == 1
                 and net._top_vecs[li][0] is not net._bottom_vecs[li][0]
                 and _in_place_on(net, li + 1, net._top_vecs[li][0])):
@@ -420,7 +421,8 @@ def find_relu_conv(net, taken=()):
     stages. Whether the convolution's backward-data can apply the gate
     (Winograd) is decided per call."""
     return [(li, li + 1) for li in range(len(net.layers) - 1)
-            if net.layers[li + 1].type == "Convolution" and _relu_into_next(net, li, taken)]
+            if net.layers[li + 1].type == "Convolution" and net.layers[li + 1].spatial == 2
+            and _relu_into_next(net, li, taken)]
 
 
 class ReLUConvBackward(LayerPair):
@@ -470,7 +472,7 @@ def find_split_convs(net, taken=()):
         a = 0 if readers[0][0] < readers[1][0] else 1
         (ja, _), (jb, kb) = readers[a], readers[1 - a]
         conv = net.layers[ja]
-        if (conv.type != "Convolution" or conv.reverse or ja in taken
+        if (conv.type != "Convolution" or conv.reverse or conv.spatial != 2 or ja in taken
                 or len(net._bottom_vecs[ja]) != 1 or not net._layer_need_backward[ja]
                 or not net._bottom_need_backward[ja][0]
                 or not net._layer_need_backward[jb] or not net._bottom_need_backward[jb][kb]):

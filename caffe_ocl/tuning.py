@@ -52,8 +52,9 @@ def net_conv_passes(net):
     training = net.phase == TRAIN
     out = []
     for li, layer in enumerate(net.layers):
-        if layer.type not in ("Convolution", "Deconvolution") or getattr(layer, "geom", None) is None:
-            continue
+        if (layer.type not in ("Convolution", "Deconvolution") or layer.spatial != 2
+                or getattr(layer, "geom", None) is None):
+            continue        # N-D convolutions have one algorithm (ops/conv_nd.py)
         reverse = layer.type == "Deconvolution"
         g = layer.geom
         passes = ["backward_data" if reverse else "forward"]

@@ -5,6 +5,7 @@ from .. import memory_plan
 from ..blob import Blob
 from ..errors import LayerError, ShapeError
 from ..ops import conv as conv_ops
+from ..ops import conv_nd
 from ..ops import lrn as lrn_ops
 from ..ops import pointwise
 from ..ops import pool as pool_ops
@@ -31,16 +32,47 @@ def _per_axis(layer, repeated, h, w, has_h, default, what):
     raise layer.error(f"{what} has {len(repeated)} values; 2-D convolution takes 1 or 2")
 
 
-def read_conv_geometry(layer, p, bottom, what):
-    """Set ``layer.axis``, ``kernel``, ``pad``, ``stride``, ``dilation`` (each
-    an (h, w) pair) from a ConvolutionParameter, with Caffe's checks; shared
-    by Convolution, Deconvolution and Im2col."""
+def _per_axis_nd(layer, repeated, n, default, what):
+    """Caffe's N-D kernel_size/pad/stride/dilation: none (the default), one
+    value for every axis, or one per axis."""
+    if len(repeated) == 0:
+        if default is None:
+            raise layer.error(f"{what} is required")
+        return (default,) * n
+    if len(repeated) == 1:
+        return (repeated[0],) * n
+    if len(repeated) == n:
+        return tuple(repeated)
+    raise layer.error(f"{what} has {len(repeated)} values; {n}-D convolution takes 1 or {n}")
+
+
+def read_conv_geometry(layer, p, bottom, what, nd=False):
+    """Set ``layer.axis``, ``spatial`` (the number of spatial axes),
+    ``kernel``, ``pad``, ``stride``, ``dilation`` (one value per spatial
+    axis) from a ConvolutionParameter, with Caffe's checks; shared by
+    Convolution, Deconvolution (``nd``: any number of spatial axes, as
+    Caffe's) and Im2col (2-D only)."""
     layer.axis = layer.canonical_axis(bottom, p.axis)
     spatial = bottom.num_axes - layer.axis - 1
-    if spatial != 2:
-        raise layer.error(f"only 2-D {what} is supported; bottom {bottom.name!r} "
+    layer.spatial = spatial
+    if spatial != 2 and not (nd and spatial >= 1):
+        need = "at least 1 spatial axis" if nd else "2 spatial axes (2-D only)"
+        raise layer.error(f"{what} needs {need}; bottom {bottom.name!r} "
                           f"{bottom.shape} has {spatial} spatial axes after axis "
                           f"{layer.axis}", ShapeError)
+    if spatial != 2:
+        if any(p.HasField(f) for f in ("kernel_h", "kernel_w", "pad_h", "pad_w",
+                                        "stride_h", "stride_w")):
+            raise layer.error("kernel_h/_w, pad_h/_w and stride_h/_w can only be used for "
+                              f"2-D convolution; this one has {spatial} spatial axes")
+        layer.kernel = _per_axis_nd(layer, p.kernel_size, spatial, None, "kernel_size")
+        layer.pad = _per_axis_nd(layer, p.pad, spatial, 0, "pad")
+        layer.stride = _per_axis_nd(layer, p.stride, spatial, 1, "stride")
+        layer.dilation = _per_axis_nd(layer, p.dilation, spatial, 1, "dilation")
+        if min(layer.kernel) <= 0 or min(layer.stride) <= 0 or min(layer.dilation) <= 0:
+            raise layer.error(f"kernel {layer.kernel}, stride {layer.stride} and dilation "
+                              f"{layer.dilation} must be positive")
+        return
     layer.kernel = _per_axis(layer, p.kernel_size, p.kernel_h, p.kernel_w,
                              p.HasField("kernel_h") or p.HasField("kernel_w"), None,
                              "kernel_size")
@@ -63,7 +95,7 @@ class BaseConvolution(Layer):
 
     def layer_setup(self, bottom, top):
         p = self.param.convolution_param
-        read_conv_geometry(self, p, bottom[0], "convolution")
+        read_conv_geometry(self, p, bottom[0], "convolution", nd=True)
         self.num_output = p.num_output
         self.group = p.group
         self.channels = bottom[0].shape[self.axis]
@@ -85,6 +117,8 @@ class BaseConvolution(Layer):
             fillers.fill(self.blobs[1], p.bias_filler, f"layer {self.name!r} bias_filler")
 
     def _geometry(self, shape):
+        if self.spatial != 2:
+            return self._nd_geometry(shape)
         n = int(math.prod(shape[:self.axis]))
         c, h, w = shape[self.axis:]
         if c != self.channels:
@@ -106,6 +140,29 @@ class BaseConvolution(Layer):
                              f"input {h}x{w} with pad {self.pad}", ShapeError)
         return g, (self.num_output, g.out_h, g.out_w)
 
+    def _nd_geometry(self, shape):
+        """1-D, 3-D, ... (ops/conv_nd.py), with Caffe's output sizes."""
+        n = int(math.prod(shape[:self.axis]))
+        c, spatial = shape[self.axis], tuple(shape[self.axis + 1:])
+        if c != self.channels:
+            raise self.error(f"bottom has {c} channels, the weights expect {self.channels}",
+                             ShapeError)
+        params = (self.kernel, self.pad, self.stride, self.dilation)
+        if self.reverse:     # image side = top
+            image = tuple(s * (i - 1) + (d * (k - 1) + 1) - 2 * p
+                          for i, k, p, s, d in zip(spatial, *params))
+            g = conv_nd.NdGeometry(n, self.num_output, image, self.channels, *params,
+                                   self.group)
+            outer = (self.num_output,) + image
+        else:
+            g = conv_nd.NdGeometry(n, c, spatial, self.num_output, *params, self.group)
+            outer = (self.num_output,) + g.out_shape
+        if min(g.out_shape + g.shape) <= 0:
+            raise self.error(f"kernel {self.kernel} (dilation {self.dilation}) does not fit "
+                             f"input {'x'.join(map(str, spatial))} with pad {self.pad}",
+                             ShapeError)
+        return g, outer
+
     def reshape(self, bottom, top):
         shape0 = bottom[0].shape
         for b in bottom[1:]:
@@ -115,6 +172,8 @@ class BaseConvolution(Layer):
         self.geom, out = self._geometry(shape0)
         for t in top:
             t.reshape(shape0[:self.axis] + out)
+        if self.spatial != 2:
+            return self._reshape_nd(bottom, top)
         cf = conv_ops.workspace_floats(self.device, self.geom)
         # the column workspace holds nothing between launches: one per device
         self.col = memory_plan.shared_scratch(self.device, cf) if cf else None
@@ -135,7 +194,53 @@ class BaseConvolution(Layer):
                 self.fwd += conv_ops.forward(self.device, self.geom, b.data_buffer(), w,
                                              t.data_buffer(), colbuf, bias)
 
+    def _reshape_nd(self, bottom, top):
+        g, dev = self.geom, self.device
+        self.geo = conv_nd.geometry_buffer(dev, g)
+        self.col = memory_plan.shared_scratch(dev, g.col_floats())
+        w = self.blobs[0].data_buffer()
+        bias = self.blobs[1].data_buffer() if self.bias_term else None
+        self.fwd = []
+        for b, t in zip(bottom, top):
+            if self.reverse:
+                self.fwd += conv_nd.backward_data(dev, g, self.geo, b.data_buffer(), w,
+                                                  t.data_buffer(), self.col)
+                if bias is not None:
+                    self.fwd.append(pointwise.add_bias(dev, g.num, self.num_output,
+                                                       g.in_spatial, t.data_buffer(),
+                                                       t.data_buffer(), bias))
+            else:
+                self.fwd += conv_nd.forward(dev, g, self.geo, b.data_buffer(), w,
+                                            t.data_buffer(), self.col, bias)
+
+    def _build_backward_nd(self, bottom, top):
+        g, dev, w = self.geom, self.device, self.blobs[0]
+        for b, t in zip(bottom, top):
+            if self.bias_term and self.param_propagate_down[1]:
+                side = g.in_spatial if self.reverse else g.out_spatial
+                self.bwd += conv_ops.bias_grad(dev, g.num, self.num_output, side,
+                                               t.diff_buffer(), self.blobs[1].diff_buffer())
+            if self.param_propagate_down[0]:
+                # dW from the image side's values and the column side's
+                # gradient (Deconvolution: dy is its image side)
+                if self.reverse:
+                    x, dy = t.diff_buffer(), b.data_buffer()
+                else:
+                    x, dy = b.data_buffer(), t.diff_buffer()
+                self.bwd += conv_nd.backward_weight(dev, g, self.geo, x, dy, w.diff_buffer(),
+                                                    self.col)
+            if self.propagate_down[bottom.index(b)]:
+                if self.reverse:
+                    self.bwd += conv_nd.forward(dev, g, self.geo, t.diff_buffer(),
+                                                w.data_buffer(), b.diff_buffer(), self.col)
+                else:
+                    self.bwd += conv_nd.backward_data(dev, g, self.geo, t.diff_buffer(),
+                                                      w.data_buffer(), b.diff_buffer(),
+                                                      self.col)
+
     def build_backward(self, bottom, top):
+        if self.spatial != 2:
+            return self._build_backward_nd(bottom, top)
         g, dev = self.geom, self.device
         w = self.blobs[0]
         colbuf = self.col
