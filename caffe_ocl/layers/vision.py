@@ -221,8 +221,9 @@ class BaseConvolution(Layer):
                 self.bwd += conv_ops.bias_grad(dev, g.num, self.num_output, side,
                                                t.diff_buffer(), self.blobs[1].diff_buffer())
             if self.param_propagate_down[0]:
-                # dW from the image side's values and the column side's
-                # gradient (Deconvolution: dy is its image side)
+                # dW = sum of dy(columns) * im2col(x(image))^T; for a
+                # Deconvolution the image side is its top (the gradient) and
+                # the column side its bottom (the values)
                 if self.reverse:
                     x, dy = t.diff_buffer(), b.data_buffer()
                 else:
