@@ -238,6 +238,9 @@ def tune_main(argv):
         raise CaffeOclError(f"tune: --phase must be TRAIN or TEST, got {flags['phase']!r}")
     init_log()
     dev = device_from_flags(flags)
+    if flags["store"] and tuned.store_path(dev) is None:
+        raise CaffeOclError("tune: no cache directory to store the choices in "
+                            "(CAFFE_OCL_CACHE is empty); set it, or pass --store=false")
     stages = flags["stage"].split(",") if flags.get("stage") else ()
     net = Net(flags["model"], TRAIN if phase == "TRAIN" else TEST, level=flags["level"],
               stages=stages)

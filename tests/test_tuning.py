@@ -12,6 +12,7 @@ import pytest
 
 import caffe_ocl
 from caffe_ocl import cli, tuning
+from caffe_ocl.errors import CaffeOclError
 from caffe_ocl.device import get_device
 from caffe_ocl.ops import conv as conv_ops
 from caffe_ocl.ops import tuned
@@ -279,3 +280,18 @@ def test_deconvolution_passes_are_the_convolutions_reversed(store):
         ("up", "backward_data"), ("up", "forward"), ("up", "backward_weight")]
     g = items[2][1]
     assert (g.channels, g.out_channels) == (4, 6)       # image side: the top
+
+
+def test_no_cache_directory(store, monkeypatch, tmp_path, capsys):
+    """CAFFE_OCL_CACHE="" switches the program cache off: nothing is looked
+    up, and tuning says where it cannot store instead of writing elsewhere."""
+    dev = store
+    monkeypatch.setattr(dev, "cache_dir", "")
+    assert tuned.store_path(dev) is None and tuned.entries(dev) == {}
+    assert conv_ops.algorithm(dev, DEPTHWISE, None, "forward") == "depthwise"
+    with pytest.raises(CaffeOclError, match="CAFFE_OCL_CACHE is empty"):
+        tuned.save(dev, {"k": {"choice": "im2col"}})
+    model = tmp_path / "m.prototxt"
+    model.write_text(NET)
+    assert cli.main(["tune", "--model", str(model), "--phase", "TEST"]) == 1
+    assert "--store=false" in capsys.readouterr().err

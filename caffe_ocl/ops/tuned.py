@@ -37,13 +37,16 @@ def enabled():
 
 
 def store_path(dev):
-    """The device's file of tuned choices."""
+    """The device's file of tuned choices (None when the cache is switched
+    off: CAFFE_OCL_CACHE set to an empty string)."""
+    if not getattr(dev, "cache_dir", None):
+        return None
     info = getattr(dev, "info", {}) or {}
     ident = "|".join(str(info.get(k, "")) for k in
                      ("platform_name", "platform_version", "name", "driver", "version"))
     slug = re.sub(r"[^A-Za-z0-9]+", "-", str(getattr(dev, "name", "device"))).strip("-")[:48]
     digest = hashlib.sha1(ident.encode()).hexdigest()[:12]
-    return os.path.join(dev.cache_dir or ".", "tuned", f"{slug or 'device'}-{digest}.json")
+    return os.path.join(dev.cache_dir, "tuned", f"{slug or 'device'}-{digest}.json")
 
 
 def conv_key(g, pass_, tf32):
@@ -56,6 +59,8 @@ def conv_key(g, pass_, tf32):
 def entries(dev):
     """The stored entries of ``dev`` ({} when none or unreadable)."""
     path = store_path(dev)
+    if path is None:
+        return {}
     if path not in _stores:
         _stores[path] = _read(path)
     return _stores[path]
@@ -93,6 +98,10 @@ def save(dev, new_entries):
     file, written whole to a temporary file and renamed over the old one
     (a crash leaves the old file, never half of one)."""
     path = store_path(dev)
+    if path is None:
+        from ..errors import CaffeOclError
+        raise CaffeOclError("no cache directory to store tuned choices in (CAFFE_OCL_CACHE "
+                            "is empty); set it, or tune with --store=false")
     merged = dict(_read(path))
     merged.update(new_entries)
     info = getattr(dev, "info", {}) or {}
