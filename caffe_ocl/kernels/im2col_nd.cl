@@ -16,14 +16,18 @@
 #define G_STRIDE(a) geo[1 + 4 * NAXES + (a)]
 #define G_DIL(a) geo[1 + 5 * NAXES + (a)]
 
+/* kernel taps, output pixels and input pixels of one channel */
+#define GEO_SIZES(kprod, oprod, iprod)              \
+    int kprod = 1, oprod = 1, iprod = 1;            \
+    for (int a_ = 0; a_ < NAXES; ++a_) {            \
+        kprod *= G_K(a_);                           \
+        oprod *= G_OUT(a_);                         \
+        iprod *= G_IN(a_);                          \
+    }
+
 __kernel void im2col_nd(int n, __global const float* im, int off_im,
                         __global float* col, __global const int* geo) {
-    int kprod = 1, oprod = 1, iprod = 1;
-    for (int a = 0; a < NAXES; ++a) {
-        kprod *= G_K(a);
-        oprod *= G_OUT(a);
-        iprod *= G_IN(a);
-    }
+    GEO_SIZES(kprod, oprod, iprod);
     GLOBAL_LOOP(i, n) {
         const int c_col = i / oprod;
         int rem_p = i - c_col * oprod;
@@ -46,12 +50,7 @@ __kernel void im2col_nd(int n, __global const float* im, int off_im,
 /* im[i] (+)= the sum of the column entries that im2col_nd copied from it */
 __kernel void col2im_nd(int n, __global const float* col, __global float* im,
                         int off_im, __global const int* geo, int accumulate) {
-    int kprod = 1, oprod = 1, iprod = 1;
-    for (int a = 0; a < NAXES; ++a) {
-        kprod *= G_K(a);
-        oprod *= G_OUT(a);
-        iprod *= G_IN(a);
-    }
+    GEO_SIZES(kprod, oprod, iprod);
     GLOBAL_LOOP(i, n) {
         const int c_im = i / iprod;
         int d[NAXES];
