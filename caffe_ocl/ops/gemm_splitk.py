@@ -46,9 +46,9 @@ def use_small_m(dev, M, N, K, trans_a, trans_b):
 
 
 def small_m(dev, M, N, K, A, B, C, *, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
-            bias=None, bias_axis=0, act=None):
+            bias=None, bias_axis=0, act=None, off_a=0, off_b=0, off_c=0):
     """One launch of gemm_small_m: C = act(alpha A B^T + bias + beta C),
-    A [M][K], B [N][K], M <= SMALL_M_MAX."""
+    A [M][K], B [N][K], M <= SMALL_M_MAX (offsets in floats)."""
     from . import cpu_chunks
     if M > SMALL_M_MAX:
         raise ValueError(f"small_m: M = {M} > {SMALL_M_MAX}")
@@ -57,9 +57,9 @@ def small_m(dev, M, N, K, A, B, C, *, alpha=1.0, beta=0.0, lda=None, ldb=None, l
     per = -(-(-(-N // items)) // 4) * 4                 # columns per work-item, x4
     items = -(-N // per)
     return dev.launch(SMALL_M_SRC, "gemm_small_m", (items,), (1,),
-                      [M, N, K, float(alpha), A, 0, K if lda is None else lda,
-                       B, 0, K if ldb is None else ldb, float(beta),
-                       C, 0, N if ldc is None else ldc,
+                      [M, N, K, float(alpha), A, off_a, K if lda is None else lda,
+                       B, off_b, K if ldb is None else ldb, float(beta),
+                       C, off_c, N if ldc is None else ldc,
                        bias if bias is not None else A, act_a, act_b, per],
                       dict(SM_MAXM=SMALL_M_MAX, ACT=act_kind,
                            BIAS=0 if bias is None else (1 if bias_axis == 0 else 2)))
