@@ -69,3 +69,19 @@ def test_small_m_cpu_kernel(d, rng, M, N, K):
         ls = gemm_splitk.gemm_launches(d.dev, M, N, K, d.buf(a), d.buf(b), d.buf(c0),
                                        trans_b=True)
         assert [ln.name for ln in ls] == ["gemm_small_m"]
+
+
+@pytest.mark.parametrize("nsplit", [None, 1, 2])
+def test_offsets(d, rng, nsplit):
+    """Offsets into A, B and C (a recurrent layer's time step in its
+    [T][N][...] buffers) through every path: the CPU small-M kernel or plain
+    GEMM (None), one GEMM (1) and split K (2)."""
+    M, N, K, off_a, off_b, off_c = 6, 20, 128, 7, 3, 11
+    a, b = rng.standard_normal(off_a + M * K), rng.standard_normal(off_b + N * K)
+    c0 = rng.standard_normal(off_c + M * N + 5)
+    cb = d.buf(c0)
+    d.run(gemm_launches(d.dev, M, N, K, d.buf(a), d.buf(b), cb, trans_b=True, beta=1.0,
+                        nsplit=nsplit, off_a=off_a, off_b=off_b, off_c=off_c))
+    want = c0.copy()
+    want[off_c:off_c + M * N] += (a[off_a:].reshape(M, K) @ b[off_b:].reshape(N, K).T).ravel()
+    np.testing.assert_allclose(d.get(cb, c0.shape), want, rtol=1e-4, atol=1e-4)

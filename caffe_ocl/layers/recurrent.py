@@ -26,23 +26,11 @@ if x_static, W_hh (H x H), W_ho (H x H), b_o].
 """
 from ..errors import ShapeError
 from ..ops import gemm as gemm_ops
-from ..ops import gemm_splitk as gemm_small
+from ..ops.gemm_splitk import gemm_launches
 from ..ops import pointwise
 from ..ops import recurrent as rec_ops
 from . import fillers
 from .base import Layer, register
-
-
-def _rows_times_weight(dev, M, N, K, A, off_a, W, C, off_c):
-    """C[off_c..] += A[off_a..] (M x K) * W^T (W: N x K), one time step: on
-    CPU drivers, for up to 32 streams, the kernel that streams the weight
-    once (as InnerProduct at small batches; the blocked GEMM re-packed the
-    whole weight every step: LSTM T 20, N 32, H 512 forward 2.8x PyTorch's
-    time)."""
-    if gemm_small.use_small_m(dev, M, N, K, False, True):
-        return gemm_small.small_m(dev, M, N, K, A, W, C, beta=1.0, off_a=off_a, off_c=off_c)
-    return gemm_ops.gemm(dev, M, N, K, A, W, C, off_a=off_a, off_c=off_c, trans_b=True,
-                         beta=1.0)
 
 
 class _Recurrent(Layer):
@@ -175,8 +163,10 @@ class _Recurrent(Layer):
             prev, off_prev = (self.h0, 0) if t == 0 else self.h_of(top, t - 1)
             fwd.append(rec_ops.cont_scale(dev, N, H, cont, t * N, prev, off_prev,
                                           self.hc, t * N * H))
-            fwd.append(_rows_times_weight(dev, N, G, H, self.hc, t * N * H, w_rec,
-                                          self.pre, t * N * G))
+            # (per step: streams x 4H is few tiles on a GPU, split along K;
+            # CPU drivers stream the weight once, see ops/gemm_splitk.py)
+            fwd += gemm_launches(dev, N, G, H, self.hc, w_rec, self.pre, trans_b=True,
+                                 beta=1.0, off_a=t * N * H, off_c=t * N * G)
             fwd += self.step_forward(t, bottom, top)
         fwd += self.output_forward(top)
         last, off_last = self.h_of(top, T - 1)
@@ -204,8 +194,8 @@ class _Recurrent(Layer):
             rec = None if t == T - 1 else (self.dhc, 0, cont, (t + 1) * N)
             bwd += self.step_backward(t, top, rec)
             if t > 0:      # through h_conted_{t-1} (to h_0: not across forwards)
-                bwd.append(gemm_ops.gemm(dev, N, H, G, self.dpre, w[self.rec_index],
-                                         self.dhc, off_a=t * N * G))
+                bwd += gemm_launches(dev, N, H, G, self.dpre, w[self.rec_index], self.dhc,
+                                     off_a=t * N * G)
         if pp[self.rec_index]:
             bwd.append(gemm_ops.gemm(dev, G, H, T * N, self.dpre, self.hc,
                                      dw[self.rec_index], trans_a=True, beta=1.0))

@@ -67,19 +67,20 @@ def small_m(dev, M, N, K, A, B, C, *, alpha=1.0, beta=0.0, lda=None, ldb=None, l
 
 def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=1.0,
                   beta=0.0, lda=None, ldb=None, ldc=None, bias=None, bias_axis=0,
-                  act=None, nsplit=None):
+                  act=None, nsplit=None, off_a=0, off_b=0, off_c=0):
     """[launches] computing C = act(alpha*op(A)op(B) + bias + beta*C), as
-    ops.gemm.gemm (one problem, no offsets), split along K when it pays
-    (``nsplit`` forces a factor that divides K)."""
+    ops.gemm.gemm (one problem; offsets in floats), split along K when it
+    pays (``nsplit`` forces a factor that divides K)."""
     if nsplit is None and use_small_m(dev, M, N, K, trans_a, trans_b):
         return [small_m(dev, M, N, K, A, B, C, alpha=alpha, beta=beta, lda=lda, ldb=ldb,
-                        ldc=ldc, bias=bias, bias_axis=bias_axis, act=act)]
+                        ldc=ldc, bias=bias, bias_axis=bias_axis, act=act, off_a=off_a,
+                        off_b=off_b, off_c=off_c)]
     if nsplit is None:
         nsplit = splitk_factor(dev, M, N, K)
     if nsplit <= 1:
         return [gemm(dev, M, N, K, A, B, C, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
                      beta=beta, lda=lda, ldb=ldb, ldc=ldc, bias=bias, bias_axis=bias_axis,
-                     act=act)]
+                     act=act, off_a=off_a, off_b=off_b, off_c=off_c)]
     if K % nsplit:
         raise ValueError(f"gemm_launches: nsplit {nsplit} does not divide K = {K}")
     from ..memory_plan import shared_scratch
@@ -93,11 +94,12 @@ def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=
     sb = kc if trans_b else kc * ldb
     partial = gemm(dev, M, N, kc, A, B, ws, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
                    lda=lda, ldb=ldb, ldc=N, batch=nsplit, stride_a=(sa, 0),
-                   stride_b=(sb, 0), stride_c=(M * N, 0), impl="tiled")
+                   stride_b=(sb, 0), stride_c=(M * N, 0), impl="tiled",
+                   off_a=off_a, off_b=off_b)
     act_kind, act_a, act_b = act_defines(act)
     g, l = work_size(dev, M * N)
     reduce = dev.launch(SRC, "gemm_splitk_reduce", g, l,
-                        [M, N, nsplit, ws, float(beta), C, 0, ldc,
+                        [M, N, nsplit, ws, float(beta), C, off_c, ldc,
                          bias if bias is not None else ws, 0, act_a, act_b],
                         dict(BIAS=0 if bias is None else (1 if bias_axis == 0 else 2),
                              ACT=act_kind))
