@@ -72,22 +72,17 @@ class _Buffers:
 
     def __init__(self, dev, g, col_floats):
         rng = np.random.default_rng(0)
-        self.dev = dev
-        self._host = []
-        sizes = dict(x=g.num * g.channels * g.height * g.width,
-                     y=g.num * g.out_channels * g.out_spatial,
-                     w=g.out_channels * (g.channels // g.groups) * g.kh * g.kw,
-                     b=g.out_channels)
-        for name, n in sizes.items():
-            for suffix in ("", "_grad"):
-                host = rng.standard_normal(n).astype(np.float32) * 0.1
-                buf = dev.alloc(4 * n)
-                dev.upload(buf, host)
-                self._host.append(host)          # alive until the copies finish
-                setattr(self, name + suffix, buf)
+        x = g.num * g.channels * g.height * g.width
+        y = g.num * g.out_channels * g.out_spatial
+        w = g.out_channels * (g.channels // g.groups) * g.kh * g.kw
+        host = []                               # alive until the copies finish
+        for name, n in (("x", x), ("x_grad", x), ("y", y), ("y_grad", y), ("w", w),
+                        ("w_grad", w), ("b", g.out_channels)):
+            host.append(rng.standard_normal(n).astype(np.float32) * 0.1)
+            setattr(self, name, dev.alloc(4 * n))
+            dev.upload(getattr(self, name), host[-1])
         self.col = dev.alloc(4 * col_floats) if col_floats else None
         dev.finish()
-        self._host = []
 
 
 def _launches(dev, g, pass_, algo, bufs):
@@ -161,8 +156,8 @@ def tune_passes(dev, items, rounds=5, store=True, out=print, clock=None):
         times = measure(dev, g, p, algos, rounds=rounds, clock=clock)
         ok = {a: t for a, t in times.items() if isinstance(t, float)}
         rule = conv_ops.algorithm(dev, g)             # pass_=None: never the stored choice
-        if rule == "winograd" and p == "backward_weight" and not _wino_bwd_weight():
-            rule = "im2col" if dev.is_cpu else "igemm"
+        if p == "backward_weight":
+            rule = conv_ops.weight_grad_algorithm(dev, rule)
         choice = min(ok, key=ok.get) if ok else None
         if choice is not None and rule in ok and ok[rule] <= ok[choice] * (1 + KEEP_RULE_WITHIN):
             choice = rule
@@ -177,11 +172,6 @@ def tune_passes(dev, items, rounds=5, store=True, out=print, clock=None):
     if path:
         out(f"stored {len(new)} choices in {path}")
     return rows, path
-
-
-def _wino_bwd_weight():
-    from .ops import winograd
-    return winograd.bwd_weight_enabled()
 
 
 def _print_row(row, out):

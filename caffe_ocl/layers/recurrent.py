@@ -141,16 +141,12 @@ class _Recurrent(Layer):
                 t.reshape(1, N, H)
         self.pre = self._alloc(T * N * G)       # gate inputs, then (LSTM) activations
         self.hc = self._alloc(T * N * H)        # cont_t * h_{t-1}, every step
-        self.h0 = self._alloc(N * H)
         w = [b.data_buffer() for b in self.blobs]
         x, cont = bottom[0].data_buffer(), bottom[1].data_buffer()
-        fwd = []
-        if self.expose:
-            fwd.append(pointwise.copy(dev, N * H, bottom[2 + int(self.static)].data_buffer(),
-                                      self.h0))
-        else:
-            fwd.append(pointwise.copy(dev, N * H, self.h_last, self.h0))
-        fwd += self.carry_launches(bottom)
+        # h_0: the exposed bottom, or the state carried from the last forward
+        # (step 0 reads it before this forward overwrites h_last)
+        h0 = bottom[2 + int(self.static)].data_buffer() if self.expose else self.h_last
+        fwd = self.carry_launches(bottom)
         fwd.append(gemm_ops.gemm(dev, T * N, G, self.I, x, w[0], self.pre, trans_b=True,
                                  bias=w[1], bias_axis=1))
         if self.static:
@@ -160,7 +156,7 @@ class _Recurrent(Layer):
             fwd.append(rec_ops.add_steps(dev, T, N * G, self.static_term, self.pre))
         w_rec = w[self.rec_index]
         for t in range(T):
-            prev, off_prev = (self.h0, 0) if t == 0 else self.h_of(top, t - 1)
+            prev, off_prev = (h0, 0) if t == 0 else self.h_of(top, t - 1)
             fwd.append(rec_ops.cont_scale(dev, N, H, cont, t * N, prev, off_prev,
                                           self.hc, t * N * H))
             # (per step: streams x 4H is few tiles on a GPU, split along K;

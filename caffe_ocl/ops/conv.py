@@ -721,15 +721,22 @@ def _flipped_backward_data(dev, g, f, dy, weight, dx, col, accumulate):
     return out
 
 
+def weight_grad_algorithm(dev, a):
+    """What computes the weight gradient when ``a`` is chosen for it:
+    ``a``, except Winograd under CAFFE_OCL_WINOGRAD_BWD_WEIGHT=0 (the
+    device's dense path then)."""
+    if a == "winograd" and not wino_ops.bwd_weight_enabled():
+        return "im2col" if dev.is_cpu else "igemm"
+    return a
+
+
 def backward_weight(dev, g, x, dy, dweight, col, algo=None):
     """dweight += dy_g * col_g^T summed over the images: implicit GEMM with
     K = n*HO*WO (split-K + reduce when the weight is small), or im2col +
     one GEMM per chunk of images with the images folded into K (CPU)."""
-    a = algorithm(dev, g, algo, "backward_weight")
-    if a == "winograd":      # env CAFFE_OCL_WINOGRAD_BWD_WEIGHT=0: the device's dense path
-        if wino_ops.bwd_weight_enabled():
-            return wino_ops.backward_weight(dev, g, x, dy, dweight)
-        a = "im2col" if dev.is_cpu else "igemm"
+    a = weight_grad_algorithm(dev, algorithm(dev, g, algo, "backward_weight"))
+    if a == "winograd":
+        return wino_ops.backward_weight(dev, g, x, dy, dweight)
     if a == "depthwise":
         return dw_ops.backward_weight(dev, g, x, dy, dweight)
     if a == "igemm":
