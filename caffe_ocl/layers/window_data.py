@@ -33,7 +33,7 @@ import os
 
 import numpy as np
 
-from ..data.transformer import load_mean_file, seeded_rng
+from ..data.transformer import DataTransformer, seeded_rng
 from ..errors import DataError
 from .base import register
 from .data import BasePrefetchingDataLayer, _Source, _shape_str
@@ -231,26 +231,25 @@ class WindowDataLayer(BasePrefetchingDataLayer):
         log.info("Window data layer: %d images, %d foreground and %d background windows; "
                  "context_pad %d, crop_mode %s", len(images), len(fg), len(bg),
                  p.context_pad, p.crop_mode)
-        mean = mean_values = None
-        if t.HasField("mean_file") and len(t.mean_value):
-            raise self.error("cannot specify mean_file and mean_value at the same time",
-                             DataError)
-        if t.HasField("mean_file"):
-            mean = load_mean_file(t.mean_file, where)
+        # the mean as the DataTransformer reads it (its checks included);
+        # WindowData applies it itself, centred on the warped window
+        tr = DataTransformer(t, self.phase, seeded_rng(), where)
+        mean, mean_values = tr.mean, None
+        if mean is not None:
             if mean.shape[0] != channels or min(mean.shape[1:]) < crop:
                 raise self.error(f"mean file {t.mean_file} is {_shape_str(mean.shape)}; "
                                  f"needs {channels} channels of at least {crop} x {crop}",
                                  DataError)
-        if len(t.mean_value):
-            if len(t.mean_value) not in (1, channels):
+        if tr.mean_values is not None:
+            if len(tr.mean_values) not in (1, channels):
                 raise self.error(f"specify either 1 mean_value or as many as channels "
                                  f"({channels})", DataError)
-            mean_values = np.resize(np.asarray(t.mean_value, np.float32), channels)
+            mean_values = np.resize(tr.mean_values, channels)
         out = (channels, crop, crop)
         top[0].reshape((bs,) + out)
         top[1].reshape((bs,))
         log.info("output data size: %s", _shape_str((bs,) + out))
-        src = _WindowSource(images, fg, bg, p, crop, bool(t.mirror), mean, mean_values,
-                            seeded_rng(), batch_size=bs, out_shape=out, with_label=True,
+        src = _WindowSource(images, fg, bg, p, crop, tr.mirror, mean, mean_values,
+                            tr.rng, batch_size=bs, out_shape=out, with_label=True,
                             transformer=None)
         self._start_prefetch(src, self.param.data_param.prefetch)
