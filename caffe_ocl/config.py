@@ -1,0 +1,247 @@
+"""Every setting of caffe_ocl, declared once.
+
+Each setting has a name, a type, a default and one line saying what it
+does. Its value comes from, in order: an override set from Python
+(``config.override``/``config.set``, what benchmarks and pycaffe calls such
+as ``caffe.set_allow_tf32`` use), the environment variable ``CAFFE_OCL_<NAME>``,
+the default. Values are read when asked for (not cached at import), so a
+variable set before a net is built takes effect for that net.
+
+One parser for every variable: booleans take 1/0, true/false, yes/no, on/off
+(any case); a value it cannot read is a ``ConfigError`` naming the variable
+and what it accepts, never a silent default.
+
+``caffe_ocl config`` (and ``device_query``) print the effective values:
+``describe()``.
+
+This module imports nothing of caffe_ocl but ``errors``: every other module
+may read settings from it.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+from .errors import CaffeOclError
+
+PREFIX = "CAFFE_OCL_"
+
+
+class ConfigError(CaffeOclError):
+    """An environment variable or override holds a value its setting cannot take."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str            # e.g. "FOLD"; the variable is CAFFE_OCL_FOLD
+    kind: str            # bool | tristate | int | float | str | choice | path
+    default: object
+    doc: str
+    choices: tuple = ()
+    internal: bool = False   # set by caffe_ocl itself (e.g. for child processes)
+
+    @property
+    def env(self):
+        return PREFIX + self.name
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+_DECLARED = (
+    # device and programs
+    Setting("DEVICE", "str", None,
+            "OpenCL device: index from device_query, P:D (platform:device), a name "
+            "fragment, or a comma list (one entry per local MPI rank)"),
+    Setting("CACHE", "path", os.path.join(os.path.expanduser("~"), ".cache", "caffe_ocl"),
+            "folder of compiled kernel binaries and tuned choices; empty switches both off"),
+    Setting("VERBOSE", "bool", False,
+            "show OpenCL compiler warnings while kernels build"),
+    Setting("PROFILE", "bool", False,
+            "create the command queue with profiling on (per-kernel times)"),
+    Setting("POCL_AFFINITY", "bool", True,
+            "let caffe_ocl set POCL_AFFINITY=1 on PoCL when the process may run on "
+            "every CPU (off: leave PoCL as it is)"),
+    Setting("MODELS", "path", None,
+            "extra folder searched first for the shipped model prototxts"),
+    # algorithms
+    Setting("TF32", "bool", False,
+            "let convolutions and matrix products use TF32 tensor cores on NVIDIA "
+            "(like PyTorch's allow_tf32)"),
+    Setting("TF32_ASYNC", "bool", True,
+            "TF32 GEMM tiles load the next K block asynchronously (off: plain loads)"),
+    Setting("WINOGRAD", "tristate", None,
+            "force Winograd convolution on (1) or off (0) where it applies; "
+            "unset: the rules / tuned choice decide"),
+    Setting("WINOGRAD_TILE", "choice", "4",
+            "Winograd output tile: 4 = F(4x4,3x3), 2 = the more accurate F(2x2,3x3)",
+            choices=("2", "4")),
+    Setting("WINOGRAD_BWD_WEIGHT", "bool", True,
+            "Winograd layers also compute the weight gradient by Winograd "
+            "(off: the dense weight gradient)"),
+    Setting("TUNED", "bool", True,
+            "use the convolution algorithms stored by `caffe_ocl tune` for this device"),
+    # graph planning
+    Setting("FOLD", "bool", True,
+            "fold BatchNorm/Scale/activation into the convolution at TEST (inference plan)"),
+    Setting("FUSE_TRAIN", "bool", True,
+            "fused kernels for TRAIN nets (BatchNorm->Scale->ReLU, Eltwise->ReLU, ...)"),
+    Setting("SHARE_DIFFS", "bool", True,
+            "a Solver's net shares activation-gradient buffers between blobs "
+            "(off: one diff per blob, as Caffe)"),
+    Setting("PARAM_ARENA", "bool", True,
+            "a Solver keeps all parameters in one device buffer (one update launch)"),
+    # training
+    Setting("CHECK_FINITE", "bool", False,
+            "stop training at the first non-finite output, naming layer and blob "
+            "(as debug_info: true)"),
+    # multi-device training
+    Setting("MPI", "bool", False,
+            "treat this process as an MPI rank even when no launcher variable says so"),
+    Setting("MPIEXEC", "path", None,
+            "mpiexec program used to launch ranks for --gpu a,b (default: found on PATH)"),
+    Setting("REDUCE", "choice", None,
+            "gradient reduction path: shm (one machine, default there) or mpi",
+            choices=("shm", "mpi")),
+    Setting("STAGING", "choice", None,
+            "shared-memory staging of gradients: hostptr (default on GPUs) or plain",
+            choices=("hostptr", "plain")),
+    Setting("BUCKET_MB", "float", None,
+            "gradient bucket size in MiB reduced while backward runs (0: one per "
+            "layer; default 1 on GPUs, one bucket after backward on CPUs)"),
+    Setting("PARALLEL_DUMP", "path", None,
+            "folder where every rank writes its final weights (multi-rank tests)"),
+    Setting("SPAWNED", "bool", False,
+            "set by `train --gpu a,b` in the ranks it launches", internal=True),
+)
+
+SETTINGS = {s.name: s for s in _DECLARED}
+
+_overrides: dict[str, object] = {}
+
+
+def _setting(name):
+    key = name[len(PREFIX):] if name.startswith(PREFIX) else name
+    try:
+        return SETTINGS[key]
+    except KeyError:
+        raise ConfigError(f"unknown setting {name!r}; known: "
+                          f"{', '.join(sorted(SETTINGS))}") from None
+
+
+def parse(setting, raw):
+    """The typed value of the string ``raw`` for ``setting`` (ConfigError if
+    it cannot be read). An empty string means the default."""
+    s = setting
+    v = raw.strip()
+    if v == "":
+        # an empty path is a choice (CAFFE_OCL_CACHE= switches the cache off)
+        return "" if s.kind == "path" else s.default
+    low = v.lower()
+    if s.kind in ("bool", "tristate"):
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise ConfigError(f"{s.env}={raw!r}: expected 1/0 (true/false, yes/no, on/off)")
+    if s.kind == "int":
+        try:
+            return int(v)
+        except ValueError:
+            raise ConfigError(f"{s.env}={raw!r}: expected an integer") from None
+    if s.kind == "float":
+        try:
+            return float(v)
+        except ValueError:
+            raise ConfigError(f"{s.env}={raw!r}: expected a number") from None
+    if s.kind == "choice":
+        if low not in s.choices:
+            raise ConfigError(f"{s.env}={raw!r}: expected one of {', '.join(s.choices)}")
+        return low
+    return v                                   # str / path
+
+
+def get(name, environ=None):
+    """The effective value of a setting (``name`` with or without the
+    CAFFE_OCL_ prefix). ``environ`` replaces os.environ (for tests)."""
+    s = _setting(name)
+    if environ is None and s.name in _overrides:
+        return _overrides[s.name]
+    env = os.environ if environ is None else environ
+    raw = env.get(s.env)
+    if raw is None:
+        return s.default
+    return parse(s, raw)
+
+
+def is_set(name, environ=None):
+    """Whether the user chose a value (an override, or the variable is set
+    and not empty), as opposed to the default applying."""
+    s = _setting(name)
+    if environ is None and s.name in _overrides:
+        return True
+    env = os.environ if environ is None else environ
+    return bool(env.get(s.env, "").strip())
+
+
+def set(name, value):  # noqa: A001  (the module's own namespace)
+    """Override a setting for this process (None removes the override)."""
+    s = _setting(name)
+    if value is None:
+        _overrides.pop(s.name, None)
+        return
+    raw = ("1" if value else "0") if isinstance(value, bool) else str(value)
+    _overrides[s.name] = parse(s, raw)
+
+
+@contextlib.contextmanager
+def override(**values):
+    """``with config.override(FOLD=False, WINOGRAD=True): ...``: settings
+    for the block, restored afterwards (benchmarks switch variants this way)."""
+    saved = {}
+    for k, v in values.items():
+        s = _setting(k)
+        saved[s.name] = _overrides.get(s.name, _MISSING)
+        set(s.name, v)
+    try:
+        yield
+    finally:
+        for k, old in saved.items():
+            if old is _MISSING:
+                _overrides.pop(k, None)
+            else:
+                _overrides[k] = old
+
+
+_MISSING = object()
+
+
+def describe(include_internal=False):
+    """Rows (variable, effective value, where it came from, what it does)."""
+    rows = []
+    for s in _DECLARED:
+        if s.internal and not include_internal:
+            continue
+        if s.name in _overrides:
+            src = "set from Python"
+        elif os.environ.get(s.env, "").strip():
+            src = "environment"
+        else:
+            src = "default"
+        try:
+            val = get(s.name)
+        except ConfigError as e:
+            val, src = f"<invalid: {e}>", "environment"
+        rows.append((s.env, val, src, s.doc))
+    return rows
+
+
+def format_table(rows=None):
+    rows = describe() if rows is None else rows
+    width = max(len(r[0]) for r in rows)
+    out = []
+    for env, val, src, doc in rows:
+        shown = "(unset)" if val is None else str(val)
+        out.append(f"{env:<{width}}  {shown:<12} [{src}]  {doc}")
+    return "\n".join(out)
