@@ -1,5 +1,5 @@
 """Interleaved A/B of a CPU training step: convolution columns packed by
-the GEMM from the images (ops.conv.CPU_PACKED_COLUMNS, B) against im2col
+the GEMM from the images (setting CPU_PACKED_COLUMNS, B) against im2col
 into a workspace (A). Both solvers live in one process and their steps
 alternate, so machine load (+-30% on shared 2-core VMs) hits both alike;
 prints the median step of each and their ratio.
@@ -14,7 +14,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from caffe_ocl.ops import conv as conv_ops  # noqa: E402
+from caffe_ocl import config  # noqa: E402
 from caffe_ocl.solvers import SGDSolver  # noqa: E402
 from bench_train_small import NETS  # noqa: E402
 from common import fill_inputs, interleaved, solver_for, with_inputs  # noqa: E402
@@ -23,12 +23,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def make_solver(cfg, packed):
-    conv_ops.CPU_PACKED_COLUMNS = packed        # read when the launches are built
-    param = with_inputs(os.path.join(ROOT, cfg["proto"]), cfg["batch"], cfg["shape"])
-    solver = SGDSolver(solver_for(param))
-    fill_inputs(solver.net, 10)
-    solver.step(2)                               # build, compile, warm up
-    solver.net.device.finish()
+    with config.override(CPU_PACKED_COLUMNS=packed):   # read when the launches are built
+        param = with_inputs(os.path.join(ROOT, cfg["proto"]), cfg["batch"], cfg["shape"])
+        solver = SGDSolver(solver_for(param))
+        fill_inputs(solver.net, 10)
+        solver.step(2)                               # build, compile, warm up
+        solver.net.device.finish()
     return solver
 
 

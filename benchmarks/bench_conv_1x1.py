@@ -20,6 +20,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from caffe_ocl import config  # noqa: E402
 from caffe_ocl.device import get_device  # noqa: E402
 from caffe_ocl.ops import conv as conv_ops  # noqa: E402
 from caffe_ocl.ops import gemm as gemm_ops  # noqa: E402
@@ -70,7 +71,6 @@ def main():
     buf = random_buffers(dev)
     gemm_ops.set_allow_tf32(a.tf32)
     reference = torch_timer(a.batch, a.tf32) if dev.is_gpu else None
-    plan_min_k, folded_weight = conv_ops.GEMM_1X1_MIN_K, conv_ops.FOLDED_WEIGHT_GEMM
     print(f"device: {dev.name}; TF32: {a.tf32}; batch {a.batch}")
     print("| 1x1 layer | pass | implicit GEMM ms | planned ms (first kernel) | cuDNN ms |")
     print("|---|---|---|---|---|")
@@ -83,15 +83,11 @@ def main():
         for what in PASSES:
             row = []
             for name in ("implicit", "planned"):
-                if name == "implicit":      # every GEMM form of a 1x1 pass off
-                    conv_ops.GEMM_1X1_MIN_K = 1 << 30
-                    conv_ops.FOLDED_WEIGHT_GEMM = False
-                try:
+                # "implicit": every GEMM form of a 1x1 pass off
+                off = dict(GEMM_1X1=False, FOLDED_WEIGHT_GEMM=False) if name == "implicit" else {}
+                with config.override(**off):
                     ls = conv_pass(dev, g, what, x, w, y, dx, dw, None, "igemm")
                     t = min(time_launches(dev, ls, 2, a.runs) for _ in range(3))
-                finally:
-                    conv_ops.GEMM_1X1_MIN_K = plan_min_k
-                    conv_ops.FOLDED_WEIGHT_GEMM = folded_weight
                 totals[(what, name)] = totals.get((what, name), 0.0) + t
                 row.append(f"{t:.3f}" + (f" ({ls[0].name})" if name == "planned" else ""))
             r = ref.get(what)

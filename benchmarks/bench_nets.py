@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import caffe_ocl  # noqa: E402
+from caffe_ocl import config  # noqa: E402
 from common import fill_inputs, fresh_pool, solver_for, timed, with_inputs  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -191,10 +192,10 @@ def main():
             dev.allocator.free_held()
             extra = ""
             if a.tune:                              # the same without the stored choices
-                os.environ["CAFFE_OCL_TUNED"] = "0"
-                rules_i = caffe_ocl_infer(name, batch, a.runs)
-                rules_t = float("nan") if a.no_train else caffe_ocl_train(name, batch, a.runs)
-                del os.environ["CAFFE_OCL_TUNED"]
+                with config.override(TUNED=False):
+                    rules_i = caffe_ocl_infer(name, batch, a.runs)
+                    rules_t = (float("nan") if a.no_train
+                               else caffe_ocl_train(name, batch, a.runs))
                 gc.collect()
                 dev.allocator.free_held()
                 extra = f" {rules_i:.1f} | {rules_t:.1f} |"

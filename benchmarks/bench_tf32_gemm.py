@@ -12,6 +12,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from caffe_ocl import config  # noqa: E402
 from caffe_ocl.device import get_device  # noqa: E402
 from caffe_ocl.ops import gemm as gemm_ops  # noqa: E402
 from common import random_buffers, time_launches  # noqa: E402
@@ -35,18 +36,16 @@ def main():
     print(f"device: {dev.name}")
     print("| M x N x K | trans A, B | old ms | old TFLOP/s | async ms | async TFLOP/s | ratio |")
     print("|---|---|---|---|---|---|---|")
-    saved = gemm_ops._async_tf32
     for M, N, K, ta, tb in SHAPES:
         A, B, C = buf(M * K), buf(K * N), buf(M * N)
         t = {}
         for loop in (False, True):
-            gemm_ops._async_tf32 = loop
-            ln = gemm_ops.gemm(dev, M, N, K, A, B, C, trans_a=ta, trans_b=tb)
+            with config.override(TF32_ASYNC=loop):
+                ln = gemm_ops.gemm(dev, M, N, K, A, B, C, trans_a=ta, trans_b=tb)
             t[loop] = time_launches(dev, [ln], 2, a.runs)
         tf = [2 * M * N * K / (t[x] / 1e3) / 1e12 for x in (False, True)]
         print(f"| {M}x{N}x{K} | {int(ta)}, {int(tb)} | {t[False]:.3f} | {tf[0]:.0f} | "
               f"{t[True]:.3f} | {tf[1]:.0f} | {t[False] / t[True]:.2f} |", flush=True)
-    gemm_ops._async_tf32 = saved
     gemm_ops.set_allow_tf32(False)
 
 

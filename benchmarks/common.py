@@ -60,7 +60,7 @@ def fresh_pool(dev):
     training peak measured after this is the planned one."""
     import gc
     gc.collect()
-    dev.__dict__.pop("_layer_scratch", None)     # memory_plan.shared_scratch
+    dev.drop_shared_scratch()
     gc.collect()
     dev.allocator.free_held()
     dev.peak_bytes = 0

@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import pyopencl as cl  # noqa: E402
 
 import caffe_ocl  # noqa: E402
+from caffe_ocl import config  # noqa: E402
 from caffe_ocl.blob import Blob, SyncedMemory  # noqa: E402
 from common import fill_inputs, fresh_pool, solver_for, with_inputs  # noqa: E402
 
@@ -135,7 +136,7 @@ def breakdown(solver):
 
 
 def run(net_name, batch, size, plan):
-    os.environ["CAFFE_OCL_SHARE_DIFFS"] = "1" if plan else "0"
+    config.set("SHARE_DIFFS", plan)
     dev = caffe_ocl.get_device()
     fresh_pool(dev)
     param = with_inputs(os.path.join(ROOT, "models", net_name, "train.prototxt"), batch,

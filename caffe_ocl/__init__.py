@@ -8,6 +8,9 @@ _logging.getLogger("caffe_ocl").addHandler(_logging.NullHandler())
 
 from .errors import (CaffeOclError, ParseError, ShapeError, NetError,  # noqa: E402,F401
                      LayerError, DeviceError, DataError, SolverError, FileNotFound)
+from . import config  # noqa: E402,F401
+from . import logs as _logs  # noqa: E402
+from .ops import random as _random_ops  # noqa: E402
 from .device import set_mode_cpu, set_mode_gpu, set_device, get_device  # noqa: E402,F401
 from .proto import caffe_pb2  # noqa: E402,F401
 from . import proto  # noqa: E402,F401
@@ -28,21 +31,18 @@ from . import io  # noqa: E402,F401
 def set_allow_tf32(flag=True):
     """Like PyTorch's allow_tf32: let convolutions and matrix products built
     from now on use TF32 tensor cores on NVIDIA GPUs (default off: strict
-    FP32; env CAFFE_OCL_TF32=1 turns it on at start)."""
-    from .ops.gemm import set_allow_tf32 as _s
-    _s(flag)
+    FP32; env CAFFE_OCL_TF32=1 turns it on at start): the setting TF32."""
+    config.set("TF32", bool(flag))
 
 
 def set_random_seed(seed):
     """Seed the device random generator (fillers, Dropout, ...)."""
-    from .ops.random import set_random_seed as _s
-    _s(seed)
+    _random_ops.set_random_seed(seed)
 
 
 def init_log(level=_logging.INFO):
     """Caffe-style (glog-like) log lines on stderr."""
-    from .logs import init_log as _init
-    _init(level)
+    _logs.init_log(level)
 
 
 def __getattr__(name):

@@ -114,6 +114,38 @@ _DECLARED = (
             "folder where every rank writes its final weights (multi-rank tests)"),
     Setting("SPAWNED", "bool", False,
             "set by `train --gpu a,b` in the ranks it launches", internal=True),
+    # lib: kernel-variant switches that benchmarks and tests flip (A/B of one
+    # implementation choice; the defaults are the measured best)
+    Setting("GEMM_READ_AHEAD", "bool", True,
+            "GEMM tiles read the old C values (beta != 0) ahead of their stores "
+            "(off: each right before its store)", internal=True),
+    Setting("TF32_EMULATE", "bool", False,
+            "tests: build the TF32 tensor-core tiling with an emulated mma on any "
+            "device (slow, exact TF32 rounding)", internal=True),
+    Setting("CPU_PACKED_COLUMNS", "bool", True,
+            "CPU drivers: convolution forward reads packed column panels straight "
+            "from the images (off: im2col into a column buffer, then a GEMM)",
+            internal=True),
+    Setting("FOLDED_WEIGHT_GEMM", "bool", True,
+            "1x1 convolutions compute the weight gradient as one GEMM over the "
+            "folded batch (off: per-image GEMMs)", internal=True),
+    Setting("GEMM_1X1", "bool", True,
+            "GPU 1x1 convolutions with enough input channels run as plain GEMMs "
+            "(off: the implicit-GEMM kernel)", internal=True),
+    Setting("POOL_BWD_TILES", "bool", True,
+            "GPU max-pooling backward by input tiles where windows overlap little "
+            "(off: the next rule applies)", internal=True),
+    Setting("POOL_BWD_BLOCKS", "bool", True,
+            "GPU max-pooling backward by blocks for strides >= 2 (off: the "
+            "per-input gather)", internal=True),
+    Setting("SKIP_UNREAD_MASK", "bool", True,
+            "max pooling does not write its argmax mask when no backward reads it",
+            internal=True),
+    # lib: progress lines
+    Setting("PROGRESS", "choice", "auto",
+            "progress of long work (kernel compilation on a cold cache): auto (a bar "
+            "on a terminal, plain lines otherwise), bar, lines, or off",
+            choices=("auto", "bar", "lines", "off")),
 )
 
 SETTINGS = {s.name: s for s in _DECLARED}

@@ -253,13 +253,6 @@ def shared_scratch(dev, nfloats):
     instead of one per layer (ResNet-50 on a CPU device: one 32 MiB buffer
     instead of 53). Sizes are rounded up to a power of two so that a few
     buffers cover every request; a bigger request adds a buffer (the smaller
-    ones stay bound to the layers using them)."""
-    pool = dev.__dict__.setdefault("_layer_scratch", [])
-    for n, buf in pool:
-        if n >= nfloats:
-            return buf
-    n = 1 << max(int(nfloats) - 1, 1).bit_length()
-    buf = dev.alloc(4 * n)
-    pool.append((n, buf))
-    pool.sort(key=lambda e: e[0])
-    return buf
+    ones stay bound to the layers using them). Kept for old callers: the
+    pool lives in the device (Device.shared_scratch)."""
+    return dev.shared_scratch(nfloats)

@@ -1,3 +1,4 @@
+import contextlib
 import os
 from pathlib import Path
 
@@ -18,6 +19,15 @@ def _restore_caffe_ocl_logger():
     yield
     lg.handlers[:] = saved[0]
     lg.propagate, lg.level = saved[1], saved[2]
+
+
+@pytest.fixture
+def settings():
+    """``settings(TF32=True, ...)``: caffe_ocl.config overrides for this
+    test, removed when it ends (the way tests switch kernel variants)."""
+    from caffe_ocl import config
+    with contextlib.ExitStack() as stack:
+        yield lambda **values: stack.enter_context(config.override(**values))
 
 
 @pytest.fixture

@@ -349,8 +349,8 @@ def test_bad_algorithm_rejected(d):
         conv_ops.workspace_floats(d.dev, _geom(GEOMS[0]), "fft")
 
 
-def test_tf32_flag_never_reaches_non_nvidia(d, monkeypatch):
-    monkeypatch.setattr(gemm_ops, "_allow_tf32", True)
+def test_tf32_flag_never_reaches_non_nvidia(d, monkeypatch, settings):
+    settings(TF32=True)
     if not (d.dev.is_gpu and d.dev.is_nvidia):
         assert gemm_ops.use_tf32(d.dev) == 0
     else:
@@ -378,10 +378,10 @@ def _check_igemm_passes(d, rng, g, tol, rounding=lambda a: a):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("p", [GEOMS[0], GEOMS[1], GEOMS[4], GEOMS[6]], ids=str)
-def test_tf32_conv_and_gemm_on_nvidia(d, rng, p, monkeypatch):
+def test_tf32_conv_and_gemm_on_nvidia(d, rng, p, monkeypatch, settings):
     if not (d.dev.is_gpu and d.dev.is_nvidia):
         pytest.skip("TF32 tensor cores need an NVIDIA GPU")
-    monkeypatch.setattr(gemm_ops, "_allow_tf32", True)
+    settings(TF32=True)
     _check_igemm_passes(d, rng, _geom(p), 3e-3)
 
 
@@ -389,13 +389,13 @@ def test_tf32_conv_and_gemm_on_nvidia(d, rng, p, monkeypatch):
 @pytest.mark.parametrize("ta", [False, True])
 @pytest.mark.parametrize("tb", [False, True])
 @pytest.mark.parametrize("M,N,K,ld", [(200, 300, 129, 0), (40, 136, 20, 0), (131, 260, 64, 4)])
-def test_tf32_gemm_on_nvidia(d, rng, M, N, K, ld, ta, tb, monkeypatch):
+def test_tf32_gemm_on_nvidia(d, rng, M, N, K, ld, ta, tb, monkeypatch, settings):
     """TF32 GEMMs on tensor cores (tile_mainloop_async.h) in every transpose
     case, 128- and 64-row tiles, 4-byte copies (odd rows) and 16-byte
     copies (rows padded to ld-aligned lengths), two batches."""
     if not (d.dev.is_gpu and d.dev.is_nvidia):
         pytest.skip("TF32 tensor cores need an NVIDIA GPU")
-    monkeypatch.setattr(gemm_ops, "_allow_tf32", True)
+    settings(TF32=True)
     lda, ldb = (M if ta else K), (K if tb else N)
     if ld:
         lda, ldb = -(-lda // ld) * ld, -(-ldb // ld) * ld
@@ -443,10 +443,10 @@ def _tf32(a):
 
 
 @pytest.fixture
-def emulated_tf32(monkeypatch):
+def emulated_tf32(monkeypatch, settings):
     """Kernels built in the test use the tensor-core tiling with an
     emulated mma (kernels/mma_tf32.h, TF32 == 2)."""
-    monkeypatch.setattr(gemm_ops, "_emulate_tf32", True)
+    settings(TF32_EMULATE=True)
 
 
 # (trans_a, trans_b, rows padded to 16 bytes):
@@ -459,12 +459,13 @@ EMULATED_GEMMS = [(False, False, False), (False, False, True), (True, True, True
 
 @pytest.mark.parametrize("ta,tb,aligned", EMULATED_GEMMS,
                          ids=["registers", "async", "async-trans"])
-def test_tf32_tiling_emulated_gemm(d, rng, emulated_tf32, monkeypatch, ta, tb, aligned):
+def test_tf32_tiling_emulated_gemm(d, rng, emulated_tf32, monkeypatch, ta, tb, aligned,
+                                   settings):
     """The TF32 tile layouts (fragments, A's row permutation or the async
     loop's swizzles, the staged store) on any device: C must equal the
     product of the TF32-rounded operands (not the FP32 product), over
     128-row tiles with ragged edges."""
-    monkeypatch.setattr(gemm_ops, "_async_tf32", True)     # whatever CAFFE_OCL_TF32_ASYNC says
+    settings(TF32_ASYNC=True)     # whatever CAFFE_OCL_TF32_ASYNC says
     M, N, K, batch = 70, 130, 33, 1 + int(ta)
     lda, ldb = (M if ta else K), (K if tb else N)
     if aligned:
@@ -506,14 +507,14 @@ FOLDED_1X1 = (3, 6, 4, 5, 140, 1, 1, 0, 0, 1, 1, 1, 1, 2)
 
 
 @pytest.mark.parametrize("nsplit", [1, 4])
-def test_tf32_folded_weight_gradient_1x1(d, rng, nsplit, monkeypatch):
+def test_tf32_folded_weight_gradient_1x1(d, rng, nsplit, monkeypatch, settings):
     """1x1 stride-1 weight gradients run gemm.cl's async TF32 loop with
     the images folded into K (both operands k-fast: ldmatrix for both),
     whole or split into slices summed by splitk_reduce, accumulating into
     dW as Caffe does; tensor cores on NVIDIA, the emulated mma elsewhere."""
     nvidia = d.dev.is_gpu and d.dev.is_nvidia
-    monkeypatch.setattr(gemm_ops, "_allow_tf32" if nvidia else "_emulate_tf32", True)
-    monkeypatch.setattr(gemm_ops, "_async_tf32", True)
+    settings(**{"TF32" if nvidia else "TF32_EMULATE": True})
+    settings(TF32_ASYNC=True)
     g = _geom(FOLDED_1X1)
     kchunk = {1: 64, 4: 16}[nsplit]              # K = 3 images x 20 pixels
     monkeypatch.setattr(conv_ops, "splitk_plan", lambda dev, g, per_cu=0: (nsplit, kchunk))
@@ -532,15 +533,15 @@ def test_tf32_folded_weight_gradient_1x1(d, rng, nsplit, monkeypatch):
 
 
 @pytest.mark.parametrize("what", ["fwd", "bwd_data"])
-def test_tf32_batched_1x1(d, rng, what, monkeypatch):
+def test_tf32_batched_1x1(d, rng, what, monkeypatch, settings):
     """1x1 stride-1 forward (bias and ReLU fused) and backward-data
     (accumulating) over many input channels run one TF32 GEMM on the async
     loop, the images folded into N (tiles across image ends); groups move
     weights, images and outputs. Tensor cores on NVIDIA, the emulated mma
     elsewhere."""
     nvidia = d.dev.is_gpu and d.dev.is_nvidia
-    monkeypatch.setattr(gemm_ops, "_allow_tf32" if nvidia else "_emulate_tf32", True)
-    monkeypatch.setattr(gemm_ops, "_async_tf32", True)
+    settings(**{"TF32" if nvidia else "TF32_EMULATE": True})
+    settings(TF32_ASYNC=True)
     monkeypatch.setattr(conv_ops, "GEMM_1X1_MIN_K", 16)
     g = _geom((3, 40, 2, 6, 144, 1, 1, 0, 0, 1, 1, 1, 1, 2))    # K 20 / 72, 12 pixels
     x = rng.standard_normal((g.num, g.channels, g.height, g.width))
@@ -630,13 +631,13 @@ PACKED = [   # geometry, MAX_COL_FLOATS, weight split, im2col expected
                          ids=["rows16", "rows8-K300", "nopad-576px", "groups-gather",
                               "chunks-split", "stride2-rows12", "stride2-1x1-odd",
                               "stride2-1x1-odd-im2col"])
-def test_cpu_packed_columns(d, rng, p, max_col, split, im2col, monkeypatch):
+def test_cpu_packed_columns(d, rng, p, max_col, split, im2col, monkeypatch, settings):
     """The last case: a strided 1x1 kernel as by default, its columns
     written once by im2col (the one before it: packed, as with
     CPU_PACK_STRIDED_1X1)."""
     if not d.dev.is_cpu:
         pytest.skip("columns are packed from the images by the CPU GEMM only")
-    monkeypatch.setattr(conv_ops, "CPU_PACKED_COLUMNS", True)
+    settings(CPU_PACKED_COLUMNS=True)
     monkeypatch.setattr(conv_ops, "CPU_PACK_STRIDED_1X1", not im2col)
     if max_col:
         monkeypatch.setattr(conv_ops, "MAX_COL_FLOATS", max_col)

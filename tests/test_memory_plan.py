@@ -237,9 +237,9 @@ def test_test_phase_batchnorm_has_no_alias():
 
 
 def test_shared_scratch_reuses_buffers():
-    class Dev:                                        # a fresh device-level pool
+    class Dev(type(caffe.get_device())):              # a fresh device-level pool
         def __init__(self):
-            self.real, self.asked = caffe.get_device(), []
+            self.real, self.asked, self._scratch = caffe.get_device(), [], []
 
         def alloc(self, n):
             self.asked.append(n)

@@ -1,7 +1,7 @@
 """Vision layers: Convolution, Deconvolution, Pooling, LRN."""
 import math
 
-from .. import memory_plan
+from .. import config
 from ..blob import Blob
 from ..errors import LayerError, ShapeError
 from ..ops import conv as conv_ops
@@ -176,7 +176,7 @@ class BaseConvolution(Layer):
             return self._reshape_nd(bottom, top)
         cf = conv_ops.workspace_floats(self.device, self.geom)
         # the column workspace holds nothing between launches: one per device
-        self.col = memory_plan.shared_scratch(self.device, cf) if cf else None
+        self.col = self.device.shared_scratch(cf) if cf else None
         colbuf = self.col
         w = self.blobs[0].data_buffer()
         bias = self.blobs[1].data_buffer() if self.bias_term else None
@@ -197,7 +197,7 @@ class BaseConvolution(Layer):
     def _reshape_nd(self, bottom, top):
         g, dev = self.geom, self.device
         self.geo = conv_nd.geometry_buffer(dev, g)
-        self.col = memory_plan.shared_scratch(dev, g.col_floats())
+        self.col = dev.shared_scratch(g.col_floats())
         w = self.blobs[0].data_buffer()
         bias = self.blobs[1].data_buffer() if self.bias_term else None
         self.fwd = []
@@ -290,8 +290,8 @@ class DeconvolutionLayer(BaseConvolution):
 
 
 # MAX pooling in nets that run no backward through it writes no argmax
-# (benchmarks/ab_cpu_infer.py --set-a can turn it back on to compare)
-SKIP_UNREAD_MASK = True
+# (setting SKIP_UNREAD_MASK; benchmarks/ab_cpu_infer.py --config-a
+# SKIP_UNREAD_MASK=0 turns it back on to compare)
 
 
 @register("Pooling")
@@ -374,7 +374,7 @@ class PoolingLayer(Layer):
             if len(top) == 2:
                 top[1].reshape((n, c, ho, wo))
                 self.mask = top[1]
-            elif (SKIP_UNREAD_MASK and self.propagate_down is not None
+            elif (config.get("SKIP_UNREAD_MASK") and self.propagate_down is not None
                   and not any(self.propagate_down)):
                 # the Net runs no backward here (a deploy net: nothing below a
                 # loss, no force_backward), so Caffe's internal argmax would

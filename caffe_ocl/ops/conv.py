@@ -33,6 +33,7 @@ Every function takes ``algo=None`` (by device, see ``algorithm``).
 import logging
 from dataclasses import dataclass
 
+from .. import config
 from . import cpu_chunks, tuned, work_size
 from . import depthwise as dw_ops
 from . import winograd as wino_ops
@@ -53,9 +54,9 @@ MAX_COL_FLOATS = 1 << 23
 # CPU drivers: forward and backward-weight GEMMs pack their columns from
 # the (zero-padded) images themselves (gemm_cpu.cl CONV_B) instead of
 # reading an im2col buffer: CIFAR-10 quick batch 100 wrote and re-read
-# ~270 MB of columns per training step (im2col 34 of 190 ms). False: im2col
-# as on GPUs (tests and A/B timing; read when launches are built).
-CPU_PACKED_COLUMNS = True
+# ~270 MB of columns per training step (im2col 34 of 190 ms). Setting
+# CPU_PACKED_COLUMNS off: im2col as on GPUs (tests and A/B timing; read when
+# launches are built).
 # ... except for strided 1x1 kernels (False; True: packed too, for A/B)
 CPU_PACK_STRIDED_1X1 = False
 
@@ -193,7 +194,7 @@ def _packs_columns(dev, g):
     images, each block of output channels gathered them again, 16 floats
     apart lane by lane on 7 x 7 outputs)."""
     unpadded_1x1 = g.kh == g.kw == 1 and g.ph == g.pw == 0
-    return (dev.is_cpu and CPU_PACKED_COLUMNS and not g.is_1x1
+    return (dev.is_cpu and config.get("CPU_PACKED_COLUMNS") and not g.is_1x1
             and not (unpadded_1x1 and not CPU_PACK_STRIDED_1X1))
 
 
@@ -327,11 +328,10 @@ def _sizes(g):
 
 
 def _workspace(dev, nfloats):
-    """A device scratch buffer of at least ``nfloats`` (memory_plan's one
-    device-wide pool; its users run one after another on the in-order queue
+    """A device scratch buffer of at least ``nfloats`` (the device's one
+    device-wide pool, Device.shared_scratch; its users run one after another on the in-order queue
     and hold no data in it between launch lists)."""
-    from ..memory_plan import shared_scratch
-    return shared_scratch(dev, nfloats)
+    return dev.shared_scratch(nfloats)
 
 
 # Work-groups per compute unit the split-K weight gradients aim for: the
@@ -397,7 +397,7 @@ def _gemm_1x1_plan(dev, g, m, k, lda):
     apart runs: "images" (a GEMM on the images as they lie), "rows" (a GEMM
     on its operand gathered into rows by channel) or None (implicit GEMM)."""
     if ((g.kh, g.kw, g.ph, g.pw, g.dh, g.dw) != (1, 1, 0, 0, 1, 1)
-            or k < GEMM_1X1_MIN_K or lda % 4):
+            or not config.get("GEMM_1X1") or k < GEMM_1X1_MIN_K or lda % 4):
         return None
     if not async_tiles(dev, gpu_tiles(dev, m), True, True):
         return None
@@ -526,12 +526,12 @@ def _strided_1x1_backward_data(dev, g, dy, weight, dx, accumulate):
 
 # 1x1 stride-1 weight gradients on GPUs as a GEMM with the images folded
 # into K (gemm.cl KFOLD) where that GEMM takes the TF32 cp.async main loop
-# (kernels/tile_mainloop_async.h), instead of the implicit-GEMM kernel.
-FOLDED_WEIGHT_GEMM = True
+# (kernels/tile_mainloop_async.h), instead of the implicit-GEMM kernel
+# (setting FOLDED_WEIGHT_GEMM; off for A/B timing).
 
 
 def _folded_weight_gemm_applies(dev, g):
-    if not (FOLDED_WEIGHT_GEMM and g.is_1x1):
+    if not (config.get("FOLDED_WEIGHT_GEMM") and g.is_1x1):
         return False
     t = gpu_tiles(dev, g.out_channels // g.groups)
     # every row, image and group of both operands starts a multiple of HW

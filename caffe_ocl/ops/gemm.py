@@ -8,46 +8,43 @@ and optionally applying an activation to the result in the epilogue
 (``act=("relu", negative_slope)`` or ``act=("clip", lo, hi)``; applied after
 alpha, bias and beta, so C = act(alpha*op(A)*op(B) + bias + beta*C)).
 """
-import os
+from .. import config
 
 SRC = "gemm.cl"
 
 # PyTorch's allow_tf32: let matrix products on NVIDIA GPUs use TF32 tensor
 # cores (10-bit mantissa operands, FP32 accumulation). Off by default
-# (strict FP32). Read when launches are built (reshape time).
-_allow_tf32 = os.environ.get("CAFFE_OCL_TF32", "").strip().lower() in ("1", "true", "yes", "on")
+# (strict FP32): setting TF32. Read when launches are built (reshape time).
 
 
 def set_allow_tf32(flag=True):
     """Allow TF32 tensor cores for GEMMs and convolutions built from now on
     (NVIDIA GPUs only; other devices always compute in FP32)."""
-    global _allow_tf32
-    _allow_tf32 = bool(flag)
+    config.set("TF32", bool(flag))
 
 
 def allow_tf32():
-    return _allow_tf32
+    return config.get("TF32")
 
 
 # Tests only: build the tensor-core tiling with an emulated mma (TF32 == 2,
-# kernels/mma_tf32.h) on any device, so PoCL checks its fragment layouts.
-_emulate_tf32 = False
+# kernels/mma_tf32.h) on any device, so PoCL checks its fragment layouts
+# (setting TF32_EMULATE).
 
 
 def set_emulate_tf32(flag=True):
     """Tests: kernels built from now on use the TF32 tiling with an emulated
     warp mma on any device (slow; exact TF32 rounding)."""
-    global _emulate_tf32
-    _emulate_tf32 = bool(flag)
+    config.set("TF32_EMULATE", bool(flag))
 
 
 def use_tf32(dev):
     """The TF32 macro for this device: 1 (tensor cores) only on NVIDIA GPUs
     with TF32 allowed, so only they ever see PTX; 2 under the tests'
     emulation; else 0."""
-    if _emulate_tf32:
+    if config.get("TF32_EMULATE"):
         return 2
-    return int(bool(_allow_tf32 and dev.is_gpu and getattr(dev, "is_nvidia", False)))
+    return int(bool(config.get("TF32") and dev.is_gpu and getattr(dev, "is_nvidia", False)))
 
 
 # kernels/tile_store.h: products with K up to this store their results
@@ -59,8 +56,8 @@ STAGED_MAX_K = 512
 
 
 # gemm.cl reads the old values of C (beta != 0) ahead of its stores
-# (kernels/tile_store.h PRIOR_AT); False: read each right before its store.
-READ_AHEAD = True
+# (kernels/tile_store.h PRIOR_AT); setting GEMM_READ_AHEAD off: read each
+# right before its store.
 
 
 def gpu_tiles(dev, M, K=None):
@@ -71,14 +68,14 @@ def gpu_tiles(dev, M, K=None):
     if 2 * 16 * (tm + 8 + 128 + 8) * 4 > getattr(dev, "local_mem", 1 << 16):
         tm = 64          # 128-row tiles need 34 KiB of local memory
     return dict(TM=tm, TN=128, TK=16, TF32=use_tf32(dev),
-                STAGED=int(K is not None and K <= STAGED_MAX_K), READ_AHEAD=int(READ_AHEAD))
+                STAGED=int(K is not None and K <= STAGED_MAX_K),
+                READ_AHEAD=int(config.get("GEMM_READ_AHEAD")))
 
 
 # TF32 GEMMs (not the implicit-GEMM convolutions) run
 # kernels/tile_mainloop_async.h: local tiles filled by asynchronous copies
 # (cp.async), ASYNC_MAX_STAGES deep where local memory allows, warps of
 # 64 x ASYNC_WN results. CAFFE_OCL_TF32_ASYNC=0 keeps tile_mainloop.h.
-_async_tf32 = os.environ.get("CAFFE_OCL_TF32_ASYNC", "1").strip().lower() not in ("0", "false", "no", "off")
 ASYNC_WN = 64           # H200, 4096^3: 32-column warps 1.38 ms, 64: 1.12
 ASYNC_MAX_STAGES = 3    # as many 128 x 16 stages as 48 KiB holds (64-row tiles: not tried deeper)
 
@@ -90,7 +87,7 @@ def async_tiles(dev, t, aligned_a, aligned_b):
     start on 16-byte boundaries (aligned_x False). Its copies are 16 bytes:
     4-byte ones ran 1.3x slower than tile_mainloop.h (VGG-16's Winograd
     GEMMs with 1519 tiles per row; the implicit-GEMM gathers 1.3-1.6x)."""
-    if not t["TF32"] or not _async_tf32 or not (aligned_a and aligned_b):
+    if not t["TF32"] or not config.get("TF32_ASYNC") or not (aligned_a and aligned_b):
         return {}
     tm, tk = t["TM"], t["TK"]
     wn = ASYNC_WN if tm == 128 else 32       # at least 128 work-items (tile_store.h)

@@ -83,12 +83,11 @@ def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=
                      act=act, off_a=off_a, off_b=off_b, off_c=off_c)]
     if K % nsplit:
         raise ValueError(f"gemm_launches: nsplit {nsplit} does not divide K = {K}")
-    from ..memory_plan import shared_scratch
     lda = lda if lda is not None else (M if trans_a else K)
     ldb = ldb if ldb is not None else (K if trans_b else N)
     ldc = ldc if ldc is not None else N
     kc = K // nsplit
-    ws = shared_scratch(dev, nsplit * M * N)
+    ws = dev.shared_scratch(nsplit * M * N)
     # chunk s starts at column s*kc of op(A) and row s*kc of op(B)
     sa = kc * lda if trans_a else kc
     sb = kc if trans_b else kc * ldb

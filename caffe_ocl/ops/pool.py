@@ -4,6 +4,7 @@ GPUs: one work-item per output (forward) or input (backward, gather form;
 MAX over a 3-D grid with the window compiled in).
 CPU drivers: the ``*_cpu`` kernels, one work-item per contiguous range of
 whole (n, c) planes, a few work-items per core (see pooling.cl)."""
+from .. import config
 from . import cpu_chunks, work_size
 
 SRC = "pooling.cl"
@@ -71,10 +72,8 @@ def tiles_input(shape, out_hw, k, s, p):
 
 
 # GPUs: the scatter form (max_pool_bwd_tiles) where windows tile the input
-POOL_BWD_TILES = True
-# GPUs, strides >= 2 otherwise: 2 x 2 blocks of inputs per work-item
-# (max_pool_bwd_blocks)
-POOL_BWD_BLOCKS = True
+# (setting POOL_BWD_TILES); strides >= 2 otherwise: 2 x 2 blocks of inputs
+# per work-item (max_pool_bwd_blocks, setting POOL_BWD_BLOCKS)
 
 
 def max_backward(dev, shape, out_hw, k, s, p, dy, mask, dx, impl=None, gate=None):
@@ -88,9 +87,9 @@ def max_backward(dev, shape, out_hw, k, s, p, dy, mask, dx, impl=None, gate=None
     n, c, h, w = shape
     if impl is None:
         impl = "cpu" if dev.is_cpu else ("gpu" if n * c <= GRID_MAX_PLANES else "flat")
-        if impl == "gpu" and POOL_BWD_TILES and tiles_input(shape, out_hw, k, s, p):
+        if impl == "gpu" and config.get("POOL_BWD_TILES") and tiles_input(shape, out_hw, k, s, p):
             impl = "tiles"
-        elif impl == "gpu" and POOL_BWD_BLOCKS and min(s) >= 2:
+        elif impl == "gpu" and config.get("POOL_BWD_BLOCKS") and min(s) >= 2:
             impl = "blocks"
     top, slope = gate if gate is not None else (dy, 0.0)
     defines = dict(GATE=1) if gate is not None else {}

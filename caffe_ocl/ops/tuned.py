@@ -22,6 +22,8 @@ import logging
 import os
 import re
 
+from .. import config
+
 log = logging.getLogger("caffe_ocl")
 
 ENV = "CAFFE_OCL_TUNED"
@@ -33,7 +35,7 @@ _stores = {}        # file path -> dict of entries (loaded once per process)
 
 def enabled():
     """False when CAFFE_OCL_TUNED=0 turns stored choices off."""
-    return os.environ.get(ENV, "").strip().lower() not in ("0", "false", "no", "off")
+    return config.get("TUNED")
 
 
 def store_path(dev):

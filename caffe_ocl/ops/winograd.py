@@ -50,8 +50,8 @@ for the automatic choice (where its cost model says it pays, on any device;
 env ``CAFFE_OCL_WINOGRAD=0/1`` forces it off / on for every eligible geometry).
 """
 import math
-import os
 
+from .. import config
 from . import cpu_chunks, work_size
 from .gemm import act_defines, gemm
 
@@ -96,9 +96,8 @@ def eligible(g):
 
 
 def default_tile():
-    """Output tile side m: env CAFFE_OCL_WINOGRAD_TILE (2 or 4), else 4."""
-    v = os.environ.get(TILE_ENV, "").strip()
-    return int(v) if v in ("2", "4") else 4
+    """Output tile side m: setting WINOGRAD_TILE (2 or 4), default 4."""
+    return int(config.get("WINOGRAD_TILE"))
 
 
 def _tile(tile):
@@ -141,12 +140,7 @@ def estimated_speedup(g, tile=None):
 
 def env_override():
     """True / False when CAFFE_OCL_WINOGRAD forces Winograd on / off, else None."""
-    v = os.environ.get(ENV, "").strip().lower()
-    if v in ("1", "true", "yes", "on"):
-        return True
-    if v in ("0", "false", "no", "off"):
-        return False
-    return None
+    return config.get("WINOGRAD")
 
 
 def use_auto(dev, g):
@@ -348,8 +342,7 @@ def backward_data(dev, g, dy, weight, dx, accumulate=False, gemm_impl=None, tile
 def bwd_weight_enabled():
     """False when env CAFFE_OCL_WINOGRAD_BWD_WEIGHT=0 keeps the dense
     backward-weight for Winograd layers (read when launches are built)."""
-    v = os.environ.get(BWD_WEIGHT_ENV, "").strip().lower()
-    return v not in ("0", "false", "no", "off")
+    return config.get("WINOGRAD_BWD_WEIGHT")
 
 
 def weight_split(dev, cin, cout, T, tile=None):

@@ -11,6 +11,8 @@ import os
 import socket
 import sys
 
+from .. import config
+from .. import device as D
 from ..errors import CaffeOclError
 from . import state
 
@@ -36,7 +38,7 @@ def launched_size():
                 return int(s)
             except ValueError:
                 continue
-    if os.environ.get("CAFFE_OCL_MPI") == "1":
+    if config.get("MPI"):
         return -1          # explicitly asked for: ask MPI itself
     return 0
 
@@ -124,16 +126,14 @@ class Group:
         """Local rank i uses --gpu's i-th id, or CAFFE_OCL_DEVICE's i-th
         comma-separated entry, or the i-th GPU; with fewer devices than local
         ranks, devices are shared round-robin (e.g. the one CPU device)."""
-        from .. import device as D
-        from ..train_cli import _gpu_ids
         i = self.local_rank
-        env = os.environ.get("CAFFE_OCL_DEVICE", "")
+        env = config.get("DEVICE") or ""
         if "," in env:
             entries = [e.strip() for e in env.split(",") if e.strip()]
-            os.environ["CAFFE_OCL_DEVICE"] = entries[i % len(entries)]
+            config.set("DEVICE", entries[i % len(entries)])
             log.info("Rank %d uses CAFFE_OCL_DEVICE=%s", self.rank, entries[i % len(entries)])
             return
-        ids = [] if (gpu_flag or "").strip() == "all" else _gpu_ids(gpu_flag)
+        ids = [] if (gpu_flag or "").strip() == "all" else D.parse_gpu_ids(gpu_flag)
         if not ids and not env:
             gpus = [d["index"] for d in D.list_devices() if d["is_gpu"]]
             if len(gpus) >= self.local_size:

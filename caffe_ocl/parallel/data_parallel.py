@@ -62,13 +62,13 @@ pass from communication the update waits for.
 """
 import json
 import logging
-import os
 import queue
 import threading
 import time
 
 import numpy as np
 
+from .. import config
 from ..solvers.solver import NONE, SNAPSHOT, STOP, Callback
 from .comm import ParallelError
 
@@ -120,12 +120,14 @@ class _Bucket:
         self.events = ()                    # this iteration's download events
 
 
-def _choose(env, allowed, default, what):
-    v = os.environ.get(env, "").strip().lower()
-    if not v:
+def _choose(name, allowed, default, what):
+    """Setting ``name`` (a choice declared in config.py), or ``default``."""
+    v = config.get(name)
+    if v is None:
         return default
     if v not in allowed:
-        raise ParallelError(f"{env}={v!r}: expected one of {', '.join(allowed)} ({what})")
+        raise ParallelError(f"CAFFE_OCL_{name}={v!r}: expected one of {', '.join(allowed)} "
+                            f"({what})")
     return v
 
 
@@ -147,9 +149,9 @@ class DataParallel:
                 "read this rank's records")
         self.dev = dev = solver.dev
         if bucket_bytes is None:
-            env = os.environ.get("CAFFE_OCL_BUCKET_MB")
-            if env is not None:
-                bucket_bytes = int(float(env) * 2 ** 20)
+            mb = config.get("BUCKET_MB")
+            if mb is not None:
+                bucket_bytes = int(mb * 2 ** 20)
             elif getattr(dev, "is_cpu", False):
                 # a CPU device computes on the cores MPI needs for progress: measured
                 # slower with overlap (benchmarks/parallel_overlap.py), so one bucket
@@ -295,13 +297,13 @@ class DataParallel:
         from ..ops import allreduce
         g, dev = self.group, self.dev
         can_shm = g.local_size == g.size > 1
-        want = _choose("CAFFE_OCL_REDUCE", REDUCE_PATHS, "shm" if can_shm else "mpi",
+        want = _choose("REDUCE", REDUCE_PATHS, "shm" if can_shm else "mpi",
                        "gradient reduction path")
         if want == "shm" and not can_shm:
             log.warning("CAFFE_OCL_REDUCE=shm needs every rank on one machine (%d of %d "
                         "ranks here): using MPI Allreduce", g.local_size, g.size)
             want = "mpi"
-        self.staging = _choose("CAFFE_OCL_STAGING", STAGINGS,
+        self.staging = _choose("STAGING", STAGINGS,
                                "hostptr" if getattr(dev, "is_gpu", False) else "plain",
                                "host staging of the gradients")
         self.copy_q = cl.CommandQueue(dev.context, dev.cl_device)

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+from .. import config
 from .comm import INSTALL_HINT, Group, ParallelError, launched_size, mpi_available
 
 log = logging.getLogger("caffe_ocl")
@@ -34,7 +35,7 @@ def find_mpiexec():
     """The launcher as a command list: ``$CAFFE_OCL_MPIEXEC`` (options
     allowed, e.g. "mpirun --allow-run-as-root"), else ``mpiexec`` beside
     Python or on PATH, else ``mpirun``; None when there is none."""
-    exe = os.environ.get("CAFFE_OCL_MPIEXEC", "").strip()
+    exe = (config.get("MPIEXEC") or "").strip()
     if exe:
         return shlex.split(exe)
     here = os.path.dirname(sys.executable)
@@ -97,7 +98,7 @@ def maybe_spawn(argv, gpu_ids, solver_path=None):
     command as ``mpiexec -n len(ids) python -m caffe_ocl train ...`` (each
     rank takes the id at its local rank). Returns the exit code, or None
     when no spawning is needed."""
-    if len(gpu_ids) < 2 or launched_size() != 0 or os.environ.get(SPAWNED):
+    if len(gpu_ids) < 2 or launched_size() != 0 or config.get("SPAWNED"):
         return None
     n = len(gpu_ids)
     if not mpi_available():
