@@ -127,17 +127,17 @@ _DECLARED = (
             "from the images (off: im2col into a column buffer, then a GEMM)",
             internal=True),
     Setting("FOLDED_WEIGHT_GEMM", "bool", True,
-            "1x1 convolutions compute the weight gradient as one GEMM over the "
-            "folded batch (off: per-image GEMMs)", internal=True),
+            "GPUs, TF32: 1x1 stride-1 weight gradients as one GEMM with the images "
+            "folded into K (off: the implicit-GEMM kernel)", internal=True),
     Setting("GEMM_1X1", "bool", True,
             "GPU 1x1 convolutions with enough input channels run as plain GEMMs "
             "(off: the implicit-GEMM kernel)", internal=True),
     Setting("POOL_BWD_TILES", "bool", True,
-            "GPU max-pooling backward by input tiles where windows overlap little "
-            "(off: the next rule applies)", internal=True),
+            "GPU max-pooling backward in its scatter form where the windows tile "
+            "the input (kernel = stride, no padding)", internal=True),
     Setting("POOL_BWD_BLOCKS", "bool", True,
-            "GPU max-pooling backward by blocks for strides >= 2 (off: the "
-            "per-input gather)", internal=True),
+            "GPU max-pooling backward by 2 x 2 blocks of inputs per work-item for "
+            "strides >= 2 (off: one input per work-item)", internal=True),
     Setting("SKIP_UNREAD_MASK", "bool", True,
             "max pooling does not write its argmax mask when no backward reads it",
             internal=True),
@@ -277,3 +277,26 @@ def format_table(rows=None):
         shown = "(unset)" if val is None else str(val)
         out.append(f"{env:<{width}}  {shown:<12} [{src}]  {doc}")
     return "\n".join(out)
+
+
+def markdown_table():
+    """README.md's table of every setting (internal ones marked), generated
+    from the declarations; tests/test_config.py checks README against it and
+    ``python3 tools/settings_table.py`` rewrites it there."""
+    out = ["| variable | type | default | what it does |", "|---|---|---|---|"]
+    for s in _DECLARED:
+        kind = "1/0" if s.kind == "bool" else (
+            "unset/1/0" if s.kind == "tristate" else (
+                " / ".join(s.choices) if s.kind == "choice" else s.kind))
+        if s.name == "CACHE":
+            default = "`~/.cache/caffe_ocl`"
+        elif s.default is None:
+            default = "unset"
+        elif isinstance(s.default, bool):
+            default = "1" if s.default else "0"
+        else:
+            default = f"`{s.default}`"
+        doc = s.doc.replace("|", "\\|") + (" *(internal)*" if s.internal else "")
+        out.append(f"| `{s.env}` | {kind} | {default} | {doc} |")
+    return "\n".join(out)
+

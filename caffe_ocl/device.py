@@ -617,4 +617,6 @@ def describe_devices():
                      "override with CAFFE_OCL_DEVICE=N or P:D")
     else:
         lines.append(reason)
+    lines.append("settings (CAFFE_OCL_*, caffe_ocl/config.py):")
+    lines += ["  " + row for row in config.format_table().splitlines()]
     return "\n".join(lines)
