@@ -11,19 +11,13 @@ uploads it. Layers ask for ``device_buffer()`` (read) or mark their outputs
 access, a device write, the first zero fill): anything derived from the
 memory (e.g. folded weights, caffe_ocl.fusion) is stale when it differs.
 """
-import weakref
-
 import numpy as np
 
+from .device import get_device, register_blob
 from .errors import ShapeError
+from .ops import pointwise
 
 UNINITIALIZED, AT_HOST, AT_DEVICE, SYNCED = range(4)
-
-_live = weakref.WeakSet()
-
-
-def live_blob_count():
-    return len(_live)
 
 
 class SyncedMemory:
@@ -41,7 +35,6 @@ class SyncedMemory:
     @property
     def device(self):
         if self._device is None:
-            from .device import get_device
             self._device = get_device()
         return self._device
 
@@ -99,7 +92,6 @@ class SyncedMemory:
 
     def zero_device(self):
         buf = self._device_buf()
-        from .ops import pointwise
         pointwise.fill(self.device, buf, self.capacity, 0.0)
         self.head = AT_DEVICE
         self.version += 1
@@ -122,7 +114,7 @@ class Blob:
         self._data = None
         self._diff = None
         self.reshape(shape)
-        _live.add(self)
+        register_blob(self)
 
     # ---- shape -----------------------------------------------------------
     def reshape(self, *shape):

@@ -21,6 +21,7 @@ import struct
 import threading
 import time
 import warnings
+import weakref
 
 import numpy as np
 
@@ -552,6 +553,16 @@ class Device:
 _current = None
 _wanted_index = None
 _wanted_mode = None
+_live_blobs = weakref.WeakSet()      # Blobs alive (blob.py registers each)
+
+
+def register_blob(blob):
+    """Count ``blob`` among the live blobs until it is garbage-collected."""
+    _live_blobs.add(blob)
+
+
+def live_blob_count():
+    return len(_live_blobs)
 
 
 def get_device():
@@ -574,8 +585,7 @@ def _reset(index=None, mode=None):
     if _current is not None and index == _wanted_index and mode == _wanted_mode:
         return
     if _current is not None:
-        from . import blob as _blob
-        if _blob.live_blob_count():
+        if live_blob_count():
             log.warning("changing device while blobs exist on %s; they keep "
                         "their old device", _current.name)
     _wanted_index, _wanted_mode = index, mode

@@ -19,6 +19,7 @@ import numpy as np
 from . import memory_plan
 from .blob import Blob
 from .errors import NetError, ShapeError
+from .layers import data as data_layers
 from .layers.base import create_layer
 from .proto import caffe_pb2, read_net, read_net_prototxt, upgrade_net
 from .proto import blobproto_to_array, write_binary
@@ -446,6 +447,10 @@ class Net:
             self.memory_plan = None
 
     # ---- running ---------------------------------------------------------
+    def set_input_arrays(self, data, labels):
+        """pycaffe's: feed the first layer, a MemoryData layer (layers/data.py)."""
+        self._input_arrays = data_layers.set_input_arrays(self.layers, data, labels)
+
     def reshape(self):
         for li, layer in enumerate(self.layers):
             layer.reshape_if_needed(self._bottom_vecs[li], self._top_vecs[li])

@@ -371,7 +371,7 @@ def test_hdf5_data_crosses_files(tmp_path, rng):
 @pytest.fixture
 def two_ranks():
     """Yields a function setting this process's (solver_count, solver_rank)."""
-    from caffe_ocl.parallel import state as pstate
+    from caffe_ocl import ranks as pstate
 
     def set_rank(r, n=2):
         pstate.solver_count, pstate.solver_rank = n, r

@@ -18,7 +18,7 @@ import caffe_ocl as caffe
 from caffe_ocl import train_cli
 from caffe_ocl.data.datum import array_to_datum
 from caffe_ocl.data.db import LMDBWriter
-from caffe_ocl.parallel import state as pstate
+from caffe_ocl import ranks as pstate
 from caffe_ocl.parallel.launch import find_mpiexec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,6 +18,8 @@ import queue
 import threading
 import weakref
 
+from ..errors import DataError
+
 log = logging.getLogger("caffe_ocl")
 
 
@@ -132,7 +134,6 @@ class Prefetcher:
                 break
             except queue.Empty:
                 if not self.thread.is_alive() and self.full.empty():
-                    from ..errors import DataError
                     raise DataError(f"{self.name}: the prefetch thread has stopped")
         if isinstance(item, _Failure):
             self.stop_event.set()

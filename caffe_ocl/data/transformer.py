@@ -14,15 +14,17 @@ The random numbers come from a NumPy Generator seeded from
 ``caffe_ocl.ops.random``'s seed state (``set_random_seed``/the solver's
 ``random_seed``), so runs are reproducible.
 """
+import os
+
 import numpy as np
 
-from ..errors import DataError
-from ..proto import caffe_pb2
+from ..errors import CaffeOclError, DataError
+from ..ops import random as oprandom
+from ..proto import blobproto_to_array, caffe_pb2, read_blobproto
 
 
 def seeded_rng():
     """A NumPy Generator drawn from the process-wide seed state."""
-    from ..ops import random as oprandom
     seed, stream = oprandom.next_stream()
     return np.random.default_rng([seed, stream, 0xDA7A])
 
@@ -133,9 +135,6 @@ class DataTransformer:
 
 def load_mean_file(path, where="data layer"):
     """A mean .binaryproto as a (C, H, W) float32 array."""
-    import os
-    from ..errors import CaffeOclError
-    from ..proto import blobproto_to_array, read_blobproto
     if not os.path.exists(path):
         raise DataError(f"{where}: mean file {path} not found")
     try:

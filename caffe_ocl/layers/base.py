@@ -19,6 +19,8 @@ import difflib
 from ..blob import Blob
 from ..device import get_device
 from ..errors import LayerError, NetError, ShapeError
+from ..ops import pointwise
+from ..proto import caffe_pb2
 
 _REGISTRY = {}
 
@@ -37,12 +39,12 @@ def register(*type_names):
 
 
 def layer_type_list():
-    from . import _load_all  # noqa: F401  (registers every built-in layer)
+    """Every registered type (the package's __init__ imports every family
+    before anything can call this)."""
     return sorted(_REGISTRY)
 
 
 def create_layer(param, phase):
-    from . import _load_all  # noqa: F401
     cls = _REGISTRY.get(param.type)
     if cls is None:
         close = difflib.get_close_matches(param.type, list(_REGISTRY), n=3, cutoff=0.5)
@@ -78,7 +80,6 @@ class Layer:
     forward_reads_propagate_down = False
 
     def __init__(self, param, phase=None):
-        from ..proto import caffe_pb2
         self.param = param
         self.name = param.name
         self.phase = caffe_pb2.TEST if phase is None else phase
@@ -168,7 +169,6 @@ class Layer:
 
     def _fill_loss_diffs(self, top):
         """Caffe seeds backward by storing each loss weight in its top's diff."""
-        from ..ops import pointwise
         for t, w in zip(top, self.loss_weights):
             if w:
                 pointwise.fill(t.diff_mem.device, t.diff_buffer(), t.count, w)

@@ -28,6 +28,7 @@ from ..data.datum import decode_datum, parse_datum, read_image
 from ..data.db import LMDBReader, check_backend
 from ..data.prefetch import Batch, Prefetcher, upload
 from ..data.transformer import DataTransformer, seeded_rng
+from .. import ranks as pstate
 from ..errors import DataError, LayerError, NetError, ShapeError
 from ..proto import caffe_pb2
 from .base import Layer, register
@@ -65,7 +66,7 @@ class BasePrefetchingDataLayer(Layer):
             self.prefetcher.stop()
 
 
-class _Source:
+class RecordSource:
     """State owned by the prefetch thread (kept apart from the layer so the
     layer can be garbage-collected while the thread runs)."""
 
@@ -100,7 +101,6 @@ class _Shard:
 
     @classmethod
     def for_phase(cls, phase):
-        from ..parallel import state as pstate
         if phase == caffe_pb2.TRAIN and pstate.solver_count > 1:
             return cls(pstate.solver_count, pstate.solver_rank)
         return cls()
@@ -112,7 +112,7 @@ class _Shard:
         return off % self.count == self.rank
 
 
-class _DBSource(_Source):
+class _DBSource(RecordSource):
     def __init__(self, reader, skip, record_shape, force, shard=None, **kw):
         super().__init__(**kw)
         self.reader = reader
@@ -155,7 +155,7 @@ class _DBSource(_Source):
         self.transformer.transform_batch(imgs, batch.arrays[0])
 
 
-def _shape_str(s):
+def shape_str(s):
     return ",".join(str(x) for x in s)
 
 
@@ -187,7 +187,7 @@ class DataLayer(BasePrefetchingDataLayer):
             raise
         bs = int(p.batch_size)
         top[0].reshape((bs,) + out)
-        log.info("output data size: %s", _shape_str((bs,) + out))
+        log.info("output data size: %s", shape_str((bs,) + out))
         if len(top) > 1:
             top[1].reshape((bs,))
         skip = 0
@@ -228,7 +228,7 @@ def read_image_list(source, where):
     return lines
 
 
-class _ListSource(_Source):
+class _ListSource(RecordSource):
     def __init__(self, lines, lines_id, source, root, new_hw, is_color, shuffle, rng,
                  record_shape, shard=None, **kw):
         super().__init__(**kw)
@@ -307,7 +307,7 @@ class ImageDataLayer(BasePrefetchingDataLayer):
         bs = int(p.batch_size)
         top[0].reshape((bs,) + out)
         top[1].reshape((bs,))
-        log.info("output data size: %s", _shape_str((bs,) + out))
+        log.info("output data size: %s", shape_str((bs,) + out))
         src = _ListSource(lines, lines_id, p.source, p.root_folder, (nh, nw), p.is_color,
                           p.shuffle, rng, img.shape, shard=_Shard.for_phase(self.phase),
                           batch_size=bs, out_shape=out, with_label=True,
@@ -392,15 +392,16 @@ def _check_array(arr, what, c, h, w):
                          f"(N, {c}, {h}, {w})")
 
 
-def set_input_arrays(self, data, labels):
-    """pycaffe's ``Net.set_input_arrays(data, labels)``: feed the first layer,
-    a MemoryData layer, with float32 C-contiguous ``data`` (N, C, H, W) and
-    ``labels`` (N,) or (N, 1, 1, 1); N must be a multiple of its batch size.
-    The arrays are kept by reference (as pycaffe does), not copied."""
-    if not self.layers or self.layers[0].type != "MemoryData":
+def set_input_arrays(layers, data, labels):
+    """pycaffe's ``Net.set_input_arrays(data, labels)`` (net.py calls this
+    with its layers): feed the first layer, a MemoryData layer, with float32
+    C-contiguous ``data`` (N, C, H, W) and ``labels`` (N,) or (N, 1, 1, 1);
+    N must be a multiple of its batch size. The arrays are kept by reference
+    (as pycaffe does), not copied: the caller holds the returned pair."""
+    if not layers or layers[0].type != "MemoryData":
         raise NetError("set_input_arrays may only be called if the first layer is a "
                        "MemoryData layer")
-    md = self.layers[0]
+    md = layers[0]
     if isinstance(labels, np.ndarray) and labels.ndim == 1:
         labels = np.ascontiguousarray(labels[:, None, None, None])
     _check_array(data, "data array", md.channels, md.height, md.width)
@@ -412,15 +413,7 @@ def set_input_arrays(self, data, labels):
         raise ShapeError(f"set_input_arrays: first dimensions of input arrays ({data.shape[0]}) "
                          f"must be a multiple of batch size ({md.batch_size})")
     md.reset(data, labels, data.shape[0])
-    self._input_arrays = (data, labels)
-
-
-def _attach():
-    from ..net import Net
-    Net.set_input_arrays = set_input_arrays
-
-
-_attach()
+    return data, labels
 
 
 # --------------------------------------------------------------------------

@@ -7,7 +7,7 @@ so filled values are not bit-identical to Caffe's."""
 import math
 
 from ..errors import LayerError
-from ..ops import pointwise, random as rnd
+from ..ops import pointwise, random as rnd, work_size
 
 # Caffe's FillerParameter.VarianceNorm
 FAN_IN, FAN_OUT, AVERAGE = 0, 1, 2
@@ -57,7 +57,6 @@ def fill(blob, filler, where="filler"):
         if len(blob.shape) != 4 or blob.shape[2] != blob.shape[3]:
             raise LayerError(f"{where}: bilinear filler needs a 4-D blob with "
                              f"square kernels, got shape {blob.shape}")
-        from ..ops import work_size
         g, l = work_size(dev, n)
         dev.launch("pointwise.cl", "bilinear_fill", g, l,
                    [n, blob.shape[2], blob.shape[3], buf]).run(dev.queue)

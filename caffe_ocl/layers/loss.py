@@ -10,10 +10,10 @@ the device (ops/loss.py): forward is a per-item kernel plus a one-work-group
 reduction, backward one element-wise kernel per bottom.
 """
 from ..blob import Blob
-from ..errors import LayerError, ShapeError
+from ..errors import CaffeOclError, LayerError, ShapeError
 from ..ops import loss as loss_ops
 from ..ops import softmax as softmax_ops
-from ..proto import caffe_pb2
+from ..proto import blobproto_to_array, caffe_pb2, read_blobproto
 from .base import Layer, register
 
 _LP = caffe_pb2.LossParameter
@@ -172,8 +172,6 @@ class InfogainLossLayer(_SoftmaxLossBase):
             if not self.param.infogain_loss_param.HasField("source") or not src:
                 raise self.error("infogain matrix source must be specified "
                                  "(infogain_loss_param.source or a third bottom)")
-            from ..errors import CaffeOclError
-            from ..proto import blobproto_to_array, read_blobproto
             try:
                 arr = blobproto_to_array(read_blobproto(src))
             except CaffeOclError as e:

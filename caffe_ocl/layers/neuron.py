@@ -1,4 +1,5 @@
 """Element-wise neuron layers: top = f(bottom), in-place allowed."""
+from ..blob import Blob
 from ..ops import pointwise
 from ..ops import work_size
 from ..ops import random as rnd
@@ -64,7 +65,6 @@ class DropoutLayer(UnaryNeuron):
         self.train = self.phase == caffe_pb2.TRAIN
 
     def reshape(self, bottom, top):
-        from ..blob import Blob
         top[0].reshape(bottom[0].shape)
         n = bottom[0].count
         x, y = bottom[0].data_buffer(), top[0].data_buffer()

@@ -36,6 +36,7 @@ in Caffe on a GPU.
 import importlib
 
 from ..blob import Blob
+from ..proto import caffe_pb2
 from .base import Layer, register
 
 
@@ -82,7 +83,6 @@ class PythonLayerBase(metaclass=_LayerMeta):
     ``reshape``, ``forward`` and ``backward``."""
 
     def __init__(self, param=None):
-        from ..proto import caffe_pb2
         self.layer_param = param if param is not None else caffe_pb2.LayerParameter()
         pp = self.layer_param.python_param
         self.param_str = pp.param_str

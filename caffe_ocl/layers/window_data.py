@@ -36,7 +36,7 @@ import numpy as np
 from ..data.transformer import DataTransformer, seeded_rng
 from ..errors import DataError
 from .base import register
-from .data import BasePrefetchingDataLayer, _Source, _shape_str
+from .data import BasePrefetchingDataLayer, RecordSource, shape_str
 
 log = logging.getLogger("caffe_ocl")
 
@@ -103,7 +103,7 @@ def read_window_file(path, root, fg_threshold, bg_threshold, where):
     return images, np.asarray(fg, np.float32), np.asarray(bg, np.float32)
 
 
-class _WindowSource(_Source):
+class _WindowSource(RecordSource):
     def __init__(self, images, fg, bg, p, crop, mirror, mean, mean_values, rng, **kw):
         super().__init__(**kw)
         self.images, self.fg, self.bg = images, fg, bg
@@ -237,7 +237,7 @@ class WindowDataLayer(BasePrefetchingDataLayer):
         mean, mean_values = tr.mean, None
         if mean is not None:
             if mean.shape[0] != channels or min(mean.shape[1:]) < crop:
-                raise self.error(f"mean file {t.mean_file} is {_shape_str(mean.shape)}; "
+                raise self.error(f"mean file {t.mean_file} is {shape_str(mean.shape)}; "
                                  f"needs {channels} channels of at least {crop} x {crop}",
                                  DataError)
         if tr.mean_values is not None:
@@ -248,7 +248,7 @@ class WindowDataLayer(BasePrefetchingDataLayer):
         out = (channels, crop, crop)
         top[0].reshape((bs,) + out)
         top[1].reshape((bs,))
-        log.info("output data size: %s", _shape_str((bs,) + out))
+        log.info("output data size: %s", shape_str((bs,) + out))
         src = _WindowSource(images, fg, bg, p, crop, tr.mirror, mean, mean_values,
                             tr.rng, batch_size=bs, out_shape=out, with_label=True,
                             transformer=None)

@@ -2,6 +2,7 @@
 
 Blobs are viewed as ``outer x D x inner`` (Caffe's Scale/Bias pattern)."""
 from . import work_size
+from .gemm import act_defines
 
 SRC = "channel.cl"
 
@@ -85,7 +86,6 @@ def channel_partials(dev, outer, dim, inner, a, b=None, shifted=False, gated=Non
     ``tail = (gate, c_t, out_s, c_s, out_g, slope)`` sum c_t*g and sum
     c_t*g*b, g = a * relu'(gate), writing out_s = c_s*g and out_g = g where
     those are not None (the fused residual-block tail's backward)."""
-    from .gemm import act_defines
     vec = vec_of(inner)
     wg, chunks = partial_plan(dev, dim, outer * inner // vec, tail=tail is not None)
     part = dev.alloc(8 * max(int(dim), 1) * chunks)

@@ -37,7 +37,9 @@ from .. import config
 from . import cpu_chunks, tuned, work_size
 from . import depthwise as dw_ops
 from . import winograd as wino_ops
-from .gemm import act_defines, async_tiles, gemm, gpu_tiles, use_tf32
+from . import pointwise
+from .channel import channel_sum
+from .gemm import act_defines, async_tiles, cpu_full_blocks, gemm, gpu_tiles, use_tf32
 
 log = logging.getLogger("caffe_ocl")
 
@@ -126,7 +128,7 @@ def algorithm(dev, g, algo=None, pass_=None):
     # --- Winograd hook (ops/winograd.py): 3x3 stride 1; explicit on an
     # ineligible geometry raises; automatic on GPUs where it pays / by env.
     if algo == "winograd":
-        wino_ops._check(g)
+        wino_ops.check_eligible(g)
         return algo
     if algo is None and wino_ops.use_auto(dev, g):
         return "winograd"
@@ -174,7 +176,7 @@ def workspace_floats(dev, g, algo=None):
     if algo is None:
         return max(workspace_floats(dev, g, algorithm(dev, g, None, p)) for p in tuned.PASSES)
     a = algorithm(dev, g, algo)
-    if a == "winograd":      # own scratch (_workspace); dW by the dense path
+    if a == "winograd":      # own scratch (dev.shared_scratch); dW by the dense path
         a = "im2col" if dev.is_cpu else "igemm"
     if a in ("igemm", "depthwise"):
         return 0
@@ -327,13 +329,6 @@ def _sizes(g):
     return [g.num, g.channels, g.height, g.width, g.out_channels, g.out_h, g.out_w]
 
 
-def _workspace(dev, nfloats):
-    """A device scratch buffer of at least ``nfloats`` (the device's one
-    device-wide pool, Device.shared_scratch; its users run one after another on the in-order queue
-    and hold no data in it between launch lists)."""
-    return dev.shared_scratch(nfloats)
-
-
 # Work-groups per compute unit the split-K weight gradients aim for: the
 # implicit-GEMM kernel's, and the folded 1x1 GEMM's on the TF32 async loop.
 # H200, ResNet-50's layers, batch 64, ms by per-CU target 4 -> 2: folded
@@ -439,7 +434,7 @@ def _gemm_1x1(dev, g, plan, M, K, A, src, src_rows, C, dst_rows, scratch_at=0, *
                      stride_b=(0, src_rows // g.groups * hw), **fold, **kw)]
     # B's planes: the input's sampled at the stride (forward), or dy's
     # (backward-data: stride 1, so the input's size)
-    rows = _workspace(dev, scratch_at + src_rows * N)
+    rows = dev.shared_scratch(scratch_at + src_rows * N)
     return [_rows_1x1(dev, g, src, src_rows, rows, scratch_at),
             gemm(dev, M, N, K, A, rows, C, off_b=scratch_at, ldb=N, nsplit_b=False,
                  nstride=(0, dst_rows * hw), stride_b=(0, src_rows // g.groups * N),
@@ -512,7 +507,7 @@ def _strided_1x1_backward_data(dev, g, dy, weight, dx, accumulate):
     dense = ConvGeometry(g.num, g.channels, g.out_h, g.out_w, g.out_channels, 1, 1,
                          groups=g.groups)
     total_sub = g.num * g.channels * g.out_spatial
-    sub = _workspace(dev, total_sub)
+    sub = dev.shared_scratch(total_sub)
     if accumulate:
         name, total = "stride_scatter_add", total_sub
     else:
@@ -553,7 +548,7 @@ def _folded_backward_weight(dev, g, x, dy, dweight):
                 kstride=(g.out_channels * hw, g.channels * hw), kchunk=kchunk, impl="tiled")
     if nsplit == 1:
         return [gemm(dev, M, N, K, dy, x, dweight, beta=1.0, stride_c=(0, M * N), **fold)]
-    ws = _workspace(dev, g.groups * nsplit * M * N)
+    ws = dev.shared_scratch(g.groups * nsplit * M * N)
     return [gemm(dev, M, N, K, dy, x, ws, beta=0.0, stride_c=(M * N, nsplit * M * N), **fold),
             _splitk_sum(dev, g, M * N, nsplit, ws, dweight)]
 
@@ -570,7 +565,7 @@ def _igemm_backward_weight(dev, g, x, dy, dweight):
     if nsplit == 1:
         args = _sizes(g) + [1, kchunk, x, 0, dy, 0, 1.0, dweight]
         return [_igemm_launch(dev, g, "conv_bwd_weight", 2, M, N, g.groups, args, **size)]
-    ws = _workspace(dev, g.groups * nsplit * M * N)
+    ws = dev.shared_scratch(g.groups * nsplit * M * N)
     args = _sizes(g) + [nsplit, kchunk, x, 0, dy, 0, 0.0, ws]
     return [_igemm_launch(dev, g, "conv_bwd_weight", 2, M, N, g.groups * nsplit, args,
                           **size),
@@ -593,9 +588,7 @@ def bias_grad(dev, outer, channels, inner, dy, dbias, impl=None):
     if impl is None:
         impl = "cpu" if dev.is_cpu else "gpu"
     if impl == "cpu":
-        from .pointwise import bias_grad as _serial
-        return [_serial(dev, outer, channels, inner, dy, dbias)]
-    from .channel import channel_sum
+        return [pointwise.bias_grad(dev, outer, channels, inner, dy, dbias)]
     return channel_sum(dev, outer, channels, inner, dy, dbias, accumulate=True)
 
 
@@ -776,7 +769,6 @@ def cpu_weight_split(dev, M, K, groups, nimg):
     (CIFAR-10 quick's conv1, 32 x 75: 10 blocks of 18 x 16, 22 ms); instead
     each group of images gets whole blocks and the partial weights are
     summed (kernels/conv_igemm.cl splitk_reduce)."""
-    from .gemm import cpu_full_blocks
     bm, bn = cpu_full_blocks(M, K)
     blocks = -(-M // bm) * -(-K // bn)
     want = 4 * max(int(dev.compute_units), 1)

@@ -7,6 +7,7 @@ ops.conv.forward / backward_data / backward_weight. Takes a
 ``ops.conv.ConvGeometry``; no column workspace.
 """
 from . import cpu_chunks, work_size
+from .channel import split_chunks
 from .gemm import act_defines
 
 SRC = "depthwise.cl"
@@ -123,7 +124,6 @@ def backward_weight(dev, g, x, dy, dweight, impl=None):
     if impl == "cpu":
         n = cpu_chunks(dev, g.channels, min_chunk=1)
         return [dev.launch(SRC, "dw_bwd_weight_serial", (n,), (1,), args, _defines(g))]
-    from .channel import split_chunks
     taps = g.kh * g.kw
     chunks = split_chunks(dev, g.channels, g.num * g.out_spatial, WG)
     part = dev.alloc(4 * g.channels * chunks * taps)

@@ -7,7 +7,7 @@ K into ``nsplit`` equal chunks, run them as one batched GEMM into a
 workspace, then sum the chunks with the usual epilogue (bias, beta, act).
 ``gemm_launches`` decides and falls back to one plain ``gemm``.
 """
-from . import work_size
+from . import cpu_chunks, work_size
 from .gemm import act_defines, gemm, gpu_tiles
 
 SRC = "splitk.cl"
@@ -49,7 +49,6 @@ def small_m(dev, M, N, K, A, B, C, *, alpha=1.0, beta=0.0, lda=None, ldb=None, l
             bias=None, bias_axis=0, act=None, off_a=0, off_b=0, off_c=0):
     """One launch of gemm_small_m: C = act(alpha A B^T + bias + beta C),
     A [M][K], B [N][K], M <= SMALL_M_MAX (offsets in floats)."""
-    from . import cpu_chunks
     if M > SMALL_M_MAX:
         raise ValueError(f"small_m: M = {M} > {SMALL_M_MAX}")
     act_kind, act_a, act_b = act_defines(act)

@@ -4,6 +4,7 @@ Blobs are viewed as ``O x C x I``; statistics of channel c run over (o, i)
 by one work-group per channel (BatchNorm: O=num, I=spatial; MVN: O=1,
 C=rows, I=row length)."""
 from . import vec_work_size, work_size
+from .gemm import act_defines
 from .channel import channel_partials, partial_finish, reduce_groups, reduce_wg, vec_of
 
 SRC = "normalization.cl"
@@ -74,7 +75,6 @@ def bn_backward(dev, O, C, I, dy, y, stdv, dx):
 
 
 def _act_args(act):
-    from .gemm import act_defines
     kind, a, b = act_defines(act)
     return {"ACT": kind}, [a, b]
 

@@ -1,5 +1,6 @@
 """Element-wise primitives (kernels/pointwise.cl)."""
 from . import work_size
+from .gemm import act_defines
 
 SRC = "pointwise.cl"
 
@@ -44,7 +45,6 @@ def axpby(dev, n, alpha, x, beta, y, offx=0, offy=0):
 def sum2(dev, n, c0, x0, c1, x1, y, act=None):
     """y = act(c0*x0 + c1*x1) in one pass (act: None, ('relu', slope) or
     ('clip', lo, hi), as ops.gemm.act_defines)."""
-    from .gemm import act_defines
     kind, a, b = act_defines(act)
     g, l = work_size(dev, n)
     return dev.launch(SRC, "sum2_act", g, l, [n, float(c0), x0, float(c1), x1, y, a, b],
@@ -57,7 +57,6 @@ def sum2_backward(dev, n, dy, y, c0, dx0, c1, dx1, act=None, keep_g=True):
     c0*g, dx1 = c1*g (a None dx is skipped), g written back into dy when
     ``keep_g``. Not for Clip: its in-place backward gates by the saved
     input (layers/neuron_ext.py), which is not kept here."""
-    from .gemm import act_defines
     kind, a, b = act_defines(act)
     if kind not in (0, 1):
         raise ValueError(f"sum2_backward: only ReLU or no activation, got {act!r}")

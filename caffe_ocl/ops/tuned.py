@@ -23,6 +23,7 @@ import os
 import re
 
 from .. import config
+from ..errors import CaffeOclError
 
 log = logging.getLogger("caffe_ocl")
 
@@ -101,7 +102,6 @@ def save(dev, new_entries):
     (a crash leaves the old file, never half of one)."""
     path = store_path(dev)
     if path is None:
-        from ..errors import CaffeOclError
         raise CaffeOclError("no cache directory to store tuned choices in (CAFFE_OCL_CACHE "
                             "is empty); set it, or tune with --store=false")
     merged = dict(_read(path))

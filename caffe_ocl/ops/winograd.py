@@ -41,7 +41,7 @@ beta); one filter back-transform kernel sums the partials and adds
 G^T . G to dW. Env CAFFE_OCL_WINOGRAD_BWD_WEIGHT=0 keeps the dense
 backward-weight for Winograd layers (ops.conv).
 
-U, V and M live in the shared scratch buffer of ops.conv (``_workspace``):
+U, V and M live in the device's shared scratch buffer (Device.shared_scratch):
 images are processed in chunks so that U + V + M stays under
 ``MAX_WS_FLOATS`` (one image per chunk at the least).
 
@@ -53,7 +53,7 @@ import math
 
 from .. import config
 from . import cpu_chunks, work_size
-from .gemm import act_defines, gemm
+from .gemm import act_defines, gemm, gpu_tiles
 
 SRC = "winograd.cl"
 # Most floats of U + V + M (256 MiB); more images are processed in chunks.
@@ -258,7 +258,6 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
               bias, act, beta, gemm_impl, tile, groups=1, gate=None):
     """gate: (G, slope): y = y if G > 0 else slope * y elementwise (the
     gradient gate of an in-place ReLU whose output G is; instead of act)."""
-    from .conv import _workspace          # ops.conv imports this module
     act_kind, act_a, act_b = act_defines(act)
     gate_buf = y
     if gate is not None:
@@ -276,7 +275,7 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
     if max(u_fl + v_fl + m_fl, num * max(cin * h * w, cout * ho * wo)) > _INT_MAX:
         raise ValueError(f"winograd: tensors of {num}x{cin}x{h}x{w} -> {cout}x{ho}x{wo} "
                          "exceed 32-bit indexing")
-    ws = _workspace(dev, u_fl + v_fl + m_fl)
+    ws = dev.shared_scratch(u_fl + v_fl + m_fl)
     off_v, off_m = u_fl, u_fl + v_fl
     # weight is [Co][C/G][3][3] of the convolution; backward-data (flip) runs
     # from its Co channels (cin here) to its C channels (cout here).
@@ -304,7 +303,7 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
     return out
 
 
-def _check(g):
+def check_eligible(g):
     if not eligible(g):
         raise ValueError(f"convolution algorithm 'winograd' needs a 3x3 kernel, stride 1, "
                          f"dilation 1 and one group or groups of at least "
@@ -319,7 +318,7 @@ def forward(dev, g, x, weight, y, bias=None, act=None, beta=0.0, gemm_impl=None,
     ops.conv._igemm_forward; ``act`` as ops.gemm.gemm). ``gemm_impl`` picks
     the GEMM kernel (tests run the GPU tiles on PoCL); ``tile``: output
     tile side 2 or 4 (None: ``default_tile()``)."""
-    _check(g)
+    check_eligible(g)
     return _pipeline(dev, g.num, g.channels, g.height, g.width, g.out_channels,
                      g.out_h, g.out_w, g.ph, g.pw, x, weight, False, y,
                      bias, act, beta, gemm_impl, tile, g.groups)
@@ -330,7 +329,7 @@ def backward_data(dev, g, dy, weight, dx, accumulate=False, gemm_impl=None, tile
     """[launches]: dx = conv^T(dy) (+ dx if accumulate): the full
     correlation of dy with rot180(weight)^T, padding 2 - pad. gate = (G,
     slope): dx then passes an in-place ReLU's backward (G its output)."""
-    _check(g)
+    check_eligible(g)
     if gate is not None and accumulate:
         raise ValueError("winograd backward_data: a ReLU gate needs accumulate=False")
     return _pipeline(dev, g.num, g.out_channels, g.out_h, g.out_w, g.channels,
@@ -350,7 +349,6 @@ def weight_split(dev, cin, cout, T, tile=None):
     enough splits that A * nsplit * (GEMM tiles of Co x C) work-groups make
     ~SPLIT_WAVES per compute unit, at least SPLIT_MIN_T tiles per split,
     partials under a quarter of MAX_WS_FLOATS."""
-    from .gemm import gpu_tiles
     m = _tile(tile)
     A = (m + 2) ** 2
     t = gpu_tiles(dev, cout)
@@ -373,8 +371,7 @@ def backward_weight(dev, g, x, dy, dweight, gemm_impl=None, tile=None):
     input transform of x, adjoint output transform of dy, split-K batched
     GEMMs into partials, filter back-transform (sums the partials, adds
     to dweight). Images in chunks under MAX_WS_FLOATS."""
-    from .conv import _workspace          # ops.conv imports this module
-    _check(g)
+    check_eligible(g)
     m = _tile(tile)
     A = (m + 2) ** 2
     defs = dict(WM=m)
@@ -396,7 +393,7 @@ def backward_weight(dev, g, x, dy, dweight, gemm_impl=None, tile=None):
     if max(p_fl + v_fl + m_fl, num * max(cin * h * w, cout * ho * wo)) > _INT_MAX:
         raise ValueError(f"winograd: tensors of {num}x{cin}x{h}x{w} -> {cout}x{ho}x{wo} "
                          "exceed 32-bit indexing")
-    ws = _workspace(dev, p_fl + v_fl + m_fl)
+    ws = dev.shared_scratch(p_fl + v_fl + m_fl)
     off_v, off_m = p_fl, p_fl + v_fl
     out = []
     for n0 in range(0, num, chunk):

@@ -23,8 +23,10 @@ pycaffe-style use (one process per rank, started by mpiexec)::
 
 Nothing here imports mpi4py until a group is asked for.
 """
-from .state import root_solver  # noqa: F401
-from . import state as _state
+from .. import ranks as _state
+from ..ranks import root_solver  # noqa: F401
+from .comm import Group, ParallelError, init, launched_size, mpi_available  # noqa: F401
+from .data_parallel import DataParallel  # noqa: F401
 
 
 def set_solver_count(n):
@@ -44,12 +46,3 @@ def solver_count():
 def solver_rank():
     return _state.solver_rank
 
-
-def __getattr__(name):
-    if name in ("init", "Group", "ParallelError", "launched_size", "mpi_available"):
-        from . import comm
-        return getattr(comm, name)
-    if name in ("DataParallel",):
-        from . import data_parallel
-        return getattr(data_parallel, name)
-    raise AttributeError(name)

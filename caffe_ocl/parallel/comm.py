@@ -14,7 +14,7 @@ import sys
 from .. import config
 from .. import device as D
 from ..errors import CaffeOclError
-from . import state
+from .. import ranks as state
 
 log = logging.getLogger("caffe_ocl")
 

@@ -70,7 +70,9 @@ import numpy as np
 
 from .. import config
 from ..solvers.solver import NONE, SNAPSHOT, STOP, Callback
+from ..ops import allreduce
 from .comm import ParallelError
+from .shm import SharedSlots
 
 log = logging.getLogger("caffe_ocl")
 
@@ -294,7 +296,6 @@ class DataParallel:
 
     def _setup_path(self):
         import pyopencl as cl
-        from ..ops import allreduce
         g, dev = self.group, self.dev
         can_shm = g.local_size == g.size > 1
         want = _choose("REDUCE", REDUCE_PATHS, "shm" if can_shm else "mpi",
@@ -312,7 +313,6 @@ class DataParallel:
         if want == "shm":
             err = None
             try:
-                from .shm import SharedSlots
                 self.shm = SharedSlots(g, max(self.total, 1))
             except Exception as e:      # pragma: no cover - MPI without shared windows
                 err = e

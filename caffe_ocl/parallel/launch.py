@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from .. import config
+from ..solvers import read_solver
 from .comm import INSTALL_HINT, Group, ParallelError, launched_size, mpi_available
 
 log = logging.getLogger("caffe_ocl")
@@ -46,7 +47,6 @@ def find_mpiexec():
 
 def _snapshot_prefix(solver_path):
     try:
-        from ..solvers import read_solver
         return read_solver(solver_path).snapshot_prefix
     except Exception:
         return None

@@ -135,7 +135,7 @@ class Solver:
         if p.iter_size < 1:
             raise SolverError(f"{self.source}: iter_size should be >= 1, got {p.iter_size}")
         self.check_param(p)
-        from ..parallel import state as pstate      # Caffe::solver_count/solver_rank
+        from .. import ranks as pstate               # Caffe::solver_count/solver_rank
         self.solver_count, self.solver_rank = pstate.solver_count, pstate.solver_rank
         self.on_backward_layer = []   # fn(layer index) after each layer's backward
         if self.solver_rank == 0:
