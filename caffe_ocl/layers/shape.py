@@ -1,6 +1,7 @@
-"""Shape and data-movement layers with BVLC Caffe's semantics: Eltwise,
-Concat, Slice, Flatten, Reshape, Crop, Tile, Reduction, ArgMax, Silence,
-Filter, BatchReindex, Parameter, Embed.
+"""Shape and data-movement layers with BVLC Caffe's semantics: Concat,
+Slice, Flatten, Reshape, Crop, Tile, Silence, Filter, BatchReindex
+(Eltwise: layers/eltwise.py; Reduction, ArgMax: layers/reduction.py;
+Parameter, Embed: layers/embed.py).
 
 Host reads: Filter's top shape depends on the selector's values, and
 BatchReindex checks its indices (as Caffe's check_batch_reindex) and builds
@@ -8,24 +9,12 @@ the index lists of its atomic-free backward from them; these two layers read
 their index bottom on the host in every forward (a sync point, as in Caffe,
 whose Filter and BatchReindex read ``cpu_data()`` too). No other layer here
 reads the device.
-
-Semantics decisions (where this differs from BVLC, it is on purpose):
-- Parameter: the top shares the parameter's data; its gradient is
-  *accumulated* into the parameter diff in backward (BVLC shares the diff
-  too, so the gradient is overwritten, which loses it with iter_size > 1).
-- Embed: an index outside [0, input_dim) reads as a zero row (BVLC only
-  DCHECKs and reads out of bounds); no gradient flows for it.
-- Eltwise bottoms are processed in reverse order in backward so that an
-  in-place bottom 0 is written last.
 """
 import numpy as np
 
 from ..errors import DataError, ShapeError
 from ..ops import pointwise
-from ..ops import reduce as reduce_ops
 from ..ops import shape as shape_ops
-from ..proto import caffe_pb2
-from . import fillers
 from .base import Layer, register
 
 
@@ -41,83 +30,6 @@ def _int_buffer(dev, values):
     if arr.size:
         dev.upload(buf, arr)
     return buf, arr
-
-
-# ----------------------------------------------------------------------------
-# Eltwise
-# ----------------------------------------------------------------------------
-
-@register("Eltwise")
-class EltwiseLayer(Layer):
-    min_bottom = 2
-    exact_num_top = 1
-    PROD, SUM, MAX = (caffe_pb2.EltwiseParameter.PROD, caffe_pb2.EltwiseParameter.SUM,
-                      caffe_pb2.EltwiseParameter.MAX)
-
-    def layer_setup(self, bottom, top):
-        p = self.param.eltwise_param
-        self.op = p.operation
-        if len(p.coeff) and len(p.coeff) != len(bottom):
-            raise self.error(f"takes one coefficient per bottom blob ({len(bottom)}), "
-                             f"got {len(p.coeff)}")
-        if self.op == self.PROD and len(p.coeff):
-            raise self.error("only takes coefficients for summation (operation SUM)")
-        self.coeffs = list(p.coeff) if len(p.coeff) else [1.0] * len(bottom)
-        self.stable_prod_grad = p.stable_prod_grad
-        self.mask = None
-
-    def reshape(self, bottom, top):
-        for b in bottom[1:]:
-            if b.shape != bottom[0].shape:
-                raise self.error(f"all bottoms must have the same shape: {bottom[0].name!r} "
-                                 f"{bottom[0].shape} vs {b.name!r} {b.shape}", ShapeError)
-        top[0].reshape(bottom[0].shape)
-        dev, n, y = self.device, bottom[0].count, top[0].data_buffer()
-        if self.op == self.SUM:
-            if len(bottom) == 1:
-                self.fwd = [pointwise.axpby(dev, n, self.coeffs[0], bottom[0].data_buffer(),
-                                            0.0, y)]
-            else:   # the first two in one pass, more accumulate
-                self.fwd = [pointwise.sum2(dev, n, self.coeffs[0], bottom[0].data_buffer(),
-                                           self.coeffs[1], bottom[1].data_buffer(), y)]
-            self.fwd += [pointwise.axpby(dev, n, c, b.data_buffer(), 1.0, y)
-                         for c, b in zip(self.coeffs[2:], bottom[2:])]
-        elif self.op == self.PROD:
-            self.fwd = [shape_ops.mul(dev, n, bottom[0].data_buffer(), bottom[1].data_buffer(), y)]
-            self.fwd += [shape_ops.mul(dev, n, y, b.data_buffer(), y) for b in bottom[2:]]
-        elif self.op == self.MAX:
-            self.mask = dev.alloc(4 * max(n, 1))
-            self.fwd = [shape_ops.eltwise_max(dev, n, bottom[0].data_buffer(),
-                                              bottom[1].data_buffer(), y, self.mask, 1)]
-            self.fwd += [shape_ops.eltwise_max(dev, n, y, b.data_buffer(), y, self.mask, i)
-                         for i, b in enumerate(bottom) if i >= 2]
-        else:
-            raise self.error(f"unknown eltwise operation {self.op}")
-
-    def build_backward(self, bottom, top):
-        dev, n = self.device, top[0].count
-        dy, y = top[0].diff_buffer(), top[0].data_buffer()
-        for i in reversed(range(len(bottom))):
-            if not self.propagate_down[i]:
-                continue
-            dx = bottom[i].diff_buffer()
-            if self.op == self.PROD:
-                if self.stable_prod_grad:
-                    others = [bottom[j].data_buffer() for j in range(len(bottom)) if j != i]
-                    if len(others) == 1:
-                        self.bwd.append(shape_ops.mul(dev, n, others[0], dy, dx))
-                        continue
-                    self.bwd.append(shape_ops.mul(dev, n, others[0], others[1], dx))
-                    self.bwd += [shape_ops.mul(dev, n, dx, o, dx) for o in others[2:]]
-                    self.bwd.append(shape_ops.mul(dev, n, dx, dy, dx))
-                else:
-                    self.bwd.append(shape_ops.div_mul(dev, n, y, bottom[i].data_buffer(), dy, dx))
-            elif self.op == self.SUM:
-                c = self.coeffs[i]
-                self.bwd.append(pointwise.copy(dev, n, dy, dx) if c == 1.0
-                                else pointwise.axpby(dev, n, c, dy, 0.0, dx))
-            else:
-                self.bwd.append(shape_ops.eltwise_max_backward(dev, n, dy, self.mask, dx, i))
 
 
 # ----------------------------------------------------------------------------
@@ -426,88 +338,6 @@ class TileLayer(Layer):
 
 
 # ----------------------------------------------------------------------------
-# Reduction / ArgMax
-# ----------------------------------------------------------------------------
-
-@register("Reduction")
-class ReductionLayer(Layer):
-    """Reduce all axes from ``axis`` on: SUM, ASUM, SUMSQ or MEAN, times coeff."""
-    exact_num_bottom = 1
-    exact_num_top = 1
-    _TERMS = {caffe_pb2.ReductionParameter.SUM: "sum", caffe_pb2.ReductionParameter.MEAN: "sum",
-              caffe_pb2.ReductionParameter.ASUM: "asum",
-              caffe_pb2.ReductionParameter.SUMSQ: "sumsq"}
-
-    def layer_setup(self, bottom, top):
-        self.op = self.param.reduction_param.operation
-        if self.op not in self._TERMS:
-            raise self.error(f"unknown reduction operation {self.op}")
-        self.term = self._TERMS[self.op]
-
-    def reshape(self, bottom, top):
-        p, b = self.param.reduction_param, bottom[0]
-        ax = self.canonical_axis(b, p.axis)
-        top[0].reshape(b.shape[:ax])
-        self.num, self.dim = b.count_range(0, ax), b.count_range(ax)
-        coeff = np.float32(p.coeff)
-        if self.op == caffe_pb2.ReductionParameter.MEAN:
-            coeff = coeff / np.float32(self.dim)
-        self.coeff = float(coeff)
-        self.fwd = [reduce_ops.channel_sum(self.device, 1, self.num, self.dim, b.data_buffer(),
-                                           top[0].data_buffer(), self.term, alpha=self.coeff)]
-
-    def build_backward(self, bottom, top):
-        if self.propagate_down[0]:
-            self.bwd = [reduce_ops.reduction_backward(
-                self.device, self.num, self.dim, bottom[0].data_buffer(), top[0].diff_buffer(),
-                bottom[0].diff_buffer(), self.coeff, self.term)]
-
-
-@register("ArgMax")
-class ArgMaxLayer(Layer):
-    """Indices (and/or values) of the top_k largest values, ties to the larger
-    index as Caffe's partial_sort with std::greater. No backward."""
-    exact_num_bottom = 1
-    exact_num_top = 1
-    has_backward = False
-    allow_force_backward = False
-
-    def reshape(self, bottom, top):
-        p, b = self.param.argmax_param, bottom[0]
-        k = p.top_k
-        if k < 1:
-            raise self.error("top_k must not be less than 1")
-        if p.HasField("axis"):
-            ax = self.canonical_axis(b, p.axis)
-            if k > b.shape[ax]:
-                raise self.error(f"top_k {k} must be <= the dimension of axis {ax} "
-                                 f"({b.shape[ax]})", ShapeError)
-            shape = list(b.shape)
-            shape[ax] = k
-            dim, axis_dist = b.shape[ax], b.count_range(ax + 1)
-            mode = 1 if p.out_max_val else 0
-        else:
-            if k > b.count_range(1):
-                raise self.error(f"top_k {k} must be <= the size of one item of the "
-                                 f"flattened bottom ({b.count_range(1)})", ShapeError)
-            shape = [1] * max(b.num_axes, 3)
-            shape[0] = b.shape[0]
-            shape[2] = k
-            if p.out_max_val:
-                shape[1] = 2
-            dim, axis_dist = b.count_range(1), 1
-            mode = 2 if p.out_max_val else 0
-        top[0].reshape(shape)
-        num = b.count // dim if dim else 0
-        self.fwd = [shape_ops.argmax(self.device, num, dim, axis_dist, k, mode,
-                                     b.data_buffer(), top[0].data_buffer())]
-
-    def build_backward(self, bottom, top):
-        if any(self.propagate_down):
-            raise self.error("ArgMax has no backward (as in Caffe)")
-
-
-# ----------------------------------------------------------------------------
 # Silence / Filter / BatchReindex
 # ----------------------------------------------------------------------------
 
@@ -662,78 +492,3 @@ class BatchReindexLayer(Layer):
         if not self._ready:
             raise self.error("backward before forward")
         super().backward_impl(top, propagate_down, bottom)
-
-
-# ----------------------------------------------------------------------------
-# Parameter / Embed
-# ----------------------------------------------------------------------------
-
-@register("Parameter")
-class ParameterLayer(Layer):
-    """No bottom; one learnable blob of parameter_param.shape (zero-filled, as
-    Caffe) exposed as the top. The gradient arriving at the top accumulates
-    into the parameter diff."""
-    exact_num_bottom = 0
-    exact_num_top = 1
-
-    def layer_setup(self, bottom, top):
-        shape = tuple(self.param.parameter_param.shape.dim)
-        if any(d < 0 for d in shape):
-            raise self.error(f"negative dimension in parameter_param.shape {shape}")
-        self.blobs = [self.new_param_blob(shape, 0)]
-        pointwise.fill(self.device, self.blobs[0].data_buffer(), self.blobs[0].count, 0.0)
-        self.blobs[0].data_mem.device_written()
-
-    def reshape(self, bottom, top):
-        top[0].reshape(self.blobs[0].shape)
-        top[0].share_data(self.blobs[0])
-        self.fwd = []
-
-    def build_backward(self, bottom, top):
-        if self.param_propagate_down[0]:
-            self.bwd = [pointwise.axpby(self.device, top[0].count, 1.0, top[0].diff_buffer(),
-                                        1.0, self.blobs[0].diff_buffer())]
-
-
-@register("Embed")
-class EmbedLayer(Layer):
-    """top[..., :] = W[(int)x[...], :] (+ bias); W is input_dim x num_output.
-    Gradients for W and bias; none for the (integer) input."""
-    exact_num_bottom = 1
-    exact_num_top = 1
-    allow_force_backward = False
-
-    def layer_setup(self, bottom, top):
-        p = self.param.embed_param
-        self.N, self.K = p.num_output, p.input_dim
-        if self.N <= 0:
-            raise self.error("num_output must be positive")
-        if self.K <= 0:
-            raise self.error("input_dim must be positive")
-        self.bias_term = p.bias_term
-        self.blobs = [self.new_param_blob((self.K, self.N), 0)]
-        fillers.fill(self.blobs[0], p.weight_filler, f"layer {self.name!r} weight_filler")
-        if self.bias_term:
-            self.blobs.append(self.new_param_blob((self.N,), 1))
-            fillers.fill(self.blobs[1], p.bias_filler, f"layer {self.name!r} bias_filler")
-
-    def reshape(self, bottom, top):
-        b = bottom[0]
-        self.M = b.count
-        top[0].reshape(b.shape + (self.N,))
-        bias = self.blobs[1].data_buffer() if self.bias_term else None
-        self.fwd = [shape_ops.embed(self.device, self.M, self.N, self.K, b.data_buffer(),
-                                    self.blobs[0].data_buffer(), bias, top[0].data_buffer())]
-
-    def build_backward(self, bottom, top):
-        if self.propagate_down[0]:
-            raise self.error("cannot backpropagate to the Embed input (indices)")
-        dy = top[0].diff_buffer()
-        if self.param_propagate_down[0]:
-            self.bwd.append(shape_ops.embed_weight_grad(self.device, self.M, self.N, self.K,
-                                                        bottom[0].data_buffer(), dy,
-                                                        self.blobs[0].diff_buffer()))
-        if self.bias_term and self.param_propagate_down[1]:
-            self.bwd.append(reduce_ops.channel_sum(self.device, self.M, self.N, 1, dy,
-                                                   self.blobs[1].diff_buffer(),
-                                                   accumulate=True))
