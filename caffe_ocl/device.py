@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import struct
+import sys
 import threading
 import time
 import warnings
@@ -276,6 +277,121 @@ def kernel_arg_dtypes(source):
 
 
 # --------------------------------------------------------------------------
+# Progress while kernels compile on a cold cache
+# --------------------------------------------------------------------------
+
+def _tqdm():
+    """tqdm's class, or None: an optional package (a bar on terminals when
+    it is installed, plain log lines otherwise)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm
+
+
+def progress_mode(setting=None, stream=None):
+    """"bar", "lines" or "off" for the PROGRESS setting ("auto": a bar when
+    ``stream`` (stderr) is a terminal and tqdm is installed, else lines)."""
+    want = config.get("PROGRESS") if setting is None else setting
+    stream = sys.stderr if stream is None else stream
+    if want == "auto":
+        isatty = getattr(stream, "isatty", None)
+        want = "bar" if (isatty is not None and isatty() and _tqdm() is not None) else "lines"
+    if want == "bar" and _tqdm() is None:
+        want = "lines"
+    return want
+
+
+class BuildProgress:
+    """Says that kernels are being compiled when that takes a while.
+
+    Programs are compiled one by one as layers build their launches, so how
+    many a net needs is not known beforehand. A burst of compilations (each
+    starting within ``gap`` seconds of the previous one's end) that has
+    lasted ``announce_after`` seconds gets one line saying so (first run
+    only: the binaries are cached), then a tqdm bar counting programs on a
+    terminal, or a plain log line every ``every`` seconds in logs; the bar
+    steps aside (is cleared) whenever caffe_ocl logs a line."""
+
+    def __init__(self, device_name, cache_dir, mode="lines", announce_after=1.0,
+                 every=10.0, gap=5.0, clock=time.perf_counter, emit=None):
+        self.device_name, self.cache_dir, self.mode = device_name, cache_dir, mode
+        self.announce_after, self.every, self.gap = announce_after, every, gap
+        self.clock = clock
+        self.emit = emit if emit is not None else (lambda msg: log.info("%s", msg))
+        self.start = self.last = None
+        self.count = 0
+        self.announced = False
+        self.next_line = 0.0
+        self.bar = None
+
+    def compiled(self, started):
+        """One program was compiled from source, starting at ``started``
+        (the clock's time)."""
+        if self.mode == "off":
+            return
+        now = self.clock()
+        if self.last is None or started - self.last > self.gap:
+            self.finish()
+            self.start, self.count, self.announced = started, 0, False
+        self.count += 1
+        self.last = now
+        elapsed = now - self.start
+        if not self.announced:
+            if elapsed < self.announce_after:
+                return
+            self.announced = True
+            where = (f"cached in {self.cache_dir}" if self.cache_dir
+                     else "not cached: CAFFE_OCL_CACHE is empty")
+            self.emit(f"Compiling OpenCL kernels for {self.device_name} (first run only; "
+                      f"the binaries are {where})")
+            self.next_line = elapsed + self.every
+        if self.mode == "bar":
+            self._bar_update()
+        elif elapsed >= self.next_line:
+            self.emit(f"... compiled {self.count} kernel programs in {elapsed:.0f} s")
+            self.next_line = elapsed + self.every
+
+    def _bar_update(self):
+        if self.bar is None:
+            tqdm = _tqdm()
+            self.bar = tqdm(desc="compiling kernels", unit=" programs", leave=False,
+                            initial=self.count - 1, file=sys.stderr, dynamic_ncols=True)
+        self.bar.update(1)
+
+    def step_aside(self):
+        """Clear the bar (a log line is about to be written); the next
+        compilation draws it again."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def finish(self):
+        """End the current burst (its bar goes)."""
+        self.step_aside()
+        self.announced = False
+
+
+class _ClearBarsBeforeLogging(logging.Filter):
+    """On the caffe_ocl logger: progress bars are cleared before each record
+    is written, so that log lines never land inside one."""
+
+    def __init__(self):
+        super().__init__()
+        self.progress = weakref.WeakSet()
+
+    def filter(self, record):
+        for p in list(self.progress):
+            p.step_aside()
+        return True
+
+
+_bar_filter = _ClearBarsBeforeLogging()
+log.addFilter(_bar_filter)
+
+
+# --------------------------------------------------------------------------
 # Device
 # --------------------------------------------------------------------------
 
@@ -356,6 +472,9 @@ class Device:
         self.cache_dir = config.get("CACHE")
         # programs compiled from source vs. loaded from the disk cache
         self.build_stats = {"built": 0, "cached": 0, "seconds": 0.0}
+        self.build_progress = BuildProgress(self.name, self.cache_dir, progress_mode())
+        if self.build_progress.mode == "bar":
+            _bar_filter.progress.add(self.build_progress)
         self.double_ok = "cl_khr_fp64" in self.cl_device.extensions
         self._scratch = []           # (floats, buffer) of shared_scratch, by size
 
@@ -388,7 +507,10 @@ class Device:
             src, _ = self._source(filename)
             opts = [f"-D{k}={v}" for k, v in key[1]]
             opts += ["-I", KERNEL_DIR, "-cl-mad-enable"] + list(key[2])
+            started, built = time.perf_counter(), self.build_stats["built"]
             prog = self._build(filename, src, opts)
+            if self.build_stats["built"] > built:       # compiled, not from the cache
+                self.build_progress.compiled(started)
             self._programs[key] = prog
             return prog
 

@@ -190,3 +190,82 @@ def test_unoptimized_sources_build_their_own_programs(monkeypatch):
     assert ("shape.cl", (), ("-cl-opt-disable",)) in dev._programs
     monkeypatch.setattr(dev, "unoptimized_sources", frozenset())
     assert dev.program("shape.cl") is optimised
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def _burst(progress, clock, seconds):
+    """Compilations of ``seconds`` each, back to back."""
+    for s in seconds:
+        started = clock.t
+        clock.t += s
+        progress.compiled(started)
+
+
+def test_build_progress_lines_after_a_second_then_periodically():
+    from caffe_ocl.device import BuildProgress
+    clock, out = _Clock(), []
+    p = BuildProgress("Dev", "/c", "lines", announce_after=1.0, every=10.0, gap=5.0,
+                      clock=clock, emit=out.append)
+    _burst(p, clock, [0.3, 0.3])                # 0.6 s: a warm start says nothing
+    assert out == []
+    _burst(p, clock, [0.5])                     # 1.1 s into the burst
+    assert len(out) == 1 and "Compiling OpenCL kernels for Dev (first run only" in out[0]
+    assert "cached in /c" in out[0]
+    _burst(p, clock, [2.0] * 4)                 # 9.1 s: no line yet
+    assert len(out) == 1
+    _burst(p, clock, [2.5])                     # 11.6 s: one periodic line
+    assert out[1] == "... compiled 8 kernel programs in 12 s"
+    clock.t += 60                               # a later burst starts over
+    _burst(p, clock, [0.2])
+    assert len(out) == 2 and p.count == 1
+
+
+def test_build_progress_bar_and_off(monkeypatch):
+    from caffe_ocl import device as D
+    clock, out = _Clock(), []
+    off = D.BuildProgress("Dev", "", "off", clock=clock, emit=out.append)
+    _burst(off, clock, [5.0, 5.0])
+    assert out == []
+    bars = []
+
+    class FakeBar:
+        def __init__(self, **kw):
+            self.n, self.closed = kw["initial"], False
+            bars.append(self)
+
+        def update(self, k):
+            self.n += k
+
+        def close(self):
+            self.closed = True
+    monkeypatch.setattr(D, "_tqdm", lambda: FakeBar)
+    bar = D.BuildProgress("Dev", "", "bar", clock=clock, emit=out.append)
+    _burst(bar, clock, [0.6, 0.6, 0.6])
+    assert "not cached: CAFFE_OCL_CACHE is empty" in out[0]
+    assert len(bars) == 1 and bars[0].n == 3     # counts the programs before the line too
+    bar.step_aside()                            # a log line: the bar is cleared
+    assert bars[0].closed and bar.bar is None
+    _burst(bar, clock, [0.6])
+    assert len(bars) == 2 and bars[1].n == 4 and len(out) == 1
+
+
+def test_progress_mode(monkeypatch):
+    from caffe_ocl import device as D
+
+    class Tty:
+        def isatty(self):
+            return True
+    monkeypatch.setattr(D, "_tqdm", lambda: object)
+    assert D.progress_mode("auto", Tty()) == "bar"
+    assert D.progress_mode("auto", open(os.devnull, "w")) == "lines"
+    monkeypatch.setattr(D, "_tqdm", lambda: None)
+    assert D.progress_mode("auto", Tty()) == "lines"
+    assert D.progress_mode("bar", Tty()) == "lines"       # no tqdm: plain lines
+    assert D.progress_mode("off", Tty()) == "off"
