@@ -95,9 +95,18 @@ def test_test_command(files, capsys):
     assert "Need model weights" in capsys.readouterr().err
 
 
+@pytest.fixture
+def sigint_default():
+    """SIGINT's Python default for the test, whatever the suite was started
+    with (nohup or a background `&` start it ignored), restored after."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.mark.parametrize("effect,stopped", [("stop", True), ("snapshot", False),
                                             ("none", False)])
-def test_sigint_effects(files, effect, stopped, caplog):
+def test_sigint_effects(files, effect, stopped, caplog, sigint_default):
     (files / "solver.prototxt").write_text(
         (files / "solver.prototxt").read_text().replace("max_iter: 2", "max_iter: 4"))
     solver = caffe.get_solver("solver.prototxt")
@@ -115,3 +124,17 @@ def test_sigint_effects(files, effect, stopped, caplog):
         assert "Snapshotting to binary proto file out_iter_2.caffemodel" in snaps
     assert snaps[-1] == f"Snapshotting to binary proto file out_iter_{solver.iter}.caffemodel"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_signal_handler_restores_an_ignored_sigint():
+    """Started with SIGINT ignored (nohup, `&`), training still reacts to
+    SIGINT while it runs and leaves it ignored afterwards."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with SignalHandler(sigint_effect="stop") as h:
+            os.kill(os.getpid(), signal.SIGINT)
+            assert h.action() == "stop"
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+
