@@ -5,6 +5,8 @@ Decoded images are NumPy arrays of shape (channels, height, width): uint8
 for ``data`` and encoded images, float32 for ``float_data``. Colour images
 are BGR, as OpenCV (and therefore Caffe) reads them.
 """
+import contextlib
+
 import numpy as np
 
 from ..errors import DataError
@@ -17,6 +19,24 @@ def _cv2():
     except ImportError:  # pragma: no cover - opencv is a dependency
         raise DataError("images need OpenCV: pip install opencv-python-headless")
     return cv2
+
+
+@contextlib.contextmanager
+def opencv_quiet(cv2):
+    """OpenCV's own log at ERROR for the block: imread of a missing or
+    unreadable file prints "[ WARN ] ... findDecoder ..." beside the one
+    DataError that caffe_ocl raises naming the file (OpenCV 4 and 5 have
+    cv2.utils.logging; without it nothing changes)."""
+    lg = getattr(getattr(cv2, "utils", None), "logging", None)
+    if lg is None or not hasattr(lg, "setLogLevel"):
+        yield
+        return
+    old = lg.getLogLevel()
+    lg.setLogLevel(lg.LOG_LEVEL_ERROR)
+    try:
+        yield
+    finally:
+        lg.setLogLevel(old)
 
 
 def parse_datum(value, where):
@@ -95,7 +115,8 @@ def read_image(path, height=0, width=0, is_color=True, where=None):
     height x width (bilinear) when both are > 0."""
     cv2 = _cv2()
     flag = cv2.IMREAD_COLOR if is_color else cv2.IMREAD_GRAYSCALE
-    img = cv2.imread(path, flag)
+    with opencv_quiet(cv2):
+        img = cv2.imread(path, flag)
     if img is None:
         raise DataError(f"{where or path}: could not open or decode image {path}")
     if height > 0 and width > 0:

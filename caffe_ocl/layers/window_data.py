@@ -33,6 +33,7 @@ import os
 
 import numpy as np
 
+from ..data.datum import opencv_quiet
 from ..data.transformer import DataTransformer, seeded_rng
 from ..errors import DataError
 from .base import register
@@ -124,7 +125,8 @@ class _WindowSource(RecordSource):
                     raise DataError(f"WindowData: could not read image {path}: {e}") from None
             img = cv2.imdecode(self.cache[index], cv2.IMREAD_COLOR)
         else:
-            img = cv2.imread(path, cv2.IMREAD_COLOR)
+            with opencv_quiet(cv2):
+                img = cv2.imread(path, cv2.IMREAD_COLOR)
         if img is None:
             raise DataError(f"WindowData: could not open or decode image {path}")
         return img
