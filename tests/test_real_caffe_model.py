@@ -59,10 +59,11 @@ def test_shipped_copy_and_deploy_prototxt_match():
     assert [int(c) for c in prob.argmax(1)] == [c for c, _ in EXPECTED.values()]
 
 
-def test_against_opencv_caffe_importer(shared_data):
+def test_against_opencv_caffe_importer():
     cv2 = pytest.importorskip("cv2")
     if not hasattr(cv2, "dnn") or not hasattr(cv2.dnn, "readNetFromCaffe"):
-        pytest.skip("this OpenCV has no Caffe importer (OpenCV 5 removed it)")
+        pytest.skip("this OpenCV has no Caffe importer (OpenCV 5 removed it; the [compare] "
+                    "extra installs opencv<5)")
     d = ROOT / "models" / "cifar10_quick"
     ref = cv2.dnn.readNetFromCaffe(str(d / "cifar10_quick.prototxt"),
                                    str(d / "cifar10_quick_iter_5000.caffemodel"))
