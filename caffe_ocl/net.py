@@ -19,7 +19,6 @@ import numpy as np
 from . import memory_plan
 from .blob import Blob
 from .errors import NetError, ShapeError
-from .layers import data as data_layers
 from .layers.base import create_layer
 from .proto import caffe_pb2, read_net, read_net_prototxt, upgrade_net
 from .proto import blobproto_to_array, write_binary
@@ -447,10 +446,6 @@ class Net:
             self.memory_plan = None
 
     # ---- running ---------------------------------------------------------
-    def set_input_arrays(self, data, labels):
-        """pycaffe's: feed the first layer, a MemoryData layer (layers/data.py)."""
-        self._input_arrays = data_layers.set_input_arrays(self.layers, data, labels)
-
     def reshape(self):
         for li, layer in enumerate(self.layers):
             layer.reshape_if_needed(self._bottom_vecs[li], self._top_vecs[li])
@@ -567,6 +562,16 @@ class Net:
         for b in self._learnable:
             pointwise.fill(b.diff_mem.device, b.diff_buffer(), b.count, 0.0)
             b.diff_mem.device_written()
+
+    def set_input_arrays(self, data, labels):
+        """pycaffe's ``Net.set_input_arrays(data, labels)``: feed the first layer,
+        a MemoryData layer, with float32 C-contiguous ``data`` (N, C, H, W) and
+        ``labels`` (N,) or (N, 1, 1, 1); N must be a multiple of its batch size.
+        The arrays are kept by reference (as pycaffe does), not copied."""
+        if not self.layers or self.layers[0].type != "MemoryData":
+            raise NetError("set_input_arrays may only be called if the first layer is a "
+                           "MemoryData layer")
+        self._input_arrays = self.layers[0].set_input_arrays(data, labels)
 
     # ---- weights -----------------------------------------------------------
     def copy_from(self, path_or_param):
