@@ -27,7 +27,7 @@ import weakref
 import numpy as np
 
 from . import config
-from .errors import DeviceError
+from .errors import DeviceError, FlagError
 
 log = logging.getLogger("caffe_ocl")
 
@@ -209,19 +209,6 @@ def choose_device(devices, want=None, mode=None):
     return best, "no GPU; " + _cpu_reason(best, pool)
 
 
-def parse_gpu_ids(flag):
-    """Device ids of a ``--gpu`` flag: "" -> [], "all" -> [0], "N,M" -> [N, M]."""
-    flag = (flag or "").strip()
-    if not flag:
-        return []
-    if flag == "all":
-        return [0]
-    try:
-        return [int(x) for x in flag.split(",") if x.strip()]
-    except ValueError:
-        raise DeviceError(f"--gpu expects N, N,M,... or all, got {flag!r}") from None
-
-
 def _cpu_reason(best, cands):
     v = _pocl_version(best["platform_version"])
     why = "best CPU driver"
@@ -230,6 +217,20 @@ def _cpu_reason(best, cands):
     if len(cands) > 1:
         why += f" of {len(cands)} CPU drivers"
     return why
+
+
+def parse_device_ids(flag):
+    """Device ids of a ``--gpu`` value as Caffe takes it: "" -> [], "N" or
+    "N,M,..." -> the ids, "all" -> [0] (the first device)."""
+    flag = (flag or "").strip()
+    if not flag:
+        return []
+    if flag == "all":
+        return [0]
+    try:
+        return [int(x) for x in flag.split(",") if x.strip()]
+    except ValueError:
+        raise FlagError(f"--gpu expects N, N,M,... or all, got {flag!r}") from None
 
 
 # --------------------------------------------------------------------------
@@ -749,6 +750,4 @@ def describe_devices():
                      "override with CAFFE_OCL_DEVICE=N or P:D")
     else:
         lines.append(reason)
-    lines.append("settings (CAFFE_OCL_*, caffe_ocl/config.py):")
-    lines += ["  " + row for row in config.format_table().splitlines()]
     return "\n".join(lines)

@@ -44,7 +44,7 @@ PACKAGE = "caffe_ocl"
 # same order.
 LAYERS = [
     # (ranks: Caffe::solver_count/solver_rank, read by layers and solvers)
-    ("base", ["errors", "config", "logs", "paths", "ranks"]),
+    ("base", ["errors", "config", "logs", "paths", "ranks", "safe_io"]),
     # one OpenCL device: context, queue, program cache, memory pool, scratch
     ("device", ["device"]),
     # primitives: Python launch builders over kernels/*.cl
@@ -52,27 +52,32 @@ LAYERS = [
     ("blob", ["blob"]),
     # caffe.proto, text/binary readers and writers, upgraders
     ("proto", ["proto", "proto.*"]),
-    # record formats and readers (LMDB/LevelDB, Datum, transformer, prefetch)
+    # record formats and readers (LMDB/LevelDB, Datum, image lists,
+    # transformer, prefetch); the rest of data/ (tools, converters, demo
+    # data) sits with the features
     ("data", ["data", "data.datum", "data.db", "data.transformer", "data.prefetch",
-              "data.paths"]),
+              "data.paths", "data.image_list"]),
     # one class per Caffe layer type, the registry
     ("layers", ["layers", "layers.*"]),
-    # planning passes over the net's public graph: memory plan, parameter
-    # arena, inference folding, training fusions
+    # planning passes over the net's public graph: memory plan, inference
+    # folding, training fusions, the execution plan
     ("plan", ["plan", "plan.*", "memory_plan", "param_arena", "fusion", "fusion_eltwise",
               "fusion_train"]),
-    ("net", ["net"]),
+    # Net and what it is made of (pycaffe's Net methods, HDF5 weights)
+    ("net", ["net", "pycaffe_net", "hdf5_weights"]),
     # the Solver loop, update rules, learning-rate policies, snapshots
     ("solvers", ["solvers", "solvers.*"]),
-    # library features above the training loop
+    # library features above the training loop, and the library bodies the
+    # commands call (training, timing, tuning, classify, data tools)
     ("features", ["parallel", "parallel.*", "io", "onnx", "onnx.*", "net_spec", "coord_map",
-                  "draw", "classifier", "detector", "testing", "data.plot_log", "pycaffe*"]),
+                  "draw", "classifier", "detector", "detection", "testing", "training",
+                  "timing", "tuning", "classify", "data.*"]),
     # the pycaffe face: `import caffe_ocl as caffe`
-    ("package", [""]),
+    ("package", ["", "pycaffe"]),
     # command-line programs: nothing below imports them
-    ("commands", ["commands", "commands.*", "cli", "__main__", "flags", "train_cli",
-                  "classify", "timing", "tuning", "data.demo", "data.tools"]),
+    ("commands", ["commands", "commands.*", "cli", "__main__", "flags", "train_cli"]),
 ]
+
 
 # (importing module, imported module) -> why an import inside a function is
 # right there. Keep it short: each entry is a loop or an upward import the

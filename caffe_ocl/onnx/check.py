@@ -2,6 +2,7 @@
 same inputs and report the largest absolute difference per output."""
 import numpy as np
 
+from ..net import Net
 from ..proto import caffe_pb2
 from ._common import OnnxConversionError
 
@@ -26,7 +27,6 @@ def _ort_session(model):
 
 def caffe_net(net_param):
     """A TEST-phase caffe_ocl Net with the weights the NetParameter carries."""
-    from ..net import Net
     deploy = caffe_pb2.NetParameter()
     deploy.CopyFrom(net_param)
     for lp in deploy.layer:

@@ -22,7 +22,10 @@ import sys
 import numpy as np
 
 from ..errors import FileNotFound
-from ..proto import blobproto_to_array, caffe_pb2, read_net, read_net_prototxt
+from ..net import filter_net
+from ..proto import (blobproto_to_array, caffe_pb2, read_net, read_net_prototxt,
+                     upgrade_net)
+from .check import compare, format_report
 from ._common import (Unsupported, UnsupportedModelError, caffe_divisor_2d, caffe_hw,
                       caffe_pool_outs, onnx_divisor_2d, onnx_pads, per_axis)
 
@@ -504,11 +507,9 @@ def _weights_by_layer(src):
 
 
 def _load_net(net):
-    from ..net import filter_net
     if isinstance(net, caffe_pb2.NetParameter):
         p = caffe_pb2.NetParameter()
         p.CopyFrom(net)
-        from ..proto import upgrade_net
         p = upgrade_net(p, "<NetParameter>")
     else:
         path = os.fspath(net)
@@ -533,7 +534,6 @@ def export(net, weights=None, opset=OPSET):
         if isinstance(weights, caffe_pb2.NetParameter):
             w = caffe_pb2.NetParameter()
             w.CopyFrom(weights)
-            from ..proto import upgrade_net
             w = upgrade_net(w, "<weights>")
         else:
             path = os.fspath(weights)
@@ -556,7 +556,6 @@ def caffe2onnx(prototxt, caffemodel, onnx_path, check=False, out=None):
     log.info("wrote %s (%d nodes)", onnx_path, len(model.graph.node))
     if not check:
         return None
-    from .check import compare, format_report
     p = _load_net(prototxt)
     w = read_net(os.fspath(caffemodel))
     by_name = {lp.name: lp for lp in w.layer}

@@ -41,6 +41,7 @@ from ._common import (OnnxConversionError, Unsupported, UnsupportedModelError,
                       caffe_divisor_2d, caffe_pool_outs, node_attrs, onnx_divisor_2d,
                       onnx_pool_outs, pad_pairs, set_caffe_hw)
 from ._graph import load_model, prepare
+from .check import compare, format_report
 
 log = logging.getLogger("caffe_ocl")
 FLT_MAX = 3.4028234663852886e38
@@ -1143,7 +1144,6 @@ def onnx2caffe(onnx_path, prototxt_path, caffemodel_path, check=False, input_sha
     log.info("wrote %s and %s (%d layers)", prototxt_path, caffemodel_path, len(net.layer))
     if not check:
         return None
-    from .check import compare, format_report
     report = compare(onnx_path, net)
     print(format_report(report), file=out or sys.stdout)
     return report

@@ -133,7 +133,7 @@ class Group:
             config.set("DEVICE", entries[i % len(entries)])
             log.info("Rank %d uses CAFFE_OCL_DEVICE=%s", self.rank, entries[i % len(entries)])
             return
-        ids = [] if (gpu_flag or "").strip() == "all" else D.parse_gpu_ids(gpu_flag)
+        ids = [] if (gpu_flag or "").strip() == "all" else D.parse_device_ids(gpu_flag)
         if not ids and not env:
             gpus = [d["index"] for d in D.list_devices() if d["is_gpu"]]
             if len(gpus) >= self.local_size:
