@@ -13,6 +13,8 @@ is on this class directly.
 import logging
 import os
 from collections import OrderedDict
+from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -128,6 +130,73 @@ def insert_splits(param):
 
 
 # --------------------------------------------------------------------------
+# The public, read-only graph (what Caffe's net.hpp exposes)
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NetGraph:
+    """A Net's layer graph, read-only, as Caffe's ``net.hpp`` exposes it.
+
+    Every per-layer field is a tuple indexed by layer index (the order of
+    ``net.layers``, Split layers included); blobs are the Net's ``Blob``
+    objects (in place: the same object as a bottom and a top). Setting an
+    attribute raises ``FrozenInstanceError`` (an ``AttributeError``); the
+    sequences are tuples and the mappings read-only views. The planning
+    passes (caffe_ocl/plan/) read the net only through this object.
+    """
+    name: str
+    phase: int                    # caffe_pb2.TRAIN or caffe_pb2.TEST
+    param: object                 # the filtered NetParameter, Splits inserted
+    layers: tuple                 # layer objects
+    layer_names: tuple
+    layer_types: tuple
+    bottoms: tuple                # per layer: tuple of bottom Blobs (bottom_vecs)
+    tops: tuple                   # per layer: tuple of top Blobs (top_vecs)
+    layer_need_backward: tuple    # per layer: bool
+    bottom_need_backward: tuple   # per layer: tuple of bool, one per bottom
+    blob_need_backward: object    # blob name -> bool (read-only mapping)
+    loss_weights: tuple           # per layer: tuple of float, one per top
+    blobs: object                 # blob name -> Blob, in creation order (read-only)
+    inputs: tuple                 # names of the Input layers' tops
+    outputs: tuple                # names of the blobs no layer consumes (sorted)
+    params: tuple                 # every layer's param blobs (shared ones repeated)
+    param_layer: tuple            # per entry of params: (layer index, param index)
+    param_owners: tuple           # per entry of params: index of its owner, -1 = own
+    learnable_params: tuple       # the owners' blobs: what a solver updates
+    params_lr: tuple              # per learnable param: lr_mult
+    params_weight_decay: tuple    # per learnable param: decay_mult
+    layer_learnable_ids: tuple    # per layer: tuple of learnable_params indices
+
+    @property
+    def bottom_names(self):
+        return tuple(tuple(b.name for b in bots) for bots in self.bottoms)
+
+    @property
+    def top_names(self):
+        return tuple(tuple(t.name for t in tops) for tops in self.tops)
+
+    @property
+    def blob_loss_weights(self):
+        """blob name -> its loss weight (0 for blobs that are no loss)."""
+        w = {n: 0.0 for n in self.blobs}
+        for tops, lws in zip(self.tops, self.loss_weights):
+            for t, lw in zip(tops, lws):
+                if lw:
+                    w[t.name] = lw
+        return MappingProxyType(w)
+
+    def __len__(self):
+        return len(self.layers)
+
+    def layer_index(self, name):
+        """Index of the layer called ``name`` (NetError if there is none)."""
+        try:
+            return self.layer_names.index(name)
+        except ValueError:
+            raise NetError(f"no layer named {name!r} in net {self.name!r}") from None
+
+
+# --------------------------------------------------------------------------
 # Net
 # --------------------------------------------------------------------------
 
@@ -209,6 +278,7 @@ class Net:
         self._net_params = []
         self._param_names = {}
         self._param_layer = []
+        self._layer_learnable = []    # per layer: indices into _learnable
         available = OrderedDict()
         memory = 0
         for li, lp in enumerate(param.layer):
@@ -268,6 +338,7 @@ class Net:
                 pneed = spec.lr_mult != 0
                 layer.param_propagate_down[pi] = pneed
                 need_bwd |= pneed
+            self._layer_learnable.append([])
             for pi in range(len(layer.blobs)):
                 self._append_param(li, layer, lp, pi)
             self._bottom_vecs.append(bottoms)
@@ -289,7 +360,30 @@ class Net:
                 # its forward plan was built for the needs before the backward
                 # pass pruned them (or force_backward added them)
                 layer.rebind(self._bottom_vecs[li], self._top_vecs[li])
+        self.graph = self._make_graph()
         log.info("Network initialization done.")
+
+    def _make_graph(self):
+        return NetGraph(
+            name=self.name, phase=self.phase, param=self.param,
+            layers=tuple(self.layers), layer_names=tuple(self._layer_names),
+            layer_types=tuple(layer.type for layer in self.layers),
+            bottoms=tuple(tuple(b) for b in self._bottom_vecs),
+            tops=tuple(tuple(t) for t in self._top_vecs),
+            layer_need_backward=tuple(bool(x) for x in self._layer_need_backward),
+            bottom_need_backward=tuple(tuple(bool(x) for x in b)
+                                       for b in self._bottom_need_backward),
+            blob_need_backward=MappingProxyType(dict(self._blob_need_backward)),
+            loss_weights=tuple(tuple(float(w) for w in layer.loss_weights)
+                               for layer in self.layers),
+            blobs=MappingProxyType(self.blobs),
+            inputs=tuple(self._input_names), outputs=tuple(self._outputs),
+            params=tuple(self._net_params), param_layer=tuple(self._param_layer),
+            param_owners=tuple(self._param_owner),
+            learnable_params=tuple(self._learnable),
+            params_lr=tuple(s["lr"] for s in self._param_specs),
+            params_weight_decay=tuple(s["decay"] for s in self._param_specs),
+            layer_learnable_ids=tuple(tuple(ids) for ids in self._layer_learnable))
 
     def _append_param(self, li, layer, lp, pi):
         specs = list(lp.param)
@@ -306,7 +400,7 @@ class Net:
             self._param_specs.append(dict(lr=spec.lr_mult, decay=spec.decay_mult,
                                           has_lr=spec.HasField("lr_mult"),
                                           has_decay=spec.HasField("decay_mult")))
-            layer._learnable_ids = getattr(layer, "_learnable_ids", []) + [len(self._learnable) - 1]
+            self._layer_learnable[li].append(len(self._learnable) - 1)
             return
         owner_id = self._param_names[name]
         self._param_owner.append(owner_id)
@@ -331,7 +425,7 @@ class Net:
                     raise NetError(f"shared param {name!r} has mismatched {field} "
                                    f"(layer {lp.name!r})")
                 s[key], s[has] = getattr(spec, field), True
-        layer._learnable_ids = getattr(layer, "_learnable_ids", []) + [lid]
+        self._layer_learnable[li].append(lid)
 
     def _owner_root(self, net_id):
         while self._param_owner[net_id] != -1:
