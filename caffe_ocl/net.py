@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from . import memory_plan
+from .plan import memory as memory_plan
 from .blob import Blob
 from .errors import NetError, ShapeError
 from .layers.base import create_layer
@@ -248,7 +248,7 @@ class Net:
         self._init(param)
         if weights is not None:
             self.copy_from(weights)
-        from . import fusion, fusion_train
+        from .plan import fold as fusion, train as fusion_train
         if fusion.fold_enabled(fold, phase, self.param):
             self._fusion = fusion.build_plan(self)
         elif phase == caffe_pb2.TRAIN:

@@ -1,7 +1,7 @@
 """Vision layers: Convolution, Deconvolution, Pooling, LRN."""
 import math
 
-from .. import memory_plan
+from ..plan import memory as memory_plan
 from ..blob import Blob
 from ..errors import LayerError, ShapeError
 from ..ops import conv as conv_ops

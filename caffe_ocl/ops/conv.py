@@ -330,7 +330,7 @@ def _workspace(dev, nfloats):
     """A device scratch buffer of at least ``nfloats`` (memory_plan's one
     device-wide pool; its users run one after another on the in-order queue
     and hold no data in it between launch lists)."""
-    from ..memory_plan import shared_scratch
+    from ..plan.memory import shared_scratch
     return shared_scratch(dev, nfloats)
 
 

@@ -83,7 +83,7 @@ def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=
                      act=act, off_a=off_a, off_b=off_b, off_c=off_c)]
     if K % nsplit:
         raise ValueError(f"gemm_launches: nsplit {nsplit} does not divide K = {K}")
-    from ..memory_plan import shared_scratch
+    from ..plan.memory import shared_scratch
     lda = lda if lda is not None else (M if trans_a else K)
     ldb = ldb if ldb is not None else (K if trans_b else N)
     ldc = ldc if ldc is not None else N

@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from ..errors import FileNotFound, ShapeError, SolverError
-from .. import memory_plan
+from ..plan import memory as memory_plan
 from ..net import Net
 from ..ops import pointwise
 from ..ops import solver as sops
@@ -145,7 +145,7 @@ class Solver:
             set_random_seed(p.random_seed + self.solver_rank)   # as Caffe's Solver::Init
         self.net = self._init_train_net()
         # the parameters in one arena (before the test nets share them)
-        from ..param_arena import ParamArena, enabled as arena_enabled, supported
+        from .param_arena import ParamArena, enabled as arena_enabled, supported
         self._arena = ParamArena(self.net) if arena_enabled() and supported(self.net) \
             else None
         self.test_nets = self._init_test_nets() if self.solver_rank == 0 else []

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import caffe_ocl
-from caffe_ocl import fusion_train
+from caffe_ocl.plan import train as fusion_train
 from caffe_ocl.proto import parse_net_text
 
 from test_fusion_train import assert_params_close, sgd_solver

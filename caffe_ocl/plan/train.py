@@ -40,12 +40,12 @@ by one, which gives the same values. Code calling ``layer.forward`` /
 import logging
 import os
 
-from . import fusion_eltwise
-from .fusion import ChainPlan, LayerPair, _act_of
-from .ops import conv as conv_ops
-from .ops import normalization as norm_ops
-from .ops import pointwise
-from .ops import pool as pool_ops
+from . import eltwise as fusion_eltwise
+from .fold import ChainPlan, LayerPair, _act_of
+from ..ops import conv as conv_ops
+from ..ops import normalization as norm_ops
+from ..ops import pointwise
+from ..ops import pool as pool_ops
 
 log = logging.getLogger("caffe_ocl")
 

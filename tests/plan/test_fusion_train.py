@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import caffe_ocl
-from caffe_ocl import fusion_train
+from caffe_ocl.plan import train as fusion_train
 from caffe_ocl.proto import caffe_pb2, parse_net_text
 
 NET = """

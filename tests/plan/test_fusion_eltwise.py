@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import caffe_ocl
-from caffe_ocl import fusion, fusion_eltwise, fusion_train
+from caffe_ocl.plan import eltwise as fusion_eltwise, fold as fusion, train as fusion_train
 from caffe_ocl.errors import NetError
 from caffe_ocl.ops import pointwise
 from caffe_ocl.proto import parse_net_text

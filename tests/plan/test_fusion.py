@@ -4,7 +4,7 @@ activation epilogue itself (ops.gemm act=)."""
 import numpy as np
 import pytest
 
-from caffe_ocl import fusion
+from caffe_ocl.plan import fold as fusion
 from caffe_ocl.device import get_device
 from caffe_ocl.errors import NetError
 from caffe_ocl.net import Net, TEST, TRAIN

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import caffe_ocl as caffe
-from caffe_ocl import memory_plan
+from caffe_ocl.plan import memory as memory_plan
 from caffe_ocl.proto import caffe_pb2, parse_net_text
 
 # Split (c1 used three times), in-place BatchNorm/Scale/ReLU/Dropout,

@@ -112,7 +112,7 @@ def test_a_parameter_leaving_the_arena_falls_back_to_per_blob_updates(monkeypatc
 def test_learnable_blobs_sharing_storage_keep_per_blob_updates(monkeypatch):
     """Two learnable blobs on one storage (pycaffe share_data before the
     solver): no arena, so that storage is updated once per blob as in Caffe."""
-    from caffe_ocl import param_arena
+    from caffe_ocl.solvers import param_arena
     s = make_solver("SGD", monkeypatch, arena=True)
     assert param_arena.supported(s.net)
     a, b = s.net.params["conv"][1], s.net.params["ip1"][1]    # two biases

@@ -32,7 +32,7 @@ saved copy of the normalized input (see there).
 import logging
 import os
 
-from .blob import SyncedMemory
+from ..blob import SyncedMemory
 
 log = logging.getLogger("caffe_ocl")
 

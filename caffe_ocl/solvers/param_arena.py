@@ -75,7 +75,7 @@ class ParamArena:
 
     # ---- buffers -------------------------------------------------------------------
     def _new_buffer(self):
-        from .ops import pointwise
+        from ..ops import pointwise
         buf = self.dev.alloc_unpooled(4 * self.total)
         # (cl.Buffer takes no weak references: the arena accounts for its buffers)
         weakref.finalize(self, self.dev.unpooled_freed, 4 * self.total)

@@ -29,8 +29,8 @@ plan (fusion_train.TrainFusionPlan), which decide when a chain runs fused
 (a forward or backward range that covers it whole); ``CAFFE_OCL_FOLD=0`` /
 ``CAFFE_OCL_FUSE_TRAIN=0`` turn them off with the rest.
 """
-from .fusion import LayerPair, _act_of
-from .ops import pointwise
+from .fold import LayerPair, _act_of
+from ..ops import pointwise
 
 
 def find_chains(net, train):

@@ -52,11 +52,11 @@ net says ``force_backward: true``.
 import logging
 import os
 
-from .blob import Blob
-from .errors import NetError
-from .ops import conv as conv_ops
-from .ops import work_size
-from .proto import caffe_pb2
+from ..blob import Blob
+from ..errors import NetError
+from ..ops import conv as conv_ops
+from ..ops import work_size
+from ..proto import caffe_pb2
 
 log = logging.getLogger("caffe_ocl")
 
@@ -332,7 +332,7 @@ def find_chains(net):
 
 def build_plan(net):
     """FusionPlan for ``net`` (None when nothing folds)."""
-    from . import fusion_eltwise
+    from . import eltwise as fusion_eltwise
     chains = find_chains(net) + fusion_eltwise.chains_of(net, train=False)
     for c in chains:
         log.info("Folding %s", c.describe())

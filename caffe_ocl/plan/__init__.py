@@ -1,0 +1,1 @@
+"""The planning stage between Net and the launches (filled in next)."""
