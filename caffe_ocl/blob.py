@@ -236,5 +236,12 @@ class Blob:
                              f"with {self.name!r} {self._shape}: counts differ")
         self._diff = other._diff
 
+    def use_diff_memory(self, mem):
+        """Store the diff in ``mem`` (a ``SyncedMemory`` of at least ``count``
+        floats), shared with whoever else uses it: the diff memory plan
+        (caffe_ocl/plan/memory.py) hands blobs with disjoint lifetimes one
+        buffer."""
+        self._diff = mem
+
     def __repr__(self):
         return f"<Blob {self.name!r} {self._shape}>"

@@ -18,12 +18,14 @@ from types import MappingProxyType
 
 import numpy as np
 
-from .plan import memory as memory_plan
 from .blob import Blob
 from .errors import NetError, ShapeError
 from .layers.base import create_layer
+from .plan import execution
+from .plan import memory as memory_plan
 from .proto import caffe_pb2, read_net, read_net_prototxt, upgrade_net
 from .proto import blobproto_to_array, write_binary
+from .ops import pointwise
 
 log = logging.getLogger("caffe_ocl")
 
@@ -212,10 +214,13 @@ class Net:
     Keyword options: ``level``, ``stages``, ``fold`` (folding of BatchNorm/
     Scale/activations into the preceding Convolution/InnerProduct: None =
     at TEST unless force_backward, False = never, True = always;
-    ``CAFFE_OCL_FOLD=0`` turns it off; see caffe_ocl/fusion.py), ``share_diffs``
+    ``CAFFE_OCL_FOLD=0`` turns it off; see caffe_ocl/plan/fold.py), ``share_diffs``
     (activation diffs share buffers by liveness in backward, as a Solver's
     net does: intermediate blob diffs are then not meaningful after backward;
-    default False = Caffe's one diff per blob; see caffe_ocl/memory_plan.py)."""
+    default False = Caffe's one diff per blob; see caffe_ocl/plan/memory.py).
+
+    ``net.graph`` is the read-only layer graph (``NetGraph``); ``net.plan``
+    the execution plan built from it (caffe_ocl/plan/execution.py)."""
 
     def __init__(self, network, *args, phase=None, weights=None, level=0, stages=(),
                  fold=None, share_diffs=False):
@@ -242,17 +247,14 @@ class Net:
             param.state.stage.append(s)
         self.phase = phase
         self.fold = fold
-        self._fusion = None             # TEST-phase folding (fusion.py)
-        self._train_fusion = None       # TRAIN-phase BN/Scale/act chains (fusion_train.py)
-        self.memory_plan = None
+        self.memory_plan = None         # diff sharing (plan/memory.py), set_share_diffs
+        self._input_arrays = None       # set_input_arrays keeps them alive
         self._init(param)
         if weights is not None:
             self.copy_from(weights)
-        from .plan import fold as fusion, train as fusion_train
-        if fusion.fold_enabled(fold, phase, self.param):
-            self._fusion = fusion.build_plan(self)
-        elif phase == caffe_pb2.TRAIN:
-            self._train_fusion = fusion_train.build_plan(self)
+        # the planning stage: passes over self.graph -> the steps forward and
+        # backward run (caffe_ocl/plan/execution.py)
+        self.plan = execution.build(self, fold)
         if share_diffs:
             self.set_share_diffs(True)
 
@@ -546,18 +548,24 @@ class Net:
         if self.memory_plan is not None:
             self.memory_plan.refresh()
 
-    def _forward_range(self, start, end):
-        fusion, train_fusion = self._fusion, self._train_fusion
+    def unfold(self):
+        """Turn the TEST folding off: every layer runs on its own again (so
+        that backward can run); the training fusions stay."""
+        self.plan = self.plan.without_folding()
+
+    def forward_from_to(self, start, end):
+        """Caffe's ForwardFromTo: run layers ``start``..``end`` (indices) as
+        the execution plan says; no inputs set, nothing read back."""
+        layers, bvecs, tvecs = self.layers, self._bottom_vecs, self._top_vecs
         reshaped = False
-        for li in range(start, end + 1):
-            layer = self.layers[li]
-            bottoms, tops = self._bottom_vecs[li], self._top_vecs[li]
+        for li, action in self.plan.forward_schedule(start, end):
+            layer = layers[li]
+            bottoms, tops = bvecs[li], tvecs[li]
             reshaped |= layer.reshape_if_needed(bottoms, tops)
-            if fusion is not None and fusion.forward(li, start, end):
-                continue
-            if train_fusion is not None and train_fusion.forward(li, start, end):
-                continue
-            layer.forward(bottoms, tops)
+            if action is execution.LAYER:
+                layer.forward(bottoms, tops)
+            elif action is not execution.SKIP:
+                action.run()                # a fused group, at its first layer
         if reshaped and self.memory_plan is not None:
             self.memory_plan.refresh()      # shapes changed: plan the diffs again
 
@@ -587,14 +595,13 @@ class Net:
                 except ValueError:
                     raise ShapeError(f"input {name!r}: cannot put an array of shape "
                                      f"{arr.shape} into blob of shape {b.shape}") from None
-        self._forward_range(start_i, end_i)
+        self.forward_from_to(start_i, end_i)
         return {o: self.blobs[o].data for o in outputs}
 
     def backward(self, diffs=None, start=None, end=None, **kwargs):
         """pycaffe's Net.backward: set output diffs from kwargs, run backward,
         return {input name (and ``diffs``): host diff array}."""
-        if self._fusion is not None:
-            self._fusion.check_backward()
+        self.plan.check_backward()
         diffs = list(diffs or [])
         start_i = len(self.layers) - 1 if start is None else \
             self._layer_index(start, "backward(start=)")
@@ -614,19 +621,20 @@ class Net:
                 if arr.shape[0] != b.shape[0]:
                     raise ShapeError(f"diff {name!r} is not batch sized")
                 b.diff[...] = arr
-        self._backward_range(start_i, end_i)
+        self.backward_from_to(start_i, end_i)
         return {o: self.blobs[o].diff for o in outputs}
 
-    def _backward_range(self, start, end, after_layer=None):
-        """Backward of layers start, start-1, ..., end; ``after_layer(li)``
-        (the solver's data-parallel hooks) once each layer's is enqueued."""
-        train_fusion = self._train_fusion
-        for li in range(start, end - 1, -1):
-            if train_fusion is not None and train_fusion.backward(li, start, end):
-                pass
-            elif self._layer_need_backward[li]:
-                self.layers[li].backward(self._top_vecs[li], self._bottom_need_backward[li],
-                                         self._bottom_vecs[li])
+    def backward_from_to(self, start, end, after_layer=None):
+        """Caffe's BackwardFromTo: backward of layers start, start-1, ...,
+        end (indices) as the execution plan says; ``after_layer(li)`` (the
+        solver's data-parallel hooks) once each layer's is enqueued."""
+        layers, bvecs, tvecs = self.layers, self._bottom_vecs, self._top_vecs
+        need = self._bottom_need_backward
+        for li, action in self.plan.backward_schedule(start, end):
+            if action is execution.LAYER:
+                layers[li].backward(tvecs[li], need[li], bvecs[li])
+            elif action is not execution.SKIP:
+                action.backward()           # a fused group, at its last layer
             if after_layer is not None:
                 after_layer(li)
 
@@ -652,10 +660,19 @@ class Net:
         return {k: np.concatenate(v)[:n] for k, v in all_outs.items()}
 
     def clear_param_diffs(self):
-        from .ops import pointwise
         for b in self._learnable:
             pointwise.fill(b.diff_mem.device, b.diff_buffer(), b.count, 0.0)
             b.diff_mem.device_written()
+
+    def set_input_arrays(self, data, labels):
+        """pycaffe's ``Net.set_input_arrays(data, labels)``: feed the first layer,
+        a MemoryData layer, with float32 C-contiguous ``data`` (N, C, H, W) and
+        ``labels`` (N,) or (N, 1, 1, 1); N must be a multiple of its batch size.
+        The arrays are kept by reference (as pycaffe does), not copied."""
+        if not self.layers or self.layers[0].type != "MemoryData":
+            raise NetError("set_input_arrays may only be called if the first layer is a "
+                           "MemoryData layer")
+        self._input_arrays = self.layers[0].set_input_arrays(data, labels)
 
     # ---- weights -----------------------------------------------------------
     def copy_from(self, path_or_param):

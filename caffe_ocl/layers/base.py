@@ -149,6 +149,17 @@ class Layer:
             return True
         return False
 
+    @property
+    def reshape_count(self):
+        """How many times the launch plans were (re)built: a fused group
+        compares it with the count it built its own launches for."""
+        return self._reshapes
+
+    def forget_backward_plan(self):
+        """The backward launches bound buffers that changed (a diff memory
+        plan gave a blob another diff): rebuild them at the next backward."""
+        self._bwd_key = None
+
     def rebind(self, bottom, top):
         """Rebuild the launch plans after a parameter blob changed storage
         (shared weights): same shapes, new buffers to bind."""

@@ -28,7 +28,7 @@ from ..data.datum import decode_datum, parse_datum, read_image
 from ..data.db import LMDBReader, check_backend
 from ..data.prefetch import Batch, Prefetcher, upload
 from ..data.transformer import DataTransformer, seeded_rng
-from ..errors import DataError, LayerError, NetError, ShapeError
+from ..errors import DataError, LayerError, ShapeError
 from ..proto import caffe_pb2
 from .base import Layer, register
 
@@ -357,6 +357,25 @@ class MemoryDataLayer(Layer):
         self._n = n
         self._pos = 0
 
+    def set_input_arrays(self, data, labels):
+        """pycaffe's ``Net.set_input_arrays(data, labels)`` for this layer:
+        float32 C-contiguous ``data`` (N, C, H, W) and ``labels`` (N,) or
+        (N, 1, 1, 1); N must be a multiple of the batch size. The arrays are
+        kept by reference (as pycaffe does), not copied. Returns (data, labels)."""
+        if isinstance(labels, np.ndarray) and labels.ndim == 1:
+            labels = np.ascontiguousarray(labels[:, None, None, None])
+        _check_array(data, "data array", self.channels, self.height, self.width)
+        _check_array(labels, "labels array", 1, 1, 1)
+        if data.shape[0] != labels.shape[0]:
+            raise ShapeError("set_input_arrays: data and labels must have the same first "
+                             f"dimension ({data.shape[0]} vs {labels.shape[0]})")
+        if data.shape[0] % self.batch_size:
+            raise ShapeError(f"set_input_arrays: first dimensions of input arrays "
+                             f"({data.shape[0]}) must be a multiple of batch size "
+                             f"({self.batch_size})")
+        self.reset(data, labels, data.shape[0])
+        return data, labels
+
     def set_batch_size(self, new_size):
         if self._data is not None and self._n % int(new_size):
             raise self.error(f"batch_size {new_size} does not divide the {self._n} inputs",
@@ -392,35 +411,6 @@ def _check_array(arr, what, c, h, w):
                          f"(N, {c}, {h}, {w})")
 
 
-def set_input_arrays(self, data, labels):
-    """pycaffe's ``Net.set_input_arrays(data, labels)``: feed the first layer,
-    a MemoryData layer, with float32 C-contiguous ``data`` (N, C, H, W) and
-    ``labels`` (N,) or (N, 1, 1, 1); N must be a multiple of its batch size.
-    The arrays are kept by reference (as pycaffe does), not copied."""
-    if not self.layers or self.layers[0].type != "MemoryData":
-        raise NetError("set_input_arrays may only be called if the first layer is a "
-                       "MemoryData layer")
-    md = self.layers[0]
-    if isinstance(labels, np.ndarray) and labels.ndim == 1:
-        labels = np.ascontiguousarray(labels[:, None, None, None])
-    _check_array(data, "data array", md.channels, md.height, md.width)
-    _check_array(labels, "labels array", 1, 1, 1)
-    if data.shape[0] != labels.shape[0]:
-        raise ShapeError("set_input_arrays: data and labels must have the same first "
-                         f"dimension ({data.shape[0]} vs {labels.shape[0]})")
-    if data.shape[0] % md.batch_size:
-        raise ShapeError(f"set_input_arrays: first dimensions of input arrays ({data.shape[0]}) "
-                         f"must be a multiple of batch size ({md.batch_size})")
-    md.reset(data, labels, data.shape[0])
-    self._input_arrays = (data, labels)
-
-
-def _attach():
-    from ..net import Net
-    Net.set_input_arrays = set_input_arrays
-
-
-_attach()
 
 
 # --------------------------------------------------------------------------

@@ -52,7 +52,7 @@ def make_solver(kind, monkeypatch, arena):
 
 
 def state(s):
-    out = [b.data.copy() for b in s.net._learnable] + [b.diff.copy() for b in s.net._learnable]
+    out = [b.data.copy() for b in s.net.graph.learnable_params] + [b.diff.copy() for b in s.net.graph.learnable_params]
     return out + [h.data.copy() for h in s.history]
 
 
@@ -63,7 +63,7 @@ def test_arena_trains_bitwise_like_per_blob_storage(kind, monkeypatch):
     assert ref._arena is None
     assert got._arena is not None and got._arena.valid()
     # one update launch and one clearing launch cover every parameter
-    assert got._arena.nblocks >= len([b for b in got.net._learnable if b.count])
+    assert got._arena.nblocks >= len([b for b in got.net.graph.learnable_params if b.count])
     ref.step(4)
     got.step(4)
     assert got._arena.valid()
@@ -99,7 +99,7 @@ def test_a_parameter_leaving_the_arena_falls_back_to_per_blob_updates(monkeypatc
         blob.share_data(fresh)
         for li, layer in enumerate(s.net.layers):
             if blob in layer.blobs:
-                layer.rebind(s.net._bottom_vecs[li], s.net._top_vecs[li])
+                layer.rebind(s.net.graph.bottoms[li], s.net.graph.tops[li])
         s._build_param_launches()
     assert not got._arena.valid()
     ref.step(2)
