@@ -63,7 +63,7 @@ class Layer:
     max_top = None
     equal_num_bottom_top = False
     # what else a layer's backward computes, when a fusion asks
-    # (fusion_train.ReLUConvBackward and SplitConvBackward set a
+    # (plan/train.py ReLUConvBackward and SplitConvBackward set a
     # Convolution's); part of the key its backward launches are built for
     bwd_variant = None
     # True when the layer can compute a gradient for bottom i (Caffe's

@@ -1,6 +1,6 @@
 """TRAIN-phase fusion: BatchNorm -> Scale (-> activation) on one blob;
 also Convolution -> ReLU forwards (``ConvReLUChain``), Eltwise SUM ->
-ReLU (fusion_eltwise.py), and the backward of an in-place ReLU inside the
+ReLU (eltwise.py), and the backward of an in-place ReLU inside the
 backward of the layer after it: a MAX Pooling (``ReLUMaxPoolBackward``)
 or a Convolution whose backward-data runs Winograd (``ReLUConvBackward``).
 A layer may be in one chain that fuses its forward and another that fuses
@@ -479,7 +479,7 @@ class SplitConvBackward:
     """A Split's backward (the sum of its two tops' gradients into its
     bottom) done by the backward-data of the convolution reading one top:
     the other top's diff is the bottom's (the diff memory plan shares them,
-    memory_plan.DiffPlan), so the layer that runs backward first writes the
+    plan/memory.py DiffPlan), so the layer that runs backward first writes the
     bottom's gradient there and the convolution adds its data gradient to
     it (its GEMM epilogue reads and adds C instead of a separate pass
     reading both tops and writing the bottom: 1.3 ms of ResNet-50's

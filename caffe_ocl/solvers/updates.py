@@ -49,7 +49,7 @@ class SGDSolver(Solver):
     def _build_param_launches(self):
         """The update, gradient-clearing and clipping launches, bound to the
         parameters' current buffers: one launch each over the arena
-        (caffe_ocl/param_arena.py) when there is one, else one per blob."""
+        (caffe_ocl/solvers/param_arena.py) when there is one, else one per blob."""
         p, net, dev = self.param, self.net, self.dev
         params = net.graph.learnable_params
         self._updates, self._lr_mults, self._clears = [], [], []

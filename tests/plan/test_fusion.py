@@ -1,4 +1,4 @@
-"""TEST-phase folding (caffe_ocl/fusion.py): BatchNorm/Scale into the
+"""TEST-phase folding (caffe_ocl/plan/fold.py): BatchNorm/Scale into the
 producer's weights, activations into the GEMM epilogue; and the GEMM
 activation epilogue itself (ops.gemm act=)."""
 import numpy as np

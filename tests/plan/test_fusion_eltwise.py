@@ -1,5 +1,5 @@
 """Eltwise SUM -> in-place activation run as one kernel
-(caffe_ocl/fusion_eltwise.py): fused nets give the layer-by-layer outputs,
+(caffe_ocl/plan/eltwise.py): fused nets give the layer-by-layer outputs,
 blob and parameter gradients, at TRAIN (also through solver steps with
 shared diffs) and at TEST; the kernels against NumPy."""
 import numpy as np

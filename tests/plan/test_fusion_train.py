@@ -1,4 +1,4 @@
-"""TRAIN-phase BatchNorm -> Scale (-> activation) fusion (caffe_ocl/fusion_train.py):
+"""TRAIN-phase BatchNorm -> Scale (-> activation) fusion (caffe_ocl/plan/train.py):
 a fused net gives the unfused net's outputs, blob/parameter gradients and
 moving averages (float32 tolerance), over solver steps too; ranges that cut
 a chain run it layer by layer."""

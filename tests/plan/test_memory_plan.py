@@ -1,4 +1,4 @@
-"""Memory plans (caffe_ocl/memory_plan.py): activation diffs shared by
+"""Memory plans (caffe_ocl/plan/memory.py): activation diffs shared by
 liveness must leave losses, top data and every parameter gradient bitwise
 unchanged, and must actually need fewer bytes; the in-place BatchNorm ->
 Scale pair keeps one copy of x_norm; conv column workspaces are shared."""

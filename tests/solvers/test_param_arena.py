@@ -1,4 +1,4 @@
-"""The parameter arena (caffe_ocl/param_arena.py): one buffer for all
+"""The parameter arena (caffe_ocl/solvers/param_arena.py): one buffer for all
 learnable parameters so that the update and the gradient clearing are one
 launch each. It must give bitwise the same training as per-blob storage
 (CAFFE_OCL_PARAM_ARENA=0), keep pycaffe views and shared weights working,
