@@ -73,7 +73,7 @@ def build(cfg, renames, sets, configs=None):
     try:
         with config.override(**(configs or {})):
             net = deploy_net(cfg["proto"], cfg["batch"], cfg["shape"])
-            net._forward_range(0, len(net.layers) - 1)
+            net.forward_from_to(0, len(net.layers) - 1)
             net.device.finish()
     finally:
         device_mod.Device.launch = orig_launch
@@ -86,7 +86,7 @@ def pass_ms(net, iters):
     last = len(net.layers) - 1
     t0 = time.perf_counter()
     for _ in range(iters):
-        net._forward_range(0, last)
+        net.forward_from_to(0, last)
     net.device.finish()
     return (time.perf_counter() - t0) / iters * 1e3
 

@@ -181,11 +181,11 @@ def caffe_ocl_timer(cfg, pipelined=False):
     dev = net.device
     last = len(net.layers) - 1
     if pipelined:
-        return lambda warmup, runs: timed(lambda: net._forward_range(0, last), dev.finish,
+        return lambda warmup, runs: timed(lambda: net.forward_from_to(0, last), dev.finish,
                                           warmup, runs)
 
     def one_pass():
-        net._forward_range(0, last)
+        net.forward_from_to(0, last)
         dev.finish()
     return lambda warmup, runs: timed(one_pass, dev.finish, warmup, runs)
 

@@ -54,7 +54,7 @@ def _infer_net(name, batch):
 def caffe_ocl_infer(name, batch, runs):
     net = _infer_net(name, batch)
     dev = net.device
-    ms = timed(lambda: net._forward_range(0, len(net.layers) - 1), dev.finish, runs=runs)
+    ms = timed(lambda: net.forward_from_to(0, len(net.layers) - 1), dev.finish, runs=runs)
     return ms
 
 

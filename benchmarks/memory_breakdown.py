@@ -114,7 +114,7 @@ def breakdown(solver):
     for h in solver.history:
         led.claim("history", None, h)
     producer = {}
-    for li, tops in enumerate(net._top_vecs):
+    for li, tops in enumerate(net.graph.tops):
         for t in tops:
             producer.setdefault(t.name, net.layers[li].name)
     for name, b in net.blobs.items():

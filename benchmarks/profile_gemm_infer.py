@@ -28,7 +28,7 @@ def main():
     net = build(NETS[a.net], {}, [])
     last = len(net.layers) - 1
     print(f"{a.net} batch {NETS[a.net]['batch']}:")
-    labelled_profile(lambda: net._forward_range(0, last), net.device, a.iters, "pass", a.top)
+    labelled_profile(lambda: net.forward_from_to(0, last), net.device, a.iters, "pass", a.top)
 
 
 if __name__ == "__main__":

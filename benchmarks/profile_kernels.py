@@ -59,8 +59,8 @@ class Recorder:
         f = sys._getframe(2)
         while f is not None:
             name = f.f_code.co_name
-            if name in ("_forward_range", "_backward_range") and "li" in f.f_locals:
-                return ("F" if name == "_forward_range" else "B", f.f_locals["li"])
+            if name in ("forward_from_to", "backward_from_to") and "li" in f.f_locals:
+                return ("F" if name == "forward_from_to" else "B", f.f_locals["li"])
             f = f.f_back
         return None
 
@@ -119,7 +119,7 @@ def report_layers(net, where_ms, json_path=None):
         f, b = where_ms.get(("F", li), 0.0), where_ms.get(("B", li), 0.0)
         if f == 0.0 and b == 0.0:
             continue
-        rows.append(dict(name=net._layer_names[li], type=layer.type, fwd_ms=f, bwd_ms=b,
+        rows.append(dict(name=net.graph.layer_names[li], type=layer.type, fwd_ms=f, bwd_ms=b,
                          conv=conv_row(layer)))
     other = where_ms.get(None, 0.0)
     print("\n| layer | type | fwd ms | bwd ms | shape (C,H,W -> Co, k/s/p) | fwd TFLOP/s | "
@@ -162,7 +162,7 @@ def main():
             proto = (CPU_NETS[name]["proto"] if name in CPU_NETS
                      else os.path.join("models", name, "deploy.prototxt"))
             net = deploy_net(proto, a.batch)
-            wall, recs = rec.measure(lambda: net._forward_range(0, len(net.layers) - 1),
+            wall, recs = rec.measure(lambda: net.forward_from_to(0, len(net.layers) - 1),
                                      net.device, a.iters)
             report(f"{name} batch {a.batch} inference", wall, recs, a.top)
             if rec.by_layer:

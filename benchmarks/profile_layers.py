@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def describe(net, li):
     layer = net.layers[li]
-    bots = [tuple(b.shape) for b in net._bottom_vecs[li]]
+    bots = [tuple(b.shape) for b in net.graph.bottoms[li]]
     extra = ""
     if layer.type in ("Convolution", "Deconvolution"):
         cp = layer.param.convolution_param
@@ -59,7 +59,7 @@ def main():
         order = sorted(range(len(net.layers)), key=lambda i: -(fw[i] + bw[i]))[:a.top]
         print("| layer | what | forward ms | backward ms |\n|---|---|---|---|")
         for li in order:
-            print(f"| {net._layer_names[li]} | {describe(net, li)} | "
+            print(f"| {net.graph.layer_names[li]} | {describe(net, li)} | "
                   f"{fw[li] / a.iters * 1e3:.2f} | {bw[li] / a.iters * 1e3:.2f} |")
 
 

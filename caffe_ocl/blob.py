@@ -9,7 +9,7 @@ uploads it. Layers ask for ``device_buffer()`` (read) or mark their outputs
 
 ``version`` counts the times the contents may have changed (a mutable host
 access, a device write, the first zero fill): anything derived from the
-memory (e.g. folded weights, caffe_ocl.fusion) is stale when it differs.
+memory (e.g. folded weights, caffe_ocl.plan.fold) is stale when it differs.
 """
 import numpy as np
 
@@ -82,7 +82,7 @@ class SyncedMemory:
 
     def adopt_buffer(self, buf):
         """Keep the device copy in ``buf`` from now on (a sub-buffer of a
-        parameter arena, caffe_ocl/param_arena.py), copying the current
+        parameter arena, caffe_ocl/solvers/param_arena.py), copying the current
         device contents over. Launch plans bound to the old buffer must be
         rebuilt by their owners."""
         if self._buf is not None and self.head in (AT_DEVICE, SYNCED):
@@ -134,7 +134,7 @@ class Blob:
             self._diff = SyncedMemory(count, self._device)
         elif count > self._diff.capacity:
             # a diff shared with a smaller blob (share_diff, or a memory plan's
-            # buffer, caffe_ocl/memory_plan.py) no longer fits: own one again
+            # buffer, caffe_ocl/plan/memory.py) no longer fits: own one again
             self._diff = SyncedMemory(count, self._device)
         return self
 
@@ -227,6 +227,13 @@ class Blob:
             raise ShapeError(f"cannot share diff of {other.name!r} {other.shape} "
                              f"with {self.name!r} {self._shape}: counts differ")
         self._diff = other._diff
+
+    def use_diff_memory(self, mem):
+        """Store the diff in ``mem`` (a ``SyncedMemory`` of at least ``count``
+        floats), shared with whoever else uses it: the diff memory plan
+        (caffe_ocl/plan/memory.py) hands blobs with disjoint lifetimes one
+        buffer."""
+        self._diff = mem
 
     def __repr__(self):
         return f"<Blob {self.name!r} {self._shape}>"

@@ -13,15 +13,19 @@ is on this class directly.
 import logging
 import os
 from collections import OrderedDict
+from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
-from . import memory_plan
 from .blob import Blob
 from .errors import NetError, ShapeError
 from .layers.base import create_layer
+from .plan import execution
+from .plan import memory as memory_plan
 from .proto import caffe_pb2, read_net, read_net_prototxt, upgrade_net
 from .proto import blobproto_to_array, write_binary
+from .ops import pointwise
 
 log = logging.getLogger("caffe_ocl")
 
@@ -128,6 +132,73 @@ def insert_splits(param):
 
 
 # --------------------------------------------------------------------------
+# The public, read-only graph (what Caffe's net.hpp exposes)
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NetGraph:
+    """A Net's layer graph, read-only, as Caffe's ``net.hpp`` exposes it.
+
+    Every per-layer field is a tuple indexed by layer index (the order of
+    ``net.layers``, Split layers included); blobs are the Net's ``Blob``
+    objects (in place: the same object as a bottom and a top). Setting an
+    attribute raises ``FrozenInstanceError`` (an ``AttributeError``); the
+    sequences are tuples and the mappings read-only views. The planning
+    passes (caffe_ocl/plan/) read the net only through this object.
+    """
+    name: str
+    phase: int                    # caffe_pb2.TRAIN or caffe_pb2.TEST
+    param: object                 # the filtered NetParameter, Splits inserted
+    layers: tuple                 # layer objects
+    layer_names: tuple
+    layer_types: tuple
+    bottoms: tuple                # per layer: tuple of bottom Blobs (bottom_vecs)
+    tops: tuple                   # per layer: tuple of top Blobs (top_vecs)
+    layer_need_backward: tuple    # per layer: bool
+    bottom_need_backward: tuple   # per layer: tuple of bool, one per bottom
+    blob_need_backward: object    # blob name -> bool (read-only mapping)
+    loss_weights: tuple           # per layer: tuple of float, one per top
+    blobs: object                 # blob name -> Blob, in creation order (read-only)
+    inputs: tuple                 # names of the Input layers' tops
+    outputs: tuple                # names of the blobs no layer consumes (sorted)
+    params: tuple                 # every layer's param blobs (shared ones repeated)
+    param_layer: tuple            # per entry of params: (layer index, param index)
+    param_owners: tuple           # per entry of params: index of its owner, -1 = own
+    learnable_params: tuple       # the owners' blobs: what a solver updates
+    params_lr: tuple              # per learnable param: lr_mult
+    params_weight_decay: tuple    # per learnable param: decay_mult
+    layer_learnable_ids: tuple    # per layer: tuple of learnable_params indices
+
+    @property
+    def bottom_names(self):
+        return tuple(tuple(b.name for b in bots) for bots in self.bottoms)
+
+    @property
+    def top_names(self):
+        return tuple(tuple(t.name for t in tops) for tops in self.tops)
+
+    @property
+    def blob_loss_weights(self):
+        """blob name -> its loss weight (0 for blobs that are no loss)."""
+        w = {n: 0.0 for n in self.blobs}
+        for tops, lws in zip(self.tops, self.loss_weights):
+            for t, lw in zip(tops, lws):
+                if lw:
+                    w[t.name] = lw
+        return MappingProxyType(w)
+
+    def __len__(self):
+        return len(self.layers)
+
+    def layer_index(self, name):
+        """Index of the layer called ``name`` (NetError if there is none)."""
+        try:
+            return self.layer_names.index(name)
+        except ValueError:
+            raise NetError(f"no layer named {name!r} in net {self.name!r}") from None
+
+
+# --------------------------------------------------------------------------
 # Net
 # --------------------------------------------------------------------------
 
@@ -143,10 +214,13 @@ class Net:
     Keyword options: ``level``, ``stages``, ``fold`` (folding of BatchNorm/
     Scale/activations into the preceding Convolution/InnerProduct: None =
     at TEST unless force_backward, False = never, True = always;
-    ``CAFFE_OCL_FOLD=0`` turns it off; see caffe_ocl/fusion.py), ``share_diffs``
+    ``CAFFE_OCL_FOLD=0`` turns it off; see caffe_ocl/plan/fold.py), ``share_diffs``
     (activation diffs share buffers by liveness in backward, as a Solver's
     net does: intermediate blob diffs are then not meaningful after backward;
-    default False = Caffe's one diff per blob; see caffe_ocl/memory_plan.py)."""
+    default False = Caffe's one diff per blob; see caffe_ocl/plan/memory.py).
+
+    ``net.graph`` is the read-only layer graph (``NetGraph``); ``net.plan``
+    the execution plan built from it (caffe_ocl/plan/execution.py)."""
 
     def __init__(self, network, *args, phase=None, weights=None, level=0, stages=(),
                  fold=None, share_diffs=False):
@@ -173,17 +247,14 @@ class Net:
             param.state.stage.append(s)
         self.phase = phase
         self.fold = fold
-        self._fusion = None             # TEST-phase folding (fusion.py)
-        self._train_fusion = None       # TRAIN-phase BN/Scale/act chains (fusion_train.py)
-        self.memory_plan = None
+        self.memory_plan = None         # diff sharing (plan/memory.py), set_share_diffs
+        self._input_arrays = None       # set_input_arrays keeps them alive
         self._init(param)
         if weights is not None:
             self.copy_from(weights)
-        from . import fusion, fusion_train
-        if fusion.fold_enabled(fold, phase, self.param):
-            self._fusion = fusion.build_plan(self)
-        elif phase == caffe_pb2.TRAIN:
-            self._train_fusion = fusion_train.build_plan(self)
+        # the planning stage: passes over self.graph -> the steps forward and
+        # backward run (caffe_ocl/plan/execution.py)
+        self.plan = execution.build(self, fold)
         if share_diffs:
             self.set_share_diffs(True)
 
@@ -209,6 +280,7 @@ class Net:
         self._net_params = []
         self._param_names = {}
         self._param_layer = []
+        self._layer_learnable = []    # per layer: indices into _learnable
         available = OrderedDict()
         memory = 0
         for li, lp in enumerate(param.layer):
@@ -268,6 +340,7 @@ class Net:
                 pneed = spec.lr_mult != 0
                 layer.param_propagate_down[pi] = pneed
                 need_bwd |= pneed
+            self._layer_learnable.append([])
             for pi in range(len(layer.blobs)):
                 self._append_param(li, layer, lp, pi)
             self._bottom_vecs.append(bottoms)
@@ -289,7 +362,30 @@ class Net:
                 # its forward plan was built for the needs before the backward
                 # pass pruned them (or force_backward added them)
                 layer.rebind(self._bottom_vecs[li], self._top_vecs[li])
+        self.graph = self._make_graph()
         log.info("Network initialization done.")
+
+    def _make_graph(self):
+        return NetGraph(
+            name=self.name, phase=self.phase, param=self.param,
+            layers=tuple(self.layers), layer_names=tuple(self._layer_names),
+            layer_types=tuple(layer.type for layer in self.layers),
+            bottoms=tuple(tuple(b) for b in self._bottom_vecs),
+            tops=tuple(tuple(t) for t in self._top_vecs),
+            layer_need_backward=tuple(bool(x) for x in self._layer_need_backward),
+            bottom_need_backward=tuple(tuple(bool(x) for x in b)
+                                       for b in self._bottom_need_backward),
+            blob_need_backward=MappingProxyType(dict(self._blob_need_backward)),
+            loss_weights=tuple(tuple(float(w) for w in layer.loss_weights)
+                               for layer in self.layers),
+            blobs=MappingProxyType(self.blobs),
+            inputs=tuple(self._input_names), outputs=tuple(self._outputs),
+            params=tuple(self._net_params), param_layer=tuple(self._param_layer),
+            param_owners=tuple(self._param_owner),
+            learnable_params=tuple(self._learnable),
+            params_lr=tuple(s["lr"] for s in self._param_specs),
+            params_weight_decay=tuple(s["decay"] for s in self._param_specs),
+            layer_learnable_ids=tuple(tuple(ids) for ids in self._layer_learnable))
 
     def _append_param(self, li, layer, lp, pi):
         specs = list(lp.param)
@@ -306,7 +402,7 @@ class Net:
             self._param_specs.append(dict(lr=spec.lr_mult, decay=spec.decay_mult,
                                           has_lr=spec.HasField("lr_mult"),
                                           has_decay=spec.HasField("decay_mult")))
-            layer._learnable_ids = getattr(layer, "_learnable_ids", []) + [len(self._learnable) - 1]
+            self._layer_learnable[li].append(len(self._learnable) - 1)
             return
         owner_id = self._param_names[name]
         self._param_owner.append(owner_id)
@@ -331,7 +427,7 @@ class Net:
                     raise NetError(f"shared param {name!r} has mismatched {field} "
                                    f"(layer {lp.name!r})")
                 s[key], s[has] = getattr(spec, field), True
-        layer._learnable_ids = getattr(layer, "_learnable_ids", []) + [lid]
+        self._layer_learnable[li].append(lid)
 
     def _owner_root(self, net_id):
         while self._param_owner[net_id] != -1:
@@ -452,18 +548,24 @@ class Net:
         if self.memory_plan is not None:
             self.memory_plan.refresh()
 
-    def _forward_range(self, start, end):
-        fusion, train_fusion = self._fusion, self._train_fusion
+    def unfold(self):
+        """Turn the TEST folding off: every layer runs on its own again (so
+        that backward can run); the training fusions stay."""
+        self.plan = self.plan.without_folding()
+
+    def forward_from_to(self, start, end):
+        """Caffe's ForwardFromTo: run layers ``start``..``end`` (indices) as
+        the execution plan says; no inputs set, nothing read back."""
+        layers, bvecs, tvecs = self.layers, self._bottom_vecs, self._top_vecs
         reshaped = False
-        for li in range(start, end + 1):
-            layer = self.layers[li]
-            bottoms, tops = self._bottom_vecs[li], self._top_vecs[li]
+        for li, action in self.plan.forward_schedule(start, end):
+            layer = layers[li]
+            bottoms, tops = bvecs[li], tvecs[li]
             reshaped |= layer.reshape_if_needed(bottoms, tops)
-            if fusion is not None and fusion.forward(li, start, end):
-                continue
-            if train_fusion is not None and train_fusion.forward(li, start, end):
-                continue
-            layer.forward(bottoms, tops)
+            if action is execution.LAYER:
+                layer.forward(bottoms, tops)
+            elif action is not execution.SKIP:
+                action.run()                # a fused group, at its first layer
         if reshaped and self.memory_plan is not None:
             self.memory_plan.refresh()      # shapes changed: plan the diffs again
 
@@ -493,14 +595,13 @@ class Net:
                 except ValueError:
                     raise ShapeError(f"input {name!r}: cannot put an array of shape "
                                      f"{arr.shape} into blob of shape {b.shape}") from None
-        self._forward_range(start_i, end_i)
+        self.forward_from_to(start_i, end_i)
         return {o: self.blobs[o].data for o in outputs}
 
     def backward(self, diffs=None, start=None, end=None, **kwargs):
         """pycaffe's Net.backward: set output diffs from kwargs, run backward,
         return {input name (and ``diffs``): host diff array}."""
-        if self._fusion is not None:
-            self._fusion.check_backward()
+        self.plan.check_backward()
         diffs = list(diffs or [])
         start_i = len(self.layers) - 1 if start is None else \
             self._layer_index(start, "backward(start=)")
@@ -520,19 +621,20 @@ class Net:
                 if arr.shape[0] != b.shape[0]:
                     raise ShapeError(f"diff {name!r} is not batch sized")
                 b.diff[...] = arr
-        self._backward_range(start_i, end_i)
+        self.backward_from_to(start_i, end_i)
         return {o: self.blobs[o].diff for o in outputs}
 
-    def _backward_range(self, start, end, after_layer=None):
-        """Backward of layers start, start-1, ..., end; ``after_layer(li)``
-        (the solver's data-parallel hooks) once each layer's is enqueued."""
-        train_fusion = self._train_fusion
-        for li in range(start, end - 1, -1):
-            if train_fusion is not None and train_fusion.backward(li, start, end):
-                pass
-            elif self._layer_need_backward[li]:
-                self.layers[li].backward(self._top_vecs[li], self._bottom_need_backward[li],
-                                         self._bottom_vecs[li])
+    def backward_from_to(self, start, end, after_layer=None):
+        """Caffe's BackwardFromTo: backward of layers start, start-1, ...,
+        end (indices) as the execution plan says; ``after_layer(li)`` (the
+        solver's data-parallel hooks) once each layer's is enqueued."""
+        layers, bvecs, tvecs = self.layers, self._bottom_vecs, self._top_vecs
+        need = self._bottom_need_backward
+        for li, action in self.plan.backward_schedule(start, end):
+            if action is execution.LAYER:
+                layers[li].backward(tvecs[li], need[li], bvecs[li])
+            elif action is not execution.SKIP:
+                action.backward()           # a fused group, at its last layer
             if after_layer is not None:
                 after_layer(li)
 
@@ -558,7 +660,6 @@ class Net:
         return {k: np.concatenate(v)[:n] for k, v in all_outs.items()}
 
     def clear_param_diffs(self):
-        from .ops import pointwise
         for b in self._learnable:
             pointwise.fill(b.diff_mem.device, b.diff_buffer(), b.count, 0.0)
             b.diff_mem.device_written()

@@ -17,19 +17,19 @@ log = logging.getLogger("caffe_ocl")
 def time_net(net, iterations, backward=True, out=print):
     dev = net.device
     layers = net.layers
-    names = net._layer_names
+    names = net.graph.layer_names
     fwd = [0.0] * len(layers)
     bwd = [0.0] * len(layers)
     # warm-up, layer by layer as timed below (not the net's fused paths, so
     # that every layer's own launches are built and compiled before timing)
     for li, layer in enumerate(layers):
-        layer.reshape_if_needed(net._bottom_vecs[li], net._top_vecs[li])
-        layer.forward(net._bottom_vecs[li], net._top_vecs[li])
+        layer.reshape_if_needed(net.graph.bottoms[li], net.graph.tops[li])
+        layer.forward(net.graph.bottoms[li], net.graph.tops[li])
     if backward:
         for li in range(len(layers) - 1, -1, -1):
-            if net._layer_need_backward[li]:
-                layers[li].backward(net._top_vecs[li], net._bottom_need_backward[li],
-                                    net._bottom_vecs[li])
+            if net.graph.layer_need_backward[li]:
+                layers[li].backward(net.graph.tops[li], net.graph.bottom_need_backward[li],
+                                    net.graph.bottoms[li])
     dev.finish()
     out("*** Benchmark begins ***")
     out(f"Testing for {iterations} iterations.")
@@ -40,7 +40,7 @@ def time_net(net, iterations, backward=True, out=print):
         t0 = time.perf_counter()
         for li, layer in enumerate(layers):
             s = time.perf_counter()
-            bottoms, tops = net._bottom_vecs[li], net._top_vecs[li]
+            bottoms, tops = net.graph.bottoms[li], net.graph.tops[li]
             layer.reshape_if_needed(bottoms, tops)
             layer.forward(bottoms, tops)
             dev.finish()
@@ -50,9 +50,9 @@ def time_net(net, iterations, backward=True, out=print):
         if backward:
             for li in range(len(layers) - 1, -1, -1):
                 s = time.perf_counter()
-                if net._layer_need_backward[li]:
-                    layers[li].backward(net._top_vecs[li], net._bottom_need_backward[li],
-                                        net._bottom_vecs[li])
+                if net.graph.layer_need_backward[li]:
+                    layers[li].backward(net.graph.tops[li], net.graph.bottom_need_backward[li],
+                                        net.graph.bottoms[li])
                     dev.finish()
                 bwd[li] += time.perf_counter() - s
         bwd_total += time.perf_counter() - t0

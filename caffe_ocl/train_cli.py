@@ -295,7 +295,7 @@ def score(model, weights, iterations=50, *, gpu="", level=0, stages=()):
     names = net.outputs
     scores, ids, loss = [], [], np.float32(0)
     for i in range(iterations):
-        net._forward_range(0, len(net.layers) - 1)
+        net.forward_from_to(0, len(net.layers) - 1)
         loss = np.float32(loss + np.float32(net.loss()))
         idx = 0
         for j, name in enumerate(names):

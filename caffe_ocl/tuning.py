@@ -58,12 +58,12 @@ def net_conv_passes(net):
         reverse = layer.type == "Deconvolution"
         g = layer.geom
         passes = ["backward_data" if reverse else "forward"]
-        if training and net._layer_need_backward[li]:
-            if any(net._bottom_need_backward[li]):
+        if training and net.graph.layer_need_backward[li]:
+            if any(net.graph.bottom_need_backward[li]):
                 passes.append("forward" if reverse else "backward_data")
             if layer.param_propagate_down and layer.param_propagate_down[0]:
                 passes.append("backward_weight")
-        out += [(net._layer_names[li], g, p) for p in passes]
+        out += [(net.graph.layer_names[li], g, p) for p in passes]
     return out
 
 

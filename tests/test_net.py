@@ -251,9 +251,9 @@ def test_net_from_netparameter_and_input_dim_upgrade(rng):
 def test_backward_needs_and_force_backward(tmp_path, rng):
     net = _net(tmp_path, SIMPLE, caffe.TRAIN)
     # no loss: nothing needs backward (Caffe's pruning)
-    assert not any(net._layer_need_backward)
+    assert not any(net.graph.layer_need_backward)
     net = _net(tmp_path, "force_backward: true\n" + SIMPLE, caffe.TRAIN)
-    assert all(net._layer_need_backward[1:])
+    assert all(net.graph.layer_need_backward[1:])
     x = rng.standard_normal((2, 3)).astype(np.float32)
     net.forward(data=x)
     g = net.backward(out=np.ones((2, 2), np.float32))
@@ -268,7 +268,7 @@ def test_loss_weight_on_any_top_drives_backward(tmp_path, rng):
     text = SIMPLE.replace('layer { name: "ip2" type: "InnerProduct" bottom: "ip" top: "out"',
                           'layer { name: "ip2" type: "InnerProduct" bottom: "ip" top: "out" loss_weight: 2')
     net = _net(tmp_path, text, caffe.TRAIN)
-    assert net._layer_need_backward[-1]
+    assert net.graph.layer_need_backward[-1]
     x = rng.standard_normal((2, 3)).astype(np.float32)
     net.forward(data=x)
     assert net.loss() == pytest.approx(2 * float(net.blobs["out"].data.sum()), rel=1e-5)

@@ -105,7 +105,7 @@ def test_deploy_builds_and_runs(name, rng):
     np.testing.assert_allclose(prob.sum(1), 1, rtol=1e-4)
     if batch > 1:   # different images, different outputs (the logits: with random
         # weights the softmax may saturate to the same one-hot row for both)
-        logits = net.blobs[net.bottom_names[net._layer_names[-1]][0]].data.reshape(batch, -1)
+        logits = net.blobs[net.bottom_names[net.graph.layer_names[-1]][0]].data.reshape(batch, -1)
         assert not np.allclose(logits[0], logits[1])
     again = net.forward(data=x)["prob"].reshape(batch, -1)   # TEST: no dropout noise
     np.testing.assert_allclose(again, prob, rtol=1e-5, atol=1e-7)

@@ -65,7 +65,7 @@ class Layer:
     max_top = None
     equal_num_bottom_top = False
     # what else a layer's backward computes, when a fusion asks
-    # (fusion_train.ReLUConvBackward and SplitConvBackward set a
+    # (plan/train.py ReLUConvBackward and SplitConvBackward set a
     # Convolution's); part of the key its backward launches are built for
     bwd_variant = None
     # True when the layer can compute a gradient for bottom i (Caffe's
@@ -149,6 +149,17 @@ class Layer:
             self._fill_loss_diffs(top)
             return True
         return False
+
+    @property
+    def reshape_count(self):
+        """How many times the launch plans were (re)built: a fused group
+        compares it with the count it built its own launches for."""
+        return self._reshapes
+
+    def forget_backward_plan(self):
+        """The backward launches bound buffers that changed (a diff memory
+        plan gave a blob another diff): rebuild them at the next backward."""
+        self._bwd_key = None
 
     def rebind(self, bottom, top):
         """Rebuild the launch plans after a parameter blob changed storage

@@ -67,7 +67,7 @@ class BatchNormLayer(Layer):
             self.x_norm = None
         elif getattr(self, "x_norm", None) is None:
             self.x_norm = Blob(b.shape, name=f"{self.name}.x_norm", device=dev)
-        else:   # keep the blob: an in-place Scale may read it (memory_plan.bn_for_scale)
+        else:   # keep the blob: an in-place Scale may read it (plan/memory.py bn_for_scale)
             self.x_norm.reshape(b.shape)
         O, C, I = self.dims
         x, y = b.data_buffer(), top[0].data_buffer()
@@ -279,7 +279,7 @@ class ScaleLayer(Layer):
         """Read the input for the scale gradient from ``batch_norm.x_norm``
         instead of copying it (call before setup). The Net does this when this
         in-place Scale directly follows a training BatchNorm on the same blob,
-        whose output is x_norm bit for bit: caffe_ocl/memory_plan.py
+        whose output is x_norm bit for bit: caffe_ocl/plan/memory.py
         bn_for_scale."""
         self._input_copy_of = batch_norm
 

@@ -265,7 +265,7 @@ class BaseConvolution(Layer):
                                                          t.diff_buffer(), w.diff_buffer(),
                                                          colbuf)
                 if self.propagate_down[bottom.index(b)]:
-                    # bwd_variant, set by a fusion (fusion_train): ("gate",
+                    # bwd_variant, set by a fusion (plan/train.py): ("gate",
                     # blob, slope) of an in-place ReLU before this layer,
                     # whose backward the data gradient then includes
                     # (ReLUConvBackward); ("accumulate", blob): the data

@@ -51,7 +51,7 @@ def update_blocks(dev, kind, nblocks, blocks, lr_mults, decays, data, diff, h, h
                   accum_norm=1.0, reg=None, clip=False, momentum=0.0, momentum2=0.0,
                   delta=0.0):
     """The update of ``update`` for every parameter of an arena in one launch
-    (caffe_ocl/param_arena.py): ``blocks`` holds (start, length, parameter)
+    (caffe_ocl/solvers/param_arena.py): ``blocks`` holds (start, length, parameter)
     per block, ``lr_mults``/``decays`` the per-parameter lr multiplier and
     local decay; the rate and its factor are rebound per iteration
     (ARG_BLOCKS_RATE, ARG_BLOCKS_FACTOR)."""

@@ -12,7 +12,7 @@ Caffe's multi-GPU semantics (src/caffe/parallel.cpp, class NCCL):
   for the reduced gradients; the solver then applies its ordinary update
   (clipping, normalization by iter_size, regularization, lr) to them. The
   host waits here, so the device idles while Python enqueues the update and
-  the next forward: the parameter arena (caffe_ocl/param_arena.py) makes
+  the next forward: the parameter arena (caffe_ocl/solvers/param_arena.py) makes
   that one launch for the update and one for clearing the gradients.
   (Gating the compute queue on an OpenCL user event instead, so the host
   need not wait, deadlocks: pyopencl holds the GIL in a non-blocking
@@ -85,7 +85,7 @@ def net_signature(solver):
     net = solver.net
     return json.dumps({"solver": solver.kind,
                        "layers": [[n, l.type, [list(b.shape) for b in l.blobs]]
-                                  for n, l in zip(net._layer_names, net.layers)]})
+                                  for n, l in zip(net.graph.layer_names, net.layers)]})
 
 
 def _describe_difference(a, b):
@@ -208,7 +208,7 @@ class DataParallel:
         """Rank 0's weights, history, iteration and lr step to every rank
         (NCCL::Broadcast). Called again after a pycaffe restore on rank 0."""
         s, g = self.solver, self.group
-        for blob in list(s.net._learnable) + list(s.history):
+        for blob in list(s.net.graph.learnable_params) + list(s.history):
             arr = np.ascontiguousarray(blob.host_data().reshape(-1)[:blob.count],
                                        np.float32).copy()
             g.bcast(arr)
@@ -221,10 +221,10 @@ class DataParallel:
     def _build_buckets(self):
         net = self.solver.net
         ready = {}
-        for li, layer in enumerate(net.layers):
-            for lid in getattr(layer, "_learnable_ids", []):
+        for li, ids in enumerate(net.graph.layer_learnable_ids):
+            for lid in ids:
                 ready[lid] = min(ready.get(lid, li), li)
-        arena = getattr(self.solver, "_arena", None)
+        arena = self.solver.param_arena
         self.arena_buckets = arena is not None and arena.valid() and self.bucket_bytes > 0
         if self.arena_buckets:
             self._build_arena_buckets(arena, ready)
@@ -236,13 +236,13 @@ class DataParallel:
 
     def _build_arena_buckets(self, arena, ready):
         """Buckets as ranges of the parameter arena's gradient buffer
-        (caffe_ocl/param_arena.py), from its end down (the backward pass
+        (caffe_ocl/solvers/param_arena.py), from its end down (the backward pass
         finishes the last layers' gradients first): one copy and one sum
         kernel per bucket whatever the number of blobs in it. Padding between
         blobs is zero on every rank and sums to zero. A bucket is ready after
         the backward of the earliest layer using any blob it overlaps."""
         net = self.solver.net
-        index = {id(b): i for i, b in enumerate(net._learnable)}
+        index = {id(b): i for i, b in enumerate(net.graph.learnable_params)}
         slots = [(o, b.data_mem.capacity, index[id(b)], b.diff_mem)
                  for b, o in zip(arena.blobs, arena.offsets)]
         cap = max(self.bucket_bytes // 4, 1)
@@ -262,9 +262,9 @@ class DataParallel:
         """Buckets as runs of blobs in backward order (no arena, or one
         bucket per layer asked for)."""
         net = self.solver.net
-        order = [i for i in sorted(range(len(net._learnable)),
+        order = [i for i in sorted(range(len(net.graph.learnable_params)),
                                    key=lambda i: (-ready.get(i, 0), i))
-                 if net._learnable[i].count > 0]
+                 if net.graph.learnable_params[i].count > 0]
         cap = self.bucket_bytes // 4 if self.bucket_bytes > 0 else None   # elements
         if cap is not None:
             cap = max(cap, 1)
@@ -277,7 +277,7 @@ class DataParallel:
             seg, mems, fill = [], [], 0
 
         for n, lid in enumerate(order):
-            b, layer = net._learnable[lid], ready.get(lid, 0)
+            b, layer = net.graph.learnable_params[lid], ready.get(lid, 0)
             boff = 0
             while boff < b.count:
                 take = b.count - boff if cap is None else min(b.count - boff, cap - fill)

@@ -3,60 +3,19 @@ RMSPropSolver, AdaDeltaSolver, AdamSolver and ``get_solver(path)``, which
 picks the class from the solver's ``type`` (the legacy ``solver_type`` enum
 is upgraded to ``type`` when the file is read).
 
+Layout, as Caffe's: solver.py the loop (Solver), updates.py the update
+rules (SGDSolver and its subclasses), lr_policy.py the learning-rate
+policies, snapshot.py snapshot/restore, param_arena.py the parameters' one
+buffer.
+
     solver = caffe_ocl.get_solver("lenet_solver.prototxt")
     solver.step(100); solver.snapshot(); solver.solve()
 """
 from ..errors import SolverError
 from ..proto import caffe_pb2
 from .solver import Solver, read_solver, share_trained_layers  # noqa: F401
-
-
-class SGDSolver(Solver):
-    kind = "SGD"
-
-
-class NesterovSolver(Solver):
-    kind = "Nesterov"
-
-
-class AdaGradSolver(Solver):
-    kind = "AdaGrad"
-
-    def check_param(self, p):
-        if p.momentum != 0:
-            raise SolverError(f"{self.source}: Momentum cannot be used with AdaGrad.")
-
-
-class RMSPropSolver(Solver):
-    kind = "RMSProp"
-
-    def check_param(self, p):
-        if p.momentum != 0:
-            raise SolverError(f"{self.source}: Momentum cannot be used with RMSProp.")
-        if not 0 <= p.rms_decay < 1:
-            raise SolverError(f"{self.source}: rms_decay should lie between 0 and 1, "
-                              f"got {p.rms_decay}")
-
-
-class AdaDeltaSolver(Solver):
-    kind = "AdaDelta"
-    n_history = 2
-
-
-class AdamSolver(Solver):
-    kind = "Adam"
-    n_history = 2
-
-    def _rate_factor(self):
-        """sqrt(1 - beta2^t) / (1 - beta1^t), t = iter + 1 (AdamSolver)."""
-        import numpy as np
-        p, t = self.param, self.iter + 1
-        b1, b2 = np.float32(p.momentum), np.float32(p.momentum2)
-        return np.float32(np.sqrt(np.float32(1) - b2 ** t) / (np.float32(1) - b1 ** t))
-
-
-SOLVERS = {c.kind: c for c in (SGDSolver, NesterovSolver, AdaGradSolver, RMSPropSolver,
-                               AdaDeltaSolver, AdamSolver)}
+from .updates import (SOLVERS, AdaDeltaSolver, AdaGradSolver, AdamSolver,  # noqa: F401
+                      NesterovSolver, RMSPropSolver, SGDSolver)
 
 
 def solver_class(type_name):

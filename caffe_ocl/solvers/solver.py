@@ -1,9 +1,11 @@
 """Solver: Caffe's training loop (src/caffe/solver.cpp, sgd_solver.cpp).
 
-One ``Solver`` class runs every SGD-family rule; the subclasses in
-``caffe_ocl.solvers`` only name the rule (``kind``) and check its
-parameters as Caffe's constructors do. Every numeric step of an iteration
-runs on the device:
+``Solver`` is the loop: set-up of the train and test nets, ``step`` /
+``solve``, the test loop, the display lines, the loss ring and the finite
+check. The update rules are in solvers/updates.py (``SGDSolver`` and its
+subclasses), the learning-rate policies in solvers/lr_policy.py,
+snapshot/restore in solvers/snapshot.py. Every numeric step of an
+iteration runs on the device:
 
 - gradients are zeroed, accumulated over ``iter_size`` forward/backward
   passes, clipped by their global L2 norm (a two-stage device reduction),
@@ -26,22 +28,25 @@ import time
 
 import numpy as np
 
+from .. import config
 from ..errors import FileNotFound, ShapeError, SolverError
-from .. import memory_plan
 from ..net import Net
 from ..ops import pointwise
 from ..ops import solver as sops
-from ..proto import (array_to_blobproto, blobproto_to_array, caffe_pb2, read_net,
-                     read_net_prototxt, read_solver_prototxt, write_binary)
-from . import state as st
+from ..ops.random import set_random_seed
+from .. import ranks as pstate
+from ..plan import memory as memory_plan
+from ..proto import caffe_pb2, read_net_prototxt, read_solver_prototxt
+from . import lr_policy
+from .snapshot import Snapshotting
+from .param_arena import ParamArena, enabled as arena_enabled, supported
 
 log = logging.getLogger("caffe_ocl")
 
 NONE, STOP, SNAPSHOT = "none", "stop", "snapshot"
-LR_POLICIES = ("fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid")
 
 
-def _g(x):
+def g_format(x):
     """A number as C++'s ostream prints a float (precision 6, %g)."""
     return "%g" % float(x)
 
@@ -75,8 +80,8 @@ def _read_net_file(path, what):
 def share_trained_layers(target, source):
     """Net::ShareTrainedLayersWith: ``target``'s params by layer name use
     ``source``'s data storage (and launch plans are rebound)."""
-    index = {n: i for i, n in enumerate(target._layer_names)}
-    for name, slayer in zip(source._layer_names, source.layers):
+    index = {n: i for i, n in enumerate(target.graph.layer_names)}
+    for name, slayer in zip(source.graph.layer_names, source.layers):
         ti = index.get(name)
         if ti is None or not slayer.blobs:
             continue
@@ -95,12 +100,12 @@ def share_trained_layers(target, source):
                 tb.share_data(sb)
                 changed = True
         if changed:
-            tlayer.rebind(target._bottom_vecs[ti], target._top_vecs[ti])
+            tlayer.rebind(target.graph.bottoms[ti], target.graph.tops[ti])
 
 
 def _output_loss_weights(net):
     w = {}
-    for layer, tops in zip(net.layers, net._top_vecs):
+    for layer, tops in zip(net.layers, net.graph.tops):
         for t, lw in zip(tops, layer.loss_weights):
             w[t.name] = lw
     return w
@@ -111,7 +116,7 @@ class Callback:
         self.on_start, self.on_gradients = on_start, on_gradients
 
 
-class Solver:
+class Solver(Snapshotting):
     """Caffe's SGDSolver family. ``Solver(path_or_SolverParameter)``."""
     kind = None          # key of ops.solver.SOLVER_KINDS; None -> from param.type
     n_history = 1        # history blobs per learnable param
@@ -135,43 +140,40 @@ class Solver:
         if p.iter_size < 1:
             raise SolverError(f"{self.source}: iter_size should be >= 1, got {p.iter_size}")
         self.check_param(p)
-        from .. import ranks as pstate               # Caffe::solver_count/solver_rank
         self.solver_count, self.solver_rank = pstate.solver_count, pstate.solver_rank
         self.on_backward_layer = []   # fn(layer index) after each layer's backward
         if self.solver_rank == 0:
             self._check_snapshot_write_permissions()
         if p.random_seed >= 0:
-            from .. import set_random_seed
             set_random_seed(p.random_seed + self.solver_rank)   # as Caffe's Solver::Init
         self.net = self._init_train_net()
         # the parameters in one arena (before the test nets share them)
-        from ..param_arena import ParamArena, enabled as arena_enabled, supported
         self._arena = ParamArena(self.net) if arena_enabled() and supported(self.net) \
             else None
         self.test_nets = self._init_test_nets() if self.solver_rank == 0 else []
         log.info("Solver scaffolding done.")
-        if p.lr_policy not in LR_POLICIES:
-            raise SolverError(f"{self.source}: unknown learning rate policy {p.lr_policy!r} "
-                              f"(known: {', '.join(LR_POLICIES)})")
+        if p.lr_policy not in lr_policy.LR_POLICIES:      # reported before the rest
+            lr_policy.check(p, self.source)
         if p.regularization_type not in ("L1", "L2"):
             raise SolverError(f"{self.source}: unknown regularization type "
                               f"{p.regularization_type!r} (L1 or L2)")
-        if p.lr_policy in ("step", "sigmoid") and p.stepsize <= 0:
-            raise SolverError(f"{self.source}: lr_policy {p.lr_policy!r} needs stepsize > 0")
-        if p.lr_policy == "poly" and p.max_iter <= 0:
-            raise SolverError(f"{self.source}: lr_policy 'poly' needs max_iter > 0")
-        if p.lr_policy != "fixed" and p.gamma < 0:
-            raise SolverError(f"{self.source}: gamma must be >= 0, got {p.gamma}")
+        lr_policy.check(p, self.source)
         self.iter = 0
         self.current_step = 0
         self._callbacks = []
         self._action_fn = None
         self._requested_early_exit = False
         self._losses, self._smoothed_loss = [], np.float32(0)
-        self._check_finite = bool(p.debug_info) or os.environ.get("CAFFE_OCL_CHECK_FINITE") == "1"
+        self._check_finite = bool(p.debug_info) or config.get("CHECK_FINITE")
         self._pre_solve()
 
     # ---- construction ------------------------------------------------------
+    @property
+    def param_arena(self):
+        """The ParamArena (solvers/param_arena.py) holding the learnable
+        parameters, or None (per-blob storage and launches)."""
+        return self._arena
+
     def check_param(self, p):
         """Per-rule parameter checks (as the C++ constructors)."""
 
@@ -291,27 +293,11 @@ class Solver:
         return nets
 
     def _pre_solve(self):
-        """History blobs and the bound update/clip/loss launches."""
-        from ..blob import Blob
+        """The update rule's state (``setup_update``) and the bound loss launches."""
         p, net = self.param, self.net
         dev = net.device
         self.dev = dev
-        params = net._learnable
-        self.history = [Blob(b.shape, name=f"history[{i}]", device=dev)
-                        for k in range(self.n_history) for i, b in enumerate(params)]
-        self._history_arenas = []
-        if self._arena is not None:
-            index = {id(b): i for i, b in enumerate(params)}
-            for k in range(self.n_history):
-                buf, subs = self._arena.companion()
-                self._history_arenas.append(buf)
-                for b, sub in zip(self._arena.blobs, subs):
-                    self.history[k * len(params) + index[id(b)]].data_mem.adopt_buffer(sub)
-        for h in self.history:
-            h.data_mem.zero_device()
-        self._clip_buf = dev.alloc(8)
-        pointwise.fill(dev, self._clip_buf, 2, 1.0)
-        self._build_param_launches()
+        self.setup_update()
         self._ring_cap = max(int(p.display), 1)
         self._ring = dev.alloc(4 * self._ring_cap)
         self._ring_iters = []
@@ -321,157 +307,27 @@ class Solver:
         self._test_plans = {}
         self._finite_plan = None
 
-    def _build_param_launches(self):
-        """The update, gradient-clearing and clipping launches, bound to the
-        parameters' current buffers: one launch each over the arena
-        (caffe_ocl/param_arena.py) when there is one, else one per blob."""
-        p, net, dev = self.param, self.net, self.dev
-        params = net._learnable
-        self._updates, self._lr_mults, self._clears = [], [], []
-        accum_norm = float(np.float32(1) / np.float32(p.iter_size))
-        momentum, momentum2, delta = p.momentum, p.momentum2, p.delta
-        if self.kind == "RMSProp":
-            momentum2 = p.rms_decay
-        nparams = len(params)
-        decays = []
-        for i, (b, spec) in enumerate(zip(params, net._param_specs)):
-            local_decay = float(np.float32(p.weight_decay) * np.float32(spec["decay"]))
-            self._lr_mults.append(np.float32(spec["lr"]))
-            decays.append(local_decay)
-            if self._arena is not None:      # the arena's two launches serve all
-                continue
-            reg = p.regularization_type if local_decay else None
-            h = self.history[i]
-            h2 = self.history[i + nparams] if self.n_history > 1 else h
-            self._updates.append(sops.update(
-                dev, self.kind, b.count, b.data_buffer(), b.diff_buffer(), h.data_buffer(),
-                h2.data_buffer(), self._clip_buf, accum_norm=accum_norm,
-                local_decay=local_decay, reg=reg, clip=p.clip_gradients >= 0,
-                momentum=momentum, momentum2=momentum2, delta=delta))
-            self._clears.append(pointwise.fill_launch(dev, b.diff_buffer(), b.count, 0.0))
-        self._clip_launches = []
-        if p.clip_gradients >= 0 and params:
-            total = sum(sops.sumsq_groups(dev, b.count) for b in params)
-            self._partials = dev.alloc(4 * total)
-            off = 0
-            for b in params:
-                self._clip_launches.append(sops.sumsq_partial(dev, b.count, b.diff_buffer(),
-                                                              self._partials, off))
-                off += sops.sumsq_groups(dev, b.count)
-            self._clip_launches.append(sops.clip_scale(dev, total, self._partials,
-                                                       self._clip_buf, p.clip_gradients))
-        if self._arena is not None:
-            a = self._arena
-            self._lr_mults_buf = dev.alloc(4 * len(params))
-            self._decays = dev.alloc(4 * len(params))
-            dev.upload(self._lr_mults_buf, np.asarray(self._lr_mults, np.float32))
-            dev.upload(self._decays, np.asarray(decays, np.float32))
-            h2 = self._history_arenas[1] if self.n_history > 1 else self._history_arenas[0]
-            self._update_all = sops.update_blocks(
-                dev, self.kind, a.nblocks, a.blocks, self._lr_mults_buf, self._decays, a.data,
-                a.diff, self._history_arenas[0], h2, self._clip_buf, accum_norm=accum_norm,
-                reg=p.regularization_type if any(decays) else None,
-                clip=p.clip_gradients >= 0, momentum=momentum, momentum2=momentum2,
-                delta=delta)
-            self._clear_all = sops.fill_blocks(dev, a.nblocks, a.blocks, a.diff, 0.0)
+    # ---- the update rule (solvers/updates.py) ---------------------------------------
+    def setup_update(self):
+        """History and the launches of the update rule (SGDSolver)."""
+        raise NotImplementedError
 
-    def _arena_ok(self):
-        """Whether the one-launch path applies; a parameter that left the
-        arena (a pycaffe reshape gave it new storage) ends it for good."""
-        if self._arena is None:
-            return False
-        if self._arena.valid():
-            return True
-        log.info("A parameter blob left the parameter arena: per-blob updates from now on")
-        self._arena = None
-        self._build_param_launches()
-        return False
+    def apply_update(self):
+        raise NotImplementedError
 
-    # ---- learning rate -------------------------------------------------------
+    def clear_param_diffs(self):
+        raise NotImplementedError
+
+    # ---- learning rate (solvers/lr_policy.py) ----------------------------------------
     def get_learning_rate(self):
         """SGDSolver::GetLearningRate (may advance current_step)."""
-        p, it = self.param, self.iter
-        pol = p.lr_policy
-        if pol == "fixed":
-            rate = p.base_lr
-        elif pol == "step":
-            self.current_step = it // p.stepsize
-            rate = p.base_lr * p.gamma ** self.current_step
-        elif pol == "exp":
-            rate = p.base_lr * p.gamma ** it
-        elif pol == "inv":
-            rate = p.base_lr * (1.0 + p.gamma * it) ** (-p.power)
-        elif pol == "multistep":
-            if self.current_step < len(p.stepvalue) and it >= p.stepvalue[self.current_step]:
-                self.current_step += 1
-                log.info("MultiStep Status: Iteration %d, step = %d", it, self.current_step)
-            rate = p.base_lr * p.gamma ** self.current_step
-        elif pol == "poly":
-            rate = p.base_lr * (1.0 - float(it) / p.max_iter) ** p.power
-        elif pol == "sigmoid":
-            rate = p.base_lr * (1.0 / (1.0 + np.exp(-p.gamma * (float(it) - p.stepsize))))
-        else:
-            raise SolverError(f"Unknown learning rate policy: {pol}")
-        return float(np.float32(rate))
-
-    def _rate_factor(self):
-        """Extra factor on local_rate (Adam's bias correction)."""
-        return np.float32(1)
-
-    # ---- the update ------------------------------------------------------------
-    def apply_update(self):
-        """SGDSolver::ApplyUpdate: lr, clip, normalize, regularize, update,
-        Net::Update -- all in device kernels."""
-        p = self.param
-        rate = self.get_learning_rate()
-        display = p.display and self.iter % p.display == 0
-        if display:
-            log.info("Iteration %d, lr = %s", self.iter, _g(rate))
-        q = self.dev.queue
-        params = self.net._learnable
-        for b in params:
-            b.data_mem.to_device()
-            b.diff_mem.to_device()
-        for h in self.history:
-            h.data_mem.to_device()
-        for launch in self._clip_launches:
-            launch.run(q)
-        factor = self._rate_factor()
-        if self._arena_ok():
-            # the kernel forms (rate * lr_mult) * factor in float32, as below
-            self._update_all.set_arg(sops.ARG_BLOCKS_RATE, np.float32(rate))
-            self._update_all.set_arg(sops.ARG_BLOCKS_FACTOR, np.float32(factor))
-            self._update_all.run(q)
-        else:
-            for launch, mult in zip(self._updates, self._lr_mults):
-                launch.set_arg(sops.ARG_LOCAL_RATE, np.float32(rate) * mult * factor)
-                launch.run(q)
-        for b in params:
-            b.data_mem.device_written()
-            b.diff_mem.device_written()
-        for h in self.history:
-            h.data_mem.device_written()
-        if display and self._clip_launches:
-            out = np.empty(2, np.float32)
-            self.dev.download(out, self._clip_buf)
-            if out[1] > p.clip_gradients:
-                log.info("Gradient clipping: scaling down gradients (L2 norm %s > %s) by "
-                         "scale factor %s", _g(out[1]), _g(p.clip_gradients), _g(out[0]))
-
-    def _clear_param_diffs(self):
-        q = self.dev.queue
-        if self._arena_ok():
-            self._clear_all.run(q)
-            for b in self.net._learnable:
-                b.diff_mem.device_written()
-            return
-        for launch, b in zip(self._clears, self.net._learnable):
-            launch.run(q)
-            b.diff_mem.device_written()
+        rate, self.current_step = lr_policy.learning_rate(self.param, self.iter,
+                                                          self.current_step)
+        return rate
 
     # ---- forward/backward with device-side loss -----------------------------------
     def _loss_tops(self, net):
-        return [(t, w) for layer, tops in zip(net.layers, net._top_vecs)
+        return [(t, w) for layer, tops in zip(net.layers, net.graph.tops)
                 for t, w in zip(tops, layer.loss_weights) if w]
 
     def _build_loss_plan(self, net, out, key_only=False):
@@ -496,12 +352,12 @@ class Solver:
 
     def _forward(self, net, check=False):
         if not check:
-            net._forward_range(0, len(net.layers) - 1)
+            net.forward_from_to(0, len(net.layers) - 1)
             return
         plan = self._finite_launches(net)
         q = self.dev.queue
         for li, layer in enumerate(net.layers):
-            bottoms, tops = net._bottom_vecs[li], net._top_vecs[li]
+            bottoms, tops = net.graph.bottoms[li], net.graph.tops[li]
             layer.reshape_if_needed(bottoms, tops)
             layer.forward(bottoms, tops)
             for t in tops:
@@ -512,15 +368,15 @@ class Solver:
                 launch.run(q)
 
     def _finite_launches(self, net):
-        key = tuple((id(t.data_mem), t.count) for tops in net._top_vecs for t in tops)
+        key = tuple((id(t.data_mem), t.count) for tops in net.graph.tops for t in tops)
         if self._finite_plan is not None and self._finite_plan["key"] == key:
             return self._finite_plan
         dev = self.dev
         nl = len(net.layers)
-        flags_n = sum(len(t) for t in net._top_vecs) + len(net._learnable)
+        flags_n = sum(len(t) for t in net.graph.tops) + len(net.graph.learnable_params)
         flags = dev.alloc(4 * max(flags_n, 1))
         what, fwd, idx = [], [], 0
-        for li, tops in enumerate(net._top_vecs):
+        for li, tops in enumerate(net.graph.tops):
             row = []
             for t in tops:
                 row.append(sops.check_finite(dev, t.count, t.data_buffer(), flags, idx))
@@ -528,7 +384,7 @@ class Solver:
                 idx += 1
             fwd.append(row)
         grads = []
-        for pi, b in enumerate(net._learnable):
+        for pi, b in enumerate(net.graph.learnable_params):
             grads.append(sops.check_finite(dev, b.count, b.diff_buffer(), flags, idx))
             what.append(("gradient", pi, b.name))
             idx += 1
@@ -579,9 +435,9 @@ class Solver:
                 def after_layer(li):               # hooks see each layer finish
                     for hook in hooks:
                         hook(li)
-                net._backward_range(last, 0, after_layer)
+                net.backward_from_to(last, 0, after_layer)
             else:
-                net._backward_range(last, 0)
+                net.backward_from_to(last, 0)
             if check:
                 for launch in plan["grads"]:
                     launch.run(self.dev.queue)
@@ -640,7 +496,7 @@ class Solver:
         timer = time.time()
         iterations_last = self.iter
         while self.iter < stop_iter:
-            self._clear_param_diffs()
+            self.clear_param_diffs()
             if p.test_interval and self.iter % p.test_interval == 0 and \
                     (self.iter > 0 or p.test_initialization):
                 self.test_all()
@@ -659,7 +515,7 @@ class Solver:
                 lapse = time.time() - timer
                 per_s = (self.iter - iterations_last) / (lapse if lapse else 1)
                 log.info("Iteration %d (%s iter/s, %ss/%d iters), loss = %s", self.iter,
-                         _g(per_s), _g(lapse), p.display, _g(self._smoothed_loss))
+                         g_format(per_s), g_format(lapse), p.display, g_format(self._smoothed_loss))
                 timer = time.time()
                 iterations_last = self.iter
                 self._log_outputs(self.net, self._train_out_w)
@@ -680,8 +536,8 @@ class Solver:
             vals = net.blobs[name].host_data().ravel()
             w = weights.get(name, 0.0)
             for v in vals:
-                extra = f" (* {_g(w)} = {_g(np.float32(w) * v)} loss)" if w else ""
-                log.info("    Train net output #%d: %s = %s%s", idx, name, _g(v), extra)
+                extra = f" (* {g_format(w)} = {g_format(np.float32(w) * v)} loss)" if w else ""
+                log.info("    Train net output #%d: %s = %s%s", idx, name, g_format(v), extra)
                 idx += 1
 
     def solve(self, resume_file=None):
@@ -705,7 +561,7 @@ class Solver:
             self._forward(self.net)
             loss = self.net.loss()
             self._update_smoothed(loss, self.iter, start_iter, p.average_loss)
-            log.info("Iteration %d, loss = %s", self.iter, _g(self._smoothed_loss))
+            log.info("Iteration %d, loss = %s", self.iter, g_format(self._smoothed_loss))
         if p.test_interval and self.iter % p.test_interval == 0:
             self.test_all()
         log.info("Optimization Done.")
@@ -777,7 +633,7 @@ class Solver:
             loss = np.zeros(1, np.float32)
             if n_iter:
                 self.dev.download(loss, plan["loss_buf"])
-            log.info("Test loss: %s", _g(loss[0] / np.float32(n_iter)))
+            log.info("Test loss: %s", g_format(loss[0] / np.float32(n_iter)))
         weights = _output_loss_weights(net)
         means, idx, off = [], 0, 0
         if n_iter:
@@ -786,8 +642,8 @@ class Solver:
                 for k in range(count):
                     mean = np.float32(scores[off + k] / np.float32(n_iter))
                     means.append(float(mean))
-                    extra = f" (* {_g(w)} = {_g(np.float32(w) * mean)} loss)" if w else ""
-                    log.info("    Test net output #%d: %s = %s%s", idx, name, _g(mean), extra)
+                    extra = f" (* {g_format(w)} = {g_format(np.float32(w) * mean)} loss)" if w else ""
+                    log.info("    Test net output #%d: %s = %s%s", idx, name, g_format(mean), extra)
                     idx += 1
                 off += count
         self.mean_scores = getattr(self, "mean_scores", {})
@@ -797,186 +653,6 @@ class Solver:
     def share_weights(self, net):
         """pycaffe: make ``net`` use this solver's trained weights."""
         share_trained_layers(net, self.net)
-
-    # ---- snapshots -------------------------------------------------------------------
-    def snapshot_filename(self, ext):
-        return f"{self.param.snapshot_prefix}_iter_{self.iter}{ext}"
-
-    def snapshot(self):
-        """Write {prefix}_iter_{N}.caffemodel and .solverstate (atomically)."""
-        from ..ops.random import get_state
-        if self.solver_rank != 0:      # only the root solver snapshots (as Caffe)
-            return None
-        p = self.param
-        hdf5 = p.snapshot_format == caffe_pb2.SolverParameter.HDF5
-        if hdf5:
-            return self._snapshot_hdf5()
-        model = self.snapshot_filename(".caffemodel")
-        log.info("Snapshotting to binary proto file %s", model)
-        _write(self.net.to_proto(write_diff=p.snapshot_diff), model)
-        state = caffe_pb2.SolverState()
-        state.iter = self.iter
-        state.learned_net = model
-        state.current_step = self.current_step
-        for h in self.history:
-            state.history.add().CopyFrom(array_to_blobproto(h.host_data()))
-        path = self.snapshot_filename(".solverstate")
-        log.info("Snapshotting solver state to binary proto file %s", path)
-        _write(st.RawMessage(st.solver_state_bytes(state, get_state())), path)
-        return path
-
-    def _snapshot_hdf5(self):
-        h5py = _require_h5py("snapshot_format: HDF5")
-        from ..ops.random import get_state
-        model = self.snapshot_filename(".caffemodel.h5")
-        log.info("Snapshotting to HDF5 file %s", model)
-        tmp = f"{model}.tmp-{os.getpid()}"
-        try:
-            with h5py.File(tmp, "w") as f:
-                for name, layer in zip(self.net._layer_names, self.net.layers):
-                    for j, b in enumerate(layer.blobs):
-                        f.create_dataset(f"data/{name}/{j}", data=b.host_data())
-                        if self.param.snapshot_diff:
-                            f.create_dataset(f"diff/{name}/{j}", data=b.host_diff())
-            os.replace(tmp, model)
-            path = self.snapshot_filename(".solverstate.h5")
-            log.info("Snapshotting solver state to HDF5 file %s", path)
-            tmp = f"{path}.tmp-{os.getpid()}"
-            with h5py.File(tmp, "w") as f:
-                f["iter"] = self.iter
-                f["learned_net"] = model
-                f["current_step"] = self.current_step
-                rng = get_state()
-                f["caffe_ocl_rng"] = np.array([rng["seed"], rng["stream"]], np.uint64)
-                for i, h in enumerate(self.history):
-                    f.create_dataset(f"history/{i}", data=h.host_data())
-            os.replace(tmp, path)
-        except OSError as e:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise SolverError(f"cannot write snapshot {tmp.rsplit('.tmp-', 1)[0]}: "
-                              f"{e.strerror or e}") from None
-        return path
-
-    def restore(self, path):
-        """Solver::Restore from a .solverstate (or .solverstate.h5)."""
-        from ..ops.random import set_state
-        path = os.fspath(path)
-        if path.endswith(".h5"):
-            return self._restore_hdf5(path)
-        if not os.path.exists(path):
-            raise FileNotFound(f"solver state not found: {path}")
-        with open(path, "rb") as f:
-            raw = f.read()
-        state, rng = st.parse_solver_state(raw, path)
-        if state.learned_net:
-            self._restore_net(state.learned_net, path)
-        self._restore_history([blobproto_to_array(b) for b in state.history], path)
-        self.iter = state.iter
-        self.current_step = state.current_step
-        if rng is not None:
-            set_state(rng)
-        else:
-            log.info("%s holds no caffe_ocl random state (a Caffe snapshot?); random "
-                     "numbers will not continue the original run's sequence", path)
-        log.info("%s: restoring history", type(self).__name__)
-
-    def _restore_hdf5(self, path):
-        h5py = _require_h5py(f"restoring {path}")
-        from ..ops.random import set_state
-        with h5py.File(path, "r") as f:
-            learned = f["learned_net"][()]
-            learned = learned.decode() if isinstance(learned, bytes) else str(learned)
-            hist = [np.asarray(f[f"history/{i}"]) for i in range(len(f["history"]))] \
-                if "history" in f else []
-            it, cs = int(f["iter"][()]), int(f["current_step"][()])
-            rng = np.asarray(f["caffe_ocl_rng"]) if "caffe_ocl_rng" in f else None
-        if learned:
-            lp = self._resolve_learned(learned, path)
-            with h5py.File(lp, "r") as f:
-                for name, layer in zip(self.net._layer_names, self.net.layers):
-                    for j, b in enumerate(layer.blobs):
-                        key = f"data/{name}/{j}"
-                        if key not in f:
-                            raise SolverError(f"{lp}: no weights for layer {name!r} param {j}:"
-                                              " the snapshot was made for a different net")
-                        arr = np.asarray(f[key])
-                        if arr.shape != b.shape:
-                            raise SolverError(f"{lp}: layer {name!r} param {j} has shape "
-                                              f"{arr.shape}, the net expects {b.shape}")
-                        b.data[...] = arr
-        self._restore_history(hist, path)
-        self.iter, self.current_step = it, cs
-        if rng is not None:
-            set_state({"seed": int(rng[0]), "stream": int(rng[1])})
-
-    def _resolve_learned(self, learned, state_path):
-        if os.path.exists(learned):
-            return learned
-        alt = os.path.join(os.path.dirname(os.path.abspath(state_path)),
-                           os.path.basename(learned))
-        if os.path.exists(alt):
-            return alt
-        raise FileNotFound(f"{state_path}: its learned_net {learned!r} does not exist "
-                           f"(also looked for {alt})")
-
-    def _restore_net(self, learned, state_path):
-        lp = self._resolve_learned(learned, state_path)
-        src = read_net(lp)
-        have = {l.name: l for l in src.layer}
-        for name, layer in zip(self.net._layer_names, self.net.layers):
-            if not layer.blobs:
-                continue
-            sl = have.get(name)
-            if sl is None:
-                raise SolverError(f"{lp}: snapshot has no layer {name!r} (it has "
-                                  f"{', '.join(sorted(l.name for l in src.layer if l.blobs)) or 'no layers with weights'}): "
-                                  "the snapshot was made for a different net")
-            if len(sl.blobs) != len(layer.blobs):
-                raise SolverError(f"{lp}: layer {name!r} has {len(sl.blobs)} param blobs in the "
-                                  f"snapshot, the net has {len(layer.blobs)}: the snapshot was "
-                                  "made for a different net")
-        try:
-            self.net.copy_from(src)
-        except ShapeError as e:
-            raise SolverError(f"{lp}: {e} (the snapshot was made for a different net)") from None
-
-    def _restore_history(self, arrays, path):
-        params = self.net._learnable
-        if len(arrays) != len(self.history):
-            raise SolverError(f"{path}: incorrect length of history blobs: the snapshot has "
-                              f"{len(arrays)}, this {self.kind} solver for net "
-                              f"{self.net.name!r} needs {len(self.history)} "
-                              f"({self.n_history} per learnable param): the snapshot was made "
-                              "for a different net or solver type")
-        for i, (h, arr) in enumerate(zip(self.history, arrays)):
-            if arr.size != h.count:
-                pb = params[i % len(params)]
-                raise SolverError(f"{path}: history blob {i} has shape {arr.shape}, but "
-                                  f"param {pb.name!r} has shape {pb.shape}: the snapshot "
-                                  "was made for a different net")
-            h.data[...] = arr.reshape(h.shape)
-
-
-def _require_h5py(what):
-    try:
-        import h5py
-    except ImportError:
-        raise SolverError(f"{what} needs the h5py package, which is not installed "
-                          "(pip install h5py), or use snapshot_format: BINARYPROTO") from None
-    return h5py
-
-
-def _write(msg, path):
-    try:
-        write_binary(msg, path)
-    except OSError as e:
-        import errno
-        hint = " (disk full)" if e.errno == errno.ENOSPC else ""
-        raise SolverError(f"cannot write snapshot {path}: {e.strerror or e}{hint}; "
-                          "earlier snapshots are left intact") from None
 
 
 def load_net_weights(net, model_list):

@@ -12,6 +12,7 @@ restore everything but the random state.
 Writes go through ``caffe_ocl.proto.write_binary`` (temporary file +
 rename): a failed write never replaces or truncates an existing file.
 """
+from ..errors import SolverError
 from ..proto import caffe_pb2
 
 RNG_FIELD = 1000
@@ -104,7 +105,6 @@ def solver_state_bytes(state, rng_state=None):
 
 
 def parse_solver_state(raw, path):
-    from ..errors import SolverError
     st = caffe_pb2.SolverState()
     try:
         st.ParseFromString(raw)

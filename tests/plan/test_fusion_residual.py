@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import caffe_ocl
-from caffe_ocl import fusion_train
+from caffe_ocl.plan import train as fusion_train
 from caffe_ocl.proto import parse_net_text
 
 from test_fusion_train import assert_params_close, sgd_solver
@@ -80,7 +80,7 @@ def _pair(monkeypatch, text, steps=2):
 
 
 def _tails(net):
-    return [c.describe() for c in net._train_fusion.chains
+    return [c.describe() for c in net.plan.train_groups
             if isinstance(c, fusion_train.ResidualTailChain)]
 
 
@@ -107,7 +107,7 @@ def test_tail_without_shortcut_gradient(monkeypatch):
     backward reads g back from the sum's own diff."""
     ref, fused = _pair(monkeypatch, block_net(4, 4, force_backward=False))
     assert "bn4 -> s4 -> sum3 -> relu3" in _tails(fused)
-    assert not fused._bottom_need_backward[list(fused._layer_names).index("sum3")][1]
+    assert not fused.graph.bottom_need_backward[list(fused.graph.layer_names).index("sum3")][1]
     for lname in ("c4", "s4", "c1", "s1", "c0"):
         for a, b in zip(fused.params[lname], ref.params[lname]):
             np.testing.assert_allclose(a.diff, b.diff, rtol=1e-3, atol=1e-5, err_msg=lname)
@@ -144,7 +144,7 @@ def test_split_into_convolution_backward(monkeypatch):
     monkeypatch.setenv(fusion_train.ENV, "1")
     caffe_ocl.set_random_seed(7)
     fused = caffe_ocl.Net(parse_net_text(text), caffe_ocl.TRAIN, share_diffs=True)
-    splits = [c for c in fused._train_fusion.chains
+    splits = [c for c in fused.plan.train_groups
               if isinstance(c, fusion_train.SplitConvBackward)]
     assert [c.describe() for c in splits] == ["c0_r0_0_split -> c1", "sum1_relu1_0_split -> c2"]
     assert all(c.top_b.diff_mem is c.bottom.diff_mem for c in splits)

@@ -1,12 +1,12 @@
 """Eltwise SUM -> in-place activation run as one kernel
-(caffe_ocl/fusion_eltwise.py): fused nets give the layer-by-layer outputs,
+(caffe_ocl/plan/eltwise.py): fused nets give the layer-by-layer outputs,
 blob and parameter gradients, at TRAIN (also through solver steps with
 shared diffs) and at TEST; the kernels against NumPy."""
 import numpy as np
 import pytest
 
 import caffe_ocl
-from caffe_ocl import fusion, fusion_eltwise, fusion_train
+from caffe_ocl.plan import eltwise as fusion_eltwise, fold as fusion, train as fusion_train
 from caffe_ocl.errors import NetError
 from caffe_ocl.ops import pointwise
 from caffe_ocl.proto import parse_net_text
@@ -60,10 +60,10 @@ def _net(monkeypatch, fuse, phase=caffe_ocl.TRAIN, text=NET, fold=None):
 
 
 def test_chains_found(monkeypatch):
-    chains = _net(monkeypatch, True)._train_fusion.chains
+    chains = _net(monkeypatch, True).plan.train_groups
     assert [c.describe() for c in chains
             if isinstance(c, fusion_eltwise.EltwiseActChain)] == ["sum1 -> r1", "sum2 -> r2"]
-    assert _net(monkeypatch, False)._train_fusion is None
+    assert _net(monkeypatch, False).plan.train_groups == []
 
 
 def test_fused_equals_layer_by_layer(monkeypatch):
@@ -105,7 +105,7 @@ def test_solver_steps_with_shared_diffs_match(monkeypatch):
         s = sgd_solver(NET)
         assert s.net.memory_plan is not None
         if fuse:
-            assert not any(c._keep_g() for c in s.net._train_fusion.chains
+            assert not any(c._keep_g() for c in s.net.plan.train_groups
                            if isinstance(c, fusion_eltwise.EltwiseActChain))
         rng = np.random.default_rng(1)
         s.net.blobs["x"].data[...] = rng.standard_normal(s.net.blobs["x"].shape)
@@ -125,8 +125,8 @@ def test_test_phase_folds(monkeypatch):
     text = NET.replace("force_backward: true", "")      # folding's default needs it off
     ref = _net(monkeypatch, False, caffe_ocl.TEST, text)
     fused = _net(monkeypatch, True, caffe_ocl.TEST, text)
-    assert fused._fusion is not None and ref._fusion is None
-    assert [c.describe() for c in fused._fusion.chains] == ["sum1 -> r1", "sum2 -> r2",
+    assert fused.plan.fold_groups != [] and ref.plan.fold_groups == []
+    assert [c.describe() for c in fused.plan.fold_groups] == ["sum1 -> r1", "sum2 -> r2",
                                                             "sum4 -> r5"]
     for net in (ref, fused):
         net.forward()
@@ -140,7 +140,7 @@ def test_test_phase_folds(monkeypatch):
     assert relu_only != NET
     ref = _net(monkeypatch, False, caffe_ocl.TEST, relu_only, fold=True)
     fused = _net(monkeypatch, True, caffe_ocl.TEST, relu_only, fold=True)
-    assert len(fused._fusion.chains) == 3
+    assert len(fused.plan.fold_groups) == 3
     for net in (ref, fused):
         net.forward()
         net.backward()

@@ -20,17 +20,17 @@ output, which is what Caffe's in-place ReLU does (its backward reads the
 bottom, which in place is the top); the bottoms' diffs get
 c_i * g; the top's diff holds g afterwards, as after the unfused in-place
 activation -- except in a net whose activation diffs are shared
-(memory_plan.DiffPlan, a Solver's net by default), where an intermediate
+(memory.DiffPlan, a Solver's net by default), where an intermediate
 diff is not meaningful after backward and writing it would be a wasted
 pass.
 
-The chains join the TEST folding plan (fusion.FusionPlan) and the TRAIN
-plan (fusion_train.TrainFusionPlan), which decide when a chain runs fused
-(a forward or backward range that covers it whole); ``CAFFE_OCL_FOLD=0`` /
+The chains join the TEST folding (fold.py) and the TRAIN fusions
+(train.py); the execution plan (execution.py) runs a chain fused when a
+forward or backward range covers it whole; ``CAFFE_OCL_FOLD=0`` /
 ``CAFFE_OCL_FUSE_TRAIN=0`` turn them off with the rest.
 """
-from .fusion import LayerPair, _act_of
-from .ops import pointwise
+from ..ops import pointwise
+from .patterns import LayerPair, act_of
 
 
 def find_chains(net, train):
@@ -40,15 +40,15 @@ def find_chains(net, train):
         layer, act = net.layers[li], net.layers[li + 1]
         if layer.type != "Eltwise" or layer.op != layer.SUM:
             continue
-        bots, tops = net._bottom_vecs[li], net._top_vecs[li]
+        bots, tops = net.graph.bottoms[li], net.graph.tops[li]
         if len(bots) != 2 or len(tops) != 1 or bots[0] is bots[1]:
             continue
         top = tops[0]
         if top is bots[0] or top is bots[1]:
             continue
         acts = ("ReLU",) if train else ("ReLU", "ReLU6", "Clip")
-        abots, atops = net._bottom_vecs[li + 1], net._top_vecs[li + 1]
-        if (act.type in acts and _act_of(act) is not None and len(abots) == 1
+        abots, atops = net.graph.bottoms[li + 1], net.graph.tops[li + 1]
+        if (act.type in acts and act_of(act) is not None and len(abots) == 1
                 and len(atops) == 1 and abots[0] is top and atops[0] is top):
             chains.append((li, li + 1))
     return chains
@@ -65,8 +65,8 @@ class EltwiseActChain(LayerPair):
         super().__init__(net, e, a)
         self.eltwise = net.layers[e]
         self.loses_values = self.act[0] != "relu"
-        self.bottoms = net._bottom_vecs[e]
-        self.top = net._top_vecs[e][0]
+        self.bottoms = net.graph.bottoms[e]
+        self.top = net.graph.tops[e][0]
         self._fkey = self._bkey = None
         self.fwd = self.bwd = None
 
@@ -75,7 +75,7 @@ class EltwiseActChain(LayerPair):
 
     def run(self):
         self.reshape_second()
-        key = (self.eltwise._reshapes, self.top.data_buffer(),
+        key = (self.eltwise.reshape_count, self.top.data_buffer(),
                tuple(b.data_buffer() for b in self.bottoms))
         if key != self._fkey:
             c0, c1 = self.eltwise.coeffs
@@ -91,12 +91,12 @@ class EltwiseActChain(LayerPair):
 
     def backward(self):
         net, e = self.net, self.first
-        if not net._layer_need_backward[e]:
+        if not net.graph.layer_need_backward[e]:
             return
-        pd = net._bottom_need_backward[e]
+        pd = net.graph.bottom_need_backward[e]
         keep = self._keep_g()
         dxs = [b.diff_buffer() if want else None for b, want in zip(self.bottoms, pd)]
-        key = (self.eltwise._reshapes, self.top.data_buffer(), self.top.diff_buffer(),
+        key = (self.eltwise.reshape_count, self.top.data_buffer(), self.top.diff_buffer(),
                tuple(dxs), keep)
         if key != self._bkey:
             c0, c1 = self.eltwise.coeffs
@@ -122,7 +122,7 @@ def keep_top_diff(chain):
     plan = chain.net.memory_plan
     if plan is None:
         return True
-    key = (id(plan), plan._key)     # the plan's groups change when it plans again
+    key = (id(plan), plan.version)  # the plan's groups change when it plans again
     if key != getattr(chain, "_plan_key", None):
         chain._plan_key = key
         chain._planned = any(b is chain.top for g in plan.groups for b in g.blobs)

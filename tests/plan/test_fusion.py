@@ -1,10 +1,10 @@
-"""TEST-phase folding (caffe_ocl/fusion.py): BatchNorm/Scale into the
+"""TEST-phase folding (caffe_ocl/plan/fold.py): BatchNorm/Scale into the
 producer's weights, activations into the GEMM epilogue; and the GEMM
 activation epilogue itself (ops.gemm act=)."""
 import numpy as np
 import pytest
 
-from caffe_ocl import fusion
+from caffe_ocl.plan import fold as fusion
 from caffe_ocl.device import get_device
 from caffe_ocl.errors import NetError
 from caffe_ocl.net import Net, TEST, TRAIN
@@ -85,7 +85,7 @@ def _assert_blobs_equal(a, b, names=None):
 
 def _reference(ref_text, src_net, x):
     ref = _net(ref_text, fold=False)
-    assert ref._fusion is None
+    assert ref.plan.fold_groups == []
     _copy_params(ref, src_net)
     ref.forward(data=x)
     return ref
@@ -106,14 +106,14 @@ def _x(rng, shape=(2, 3, 9, 7)):
 
 def test_chains_found(pair):
     folded, plain = pair
-    assert plain._fusion is None
-    desc = [c.describe() for c in folded._fusion.chains]
+    assert plain.plan.fold_groups == []
+    desc = [c.describe() for c in folded.plan.fold_groups]
     assert desc == ["conv1 <- bn1, scale1, relu1", "conv2 <- relu2", "conv3 <- bn3",
                     "fc1 <- bnf, scalef, clipf", "fc2 <- bnf2, relu_f2"]
     # layers and params stay visible to pycaffe users
     assert list(folded.params) == list(plain.params)
     assert list(folded.blobs) == list(plain.blobs)
-    assert folded._layer_names == plain._layer_names
+    assert folded.graph.layer_names == plain.graph.layer_names
 
 
 def test_folded_forward_matches_plain(pair, rng):
@@ -169,7 +169,7 @@ def test_copy_from_refolds(tmp_path, rng):
     assert not np.allclose(folded.blobs["fc2"].data, before)
     # weights given at construction are folded too
     built = _net(weights=str(path))
-    assert built._fusion is not None
+    assert built.plan.fold_groups != []
     built.forward(data=x)
     _assert_blobs_equal(built, src)
 
@@ -234,8 +234,8 @@ def test_non_foldable_left_alone(rng):
     net = _net(NOT_IN_PLACE)
     # conv1: BN not in place (conv1 stays visible); conv2: read by a Split
     # (pooling + relu); conv3: BN computes batch statistics.
-    assert net._fusion is None
-    assert any(n.endswith("_split") for n in net._layer_names)
+    assert net.plan.fold_groups == []
+    assert any(n.endswith("_split") for n in net.graph.layer_names)
     _randomize(net, rng)
     x = _x(rng, (2, 3, 5, 5))
     net.forward(data=x)
@@ -260,7 +260,7 @@ layer { name: "relu5" type: "ReLU" bottom: "conv5" top: "conv5" }
 layer { name: "bn5" type: "BatchNorm" bottom: "conv5" top: "conv5" }
 """
     net = _net(text)
-    assert [c.describe() for c in net._fusion.chains] == [
+    assert [c.describe() for c in net.plan.fold_groups] == [
         "conv1 <- bn1, scale1, relu1", "conv4 <- scale4, relu6", "conv5 <- relu5"]
     _randomize(net, rng)
     x = _x(rng, (2, 3, 5, 5))
@@ -269,15 +269,15 @@ layer { name: "bn5" type: "BatchNorm" bottom: "conv5" top: "conv5" }
 
 
 def test_fold_switches(monkeypatch):
-    assert _net(fold=False)._fusion is None
+    assert _net(fold=False).plan.fold_groups == []
     monkeypatch.setenv("CAFFE_OCL_FOLD", "0")
-    assert _net()._fusion is None
-    assert _net(fold=True)._fusion is None
+    assert _net().plan.fold_groups == []
+    assert _net(fold=True).plan.fold_groups == []
     monkeypatch.delenv("CAFFE_OCL_FOLD")
-    assert _net()._fusion is not None
+    assert _net().plan.fold_groups != []
     # TRAIN: off by default; force_backward: off by default
-    assert Net(parse_net_text(RESNET), TRAIN)._fusion is None
-    assert _net("force_backward: true\n" + RESNET)._fusion is None
+    assert Net(parse_net_text(RESNET), TRAIN).plan.fold_groups == []
+    assert _net("force_backward: true\n" + RESNET).plan.fold_groups == []
     assert fusion.fold_enabled(None, TEST) and not fusion.fold_enabled(None, TRAIN)
 
 
@@ -289,7 +289,7 @@ def test_backward_on_folded_net_raises(rng):
     # plain net: backward still works
     text = "force_backward: true\n" + RESNET
     plain = _net(text)
-    assert plain._fusion is None
+    assert plain.plan.fold_groups == []
     plain.forward(data=_x(rng))
     plain.backward()
 
@@ -409,7 +409,7 @@ def test_solver_test_net_follows_training(rng):
     p.net_param.CopyFrom(parse_net_text(SOLVER_NET))
     solver = caffe.solvers.solver_class(p.type)(p)
     tn = solver.test_nets[0]
-    assert tn._fusion is not None
+    assert tn.plan.fold_groups != []
     x = _x(rng, (3, 2, 5, 5))
     solver.net.blobs["x"].data[...] = x
     tn.blobs["x"].data[...] = x

@@ -1,4 +1,4 @@
-"""The parameter arena (caffe_ocl/param_arena.py): one buffer for all
+"""The parameter arena (caffe_ocl/solvers/param_arena.py): one buffer for all
 learnable parameters so that the update and the gradient clearing are one
 launch each. It must give bitwise the same training as per-blob storage
 (CAFFE_OCL_PARAM_ARENA=0), keep pycaffe views and shared weights working,
@@ -52,7 +52,7 @@ def make_solver(kind, monkeypatch, arena):
 
 
 def state(s):
-    out = [b.data.copy() for b in s.net._learnable] + [b.diff.copy() for b in s.net._learnable]
+    out = [b.data.copy() for b in s.net.graph.learnable_params] + [b.diff.copy() for b in s.net.graph.learnable_params]
     return out + [h.data.copy() for h in s.history]
 
 
@@ -63,7 +63,7 @@ def test_arena_trains_bitwise_like_per_blob_storage(kind, monkeypatch):
     assert ref._arena is None
     assert got._arena is not None and got._arena.valid()
     # one update launch and one clearing launch cover every parameter
-    assert got._arena.nblocks >= len([b for b in got.net._learnable if b.count])
+    assert got._arena.nblocks >= len([b for b in got.net.graph.learnable_params if b.count])
     ref.step(4)
     got.step(4)
     assert got._arena.valid()
@@ -99,7 +99,7 @@ def test_a_parameter_leaving_the_arena_falls_back_to_per_blob_updates(monkeypatc
         blob.share_data(fresh)
         for li, layer in enumerate(s.net.layers):
             if blob in layer.blobs:
-                layer.rebind(s.net._bottom_vecs[li], s.net._top_vecs[li])
+                layer.rebind(s.net.graph.bottoms[li], s.net.graph.tops[li])
         s._build_param_launches()
     assert not got._arena.valid()
     ref.step(2)
@@ -112,7 +112,7 @@ def test_a_parameter_leaving_the_arena_falls_back_to_per_blob_updates(monkeypatc
 def test_learnable_blobs_sharing_storage_keep_per_blob_updates(monkeypatch):
     """Two learnable blobs on one storage (pycaffe share_data before the
     solver): no arena, so that storage is updated once per blob as in Caffe."""
-    from caffe_ocl import param_arena
+    from caffe_ocl.solvers import param_arena
     s = make_solver("SGD", monkeypatch, arena=True)
     assert param_arena.supported(s.net)
     a, b = s.net.params["conv"][1], s.net.params["ip1"][1]    # two biases

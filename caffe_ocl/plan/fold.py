@@ -45,44 +45,37 @@ Backward
 Not supported through a folded net: the absorbed layers' intermediate
 values are never computed. ``Net.backward`` raises ``NetError``; build the
 net with ``fold=False`` (or set ``CAFFE_OCL_FOLD=0``), or call
-``caffe_ocl.fusion.unfold(net)`` and run ``forward`` again first.
+``net.unfold()`` and run ``forward`` again first.
 ``Net(..., fold=None)`` (the default) folds at TEST only, and not when the
 net says ``force_backward: true``.
 """
 import logging
-import os
 
-from .blob import Blob
-from .errors import NetError
-from .ops import conv as conv_ops
-from .ops import work_size
-from .proto import caffe_pb2
+from .. import config
+from ..blob import Blob
+from ..errors import NetError
+from ..ops import conv as conv_ops
+from ..ops import work_size
+from ..proto import caffe_pb2
+from . import eltwise
+from .patterns import act_of
 
 log = logging.getLogger("caffe_ocl")
 
 ENV = "CAFFE_OCL_FOLD"
-_OFF = ("0", "false", "no", "off")
 
 
 def fold_enabled(fold, phase, net_param=None):
     """Net's ``fold`` option: None = on at TEST (unless force_backward),
     off at TRAIN; False = off; True = on. ``CAFFE_OCL_FOLD=0`` turns it off
     whatever the option says."""
-    if os.environ.get(ENV, "").strip().lower() in _OFF:
+    if not config.get("FOLD"):
         return False
     if fold is None:
         return phase == caffe_pb2.TEST and not (net_param is not None
                                                 and net_param.force_backward)
     return bool(fold)
 
-
-def _act_of(layer):
-    if layer.type == "ReLU":
-        return ("relu", float(layer.param.relu_param.negative_slope))
-    if layer.type in ("Clip", "ReLU6"):
-        lo, hi, _ = layer.op_params()
-        return ("clip", float(lo), float(hi))
-    return None
 
 
 class Chain:
@@ -104,14 +97,14 @@ class Chain:
             self.params += scale.blobs
         self._mems = None                 # SyncedMemory objects the launches bind
         self._versions = None             # their versions at the last fold
-        self._reshapes = None             # producer._reshapes at the last build
+        self._built_for = None            # producer.reshape_count at the last build
         self.fold_launch = None
         self.w_fold = self.b_fold = None
         self.fwd = []
 
     def describe(self):
-        names = [self.net._layer_names[i] for i in self.members]
-        return f"{self.net._layer_names[self.p]} <- {', '.join(names)}"
+        names = [self.net.graph.layer_names[i] for i in self.members]
+        return f"{self.net.graph.layer_names[self.p]} <- {', '.join(names)}"
 
     # ---- building ----------------------------------------------------------
     def _build_fold(self):
@@ -150,8 +143,8 @@ class Chain:
 
     def _build_forward(self):
         prod, dev = self.producer, self.producer.device
-        bottom = self.net._bottom_vecs[self.p][0]
-        top = self.net._top_vecs[self.p][0]
+        bottom = self.net.graph.bottoms[self.p][0]
+        top = self.net.graph.tops[self.p][0]
         if self.affine:
             w, b = self.w_fold.data_buffer(), self.b_fold.data_buffer()
         else:
@@ -169,7 +162,7 @@ class Chain:
     # ---- running -------------------------------------------------------------
     def run(self):
         prod = self.producer
-        bottoms, tops = self.net._bottom_vecs[self.p], self.net._top_vecs[self.p]
+        bottoms, tops = self.net.graph.bottoms[self.p], self.net.graph.tops[self.p]
         for b in bottoms:
             b.data_mem.to_device()
         for p in self.params:       # the user may have written them on the host
@@ -180,9 +173,9 @@ class Chain:
             if self.affine:
                 self._build_fold()
             self._mems, self._versions = mems, None
-        if rebound or prod._reshapes != self._reshapes:
+        if rebound or prod.reshape_count != self._built_for:
             self._build_forward()
-            self._reshapes = prod._reshapes
+            self._built_for = prod.reshape_count
         q = prod.device.queue
         if self.affine:
             versions = [m.version for m in mems]
@@ -195,74 +188,9 @@ class Chain:
             t.data_mem.device_written()
 
 
-class LayerPair:
-    """Two consecutive layers run as one chain, the second an activation in
-    place on the first's top (fusion_eltwise.py, fusion_train.py): the
-    ``ChainPlan`` interface less ``run``."""
-
-    def __init__(self, net, first, second):
-        self.net = net
-        self.layers = [first, second]
-        self.first, self.last = first, second
-        self.act = _act_of(net.layers[second])
-
-    def describe(self):
-        return " -> ".join(self.net._layer_names[i] for i in self.layers)
-
-    def reshape_second(self):
-        """The net's loop reshapes a layer before running it, so the chain,
-        run at its first layer, reshapes its second itself."""
-        li = self.last
-        self.net.layers[li].reshape_if_needed(self.net._bottom_vecs[li],
-                                              self.net._top_vecs[li])
-
-
-class ChainPlan:
-    """Chains of consecutive layers run as one (here and in
-    fusion_train.py): each chain has ``layers`` (indices), ``first``,
-    ``last`` and ``run()``. ``Net._forward_range`` asks ``forward``."""
-
-    def __init__(self, chains):
-        self.chains = chains
-        # a layer may be in one chain fusing its forward and another fusing
-        # its backward (fuses_forward / fuses_backward, default True)
-        self.by_layer = {li: c for c in chains if getattr(c, "fuses_forward", True)
-                         for li in c.layers}
-        self.by_layer_bwd = {li: c for c in chains if getattr(c, "fuses_backward", True)
-                             for li in c.layers}
-
-    def __bool__(self):
-        return bool(self.chains)
-
-    def forward(self, li, start, end):
-        """Run layer ``li``'s chain if it lies wholly inside [start, end]
-        (at its first layer); True when handled (the caller skips the layer)."""
-        c = self.by_layer.get(li)
-        if c is None or start > c.first or end < c.last:
-            return False
-        if li == c.first:
-            c.run()
-        return True
-
-
-class FusionPlan(ChainPlan):
-    """The folded chains of a TEST net."""
-
-    def check_backward(self):
-        lost = [c for c in self.chains if getattr(c, "loses_values", True)]
-        if not lost:
-            return      # only Eltwise -> activation chains: every blob holds its value
-        raise NetError(
-            "backward through a folded net is not supported (BatchNorm/Scale/activation "
-            f"layers were folded into their producers: {lost[0].describe()}"
-            f"{' ...' if len(lost) > 1 else ''}); build the net with fold=False "
-            "(or set CAFFE_OCL_FOLD=0), or call caffe_ocl.fusion.unfold(net) and run "
-            "forward again before backward")
-
-
 def _producer_ok(net, li):
     layer = net.layers[li]
-    if len(net._bottom_vecs[li]) != 1 or len(net._top_vecs[li]) != 1:
+    if len(net.graph.bottoms[li]) != 1 or len(net.graph.tops[li]) != 1:
         return False
     if layer.type == "Convolution":      # 2-D (ops/conv.py): N-D ones run ops/conv_nd.py
         return not getattr(layer, "reverse", False) and layer.spatial == 2
@@ -271,7 +199,7 @@ def _producer_ok(net, li):
 
 def _channel_axis_ok(net, li):
     """BatchNorm/Scale act on axis 1: it must be the producer's output axis."""
-    layer, top = net.layers[li], net._top_vecs[li][0]
+    layer, top = net.layers[li], net.graph.tops[li][0]
     if layer.type == "InnerProduct":
         return top.num_axes == 2
     return layer.axis == 1
@@ -302,14 +230,14 @@ def find_chains(net):
             li += 1
             continue
         prod = net.layers[li]
-        blob = net._top_vecs[li][0]
+        blob = net.graph.tops[li][0]
         C = prod.num_output
         axis_ok = _channel_axis_ok(net, li)
         members, bn, scale, act, stage = [], None, None, None, 0
         j = li + 1
         while j < n:
             layer = net.layers[j]
-            bots, tops = net._bottom_vecs[j], net._top_vecs[j]
+            bots, tops = net.graph.bottoms[j], net.graph.tops[j]
             if not (len(bots) == 1 and len(tops) == 1 and bots[0] is blob
                     and tops[0] is blob):
                 break
@@ -318,8 +246,8 @@ def find_chains(net):
             elif layer.type == "Scale" and stage < 2 and axis_ok \
                     and _scale_ok(layer, blob, C):
                 scale, stage = layer, 2
-            elif stage < 3 and _act_of(layer) is not None:
-                act, stage = _act_of(layer), 3
+            elif stage < 3 and act_of(layer) is not None:
+                act, stage = act_of(layer), 3
             else:
                 break
             members.append(j)
@@ -330,15 +258,29 @@ def find_chains(net):
     return chains
 
 
-def build_plan(net):
-    """FusionPlan for ``net`` (None when nothing folds)."""
-    from . import fusion_eltwise
-    chains = find_chains(net) + fusion_eltwise.chains_of(net, train=False)
+def find_groups(net):
+    """The groups the TEST folding runs fused: the folded chains and the
+    Eltwise SUM -> activation pairs (eltwise.py)."""
+    chains = find_chains(net) + eltwise.chains_of(net, train=False)
     for c in chains:
         log.info("Folding %s", c.describe())
-    return FusionPlan(chains) if chains else None
+    return chains
+
+
+def check_backward(groups):
+    """Raise NetError when a backward would run through folded ``groups``
+    whose intermediate values were never computed."""
+    lost = [c for c in groups if getattr(c, "loses_values", True)]
+    if not lost:
+        return      # only Eltwise -> activation chains: every blob holds its value
+    raise NetError(
+        "backward through a folded net is not supported (BatchNorm/Scale/activation "
+        f"layers were folded into their producers: {lost[0].describe()}"
+        f"{' ...' if len(lost) > 1 else ''}); build the net with fold=False "
+        "(or set CAFFE_OCL_FOLD=0), or call net.unfold() (or "
+        "caffe_ocl.plan.fold.unfold(net)) and run forward again before backward")
 
 
 def unfold(net):
     """Turn folding off for ``net``: every layer runs again on its own."""
-    net._fusion = None
+    net.unfold()

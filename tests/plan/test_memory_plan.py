@@ -1,4 +1,4 @@
-"""Memory plans (caffe_ocl/memory_plan.py): activation diffs shared by
+"""Memory plans (caffe_ocl/plan/memory.py): activation diffs shared by
 liveness must leave losses, top data and every parameter gradient bitwise
 unchanged, and must actually need fewer bytes; the in-place BatchNorm ->
 Scale pair keeps one copy of x_norm; conv column workspaces are shared."""
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import caffe_ocl as caffe
-from caffe_ocl import memory_plan
+from caffe_ocl.plan import memory as memory_plan
 from caffe_ocl.proto import caffe_pb2, parse_net_text
 
 # Split (c1 used three times), in-place BatchNorm/Scale/ReLU/Dropout,

@@ -1,4 +1,4 @@
-"""TRAIN-phase BatchNorm -> Scale (-> activation) fusion (caffe_ocl/fusion_train.py):
+"""TRAIN-phase BatchNorm -> Scale (-> activation) fusion (caffe_ocl/plan/train.py):
 a fused net gives the unfused net's outputs, blob/parameter gradients and
 moving averages (float32 tolerance), over solver steps too; ranges that cut
 a chain run it layer by layer."""
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import caffe_ocl
-from caffe_ocl import fusion_train
+from caffe_ocl.plan import train as fusion_train
 from caffe_ocl.proto import caffe_pb2, parse_net_text
 
 NET = """
@@ -48,10 +48,10 @@ def _net(monkeypatch, fuse, seed=3):
 
 def test_chains_found(monkeypatch):
     net = _net(monkeypatch, True)
-    chains = net._train_fusion.chains
+    chains = net.plan.train_groups
     assert [c.describe() for c in chains] == ["bn1 -> s1 -> r1", "bn2 -> s2",
                                                "bn3 -> s3 -> r3", "c1_r1_0_split -> c2"]
-    assert _net(monkeypatch, False)._train_fusion is None
+    assert _net(monkeypatch, False).plan.train_groups == []
 
 
 def test_fused_equals_layer_by_layer(monkeypatch):
@@ -163,7 +163,7 @@ def test_conv_relu_forward_fused(monkeypatch):
     (not for a ReLU into another blob), backward layer by layer; same
     values and gradients as unfused."""
     ref, fused = _ref_and_fused(monkeypatch, CONV_RELU, 4, [2, 0])
-    assert [c.describe() for c in fused._train_fusion.chains
+    assert [c.describe() for c in fused.plan.train_groups
             if isinstance(c, fusion_train.ConvReLUChain)] == ["c1 -> r1", "c2 -> r2"]
     for name in ("c1", "c2", "c3", "loss"):
         np.testing.assert_allclose(fused.blobs[name].data, ref.blobs[name].data,
@@ -210,7 +210,7 @@ def test_relu_maxpool_backward_fused(monkeypatch):
     padded 3x3/2 with a leaky ReLU); not where a later layer changes the
     pooled blob in place (p3 -> r4). Same gradients as layer by layer."""
     ref, fused = _ref_and_fused(monkeypatch, RELU_POOL, 5, [1, 2])
-    assert [c.describe() for c in fused._train_fusion.chains
+    assert [c.describe() for c in fused.plan.train_groups
             if isinstance(c, fusion_train.ReLUMaxPoolBackward)] == ["r1 -> p1", "r2 -> p2"]
     # windows whose pooled value is <= 0 (the gate closes) exist in both kinds
     assert (ref.blobs["p1"].data == 0).any() and (ref.blobs["p2"].data < 0).any()
@@ -253,7 +253,7 @@ def test_relu_conv_backward_fused(monkeypatch):
     from caffe_ocl.ops import winograd as wino_ops
     monkeypatch.setenv(wino_ops.ENV, "1")         # 3x3 layers by Winograd on any device
     ref, fused = _ref_and_fused(monkeypatch, RELU_CONV, 6, [0, 2])
-    pairs = [c for c in fused._train_fusion.chains if isinstance(c, fusion_train.ReLUConvBackward)]
+    pairs = [c for c in fused.plan.train_groups if isinstance(c, fusion_train.ReLUConvBackward)]
     assert [c.describe() for c in pairs] == ["r1 -> c2", "r2 -> c3", "r3 -> c4"]
     assert (ref.blobs["c1"].data == 0).any() and (ref.blobs["c2"].data < 0).any()
 
@@ -272,9 +272,9 @@ def test_relu_conv_backward_fused(monkeypatch):
     for net in (ref, fused):
         net.clear_param_diffs()
         for li in range(len(net.layers) - 1, -1, -1):
-            if net._layer_need_backward[li]:
-                net.layers[li].backward(net._top_vecs[li], net._bottom_need_backward[li],
-                                        net._bottom_vecs[li])
+            if net.graph.layer_need_backward[li]:
+                net.layers[li].backward(net.graph.tops[li], net.graph.bottom_need_backward[li],
+                                        net.graph.bottoms[li])
     same()
     for net in (ref, fused):
         net.clear_param_diffs()

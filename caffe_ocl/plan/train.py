@@ -1,6 +1,6 @@
 """TRAIN-phase fusion: BatchNorm -> Scale (-> activation) on one blob;
 also Convolution -> ReLU forwards (``ConvReLUChain``), Eltwise SUM ->
-ReLU (fusion_eltwise.py), and the backward of an in-place ReLU inside the
+ReLU (eltwise.py), and the backward of an in-place ReLU inside the
 backward of the layer after it: a MAX Pooling (``ReLUMaxPoolBackward``)
 or a Convolution whose backward-data runs Winograd (``ReLUConvBackward``).
 A layer may be in one chain that fuses its forward and another that fuses
@@ -29,23 +29,22 @@ averages update, BatchNorm's ``x_norm`` is kept. The activation's gradient
 gate is computed from its input (recomputed from x_norm), which is Caffe's
 rule for an activation that is not in place and equals its in-place ReLU.
 
-Running: ``Net._forward_range`` asks ``TrainFusionPlan.forward`` (the chain
-runs fused when the range covers all of it, at its first layer),
-``Net._backward_range`` asks ``backward`` (fused when the range covers the
-whole chain, at its last layer); a range cutting a chain runs its layers one
-by one, which gives the same values. Code calling ``layer.forward`` /
+Running: the execution plan (execution.py) runs a chain's forward fused
+when the range covers all of it (at its first layer) and its backward fused
+when the range covers the whole chain (at its last layer); a range cutting
+a chain runs its layers one by one, which gives the same values. Code calling ``layer.forward`` /
 ``layer.backward`` itself (``caffe_ocl time``) gets the unfused layers.
 ``CAFFE_OCL_FUSE_TRAIN=0`` turns the fusion off.
 """
 import logging
-import os
 
-from . import fusion_eltwise
-from .fusion import ChainPlan, LayerPair, _act_of
-from .ops import conv as conv_ops
-from .ops import normalization as norm_ops
-from .ops import pointwise
-from .ops import pool as pool_ops
+from .. import config
+from . import eltwise as fusion_eltwise
+from .patterns import LayerPair, act_of, consumers, in_place_on
+from ..ops import conv as conv_ops
+from ..ops import normalization as norm_ops
+from ..ops import pointwise
+from ..ops import pool as pool_ops
 
 log = logging.getLogger("caffe_ocl")
 
@@ -54,17 +53,13 @@ _ACTS = ("ReLU", "ReLU6", "Clip")
 
 
 def enabled():
-    return os.environ.get(ENV, "").strip().lower() not in ("0", "false", "no", "off")
+    return config.get("FUSE_TRAIN")
 
-
-def _in_place_on(net, li, blob):
-    return (len(net._bottom_vecs[li]) == 1 and len(net._top_vecs[li]) == 1
-            and net._bottom_vecs[li][0] is blob and net._top_vecs[li][0] is blob)
 
 
 def _scale_ok(net, li, blob):
     sc = net.layers[li]
-    if sc.type != "Scale" or not _in_place_on(net, li, blob) or not sc.blobs:
+    if sc.type != "Scale" or not in_place_on(net.graph, li, blob) or not sc.blobs:
         return False
     C = blob.shape[1] if blob.num_axes > 1 else 1
     if sc.blobs[0].shape != (C,) or sc.dims[1] != C:
@@ -81,17 +76,17 @@ def find_chains(net):
     chains, li, n = [], 0, len(net.layers)
     while li < n - 1:
         bn = net.layers[li]
-        blob = net._top_vecs[li][0] if net._top_vecs[li] else None
+        blob = net.graph.tops[li][0] if net.graph.tops[li] else None
         if (bn.type == "BatchNorm" and not bn.use_global_stats and blob is not None
-                and blob.num_axes >= 2 and _in_place_on(net, li, blob)
+                and blob.num_axes >= 2 and in_place_on(net.graph, li, blob)
                 and getattr(bn, "x_norm", None) is not None
                 and _scale_ok(net, li + 1, blob)
-                and net._layer_need_backward[li] and net._layer_need_backward[li + 1]
-                and net._bottom_need_backward[li][0]):
+                and net.graph.layer_need_backward[li] and net.graph.layer_need_backward[li + 1]
+                and net.graph.bottom_need_backward[li][0]):
             act = None
             if (li + 2 < n and net.layers[li + 2].type in _ACTS
-                    and _in_place_on(net, li + 2, blob) and net._layer_need_backward[li + 2]
-                    and _act_of(net.layers[li + 2]) is not None):
+                    and in_place_on(net.graph, li + 2, blob) and net.graph.layer_need_backward[li + 2]
+                    and act_of(net.layers[li + 2]) is not None):
                 act = li + 2
             chains.append((li, li + 1, act))
             li += 3 if act is not None else 2
@@ -106,14 +101,14 @@ class TrainChain:
         self.layers = [b, s] + ([a] if a is not None else [])
         self.first, self.last = b, self.layers[-1]
         self.bn, self.scale = net.layers[b], net.layers[s]
-        self.act = _act_of(net.layers[a]) if a is not None else None
-        self.blob = net._top_vecs[b][0]
+        self.act = act_of(net.layers[a]) if a is not None else None
+        self.blob = net.graph.tops[b][0]
         self._key = None
         self._zero_beta = None
         self.fwd, self.bwd = [], []
 
     def describe(self):
-        return " -> ".join(self.net._layer_names[i] for i in self.layers)
+        return " -> ".join(self.net.graph.layer_names[i] for i in self.layers)
 
     def _build(self):
         """Launches bound to the current shapes and buffers (the diff memory
@@ -157,7 +152,7 @@ class TrainChain:
 
     def _build_key(self):
         """What the launches were built for: shapes and buffers."""
-        return (self.bn._reshapes, self.blob.data_buffer(), self.blob.diff_buffer(),
+        return (self.bn.reshape_count, self.blob.data_buffer(), self.blob.diff_buffer(),
                 tuple(p.data_buffer() for p in self.scale.blobs),
                 tuple(p.diff_buffer() for p in self.scale.blobs))
 
@@ -171,7 +166,7 @@ class TrainChain:
         """The fused forward."""
         net = self.net
         for li in self.layers[1:]:      # the first was reshaped by the net's loop
-            net.layers[li].reshape_if_needed(net._bottom_vecs[li], net._top_vecs[li])
+            net.layers[li].reshape_if_needed(net.graph.bottoms[li], net.graph.tops[li])
         self._ensure_built()
         self.blob.data_mem.to_device()
         for p in self.bn.blobs + self.scale.blobs:
@@ -209,20 +204,20 @@ def find_residual_tails(net, bn_chains):
         e, r = s + 1, s + 2
         if a is not None or r >= n:
             continue
-        blob, elt = net._top_vecs[b][0], net.layers[e]
-        bots, tops = net._bottom_vecs[e], net._top_vecs[e]
+        blob, elt = net.graph.tops[b][0], net.layers[e]
+        bots, tops = net.graph.bottoms[e], net.graph.tops[e]
         if (elt.type != "Eltwise" or elt.op != elt.SUM or len(bots) != 2 or len(tops) != 1
                 or bots[0] is bots[1] or not any(x is blob for x in bots)
                 or any(x is tops[0] for x in bots)):
             continue
-        if (net.layers[r].type != "ReLU" or _act_of(net.layers[r]) is None
-                or not _in_place_on(net, r, tops[0])):
+        if (net.layers[r].type != "ReLU" or act_of(net.layers[r]) is None
+                or not in_place_on(net.graph, r, tops[0])):
             continue
         ti = 0 if bots[0] is blob else 1
-        if not (net._layer_need_backward[e] and net._layer_need_backward[r]
-                and net._bottom_need_backward[e][ti] and net._bottom_need_backward[r][0]):
+        if not (net.graph.layer_need_backward[e] and net.graph.layer_need_backward[r]
+                and net.graph.bottom_need_backward[e][ti] and net.graph.bottom_need_backward[r][0]):
             continue
-        if any(x is blob for lj in range(r, n) for x in net._bottom_vecs[lj]):
+        if any(x is blob for lj in range(r, n) for x in net.graph.bottoms[lj]):
             continue
         out.append((b, s, e, r))
     return out
@@ -249,11 +244,11 @@ class ResidualTailChain(TrainChain):
         self.layers = [b, s, e, r]
         self.last = r
         self.eltwise = net.layers[e]
-        self.slope = _act_of(net.layers[r])[1]
-        bots = net._bottom_vecs[e]
+        self.slope = act_of(net.layers[r])[1]
+        bots = net.graph.bottoms[e]
         self.ti = 0 if bots[0] is self.blob else 1
         self.short = bots[1 - self.ti]
-        self.top = net._top_vecs[e][0]
+        self.top = net.graph.tops[e][0]
 
     def _build(self):
         net, blob, dev = self.net, self.blob, self.bn.device
@@ -267,7 +262,7 @@ class ResidualTailChain(TrainChain):
             norm_ops.residual_tail_forward(dev, O, C, I, x, mean, std, gamma.data_buffer(), beta,
                                            xnorm, c_t, self.short.data_buffer(), c_s,
                                            self.top.data_buffer(), self.slope)]
-        want_ds = net._bottom_need_backward[e][1 - self.ti]
+        want_ds = net.graph.bottom_need_backward[e][1 - self.ti]
         self.bwd = norm_ops.residual_tail_backward(
             dev, O, C, I, self.top.diff_buffer(), self.top.data_buffer(), xnorm,
             gamma.data_buffer(), beta, std, blob.diff_buffer(), gamma.diff_buffer(), dbeta,
@@ -278,7 +273,7 @@ class ResidualTailChain(TrainChain):
 
     def _build_key(self):
         return super()._build_key() + (
-            self.eltwise._reshapes, self.short.data_buffer(), self.short.diff_buffer(),
+            self.eltwise.reshape_count, self.short.data_buffer(), self.short.diff_buffer(),
             self.top.data_buffer(), self.top.diff_buffer(), fusion_eltwise.keep_top_diff(self))
 
     def run(self):
@@ -290,7 +285,7 @@ class ResidualTailChain(TrainChain):
         self.top.diff_mem.to_device()
         self.top.data_mem.to_device()
         super().backward()
-        if self.net._bottom_need_backward[self.layers[2]][1 - self.ti]:
+        if self.net.graph.bottom_need_backward[self.layers[2]][1 - self.ti]:
             self.short.diff_mem.device_written()
         if fusion_eltwise.keep_top_diff(self):
             self.top.diff_mem.device_written()
@@ -305,9 +300,9 @@ def find_conv_relu(net):
         conv, act = net.layers[li], net.layers[li + 1]
         if (conv.type == "Convolution" and not conv.reverse and conv.spatial == 2
                 and act.type == "ReLU"
-                and len(net._bottom_vecs[li]) == 1 and len(net._top_vecs[li]) == 1
-                and net._top_vecs[li][0] is not net._bottom_vecs[li][0]
-                and _in_place_on(net, li + 1, net._top_vecs[li][0])):
+                and len(net.graph.bottoms[li]) == 1 and len(net.graph.tops[li]) == 1
+                and net.graph.tops[li][0] is not net.graph.bottoms[li][0]
+                and in_place_on(net.graph, li + 1, net.graph.tops[li][0])):
             out.append((li, li + 1))
     return out
 
@@ -330,9 +325,9 @@ class ConvReLUChain(LayerPair):
     def run(self):
         net, conv = self.net, self.conv
         self.reshape_second()
-        x, y = net._bottom_vecs[self.first][0], net._top_vecs[self.first][0]
+        x, y = net.graph.bottoms[self.first][0], net.graph.tops[self.first][0]
         params = tuple(p.data_buffer() for p in conv.blobs)
-        key = (conv._reshapes, x.data_buffer(), y.data_buffer(), params)
+        key = (conv.reshape_count, x.data_buffer(), y.data_buffer(), params)
         if key != self._key:
             bias = params[1] if conv.bias_term else None
             self.fwd = conv_ops.forward(conv.device, conv.geom, x.data_buffer(), params[0],
@@ -355,13 +350,13 @@ def _relu_into_next(net, li, taken):
     neither in a chain in ``taken`` (indices of chains fusing backward)."""
     if li in taken or li + 1 in taken or net.layers[li].type != "ReLU":
         return False
-    if len(net._top_vecs[li]) != 1 or not _in_place_on(net, li, net._top_vecs[li][0]):
+    if len(net.graph.tops[li]) != 1 or not in_place_on(net.graph, li, net.graph.tops[li][0]):
         return False
-    if (len(net._bottom_vecs[li + 1]) != 1 or len(net._top_vecs[li + 1]) != 1
-            or net._bottom_vecs[li + 1][0] is not net._top_vecs[li][0]):
+    if (len(net.graph.bottoms[li + 1]) != 1 or len(net.graph.tops[li + 1]) != 1
+            or net.graph.bottoms[li + 1][0] is not net.graph.tops[li][0]):
         return False
-    return bool(net._layer_need_backward[li] and net._bottom_need_backward[li][0]
-                and net._layer_need_backward[li + 1] and net._bottom_need_backward[li + 1][0])
+    return bool(net.graph.layer_need_backward[li] and net.graph.bottom_need_backward[li][0]
+                and net.graph.layer_need_backward[li + 1] and net.graph.bottom_need_backward[li + 1][0])
 
 
 def find_relu_maxpool(net, taken=()):
@@ -374,8 +369,8 @@ def find_relu_maxpool(net, taken=()):
         if (pool.type != "Pooling" or pool.method != pool.MAX
                 or not _relu_into_next(net, li, taken)):
             continue
-        top = net._top_vecs[li + 1][0]
-        if any(top is t for lj in range(li + 2, len(net.layers)) for t in net._top_vecs[lj]):
+        top = net.graph.tops[li + 1][0]
+        if any(top is t for lj in range(li + 2, len(net.layers)) for t in net.graph.tops[lj]):
             continue
         out.append((li, li + 1))
     return out
@@ -393,15 +388,15 @@ class ReLUMaxPoolBackward(LayerPair):
 
     def __init__(self, net, r, p):
         super().__init__(net, r, p)
-        self.act = _act_of(net.layers[r])          # ("relu", negative_slope)
+        self.act = act_of(net.layers[r])          # ("relu", negative_slope)
         self.pool = net.layers[p]
         self._key = None
         self.bwd = None
 
     def backward(self):
         net, pool = self.net, self.pool
-        blob, top = net._bottom_vecs[self.last][0], net._top_vecs[self.last][0]
-        key = (pool._reshapes, top.data_buffer(), top.diff_buffer(), blob.diff_buffer(),
+        blob, top = net.graph.bottoms[self.last][0], net.graph.tops[self.last][0]
+        key = (pool.reshape_count, top.data_buffer(), top.diff_buffer(), blob.diff_buffer(),
                pool.mask.data_buffer())
         if key != self._key:
             self.bwd = pool_ops.max_backward(
@@ -437,13 +432,13 @@ class ReLUConvBackward(LayerPair):
 
     def __init__(self, net, r, c):
         super().__init__(net, r, c)
-        self.act = _act_of(net.layers[r])          # ("relu", negative_slope)
+        self.act = act_of(net.layers[r])          # ("relu", negative_slope)
         self.conv = net.layers[c]
 
     def backward(self):
         net, conv, r, c = self.net, self.conv, self.first, self.last
         if conv_ops.gates_backward_data(conv.device, conv.geom):
-            _layer_backward(net, c, ("gate", net._bottom_vecs[c][0], self.act[1]))
+            _layer_backward(net, c, ("gate", net.graph.bottoms[c][0], self.act[1]))
             return
         _layer_backward(net, c)
         _layer_backward(net, r)
@@ -456,16 +451,15 @@ def find_split_convs(net, taken=()):
     not in a chain of ``taken``) and both passing a gradient into their
     top. ResNet's pattern at every block input (the shortcut and the
     branch's first convolution)."""
-    out, n = [], len(net.layers)
+    out = []
     for si, layer in enumerate(net.layers):
-        tops = net._top_vecs[si]
-        if layer.type != "Split" or len(tops) != 2 or not net._layer_need_backward[si] \
-                or not net._bottom_need_backward[si][0]:
+        tops = net.graph.tops[si]
+        if layer.type != "Split" or len(tops) != 2 or not net.graph.layer_need_backward[si] \
+                or not net.graph.bottom_need_backward[si][0]:
             continue
         readers = []
         for t in tops:
-            r = [(lj, k) for lj in range(si + 1, n)
-                 for k, x in enumerate(net._bottom_vecs[lj]) if x is t]
+            r = consumers(net.graph, t, si + 1)
             readers.append(r[0] if len(r) == 1 else None)
         if None in readers:
             continue
@@ -473,9 +467,9 @@ def find_split_convs(net, taken=()):
         (ja, _), (jb, kb) = readers[a], readers[1 - a]
         conv = net.layers[ja]
         if (conv.type != "Convolution" or conv.reverse or conv.spatial != 2 or ja in taken
-                or len(net._bottom_vecs[ja]) != 1 or not net._layer_need_backward[ja]
-                or not net._bottom_need_backward[ja][0]
-                or not net._layer_need_backward[jb] or not net._bottom_need_backward[jb][kb]):
+                or len(net.graph.bottoms[ja]) != 1 or not net.graph.layer_need_backward[ja]
+                or not net.graph.bottom_need_backward[ja][0]
+                or not net.graph.layer_need_backward[jb] or not net.graph.bottom_need_backward[jb][kb]):
             continue
         out.append((si, ja, tops[a], tops[1 - a]))
     return out
@@ -485,7 +479,7 @@ class SplitConvBackward:
     """A Split's backward (the sum of its two tops' gradients into its
     bottom) done by the backward-data of the convolution reading one top:
     the other top's diff is the bottom's (the diff memory plan shares them,
-    memory_plan.DiffPlan), so the layer that runs backward first writes the
+    plan/memory.py DiffPlan), so the layer that runs backward first writes the
     bottom's gradient there and the convolution adds its data gradient to
     it (its GEMM epilogue reads and adds C instead of a separate pass
     reading both tops and writing the bottom: 1.3 ms of ResNet-50's
@@ -500,9 +494,9 @@ class SplitConvBackward:
         self.first, self.last = si, ja
         self.split = net.layers[si]
         self.top_a, self.top_b = top_a, top_b
-        self.bottom = net._bottom_vecs[si][0]
-        shares = net.__dict__.setdefault("_diff_shares", [])
-        shares.append((top_b, self.bottom))
+        self.bottom = net.graph.bottoms[si][0]
+        # the execution plan hands these to the diff memory plan (memory.py)
+        self.diff_share = (top_b, self.bottom)
 
     describe = LayerPair.describe
 
@@ -523,32 +517,16 @@ def _layer_backward(net, li, variant=None):
     layer = net.layers[li]
     layer.bwd_variant = variant
     try:
-        layer.backward(net._top_vecs[li], net._bottom_need_backward[li], net._bottom_vecs[li])
+        layer.backward(net.graph.tops[li], net.graph.bottom_need_backward[li], net.graph.bottoms[li])
     finally:
         layer.bwd_variant = None
 
 
-class TrainFusionPlan(ChainPlan):
-    """The chains of a TRAIN net; consulted by Net's forward (``forward``,
-    from ChainPlan) and backward loops."""
-
-    def backward(self, li, start, end):
-        """Backward runs from ``start`` down to ``end``: the fused chain at
-        its last layer when [end, start] covers it (chains fusing only the
-        forward leave it to the layers)."""
-        c = self.by_layer_bwd.get(li)
-        if c is None or start < c.last or end > c.first:
-            return False
-        if li == c.last:
-            c.backward()
-        return True
-
-
-def build_plan(net):
-    """A TrainFusionPlan for ``net`` (TRAIN phase), or None when nothing
-    fuses or the fusion is turned off."""
+def find_groups(net):
+    """The groups of a TRAIN net (``fuses_forward`` / ``fuses_backward``
+    say which pass each fuses); [] when the fusion is turned off."""
     if not enabled():
-        return None
+        return []
     bn_chains = find_chains(net)
     tails = find_residual_tails(net, bn_chains)
     in_tails = {li for t in tails for li in t}
@@ -575,4 +553,4 @@ def build_plan(net):
             log.info("Fused %d %s for training (%s%s)", len(found), what, found[0].describe(),
                      " ..." if len(found) > 1 else "")
         chains += found
-    return TrainFusionPlan(chains) if chains else None
+    return chains

@@ -30,9 +30,9 @@ Also here: ``bn_for_scale``, the in-place BatchNorm -> Scale pair's one
 saved copy of the normalized input (see there).
 """
 import logging
-import os
 
-from .blob import SyncedMemory
+from .. import config
+from ..blob import SyncedMemory
 
 log = logging.getLogger("caffe_ocl")
 
@@ -43,7 +43,7 @@ def share_diffs_default(solver_param=None, net_param=None):
     """Whether a Solver's train net shares activation diffs: yes unless
     CAFFE_OCL_SHARE_DIFFS=0 or debug_info (solver or net) asks for the
     per-blob diffs."""
-    if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if not config.get("SHARE_DIFFS"):
         return False
     for p in (solver_param, net_param):
         if p is not None and p.debug_info:
@@ -79,7 +79,8 @@ def diff_groups(net):
     """[_Group] of the net's non-parameter blobs, with their backward stretch
     [lo, hi] in layer indices (backward runs hi -> lo) and ``private`` set
     where sharing would change results."""
-    params = {id(b) for layer in net.layers for b in layer.blobs}
+    graph = net.graph
+    params = {id(b) for layer in graph.layers for b in layer.blobs}
     groups = {}
 
     def group(blob):
@@ -90,12 +91,12 @@ def diff_groups(net):
             g.blobs.append(blob)
         return g
 
-    for blob in net.blobs.values():
+    for blob in graph.blobs.values():
         if id(blob) not in params:
             group(blob)
-    keep = set(net.inputs) | set(net.outputs)
-    for li, layer in enumerate(net.layers):
-        tops, bottoms = net._top_vecs[li], net._bottom_vecs[li]
+    keep = set(graph.inputs) | set(graph.outputs)
+    for li, layer in enumerate(graph.layers):
+        tops, bottoms = graph.tops[li], graph.bottoms[li]
         python = layer.type == "Python"
         for t, w in zip(tops, layer.loss_weights):
             if w or python:
@@ -103,7 +104,7 @@ def diff_groups(net):
         for b in bottoms:
             if python:
                 group(b).private = True
-        if not net._layer_need_backward[li]:
+        if not graph.layer_need_backward[li]:
             continue
         # Order matters within one layer: the tops are read (in place, the
         # same storage is then written), so a storage that is a top here is
@@ -111,13 +112,13 @@ def diff_groups(net):
         top_groups = {id(group(t)) for t in tops}
         for t in tops:
             group(t).touch(li, write=False)
-        for b, need in zip(bottoms, net._bottom_need_backward[li]):
+        for b, need in zip(bottoms, graph.bottom_need_backward[li]):
             if need:
                 g = group(b)
                 g.touch(li, write=id(g) not in top_groups)
     out = []
     for g in groups.values():
-        if any(b.name in keep and net.blobs.get(b.name) is b for b in g.blobs):
+        if any(b.name in keep and graph.blobs.get(b.name) is b for b in g.blobs):
             g.private = True
         if g.hi is None:
             continue              # backward never touches it: never allocated
@@ -136,19 +137,21 @@ class DiffPlan:
         self.net = net
         self.slots = []
         self.planned_bytes = self.unplanned_bytes = 0
+        self.groups = []
+        self.version = 0           # counts the plannings (fused groups cache on it)
         self._key = None
         self.apply()
 
     def _shape_key(self):
-        return tuple(b.count for b in self.net.blobs.values())
+        return tuple(b.count for b in self.net.graph.blobs.values())
 
     def apply(self):
         net = self.net
         # a Split top whose gradient goes straight into the Split's bottom
-        # (fusion_train.SplitConvBackward) shares the bottom's diff
-        for top, bottom in getattr(net, "_diff_shares", ()):
+        # (train.SplitConvBackward) shares the bottom's diff
+        for top, bottom in net.plan.diff_shares:
             if top.count == bottom.count:
-                top._diff = bottom._diff
+                top.use_diff_memory(bottom.diff_mem)
         groups = [g for g in diff_groups(net) if not g.private]
         # Interval colouring in backward order: at layer L, first give a
         # buffer to the diffs that start at L (hi == L), then release those
@@ -181,13 +184,14 @@ class DiffPlan:
         for g in groups:
             mem = self.slots[assign[id(g)]]
             for b in g.blobs:
-                b._diff = mem
+                b.use_diff_memory(mem)
         self.groups = groups
+        self.version += 1
         self.planned_bytes = 4 * sum(caps)
         self.unplanned_bytes = 4 * sum(g.count for g in groups)
         self._key = self._shape_key()
         for layer in net.layers:       # backward launches bound the old diffs
-            layer._bwd_key = None
+            layer.forget_backward_plan()
         log.info("Diff memory plan: %d activation diffs in %d shared buffers, "
                  "%.1f MiB instead of %.1f MiB", len(groups), len(caps),
                  self.planned_bytes / 2 ** 20, self.unplanned_bytes / 2 ** 20)
@@ -201,17 +205,17 @@ class DiffPlan:
 
 def remove_diff_plan(net):
     """Give every planned blob its own (zeroed) diff again."""
-    plan = getattr(net, "memory_plan", None)
+    plan = net.memory_plan
     if plan is None:
         return
     for g in plan.groups:
         mem = SyncedMemory(g.count, net.device)
         for b in g.blobs:
-            b._diff = mem
-    for top, _ in getattr(net, "_diff_shares", ()):
-        top._diff = SyncedMemory(top.count, net.device)
+            b.use_diff_memory(mem)
+    for top, _ in net.plan.diff_shares:
+        top.use_diff_memory(SyncedMemory(top.count, net.device))
     for layer in net.layers:
-        layer._bwd_key = None
+        layer.forget_backward_plan()
 
 
 # ---------------------------------------------------------------------------

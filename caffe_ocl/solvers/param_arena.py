@@ -26,23 +26,25 @@ the solver then falls back to per-blob launches for good. Learnable blobs
 that share storage with each other (``supported``) and
 ``CAFFE_OCL_PARAM_ARENA=0`` keep per-blob storage and launches.
 """
-import os
 import weakref
 
 import numpy as np
+
+from .. import config
+from ..ops import pointwise
 
 BLOCK_FLOATS = 1 << 14        # elements per work-group of the block kernels
 
 
 def enabled():
-    return os.environ.get("CAFFE_OCL_PARAM_ARENA", "1") != "0"
+    return config.get("PARAM_ARENA")
 
 
 def supported(net):
     """Every learnable blob has data and diff storage of its own (a blob that
     shares another one's storage, through pycaffe before the solver was
     made, keeps per-blob updates: Caffe updates such storage once per blob)."""
-    mems = [id(m) for b in net._learnable for m in (b.data_mem, b.diff_mem)]
+    mems = [id(m) for b in net.graph.learnable_params for m in (b.data_mem, b.diff_mem)]
     return bool(mems) and len(mems) == len(set(mems))
 
 
@@ -52,7 +54,7 @@ class ParamArena:
         self.dev = dev
         # sub-buffer origins must be multiples of the device's base alignment
         align = max(int(dev.cl_device.mem_base_addr_align) // 8, 256) // 4   # floats
-        self.blobs = [b for b in net._learnable if b.count > 0]
+        self.blobs = [b for b in net.graph.learnable_params if b.count > 0]
         self.offsets, off = [], 0
         for b in self.blobs:
             self.offsets.append(off)
@@ -75,7 +77,6 @@ class ParamArena:
 
     # ---- buffers -------------------------------------------------------------------
     def _new_buffer(self):
-        from .ops import pointwise
         buf = self.dev.alloc_unpooled(4 * self.total)
         # (cl.Buffer takes no weak references: the arena accounts for its buffers)
         weakref.finalize(self, self.dev.unpooled_freed, 4 * self.total)
@@ -109,12 +110,12 @@ class ParamArena:
         mems = set(self._subs)
         for li, layer in enumerate(net.layers):
             if any(id(b.data_mem) in mems or id(b.diff_mem) in mems for b in layer.blobs):
-                layer.rebind(net._bottom_vecs[li], net._top_vecs[li])
+                layer.rebind(net.graph.bottoms[li], net.graph.tops[li])
 
     def _build_blocks(self, net):
-        """(start, length, index in net._learnable) per block of at most
+        """(start, length, index in net.graph.learnable_params) per block of at most
         BLOCK_FLOATS elements; parameters with no elements have none."""
-        index = {id(b): i for i, b in enumerate(net._learnable)}
+        index = {id(b): i for i, b in enumerate(net.graph.learnable_params)}
         rows = []
         for b, o in zip(self.blobs, self.offsets):
             for s in range(0, b.count, BLOCK_FLOATS):
@@ -124,4 +125,4 @@ class ParamArena:
         self.blocks = self.dev.alloc(max(table.nbytes, 4))
         if table.size:
             self.dev.upload(self.blocks, table)
-        self.nparams = len(net._learnable)
+        self.nparams = len(net.graph.learnable_params)

@@ -1,0 +1,22 @@
+"""The planning stage between Net and the launches.
+
+Net builds its layers and exposes the result as a read-only graph
+(``net.graph``, caffe_ocl.net.NetGraph). The passes here read only that
+graph and return groups of layers to run as one:
+
+- ``fold.py``: TEST-phase folding of BatchNorm/Scale/activations into the
+  producing Convolution/InnerProduct;
+- ``eltwise.py``: Eltwise SUM -> activation as one kernel (TEST and TRAIN);
+- ``train.py``: the TRAIN fusions (BatchNorm/Scale/activation chains,
+  ResNet block tails, Convolution -> ReLU forwards, ReLU gates inside the
+  next layer's backward, Split gradients summed by a convolution);
+- ``memory.py``: the diff memory plan (activation diffs share buffers by
+  liveness) and BatchNorm -> Scale's one saved x_norm;
+- ``patterns.py``: the helpers they share (in-place chains on a blob, a
+  layer's activation, the consumers/writers of a blob);
+- ``execution.py``: ``build(net)`` -> ``ExecutionPlan``, the forward and
+  backward steps Net runs.
+
+Import the submodules (``from caffe_ocl.plan import execution``); this
+package module imports none of them.
+"""

@@ -1,0 +1,83 @@
+"""Pattern helpers shared by the planning passes (fold, eltwise, train).
+
+Every function reads a Net's public graph (``net.graph``, a
+``caffe_ocl.net.NetGraph``): layer indices, bottom/top ``Blob`` objects
+(the same object where a layer runs in place), which layers and bottoms
+need backward. Nothing here touches a Net's private state.
+"""
+
+
+def act_of(layer):
+    """The activation a fused kernel applies for ``layer`` in its epilogue:
+    ``("relu", negative_slope)``, ``("clip", lo, hi)`` (Clip, ReLU6), or None
+    when ``layer`` is no such activation."""
+    if layer.type == "ReLU":
+        return ("relu", float(layer.param.relu_param.negative_slope))
+    if layer.type in ("Clip", "ReLU6"):
+        lo, hi, _ = layer.op_params()
+        return ("clip", float(lo), float(hi))
+    return None
+
+
+def in_place_on(graph, li, blob):
+    """Layer ``li`` has one bottom and one top, both ``blob`` (in place)."""
+    bots, tops = graph.bottoms[li], graph.tops[li]
+    return len(bots) == 1 and len(tops) == 1 and bots[0] is blob and tops[0] is blob
+
+
+def one_in_one_out(graph, li):
+    return len(graph.bottoms[li]) == 1 and len(graph.tops[li]) == 1
+
+
+def in_place_run(graph, li, blob):
+    """Indices of the layers directly after ``li`` that each run in place on
+    ``blob`` (the in-place chain on a blob, e.g. BatchNorm -> Scale -> ReLU
+    after a convolution): ``[li + 1, li + 2, ...]`` up to the first that
+    does not."""
+    out, j = [], li + 1
+    while j < len(graph.layers) and in_place_on(graph, j, blob):
+        out.append(j)
+        j += 1
+    return out
+
+
+def consumers(graph, blob, start=0):
+    """[(layer index, bottom index)] of the layers from ``start`` on that
+    read ``blob`` (in place ones included)."""
+    return [(lj, k) for lj in range(start, len(graph.layers))
+            for k, x in enumerate(graph.bottoms[lj]) if x is blob]
+
+
+def writers(graph, blob, start=0):
+    """Indices of the layers from ``start`` on that write ``blob`` (its
+    producer and the layers in place on it)."""
+    return [lj for lj in range(start, len(graph.layers))
+            if any(t is blob for t in graph.tops[lj])]
+
+
+def producer(graph, blob):
+    """Index of the layer that creates ``blob`` (the first writer), or None."""
+    found = writers(graph, blob)
+    return found[0] if found else None
+
+
+class LayerPair:
+    """Two layers run as one group, the second usually an activation in
+    place on the first's top (eltwise.py, train.py): ``layers`` (indices),
+    ``first``, ``last``, ``describe()``; subclasses add ``run()`` (the
+    fused forward) and/or ``backward()``."""
+
+    def __init__(self, net, first, second):
+        self.net = net
+        self.layers = [first, second]
+        self.first, self.last = first, second
+        self.act = act_of(net.layers[second])
+
+    def describe(self):
+        return " -> ".join(self.net.graph.layer_names[i] for i in self.layers)
+
+    def reshape_second(self):
+        """The net's loop reshapes a layer before running it, so the group,
+        run at its first layer, reshapes its second itself."""
+        li, g = self.last, self.net.graph
+        self.net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])

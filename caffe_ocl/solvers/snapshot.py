@@ -1,0 +1,204 @@
+"""Snapshot and restore of a Solver (Caffe's Solver::Snapshot/Restore and
+SGDSolver::SnapshotSolverState/RestoreSolverState), in both formats:
+
+- BINARYPROTO: ``{prefix}_iter_{N}.caffemodel`` (the net's NetParameter)
+  and ``.solverstate`` (Caffe's SolverState plus caffe_ocl's random state,
+  solvers/state.py);
+- HDF5: ``.caffemodel.h5`` and ``.solverstate.h5`` with Caffe's layout.
+
+Every write is atomic (a temporary file, then a rename): a failed write
+never replaces or truncates an existing snapshot. ``Snapshotting`` is
+the Solver's base class holding these methods; they read the solver's
+``param``, ``net``, ``iter``, ``current_step``, ``history`` and
+``n_history``.
+"""
+import errno
+import logging
+import os
+
+import numpy as np
+
+from ..errors import FileNotFound, ShapeError, SolverError
+from ..ops.random import get_state, set_state
+from ..proto import array_to_blobproto, blobproto_to_array, caffe_pb2, read_net, write_binary
+from . import state as st
+
+log = logging.getLogger("caffe_ocl")
+
+
+class Snapshotting:
+    """Snapshot/restore methods of the Solver."""
+
+    def snapshot_filename(self, ext):
+        return f"{self.param.snapshot_prefix}_iter_{self.iter}{ext}"
+
+    def snapshot(self):
+        """Write {prefix}_iter_{N}.caffemodel and .solverstate (atomically)."""
+        if self.solver_rank != 0:      # only the root solver snapshots (as Caffe)
+            return None
+        p = self.param
+        hdf5 = p.snapshot_format == caffe_pb2.SolverParameter.HDF5
+        if hdf5:
+            return self._snapshot_hdf5()
+        model = self.snapshot_filename(".caffemodel")
+        log.info("Snapshotting to binary proto file %s", model)
+        _write(self.net.to_proto(write_diff=p.snapshot_diff), model)
+        state = caffe_pb2.SolverState()
+        state.iter = self.iter
+        state.learned_net = model
+        state.current_step = self.current_step
+        for h in self.history:
+            state.history.add().CopyFrom(array_to_blobproto(h.host_data()))
+        path = self.snapshot_filename(".solverstate")
+        log.info("Snapshotting solver state to binary proto file %s", path)
+        _write(st.RawMessage(st.solver_state_bytes(state, get_state())), path)
+        return path
+
+    def _snapshot_hdf5(self):
+        h5py = _require_h5py("snapshot_format: HDF5")
+        model = self.snapshot_filename(".caffemodel.h5")
+        log.info("Snapshotting to HDF5 file %s", model)
+        tmp = f"{model}.tmp-{os.getpid()}"
+        try:
+            with h5py.File(tmp, "w") as f:
+                for name, layer in zip(self.net.graph.layer_names, self.net.layers):
+                    for j, b in enumerate(layer.blobs):
+                        f.create_dataset(f"data/{name}/{j}", data=b.host_data())
+                        if self.param.snapshot_diff:
+                            f.create_dataset(f"diff/{name}/{j}", data=b.host_diff())
+            os.replace(tmp, model)
+            path = self.snapshot_filename(".solverstate.h5")
+            log.info("Snapshotting solver state to HDF5 file %s", path)
+            tmp = f"{path}.tmp-{os.getpid()}"
+            with h5py.File(tmp, "w") as f:
+                f["iter"] = self.iter
+                f["learned_net"] = model
+                f["current_step"] = self.current_step
+                rng = get_state()
+                f["caffe_ocl_rng"] = np.array([rng["seed"], rng["stream"]], np.uint64)
+                for i, h in enumerate(self.history):
+                    f.create_dataset(f"history/{i}", data=h.host_data())
+            os.replace(tmp, path)
+        except OSError as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise SolverError(f"cannot write snapshot {tmp.rsplit('.tmp-', 1)[0]}: "
+                              f"{e.strerror or e}") from None
+        return path
+
+    def restore(self, path):
+        """Solver::Restore from a .solverstate (or .solverstate.h5)."""
+        path = os.fspath(path)
+        if path.endswith(".h5"):
+            return self._restore_hdf5(path)
+        if not os.path.exists(path):
+            raise FileNotFound(f"solver state not found: {path}")
+        with open(path, "rb") as f:
+            raw = f.read()
+        state, rng = st.parse_solver_state(raw, path)
+        if state.learned_net:
+            self._restore_net(state.learned_net, path)
+        self._restore_history([blobproto_to_array(b) for b in state.history], path)
+        self.iter = state.iter
+        self.current_step = state.current_step
+        if rng is not None:
+            set_state(rng)
+        else:
+            log.info("%s holds no caffe_ocl random state (a Caffe snapshot?); random "
+                     "numbers will not continue the original run's sequence", path)
+        log.info("%s: restoring history", type(self).__name__)
+
+    def _restore_hdf5(self, path):
+        h5py = _require_h5py(f"restoring {path}")
+        with h5py.File(path, "r") as f:
+            learned = f["learned_net"][()]
+            learned = learned.decode() if isinstance(learned, bytes) else str(learned)
+            hist = [np.asarray(f[f"history/{i}"]) for i in range(len(f["history"]))] \
+                if "history" in f else []
+            it, cs = int(f["iter"][()]), int(f["current_step"][()])
+            rng = np.asarray(f["caffe_ocl_rng"]) if "caffe_ocl_rng" in f else None
+        if learned:
+            lp = self._resolve_learned(learned, path)
+            with h5py.File(lp, "r") as f:
+                for name, layer in zip(self.net.graph.layer_names, self.net.layers):
+                    for j, b in enumerate(layer.blobs):
+                        key = f"data/{name}/{j}"
+                        if key not in f:
+                            raise SolverError(f"{lp}: no weights for layer {name!r} param {j}:"
+                                              " the snapshot was made for a different net")
+                        arr = np.asarray(f[key])
+                        if arr.shape != b.shape:
+                            raise SolverError(f"{lp}: layer {name!r} param {j} has shape "
+                                              f"{arr.shape}, the net expects {b.shape}")
+                        b.data[...] = arr
+        self._restore_history(hist, path)
+        self.iter, self.current_step = it, cs
+        if rng is not None:
+            set_state({"seed": int(rng[0]), "stream": int(rng[1])})
+
+    def _resolve_learned(self, learned, state_path):
+        if os.path.exists(learned):
+            return learned
+        alt = os.path.join(os.path.dirname(os.path.abspath(state_path)),
+                           os.path.basename(learned))
+        if os.path.exists(alt):
+            return alt
+        raise FileNotFound(f"{state_path}: its learned_net {learned!r} does not exist "
+                           f"(also looked for {alt})")
+
+    def _restore_net(self, learned, state_path):
+        lp = self._resolve_learned(learned, state_path)
+        src = read_net(lp)
+        have = {l.name: l for l in src.layer}
+        for name, layer in zip(self.net.graph.layer_names, self.net.layers):
+            if not layer.blobs:
+                continue
+            sl = have.get(name)
+            if sl is None:
+                raise SolverError(f"{lp}: snapshot has no layer {name!r} (it has "
+                                  f"{', '.join(sorted(l.name for l in src.layer if l.blobs)) or 'no layers with weights'}): "
+                                  "the snapshot was made for a different net")
+            if len(sl.blobs) != len(layer.blobs):
+                raise SolverError(f"{lp}: layer {name!r} has {len(sl.blobs)} param blobs in the "
+                                  f"snapshot, the net has {len(layer.blobs)}: the snapshot was "
+                                  "made for a different net")
+        try:
+            self.net.copy_from(src)
+        except ShapeError as e:
+            raise SolverError(f"{lp}: {e} (the snapshot was made for a different net)") from None
+
+    def _restore_history(self, arrays, path):
+        params = self.net.graph.learnable_params
+        if len(arrays) != len(self.history):
+            raise SolverError(f"{path}: incorrect length of history blobs: the snapshot has "
+                              f"{len(arrays)}, this {self.kind} solver for net "
+                              f"{self.net.name!r} needs {len(self.history)} "
+                              f"({self.n_history} per learnable param): the snapshot was made "
+                              "for a different net or solver type")
+        for i, (h, arr) in enumerate(zip(self.history, arrays)):
+            if arr.size != h.count:
+                pb = params[i % len(params)]
+                raise SolverError(f"{path}: history blob {i} has shape {arr.shape}, but "
+                                  f"param {pb.name!r} has shape {pb.shape}: the snapshot "
+                                  "was made for a different net")
+            h.data[...] = arr.reshape(h.shape)
+
+
+def _require_h5py(what):
+    try:
+        import h5py
+    except ImportError:
+        raise SolverError(f"{what} needs the h5py package, which is not installed "
+                          "(pip install h5py), or use snapshot_format: BINARYPROTO") from None
+    return h5py
+
+
+def _write(msg, path):
+    try:
+        write_binary(msg, path)
+    except OSError as e:
+        hint = " (disk full)" if e.errno == errno.ENOSPC else ""
+        raise SolverError(f"cannot write snapshot {path}: {e.strerror or e}{hint}; "
+                          "earlier snapshots are left intact") from None
