@@ -24,7 +24,7 @@ import warnings
 
 import numpy as np
 
-from .errors import DeviceError
+from .errors import DeviceError, FlagError
 
 log = logging.getLogger("caffe_ocl")
 
@@ -214,6 +214,20 @@ def _cpu_reason(best, cands):
     if len(cands) > 1:
         why += f" of {len(cands)} CPU drivers"
     return why
+
+
+def parse_device_ids(flag):
+    """Device ids of a ``--gpu`` value as Caffe takes it: "" -> [], "N" or
+    "N,M,..." -> the ids, "all" -> [0] (the first device)."""
+    flag = (flag or "").strip()
+    if not flag:
+        return []
+    if flag == "all":
+        return [0]
+    try:
+        return [int(x) for x in flag.split(",") if x.strip()]
+    except ValueError:
+        raise FlagError(f"--gpu expects N, N,M,... or all, got {flag!r}") from None
 
 
 # --------------------------------------------------------------------------

@@ -40,6 +40,16 @@ class SolverError(CaffeOclError):
     """A solver definition or state that cannot be used."""
 
 
+class FlagError(CaffeOclError):
+    """A command-line flag or argument that cannot be used (unknown flag,
+    bad value, wrong number of arguments)."""
+
+
+class MissingDependency(CaffeOclError):
+    """An optional package (or program) that a command needs is not
+    installed; the message names what to install."""
+
+
 class FileNotFound(CaffeOclError, FileNotFoundError):
     """A path the user gave does not exist."""
 

@@ -125,7 +125,6 @@ class Group:
         comma-separated entry, or the i-th GPU; with fewer devices than local
         ranks, devices are shared round-robin (e.g. the one CPU device)."""
         from .. import device as D
-        from ..train_cli import _gpu_ids
         i = self.local_rank
         env = os.environ.get("CAFFE_OCL_DEVICE", "")
         if "," in env:
@@ -133,7 +132,7 @@ class Group:
             os.environ["CAFFE_OCL_DEVICE"] = entries[i % len(entries)]
             log.info("Rank %d uses CAFFE_OCL_DEVICE=%s", self.rank, entries[i % len(entries)])
             return
-        ids = [] if (gpu_flag or "").strip() == "all" else _gpu_ids(gpu_flag)
+        ids = [] if (gpu_flag or "").strip() == "all" else D.parse_device_ids(gpu_flag)
         if not ids and not env:
             gpus = [d["index"] for d in D.list_devices() if d["is_gpu"]]
             if len(gpus) >= self.local_size:
