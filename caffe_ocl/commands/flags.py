@@ -26,6 +26,7 @@ help and "did you mean").
 """
 import difflib
 import os
+import textwrap
 
 from .. import __version__
 from ..errors import FileNotFound, FlagError
@@ -154,12 +155,22 @@ class Spec:
         if self.summary:
             lines += ["", self.summary]
         if self.details:
-            lines += ["", self.details.rstrip()]
+            lines += [""] + textwrap.wrap(self.details.strip(), 79)
+
+        def table(rows):
+            width = min(max(len(r[0]) for r in rows) + 2, 30)
+            out = []
+            for left, text in rows:
+                body = textwrap.wrap(text, max(79 - width - 3, 30)) or [""]
+                if len(left) > width:
+                    out.append(f"  {left}")
+                    out += [f"  {'':<{width}} {b}" for b in body]
+                else:
+                    out.append(f"  {left:<{width}} {body[0]}")
+                    out += [f"  {'':<{width}} {b}" for b in body[1:]]
+            return out
         if self.args:
-            lines += ["", "arguments:"]
-            width = max(len(a.name) for a in self.args) + 2
-            for a in self.args:
-                lines.append(f"  {a.name:<{width}} {a.help}")
+            lines += ["", "arguments:"] + table([(a.name, a.help) for a in self.args])
         if self.flags:
             lines += ["", "flags (also -name value, --name=value, -name=value):"]
             rows = []
@@ -173,8 +184,7 @@ class Spec:
                 else:
                     default = str(f.default)
                 rows.append((left, f"{f.help} [default: {default}]"))
-            width = max(len(r[0]) for r in rows) + 2
-            lines += [f"  {left:<{width}} {text}" for left, text in rows]
+            lines += table(rows)
         lines += ["", "-h, --help: this help; --version: caffe_ocl's version"]
         if self.example:
             lines += ["", "example:"]
