@@ -161,7 +161,10 @@ class Spec:
             width = min(max(len(r[0]) for r in rows) + 2, 30)
             out = []
             for left, text in rows:
-                body = textwrap.wrap(text, max(79 - width - 3, 30)) or [""]
+                # "[default: X]" stays on one line
+                body = [b.replace("\0", " ") for b in
+                        textwrap.wrap(text.replace("[default: ", "[default:\0"),
+                                      max(79 - width - 3, 30))] or [""]
                 if len(left) > width:
                     out.append(f"  {left}")
                     out += [f"  {'':<{width}} {b}" for b in body]
