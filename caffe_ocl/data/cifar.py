@@ -32,17 +32,21 @@ TRAIN_FILES = tuple(f"data_batch_{i}.bin" for i in range(1, 6))
 TEST_FILE = "test_batch.bin"
 
 
+def _check_size(path):
+    size = os.path.getsize(path)
+    if size == 0 or size % RECORD_BYTES:
+        raise DataError(f"{path}: {size} bytes is not a whole number of CIFAR-10 "
+                        f"records ({RECORD_BYTES} bytes each: a label byte and "
+                        f"{IMAGE_BYTES} pixel bytes)")
+
+
 def read_cifar_batch(path):
     """(labels uint8 [N], images uint8 [N, 3072]) of one binary batch file."""
     if not os.path.isfile(path):
         raise DataError(f"Unable to open CIFAR-10 batch file {path} (the binary version "
                         "from https://www.cs.toronto.edu/~kriz/cifar.html, unpacked)")
-    raw = np.fromfile(path, np.uint8)
-    if raw.size == 0 or raw.size % RECORD_BYTES:
-        raise DataError(f"{path}: {raw.size} bytes is not a whole number of CIFAR-10 "
-                        f"records ({RECORD_BYTES} bytes each: a label byte and "
-                        f"{IMAGE_BYTES} pixel bytes)")
-    rec = raw.reshape(-1, RECORD_BYTES)
+    _check_size(path)
+    rec = np.fromfile(path, np.uint8).reshape(-1, RECORD_BYTES)
     return rec[:, 0].copy(), rec[:, 1:].copy()
 
 
@@ -75,6 +79,7 @@ def convert_cifar_data(input_folder, output_folder, db_type="lmdb"):
         if not os.path.isfile(p):
             raise DataError(f"Unable to open CIFAR-10 batch file {p} (the binary version "
                             "from https://www.cs.toronto.edu/~kriz/cifar.html, unpacked)")
+        _check_size(p)
     log.info("Writing Training data")
     n_train = _write([(f"Training Batch {i + 1}", p) for i, p in enumerate(train_files)],
                      os.path.join(output_folder, f"cifar10_train_{db_type}"))
