@@ -4,8 +4,6 @@ classify` (caffe_ocl/commands/classify.py).
 Images are read as BGR and fed 0..255 minus the mean, as Caffe's C++
 classification example does; they are resized to the net's input size.
 """
-import logging
-
 import numpy as np
 
 from .errors import DataError, require_file

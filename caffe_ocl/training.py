@@ -8,6 +8,7 @@ terminal, data-parallel ranks; ``score(model, weights, iterations)``: Caffe's
 ``caffe test`` loop and its log lines; ``select_device(gpu_flag)``.
 """
 import logging
+import os
 import signal
 import sys
 import threading
@@ -15,8 +16,13 @@ import time
 
 import numpy as np
 
+from . import device as D
 from .device import parse_device_ids
 from .errors import FlagError, SolverError
+from .parallel import launch as par
+from .parallel.data_parallel import DataParallel
+from .proto import caffe_pb2
+from .solvers import read_solver, solver_class
 
 log = logging.getLogger("caffe_ocl")
 
@@ -112,8 +118,6 @@ class ProgressBar:
 def select_device(gpu_flag, solver_param=None):
     """Caffe: --gpu wins; else solver_mode GPU uses device_id. Only the
     first id is used (multi-device training is not supported yet)."""
-    from . import device as D
-    from .proto import caffe_pb2
     ids = parse_device_ids(gpu_flag)
     if gpu_flag.strip() == "all":
         log.info("--gpu=all: using the first OpenCL device (multi-device training is "
@@ -154,13 +158,11 @@ def train(solver_path, weights=None, snapshot=None, *, gpu="", level=0, stages=(
     ``weights``: a .caffemodel path or comma-separated list (fine-tuning);
     ``snapshot``: a .solverstate to resume. ``progress``: None = a bar on
     stderr when stderr is a terminal."""
-    from .solvers import read_solver, solver_class
     if not solver_path:
         raise SolverError("Need a solver definition to train.")
     if snapshot and weights:
         raise SolverError("Give a snapshot to resume training or weights to finetune "
                           "but not both.")
-    from .parallel import launch as par
     handler = SignalHandler(sigint_effect, sighup_effect)
     param = read_solver(solver_path)
     param.train_state.level = int(level)
@@ -201,8 +203,6 @@ def train(solver_path, weights=None, snapshot=None, *, gpu="", level=0, stages=(
 
 def _train_rank(group, param, solver_path, weights, snapshot, handler):
     """One rank of data-parallel training (caffe_ocl.parallel)."""
-    from .parallel.data_parallel import DataParallel
-    from .solvers import solver_class
     if snapshot:
         del param.weights[:]
     elif weights:
@@ -229,7 +229,6 @@ def _train_rank(group, param, solver_path, weights, snapshot, handler):
 def _dump_weights(solver, group):
     """CAFFE_OCL_PARALLEL_DUMP=dir: every rank writes its final weights to
     dir/rank<r>.caffemodel (to check that ranks agree)."""
-    import os
     d = os.environ.get("CAFFE_OCL_PARALLEL_DUMP")
     if d:
         solver.net.save(os.path.join(d, f"rank{group.rank}.caffemodel"))

@@ -37,7 +37,7 @@ import sys
 import numpy as np
 
 from ..proto import array_to_blobproto, caffe_pb2, write_binary, write_text
-from ._common import (OnnxConversionError, Unsupported, UnsupportedModelError,
+from ._common import (Unsupported, UnsupportedModelError,
                       caffe_divisor_2d, caffe_pool_outs, node_attrs, onnx_divisor_2d,
                       onnx_pool_outs, pad_pairs, set_caffe_hw)
 from ._graph import load_model, prepare
