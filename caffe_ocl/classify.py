@@ -1,22 +1,12 @@
-"""`caffe_ocl classify`: classify images with a Caffe model.
-
-With no arguments it runs the shipped, Caffe-trained CIFAR-10 quick model
-(legacy V1 caffemodel) on its three example images.
-
-    caffe_ocl classify [--model deploy.prototxt --weights w.caffemodel]
-                       [--mean_file mean.binaryproto | --mean_value B,G,R]
-                       [--labels labels.txt] [--scale S] [--top_k K] IMAGE...
+"""Classify images with a Caffe model: the library side of `caffe_ocl
+classify` (caffe_ocl/commands/classify.py).
 
 Images are read as BGR and fed 0..255 minus the mean, as Caffe's C++
 classification example does; they are resized to the net's input size.
 """
-import logging
-
 import numpy as np
 
 from .errors import DataError, require_file
-from .flags import parse_flags
-from .paths import models_dir
 
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
                    "horse", "ship", "truck"]
@@ -49,49 +39,3 @@ def classify(model, weights, images, mean=None, scale=1.0, labels=None, top_k=3)
         results.append((path, [(labels[i] if labels and i < len(labels) else str(i),
                                 float(prob[i])) for i in order]))
     return results
-
-
-def classify_main(argv):
-    flags, images = parse_flags(argv, {"model": str, "weights": str, "mean_file": str,
-                                       "mean_value": str, "labels": str, "scale": float,
-                                       "top_k": int, "gpu": str},
-                                defaults={"scale": 1.0, "top_k": 3}, program="caffe_ocl classify")
-    logging.getLogger("caffe_ocl").setLevel(logging.WARNING)
-    mean, labels = None, None
-    if "model" not in flags:
-        d = models_dir() / "cifar10_quick"
-        flags["model"] = str(d / "cifar10_quick.prototxt")
-        flags.setdefault("weights", str(d / "cifar10_quick_iter_5000.caffemodel"))
-        if not images:
-            images = [str(d / f) for f in ("cat10.png", "dog10.png", "truck10.png")]
-        if "mean_file" not in flags and "mean_value" not in flags:
-            flags["mean_value"] = "113.9,123.0,125.3"
-        labels = CIFAR10_CLASSES
-        print(f"Classifying with the shipped CIFAR-10 quick model (Caffe-trained, V1 format): "
-              f"{flags['model']}")
-    if "mean_file" in flags:
-        from .proto import blobproto_to_array, read_blobproto
-        mean = blobproto_to_array(read_blobproto(flags["mean_file"]))[0]
-    elif "mean_value" in flags:
-        mean = np.array([float(v) for v in flags["mean_value"].split(",")],
-                        np.float32).reshape(-1, 1, 1)
-    if "labels" in flags:
-        with open(require_file(flags["labels"], "labels file")) as f:
-            labels = [line.strip() for line in f if line.strip()]
-    if "gpu" in flags:
-        from .device import set_device, set_mode_gpu
-        set_mode_gpu()
-        if flags["gpu"] != "all":
-            set_device(int(flags["gpu"].split(",")[0]))
-    if not images:
-        print("caffe_ocl classify: no images given")
-        return 2
-    from .device import get_device
-    dev = get_device()
-    print(f"Device: {dev.name} ({dev.info['platform_name']}; {dev.reason})")
-    for path, top in classify(flags["model"], flags.get("weights"), images, mean,
-                              flags["scale"], labels, flags["top_k"]):
-        print(f"{path}:")
-        for lab, p in top:
-            print(f"  {p:.4f}  {lab}")
-    return 0

@@ -1,5 +1,5 @@
 """Draw a net (a ``caffe_pb2.NetParameter``) with Graphviz, as pycaffe's
-``caffe.draw``, plus ``main(argv)`` for the ``draw_net`` command.
+``caffe.draw`` (the ``draw_net`` command is caffe_ocl/commands/draw_net.py).
 
 Needs the optional ``pydot`` package (``pip install pydot``; ``pydotplus``
 works too) to build the graph and Graphviz's ``dot`` program to render it;
@@ -8,10 +8,8 @@ Rendering runs ``dot -T<ext>`` directly so that Graphviz's own complaint
 (e.g. an unknown format) ends up in the error message.
 """
 
-import argparse
 import shutil
 import subprocess
-import sys
 
 from .errors import CaffeOclError
 from .proto import caffe_pb2
@@ -240,57 +238,3 @@ def draw_net_to_file(caffe_net, filename, rankdir='LR', phase=None,
     data = draw_net(caffe_net, rankdir, ext, phase, display_lrm)
     with open(filename, 'wb') as fid:
         fid.write(data)
-
-
-# ---------------------------------------------------------------------------
-# draw_net command
-
-def _parser():
-    parser = argparse.ArgumentParser(
-        prog='draw_net',
-        description='Draw a network graph from a net prototxt.',
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument('input_net_proto_file',
-                        help='Input network prototxt file')
-    parser.add_argument('output_image_file',
-                        help='Output image file (format from its extension)')
-    parser.add_argument('--rankdir', default='LR',
-                        help='One of TB (top-bottom, i.e., vertical), RL '
-                             '(right-left, i.e., horizontal), LR (left-right),'
-                             ' BT (bottom-top). See graphviz docs')
-    parser.add_argument('--phase', default='ALL',
-                        help='Which network phase to draw: TRAIN, TEST, or '
-                             'ALL (all layers regardless of phase)')
-    parser.add_argument('--display_lrm', action='store_true',
-                        help='Show the learning rate multipliers of the '
-                             'learning layers (Convolution, Deconvolution, '
-                             'InnerProduct) when non-zero')
-    return parser
-
-
-def main(argv=None):
-    """``draw_net INPUT_NET_PROTO_FILE OUTPUT_IMAGE_FILE [--rankdir LR]
-    [--phase TRAIN|TEST|ALL] [--display_lrm]``; returns the exit status.
-    Errors are printed as one line on stderr."""
-    from .proto import read_net_prototxt
-
-    args = _parser().parse_args(argv)
-    try:
-        phases = {'TRAIN': caffe_pb2.TRAIN, 'TEST': caffe_pb2.TEST,
-                  'ALL': None}
-        if args.phase not in phases:
-            raise CaffeOclError("Unknown phase: %s (expected TRAIN, TEST or "
-                                "ALL)" % args.phase)
-        net = read_net_prototxt(args.input_net_proto_file)
-        print('Drawing net to %s' % args.output_image_file)
-        draw_net_to_file(net, args.output_image_file, args.rankdir,
-                         phases[args.phase], args.display_lrm)
-    except (CaffeOclError, ValueError, OSError) as e:
-        print('draw_net: error: %s' % ' '.join(str(e).split()),
-              file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == '__main__':
-    sys.exit(main())

@@ -1,4 +1,5 @@
-"""`caffe_ocl time` and `caffe_ocl device_query`, as Caffe's tools.
+"""Per-layer timing of a net, as Caffe's `caffe time` reports it (the
+command is caffe_ocl/commands/time_cmd.py).
 
 `time` builds the model (TRAIN phase by default, as Caffe), runs forward
 and backward ``--iterations`` times and prints per-layer averages. Each
@@ -8,8 +9,6 @@ little slower than an untimed pass (see BENCHMARKS.md for untimed runs).
 """
 import logging
 import time
-
-from .flags import parse_flags
 
 log = logging.getLogger("caffe_ocl")
 
@@ -71,48 +70,3 @@ def time_net(net, iterations, backward=True, out=print):
     out("*** Benchmark ends ***")
     return dict(forward=fwd, backward=bwd, forward_total=fwd_total / iterations,
                 backward_total=bwd_total / iterations)
-
-
-def device_from_flags(flags):
-    """The device a tool's ``--gpu N`` asks for (Caffe's flag: the first of
-    a list; ``all``: the default GPU), logged as Caffe logs it."""
-    from .device import get_device, set_device, set_mode_gpu
-    if "gpu" in flags:
-        set_mode_gpu()
-        if flags["gpu"] != "all":
-            set_device(int(flags["gpu"].split(",")[0]))
-    dev = get_device()
-    log.info("Use OpenCL device %s (%s)", dev.name, dev.reason)
-    return dev
-
-
-def time_main(argv):
-    from .logs import init_log
-    from .net import Net, TRAIN, TEST
-    flags, rest = parse_flags(argv, {"model": str, "iterations": int, "gpu": str,
-                                     "phase": str, "level": int, "stage": str,
-                                     "forward_only": bool, "weights": str},
-                              defaults={"iterations": 50, "phase": "TRAIN", "level": 0},
-                              program="caffe_ocl time")
-    if "model" not in flags:
-        from .errors import CaffeOclError
-        raise CaffeOclError("time needs --model NET.prototxt")
-    init_log()
-    dev = device_from_flags(flags)
-    stages = flags["stage"].split(",") if flags.get("stage") else ()
-    t0 = time.perf_counter()
-    net = Net(flags["model"], TRAIN if flags["phase"].upper() == "TRAIN" else TEST,
-              weights=flags.get("weights"), level=flags["level"], stages=stages)
-    st = dev.build_stats
-    log.info("Net built in %.3f s; OpenCL programs: %d compiled, %d from the disk cache "
-             "(%s), %.3f s", time.perf_counter() - t0, st["built"], st["cached"], dev.cache_dir,
-             st["seconds"])
-    time_net(net, flags["iterations"], backward=not flags.get("forward_only", False),
-             out=log.info)
-    return 0
-
-
-def device_query_main(argv):
-    from .device import describe_devices
-    print(describe_devices())
-    return 0

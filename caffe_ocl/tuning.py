@@ -1,5 +1,6 @@
-"""`caffe_ocl tune`: measure each convolution's algorithms on this device
-and store the fastest (ops/tuned.py), so that nets built afterwards use them.
+"""Measure each convolution's algorithms on this device and store the
+fastest (ops/tuned.py), so that nets built afterwards use them: the library
+side of `caffe_ocl tune` (caffe_ocl/commands/tune.py).
 
     caffe_ocl tune --model M.prototxt [--phase TRAIN|TEST] [--gpu N]
                    [--iterations R] [--store=false]
@@ -206,37 +207,3 @@ def tune_net(net, rounds=5, store=True, out=print, clock=None):
     Nets built afterwards use the stored choices; ``net`` keeps its own."""
     return tune_passes(net.device, net_conv_passes(net), rounds=rounds, store=store,
                        out=out, clock=clock)
-
-
-def tune_main(argv):
-    from .errors import CaffeOclError
-    from .flags import parse_flags
-    from .logs import init_log
-    from .net import Net, TEST, TRAIN
-    from .timing import device_from_flags
-    flags, _ = parse_flags(argv, {"model": str, "iterations": int, "gpu": str, "phase": str,
-                                  "level": int, "stage": str, "store": bool},
-                           defaults={"iterations": 5, "phase": "TRAIN", "level": 0,
-                                     "store": True},
-                           program="caffe_ocl tune")
-    if "model" not in flags:
-        raise CaffeOclError("tune needs --model NET.prototxt")
-    if flags["iterations"] < 1:
-        raise CaffeOclError("tune: --iterations must be at least 1")
-    phase = flags["phase"].upper()
-    if phase not in ("TRAIN", "TEST"):
-        raise CaffeOclError(f"tune: --phase must be TRAIN or TEST, got {flags['phase']!r}")
-    init_log()
-    dev = device_from_flags(flags)
-    if flags["store"] and tuned.store_path(dev) is None:
-        raise CaffeOclError("tune: no cache directory to store the choices in "
-                            "(CAFFE_OCL_CACHE is empty); set it, or pass --store=false")
-    stages = flags["stage"].split(",") if flags.get("stage") else ()
-    net = Net(flags["model"], TRAIN if phase == "TRAIN" else TEST, level=flags["level"],
-              stages=stages)
-    items = net_conv_passes(net)
-    if not items:
-        log.info("%s has no convolutions: nothing to tune", flags["model"])
-        return 0
-    tune_passes(dev, items, rounds=flags["iterations"], store=flags["store"], out=log.info)
-    return 0

@@ -10,7 +10,7 @@ import lmdb
 import numpy as np
 import pytest
 
-from caffe_ocl import cli
+from caffe_ocl import commands as cli
 from caffe_ocl.errors import DataError
 from caffe_ocl.proto import caffe_pb2
 

@@ -124,7 +124,7 @@ def test_cache_entry_with_an_empty_pocl_record_is_rebuilt_not_loaded(tmp_path):
 
 
 def test_device_query_lists_and_marks_the_chosen_device(capsys):
-    from caffe_ocl.cli import main
+    from caffe_ocl.commands import main
     assert main(["device_query"]) == 0
     out = capsys.readouterr().out
     assert "chosen:" in out and "compute units" in out and "OpenCL" in out
@@ -145,6 +145,7 @@ def test_command_errors_are_one_line_without_traceback(tmp_path, args, msg):
                        'dim: 3 dim: 8 dim: 8 } } }\n'
                        'layer { name: "c" type: "Convolutoin" bottom: "d" top: "c" }\n')
     args = [a.replace("{bad}", str(bad)).replace("{unknown}", str(unknown)) for a in args]
+    (tmp_path / "x.png").write_bytes(b"")      # inputs are checked before the net is built
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-m", "caffe_ocl"] + args, capture_output=True,
                          text=True, timeout=300, cwd=str(tmp_path), env=env)

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from caffe_ocl import draw
+from caffe_ocl.commands import main as cli_main
 from caffe_ocl.errors import CaffeOclError
 from caffe_ocl.proto import caffe_pb2, parse_net_text
 
@@ -90,7 +91,7 @@ def test_missing_pydot_is_a_clear_error(net, no_pydot):
 def test_missing_pydot_in_command(net, no_pydot, tmp_path, capsys):
     proto = tmp_path / "net.prototxt"
     proto.write_text(NET)
-    rc = draw.main([str(proto), str(tmp_path / "out.png")])
+    rc = cli_main(["draw_net", str(proto), str(tmp_path / "out.png")])
     assert rc == 1
     err = capsys.readouterr().err.strip()
     assert "pip install pydot" in err and "\n" not in err
@@ -106,20 +107,20 @@ def test_missing_dot_is_a_clear_error(net, monkeypatch):
 
 
 def test_command_errors_are_one_line(tmp_path, capsys):
-    rc = draw.main([str(tmp_path / "missing.prototxt"), str(tmp_path / "o.png")])
+    rc = cli_main(["draw_net", str(tmp_path / "missing.prototxt"), str(tmp_path / "o.png")])
     assert rc == 1
     err = capsys.readouterr().err.strip()
     assert "missing.prototxt" in err and "\n" not in err
 
     bad = tmp_path / "bad.prototxt"
     bad.write_text("layer { name: \n")
-    assert draw.main([str(bad), str(tmp_path / "o.png")]) == 1
+    assert cli_main(["draw_net", str(bad), str(tmp_path / "o.png")]) == 1
     err = capsys.readouterr().err.strip()
     assert "bad.prototxt" in err and "\n" not in err
 
     good = tmp_path / "good.prototxt"
     good.write_text(NET)
-    assert draw.main([str(good), str(tmp_path / "o.png"), "--phase", "VAL"]) == 1
+    assert cli_main(["draw_net", str(good), str(tmp_path / "o.png"), "--phase", "VAL"]) == 1
     err = capsys.readouterr().err.strip()
     assert "Unknown phase: VAL" in err and "\n" not in err
 
@@ -175,7 +176,7 @@ def test_draw_net_to_file_and_command(net, pydot_and_dot, tmp_path, capsys):
     proto = tmp_path / "net.prototxt"
     proto.write_text(NET)
     out2 = tmp_path / "cli.png"
-    rc = draw.main([str(proto), str(out2), "--rankdir", "TB", "--phase",
+    rc = cli_main(["draw_net", str(proto), str(out2), "--rankdir", "TB", "--phase",
                     "TRAIN", "--display_lrm"])
     assert rc == 0
     assert out2.read_bytes().startswith(PNG_MAGIC)

@@ -348,7 +348,7 @@ def test_caffe2onnx_cifar10_quick_v1(tmp_path):
         raw.ParseFromString(f.read())
     assert len(raw.layers) and not len(raw.layer)          # a legacy V1 file
     out = tmp_path / "cifar.onnx"
-    from caffe_ocl.cli import main
+    from caffe_ocl.commands import main
     assert main(["caffe2onnx", proto, weights, str(out)]) == 0
     m = onnx.load(str(out))
     onnx.checker.check_model(m, full_check=True)
@@ -424,7 +424,7 @@ def test_caffe2onnx_layer_mappings():
 
 def test_cli_onnx2caffe_check_and_load(tmp_path, capsys):
     import caffe_ocl
-    from caffe_ocl.cli import main
+    from caffe_ocl.commands import main
     m = resnet18(13)
     path = tmp_path / "r.onnx"
     onnx.save(m, str(path))
@@ -446,7 +446,7 @@ def test_cli_onnx2caffe_check_and_load(tmp_path, capsys):
 
 def test_cli_unsupported_prints_one_error(tmp_path, capsys):
     from onnx_helpers import make_model, node
-    from caffe_ocl.cli import main
+    from caffe_ocl.commands import main
     m = make_model([node("Relu", ["x"], ["r"]), node("Erf", ["r"], ["e"]),
                     node("Gelu", ["e"], ["y"])], {"x": (1, 2)}, ["y"], opset=20)
     path = tmp_path / "bad.onnx"
@@ -459,7 +459,7 @@ def test_cli_unsupported_prints_one_error(tmp_path, capsys):
 
 
 def test_cli_caffe2onnx_check(tmp_path, capsys):
-    from caffe_ocl.cli import main
+    from caffe_ocl.commands import main
     proto = os.path.join(ROOT, "models", "cifar10_quick", "cifar10_quick.prototxt")
     weights = os.path.join(ROOT, "models", "cifar10_quick", "cifar10_quick_iter_5000.caffemodel")
     assert main(["caffe2onnx", proto, weights, str(tmp_path / "c.onnx"), "--check"]) == 0

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import caffe_ocl as caffe
-from caffe_ocl import train_cli
+from caffe_ocl import training
 from caffe_ocl.data.datum import array_to_datum
 from caffe_ocl.data.db import LMDBWriter
 from caffe_ocl import ranks as pstate
@@ -155,7 +155,7 @@ def test_backward_hooks_see_every_layer_once_per_iteration(workdir):
 
 
 def test_missing_mpi4py_gives_install_hint(workdir, monkeypatch):
-    from caffe_ocl import cli
+    from caffe_ocl import commands as cli
     from caffe_ocl.parallel import comm, launch
     monkeypatch.setattr(comm, "mpi_available", lambda: False)
     monkeypatch.setattr(launch, "mpi_available", lambda: False)
@@ -173,7 +173,7 @@ def test_missing_mpi4py_gives_install_hint(workdir, monkeypatch):
     monkeypatch.setenv("PMI_SIZE", "2")
     monkeypatch.setitem(sys.modules, "mpi4py", None)
     with pytest.raises(comm.ParallelError, match="2 MPI ranks.*pip install mpi4py mpich"):
-        train_cli.train(str(s), progress=False)
+        training.train(str(s), progress=False)
 
 
 # --------------------------------------------------------------------------
@@ -196,7 +196,7 @@ def _train_ranks(workdir, n, iters, env):
 
 
 def _one_process(workdir, n, iters):
-    s = train_cli.train(str(write_solver(workdir, f"one{n}", 4 * n, iters)), progress=False)
+    s = training.train(str(write_solver(workdir, f"one{n}", 4 * n, iters)), progress=False)
     return {n_: [b.data.copy() for b in bl] for n_, bl in s.net.params.items()}
 
 
@@ -317,7 +317,7 @@ def test_gpu_list_spawns_ranks_and_resume(workdir):
     assert p.returncode == 0, p.stderr[-3000:]
     got = weights_of(workdir / "g_iter_4.caffemodel")
     r1 = weights_of(dump / "rank1.caffemodel")
-    s = train_cli.train(str(write_solver(workdir, "one", 8, 4)), snapshot=str(state),
+    s = training.train(str(write_solver(workdir, "one", 8, 4)), snapshot=str(state),
                         progress=False)
     for name in got:
         for b, c, ref in zip(got[name], r1[name], s.net.params[name]):

@@ -3,7 +3,7 @@ import cv2
 import numpy as np
 import pytest
 
-from caffe_ocl import cli
+from caffe_ocl import commands as cli
 from caffe_ocl.data.plot_log import parse_log
 from caffe_ocl.errors import DataError
 
@@ -59,4 +59,5 @@ def test_plot_log_without_data(tmp_path, capsys):
         from caffe_ocl.data.plot_log import plot
         plot(parse_log(str(tmp_path / "empty.log")), str(tmp_path / "x.png"))
     assert cli.main(["plot_log", str(tmp_path / "missing.log"), "x.png"]) == 1
-    assert "cannot read log" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "file not found" in err and "missing.log" in err

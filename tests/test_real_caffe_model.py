@@ -78,7 +78,7 @@ def test_against_opencv_caffe_importer():
 
 
 def test_classify_command_default(capsys):
-    from caffe_ocl.cli import main
+    from caffe_ocl.commands import main
     assert main(["classify"]) == 0
     out = capsys.readouterr().out
     assert "0.9971  dog" in out and "cat" in out and "truck" in out

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import caffe_ocl
-from caffe_ocl import cli, tuning
+from caffe_ocl import commands as cli
+from caffe_ocl import tuning
 from caffe_ocl.errors import CaffeOclError
 from caffe_ocl.device import get_device
 from caffe_ocl.ops import conv as conv_ops

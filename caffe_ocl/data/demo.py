@@ -1,6 +1,5 @@
-"""`caffe_ocl demo`: train LeNet on the embedded MNIST digits.
-
-    caffe_ocl demo [--workdir DIR] [--max_iter N] [--gpu N]
+"""The data side of `caffe_ocl demo` (caffe_ocl/commands/demo.py): LeNet
+on the embedded MNIST digits.
 
 Work dir (default ``~/.cache/caffe_ocl/demo``, or ``./caffe_ocl_demo`` when
 the home cache is not writable): on the first run the embedded MNIST test
@@ -9,17 +8,15 @@ set (caffe_ocl/data/mnist, 10,000 digits) is split into
 later runs reuse them. The shipped ``models/lenet`` net and solver are
 copied there with absolute paths (``lenet_train_test.prototxt``,
 ``lenet_solver.prototxt``; snapshots go to ``lenet_iter_N.*``), training runs
-through ``caffe_ocl.train_cli.train`` (the code path of ``caffe_ocl
+through ``caffe_ocl.training.train`` (the code path of ``caffe_ocl
 train``), the Caffe-style log is also written to ``train.log``, and
 ``lenet_train.png`` plots training loss and test accuracy.
 """
 import logging
 import os
 import shutil
-import sys
 
 from ..errors import DataError
-from ..flags import parse_flags
 from .paths import mnist_dir, models_dir
 
 log = logging.getLogger("caffe_ocl")
@@ -102,53 +99,3 @@ def write_demo_files(workdir, train_db, test_db, max_iter=0):
         f.write("# written by `caffe_ocl demo` from models/lenet/lenet_solver.prototxt\n")
         f.write(text_format.MessageToString(solver))
     return net_path, solver_path, solver
-
-
-def demo_main(argv):
-    usage = ("usage: caffe_ocl demo [--workdir DIR] [--max_iter N] [--gpu N]\n"
-             "Train LeNet on the embedded MNIST digits (8,000 train / 2,000 test) and\n"
-             "plot the run. Default work dir: ~/.cache/caffe_ocl/demo.")
-    if any(a in ("-h", "--help", "-help") for a in argv):
-        print(usage)
-        return 0
-    flags, pos = parse_flags(argv, {"workdir": str, "max_iter": int, "gpu": str},
-                             {"workdir": "", "max_iter": 0, "gpu": ""}, program="caffe_ocl demo")
-    if pos:
-        print(usage, file=sys.stderr)
-        return 1
-    workdir = os.path.abspath(os.path.expanduser(flags["workdir"])) if flags["workdir"] \
-        else default_workdir()
-    try:
-        os.makedirs(workdir, exist_ok=True)
-    except OSError as e:
-        raise DataError(f"demo: cannot create work dir {workdir} ({e})") from None
-    from ..logs import GlogFormatter, init_log
-    init_log()
-    log_path = os.path.join(workdir, "train.log")
-    fh = logging.FileHandler(log_path, mode="w")
-    fh.setFormatter(GlogFormatter())
-    log.addHandler(fh)
-    try:
-        log.info("caffe_ocl demo: work dir %s", workdir)
-        train_db, test_db = build_lmdbs(workdir, progress=sys.stderr.isatty())
-        _, solver_path, sp = write_demo_files(workdir, train_db, test_db, flags["max_iter"])
-        from ..train_cli import train
-        solver = train(solver_path, gpu=flags["gpu"])
-        if sp.test_interval and solver.iter % sp.test_interval:
-            solver.test_all()     # a final test when max_iter is off the test interval
-    finally:
-        log.removeHandler(fh)
-        fh.close()
-    from .plot_log import accuracy_name, parse_log, plot
-    parsed = parse_log(log_path)
-    png = os.path.join(workdir, "lenet_train.png")
-    plot(parsed, png, title=f"LeNet on {N_TRAIN} MNIST digits (caffe_ocl demo)")
-    name = accuracy_name(parsed["test"])
-    acc = [o[name] for _, o in parsed["test"] if name in o] if name else []
-    if acc:
-        print(f"final test accuracy: {acc[-1]:.4f} ({N_TEST} test digits)")
-    else:
-        print("no test accuracy was logged")
-    print(f"log: {log_path}\nplot: {png}\nweights: {solver.param.snapshot_prefix}_iter_"
-          f"{solver.iter}.caffemodel")
-    return 0

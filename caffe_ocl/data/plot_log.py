@@ -12,7 +12,6 @@ against iterations. No matplotlib needed.
 """
 import math
 import re
-import sys
 
 import numpy as np
 
@@ -193,21 +192,3 @@ def plot(parsed, out_path, title="training", size=(900, 560)):
     if not ok:
         raise DataError(f"plot_log: cannot write {out_path} (unknown extension or folder)")
     return img
-
-
-def plot_log_main(argv):
-    usage = "usage: caffe_ocl plot_log LOG OUT.png\nTraining loss and test accuracy vs iterations."
-    if not argv or any(a in ("-h", "--help") for a in argv):
-        print(usage, file=sys.stderr if not argv else sys.stdout)
-        return 0 if argv else 1
-    if len(argv) != 2:
-        print(usage, file=sys.stderr)
-        return 1
-    parsed = parse_log(argv[0])
-    import os
-    plot(parsed, argv[1], title=os.path.basename(argv[0]))
-    acc_name = accuracy_name(parsed["test"])
-    print(f"{argv[1]}: {len(parsed['train'])} loss points, "
-          f"{sum(1 for _, o in parsed['test'] if acc_name in o) if acc_name else 0} "
-          "test points")
-    return 0

@@ -1,4 +1,5 @@
-"""Caffe's data tools: convert_imageset, compute_image_mean, convert_mnist_data.
+"""Caffe's data tools: convert_imageset, compute_image_mean, convert_mnist_data
+(the library side; the commands are in caffe_ocl/commands/).
 
 Same flags and positional arguments as Caffe's binaries (every gflags
 spelling), same output: LMDBs of Datum records that Caffe reads, keys
@@ -15,21 +16,15 @@ import sys
 import numpy as np
 
 from ..errors import DataError
-from ..flags import parse_flags
-from ..proto import caffe_pb2, write_binary
+from ..proto import caffe_pb2
 from .datum import decode_datum, image_file_to_datum, parse_datum
 from .db import LEVELDB_HINT, LMDBReader, LMDBWriter
+from .image_list import read_image_list
 
 log = logging.getLogger("caffe_ocl")
 
 
-def _init_log():
-    from ..logs import init_log
-    if not any(getattr(h, "_caffe_ocl", False) for h in log.handlers):
-        init_log()
-
-
-def _backend(name, tool):
+def check_backend_name(name, tool):
     b = name.lower()
     if b == "leveldb":
         raise DataError(f"{tool}: --backend leveldb: {LEVELDB_HINT}")
@@ -67,26 +62,12 @@ class _Progress:
 # --------------------------------------------------------------------------
 # convert_imageset
 
-CONVERT_USAGE = """usage: caffe_ocl convert_imageset [FLAGS] ROOTFOLDER/ LISTFILE DB_NAME
-Convert a set of images to the lmdb format used as input for Caffe.
-LISTFILE lines are 'subfolder1/file1.JPEG 7'. Flags:
-  --gray              treat images as grayscale ones
-  --shuffle           randomly shuffle the order of images and their labels
-  --backend lmdb      the backend for storing the result (lmdb only)
-  --resize_width W    width images are resized to (0: keep)
-  --resize_height H   height images are resized to (0: keep)
-  --check_size        check that all the datum have the same size
-  --encoded           store the encoded image in the datum
-  --encode_type png|jpg  what type the image is encoded as (implies --encoded)"""
-
-
 def convert_imageset(root, listfile, db_path, gray=False, shuffle=False, backend="lmdb",
                      resize_width=0, resize_height=0, check_size=False, encoded=False,
                      encode_type="", seed=None, progress=True):
     """Write the images of ``listfile`` (``path label`` lines, paths under
     ``root``) into a new LMDB at ``db_path``. Returns the number written."""
-    _backend(backend, "convert_imageset")
-    from ..layers.data import read_image_list
+    check_backend_name(backend, "convert_imageset")
     lines = read_image_list(listfile, "convert_imageset")
     if shuffle:
         log.info("Shuffling data")
@@ -153,29 +134,12 @@ def convert_imageset(root, listfile, db_path, gray=False, shuffle=False, backend
     return count
 
 
-def convert_imageset_main(argv):
-    spec = {"gray": bool, "shuffle": bool, "backend": str, "resize_width": int,
-            "resize_height": int, "check_size": bool, "encoded": bool, "encode_type": str}
-    defaults = {"gray": False, "shuffle": False, "backend": "lmdb", "resize_width": 0,
-                "resize_height": 0, "check_size": False, "encoded": False, "encode_type": ""}
-    if any(a in ("-h", "--help", "-help") for a in argv):
-        print(CONVERT_USAGE)
-        return 0
-    flags, pos = parse_flags(argv, spec, defaults, program="convert_imageset")
-    if len(pos) != 3:
-        print(CONVERT_USAGE, file=sys.stderr)
-        return 1
-    _init_log()
-    convert_imageset(pos[0], pos[1], pos[2], **flags)
-    return 0
-
-
 # --------------------------------------------------------------------------
 # compute_image_mean
 
 def compute_image_mean(db_path, backend="lmdb"):
     """Mean image of an LMDB of Datum records as a BlobProto (1 x C x H x W)."""
-    _backend(backend, "compute_image_mean")
+    check_backend_name(backend, "compute_image_mean")
     with LMDBReader(db_path) as reader:
         total = None
         count = 0
@@ -204,30 +168,6 @@ def compute_image_mean(db_path, backend="lmdb"):
     blob.num, (blob.channels, blob.height, blob.width) = 1, mean.shape
     blob.data.extend(mean.ravel().tolist())
     return blob
-
-
-def compute_image_mean_main(argv):
-    usage = ("usage: caffe_ocl compute_image_mean [--backend lmdb] INPUT_DB [OUTPUT_FILE]\n"
-             "Compute the mean image of a set of images given by an lmdb")
-    if any(a in ("-h", "--help", "-help") for a in argv):
-        print(usage)
-        return 0
-    flags, pos = parse_flags(argv, {"backend": str}, {"backend": "lmdb"},
-                             program="compute_image_mean")
-    if len(pos) not in (1, 2):
-        print(usage, file=sys.stderr)
-        return 1
-    _init_log()
-    blob = compute_image_mean(pos[0], flags["backend"])
-    if len(pos) == 2:
-        log.info("Write to %s", pos[1])
-        write_binary(blob, pos[1])
-    c, dim = blob.channels, blob.height * blob.width
-    data = np.asarray(blob.data, np.float64).reshape(c, dim)
-    log.info("Number of channels: %d", c)
-    for i in range(c):
-        log.info("mean_value channel [%d]: %g", i, data[i].sum() / dim)
-    return 0
 
 
 # --------------------------------------------------------------------------
@@ -296,24 +236,3 @@ def write_mnist_lmdb(images, labels, db_path, progress=True):
         bar.done()
     log.info("Processed %d files.", n)
     return n
-
-
-def convert_mnist_data_main(argv):
-    usage = ("usage: caffe_ocl convert_mnist_data [--backend lmdb] input_image_file "
-             "input_label_file output_db_file\n"
-             "Converts the MNIST dataset (IDX files, .gz accepted) to the lmdb format "
-             "used by Caffe.")
-    if any(a in ("-h", "--help", "-help") for a in argv):
-        print(usage)
-        return 0
-    flags, pos = parse_flags(argv, {"backend": str}, {"backend": "lmdb"},
-                             program="convert_mnist_data")
-    if len(pos) != 3:
-        print(usage, file=sys.stderr)
-        return 1
-    _init_log()
-    _backend(flags["backend"], "convert_mnist_data")
-    images, labels = read_idx(pos[0], pos[1])
-    log.info("Opening lmdb %s", pos[2])
-    write_mnist_lmdb(images, labels, pos[2])
-    return 0

@@ -565,18 +565,3 @@ def caffe2onnx(prototxt, caffemodel, onnx_path, check=False, out=None):
     report = compare(model, p)
     print(format_report(report), file=out or sys.stdout)
     return report
-
-
-def main(argv):
-    import argparse
-    ap = argparse.ArgumentParser(prog="caffe_ocl caffe2onnx",
-                                 description="Export a Caffe model to ONNX (opset 13).")
-    ap.add_argument("prototxt")
-    ap.add_argument("caffemodel")
-    ap.add_argument("onnx")
-    ap.add_argument("--check", action="store_true",
-                    help="run caffe_ocl and onnxruntime on a random input and print the "
-                         "largest difference per output")
-    args = ap.parse_args(argv)
-    caffe2onnx(args.prototxt, args.caffemodel, args.onnx, check=args.check)
-    return 0

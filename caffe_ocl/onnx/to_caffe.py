@@ -37,7 +37,7 @@ import sys
 import numpy as np
 
 from ..proto import array_to_blobproto, caffe_pb2, write_binary, write_text
-from ._common import (OnnxConversionError, Unsupported, UnsupportedModelError,
+from ._common import (Unsupported, UnsupportedModelError,
                       caffe_divisor_2d, caffe_pool_outs, node_attrs, onnx_divisor_2d,
                       onnx_pool_outs, pad_pairs, set_caffe_hw)
 from ._graph import load_model, prepare
@@ -1147,34 +1147,3 @@ def onnx2caffe(onnx_path, prototxt_path, caffemodel_path, check=False, input_sha
     report = compare(onnx_path, net)
     print(format_report(report), file=out or sys.stdout)
     return report
-
-
-def _parse_shapes(values):
-    shapes = {}
-    for v in values:
-        if "=" not in v:
-            raise OnnxConversionError(f"--input_shape expects NAME=D1,D2,..., got {v!r}")
-        name, dims = v.split("=", 1)
-        shapes[name] = tuple(int(d) for d in dims.replace("x", ",").split(",") if d)
-    return shapes
-
-
-def main(argv):
-    import argparse
-    ap = argparse.ArgumentParser(prog="caffe_ocl onnx2caffe",
-                                 description="Convert an ONNX model to Caffe "
-                                             "(prototxt + caffemodel).")
-    ap.add_argument("model")
-    ap.add_argument("prototxt")
-    ap.add_argument("caffemodel")
-    ap.add_argument("--check", action="store_true",
-                    help="run caffe_ocl and onnxruntime on a random input and print the "
-                         "largest difference per output")
-    ap.add_argument("--input_shape", action="append", default=[],
-                    help="NAME=D1,D2,... for inputs with dynamic dimensions")
-    ap.add_argument("--batch", type=int, default=1,
-                    help="batch size for a dynamic first dimension (default 1)")
-    args = ap.parse_args(argv)
-    onnx2caffe(args.model, args.prototxt, args.caffemodel, check=args.check,
-               input_shapes=_parse_shapes(args.input_shape), batch=args.batch)
-    return 0

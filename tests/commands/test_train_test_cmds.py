@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import caffe_ocl as caffe
-from caffe_ocl import cli, train_cli
-from caffe_ocl.train_cli import SignalHandler
+from caffe_ocl import commands as cli
+from caffe_ocl import training
+from caffe_ocl.training import SignalHandler
 
 NET = """
 name: "cli"
@@ -52,13 +53,13 @@ def test_train_flag_spellings(files, argv, capsys):
 
 
 def test_weights_snapshot_and_errors(files, capsys):
-    s = train_cli.train("solver.prototxt", progress=False)
+    s = training.train("solver.prototxt", progress=False)
     w = s.net.params["ip"][0].data.copy()
     s.net.save("a.caffemodel")
     # comma-separated weights: the last file wins for a layer present in both
     s.net.params["ip"][0].data[...] = 3.0
     s.net.save("b.caffemodel")
-    f = train_cli.train("solver.prototxt", weights="a.caffemodel, b.caffemodel",
+    f = training.train("solver.prototxt", weights="a.caffemodel, b.caffemodel",
                         progress=False)
     assert not np.allclose(f.net.params["ip"][0].data, w)
     capsys.readouterr()
@@ -81,7 +82,7 @@ def test_weights_snapshot_and_errors(files, capsys):
 
 
 def test_test_command(files, capsys):
-    s = train_cli.train("solver.prototxt", progress=False)
+    s = training.train("solver.prototxt", progress=False)
     s.net.save("w.caffemodel")
     capsys.readouterr()
     assert cli.main(["test", "--model", "net.prototxt", "-weights=w.caffemodel",

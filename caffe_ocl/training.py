@@ -1,14 +1,14 @@
-"""`caffe_ocl train` and `caffe_ocl test`: Caffe's tools/caffe.cpp.
+"""Training and scoring as Caffe's tools/caffe.cpp does them: the library
+side of `caffe_ocl train` and `caffe_ocl test` (caffe_ocl/commands/train.py,
+score.py), for Python callers too (the demo uses ``train()``).
 
-    caffe_ocl train --solver=S [--weights=W1,W2 | --snapshot=S.solverstate] [--gpu=N]
-                    [--level=L] [--stage=a,b] [--sigint_effect=stop|snapshot|none]
-                    [--sighup_effect=stop|snapshot|none]
-    caffe_ocl test --model=M --weights=W [--iterations=50] [--gpu=N] [--level] [--stage]
-
-Flags take every gflags spelling (-x v, --x v, --x=v, -x=v). ``train()`` is
-the same code path for Python callers (the embedded demo uses it).
+``train(solver, weights, snapshot, gpu=..., ...)``: the solver set-up,
+fine-tuning or resuming, the SIGINT/SIGHUP effects, a progress bar on a
+terminal, data-parallel ranks; ``score(model, weights, iterations)``: Caffe's
+``caffe test`` loop and its log lines; ``select_device(gpu_flag)``.
 """
 import logging
+import os
 import signal
 import sys
 import threading
@@ -16,19 +16,18 @@ import time
 
 import numpy as np
 
-from .errors import SolverError
-from .flags import FlagError, parse_flags
+from . import device as D
+from .device import parse_device_ids
+from .errors import FlagError, SolverError
+from .parallel import launch as par
+from .parallel.data_parallel import DataParallel
+from .proto import caffe_pb2
+from .solvers import read_solver, solver_class
 
 log = logging.getLogger("caffe_ocl")
 
 EFFECTS = ("stop", "snapshot", "none")
 
-TRAIN_SPEC = {"solver": str, "weights": str, "snapshot": str, "gpu": str, "model": str,
-              "iterations": int, "level": int, "stage": str, "sigint_effect": str,
-              "sighup_effect": str, "phase": str}
-DEFAULTS = {"solver": "", "weights": "", "snapshot": "", "gpu": "", "model": "",
-            "iterations": 50, "level": 0, "stage": "", "sigint_effect": "stop",
-            "sighup_effect": "snapshot", "phase": ""}
 
 
 # --------------------------------------------------------------------------
@@ -116,24 +115,10 @@ class ProgressBar:
 # Device choice from --gpu / solver_mode
 # --------------------------------------------------------------------------
 
-def _gpu_ids(flag):
-    flag = (flag or "").strip()
-    if not flag:
-        return []
-    if flag == "all":
-        return [0]
-    try:
-        return [int(x) for x in flag.split(",") if x.strip()]
-    except ValueError:
-        raise FlagError(f"--gpu expects N, N,M,... or all, got {flag!r}") from None
-
-
 def select_device(gpu_flag, solver_param=None):
     """Caffe: --gpu wins; else solver_mode GPU uses device_id. Only the
     first id is used (multi-device training is not supported yet)."""
-    from . import device as D
-    from .proto import caffe_pb2
-    ids = _gpu_ids(gpu_flag)
+    ids = parse_device_ids(gpu_flag)
     if gpu_flag.strip() == "all":
         log.info("--gpu=all: using the first OpenCL device (multi-device training is "
                  "not yet supported)")
@@ -157,7 +142,8 @@ def select_device(gpu_flag, solver_param=None):
     return ids
 
 
-def _stages(flag):
+def stages_of(flag):
+    """``--stage a,b`` -> ["a", "b"]."""
     return [s for s in (flag or "").split(",") if s]
 
 
@@ -172,13 +158,11 @@ def train(solver_path, weights=None, snapshot=None, *, gpu="", level=0, stages=(
     ``weights``: a .caffemodel path or comma-separated list (fine-tuning);
     ``snapshot``: a .solverstate to resume. ``progress``: None = a bar on
     stderr when stderr is a terminal."""
-    from .solvers import read_solver, solver_class
     if not solver_path:
         raise SolverError("Need a solver definition to train.")
     if snapshot and weights:
         raise SolverError("Give a snapshot to resume training or weights to finetune "
                           "but not both.")
-    from .parallel import launch as par
     handler = SignalHandler(sigint_effect, sighup_effect)
     param = read_solver(solver_path)
     param.train_state.level = int(level)
@@ -219,8 +203,6 @@ def train(solver_path, weights=None, snapshot=None, *, gpu="", level=0, stages=(
 
 def _train_rank(group, param, solver_path, weights, snapshot, handler):
     """One rank of data-parallel training (caffe_ocl.parallel)."""
-    from .parallel.data_parallel import DataParallel
-    from .solvers import solver_class
     if snapshot:
         del param.weights[:]
     elif weights:
@@ -247,33 +229,9 @@ def _train_rank(group, param, solver_path, weights, snapshot, handler):
 def _dump_weights(solver, group):
     """CAFFE_OCL_PARALLEL_DUMP=dir: every rank writes its final weights to
     dir/rank<r>.caffemodel (to check that ranks agree)."""
-    import os
     d = os.environ.get("CAFFE_OCL_PARALLEL_DUMP")
     if d:
         solver.net.save(os.path.join(d, f"rank{group.rank}.caffemodel"))
-
-
-def _init_log():
-    from .logs import init_log
-    init_log()
-
-
-def train_main(argv):
-    flags, pos = parse_flags(argv, TRAIN_SPEC, DEFAULTS, program="caffe_ocl train")
-    if pos:
-        raise FlagError(f"caffe_ocl train: unexpected arguments {pos}")
-    _init_log()
-    if not flags["solver"]:
-        raise SolverError("Need a solver definition to train (--solver=...).")
-    from .parallel import launch as par
-    rc = par.maybe_spawn(argv, _gpu_ids(flags["gpu"]) if flags["gpu"] != "all" else [],
-                         flags["solver"])
-    if rc is not None:          # --gpu a,b: ran as one mpiexec rank per device
-        return rc
-    train(flags["solver"], flags["weights"] or None, flags["snapshot"] or None,
-          gpu=flags["gpu"], level=flags["level"], stages=_stages(flags["stage"]),
-          sigint_effect=flags["sigint_effect"], sighup_effect=flags["sighup_effect"])
-    return 0
 
 
 # --------------------------------------------------------------------------
@@ -320,13 +278,3 @@ def score(model, weights, iterations=50, *, gpu="", level=0, stages=()):
         log.info("%s = %s%s", name, _g(mean), extra)
         out.append((name, float(mean)))
     return float(loss), out
-
-
-def test_main(argv):
-    flags, pos = parse_flags(argv, TRAIN_SPEC, DEFAULTS, program="caffe_ocl test")
-    if pos:
-        raise FlagError(f"caffe_ocl test: unexpected arguments {pos}")
-    _init_log()
-    score(flags["model"], flags["weights"], flags["iterations"], gpu=flags["gpu"],
-          level=flags["level"], stages=_stages(flags["stage"]))
-    return 0

@@ -1,0 +1,49 @@
+"""`caffe_ocl time`: time forward/backward per layer (Caffe's `caffe time`)."""
+import logging
+import time
+
+from ..errors import FlagError
+from ..net import TEST, TRAIN, Net
+from ..timing import time_net
+from ._common import GPU, LEVEL, STAGE, require_hdf5_for, start_log, use_device
+from .flags import Flag, Spec
+
+COMMAND = "time"
+SUMMARY = "time forward/backward per layer (Caffe's caffe time)"
+
+log = logging.getLogger("caffe_ocl")
+
+SPEC = Spec(
+    "caffe_ocl time", SUMMARY,
+    flags=[Flag("model", str, "", "the net prototxt (required)", check="file"),
+           Flag("weights", str, "", "weights to load first (optional)", check="files"),
+           Flag("iterations", int, 50, "forward-backward passes to time"),
+           Flag("phase", str, "TRAIN", "the net's phase: TRAIN or TEST"),
+           Flag("forward_only", bool, False, "time the forward pass only"),
+           GPU, LEVEL, STAGE],
+    example="caffe_ocl time --model models/cifar10_quick/cifar10_quick.prototxt "
+            "--iterations 20",
+    details="Each layer is timed with the device queue drained before and after it.")
+
+
+def main(argv):
+    opts = SPEC.parse(argv)
+    if not opts.model:
+        raise FlagError("time needs --model NET.prototxt")
+    phase = opts.phase.upper()
+    if phase not in ("TRAIN", "TEST"):
+        raise FlagError(f"--phase must be TRAIN or TEST, got {opts.phase!r}")
+    if opts.iterations < 1:
+        raise FlagError("--iterations must be at least 1")
+    require_hdf5_for([opts.weights], "caffe_ocl time")
+    start_log()
+    dev = use_device(opts.gpu)
+    t0 = time.perf_counter()
+    net = Net(opts.model, TRAIN if phase == "TRAIN" else TEST, weights=opts.weights or None,
+              level=opts.level, stages=[s for s in opts.stage.split(",") if s])
+    st = dev.build_stats
+    log.info("Net built in %.3f s; OpenCL programs: %d compiled, %d from the disk cache "
+             "(%s), %.3f s", time.perf_counter() - t0, st["built"], st["cached"], dev.cache_dir,
+             st["seconds"])
+    time_net(net, opts.iterations, backward=not opts.forward_only, out=log.info)
+    return 0

@@ -1,0 +1,21 @@
+"""`caffe_ocl upgrade_net_proto_text`: upgrade a legacy (V0/V1) net text file."""
+from ..proto.upgrade_files import upgrade_net_file
+from ._common import start_log
+from .flags import Arg, Spec
+
+SUMMARY = "upgrade a legacy (V0/V1) net .prototxt to the current format (Caffe's tool)"
+
+SPEC = Spec(
+    "caffe_ocl upgrade_net_proto_text", SUMMARY,
+    args=[Arg("v0_net_proto_file_in", "the net to upgrade (text format)", check="file"),
+          Arg("net_proto_file_out", "where the upgraded net is written (text format)")],
+    example="caffe_ocl upgrade_net_proto_text old.prototxt new.prototxt",
+    details="A file already current is written unchanged. The upgrade is the one every "
+            "caffe_ocl command applies on reading; this writes it out.")
+
+
+def main(argv):
+    opts = SPEC.parse(argv)
+    start_log()
+    upgrade_net_file(opts.args[0], opts.args[1], binary=False)
+    return 0
