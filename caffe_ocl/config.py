@@ -114,6 +114,10 @@ _DECLARED = (
             "folder where every rank writes its final weights (multi-rank tests)"),
     Setting("SPAWNED", "bool", False,
             "set by `train --gpu a,b` in the ranks it launches", internal=True),
+    # fork layers and real-model checks (issue #23)
+    Setting("TEST_MODELS", "path", None,
+            "folder of real published models (NAME.prototxt + NAME.caffemodel) that "
+            "tests compare with OpenCV; tests needing them skip when it is unset"),
 )
 
 SETTINGS = {s.name: s for s in _DECLARED}
