@@ -42,7 +42,7 @@ FORK_FIELDS = {
     "detection_output_param": SSD, "multibox_loss_param": SSD, "annotated_data_param": SSD,
     "detection_evaluate_param": SSD, "video_data_param": SSD, "resize_param": SSD,
     "noise_param": SSD, "distort_param": SSD, "expand_param": SSD, "emit_constraint": SSD,
-    "batch_sampler": SSD, "label_map_file": SSD, "visualize": SSD,
+    "batch_sampler": SSD, "label_map_file": SSD,
     "roi_pooling_param": FRCNN, "proposal_param": FRCNN + " (OpenCV's numbering)",
     "smooth_l1_loss_param": FRCNN, "psroi_pooling_param": RFCN,
     "box_annotator_ohem_param": RFCN,
