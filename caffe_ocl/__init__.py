@@ -18,6 +18,7 @@ from .blob import Blob  # noqa: E402,F401
 from .layers import layer_type_list  # noqa: E402,F401
 from .layers.python_layer import PythonLayerBase as Layer  # noqa: E402,F401  (pycaffe's caffe.Layer)
 from .net import Net, TRAIN, TEST  # noqa: E402,F401
+from .layers.custom import register_layer, unregister_layer  # noqa: E402,F401
 
 
 # pycaffe's net_spec names. `caffe.layers` is the NetSpec layer factory (L),

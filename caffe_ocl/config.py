@@ -146,6 +146,10 @@ _DECLARED = (
             "progress of long work (kernel compilation on a cold cache): auto (a bar "
             "on a terminal, plain lines otherwise), bar, lines, or off",
             choices=("auto", "bar", "lines", "off")),
+    # fork layers and real-model checks (issue #23)
+    Setting("TEST_MODELS", "path", None,
+            "folder of real published models (NAME.prototxt + NAME.caffemodel) that "
+            "tests compare with OpenCV; tests needing them skip when it is unset"),
 )
 
 SETTINGS = {s.name: s for s in _DECLARED}

@@ -18,6 +18,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from . import hdf5_weights
 from .blob import Blob
 from .errors import NetError, ShapeError
 from .layers.base import create_layer
@@ -681,6 +682,9 @@ class Net:
             src, where = path_or_param, "<NetParameter>"
         else:
             where = os.fspath(path_or_param)
+            if hdf5_weights.is_hdf5(where):      # by content, as Caffe's *.h5 weights
+                hdf5_weights.copy_from_hdf5(self.layers, where)
+                return
             src = read_net(where)
         layers = list(src.layer)
         index = {n: i for i, n in enumerate(self._layer_names)}
@@ -708,6 +712,14 @@ class Net:
 
     def copy_trained_layers_from(self, path):
         self.copy_from(path)
+
+    def load_hdf5(self, path):
+        """pycaffe's Net.load_hdf5: weights from Caffe's HDF5 layout."""
+        hdf5_weights.copy_from_hdf5(self.layers, path)
+
+    def save_hdf5(self, path, write_diff=False):
+        """pycaffe's Net.save_hdf5: /data/<layer>/<i> datasets (Net::ToHDF5)."""
+        hdf5_weights.save_hdf5(self.layers, path, write_diff)
 
     def to_proto(self, write_diff=False):
         """NetParameter with every layer's parameters and blobs (Net::ToProto)."""

@@ -21,6 +21,7 @@ from ..device import get_device
 from ..errors import LayerError, NetError, ShapeError
 from ..ops import pointwise
 from ..proto import caffe_pb2
+from ..proto import forks
 
 _REGISTRY = {}
 
@@ -38,6 +39,10 @@ def register(*type_names):
     return deco
 
 
+def is_registered(type_name):
+    return type_name in _REGISTRY
+
+
 def layer_type_list():
     """Every registered type (the package's __init__ imports every family
     before anything can call this)."""
@@ -46,11 +51,17 @@ def layer_type_list():
 
 def create_layer(param, phase):
     cls = _REGISTRY.get(param.type)
-    if cls is None:
+    if cls is None or getattr(cls, "user_class", True) is None:   # unregistered custom type
+        fork = forks.fork_of_type(param.type)
+        if fork:
+            raise NetError(f"layer {param.name!r}: unknown layer type {param.type!r}, from "
+                           f"{fork}, which caffe_ocl does not implement; supply one with "
+                           f"caffe_ocl.register_layer({param.type!r}, YourLayerClass)")
         close = difflib.get_close_matches(param.type, list(_REGISTRY), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise NetError(f"layer {param.name!r}: unknown layer type {param.type!r}{hint} "
-                       f"(known types: caffe_ocl.layer_type_list())")
+                       f"(known types: caffe_ocl.layer_type_list(); other types: "
+                       f"caffe_ocl.register_layer({param.type!r}, YourLayerClass))")
     return cls(param, phase)
 
 

@@ -25,6 +25,7 @@ from google.protobuf import text_format
 
 from ..errors import FileNotFound, ParseError, ShapeError, require_file
 from . import caffe_pb2 as pb
+from . import forks
 from .upgrade import upgrade_net, upgrade_solver
 
 __all__ = [
@@ -120,7 +121,14 @@ def _parse_binary(data, msg, source, what):
 def parse_net_text(text, source="<string>"):
     """Parse a net prototxt given as a string; returns the upgraded
     NetParameter."""
-    net = parse_text(text, pb.NetParameter(), source)
+    if isinstance(text, (bytes, bytearray)):
+        text = _decode_text(bytes(text), source)
+    text, custom = forks.extract_custom_params(text)     # register_layer types' *_param
+    try:
+        net = parse_text(text, pb.NetParameter(), source)
+    except ParseError as e:
+        raise ParseError(forks.explained(str(e), text, source)) from None
+    forks.attach_custom_params(net, custom)
     return upgrade_net(net, source)
 
 

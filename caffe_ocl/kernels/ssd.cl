@@ -1,0 +1,352 @@
+/* The SSD fork's layers (weiliu89/caffe, branch ssd): Normalize, Permute,
+ * PriorBox and DetectionOutput (box decoding, per-class NMS, keep_top_k).
+ * Semantics follow the fork's normalize_layer.cpp, permute_layer.cpp,
+ * prior_box_layer.cpp, detection_output_layer.cu and util/bbox_util.cpp. */
+#include "common.h"
+
+/* ---------------------------------------------------------------- Normalize
+ * x viewed as [num][channels][spatial]. */
+
+/* ss[n*spatial + s] = sum_c x[n][c][s]^2 (+ eps when add_eps) */
+__kernel void norm_sumsq_channels(int num, int channels, int spatial, float eps,
+                                  int add_eps, __global const float* x,
+                                  __global float* ss) {
+    GLOBAL_LOOP(i, num * spatial) {
+        const int n = i / spatial, s = i % spatial;
+        __global const float* p = x + (size_t)n * channels * spatial + s;
+        float acc = add_eps ? eps : 0.0f;
+        for (int c = 0; c < channels; ++c) {
+            const float v = p[(size_t)c * spatial];
+            acc += v * v;
+        }
+        ss[i] = acc;
+    }
+}
+
+/* across_spatial: norm[n] = sqrt(sum_s ss[n][s] + eps); otherwise
+ * norm[i] = sqrt(ss[i]) (eps already added per position). */
+__kernel void norm_finish(int num, int spatial, float eps, int across,
+                          __global const float* ss, __global float* norm) {
+    if (across) {
+        GLOBAL_LOOP(n, num) {
+            float acc = 0.0f;
+            for (int s = 0; s < spatial; ++s) acc += ss[n * spatial + s];
+            norm[n] = sqrt(acc + eps);
+        }
+    } else {
+        GLOBAL_LOOP(i, num * spatial) norm[i] = sqrt(ss[i]);
+    }
+}
+
+/* y = x / norm * scale (scale[0] when shared, else scale[c]) */
+__kernel void norm_fwd(int num, int channels, int spatial, int across, int shared,
+                       __global const float* x, __global const float* norm,
+                       __global const float* scale, __global float* y) {
+    const int dim = channels * spatial;
+    GLOBAL_LOOP(i, num * dim) {
+        const int n = i / dim, c = (i % dim) / spatial, s = i % spatial;
+        const float nv = across ? norm[n] : norm[n * spatial + s];
+        y[i] = x[i] / nv * (shared ? scale[0] : scale[c]);
+    }
+}
+
+/* dot[n*spatial + s] = sum_c scale_c * x[n][c][s] * dy[n][c][s] */
+__kernel void norm_dot_channels(int num, int channels, int spatial, int shared,
+                                __global const float* x, __global const float* dy,
+                                __global const float* scale, __global float* dot) {
+    GLOBAL_LOOP(i, num * spatial) {
+        const int n = i / spatial, s = i % spatial;
+        const size_t base = (size_t)n * channels * spatial + s;
+        float acc = 0.0f;
+        for (int c = 0; c < channels; ++c)
+            acc += (shared ? scale[0] : scale[c])
+                   * x[base + (size_t)c * spatial] * dy[base + (size_t)c * spatial];
+        dot[i] = acc;
+    }
+}
+
+/* across: a[n] = sum_s dot[n][s] (written into dot[n*spatial]) */
+__kernel void norm_dot_finish(int num, int spatial, __global float* dot) {
+    GLOBAL_LOOP(n, num) {
+        float acc = 0.0f;
+        for (int s = 0; s < spatial; ++s) acc += dot[n * spatial + s];
+        dot[n * spatial] = acc;
+    }
+}
+
+/* dx = (scale_c * dy - x * a / norm^2) / norm, a = sum_c scale_c x_c dy_c:
+ * the gradient of y = x / norm * scale. The fork multiplies
+ * (dy - x * sum_c x_c dy_c / norm^2) / norm by scale_c, which is the same
+ * for a shared (or uniform) scale and not the gradient otherwise. */
+__kernel void norm_bwd(int num, int channels, int spatial, int across, int shared,
+                       __global const float* x, __global const float* dy,
+                       __global const float* norm, __global const float* dot,
+                       __global const float* scale, __global float* dx) {
+    const int dim = channels * spatial;
+    GLOBAL_LOOP(i, num * dim) {
+        const int n = i / dim, c = (i % dim) / spatial, s = i % spatial;
+        const float nv = across ? norm[n] : norm[n * spatial + s];
+        const float a = across ? dot[n * spatial] : dot[n * spatial + s];
+        dx[i] = ((shared ? scale[0] : scale[c]) * dy[i] - x[i] * (a / nv / nv))
+                * (1.0f / nv);
+    }
+}
+
+/* scale gradient: shared: dscale[0] += sum(y*dy) / scale[0];
+ * per channel: dscale[c] += sum_{n,s} y*dy / scale[c]. One work-item per
+ * output value. */
+__kernel void norm_scale_grad(int num, int channels, int spatial, int shared,
+                              __global const float* y, __global const float* dy,
+                              __global const float* scale, __global float* dscale) {
+    const int nout = shared ? 1 : channels;
+    GLOBAL_LOOP(c, nout) {
+        float acc = 0.0f;
+        for (int n = 0; n < num; ++n) {
+            const int c0 = shared ? 0 : c, c1 = shared ? channels : c + 1;
+            for (int cc = c0; cc < c1; ++cc) {
+                const size_t base = ((size_t)n * channels + cc) * spatial;
+                for (int s = 0; s < spatial; ++s) acc += y[base + s] * dy[base + s];
+            }
+        }
+        dscale[c] += acc / scale[c];
+    }
+}
+
+/* ------------------------------------------------------------------ Permute
+ * geom: new_steps[ndim], old_steps[order[j]] for j < ndim. */
+__kernel void permute(int n, int ndim, __global const int* geom,
+                      __global const float* src, __global float* dst, int forward) {
+    GLOBAL_LOOP(i, n) {
+        int idx = i, old = 0;
+        for (int j = 0; j < ndim; ++j) {
+            const int step = geom[j];
+            old += (idx / step) * geom[ndim + j];
+            idx %= step;
+        }
+        if (forward) dst[i] = src[old];
+        else dst[old] = src[i];
+    }
+}
+
+/* ----------------------------------------------------------------- PriorBox
+ * boxes: nbox x (box width, box height) in pixels; offsets: noff x
+ * (offset x, offset y). Prior k of cell (h, w) is box k / noff at offset
+ * k % noff. top: [2][lh*lw*nbox*noff*4]: corners, then variances. */
+__kernel void prior_box(int lh, int lw, int nbox, int noff, float img_w, float img_h,
+                        float step_w, float step_h, int clip, int nvar,
+                        __global const float* boxes, __global const float* offsets,
+                        __global const float* var, __global float* top) {
+    const int np = nbox * noff;
+    const int dim = lh * lw * np * 4;
+    GLOBAL_LOOP(i, dim) {
+        const int j = i % 4, p = (i / 4) % np, cell = i / 4 / np;
+        const int h = cell / lw, w = cell % lw;
+        const int b = p / noff, o = p % noff;
+        const float cx = ((float)w + offsets[2 * o]) * step_w;
+        const float cy = ((float)h + offsets[2 * o + 1]) * step_h;
+        const float bw = boxes[2 * b], bh = boxes[2 * b + 1];
+        float v;
+        if (j == 0) v = (cx - bw / 2.0f) / img_w;
+        else if (j == 1) v = (cy - bh / 2.0f) / img_h;
+        else if (j == 2) v = (cx + bw / 2.0f) / img_w;
+        else v = (cy + bh / 2.0f) / img_h;
+        if (clip) v = fmin(fmax(v, 0.0f), 1.0f);
+        top[i] = v;
+        top[dim + i] = nvar == 1 ? var[0] : var[j];
+    }
+}
+
+/* ---------------------------------------------------------- DetectionOutput
+ * Code types: 1 CORNER, 2 CENTER_SIZE, 3 CORNER_SIZE. loc: [num][np][nlc][4];
+ * prior: corners [np][4] then variances [np][4]. bbox: same layout as loc. */
+__kernel void detout_decode(int n, int code_type, int var_in_target, int np, int nlc,
+                            int share_location, int background, int clip,
+                            __global const float* loc, __global const float* prior,
+                            __global float* bbox) {
+    GLOBAL_LOOP(index, n) {
+        const int i = index % 4;
+        const int c = (index / 4) % nlc;
+        const int d = (index / 4 / nlc) % np;
+        if (!share_location && c == background) {
+            bbox[index] = 0.0f;
+            continue;
+        }
+        const int pi = d * 4, vi = pi + np * 4;
+        const float vr = var_in_target ? 1.0f : prior[vi + i];
+        float v;
+        if (code_type == 1) {
+            v = prior[pi + i] + loc[index] * vr;
+        } else if (code_type == 2) {
+            const float pw = prior[pi + 2] - prior[pi], ph = prior[pi + 3] - prior[pi + 1];
+            const float pcx = (prior[pi] + prior[pi + 2]) / 2.0f;
+            const float pcy = (prior[pi + 1] + prior[pi + 3]) / 2.0f;
+            const int b0 = index - i;
+            const float v0 = var_in_target ? 1.0f : prior[vi];
+            const float v1 = var_in_target ? 1.0f : prior[vi + 1];
+            const float v2 = var_in_target ? 1.0f : prior[vi + 2];
+            const float v3 = var_in_target ? 1.0f : prior[vi + 3];
+            const float cx = v0 * loc[b0] * pw + pcx;
+            const float cy = v1 * loc[b0 + 1] * ph + pcy;
+            const float bw = exp(v2 * loc[b0 + 2]) * pw;
+            const float bh = exp(v3 * loc[b0 + 3]) * ph;
+            v = i == 0 ? cx - bw / 2.0f : i == 1 ? cy - bh / 2.0f
+              : i == 2 ? cx + bw / 2.0f : cy + bh / 2.0f;
+        } else {
+            const float psize = (i == 0 || i == 2) ? prior[pi + 2] - prior[pi]
+                                                   : prior[pi + 3] - prior[pi + 1];
+            v = prior[pi + i] + loc[index] * vr * psize;
+        }
+        if (clip) v = fmax(fmin(v, 1.0f), 0.0f);
+        bbox[index] = v;
+    }
+}
+
+inline float bbox_size(__global const float* b, int normalized) {
+    if (b[2] < b[0] || b[3] < b[1]) return 0.0f;
+    const float w = b[2] - b[0], h = b[3] - b[1];
+    return normalized ? w * h : (w + 1.0f) * (h + 1.0f);
+}
+
+/* bbox_util's JaccardOverlap (normalized: the fork's; OpenCV's
+ * normalized_bbox false adds 1 to the sizes). */
+inline float jaccard(__global const float* a, __global const float* b, int normalized) {
+    if (b[0] > a[2] || b[2] < a[0] || b[1] > a[3] || b[3] < a[1]) return 0.0f;
+    const float ixmin = fmax(a[0], b[0]), iymin = fmax(a[1], b[1]);
+    const float ixmax = fmin(a[2], b[2]), iymax = fmin(a[3], b[3]);
+    const float iw = ixmax - ixmin, ih = iymax - iymin;
+    const float inter = normalized ? iw * ih : (iw + 1.0f) * (ih + 1.0f);
+    const float s1 = bbox_size(a, normalized), s2 = bbox_size(b, normalized);
+    return inter / (s1 + s2 - inter);
+}
+
+/* "a before b" in the fork's descending score order; equal scores keep the
+ * lower index first (std::sort leaves their order unspecified). */
+inline int score_before(float sa, int ia, float sb, int ib) {
+    return sa > sb || (sa == sb && ia < ib);
+}
+
+/* ApplyNMSFast for one (image, class) pair per work-item: candidates with
+ * score > threshold, sorted by score (top_k kept when top_k > -1), greedy
+ * NMS with the adaptive threshold (eta). conf: [num][np][ncls] (softmaxed,
+ * as the net gives it). cand: scratch of np ints per pair. keep: kept
+ * prior indices, np per pair, in NMS order; nkeep: their count. */
+__kernel void detout_nms(int num, int np, int ncls, int nlc, int share_location,
+                         int background, float conf_thresh, float nms_thresh,
+                         float eta, int top_k, int normalized,
+                         __global const float* conf, __global const float* bbox,
+                         __global int* cand, __global int* keep, __global int* nkeep) {
+    GLOBAL_LOOP(pair, num * ncls) {
+        const int n = pair / ncls, c = pair % ncls;
+        __global int* cd = cand + (size_t)pair * np;
+        __global int* kp = keep + (size_t)pair * np;
+        if (c == background) {
+            nkeep[pair] = 0;
+            continue;
+        }
+        __global const float* sc = conf + (size_t)n * np * ncls + c;
+        /* insertion into a sorted list, bounded by top_k */
+        const int cap = top_k > -1 ? min(top_k, np) : np;
+        int m = 0;
+        for (int p = 0; p < np; ++p) {
+            const float s = sc[(size_t)p * ncls];
+            if (!(s > conf_thresh)) continue;
+            if (m == cap && !score_before(s, p, sc[(size_t)cd[m - 1] * ncls], cd[m - 1]))
+                continue;
+            int j = m < cap ? m++ : m - 1;
+            while (j > 0 && score_before(s, p, sc[(size_t)cd[j - 1] * ncls], cd[j - 1])) {
+                cd[j] = cd[j - 1];
+                --j;
+            }
+            cd[j] = p;
+        }
+        const int lc = share_location ? 0 : c;
+        __global const float* bb = bbox + (size_t)n * np * nlc * 4;
+        float thr = nms_thresh;
+        int k = 0;
+        for (int q = 0; q < m; ++q) {
+            const int idx = cd[q];
+            int ok = 1;
+            for (int t = 0; t < k && ok; ++t)
+                ok = jaccard(bb + ((size_t)idx * nlc + lc) * 4,
+                             bb + ((size_t)kp[t] * nlc + lc) * 4, normalized) <= thr;
+            if (ok) {
+                kp[k++] = idx;
+                if (eta < 1.0f && thr > 0.5f) thr *= eta;
+            }
+        }
+        nkeep[pair] = k;
+    }
+}
+
+/* keep_top_k per image (one work-item each): a kept detection stays when
+ * fewer than keep_top_k others come before it in (score desc, label asc,
+ * NMS position asc) order. sel marks each kept slot 1/0; count[n] is the
+ * image's number of output rows. */
+__kernel void detout_keep_top_k(int num, int np, int ncls, int keep_top_k,
+                                __global const float* conf, __global const int* keep,
+                                __global const int* nkeep, __global int* sel,
+                                __global int* count) {
+    GLOBAL_LOOP(n, num) {
+        __global const float* sc = conf + (size_t)n * np * ncls;
+        int total = 0;
+        for (int c = 0; c < ncls; ++c) total += nkeep[n * ncls + c];
+        const int trim = keep_top_k > -1 && total > keep_top_k;
+        int out = 0;
+        for (int c = 0; c < ncls; ++c) {
+            const int pair = n * ncls + c;
+            for (int j = 0; j < nkeep[pair]; ++j) {
+                int s = 1;
+                if (trim) {
+                    const float v = sc[(size_t)keep[(size_t)pair * np + j] * ncls + c];
+                    int before = 0;
+                    for (int c2 = 0; c2 < ncls && before < keep_top_k; ++c2) {
+                        const int p2 = n * ncls + c2;
+                        for (int j2 = 0; j2 < nkeep[p2]; ++j2) {
+                            const float v2 = sc[(size_t)keep[(size_t)p2 * np + j2] * ncls + c2];
+                            if (v2 > v || (v2 == v && (c2 < c || (c2 == c && j2 < j))))
+                                ++before;
+                        }
+                    }
+                    s = before < keep_top_k;
+                }
+                sel[(size_t)pair * np + j] = s;
+                out += s;
+            }
+        }
+        count[n] = out;
+    }
+}
+
+/* Output rows [image, label, score, xmin, ymin, xmax, ymax], per image in
+ * label order, within a label in NMS order. empty: no detection in the
+ * batch: one row per image [image, -1 x 6], as the fork. */
+__kernel void detout_write(int num, int np, int ncls, int nlc, int share_location,
+                           int empty, __global const float* conf,
+                           __global const float* bbox, __global const int* keep,
+                           __global const int* nkeep, __global const int* sel,
+                           __global const int* count, __global float* top) {
+    GLOBAL_LOOP(n, num) {
+        if (empty) {
+            top[n * 7] = (float)n;
+            for (int k = 1; k < 7; ++k) top[n * 7 + k] = -1.0f;
+            continue;
+        }
+        int row = 0;
+        for (int m = 0; m < n; ++m) row += count[m];
+        for (int c = 0; c < ncls; ++c) {
+            const int pair = n * ncls + c;
+            const int lc = share_location ? 0 : c;
+            for (int j = 0; j < nkeep[pair]; ++j) {
+                if (!sel[(size_t)pair * np + j]) continue;
+                const int idx = keep[(size_t)pair * np + j];
+                __global float* o = top + (size_t)row * 7;
+                __global const float* b = bbox + (((size_t)n * np + idx) * nlc + lc) * 4;
+                o[0] = (float)n;
+                o[1] = (float)c;
+                o[2] = conf[((size_t)n * np + idx) * ncls + c];
+                o[3] = b[0]; o[4] = b[1]; o[5] = b[2]; o[6] = b[3];
+                ++row;
+            }
+        }
+    }
+}

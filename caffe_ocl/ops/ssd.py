@@ -1,0 +1,87 @@
+"""SSD fork primitives (kernels/ssd.cl): Normalize, Permute, PriorBox and
+DetectionOutput's decoding, NMS, keep_top_k and output rows."""
+from . import work_size
+
+SRC = "ssd.cl"
+
+
+def _launch(dev, n, name, args):
+    g, l = work_size(dev, n)
+    return dev.launch(SRC, name, g, l, args)
+
+
+# ---- Normalize -------------------------------------------------------------
+def norm_sumsq(dev, num, channels, spatial, eps, add_eps, x, ss):
+    return _launch(dev, num * spatial, "norm_sumsq_channels",
+                   [num, channels, spatial, eps, int(add_eps), x, ss])
+
+
+def norm_finish(dev, num, spatial, eps, across, ss, norm):
+    return _launch(dev, num if across else num * spatial, "norm_finish",
+                   [num, spatial, eps, int(across), ss, norm])
+
+
+def norm_forward(dev, num, channels, spatial, across, shared, x, norm, scale, y):
+    return _launch(dev, num * channels * spatial, "norm_fwd",
+                   [num, channels, spatial, int(across), int(shared), x, norm, scale, y])
+
+
+def norm_dot(dev, num, channels, spatial, across, shared, x, dy, scale, dot):
+    out = [_launch(dev, num * spatial, "norm_dot_channels",
+                   [num, channels, spatial, int(shared), x, dy, scale, dot])]
+    if across:
+        out.append(_launch(dev, num, "norm_dot_finish", [num, spatial, dot]))
+    return out
+
+
+def norm_backward(dev, num, channels, spatial, across, shared, x, dy, norm, dot, scale, dx):
+    return _launch(dev, num * channels * spatial, "norm_bwd",
+                   [num, channels, spatial, int(across), int(shared), x, dy, norm, dot,
+                    scale, dx])
+
+
+def norm_scale_grad(dev, num, channels, spatial, shared, y, dy, scale, dscale):
+    return _launch(dev, 1 if shared else channels, "norm_scale_grad",
+                   [num, channels, spatial, int(shared), y, dy, scale, dscale])
+
+
+# ---- Permute ---------------------------------------------------------------
+def permute(dev, n, ndim, geom, src, dst, forward=True):
+    """geom: int buffer [new_steps(ndim), old_steps[order[j]] (ndim)]."""
+    return _launch(dev, n, "permute", [n, ndim, geom, src, dst, int(bool(forward))])
+
+
+# ---- PriorBox ----------------------------------------------------------------
+def prior_box(dev, lh, lw, nbox, noff, img_w, img_h, step_w, step_h, clip, nvar,
+              boxes, offsets, var, top):
+    return _launch(dev, lh * lw * nbox * noff * 4, "prior_box",
+                   [lh, lw, nbox, noff, img_w, img_h, step_w, step_h, int(clip), nvar,
+                    boxes, offsets, var, top])
+
+
+# ---- DetectionOutput ---------------------------------------------------------
+def detout_decode(dev, n, code_type, var_in_target, np_, nlc, share_location, background,
+                  clip, loc, prior, bbox):
+    return _launch(dev, n, "detout_decode",
+                   [n, code_type, int(var_in_target), np_, nlc, int(share_location),
+                    background, int(clip), loc, prior, bbox])
+
+
+def detout_nms(dev, num, np_, ncls, nlc, share_location, background, conf_thresh,
+               nms_thresh, eta, top_k, normalized, conf, bbox, cand, keep, nkeep):
+    return _launch(dev, num * ncls, "detout_nms",
+                   [num, np_, ncls, nlc, int(share_location), background, conf_thresh,
+                    nms_thresh, eta, top_k, int(normalized), conf, bbox, cand, keep, nkeep])
+
+
+def detout_keep_top_k(dev, num, np_, ncls, keep_top_k, conf, keep, nkeep, sel, count):
+    return _launch(dev, num, "detout_keep_top_k",
+                   [num, np_, ncls, keep_top_k, conf, keep, nkeep, sel, count])
+
+
+def detout_write(dev, num, np_, ncls, nlc, share_location, conf, bbox, keep, nkeep, sel,
+                 count, top):
+    """Rebind argument 5 (``empty``) per forward."""
+    return _launch(dev, num, "detout_write",
+                   [num, np_, ncls, nlc, int(share_location), 0, conf, bbox, keep, nkeep,
+                    sel, count, top])
