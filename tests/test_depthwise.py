@@ -21,6 +21,10 @@ GEOMS = [
     (1, 5, 8, 7, 5, 5, 2, 2, 2, 2, 1, 1),      # kernel 5, stride 2
     (2, 3, 6, 8, 3, 5, 1, 0, 2, 1, 1, 1),      # non-square kernel, mixed stride/pad
     (3, 1, 5, 5, 3, 3, 1, 1, 1, 1, 1, 1),      # one channel
+    # kernels larger than dw_ops.SPECIALISE_MAX: geometry passed at run time
+    (1, 2, 10, 9, 8, 8, 2, 2, 4, 4, 1, 1),     # kernel 8, stride 4 (upsampling-like)
+    (2, 2, 9, 10, 9, 3, 4, 1, 1, 1, 1, 1),     # 9 x 3, stride 1, same size (flat path)
+    (1, 2, 14, 13, 8, 9, 3, 2, 2, 3, 2, 1),    # dilation 2, mixed strides
 ]
 
 
@@ -57,6 +61,15 @@ def _ref_grads(g, x, w, dy):
         e[idx] = 1.0
         dx[idx] = np.sum(conv2d(e, w, **_kw(g)) * dy)
     return dw, dx
+
+
+def test_large_kernels_share_one_runtime_program():
+    """Kernels up to SPECIALISE_MAX are compiled with their geometry; larger
+    ones share one program with the geometry as arguments (a 32 x 32 kernel
+    unrolled in every kernel took PoCL minutes to build)."""
+    small, big, bigger = (_geom(GEOMS[4]), _geom(GEOMS[7]), _geom(GEOMS[9]))
+    assert dw_ops.specialised(small)
+    assert not dw_ops.specialised(big) and not dw_ops.specialised(bigger)
 
 
 def test_dispatch_picks_depthwise(d):

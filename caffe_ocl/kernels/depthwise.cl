@@ -10,6 +10,34 @@
  * work-groups per channel, summed by dw_bwd_weight_sum). */
 #include "common.h"
 
+/* DW_RUNTIME=1 (ops/depthwise.py, kernels larger than 7 x 7): the geometry
+ * is read from the kernels' g_* arguments instead of -D macros, so one
+ * program serves every large geometry and no tap loop has a compile-time
+ * trip count to unroll (a 32 x 32 kernel, fully unrolled in every kernel of
+ * this file, took PoCL 5 minutes to build). The g_* arguments are passed in
+ * both modes; specialised programs ignore them. DW_GEO_PARAMS / DW_GEO hand
+ * them on to the helper functions. */
+#ifndef DW_RUNTIME
+#define DW_RUNTIME 0
+#endif
+#define DW_GEO_ARGS int g_kh, int g_kw, int g_sh, int g_sw, int g_ph, int g_pw, \
+    int g_dh, int g_dw
+#if DW_RUNTIME
+#define KH g_kh
+#define KW g_kw
+#define SH g_sh
+#define SW g_sw
+#define PH g_ph
+#define PW g_pw
+#define DH g_dh
+#define DW g_dw
+#define DW_GEO_PARAMS , DW_GEO_ARGS
+#define DW_GEO , g_kh, g_kw, g_sh, g_sw, g_ph, g_pw, g_dh, g_dw
+#else
+#define DW_GEO_PARAMS
+#define DW_GEO
+#endif
+
 #include "conv_geom.h"
 #ifndef BIAS
 #define BIAS 0
@@ -38,14 +66,21 @@
 #else
 #define DW_BIAS_OF(c) 0.0f
 #endif
+#if DW_RUNTIME
+#define DW_CHANNEL_TAPS(c)                                          \
+    __global const float* wv = w + (c) * TAPS;                      \
+    const float b = DW_BIAS_OF(c)
+#else
 #define DW_CHANNEL_TAPS(c)                                          \
     float wv[TAPS];                                                 \
     _Pragma("unroll")                                               \
     for (int t_ = 0; t_ < TAPS; ++t_) wv[t_] = w[(c) * TAPS + t_];  \
     const float b = DW_BIAS_OF(c)
+#endif
 
 /* y = act(x (*) w + bias); one output element per index. */
 __kernel void dw_forward(int total, int C, int H, int W, int HO, int WO,
+        int g_kh, int g_kw, int g_sh, int g_sw, int g_ph, int g_pw, int g_dh, int g_dw,
                          __global const float* x, __global const float* w,
                          __global const float* bias, __global float* y,
                          float act_a, float act_b) {
@@ -89,6 +124,7 @@ __kernel void dw_forward(int total, int C, int H, int W, int HO, int WO,
 /* dx = conv^T(dy) (+ dx if accumulate), gathered: each input element sums
  * the outputs whose window covers it (no atomics). */
 __kernel void dw_bwd_data(int total, int C, int H, int W, int HO, int WO,
+        int g_kh, int g_kw, int g_sh, int g_sw, int g_ph, int g_pw, int g_dh, int g_dw,
                           __global const float* dy, __global const float* w,
                           __global float* dx, int accumulate) {
     GLOBAL_LOOP(i, total) {
@@ -122,23 +158,19 @@ __kernel void dw_bwd_data(int total, int C, int H, int W, int HO, int WO,
 /* 8 inputs of (padded) row xr for 8 consecutive outputs from column ow,
  * tap column kw (compile-time stride: one unaligned vector load at stride
  * 1, the even lanes of one 16-wide load at stride 2, gathered otherwise). */
-inline float8 dw_row8(__local const float* xr, int ow, int kw) {
+inline float8 dw_row8(__local const float* xr, int ow, int kw DW_GEO_PARAMS) {
     __local const float* s = xr + ow * SW + kw * DW;
-#if SW == 1
-    return vload8(0, s);
-#elif SW == 2
-    return vload16(0, s).even;
-#else
+    if (SW == 1) return vload8(0, s);
+    if (SW == 2) return vload16(0, s).even;
     return (float8)(s[0], s[SW], s[2 * SW], s[3 * SW], s[4 * SW], s[5 * SW], s[6 * SW],
                     s[7 * SW]);
-#endif
 }
 
 /* Rows ih0 .. ih0 + rows - 1 of plane xp, zero-padded (PW columns on each
  * side, rows outside the image all zeros) into buf ([rows][wp]), then
  * DW_SLACK zeros that the last row's vector loads may read. */
 inline void dw_pad_rows(__local float* buf, __global const float* xp, int ih0, int rows,
-                        int H, int W, int wp) {
+                        int H, int W, int wp DW_GEO_PARAMS) {
     for (int r = 0; r < rows; ++r) {
         __local float* d = buf + r * wp;
         const int ih = ih0 + r;
@@ -166,7 +198,8 @@ inline void dw_pad_rows(__local float* buf, __global const float* xp, int ih0, i
  * replaces read and wrote each y row once per tap and ran the edge columns
  * scalar: MobileNet v2's depthwise layers at batch 16 took 49 ms per pass
  * against 17 ms without their edge columns. */
-__kernel void dw_forward_band(int units, int C, int H, int W, int HO, int WO, int band,
+__kernel void dw_forward_band(int units, int C, int H, int W, int HO, int WO,
+        int g_kh, int g_kw, int g_sh, int g_sw, int g_ph, int g_pw, int g_dh, int g_dw, int band,
                               __global const float* x, __global const float* w,
                               __global const float* bias, __global float* y,
                               float act_a, float act_b) {
@@ -179,7 +212,7 @@ __kernel void dw_forward_band(int units, int C, int H, int W, int HO, int WO, in
         DW_CHANNEL_TAPS(c);
         for (int oh0 = 0; oh0 < HO; oh0 += band) {
             const int nr = min(band, HO - oh0);
-            dw_pad_rows(buf, xp, oh0 * SH - PH, (nr - 1) * SH + (KH - 1) * DH + 1, H, W, wp);
+            dw_pad_rows(buf, xp, oh0 * SH - PH, (nr - 1) * SH + (KH - 1) * DH + 1, H, W, wp DW_GEO);
             for (int r = 0; r < nr; ++r) {
                 __local const float* xr = buf + r * SH * wp;
                 __global float* yr = yp + (oh0 + r) * WO;
@@ -190,7 +223,7 @@ __kernel void dw_forward_band(int units, int C, int H, int W, int HO, int WO, in
                     for (int kh = 0; kh < KH; ++kh)
 #pragma unroll
                         for (int kw = 0; kw < KW; ++kw)
-                            acc = fma(dw_row8(xr + kh * DH * wp, o, kw),
+                            acc = fma(dw_row8(xr + kh * DH * wp, o, kw DW_GEO),
                                       (float8)wv[kh * KW + kw], acc);
                     acc = APPLY_ACT8(acc + b);
                     if (WO >= 8) {
@@ -222,6 +255,7 @@ __kernel void dw_forward_band(int units, int C, int H, int W, int HO, int WO, in
 #define FLAT_BUF (3 * FLAT_MAX)
 #define FLAT_PAD (PH * W + PW)
 __kernel void dw_forward_flat(int units, int C, int H, int W, int HO, int WO,
+        int g_kh, int g_kw, int g_sh, int g_sw, int g_ph, int g_pw, int g_dh, int g_dw,
                               __global const float* x, __global const float* w,
                               __global const float* bias, __global float* y,
                               float act_a, float act_b) {
@@ -270,6 +304,7 @@ __kernel void dw_forward_flat(int units, int C, int H, int W, int HO, int WO,
  * (no races), clears them unless accumulating, then scatters every dy row
  * through the taps into the dx rows it reaches (contiguous segments). */
 __kernel void dw_bwd_data_plane(int units, int C, int H, int W, int HO, int WO,
+        int g_kh, int g_kw, int g_sh, int g_sw, int g_ph, int g_pw, int g_dh, int g_dw,
                                 __global const float* dy, __global const float* w,
                                 __global float* dx, int accumulate) {
     GLOBAL_LOOP(u, units) {
@@ -297,6 +332,27 @@ __kernel void dw_bwd_data_plane(int units, int C, int H, int W, int HO, int WO,
     }
 }
 
+#if DW_RUNTIME
+/* Tap (kh, kw) of one channel's weight gradient, summed over the output
+ * positions p = start, start + step, ... < P. */
+inline float dw_tap(int c, int C, int H, int W, int HO, int WO, int P, int start, int step,
+                    int kh, int kw, __global const float* x, __global const float* dy
+                    DW_GEO_PARAMS) {
+    float acc = 0.0f;
+    for (int p = start; p < P; p += step) {
+        int ow = p % WO;
+        int t = p / WO;
+        int oh = t % HO;
+        int n = t / HO;
+        int ih = oh * SH - PH + kh * DH, iw = ow * SW - PW + kw * DW;
+        if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
+            size_t nc = (size_t)n * C + c;
+            acc = fma(dy[(nc * HO + oh) * WO + ow], x[(nc * H + ih) * W + iw], acc);
+        }
+    }
+    return acc;
+}
+#else
 /* The KH*KW taps of one channel's weight gradient, summed over the output
  * positions p = start, start + step, ... < N*HO*WO, into acc[]. */
 inline void dw_taps(int c, int C, int H, int W, int HO, int WO, int P, int start, int step,
@@ -323,6 +379,7 @@ inline void dw_taps(int c, int C, int H, int W, int HO, int WO, int P, int start
         }
     }
 }
+#endif
 
 /* dw[c] += sum over n, oh, ow (CPU drivers): work-groups of one item, each
  * taking a contiguous chunk of channels; per image, output row and tap, one
@@ -330,11 +387,17 @@ inline void dw_taps(int c, int C, int H, int W, int HO, int WO, int P, int start
  * with no per-element index arithmetic (the per-position walk of dw_taps
  * was 5-10x slower on PoCL). */
 __kernel void dw_bwd_weight_serial(int N, int C, int H, int W, int HO, int WO,
+        int g_kh, int g_kw, int g_sh, int g_sw, int g_ph, int g_pw, int g_dh, int g_dw,
                                    __global const float* x, __global const float* dy,
                                    __global float* dw) {
     GLOBAL_LOOP(c, C) {
+#if DW_RUNTIME   /* no private array of a runtime size: sum into dw itself */
+#define DW_SERIAL_ACC(k) dw[c * TAPS + (k)]
+#else
         float acc[TAPS];
         for (int k = 0; k < TAPS; ++k) acc[k] = 0.0f;
+#define DW_SERIAL_ACC(k) acc[k]
+#endif
         for (int n = 0; n < N; ++n) {
             __global const float* xp = x + ((size_t)n * C + c) * H * W;
             __global const float* dyp = dy + ((size_t)n * C + c) * HO * WO;
@@ -351,10 +414,10 @@ __kernel void dw_bwd_weight_serial(int N, int C, int H, int W, int HO, int WO,
                          * would run at its latency, not vectorized */
                         float8 s8 = 0.0f;
                         int ow = r.x;
-#if SW == 1
-                        for (; ow + 8 <= r.y; ow += 8)
-                            s8 = fma(vload8(0, dyr + ow), vload8(0, xr + ow + off), s8);
-#else
+                        if (SW == 1) {
+                            for (; ow + 8 <= r.y; ow += 8)
+                                s8 = fma(vload8(0, dyr + ow), vload8(0, xr + ow + off), s8);
+                        }
                         for (; ow + 8 <= r.y; ow += 8) {
                             float8 d = vload8(0, dyr + ow);
                             float8 v = (float8)(xr[ow * SW + off], xr[(ow + 1) * SW + off],
@@ -363,16 +426,18 @@ __kernel void dw_bwd_weight_serial(int N, int C, int H, int W, int HO, int WO,
                                                 xr[(ow + 6) * SW + off], xr[(ow + 7) * SW + off]);
                             s8 = fma(d, v, s8);
                         }
-#endif
                         float4 s4 = s8.lo + s8.hi;
                         float s = (s4.x + s4.y) + (s4.z + s4.w);
                         for (; ow < r.y; ++ow) s = fma(dyr[ow], xr[ow * SW + off], s);
-                        acc[kh * KW + kw] += s;
+                        DW_SERIAL_ACC(kh * KW + kw) += s;
                     }
                 }
             }
         }
+#if !DW_RUNTIME
         for (int k = 0; k < TAPS; ++k) dw[c * TAPS + k] += acc[k];
+#endif
+#undef DW_SERIAL_ACC
     }
 }
 
@@ -382,7 +447,8 @@ __kernel void dw_bwd_weight_serial(int N, int C, int H, int W, int HO, int WO,
  * work-group t = c*chunks + g sums range g with a strided share per item,
  * reduces each tap in local memory and writes part[t*TAPS + tap]. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void dw_bwd_weight(int N, int C, int H, int W, int HO, int WO, int chunks,
+void dw_bwd_weight(int N, int C, int H, int W, int HO, int WO,
+        int g_kh, int g_kw, int g_sh, int g_sw, int g_ph, int g_pw, int g_dh, int g_dw, int chunks,
                    __global const float* x, __global const float* dy,
                    __global float* part) {
     __local float red[WG];
@@ -391,11 +457,17 @@ void dw_bwd_weight(int N, int C, int H, int W, int HO, int WO, int chunks,
     for (int t = get_group_id(0); t < C * chunks; t += get_num_groups(0)) {
         const int c = t / chunks, g = t - c * chunks;
         const int p1 = min(P, (g + 1) * len);
+#if DW_RUNTIME   /* tap by tap: no private array of a runtime size */
+        for (int k = 0; k < TAPS; ++k) {
+            red[lid] = dw_tap(c, C, H, W, HO, WO, p1, g * len + lid, WG, k / KW, k % KW, x,
+                              dy DW_GEO);
+#else
         float acc[TAPS];
         for (int k = 0; k < TAPS; ++k) acc[k] = 0.0f;
         dw_taps(c, C, H, W, HO, WO, p1, g * len + lid, WG, x, dy, acc);
         for (int k = 0; k < TAPS; ++k) {
             red[lid] = acc[k];
+#endif
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int s = WG / 2; s > 0; s >>= 1) {
                 if (lid < s) red[lid] += red[lid + s];
@@ -408,7 +480,8 @@ void dw_bwd_weight(int N, int C, int H, int W, int HO, int WO, int chunks,
 }
 
 /* dw[c*TAPS + k] += sum over the chunks of part[(c*chunks + g)*TAPS + k]. */
-__kernel void dw_bwd_weight_sum(int C, int chunks, __global const float* part,
+__kernel void dw_bwd_weight_sum(int C,
+        int g_kh, int g_kw, int g_sh, int g_sw, int g_ph, int g_pw, int g_dh, int g_dw, int chunks, __global const float* part,
                                 __global float* dw) {
     GLOBAL_LOOP(i, C * TAPS) {
         const int c = i / TAPS, k = i - c * TAPS;

@@ -25,14 +25,36 @@ def eligible(g):
             and not (g.kh == 1 and g.kw == 1))
 
 
+# Largest kernel side built with its geometry as -D macros (tap loops
+# unrolled at compile time); larger kernels use one program with the
+# geometry passed as arguments (DW_RUNTIME in kernels/depthwise.cl). The
+# unrolled 32 x 32 program took PoCL 5 minutes to build (HED's upsampling
+# Deconvolutions), 16 x 16 half a minute.
+SPECIALISE_MAX = 7
+
+
+def specialised(g):
+    """Whether ``g``'s programs are built with its geometry compiled in."""
+    return g.kh <= SPECIALISE_MAX and g.kw <= SPECIALISE_MAX
+
+
 def _defines(g, **extra):
-    d = dict(KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, PH=g.ph, PW=g.pw, DH=g.dh, DW=g.dw)
+    if specialised(g):
+        d = dict(KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, PH=g.ph, PW=g.pw, DH=g.dh, DW=g.dw)
+    else:
+        d = dict(DW_RUNTIME=1)
     d.update(extra)
     return d
 
 
+def _geo(g):
+    """The g_* geometry arguments every kernel takes (read only by DW_RUNTIME
+    programs)."""
+    return [g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw]
+
+
 def _sizes(g):
-    return [g.channels, g.height, g.width, g.out_h, g.out_w]
+    return [g.channels, g.height, g.width, g.out_h, g.out_w] + _geo(g)
 
 
 def _impl(dev, impl):
@@ -132,4 +154,4 @@ def backward_weight(dev, g, x, dy, dweight, impl=None):
     return [dev.launch(SRC, "dw_bwd_weight", (groups * WG,), (WG,),
                        [g.num] + _sizes(g) + [chunks, x, dy, part], _defines(g, WG=WG)),
             dev.launch(SRC, "dw_bwd_weight_sum", gs, ls,
-                       [g.channels, chunks, part, dweight], _defines(g))]
+                       [g.channels] + _geo(g) + [chunks, part, dweight], _defines(g))]
