@@ -17,11 +17,13 @@ from collections import OrderedDict
 import numpy as np
 
 from . import memory_plan
-from .blob import Blob
+from .blob import Blob, refresh_kept
 from .errors import NetError, ShapeError
 from .layers.base import create_layer
 from .proto import caffe_pb2, read_net, read_net_prototxt, upgrade_net
 from .proto import blobproto_to_array, write_binary
+from .pycaffe_net import (NetPycaffeMixin, BEFORE_FORWARD, AFTER_FORWARD,
+                          BEFORE_BACKWARD, AFTER_BACKWARD)
 
 log = logging.getLogger("caffe_ocl")
 
@@ -135,7 +137,7 @@ def _shape_str(shape):
     return " ".join(str(s) for s in shape) + f" ({int(np.prod(shape)) if shape else 1})"
 
 
-class Net:
+class Net(NetPycaffeMixin):
     """A Caffe network. pycaffe's spellings all work:
 
     ``Net(prototxt, phase)``, ``Net(prototxt, phase, weights=w)``,
@@ -148,8 +150,10 @@ class Net:
     net does: intermediate blob diffs are then not meaningful after backward;
     default False = Caffe's one diff per blob; see caffe_ocl/memory_plan.py)."""
 
-    def __init__(self, network, *args, phase=None, weights=None, level=0, stages=(),
-                 fold=None, share_diffs=False):
+    def __init__(self, network=None, *args, phase=None, weights=None, level=0, stages=(),
+                 fold=None, share_diffs=False, network_file=None):
+        if network is None:             # pycaffe's Net(network_file=..., phase=...)
+            network = network_file
         args = list(args)
         if len(args) == 2 or (args and isinstance(args[0], (str, os.PathLike))):
             weights = args.pop(0)
@@ -169,7 +173,7 @@ class Net:
             param = read_net_prototxt(self.source)
         param.state.phase = phase
         param.state.level = level
-        for s in stages:
+        for s in stages or ():
             param.state.stage.append(s)
         self.phase = phase
         self.fold = fold
@@ -279,8 +283,8 @@ class Net:
                     self._blob_need_backward[t] = True
         log.info("Memory required for data: %d", memory * 4)
         self._backward_pass(param)
-        self._outputs = sorted(available)   # Caffe keeps them in a std::set
-        for o in self._outputs:
+        self._output_names = sorted(available)   # Caffe keeps them in a std::set
+        for o in self._output_names:
             log.info("This network produces output %s", o)
         self._share_weights()
         for li, (layer, bn) in enumerate(zip(self.layers, self._bottom_need_backward)):
@@ -403,7 +407,7 @@ class Net:
 
     @property
     def outputs(self):
-        return list(self._outputs)
+        return list(self._output_names)
 
     @property
     def top_names(self):
@@ -451,19 +455,26 @@ class Net:
             layer.reshape_if_needed(self._bottom_vecs[li], self._top_vecs[li])
         if self.memory_plan is not None:
             self.memory_plan.refresh()
+        refresh_kept()
 
     def _forward_range(self, start, end):
         fusion, train_fusion = self._fusion, self._train_fusion
         reshaped = False
+        hooks = self._net_hooks         # pycaffe's before_/after_forward (pycaffe_net.py)
         for li in range(start, end + 1):
             layer = self.layers[li]
             bottoms, tops = self._bottom_vecs[li], self._top_vecs[li]
+            if hooks is not None:
+                hooks.run(BEFORE_FORWARD, li)
             reshaped |= layer.reshape_if_needed(bottoms, tops)
             if fusion is not None and fusion.forward(li, start, end):
-                continue
-            if train_fusion is not None and train_fusion.forward(li, start, end):
-                continue
-            layer.forward(bottoms, tops)
+                pass
+            elif train_fusion is not None and train_fusion.forward(li, start, end):
+                pass
+            else:
+                layer.forward(bottoms, tops)
+            if hooks is not None:
+                hooks.run(AFTER_FORWARD, li)
         if reshaped and self.memory_plan is not None:
             self.memory_plan.refresh()      # shapes changed: plan the diffs again
 
@@ -494,6 +505,7 @@ class Net:
                     raise ShapeError(f"input {name!r}: cannot put an array of shape "
                                      f"{arr.shape} into blob of shape {b.shape}") from None
         self._forward_range(start_i, end_i)
+        refresh_kept()
         return {o: self.blobs[o].data for o in outputs}
 
     def backward(self, diffs=None, start=None, end=None, **kwargs):
@@ -521,13 +533,17 @@ class Net:
                     raise ShapeError(f"diff {name!r} is not batch sized")
                 b.diff[...] = arr
         self._backward_range(start_i, end_i)
+        refresh_kept()
         return {o: self.blobs[o].diff for o in outputs}
 
     def _backward_range(self, start, end, after_layer=None):
         """Backward of layers start, start-1, ..., end; ``after_layer(li)``
         (the solver's data-parallel hooks) once each layer's is enqueued."""
         train_fusion = self._train_fusion
+        hooks = self._net_hooks         # pycaffe's before_/after_backward (pycaffe_net.py)
         for li in range(start, end - 1, -1):
+            if hooks is not None:
+                hooks.run(BEFORE_BACKWARD, li)
             if train_fusion is not None and train_fusion.backward(li, start, end):
                 pass
             elif self._layer_need_backward[li]:
@@ -535,6 +551,8 @@ class Net:
                                          self._bottom_vecs[li])
             if after_layer is not None:
                 after_layer(li)
+            if hooks is not None:
+                hooks.run(AFTER_BACKWARD, li)
 
     def forward_all(self, blobs=None, **kwargs):
         """Run in batches over all of ``kwargs``' arrays; concatenated outputs."""
@@ -562,6 +580,7 @@ class Net:
         for b in self._learnable:
             pointwise.fill(b.diff_mem.device, b.diff_buffer(), b.count, 0.0)
             b.diff_mem.device_written()
+        refresh_kept()
 
     # ---- weights -----------------------------------------------------------
     def copy_from(self, path_or_param):
@@ -594,6 +613,7 @@ class Net:
                         "layer's parameters from scratch rather than copying from a "
                         "saved net, rename the layer.")
                 tb.data[...] = arr.reshape(tb.shape)
+        refresh_kept()
 
     def copy_trained_layers_from(self, path):
         self.copy_from(path)
