@@ -18,6 +18,7 @@ import numpy as np
 from . import fusion
 from .blob import refresh_kept
 from .errors import NetError, ShapeError
+from .layers import data as data_layers
 
 BEFORE_FORWARD, AFTER_FORWARD, BEFORE_BACKWARD, AFTER_BACKWARD = range(4)
 
@@ -122,6 +123,14 @@ class NetPycaffeMixin:
     def blob_loss_weights(self):
         """OrderedDict blob name -> loss weight (pycaffe's Net.blob_loss_weights)."""
         return OrderedDict(zip(self._blob_names, self._blob_loss_weights))
+
+    # ---- MemoryData input (Net_SetInputArrays) -------------------------------
+    def _set_input_arrays(self, data, labels):
+        """Feed the first layer, a MemoryData layer, with float32 C-contiguous
+        ``data`` (N, C, H, W) and ``labels`` (layers/data.py)."""
+        return data_layers.set_input_arrays(self, data, labels)
+
+    set_input_arrays = _set_input_arrays
 
     # ---- running by index (ForwardFromTo / BackwardFromTo) ------------------
     def _forward(self, start, end):

@@ -415,12 +415,8 @@ def set_input_arrays(self, data, labels):
     self._input_arrays = (data, labels)
 
 
-def _attach():
-    from ..net import Net
-    Net.set_input_arrays = set_input_arrays
-
-
-_attach()
+# Net.set_input_arrays / _set_input_arrays call set_input_arrays
+# (caffe_ocl/pycaffe_net.py, NetPycaffeMixin).
 
 
 # --------------------------------------------------------------------------
