@@ -5,7 +5,8 @@
 from setuptools import find_packages, setup
 
 setup(
-    packages=find_packages(include=["caffe_ocl", "caffe_ocl.*"]) + ["caffe_ocl.models"],
+    # ``caffe`` is pycaffe's import name (caffe/__init__.py), served by caffe_ocl.
+    packages=find_packages(include=["caffe_ocl", "caffe_ocl.*", "caffe"]) + ["caffe_ocl.models"],
     package_dir={"caffe_ocl.models": "models"},
     package_data={
         "caffe_ocl": ["kernels/*.cl", "kernels/*.h", "proto/*.proto", "data/mnist/*"],

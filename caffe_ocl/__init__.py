@@ -41,9 +41,11 @@ def set_random_seed(seed):
     _random_ops.set_random_seed(seed)
 
 
-def init_log(level=_logging.INFO):
-    """Caffe-style (glog-like) log lines on stderr."""
-    _logs.init_log(level)
+def init_log(level=None, stderr=True):
+    """pycaffe's init_log: Caffe-style (glog) log lines on stderr from glog
+    severity ``level`` on (0 INFO .. 3 FATAL; default GLOG_minloglevel, else
+    0); a Python logging level (>= 10) is accepted as such."""
+    _logs.init_log(_logs.python_level(level))
 
 
 def __getattr__(name):
@@ -57,7 +59,16 @@ def __getattr__(name):
         return getattr(importlib.import_module(".classifier", __name__), name)
     if name in ("Detector",):
         return getattr(importlib.import_module(".detector", __name__), name)
+    if name in _PYCAFFE_NAMES:
+        return getattr(importlib.import_module(".pycaffe", __name__), name)
     if name in ("SGDSolver", "NesterovSolver", "AdaGradSolver", "RMSPropSolver",
                 "AdaDeltaSolver", "AdamSolver", "get_solver"):
         return getattr(importlib.import_module(".solvers", __name__), name)
     raise AttributeError(f"module 'caffe_ocl' has no attribute {name!r}")
+
+
+# names of BVLC's _caffe module found in caffe_ocl/pycaffe.py (looked up lazily)
+_PYCAFFE_NAMES = ("Timer", "NCCL", "log", "has_nccl", "solver_count", "set_solver_count",
+                  "solver_rank", "set_solver_rank", "set_multiprocess", "set_deterministic",
+                  "Solver", "LayerParameter", "SolverParameter", "BlobVec", "RawBlobVec",
+                  "LayerVec", "StringVec", "IntVec", "DtypeVec", "NetVec", "BoolVec")

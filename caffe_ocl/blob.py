@@ -7,10 +7,25 @@ head, because the caller may write into the array; the next device use
 uploads it. Layers ask for ``device_buffer()`` (read) or mark their outputs
 ``device_written()``; nothing is copied unless a side actually changed.
 
+Kept host arrays (pycaffe's views): an array from ``blob.data``/``blob.diff``
+that Python keeps shows the blob's current values after every public
+caffe_ocl call (net.forward/backward, solver.step, apply_update,
+clear_param_diffs, copy_from, ...), as pycaffe's views of the blob's memory
+do: ``.data``/``.diff`` note their memory in ``_kept`` (weakly), and
+``refresh_kept()``, called at the end of those calls, downloads the memories
+whose host array is still referenced from outside (its reference count says
+so) and whose device copy is newer, and marks the host as head again, so
+that writes through the kept array reach the device at its next use. Memory
+nobody keeps an array of leaves the set at the next refresh: the fast path
+copies nothing.
+
 ``version`` counts the times the contents may have changed (a mutable host
 access, a device write, the first zero fill): anything derived from the
 memory (e.g. folded weights, caffe_ocl.plan.fold) is stale when it differs.
 """
+import sys
+import weakref
+
 import numpy as np
 
 from .device import get_device, register_blob
@@ -18,6 +33,27 @@ from .errors import ShapeError
 from .ops import pointwise
 
 UNINITIALIZED, AT_HOST, AT_DEVICE, SYNCED = range(4)
+
+_kept = weakref.WeakSet()       # SyncedMemory whose host array was handed to Python
+
+
+def refresh_kept():
+    """Bring the host arrays Python still holds (from ``.data``/``.diff``)
+    up to date with the device; see the module doc."""
+    if not _kept:
+        return
+    for mem in list(_kept):
+        host = mem._host
+        # references: the attribute, ``host`` and getrefcount's argument; any
+        # more are arrays (views) handed out and still alive
+        if host is None or sys.getrefcount(host) <= 3:
+            _kept.discard(mem)
+            continue
+        if mem.head == AT_DEVICE:
+            mem.device.download(host, mem._buf)
+        if mem.head in (AT_DEVICE, SYNCED):
+            mem.head = AT_HOST          # the caller may write through its array
+            mem.version += 1
 
 
 class SyncedMemory:
@@ -178,7 +214,9 @@ class Blob:
     # ---- pycaffe host views --------------------------------------------
     @property
     def data(self):
-        """Host view of the data; writes reach the device at next use."""
+        """Host view of the data; writes reach the device at next use; a
+        kept view is refreshed after each public call (``refresh_kept``)."""
+        _kept.add(self._data)
         return self._data.mutable_host()[:self._count].reshape(self._shape)
 
     @data.setter
@@ -187,6 +225,7 @@ class Blob:
 
     @property
     def diff(self):
+        _kept.add(self._diff)
         return self._diff.mutable_host()[:self._count].reshape(self._shape)
 
     @diff.setter

@@ -80,6 +80,10 @@ _DECLARED = (
     Setting("WINOGRAD_BWD_WEIGHT", "bool", True,
             "Winograd layers also compute the weight gradient by Winograd "
             "(off: the dense weight gradient)"),
+    # pycaffe (issue #24)
+    Setting("DETERMINISTIC", "bool", False,
+            "batch-invariant results: convolution/matrix-product algorithms and tiles "
+            "chosen from per-image geometry only, no split-K (caffe.set_deterministic)"),
     Setting("TUNED", "bool", True,
             "use the convolution algorithms stored by `caffe_ocl tune` for this device"),
     # graph planning

@@ -12,14 +12,16 @@ Each window is cropped (with ``context_pad`` pixels of surrounding context
 at net-input scale, padded with the mean where the box leaves the image,
 as R-CNN), warped to the net's input size, preprocessed and classified.
 
-Differences from pycaffe a user may notice: selective search proposals
-(pycaffe delegated them to the MATLAB-based
-``selective_search_ijcv_with_python``) are not available;
-``detect_selective_search`` raises :class:`SelectiveSearchUnavailable`.
+Selective search proposals come, as in pycaffe, from the MATLAB-based
+``selective_search_ijcv_with_python`` package; without it
+``detect_selective_search`` raises :class:`SelectiveSearchUnavailable`, an
+ImportError as pycaffe's (scripts catch that).
 Window coordinates may be any integer sequence (pycaffe needed NumPy
 arrays), and the context crop uses integer box corners (pycaffe indexed
 with floats, which current NumPy rejects).
 """
+import os
+
 import numpy as np
 
 from . import io as caffe_io
@@ -28,8 +30,9 @@ from .classifier import input_transformer
 from .net import Net, TEST
 
 
-class SelectiveSearchUnavailable(CaffeOclError, NotImplementedError):
-    """``Detector.detect_selective_search`` has no proposal method here."""
+class SelectiveSearchUnavailable(CaffeOclError, ImportError, NotImplementedError):
+    """``Detector.detect_selective_search``: the selective search package is
+    not installed (an ImportError, as pycaffe's failing import)."""
 
 
 class Detector(Net):
@@ -81,14 +84,24 @@ class Detector(Net):
         return detections
 
     def detect_selective_search(self, image_fnames):
-        """Not available: raises :class:`SelectiveSearchUnavailable`."""
-        raise SelectiveSearchUnavailable(
-            "Detector.detect_selective_search: selective search proposals are not "
-            "available in caffe_ocl (pycaffe called the MATLAB-based "
-            "selective_search_ijcv_with_python package). Compute windows with another "
-            "proposal method, e.g. OpenCV contrib's "
-            "cv2.ximgproc.segmentation.createSelectiveSearchSegmentation(), and pass "
-            "(filename, [(ymin, xmin, ymax, xmax), ...]) pairs to detect_windows().")
+        """Windows from selective search (the selective_search_ijcv_with_python
+        package, as pycaffe), then ``detect_windows``. Without the package:
+        :class:`SelectiveSearchUnavailable` (an ImportError)."""
+        try:
+            import selective_search_ijcv_with_python as selective_search
+        except ImportError:
+            raise SelectiveSearchUnavailable(
+                "Detector.detect_selective_search: selective search proposals need the "
+                "MATLAB-based selective_search_ijcv_with_python package, which is not "
+                "installed. Compute windows with another proposal method, e.g. OpenCV "
+                "contrib's cv2.ximgproc.segmentation.createSelectiveSearchSegmentation(), "
+                "and pass (filename, [(ymin, xmin, ymax, xmax), ...]) pairs to "
+                "detect_windows().", name="selective_search_ijcv_with_python") from None
+        # absolute paths so that MATLAB finds the files
+        image_fnames = [os.path.abspath(f) for f in image_fnames]
+        windows_list = selective_search.get_windows(image_fnames,
+                                                    cmd="selective_search_rcnn")
+        return self.detect_windows(zip(image_fnames, windows_list))
 
     def crop(self, im, window):
         """Crop ``window`` = (ymin, xmin, ymax, xmax) from the H x W x K image

@@ -217,8 +217,21 @@ class Transformer:
                 ms = (1,) + ms
             if len(ms) != 3:
                 raise ValueError('Mean shape invalid')
-            if tuple(ms) != tuple(self.inputs[in_][1:]):
-                raise ValueError('Mean shape incompatible with input shape.')
+            in_shape = tuple(self.inputs[in_][1:])
+            if tuple(ms) != in_shape:
+                # BVLC master: resize the (e.g. 256 x 256) mean to the input
+                # (e.g. 227 x 227), as classify.py's defaults need
+                if ms[0] != in_shape[0]:
+                    raise ValueError('Mean channels incompatible with input.')
+                mean = np.asarray(mean, np.float32).reshape(ms)
+                m_min, m_max = mean.min(), mean.max()
+                if m_max > m_min:
+                    normal_mean = (mean - m_min) / (m_max - m_min)
+                    mean = resize_image(normal_mean.transpose((1, 2, 0)),
+                                        in_shape[1:]).transpose((2, 0, 1)) * \
+                        (m_max - m_min) + m_min
+                else:
+                    mean = np.full(in_shape, m_min, np.float32)
         self.mean[in_] = mean
 
     def set_input_scale(self, in_, scale):
@@ -254,6 +267,13 @@ def load_image(filename, color=True):
     """
     import cv2
 
+    if hasattr(filename, "read"):        # a file object (pycaffe: skimage.io.imread)
+        path = getattr(filename, "name", None) or "<file object>"
+        data = filename.read()
+        if isinstance(data, str):
+            raise DataError(f"{path}: load_image needs a binary file object (open(..., 'rb'))")
+        raw = np.frombuffer(data, dtype=np.uint8)
+        return _decode_image(cv2, raw, str(path), color)
     path = os.fspath(filename)
     if not os.path.exists(path):
         raise FileNotFound(f"image file not found: {path}")
@@ -263,6 +283,10 @@ def load_image(filename, color=True):
         raw = np.fromfile(path, dtype=np.uint8)
     except OSError as e:
         raise DataError(f"{path}: cannot read image file: {e.strerror or e}") from None
+    return _decode_image(cv2, raw, path, color)
+
+
+def _decode_image(cv2, raw, path, color):
     img = cv2.imdecode(raw, cv2.IMREAD_UNCHANGED) if raw.size else None
     if img is None:
         raise DataError(f"{path}: cannot decode image (not an image format "

@@ -34,3 +34,39 @@ def init_log(level=logging.INFO, stream=None):
     # Propagation stays on: with no root handlers (the command line) nothing
     # prints twice, and applications' own logging setups still see our lines.
     return logger
+
+
+# glog severities (FLAGS_minloglevel, GLOG_minloglevel) -> Python levels
+GLOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.CRITICAL}
+
+
+def glog_min_level():
+    """The Python level for glog's GLOG_minloglevel (pycaffe users set it,
+    e.g. to 2, before ``import caffe``); INFO when unset or unreadable."""
+    raw = os.environ.get("GLOG_minloglevel", "").strip()
+    try:
+        sev = int(raw) if raw else 0
+    except ValueError:
+        sev = 0
+    return GLOG_LEVELS[min(max(sev, 0), 3)]
+
+
+def python_level(level):
+    """Python logging level for pycaffe's init_log(level): a glog severity
+    0..3, None (GLOG_minloglevel), or already a Python level (>= 10)."""
+    if level is None:
+        return glog_min_level()
+    level = int(level)
+    if level >= 10:
+        return level
+    return GLOG_LEVELS[min(max(level, 0), 3)]
+
+
+def init_pycaffe_log():
+    """What ``import caffe`` does: Caffe's log lines on stderr from
+    GLOG_minloglevel on (pycaffe prints glog's lines to stderr), unless a
+    caffe_ocl log handler is installed already."""
+    logger = logging.getLogger("caffe_ocl")
+    if any(getattr(h, "_caffe_ocl", False) for h in logger.handlers):
+        return logger
+    return init_log(glog_min_level())

@@ -19,7 +19,7 @@ from types import MappingProxyType
 import numpy as np
 
 from . import hdf5_weights
-from .blob import Blob
+from .blob import Blob, refresh_kept
 from .errors import NetError, ShapeError
 from .layers.base import create_layer
 from .plan import execution
@@ -27,6 +27,8 @@ from .plan import memory as memory_plan
 from .proto import caffe_pb2, read_net, read_net_prototxt, upgrade_net
 from .proto import blobproto_to_array, write_binary
 from .ops import pointwise
+from .pycaffe_net import (NetPycaffeMixin, BEFORE_FORWARD, AFTER_FORWARD,
+                          BEFORE_BACKWARD, AFTER_BACKWARD)
 
 log = logging.getLogger("caffe_ocl")
 
@@ -207,7 +209,7 @@ def _shape_str(shape):
     return " ".join(str(s) for s in shape) + f" ({int(np.prod(shape)) if shape else 1})"
 
 
-class Net:
+class Net(NetPycaffeMixin):
     """A Caffe network. pycaffe's spellings all work:
 
     ``Net(prototxt, phase)``, ``Net(prototxt, phase, weights=w)``,
@@ -223,8 +225,10 @@ class Net:
     ``net.graph`` is the read-only layer graph (``NetGraph``); ``net.plan``
     the execution plan built from it (caffe_ocl/plan/execution.py)."""
 
-    def __init__(self, network, *args, phase=None, weights=None, level=0, stages=(),
-                 fold=None, share_diffs=False):
+    def __init__(self, network=None, *args, phase=None, weights=None, level=0, stages=(),
+                 fold=None, share_diffs=False, network_file=None):
+        if network is None:             # pycaffe's Net(network_file=..., phase=...)
+            network = network_file
         args = list(args)
         if len(args) == 2 or (args and isinstance(args[0], (str, os.PathLike))):
             weights = args.pop(0)
@@ -244,7 +248,7 @@ class Net:
             param = read_net_prototxt(self.source)
         param.state.phase = phase
         param.state.level = level
-        for s in stages:
+        for s in stages or ():
             param.state.stage.append(s)
         self.phase = phase
         self.fold = fold
@@ -353,8 +357,8 @@ class Net:
                     self._blob_need_backward[t] = True
         log.info("Memory required for data: %d", memory * 4)
         self._backward_pass(param)
-        self._outputs = sorted(available)   # Caffe keeps them in a std::set
-        for o in self._outputs:
+        self._output_names = sorted(available)   # Caffe keeps them in a std::set
+        for o in self._output_names:
             log.info("This network produces output %s", o)
         self._share_weights()
         for li, (layer, bn) in enumerate(zip(self.layers, self._bottom_need_backward)):
@@ -500,7 +504,7 @@ class Net:
 
     @property
     def outputs(self):
-        return list(self._outputs)
+        return list(self._output_names)
 
     @property
     def top_names(self):
@@ -548,6 +552,7 @@ class Net:
             layer.reshape_if_needed(self._bottom_vecs[li], self._top_vecs[li])
         if self.memory_plan is not None:
             self.memory_plan.refresh()
+        refresh_kept()
 
     def unfold(self):
         """Turn the TEST folding off: every layer runs on its own again (so
@@ -559,14 +564,19 @@ class Net:
         the execution plan says; no inputs set, nothing read back."""
         layers, bvecs, tvecs = self.layers, self._bottom_vecs, self._top_vecs
         reshaped = False
+        hooks = self._net_hooks         # pycaffe's before_/after_forward (pycaffe_net.py)
         for li, action in self.plan.forward_schedule(start, end):
             layer = layers[li]
             bottoms, tops = bvecs[li], tvecs[li]
+            if hooks is not None:
+                hooks.run(BEFORE_FORWARD, li)
             reshaped |= layer.reshape_if_needed(bottoms, tops)
             if action is execution.LAYER:
                 layer.forward(bottoms, tops)
             elif action is not execution.SKIP:
                 action.run()                # a fused group, at its first layer
+            if hooks is not None:
+                hooks.run(AFTER_FORWARD, li)
         if reshaped and self.memory_plan is not None:
             self.memory_plan.refresh()      # shapes changed: plan the diffs again
 
@@ -597,6 +607,7 @@ class Net:
                     raise ShapeError(f"input {name!r}: cannot put an array of shape "
                                      f"{arr.shape} into blob of shape {b.shape}") from None
         self.forward_from_to(start_i, end_i)
+        refresh_kept()
         return {o: self.blobs[o].data for o in outputs}
 
     def backward(self, diffs=None, start=None, end=None, **kwargs):
@@ -623,6 +634,7 @@ class Net:
                     raise ShapeError(f"diff {name!r} is not batch sized")
                 b.diff[...] = arr
         self.backward_from_to(start_i, end_i)
+        refresh_kept()
         return {o: self.blobs[o].diff for o in outputs}
 
     def backward_from_to(self, start, end, after_layer=None):
@@ -631,13 +643,18 @@ class Net:
         solver's data-parallel hooks) once each layer's is enqueued."""
         layers, bvecs, tvecs = self.layers, self._bottom_vecs, self._top_vecs
         need = self._bottom_need_backward
+        hooks = self._net_hooks         # pycaffe's before_/after_backward (pycaffe_net.py)
         for li, action in self.plan.backward_schedule(start, end):
+            if hooks is not None:
+                hooks.run(BEFORE_BACKWARD, li)
             if action is execution.LAYER:
                 layers[li].backward(tvecs[li], need[li], bvecs[li])
             elif action is not execution.SKIP:
                 action.backward()           # a fused group, at its last layer
             if after_layer is not None:
                 after_layer(li)
+            if hooks is not None:
+                hooks.run(AFTER_BACKWARD, li)
 
     def forward_all(self, blobs=None, **kwargs):
         """Run in batches over all of ``kwargs``' arrays; concatenated outputs."""
@@ -664,6 +681,7 @@ class Net:
         for b in self._learnable:
             pointwise.fill(b.diff_mem.device, b.diff_buffer(), b.count, 0.0)
             b.diff_mem.device_written()
+        refresh_kept()
 
     def set_input_arrays(self, data, labels):
         """pycaffe's ``Net.set_input_arrays(data, labels)``: feed the first layer,
@@ -709,6 +727,7 @@ class Net:
                         "layer's parameters from scratch rather than copying from a "
                         "saved net, rename the layer.")
                 tb.data[...] = arr.reshape(tb.shape)
+        refresh_kept()
 
     def copy_trained_layers_from(self, path):
         self.copy_from(path)

@@ -11,6 +11,7 @@ and only rank 0 builds test nets, tests and snapshots.
 
 solver_count = 1
 solver_rank = 0
+multiprocess = False     # pycaffe's set_multiprocess: ranks are processes (train.py)
 
 
 def root_solver():

@@ -117,6 +117,8 @@ def test_detector_windows(model, tmp_path, rng):
                                rtol=1e-4, atol=1e-6)
     with pytest.raises(caffe.CaffeOclError, match="selective search"):
         det.detect_selective_search([str(tmp_path / "a.png")])
+    with pytest.raises(ImportError):             # what pycaffe scripts catch
+        det.detect_selective_search([str(tmp_path / "a.png")])
 
 
 def test_detector_context_pad(model, tmp_path, rng):

@@ -170,10 +170,43 @@ def test_transformer_errors_like_pycaffe():
         t.set_channel_swap("data", (1, 0))
     with pytest.raises(ValueError, match="Mean channels incompatible with input."):
         t.set_mean("data", np.zeros(4))
-    with pytest.raises(ValueError, match="Mean shape incompatible with input shape."):
-        t.set_mean("data", np.zeros((3, 5, 5)))
+    with pytest.raises(ValueError, match="Mean channels incompatible with input."):
+        t.set_mean("data", np.zeros((2, 5, 5)))
     with pytest.raises(ValueError, match="Mean shape invalid"):
         t.set_mean("data", np.zeros((1, 3, 4, 4)))
+
+
+def test_transformer_set_mean_resizes_a_larger_mean():
+    """BVLC master: a 3 x 256 x 256 mean for a 227 input is resized to the
+    input (normalised to [0, 1], resized, scaled back)."""
+    rng = np.random.RandomState(3)
+    mean = (rng.rand(3, 9, 9) * 100 + 20).astype(np.float32)
+    t = cio.Transformer({"data": (1, 3, 6, 6)})
+    t.set_transpose("data", (2, 0, 1))
+    t.set_mean("data", mean)
+    lo, hi = mean.min(), mean.max()
+    want = cio.resize_image(((mean - lo) / (hi - lo)).transpose(1, 2, 0),
+                            (6, 6)).transpose(2, 0, 1) * (hi - lo) + lo
+    np.testing.assert_allclose(t.mean["data"], want, rtol=1e-6)
+    assert t.mean["data"].shape == (3, 6, 6)
+    img = rng.rand(6, 6, 3).astype(np.float32)
+    np.testing.assert_allclose(t.preprocess("data", img), img.transpose(2, 0, 1) - want,
+                               rtol=1e-5, atol=1e-4)
+
+
+def test_load_image_from_file_object(tmp_path):
+    import cv2
+    rgb = (np.arange(4 * 5 * 3).reshape(4, 5, 3) * 4).astype(np.uint8)
+    path = tmp_path / "a.png"
+    cv2.imwrite(str(path), rgb[:, :, ::-1])
+    from_path = cio.load_image(str(path))
+    with open(path, "rb") as f:
+        from_obj = cio.load_image(f)
+    np.testing.assert_array_equal(from_obj, from_path)
+    np.testing.assert_allclose(from_obj, rgb / 255.0, atol=1e-6)
+    import io as _io
+    gray = cio.load_image(_io.BytesIO(path.read_bytes()), color=False)
+    assert gray.shape == (4, 5, 1)
 
 
 # --------------------------------------------------------------------------

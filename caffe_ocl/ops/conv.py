@@ -31,7 +31,7 @@ images at a time so memory stays bounded whatever the batch size.
 Every function takes ``algo=None`` (by device, see ``algorithm``).
 """
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import config
 from . import cpu_chunks, tuned, work_size
@@ -39,7 +39,8 @@ from . import depthwise as dw_ops
 from . import winograd as wino_ops
 from . import pointwise
 from .channel import channel_sum
-from .gemm import act_defines, async_tiles, cpu_full_blocks, gemm, gpu_tiles, use_tf32
+from .gemm import (act_defines, async_tiles, cpu_full_blocks, deterministic, gemm, gpu_tiles,
+                   use_tf32)
 
 log = logging.getLogger("caffe_ocl")
 
@@ -120,17 +121,22 @@ def algorithm(dev, g, algo=None, pass_=None):
     asked for; else, for a ``pass_`` ("forward", "backward_data",
     "backward_weight") that ``caffe_ocl tune`` measured for this geometry on
     this device, its stored choice (ops/tuned.py; not while
-    CAFFE_OCL_WINOGRAD forces Winograd on or off); else the rules below."""
+    CAFFE_OCL_WINOGRAD forces Winograd on or off); else the rules below.
+    In deterministic mode (gemm.deterministic) no tuned choice (they are
+    stored per batch size) and the rules see one image's geometry, so the
+    algorithm is the same at every batch size."""
     if algo is not None and algo not in ALGOS:
         raise ValueError(f"convolution algorithm {algo!r}: expected one of {ALGOS}")
-    if algo is None and pass_ is not None and wino_ops.env_override() is None:
+    det = deterministic()
+    if algo is None and pass_ is not None and wino_ops.env_override() is None and not det:
         algo = _tuned_choice(dev, g, pass_)
     # --- Winograd hook (ops/winograd.py): 3x3 stride 1; explicit on an
     # ineligible geometry raises; automatic on GPUs where it pays / by env.
     if algo == "winograd":
         wino_ops.check_eligible(g)
         return algo
-    if algo is None and wino_ops.use_auto(dev, g):
+    if algo is None and wino_ops.use_auto(dev, per_image(g) if det else g) and \
+            wino_ops.fits(g):
         return "winograd"
     # --- end Winograd hook
     if algo in (None, "depthwise") and dw_ops.eligible(g):
@@ -138,6 +144,11 @@ def algorithm(dev, g, algo=None, pass_=None):
     if algo in (None, "depthwise"):
         algo = "im2col" if dev.is_cpu else "igemm"
     return algo
+
+
+def per_image(g):
+    """``g`` for a batch of one image (deterministic-mode choices)."""
+    return replace(g, num=1)
 
 
 def candidates(dev, g):
@@ -443,7 +454,8 @@ def _gemm_1x1(dev, g, plan, M, K, A, src, src_rows, C, dst_rows, scratch_at=0, *
 
 def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0):
     M, K = g.out_channels // g.groups, g.channels // g.groups
-    plan = (_gemm_1x1_plan(dev, g, M, K, K) if M > 64 or K >= GEMM_1X1_MIN_K_64_ROWS
+    gp = per_image(g) if deterministic() else g      # a plan valid at every batch
+    plan = (_gemm_1x1_plan(dev, gp, M, K, K) if M > 64 or K >= GEMM_1X1_MIN_K_64_ROWS
             else None)
     if plan:
         return _gemm_1x1(dev, g, plan, M, K, weight, x, g.channels, y, g.out_channels,

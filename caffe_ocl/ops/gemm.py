@@ -10,6 +10,8 @@ alpha, bias and beta, so C = act(alpha*op(A)*op(B) + bias + beta*C)).
 """
 from .. import config
 
+from .. import config
+
 SRC = "gemm.cl"
 
 # PyTorch's allow_tf32: let matrix products on NVIDIA GPUs use TF32 tensor
@@ -151,12 +153,21 @@ def _panels_fit(dev, kc, bm_max, bn_max):
     return 4 * kc * (bm_max + bn_max) <= getattr(dev, "local_mem", 1 << 19)
 
 
+def deterministic():
+    """Batch-invariant results asked for (CAFFE_OCL_DETERMINISTIC,
+    caffe.set_deterministic): no choice of kernel, K panel or K split may
+    depend on a size that grows with the batch."""
+    return bool(config.get("DETERMINISTIC"))
+
+
 def cpu_panels(dev, M, K):
     """(KC, BM_MAX, BN_MAX): the gemm_cpu.cl variant for an M x K operand
     A -- CPU_THIN_PANELS for thin, short ones where the device's local
-    memory holds them, the usual panels otherwise."""
+    memory holds them, the usual panels otherwise (always the usual ones in
+    deterministic mode: M is the batch in a fully-connected layer, and the
+    K panel sets where partial sums are rounded)."""
     kc, bm, bn = CPU_THIN_PANELS
-    if M <= CPU_THIN_MAX_M and K <= CPU_THIN_MAX_K and _panels_fit(dev, kc, bm, bn):
+    if not deterministic() and M <= CPU_THIN_MAX_M and K <= CPU_THIN_MAX_K and _panels_fit(dev, kc, bm, bn):
         return kc, bm, bn
     return cpu_kc(dev), CPU_BM_MAX, CPU_BN_MAX
 

@@ -8,7 +8,7 @@ workspace, then sum the chunks with the usual epilogue (bias, beta, act).
 ``gemm_launches`` decides and falls back to one plain ``gemm``.
 """
 from . import cpu_chunks, work_size
-from .gemm import act_defines, gemm, gpu_tiles
+from .gemm import act_defines, deterministic, gemm, gpu_tiles
 
 SRC = "splitk.cl"
 MIN_CHUNK = 256          # shortest K chunk worth a partial product
@@ -69,7 +69,11 @@ def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=
                   act=None, nsplit=None, off_a=0, off_b=0, off_c=0):
     """[launches] computing C = act(alpha*op(A)op(B) + bias + beta*C), as
     ops.gemm.gemm (one problem; offsets in floats), split along K when it
-    pays (``nsplit`` forces a factor that divides K)."""
+    pays (``nsplit`` forces a factor that divides K). In deterministic mode
+    (gemm.deterministic) neither the small-M kernel nor a split of K, which
+    both depend on M (the batch of a fully-connected layer)."""
+    if nsplit is None and deterministic():
+        nsplit = 1
     if nsplit is None and use_small_m(dev, M, N, K, trans_a, trans_b):
         return [small_m(dev, M, N, K, A, B, C, alpha=alpha, beta=beta, lda=lda, ldb=ldb,
                         ldc=ldc, bias=bias, bias_axis=bias_axis, act=act, off_a=off_a,

@@ -29,6 +29,7 @@ import time
 import numpy as np
 
 from .. import config
+from ..blob import refresh_kept
 from ..errors import FileNotFound, ShapeError, SolverError
 from ..net import Net
 from ..ops import pointwise
@@ -472,9 +473,14 @@ class Solver(Snapshotting):
         return float(self._smoothed_loss)
 
     # ---- main loop -----------------------------------------------------------------
-    def add_callback(self, on_start, on_gradients):
+    def add_callback(self, on_start, on_gradients=None):
         """pycaffe: on_start() before each iteration's forward passes,
-        on_gradients() after them, before the update."""
+        on_gradients() after them, before the update; or one object with
+        on_start() and on_gradients_ready() (a Solver::Callback such as
+        caffe.NCCL: ``solver.add_callback(nccl)``)."""
+        if on_gradients is None:
+            obj = on_start
+            on_start, on_gradients = obj.on_start, obj.on_gradients_ready
         self._callbacks.append(Callback(on_start, on_gradients))
 
     def set_action_function(self, fn):
@@ -529,6 +535,7 @@ class Solver(Snapshotting):
             if request == STOP:
                 self._requested_early_exit = True
                 break
+        refresh_kept()          # arrays Python keeps show the new values
 
     def _log_outputs(self, net, weights):
         idx = 0

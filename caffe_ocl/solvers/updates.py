@@ -12,7 +12,7 @@ import logging
 
 import numpy as np
 
-from ..blob import Blob
+from ..blob import Blob, refresh_kept
 from ..errors import SolverError
 from ..ops import pointwise
 from ..ops import solver as sops
@@ -150,6 +150,7 @@ class SGDSolver(Solver):
             b.diff_mem.device_written()
         for h in self.history:
             h.data_mem.device_written()
+        refresh_kept()          # arrays Python keeps show the new values
         if display and self._clip_launches:
             out = np.empty(2, np.float32)
             self.dev.download(out, self._clip_buf)

@@ -1,0 +1,224 @@
+"""pycaffe-only members of ``Net`` (BVLC's python/caffe/_caffe.cpp and
+pycaffe.py): the underscore views of the C++ Net (``_blobs``,
+``_blob_names``, ``_inputs``, ``_outputs``, ``_bottom_ids``/``_top_ids``,
+``_blob_loss_weights``, ``_forward``/``_backward``), ``share_with``, the
+per-layer hooks ``before_forward``/``after_forward``/``before_backward``/
+``after_backward`` (Net::Callback, called with the layer index), and the
+pycaffe.py helpers ``blob_loss_weights``, ``_batch`` and
+``forward_backward_all``.
+
+``Net`` inherits ``NetPycaffeMixin``; the mixin only reads the net's own
+structure (``layers``, ``blobs``, ``_bottom_vecs``/``_top_vecs``) and
+runs it through ``forward_from_to``/``backward_from_to``, which call the hooks.
+"""
+from collections import OrderedDict
+
+import numpy as np
+
+from .blob import refresh_kept
+from .errors import NetError, ShapeError
+from .plan import execution
+
+BEFORE_FORWARD, AFTER_FORWARD, BEFORE_BACKWARD, AFTER_BACKWARD = range(4)
+
+
+class NetHooks:
+    """Per-layer callbacks of one net (C++ Net's before_forward_ ...
+    vectors). A hook is a callable taking the layer index, or an object
+    with ``run(layer)`` (a C++ Net::Callback such as caffe.NCCL)."""
+    __slots__ = ("lists",)
+
+    def __init__(self):
+        self.lists = ([], [], [], [])
+
+    def add(self, which, hook):
+        fn = hook if callable(hook) else getattr(hook, "run", None)
+        if not callable(fn):
+            raise NetError(f"a net hook must be callable with the layer index or have "
+                           f"a run(layer) method, got {type(hook).__name__}")
+        self.lists[which].append(fn)
+
+    def run(self, which, layer):
+        for fn in self.lists[which]:
+            fn(layer)
+
+
+class NetPycaffeMixin:
+    """pycaffe's members of Net that the C++ class does not have as such."""
+
+    _net_hooks = None          # NetHooks once a hook is added
+
+    # ---- hooks (Net_before_forward ... in _caffe.cpp) -------------------
+    def _add_hook(self, which, hook):
+        if self._net_hooks is None:
+            self._net_hooks = NetHooks()
+        self._net_hooks.add(which, hook)
+
+    def before_forward(self, hook):
+        """``hook(layer_index)`` before each layer's forward."""
+        self._add_hook(BEFORE_FORWARD, hook)
+
+    def after_forward(self, hook):
+        """``hook(layer_index)`` after each layer's forward was enqueued."""
+        self._add_hook(AFTER_FORWARD, hook)
+
+    def before_backward(self, hook):
+        self._add_hook(BEFORE_BACKWARD, hook)
+
+    def after_backward(self, hook):
+        """``hook(layer_index)`` after each layer's backward, or a caffe.NCCL
+        (layer-wise gradient reduction, as ``net.after_backward(nccl)``)."""
+        self._add_hook(AFTER_BACKWARD, hook)
+
+    # ---- underscore views of the C++ Net --------------------------------
+    @property
+    def _blobs(self):
+        return list(self.blobs.values())
+
+    @property
+    def _blob_names(self):
+        return list(self.blobs.keys())
+
+    def _blob_index(self):
+        return {name: i for i, name in enumerate(self.blobs)}
+
+    @property
+    def _inputs(self):
+        idx = self._blob_index()
+        return [idx[n] for n in self.inputs]
+
+    @property
+    def _outputs(self):
+        idx = self._blob_index()
+        return [idx[n] for n in self.outputs]
+
+    def _bottom_ids(self, i):
+        idx = self._blob_index()
+        return [idx[b.name] for b in self._bottom_vecs[self._check_layer(i)]]
+
+    def _top_ids(self, i):
+        idx = self._blob_index()
+        return [idx[b.name] for b in self._top_vecs[self._check_layer(i)]]
+
+    def _check_layer(self, i):
+        i = int(i)
+        if not 0 <= i < len(self.layers):
+            raise NetError(f"layer index {i} out of range: net {self.name!r} has "
+                           f"{len(self.layers)} layers")
+        return i
+
+    @property
+    def _blob_loss_weights(self):
+        """Per blob (in ``_blobs`` order), the loss weight of the layer top it
+        is (Net::blob_loss_weights; 0 for blobs that are no loss)."""
+        w = dict.fromkeys(self.blobs, 0.0)
+        for layer, tops in zip(self.layers, self._top_vecs):
+            for t, lw in zip(tops, layer.loss_weights):
+                if lw:
+                    w[t.name] = float(lw)
+        return [w[n] for n in self.blobs]
+
+    @property
+    def blob_loss_weights(self):
+        """OrderedDict blob name -> loss weight (pycaffe's Net.blob_loss_weights)."""
+        return OrderedDict(zip(self._blob_names, self._blob_loss_weights))
+
+    # ---- MemoryData input (Net_SetInputArrays) -------------------------------
+    def _set_input_arrays(self, data, labels):
+        """_caffe.cpp's name for Net.set_input_arrays."""
+        return self.set_input_arrays(data, labels)
+
+    # ---- running by index (ForwardFromTo / BackwardFromTo) ------------------
+    def _forward(self, start, end):
+        """Forward of layers start..end (indices); the loss of those layers."""
+        start, end = self._check_layer(start), self._check_layer(end)
+        self.forward_from_to(start, end)
+        loss = 0.0
+        for li in range(start, end + 1):
+            for t, w in zip(self._top_vecs[li], self.layers[li].loss_weights):
+                if w:
+                    loss += float(w) * float(np.sum(t.host_data(), dtype=np.float64))
+        refresh_kept()
+        return loss
+
+    def _backward(self, start, end):
+        """Backward of layers start, start-1, ..., end (indices)."""
+        start, end = self._check_layer(start), self._check_layer(end)
+        self.plan.check_backward()
+        self.backward_from_to(start, end)
+        refresh_kept()
+
+    # ---- weights ----------------------------------------------------------------
+    def share_with(self, other):
+        """Net::ShareTrainedLayersWith: every layer of ``other`` with
+        parameters lends its parameter data to this net's layer of the same
+        name (shapes must agree); the diffs stay this net's own."""
+        index = {n: i for i, n in enumerate(self._layer_names)}
+        for name, slayer in zip(other._layer_names, other.layers):
+            ti = index.get(name)
+            if ti is None:
+                continue
+            tlayer = self.layers[ti]
+            if not slayer.blobs:
+                continue
+            if len(tlayer.blobs) != len(slayer.blobs):
+                raise ShapeError(f"share_with: layer {name!r} has {len(slayer.blobs)} "
+                                 f"param blobs in the source net, {len(tlayer.blobs)} here")
+            changed = False
+            for j, (sb, tb) in enumerate(zip(slayer.blobs, tlayer.blobs)):
+                if sb.shape != tb.shape:
+                    raise ShapeError(f"share_with: cannot share param {j} of layer {name!r}; "
+                                     f"shape mismatch. Source param shape is {sb.shape}; "
+                                     f"target param shape is {tb.shape}")
+                if tb.data_mem is not sb.data_mem:
+                    tb.share_data(sb)
+                    changed = True
+            if changed:
+                tlayer.rebind(self._bottom_vecs[ti], self._top_vecs[ti])
+        # the plan's folded weights were bound to the old parameter memories
+        self.plan = execution.build(self, self.fold)
+        refresh_kept()
+
+    # ---- pycaffe.py helpers --------------------------------------------------------
+    def forward_backward_all(self, blobs=None, diffs=None, **kwargs):
+        """Forward and backward in batches over all of ``kwargs``' arrays
+        (inputs for forward, output diffs for backward); returns
+        (all outputs, all diffs), each {name: concatenated array}."""
+        all_outs = {out: [] for out in set(self.outputs + list(blobs or []))}
+        all_diffs = {d: [] for d in set(self.inputs + list(diffs or []))}
+        forward_batches = self._batch({i: kwargs[i] for i in self.inputs if i in kwargs})
+        backward_batches = self._batch({o: kwargs[o] for o in self.outputs if o in kwargs})
+        for fb, bb in zip(forward_batches, backward_batches):
+            batch_blobs = self.forward(blobs=blobs, **fb)
+            batch_diffs = self.backward(diffs=diffs, **bb)
+            for out, out_blobs in batch_blobs.items():
+                all_outs[out].extend(out_blobs.copy())
+            for d, d_blobs in batch_diffs.items():
+                all_diffs[d].extend(d_blobs.copy())
+        for out, diff in zip(all_outs, all_diffs):
+            all_outs[out] = np.asarray(all_outs[out])
+            all_diffs[diff] = np.asarray(all_diffs[diff])
+        # discard padding at the end
+        pad = len(next(iter(all_outs.values()))) - len(next(iter(kwargs.values())))
+        if pad:
+            for out, diff in zip(all_outs, all_diffs):
+                all_outs[out] = all_outs[out][:-pad]
+                all_diffs[diff] = all_diffs[diff][:-pad]
+        return all_outs, all_diffs
+
+    def _batch(self, blobs):
+        """Batches of ``blobs`` ({name: list/array}) of the net's batch size;
+        the last one padded with zeros (pycaffe's _Net_batch)."""
+        num = len(next(iter(blobs.values()))) if blobs else 0
+        batch_size = next(iter(self.blobs.values())).shape[0]
+        remainder = num % batch_size
+        num_batches = num // batch_size
+        for b in range(num_batches):
+            i = b * batch_size
+            yield {name: blobs[name][i:i + batch_size] for name in blobs}
+        if remainder > 0:
+            padded_batch = {}
+            for name in blobs:
+                padding = np.zeros((batch_size - remainder,) + np.asarray(blobs[name]).shape[1:])
+                padded_batch[name] = np.concatenate([blobs[name][-remainder:], padding])
+            yield padded_batch
