@@ -384,7 +384,7 @@ class Net(NetPycaffeMixin):
             loss_weights=tuple(tuple(float(w) for w in layer.loss_weights)
                                for layer in self.layers),
             blobs=MappingProxyType(self.blobs),
-            inputs=tuple(self._input_names), outputs=tuple(self._outputs),
+            inputs=tuple(self._input_names), outputs=tuple(self._output_names),
             params=tuple(self._net_params), param_layer=tuple(self._param_layer),
             param_owners=tuple(self._param_owner),
             learnable_params=tuple(self._learnable),

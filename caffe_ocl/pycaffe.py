@@ -23,7 +23,7 @@ from .layers.python_layer import BlobVec  # noqa: F401
 from .layers.python_layer import PythonLayerBase as Layer  # noqa: F401
 from .net import TEST, TRAIN, Net  # noqa: F401
 from .ops.random import set_random_seed  # noqa: F401
-from .parallel import state as _pstate
+from . import ranks as _pstate
 from .parallel.nccl import NCCL  # noqa: F401
 from .proto import caffe_pb2
 from .solvers import (AdaDeltaSolver, AdaGradSolver, AdamSolver, NesterovSolver,  # noqa: F401

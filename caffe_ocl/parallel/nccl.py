@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import CaffeOclError
 from ..ops import allreduce
-from . import state
+from .. import ranks as state
 
 log = logging.getLogger("caffe_ocl")
 
