@@ -39,6 +39,15 @@ def set_random_seed(seed):
     _s(seed)
 
 
+def set_untrusted(flag=True):
+    """Treat the models loaded from now on as untrusted (default: trusted, as
+    Caffe): nets with a Python layer (runs code) or an HDF5Output layer
+    (writes a file) are refused with a NetError naming the layer. Same as
+    CAFFE_OCL_UNTRUSTED=1."""
+    from . import config as _config
+    _config.set("UNTRUSTED", bool(flag))
+
+
 def init_log(level=_logging.INFO):
     """Caffe-style (glog-like) log lines on stderr."""
     from .logs import init_log as _init

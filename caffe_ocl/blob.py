@@ -11,10 +11,12 @@ uploads it. Layers ask for ``device_buffer()`` (read) or mark their outputs
 access, a device write, the first zero fill): anything derived from the
 memory (e.g. folded weights, caffe_ocl.fusion) is stale when it differs.
 """
+import math
 import weakref
 
 import numpy as np
 
+from .device import check_host_alloc
 from .errors import ShapeError
 
 UNINITIALIZED, AT_HOST, AT_DEVICE, SYNCED = range(4)
@@ -47,6 +49,7 @@ class SyncedMemory:
 
     def _host_array(self):
         if self._host is None:
+            check_host_alloc(4 * self.capacity, f"a blob of {self.capacity} values")
             self._host = np.zeros(self.capacity, np.float32)
         return self._host
 
@@ -132,7 +135,7 @@ class Blob:
         for s in shape:
             if s < 0:
                 raise ShapeError(f"blob {self.name!r}: negative dimension in {shape}")
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        count = math.prod(shape)          # exact: np.prod wraps past int64
         if count > 2**31 - 1:
             raise ShapeError(f"blob {self.name!r}: shape {shape} exceeds 2^31 elements")
         self._shape = shape
@@ -159,7 +162,7 @@ class Blob:
 
     def count_range(self, start, end=None):
         end = len(self._shape) if end is None else end
-        return int(np.prod(self._shape[start:end], dtype=np.int64))
+        return math.prod(self._shape[start:end])
 
     def canonical_axis(self, axis):
         n = len(self._shape)

@@ -24,6 +24,7 @@ import warnings
 
 import numpy as np
 
+from . import config
 from .errors import DeviceError
 
 log = logging.getLogger("caffe_ocl")
@@ -454,16 +455,55 @@ class Device:
         k = self.kernel(filename, name, defines)
         if lsize is not None:
             gsize = [round_up(g, l) for g, l in zip(gsize, lsize)]
+        dts = self._sources[filename][1][name]
+        for i, (a, dt) in enumerate(zip(args, dts)):
+            if dt is not None and isinstance(a, (int, np.integer)) and \
+                    np.dtype(dt).kind in "iu":
+                lim = np.iinfo(dt)
+                if not lim.min <= int(a) <= lim.max:
+                    raise DeviceError(
+                        f"kernel {name}: argument {i} is {int(a)}, outside "
+                        f"{np.dtype(dt).name}: a size or parameter too large for "
+                        "this kernel")
         try:
             k.set_args(*args)
-        except (cl.Error, TypeError, ValueError) as e:
+        except (cl.Error, TypeError, ValueError, RuntimeError) as e:
             raise DeviceError(f"binding arguments of kernel {name}: {e}")
         bufs = {i: a for i, a in enumerate(args) if isinstance(a, cl.MemoryObjectHolder)}
         return Launch(k, gsize, lsize, name, self._sources[filename][1][name], bufs)
 
     # ---- memory --------------------------------------------------------
+    def memory_budget(self):
+        """Bytes caffe_ocl may hold on this device: CAFFE_OCL_MEMORY_LIMIT_MB,
+        else the device's global memory."""
+        limit = config.get("MEMORY_LIMIT_MB")
+        if limit is not None and limit > 0:
+            return int(limit * 2**20)
+        return int(self.cl_device.global_mem_size)
+
+    def check_budget(self, nbytes, what="a buffer"):
+        """DeviceError, before the driver sees it, when allocating ``nbytes``
+        more would pass the budget or the device's single-buffer limit (PoCL
+        aborts the process on allocations that fail)."""
+        nbytes = int(nbytes)
+        max_one = int(self.cl_device.max_mem_alloc_size)
+        budget = self.memory_budget()
+        in_use = int(self.allocator.active_bytes) + self.unpooled_bytes
+        if nbytes > max_one and nbytes <= budget:
+            raise DeviceError(
+                f"out of device memory on {self.name}: {what} needs "
+                f"{_mib(nbytes)} in one buffer; the device allows {_mib(max_one)} "
+                "per buffer")
+        if in_use + nbytes > budget:
+            raise DeviceError(
+                f"out of device memory on {self.name}: {what} needs {_mib(nbytes)} "
+                f"more with {_mib(in_use)} in use; there is {_mib(budget)} "
+                + ("(CAFFE_OCL_MEMORY_LIMIT_MB)" if config.is_set("MEMORY_LIMIT_MB")
+                   else "(the device's global memory)"))
+
     def alloc(self, nbytes):
         """A device buffer from the pool (at least 4 bytes)."""
+        self.check_budget(max(int(nbytes), 4))
         buf = self._allocate(lambda: self.allocator(max(int(nbytes), 4)), nbytes)
         self.peak_bytes = max(self.peak_bytes,
                               self.allocator.managed_bytes + self.unpooled_bytes)
@@ -487,6 +527,7 @@ class Device:
         from it, caffe_ocl/param_arena.py), counted in ``peak_bytes`` until
         its owner calls ``unpooled_freed(nbytes)``."""
         nbytes = max(int(nbytes), 4)
+        self.check_budget(nbytes)
         buf = self._allocate(
             lambda: cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes), nbytes)
         self.unpooled_bytes += nbytes
@@ -505,6 +546,34 @@ class Device:
 
     def finish(self):
         self.queue.finish()
+
+
+def _mib(nbytes):
+    return f"{nbytes / 2**20:.1f} MiB"
+
+
+def host_memory_budget():
+    """Bytes one host buffer may take: CAFFE_OCL_HOST_MEMORY_LIMIT_MB, else
+    the machine's physical memory."""
+    limit = config.get("HOST_MEMORY_LIMIT_MB")
+    if limit is not None and limit > 0:
+        return int(limit * 2**20)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):   # not POSIX
+        return 1 << 62
+
+
+def check_host_alloc(nbytes, what="a host buffer"):
+    """DeviceError naming the sizes when ``nbytes`` of host memory is past
+    the host budget (numpy would raise MemoryError, or the kernel's OOM
+    killer end the process)."""
+    budget = host_memory_budget()
+    if int(nbytes) > budget:
+        raise DeviceError(f"out of host memory: {what} needs {_mib(int(nbytes))}; there is "
+                          f"{_mib(budget)}"
+                          + (" (CAFFE_OCL_HOST_MEMORY_LIMIT_MB)"
+                             if config.is_set("HOST_MEMORY_LIMIT_MB") else ""))
 
 
 # --------------------------------------------------------------------------

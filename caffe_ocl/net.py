@@ -18,7 +18,7 @@ import numpy as np
 
 from . import memory_plan
 from .blob import Blob
-from .errors import NetError, ShapeError
+from .errors import NetError, ShapeError, naming
 from .layers.base import create_layer
 from .proto import caffe_pb2, read_net, read_net_prototxt, upgrade_net
 from .proto import blobproto_to_array, write_binary
@@ -176,7 +176,8 @@ class Net:
         self._fusion = None             # TEST-phase folding (fusion.py)
         self._train_fusion = None       # TRAIN-phase BN/Scale/act chains (fusion_train.py)
         self.memory_plan = None
-        self._init(param)
+        with naming(self.source):
+            self._init(param)
         if weights is not None:
             self.copy_from(weights)
         from . import fusion, fusion_train
@@ -216,7 +217,8 @@ class Net:
                 raise NetError(f"layer {lp.name!r}: propagate_down must be given once per "
                                f"bottom ({len(lp.bottom)}), got {len(lp.propagate_down)}")
             log.info("Creating Layer %s", lp.name)
-            layer = create_layer(lp, param.state.phase)
+            with naming(f"layer {lp.name!r} ({lp.type})", f"{lp.name!r}"):
+                layer = create_layer(lp, param.state.phase)
             self.layers.append(layer)
             self._layer_names.append(lp.name)
             bottoms, need_bwd = [], False
@@ -255,7 +257,8 @@ class Net:
             bn = memory_plan.bn_for_scale(self.layers, self._top_vecs, li, bottoms, tops)
             if bn is not None:
                 layer.use_input_copy(bn)
-            layer.setup(bottoms, tops)
+            with naming(f"layer {lp.name!r} ({lp.type})", f"{lp.name!r}"):
+                layer.setup(bottoms, tops)
             log.info("Setting up %s", lp.name)
             for ti, t in enumerate(tops):
                 log.info("Top shape: %s", _shape_str(t.shape))
@@ -585,7 +588,7 @@ class Net:
                                  f"expects {len(target)}")
             log.info("Copying source layer %s", sl.name)
             for bi, (bp, tb) in enumerate(zip(sl.blobs, target)):
-                arr = blobproto_to_array(bp)
+                arr = blobproto_to_array(bp, where=f"{where}: layer {sl.name!r} param {bi}")
                 if not _shape_matches(arr.shape, tb.shape, _is_legacy(bp)):
                     raise ShapeError(
                         f"{where}: cannot copy param {bi} weights from layer {sl.name!r}; "

@@ -12,6 +12,8 @@ to convert it.
 """
 import logging
 import os
+import stat
+import struct
 import threading
 
 from ..errors import DataError
@@ -55,6 +57,142 @@ def check_backend(source, backend_name, explicit, where):
         raise DataError(f"{where}: database {source} has backend LEVELDB. {LEVELDB_HINT}")
 
 
+# --------------------------------------------------------------------------
+# Checking a data.mdb before LMDB maps it. liblmdb trusts the file: a file
+# shorter than its meta page says is a SIGBUS when a page past the end is
+# touched, a zeroed or overwritten page an assertion abort (mdb.c IS_LEAF)
+# -- neither can be caught. The check reads the two meta pages, picks the
+# newer as LMDB does, checks the file holds every page up to the last one,
+# then walks the main B-tree from its root: every branch/leaf page must
+# carry its own number, the right flags and sane offsets; every overflow
+# record (large Datum) must start with an overflow page inside the file.
+# Layout (mdb.c, 64-bit builds): page header {pgno u64, pad u16, flags u16,
+# lower u16, upper u16} (16 bytes), meta after it {magic u32, version u32,
+# address u64, mapsize u64, 2 x MDB_db (48 bytes), last_pg u64, txnid u64};
+# MDB_db {pad u32 (page size in the free DB), flags u16, depth u16,
+# branch, leaf, overflow pages, entries, root (u64 each)}.
+
+_MDB_MAGIC = 0xBEEFC0DE
+_P_BRANCH, _P_LEAF, _P_OVERFLOW, _P_META, _P_LEAF2 = 0x01, 0x02, 0x04, 0x08, 0x20
+_F_BIGDATA = 0x01
+_P_INVALID = 0xFFFFFFFFFFFFFFFF
+_HDR = 16
+_verdicts = {}
+
+
+def _meta(buf, off):
+    if len(buf) < off + 152:
+        return None
+    pgno, _, flags = struct.unpack_from("<QHH", buf, off)
+    magic, version = struct.unpack_from("<II", buf, off + 16)
+    if magic != _MDB_MAGIC or not flags & _P_META:
+        return None
+    psize = struct.unpack_from("<I", buf, off + 40)[0]
+    main = struct.unpack_from("<IHHQQQQQ", buf, off + 88)
+    last_pg, txnid = struct.unpack_from("<QQ", buf, off + 136)
+    return {"version": version, "psize": psize, "depth": main[2], "entries": main[6],
+            "root": main[7], "last_pg": last_pg, "txnid": txnid}
+
+
+def check_lmdb_file(path):
+    """Raise DataError (one line naming the file and page) when the LMDB
+    data file ``path`` is truncated or has a damaged page; the verdict is
+    kept per (path, size, mtime)."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise DataError(f"database {path}: cannot read ({e.strerror or e})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise DataError(f"database {path}: not a regular file")
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    if _verdicts.get(key):
+        return
+    with open(path, "rb") as f:
+        _check_lmdb_bytes(f, st.st_size, path)
+    _verdicts[key] = True
+
+
+def _check_lmdb_bytes(f, size, path):
+    head = f.read(2 * 65536 + 152)
+    m0 = _meta(head, 0)
+    if m0 is None:
+        raise DataError(f"database {path}: not an LMDB data file (no valid meta page 0)")
+    psize = m0["psize"]
+    if psize < 512 or psize > 65536 or psize & (psize - 1):
+        raise DataError(f"database {path}: meta page gives page size {psize}")
+    m1 = _meta(head, psize)
+    if m1 is None:
+        raise DataError(f"database {path}: meta page 1 is damaged (at byte {psize})")
+    meta = m1 if m1["txnid"] > m0["txnid"] else m0
+    need = (meta["last_pg"] + 1) * psize
+    if size < need:
+        raise DataError(f"database {path}: truncated: its meta page says {meta['last_pg'] + 1}"
+                        f" pages of {psize} bytes ({need} bytes), the file has {size} bytes")
+    npages = meta["last_pg"] + 1
+    root = meta["root"]
+    if root == _P_INVALID:
+        return
+    if not 2 <= root < npages:
+        raise DataError(f"database {path}: root page {root} outside the file's {npages} pages")
+
+    def page(pg):
+        f.seek(pg * psize)
+        return f.read(psize)
+
+    def bad(pg, what):
+        return DataError(f"database {path}: page {pg} is damaged ({what}); the database "
+                         "must be re-created")
+
+    stack = [(root, meta["depth"])]
+    seen = 0
+    while stack:
+        pg, depth = stack.pop()
+        seen += 1
+        if seen > npages:
+            raise bad(pg, "the page tree has a loop")
+        b = page(pg)
+        pgno, _, flags, lower, upper = struct.unpack_from("<QHHHH", b, 0)
+        if pgno != pg:
+            raise bad(pg, f"it says it is page {pgno}")
+        leaf = bool(flags & _P_LEAF)
+        if leaf == bool(flags & _P_BRANCH) or flags & (_P_OVERFLOW | _P_META):
+            raise bad(pg, f"flags 0x{flags:x} are not those of a tree page")
+        if depth < 1 or leaf != (depth == 1):
+            raise bad(pg, "tree depth does not match the meta page")
+        if not _HDR <= lower <= upper <= psize or (lower - _HDR) % 2:
+            raise bad(pg, f"free space bounds {lower}..{upper}")
+        if flags & _P_LEAF2:
+            continue
+        nkeys = (lower - _HDR) // 2
+        ptrs = struct.unpack_from(f"<{nkeys}H", b, _HDR)
+        for i, off in enumerate(ptrs):
+            if not upper <= off <= psize - 8:
+                raise bad(pg, f"node {i} at offset {off}")
+            lo, hi, nflags, ksize = struct.unpack_from("<HHHH", b, off)
+            if off + 8 + ksize > psize:
+                raise bad(pg, f"node {i}'s key runs past the page")
+            if not leaf:
+                child = lo | hi << 16 | nflags << 32
+                if not 2 <= child < npages:
+                    raise bad(pg, f"node {i} points to page {child}, outside the file")
+                stack.append((child, depth - 1))
+                continue
+            dsize = lo | hi << 16
+            if nflags & _F_BIGDATA:
+                if off + 8 + ksize + 8 > psize:
+                    raise bad(pg, f"node {i}'s overflow page number runs past the page")
+                (opg,) = struct.unpack_from("<Q", b, off + 8 + ksize)
+                if not 2 <= opg < npages:
+                    raise bad(pg, f"node {i}'s data is on page {opg}, outside the file")
+                ob = page(opg)
+                opgno, _, oflags, opages = struct.unpack_from("<QHHI", ob, 0)
+                if opgno != opg or not oflags & _P_OVERFLOW or opg + opages > npages \
+                        or opages * psize - _HDR < dsize:
+                    raise bad(opg, f"not the overflow page of a {dsize}-byte record")
+            elif off + 8 + ksize + dsize > psize:
+                raise bad(pg, f"node {i}'s data runs past the page")
+
+
 # one read-only environment per path per process (LMDB's rule), ref-counted
 _envs = {}
 _envs_lock = threading.Lock()
@@ -68,9 +206,14 @@ def _open_env(path):
         if ent is not None:
             ent[1] += 1
             return ent[0]
+        subdir = os.path.isdir(path)
+        check_lmdb_file(os.path.join(path, "data.mdb") if subdir else path)
+        # without the lock file (reading never writes, read-only media work);
+        # a writer changing the database meanwhile is detected and reported
+        # (LMDBReader._check_unchanged)
         try:
             env = lmdb.open(path, readonly=True, lock=False, readahead=False,
-                            subdir=os.path.isdir(path), max_readers=1024, meminit=False,
+                            subdir=subdir, max_readers=1024, meminit=False,
                             create=False)
         except lmdb.Error as e:
             raise DataError(f"database {path}: cannot open as LMDB ({e})") from None
@@ -111,6 +254,9 @@ class LMDBReader:
             raise DataError(f"database {self.path}: not an LMDB (no data.mdb in the folder)")
         self.env = _open_env(self.path)
         self._closed = False
+        self._data_file = os.path.join(self.path, "data.mdb") \
+            if os.path.isdir(self.path) else self.path
+        self._stamp = self._file_stamp()
         try:
             self.entries = self.env.stat()["entries"]
         except _lmdb().Error as e:
@@ -121,32 +267,94 @@ class LMDBReader:
     def __len__(self):
         return self.entries
 
+    def _file_stamp(self):
+        try:
+            st = os.stat(self._data_file)
+        except OSError:
+            return None
+        return st.st_size, st.st_mtime_ns
+
+    def _check_unchanged(self, where):
+        """DataError when the data file changed since it was opened (another
+        process writes the database; without the lock file the read would
+        otherwise see half-written pages)."""
+        if self._file_stamp() != self._stamp:
+            raise DataError(f"database {self.path} changed while being read ({where}): "
+                            "another process writes it; read it when the writer is done")
+
+    def _txn(self):
+        lmdb = _lmdb()
+        try:
+            return self.env.begin(buffers=False)
+        except lmdb.MapResizedError:
+            # a writer grew the map: adopt the new size (LMDB's documented remedy)
+            try:
+                self.env.set_mapsize(0)
+                return self.env.begin(buffers=False)
+            except lmdb.Error as e:
+                raise DataError(f"database {self.path} changed size while being read "
+                                f"(another process writes it): {e}") from None
+        except lmdb.Error as e:
+            raise DataError(f"database {self.path}: cannot read ({e})") from None
+
+    def _failed(self, e, index):
+        if self._file_stamp() != self._stamp:
+            return DataError(f"database {self.path} changed while being read (record "
+                             f"{index}): another process writes it ({type(e).__name__})")
+        return DataError(f"database {self.path}: record {index} cannot be read "
+                         f"({type(e).__name__}: {e}); the database is damaged")
+
     def first(self):
-        with self.env.begin(buffers=False) as txn:
-            cur = txn.cursor()
-            if not cur.first():
-                raise DataError(f"database {self.path} is empty (no records)")
-            return cur.key(), cur.value()
+        lmdb = _lmdb()
+        with self._txn() as txn:
+            try:
+                cur = txn.cursor()
+                if not cur.first():
+                    raise DataError(f"database {self.path} is empty (no records)")
+                return cur.key(), cur.value()
+            except lmdb.Error as e:
+                raise self._failed(e, 0) from None
 
     def __iter__(self):
-        with self.env.begin(buffers=False) as txn:
-            for k, v in txn.cursor():
-                yield k, v
+        lmdb = _lmdb()
+        with self._txn() as txn:
+            i = 0
+            try:
+                for k, v in txn.cursor():
+                    yield k, v
+                    i += 1
+            except lmdb.Error as e:
+                raise self._failed(e, i) from None
+
+    CHECK_EVERY = 1000
 
     def records(self, skip=0):
-        """Endless (key, value) stream starting ``skip`` records in; wraps."""
-        with self.env.begin(buffers=False) as txn:
-            cur = txn.cursor()
-            if not cur.first():
-                raise DataError(f"database {self.path} is empty (no records)")
-            for _ in range(int(skip)):
-                if not cur.next():
-                    cur.first()
-            while True:
-                yield cur.key(), cur.value()
-                if not cur.next():
-                    log.info("Restarting data prefetching from start.")
-                    cur.first()
+        """Endless (key, value) stream starting ``skip`` records in; wraps.
+        Every CHECK_EVERY records (and at each wrap) the data file is checked
+        to be the one that was opened."""
+        lmdb = _lmdb()
+        with self._txn() as txn:
+            i = 0
+            try:
+                cur = txn.cursor()
+                if not cur.first():
+                    raise DataError(f"database {self.path} is empty (no records)")
+                for _ in range(int(skip) % max(self.entries, 1)):
+                    if not cur.next():
+                        cur.first()
+                i = int(skip) % max(self.entries, 1)
+                while True:
+                    yield cur.key(), cur.value()
+                    i += 1
+                    if i % self.CHECK_EVERY == 0:
+                        self._check_unchanged(f"record {i}")
+                    if not cur.next():
+                        self._check_unchanged("at its end")
+                        log.info("Restarting data prefetching from start.")
+                        i = 0
+                        cur.first()
+            except lmdb.Error as e:
+                raise self._failed(e, i) from None
 
     def close(self):
         if not self._closed:

@@ -26,13 +26,14 @@ import time
 
 import numpy as np
 
-from ..errors import FileNotFound, ShapeError, SolverError
+from ..errors import FileNotFound, ShapeError, SolverError, naming
 from .. import memory_plan
+from .. import safe_io
 from ..net import Net
 from ..ops import pointwise
 from ..ops import solver as sops
-from ..proto import (array_to_blobproto, blobproto_to_array, caffe_pb2, read_net,
-                     read_net_prototxt, read_solver_prototxt, write_binary)
+from ..proto import (array_to_blobproto, blobproto_to_array, caffe_pb2, read_file_bytes,
+                     read_net, read_net_prototxt, read_solver_prototxt, write_binary)
 from . import state as st
 
 log = logging.getLogger("caffe_ocl")
@@ -135,8 +136,11 @@ class Solver:
         if p.iter_size < 1:
             raise SolverError(f"{self.source}: iter_size should be >= 1, got {p.iter_size}")
         self.check_param(p)
+        safe_io.check_snapshot_prefix(p.snapshot_prefix, self.source)
         from ..parallel import state as pstate      # Caffe::solver_count/solver_rank
         self.solver_count, self.solver_rank = pstate.solver_count, pstate.solver_rank
+        if self.solver_rank == 0 and p.snapshot_prefix:
+            safe_io.remove_stale_temp_files(p.snapshot_prefix)
         self.on_backward_layer = []   # fn(layer index) after each layer's backward
         if self.solver_rank == 0:
             self._check_snapshot_write_permissions()
@@ -188,9 +192,7 @@ class Solver:
                                   "snapshot_prefix is not")
             probe = f"{p.snapshot_prefix}_iter_0.tempfile"
             try:
-                with open(probe, "w"):
-                    pass
-                os.remove(probe)
+                safe_io.probe_writable(probe)
             except OSError:
                 raise SolverError(f"Cannot write to snapshot prefix '{p.snapshot_prefix}'. "
                                   "Make sure that the directory exists and is writeable.") \
@@ -832,6 +834,7 @@ class Solver:
         log.info("Snapshotting to HDF5 file %s", model)
         tmp = f"{model}.tmp-{os.getpid()}"
         try:
+            safe_io.create_exclusive(tmp).close()
             with h5py.File(tmp, "w") as f:
                 for name, layer in zip(self.net._layer_names, self.net.layers):
                     for j, b in enumerate(layer.blobs):
@@ -842,6 +845,7 @@ class Solver:
             path = self.snapshot_filename(".solverstate.h5")
             log.info("Snapshotting solver state to HDF5 file %s", path)
             tmp = f"{path}.tmp-{os.getpid()}"
+            safe_io.create_exclusive(tmp).close()
             with h5py.File(tmp, "w") as f:
                 f["iter"] = self.iter
                 f["learned_net"] = model
@@ -866,14 +870,14 @@ class Solver:
         path = os.fspath(path)
         if path.endswith(".h5"):
             return self._restore_hdf5(path)
-        if not os.path.exists(path):
-            raise FileNotFound(f"solver state not found: {path}")
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_file_bytes(path, "solver state")
         state, rng = st.parse_solver_state(raw, path)
+        safe_io.check_solver_state(state, raw, path)
         if state.learned_net:
-            self._restore_net(state.learned_net, path)
-        self._restore_history([blobproto_to_array(b) for b in state.history], path)
+            with naming(path):
+                self._restore_net(state.learned_net, path)
+        self._restore_history([blobproto_to_array(b, where=f"{path}: history blob {i}")
+                               for i, b in enumerate(state.history)], path)
         self.iter = state.iter
         self.current_step = state.current_step
         if rng is not None:
