@@ -13,6 +13,7 @@ is on this class directly.
 import logging
 import os
 from collections import OrderedDict
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -176,7 +177,7 @@ class Net:
         self._fusion = None             # TEST-phase folding (fusion.py)
         self._train_fusion = None       # TRAIN-phase BN/Scale/act chains (fusion_train.py)
         self.memory_plan = None
-        with naming(self.source):
+        with naming(self.source) if self.source != "<NetParameter>" else nullcontext():
             self._init(param)
         if weights is not None:
             self.copy_from(weights)

@@ -147,12 +147,14 @@ class Solver:
         if p.random_seed >= 0:
             from .. import set_random_seed
             set_random_seed(p.random_seed + self.solver_rank)   # as Caffe's Solver::Init
-        self.net = self._init_train_net()
+        with naming(self.source):
+            self.net = self._init_train_net()
         # the parameters in one arena (before the test nets share them)
         from ..param_arena import ParamArena, enabled as arena_enabled, supported
         self._arena = ParamArena(self.net) if arena_enabled() and supported(self.net) \
             else None
-        self.test_nets = self._init_test_nets() if self.solver_rank == 0 else []
+        with naming(self.source):
+            self.test_nets = self._init_test_nets() if self.solver_rank == 0 else []
         log.info("Solver scaffolding done.")
         if p.lr_policy not in LR_POLICIES:
             raise SolverError(f"{self.source}: unknown learning rate policy {p.lr_policy!r} "

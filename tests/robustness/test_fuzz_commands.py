@@ -110,7 +110,8 @@ def test_bad_snapshots_give_one_line(base, tmp_path):
     assert "nul.prototxt" in last and "NUL" in last, last
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.slow) if s >= 3 else s
+                                  for s in range(40)])
 def test_mutated_files_through_commands(seed, base, tmp_path):
     r = random.Random(f"cmd:{seed}")
     net = tmp_path / "net.prototxt"
