@@ -86,6 +86,56 @@ def pocl_binary_intact(binary):
     return True
 
 
+# A kernel cache entry, {key}.bin: magic, the key it was built for (64 hex
+# digits, the file's name), the binary's SHA-256, its length (u64), the
+# binary. Reading checks all of them, and PoCL's file records, before the
+# driver sees the bytes: a flipped bit aborted PoCL, a valid binary under
+# another entry's name ran the wrong kernels (all-NaN outputs).
+_CACHE_MAGIC = b"caffe_ocl-kcache-1\n"
+
+
+def write_cache_entry(path, binary):
+    """Store ``binary`` as the cache entry ``path`` (temp file + rename)."""
+    binary = bytes(binary)
+    key = os.path.basename(path)[:-len(".bin")].encode()
+    data = (_CACHE_MAGIC + key + hashlib.sha256(binary).digest()
+            + struct.pack("<Q", len(binary)) + binary)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_cache_entry(path):
+    """The binary of the cache entry ``path``; OSError saying what is wrong
+    when it is not an intact entry made for this key."""
+    with open(path, "rb") as f:
+        data = f.read()
+    key = os.path.basename(path)[:-len(".bin")].encode()
+    n = len(_CACHE_MAGIC)
+    if not data.startswith(_CACHE_MAGIC) or len(data) < n + len(key) + 40:
+        raise OSError("not a caffe_ocl cache entry (an old format or damaged header)")
+    if data[n:n + len(key)] != key:
+        raise OSError("it was stored for another key")
+    off = n + len(key)
+    digest, (length,) = data[off:off + 32], struct.unpack_from("<Q", data, off + 32)
+    binary = data[off + 40:]
+    if len(binary) != length:
+        raise OSError(f"{len(binary)} bytes of binary where {length} were stored")
+    if hashlib.sha256(binary).digest() != digest:
+        raise OSError("checksum mismatch")
+    if not pocl_binary_intact(binary):
+        raise OSError("a PoCL binary with an empty file record")
+    return binary
+
+
 def pocl_affinity_default(environ=None, allowed=None, ncpu=None):
     """Whether caffe_ocl turns on PoCL's POCL_AFFINITY (its CPU driver pins
     worker thread i to CPU i). Pinned, a small net's first passes after the
@@ -401,10 +451,7 @@ class Device:
             path = os.path.join(self.cache_dir, self._cache_key(src, opts) + ".bin")
             if os.path.exists(path):
                 try:
-                    with open(path, "rb") as f:
-                        binary = f.read()
-                    if not pocl_binary_intact(binary):
-                        raise OSError("a PoCL binary with an empty file record")
+                    binary = read_cache_entry(path)
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
                         prog = cl.Program(self.context, [self.cl_device], [binary]).build(
@@ -412,8 +459,9 @@ class Device:
                     self.build_stats["cached"] += 1
                     self.build_stats["seconds"] += time.perf_counter() - t0
                     return prog
-                except (cl.Error, OSError):
-                    pass   # stale or corrupt entry: rebuild below and overwrite it
+                except (cl.Error, OSError) as e:
+                    # stale or corrupt entry: rebuild below and overwrite it
+                    log.warning("kernel cache entry %s not used (%s); rebuilding it", path, e)
         try:
             with warnings.catch_warnings():
                 if not os.environ.get("CAFFE_OCL_VERBOSE"):
@@ -430,10 +478,7 @@ class Device:
                 (binary,) = prog.get_info(cl.program_info.BINARIES)
                 if binary and pocl_binary_intact(binary):
                     os.makedirs(self.cache_dir, exist_ok=True)
-                    tmp = f"{path}.tmp-{os.getpid()}"
-                    with open(tmp, "wb") as f:
-                        f.write(binary)
-                    os.replace(tmp, path)
+                    write_cache_entry(path, binary)
             except (cl.Error, OSError, ValueError):
                 pass   # a read-only or full cache only costs rebuilds
         return prog
