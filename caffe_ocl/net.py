@@ -577,11 +577,13 @@ class Net:
             src = read_net(where)
         layers = list(src.layer)
         index = {n: i for i, n in enumerate(self._layer_names)}
+        copied = set()
         for sl in layers:
             ti = index.get(sl.name)
             if ti is None:
                 log.info("Ignoring source layer %s", sl.name)
                 continue
+            copied.add(ti)
             target = self.layers[ti].blobs
             if len(sl.blobs) != len(target):
                 raise ShapeError(f"{where}: incompatible number of blobs for layer "
@@ -598,6 +600,7 @@ class Net:
                         "layer's parameters from scratch rather than copying from a "
                         "saved net, rename the layer.")
                 tb.data[...] = arr.reshape(tb.shape)
+        warn_untouched(self, copied, where)
 
     def copy_trained_layers_from(self, path):
         self.copy_from(path)
@@ -630,6 +633,19 @@ class Net:
                 if w:
                     total += w * float(np.sum(self._top_vecs[li][ti].host_data()))
         return total
+
+
+def warn_untouched(net, copied, where):
+    """A warning naming the layers with learnable parameters that ``where``
+    left as filled (a 0-byte caffemodel, or one whose layer names match
+    nothing, used to run on random weights without a word)."""
+    missed = [n for i, (n, layer) in enumerate(zip(net._layer_names, net.layers))
+              if layer.blobs and i not in copied]
+    if missed:
+        log.warning("%s has no weights for layer%s %s: %s keep%s the values of %s filler%s",
+                    where, "s" if len(missed) > 1 else "", ", ".join(missed),
+                    "they" if len(missed) > 1 else "it", "" if len(missed) > 1 else "s",
+                    "their" if len(missed) > 1 else "its", "s" if len(missed) > 1 else "")
 
 
 def _is_legacy(bp):

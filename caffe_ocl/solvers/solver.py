@@ -39,6 +39,7 @@ from . import state as st
 log = logging.getLogger("caffe_ocl")
 
 NONE, STOP, SNAPSHOT = "none", "stop", "snapshot"
+LOSS_RING_MAX = 1024    # losses kept on the device between two read-backs
 LR_POLICIES = ("fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid")
 
 
@@ -316,7 +317,9 @@ class Solver:
         self._clip_buf = dev.alloc(8)
         pointwise.fill(dev, self._clip_buf, 2, 1.0)
         self._build_param_launches()
-        self._ring_cap = max(int(p.display), 1)
+        # bounded whatever display says (display: 4e8 allocated 1.6 GB): a full
+        # ring is read back early (Solver.step)
+        self._ring_cap = max(min(int(p.display), LOSS_RING_MAX), 1)
         self._ring = dev.alloc(4 * self._ring_cap)
         self._ring_iters = []
         self._loss_plan = None
@@ -655,6 +658,8 @@ class Solver:
             display = p.display and self.iter % p.display == 0
             slot = None
             if p.display:
+                if len(self._ring_iters) >= self._ring_cap:
+                    self._flush_losses()
                 slot = len(self._ring_iters)
                 self._ring_iters.append(self.iter)
             self._forward_backward_iter(slot)
