@@ -16,6 +16,8 @@ import stat
 import struct
 import threading
 
+import numpy as np
+
 from ..errors import DataError
 
 log = logging.getLogger("caffe_ocl")
@@ -135,62 +137,104 @@ def _check_lmdb_bytes(f, size, path):
     if not 2 <= root < npages:
         raise DataError(f"database {path}: root page {root} outside the file's {npages} pages")
 
-    def page(pg):
-        f.seek(pg * psize)
-        return f.read(psize)
-
     def bad(pg, what):
-        return DataError(f"database {path}: page {pg} is damaged ({what}); the database "
-                         "must be re-created")
+        return DataError(f"database {path}: page {int(pg)} is damaged ({what}); the "
+                         "database must be re-created")
 
-    stack = [(root, meta["depth"])]
+    # level by level from the root, every page of a level checked at once
+    # (numpy over a read-only map of the file: a 100 MB database takes a
+    # fraction of a second, see README)
+    mm = np.memmap(path, np.uint8, "r", shape=(npages, psize))
+    level = np.array([root], np.int64)
+    depth = meta["depth"]
     seen = 0
-    while stack:
-        pg, depth = stack.pop()
-        seen += 1
-        if seen > npages:
-            raise bad(pg, "the page tree has a loop")
-        b = page(pg)
-        pgno, _, flags, lower, upper = struct.unpack_from("<QHHHH", b, 0)
-        if pgno != pg:
-            raise bad(pg, f"it says it is page {pgno}")
-        leaf = bool(flags & _P_LEAF)
-        if leaf == bool(flags & _P_BRANCH) or flags & (_P_OVERFLOW | _P_META):
-            raise bad(pg, f"flags 0x{flags:x} are not those of a tree page")
-        if depth < 1 or leaf != (depth == 1):
-            raise bad(pg, "tree depth does not match the meta page")
-        if not _HDR <= lower <= upper <= psize or (lower - _HDR) % 2:
-            raise bad(pg, f"free space bounds {lower}..{upper}")
-        if flags & _P_LEAF2:
-            continue
+    while len(level):
+        seen += len(level)
+        if seen > npages or depth < 1:
+            raise bad(level[0], "the page tree is deeper than its meta page says")
+        rows = np.asarray(mm[level])
+        hdr = rows[:, :16].copy()
+        pgno = hdr[:, 0:8].view("<u8")[:, 0]
+        flags = hdr[:, 10:12].view("<u2")[:, 0].astype(np.int64)
+        lower = hdr[:, 12:14].view("<u2")[:, 0].astype(np.int64)
+        upper = hdr[:, 14:16].view("<u2")[:, 0].astype(np.int64)
+        wrong = np.flatnonzero(pgno != level.astype(np.uint64))
+        if len(wrong):
+            i = wrong[0]
+            raise bad(level[i], f"it says it is page {int(pgno[i])}")
+        want = _P_LEAF if depth == 1 else _P_BRANCH
+        other = (_P_LEAF | _P_BRANCH | _P_OVERFLOW | _P_META) & ~want
+        wrong = np.flatnonzero(((flags & want) == 0) | ((flags & other) != 0))
+        if len(wrong):
+            i = wrong[0]
+            raise bad(level[i], f"flags 0x{int(flags[i]):x} where a "
+                      f"{'leaf' if depth == 1 else 'branch'} page belongs")
+        wrong = np.flatnonzero((lower < _HDR) | (lower > upper) | (upper > psize)
+                               | ((lower - _HDR) % 2 != 0))
+        if len(wrong):
+            i = wrong[0]
+            raise bad(level[i], f"free space bounds {int(lower[i])}..{int(upper[i])}")
+        if depth == 1:
+            rows = rows[(flags & _P_LEAF2) == 0]
+            keep = (flags & _P_LEAF2) == 0
+            level, lower, upper = level[keep], lower[keep], upper[keep]
         nkeys = (lower - _HDR) // 2
-        ptrs = struct.unpack_from(f"<{nkeys}H", b, _HDR)
-        for i, off in enumerate(ptrs):
-            if not upper <= off <= psize - 8:
-                raise bad(pg, f"node {i} at offset {off}")
-            lo, hi, nflags, ksize = struct.unpack_from("<HHHH", b, off)
-            if off + 8 + ksize > psize:
-                raise bad(pg, f"node {i}'s key runs past the page")
-            if not leaf:
-                child = lo | hi << 16 | nflags << 32
-                if not 2 <= child < npages:
-                    raise bad(pg, f"node {i} points to page {child}, outside the file")
-                stack.append((child, depth - 1))
-                continue
-            dsize = lo | hi << 16
-            if nflags & _F_BIGDATA:
-                if off + 8 + ksize + 8 > psize:
-                    raise bad(pg, f"node {i}'s overflow page number runs past the page")
-                (opg,) = struct.unpack_from("<Q", b, off + 8 + ksize)
-                if not 2 <= opg < npages:
-                    raise bad(pg, f"node {i}'s data is on page {opg}, outside the file")
-                ob = page(opg)
-                opgno, _, oflags, opages = struct.unpack_from("<QHHI", ob, 0)
-                if opgno != opg or not oflags & _P_OVERFLOW or opg + opages > npages \
-                        or opages * psize - _HDR < dsize:
-                    raise bad(opg, f"not the overflow page of a {dsize}-byte record")
-            elif off + 8 + ksize + dsize > psize:
-                raise bad(pg, f"node {i}'s data runs past the page")
+        maxk = int(nkeys.max()) if len(nkeys) else 0
+        if maxk == 0:
+            break
+        ptrs = rows[:, _HDR:_HDR + 2 * maxk].copy().view("<u2").astype(np.int64)
+        valid = np.arange(maxk)[None, :] < nkeys[:, None]
+        ptrs = np.where(valid, ptrs, psize - 8)        # padding: a harmless offset
+        wrong = np.flatnonzero(((ptrs < upper[:, None]) | (ptrs > psize - 8)).any(1))
+        if len(wrong):
+            raise bad(level[wrong[0]], "a node offset outside the page")
+        r = np.arange(len(level))[:, None]
+
+        def u16(k):
+            return rows[r, ptrs + k].astype(np.int64) | rows[r, ptrs + k + 1].astype(
+                np.int64) << 8
+        lo, hi, nflags, ksize = u16(0), u16(2), u16(4), u16(6)
+        end = ptrs + 8 + ksize
+        if depth > 1:
+            wrong = np.flatnonzero((valid & (end > psize)).any(1))
+            if len(wrong):
+                raise bad(level[wrong[0]], "a node's key runs past the page")
+            child = lo | hi << 16 | nflags << 32
+            wrong = np.flatnonzero((valid & ((child < 2) | (child >= npages))).any(1))
+            if len(wrong):
+                raise bad(level[wrong[0]], "a node points to a page outside the file")
+            level = child[valid]
+            depth -= 1
+            continue
+        dsize = lo | hi << 16
+        big = valid & ((nflags & _F_BIGDATA) != 0)
+        wrong = np.flatnonzero((valid & (np.where(big, end + 8, end + dsize) > psize)).any(1))
+        if len(wrong):
+            raise bad(level[wrong[0]], "a node's data runs past the page")
+        if big.any():
+            pi, ki = np.nonzero(big)
+            off = end[pi, ki]
+            ovf = np.zeros(len(pi), np.int64)
+            for j in range(8):
+                ovf |= rows[pi, off + j].astype(np.int64) << (8 * j)
+            outside = np.flatnonzero((ovf < 2) | (ovf >= npages))
+            if len(outside):
+                raise bad(level[pi[outside[0]]], f"a record's data is on page "
+                          f"{int(ovf[outside[0]])}, outside the file")
+            ohdr = np.asarray(mm[ovf, :16]).copy()
+            opgno = ohdr[:, 0:8].view("<u8")[:, 0]
+            oflags = ohdr[:, 10:12].view("<u2")[:, 0].astype(np.int64)
+            opages = ohdr[:, 12:16].view("<u4")[:, 0].astype(np.int64)
+            wrong = np.flatnonzero((opgno != ovf.astype(np.uint64))
+                                   | ((oflags & _P_OVERFLOW) == 0)
+                                   | (ovf + opages > npages)
+                                   | (opages * psize - _HDR < dsize[pi, ki]))
+            if len(wrong):
+                i = wrong[0]
+                raise bad(ovf[i], f"not the overflow page of a {int(dsize[pi[i], ki[i]])}"
+                          "-byte record")
+        break
+    del mm
 
 
 # one read-only environment per path per process (LMDB's rule), ref-counted

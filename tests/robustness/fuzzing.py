@@ -209,10 +209,15 @@ def make_base(base):
     os.replace(state, pj("snap.solverstate"))
     rs = np.random.RandomState(0)
     with LMDBWriter(pj("db")) as w:
-        for i in range(40):
-            d = array_to_datum(rs.randint(0, 255, (3, 5, 5)).astype(np.uint8), i % 3)
+        import cv2
+        for i in range(120):   # a branch page, leaves and (every 8th) overflow records
+            img = rs.randint(0, 255, (3, 40, 40)).astype(np.uint8)
+            if i % 8 == 0:
+                d = array_to_datum(img, i % 3)            # 4800 raw bytes: overflow pages
+            else:                                         # a small PNG of one colour
+                d = _pb().Datum(channels=3, height=40, width=40, label=i % 3, encoded=True)
+                d.data = cv2.imencode(".png", np.full((40, 40, 3), i, np.uint8))[1].tobytes()
             w.put(f"{i:08d}", d.SerializeToString())
-    import cv2
     for i in range(3):
         cv2.imwrite(pj(f"img{i}.png"), rs.randint(0, 255, (7, 9, 3)).astype(np.uint8))
     with open(pj("list.txt"), "w") as f:
