@@ -41,6 +41,14 @@ def set_random_seed(seed):
     _random_ops.set_random_seed(seed)
 
 
+def set_untrusted(flag=True):
+    """Treat the models loaded from now on as untrusted (default: trusted, as
+    Caffe): nets with a Python layer (runs code) or an HDF5Output layer
+    (writes a file) are refused with a NetError naming the layer. Same as
+    CAFFE_OCL_UNTRUSTED=1."""
+    config.set("UNTRUSTED", bool(flag))
+
+
 def init_log(level=None, stderr=True):
     """pycaffe's init_log: Caffe-style (glog) log lines on stderr from glog
     severity ``level`` on (0 INFO .. 3 FATAL; default GLOG_minloglevel, else

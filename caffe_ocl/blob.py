@@ -23,12 +23,13 @@ copies nothing.
 access, a device write, the first zero fill): anything derived from the
 memory (e.g. folded weights, caffe_ocl.plan.fold) is stale when it differs.
 """
+import math
 import sys
 import weakref
 
 import numpy as np
 
-from .device import get_device, register_blob
+from .device import check_host_alloc, get_device, register_blob
 from .errors import ShapeError
 from .ops import pointwise
 
@@ -76,6 +77,7 @@ class SyncedMemory:
 
     def _host_array(self):
         if self._host is None:
+            check_host_alloc(4 * self.capacity, f"a blob of {self.capacity} values")
             self._host = np.zeros(self.capacity, np.float32)
         return self._host
 
@@ -160,7 +162,7 @@ class Blob:
         for s in shape:
             if s < 0:
                 raise ShapeError(f"blob {self.name!r}: negative dimension in {shape}")
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        count = math.prod(shape)          # exact: np.prod wraps past int64
         if count > 2**31 - 1:
             raise ShapeError(f"blob {self.name!r}: shape {shape} exceeds 2^31 elements")
         self._shape = shape
@@ -187,7 +189,7 @@ class Blob:
 
     def count_range(self, start, end=None):
         end = len(self._shape) if end is None else end
-        return int(np.prod(self._shape[start:end], dtype=np.int64))
+        return math.prod(self._shape[start:end])
 
     def canonical_axis(self, axis):
         n = len(self._shape)

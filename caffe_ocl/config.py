@@ -116,6 +116,16 @@ _DECLARED = (
             "layer; default 1 on GPUs, one bucket after backward on CPUs)"),
     Setting("PARALLEL_DUMP", "path", None,
             "folder where every rank writes its final weights (multi-rank tests)"),
+    # robustness: memory budget, bounded queues, untrusted models (issue #25)
+    Setting("MEMORY_LIMIT_MB", "float", None,
+            "most device memory (MiB) caffe_ocl allocates at once; default: the "
+            "device's global memory (an allocation past it is an error naming both)"),
+    Setting("HOST_MEMORY_LIMIT_MB", "float", None,
+            "most host memory (MiB) for one host copy of a blob; default: the "
+            "machine's physical memory"),
+    Setting("UNTRUSTED", "bool", False,
+            "treat models as untrusted: refuse Python layers and layers that write "
+            "files (HDF5Output)"),
     Setting("SPAWNED", "bool", False,
             "set by `train --gpu a,b` in the ranks it launches", internal=True),
     # lib: kernel-variant switches that benchmarks and tests flip (A/B of one

@@ -88,6 +88,56 @@ def pocl_binary_intact(binary):
     return True
 
 
+# A kernel cache entry, {key}.bin: magic, the key it was built for (64 hex
+# digits, the file's name), the binary's SHA-256, its length (u64), the
+# binary. Reading checks all of them, and PoCL's file records, before the
+# driver sees the bytes: a flipped bit aborted PoCL, a valid binary under
+# another entry's name ran the wrong kernels (all-NaN outputs).
+_CACHE_MAGIC = b"caffe_ocl-kcache-1\n"
+
+
+def write_cache_entry(path, binary):
+    """Store ``binary`` as the cache entry ``path`` (temp file + rename)."""
+    binary = bytes(binary)
+    key = os.path.basename(path)[:-len(".bin")].encode()
+    data = (_CACHE_MAGIC + key + hashlib.sha256(binary).digest()
+            + struct.pack("<Q", len(binary)) + binary)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_cache_entry(path):
+    """The binary of the cache entry ``path``; OSError saying what is wrong
+    when it is not an intact entry made for this key."""
+    with open(path, "rb") as f:
+        data = f.read()
+    key = os.path.basename(path)[:-len(".bin")].encode()
+    n = len(_CACHE_MAGIC)
+    if not data.startswith(_CACHE_MAGIC) or len(data) < n + len(key) + 40:
+        raise OSError("not a caffe_ocl cache entry (an old format or damaged header)")
+    if data[n:n + len(key)] != key:
+        raise OSError("it was stored for another key")
+    off = n + len(key)
+    digest, (length,) = data[off:off + 32], struct.unpack_from("<Q", data, off + 32)
+    binary = data[off + 40:]
+    if len(binary) != length:
+        raise OSError(f"{len(binary)} bytes of binary where {length} were stored")
+    if hashlib.sha256(binary).digest() != digest:
+        raise OSError("checksum mismatch")
+    if not pocl_binary_intact(binary):
+        raise OSError("a PoCL binary with an empty file record")
+    return binary
+
+
 def pocl_affinity_default(environ=None, allowed=None, ncpu=None):
     """Whether caffe_ocl turns on PoCL's POCL_AFFINITY (its CPU driver pins
     worker thread i to CPU i). Pinned, a small net's first passes after the
@@ -538,10 +588,7 @@ class Device:
             path = os.path.join(self.cache_dir, self._cache_key(src, opts) + ".bin")
             if os.path.exists(path):
                 try:
-                    with open(path, "rb") as f:
-                        binary = f.read()
-                    if not pocl_binary_intact(binary):
-                        raise OSError("a PoCL binary with an empty file record")
+                    binary = read_cache_entry(path)
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
                         prog = cl.Program(self.context, [self.cl_device], [binary]).build(
@@ -549,8 +596,9 @@ class Device:
                     self.build_stats["cached"] += 1
                     self.build_stats["seconds"] += time.perf_counter() - t0
                     return prog
-                except (cl.Error, OSError):
-                    pass   # stale or corrupt entry: rebuild below and overwrite it
+                except (cl.Error, OSError) as e:
+                    # stale or corrupt entry: rebuild below and overwrite it
+                    log.warning("kernel cache entry %s not used (%s); rebuilding it", path, e)
         try:
             with warnings.catch_warnings():
                 if not config.get("VERBOSE"):
@@ -567,10 +615,7 @@ class Device:
                 (binary,) = prog.get_info(cl.program_info.BINARIES)
                 if binary and pocl_binary_intact(binary):
                     os.makedirs(self.cache_dir, exist_ok=True)
-                    tmp = f"{path}.tmp-{os.getpid()}"
-                    with open(tmp, "wb") as f:
-                        f.write(binary)
-                    os.replace(tmp, path)
+                    write_cache_entry(path, binary)
             except (cl.Error, OSError, ValueError):
                 pass   # a read-only or full cache only costs rebuilds
         return prog
@@ -592,16 +637,55 @@ class Device:
         k = self.kernel(filename, name, defines)
         if lsize is not None:
             gsize = [round_up(g, l) for g, l in zip(gsize, lsize)]
+        dts = self._sources[filename][1][name]
+        for i, (a, dt) in enumerate(zip(args, dts)):
+            if dt is not None and isinstance(a, (int, np.integer)) and \
+                    np.dtype(dt).kind in "iu":
+                lim = np.iinfo(dt)
+                if not lim.min <= int(a) <= lim.max:
+                    raise DeviceError(
+                        f"kernel {name}: argument {i} is {int(a)}, outside "
+                        f"{np.dtype(dt).name}: a size or parameter too large for "
+                        "this kernel")
         try:
             k.set_args(*args)
-        except (cl.Error, TypeError, ValueError) as e:
+        except (cl.Error, TypeError, ValueError, RuntimeError) as e:
             raise DeviceError(f"binding arguments of kernel {name}: {e}")
         bufs = {i: a for i, a in enumerate(args) if isinstance(a, cl.MemoryObjectHolder)}
         return Launch(k, gsize, lsize, name, self._sources[filename][1][name], bufs)
 
     # ---- memory --------------------------------------------------------
+    def memory_budget(self):
+        """Bytes caffe_ocl may hold on this device: CAFFE_OCL_MEMORY_LIMIT_MB,
+        else the device's global memory."""
+        limit = config.get("MEMORY_LIMIT_MB")
+        if limit is not None and limit > 0:
+            return int(limit * 2**20)
+        return int(self.cl_device.global_mem_size)
+
+    def check_budget(self, nbytes, what="a buffer"):
+        """DeviceError, before the driver sees it, when allocating ``nbytes``
+        more would pass the budget or the device's single-buffer limit (PoCL
+        aborts the process on allocations that fail)."""
+        nbytes = int(nbytes)
+        max_one = int(self.cl_device.max_mem_alloc_size)
+        budget = self.memory_budget()
+        in_use = int(self.allocator.active_bytes) + self.unpooled_bytes
+        if nbytes > max_one and nbytes <= budget:
+            raise DeviceError(
+                f"out of device memory on {self.name}: {what} needs "
+                f"{_mib(nbytes)} in one buffer; the device allows {_mib(max_one)} "
+                "per buffer")
+        if in_use + nbytes > budget:
+            raise DeviceError(
+                f"out of device memory on {self.name}: {what} needs {_mib(nbytes)} "
+                f"more with {_mib(in_use)} in use; there is {_mib(budget)} "
+                + ("(CAFFE_OCL_MEMORY_LIMIT_MB)" if config.is_set("MEMORY_LIMIT_MB")
+                   else "(the device's global memory)"))
+
     def alloc(self, nbytes):
         """A device buffer from the pool (at least 4 bytes)."""
+        self.check_budget(max(int(nbytes), 4))
         buf = self._allocate(lambda: self.allocator(max(int(nbytes), 4)), nbytes)
         self.peak_bytes = max(self.peak_bytes,
                               self.allocator.managed_bytes + self.unpooled_bytes)
@@ -625,6 +709,7 @@ class Device:
         from it, caffe_ocl/param_arena.py), counted in ``peak_bytes`` until
         its owner calls ``unpooled_freed(nbytes)``."""
         nbytes = max(int(nbytes), 4)
+        self.check_budget(nbytes)
         buf = self._allocate(
             lambda: cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes), nbytes)
         self.unpooled_bytes += nbytes
@@ -667,6 +752,34 @@ class Device:
 
     def finish(self):
         self.queue.finish()
+
+
+def _mib(nbytes):
+    return f"{nbytes / 2**20:.1f} MiB"
+
+
+def host_memory_budget():
+    """Bytes one host buffer may take: CAFFE_OCL_HOST_MEMORY_LIMIT_MB, else
+    the machine's physical memory."""
+    limit = config.get("HOST_MEMORY_LIMIT_MB")
+    if limit is not None and limit > 0:
+        return int(limit * 2**20)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):   # not POSIX
+        return 1 << 62
+
+
+def check_host_alloc(nbytes, what="a host buffer"):
+    """DeviceError naming the sizes when ``nbytes`` of host memory is past
+    the host budget (numpy would raise MemoryError, or the kernel's OOM
+    killer end the process)."""
+    budget = host_memory_budget()
+    if int(nbytes) > budget:
+        raise DeviceError(f"out of host memory: {what} needs {_mib(int(nbytes))}; there is "
+                          f"{_mib(budget)}"
+                          + (" (CAFFE_OCL_HOST_MEMORY_LIMIT_MB)"
+                             if config.is_set("HOST_MEMORY_LIMIT_MB") else ""))
 
 
 # --------------------------------------------------------------------------

@@ -8,6 +8,9 @@ message alone and exits non-zero; Python callers can catch the class.
 """
 
 
+import contextlib
+
+
 class CaffeOclError(Exception):
     """Base class of every error caffe_ocl raises on purpose."""
 
@@ -62,3 +65,36 @@ def require_file(path, what="file"):
     if os.path.isdir(path) and what != "directory" and what != "database":
         raise FileNotFound(f"{what} is a directory, expected a file: {path}")
     return path
+
+
+def _with_message(exc, msg):
+    """An exception of ``exc``'s class with message ``msg`` (CaffeOclError
+    when that class does not take one argument)."""
+    try:
+        new = type(exc)(msg)
+    except Exception:  # noqa: BLE001 - a subclass with another signature
+        new = CaffeOclError(msg)
+    return new
+
+
+@contextlib.contextmanager
+def naming(where, key=None):
+    """Errors raised in the block name ``where`` (a file, a layer): a
+    CaffeOclError whose message does not mention it gets ``where: `` in
+    front; arithmetic on absurd values (OverflowError, ZeroDivisionError, a
+    math domain error) and a MemoryError become a CaffeOclError naming it,
+    so that a bad input is one line, never a traceback. ``key`` (default
+    ``where``) is the text whose presence means the message names it."""
+    try:
+        yield
+    except CaffeOclError as e:
+        msg = str(e)
+        if (key or where) in msg:
+            raise
+        raise _with_message(e, f"{where}: {msg}") from None
+    except MemoryError:
+        raise DeviceError(f"{where}: out of host memory") from None
+    except (ArithmeticError, ValueError) as e:
+        if isinstance(e, ValueError) and "math domain error" not in str(e):
+            raise
+        raise LayerError(f"{where}: a parameter is out of range ({e})") from None

@@ -13,6 +13,7 @@ is on this class directly.
 import logging
 import os
 from collections import OrderedDict
+from contextlib import nullcontext
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -20,7 +21,7 @@ import numpy as np
 
 from . import hdf5_weights
 from .blob import Blob, refresh_kept
-from .errors import NetError, ShapeError
+from .errors import NetError, ShapeError, naming
 from .layers.base import create_layer
 from .plan import execution
 from .plan import memory as memory_plan
@@ -254,7 +255,8 @@ class Net(NetPycaffeMixin):
         self.fold = fold
         self.memory_plan = None         # diff sharing (plan/memory.py), set_share_diffs
         self._input_arrays = None       # set_input_arrays keeps them alive
-        self._init(param)
+        with naming(self.source) if self.source != "<NetParameter>" else nullcontext():
+            self._init(param)
         if weights is not None:
             self.copy_from(weights)
         # the planning stage: passes over self.graph -> the steps forward and
@@ -293,7 +295,8 @@ class Net(NetPycaffeMixin):
                 raise NetError(f"layer {lp.name!r}: propagate_down must be given once per "
                                f"bottom ({len(lp.bottom)}), got {len(lp.propagate_down)}")
             log.info("Creating Layer %s", lp.name)
-            layer = create_layer(lp, param.state.phase)
+            with naming(f"layer {lp.name!r} ({lp.type})", f"{lp.name!r}"):
+                layer = create_layer(lp, param.state.phase)
             self.layers.append(layer)
             self._layer_names.append(lp.name)
             bottoms, need_bwd = [], False
@@ -332,7 +335,8 @@ class Net(NetPycaffeMixin):
             bn = memory_plan.bn_for_scale(self.layers, self._top_vecs, li, bottoms, tops)
             if bn is not None:
                 layer.use_input_copy(bn)
-            layer.setup(bottoms, tops)
+            with naming(f"layer {lp.name!r} ({lp.type})", f"{lp.name!r}"):
+                layer.setup(bottoms, tops)
             log.info("Setting up %s", lp.name)
             for ti, t in enumerate(tops):
                 log.info("Top shape: %s", _shape_str(t.shape))
@@ -706,11 +710,13 @@ class Net(NetPycaffeMixin):
             src = read_net(where)
         layers = list(src.layer)
         index = {n: i for i, n in enumerate(self._layer_names)}
+        copied = set()
         for sl in layers:
             ti = index.get(sl.name)
             if ti is None:
                 log.info("Ignoring source layer %s", sl.name)
                 continue
+            copied.add(ti)
             target = self.layers[ti].blobs
             if len(sl.blobs) != len(target):
                 raise ShapeError(f"{where}: incompatible number of blobs for layer "
@@ -718,7 +724,7 @@ class Net(NetPycaffeMixin):
                                  f"expects {len(target)}")
             log.info("Copying source layer %s", sl.name)
             for bi, (bp, tb) in enumerate(zip(sl.blobs, target)):
-                arr = blobproto_to_array(bp)
+                arr = blobproto_to_array(bp, where=f"{where}: layer {sl.name!r} param {bi}")
                 if not _shape_matches(arr.shape, tb.shape, _is_legacy(bp)):
                     raise ShapeError(
                         f"{where}: cannot copy param {bi} weights from layer {sl.name!r}; "
@@ -727,6 +733,7 @@ class Net(NetPycaffeMixin):
                         "layer's parameters from scratch rather than copying from a "
                         "saved net, rename the layer.")
                 tb.data[...] = arr.reshape(tb.shape)
+        warn_untouched(self, copied, where)
         refresh_kept()
 
     def copy_trained_layers_from(self, path):
@@ -768,6 +775,19 @@ class Net(NetPycaffeMixin):
                 if w:
                     total += w * float(np.sum(self._top_vecs[li][ti].host_data()))
         return total
+
+
+def warn_untouched(net, copied, where):
+    """A warning naming the layers with learnable parameters that ``where``
+    left as filled (a 0-byte caffemodel, or one whose layer names match
+    nothing, used to run on random weights without a word)."""
+    missed = [n for i, (n, layer) in enumerate(zip(net._layer_names, net.layers))
+              if layer.blobs and i not in copied]
+    if missed:
+        log.warning("%s has no weights for layer%s %s: %s keep%s the values of %s filler%s",
+                    where, "s" if len(missed) > 1 else "", ", ".join(missed),
+                    "they" if len(missed) > 1 else "it", "" if len(missed) > 1 else "s",
+                    "their" if len(missed) > 1 else "its", "s" if len(missed) > 1 else "")
 
 
 def _is_legacy(bp):

@@ -18,6 +18,10 @@ def _cv2():
         import cv2
     except ImportError:  # pragma: no cover - opencv is a dependency
         raise DataError("images need OpenCV: pip install opencv-python-headless")
+    try:   # OpenCV's own warnings ("can't open/read file") would be a second line
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
+    except AttributeError:  # pragma: no cover - older OpenCV
+        pass
     return cv2
 
 

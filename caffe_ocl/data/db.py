@@ -12,7 +12,11 @@ to convert it.
 """
 import logging
 import os
+import stat
+import struct
 import threading
+
+import numpy as np
 
 from ..errors import DataError
 
@@ -55,6 +59,184 @@ def check_backend(source, backend_name, explicit, where):
         raise DataError(f"{where}: database {source} has backend LEVELDB. {LEVELDB_HINT}")
 
 
+# --------------------------------------------------------------------------
+# Checking a data.mdb before LMDB maps it. liblmdb trusts the file: a file
+# shorter than its meta page says is a SIGBUS when a page past the end is
+# touched, a zeroed or overwritten page an assertion abort (mdb.c IS_LEAF)
+# -- neither can be caught. The check reads the two meta pages, picks the
+# newer as LMDB does, checks the file holds every page up to the last one,
+# then walks the main B-tree from its root: every branch/leaf page must
+# carry its own number, the right flags and sane offsets; every overflow
+# record (large Datum) must start with an overflow page inside the file.
+# Layout (mdb.c, 64-bit builds): page header {pgno u64, pad u16, flags u16,
+# lower u16, upper u16} (16 bytes), meta after it {magic u32, version u32,
+# address u64, mapsize u64, 2 x MDB_db (48 bytes), last_pg u64, txnid u64};
+# MDB_db {pad u32 (page size in the free DB), flags u16, depth u16,
+# branch, leaf, overflow pages, entries, root (u64 each)}.
+
+_MDB_MAGIC = 0xBEEFC0DE
+_P_BRANCH, _P_LEAF, _P_OVERFLOW, _P_META, _P_LEAF2 = 0x01, 0x02, 0x04, 0x08, 0x20
+_F_BIGDATA = 0x01
+_P_INVALID = 0xFFFFFFFFFFFFFFFF
+_HDR = 16
+_verdicts = {}
+
+
+def _meta(buf, off):
+    if len(buf) < off + 152:
+        return None
+    pgno, _, flags = struct.unpack_from("<QHH", buf, off)
+    magic, version = struct.unpack_from("<II", buf, off + 16)
+    if magic != _MDB_MAGIC or not flags & _P_META:
+        return None
+    psize = struct.unpack_from("<I", buf, off + 40)[0]
+    main = struct.unpack_from("<IHHQQQQQ", buf, off + 88)
+    last_pg, txnid = struct.unpack_from("<QQ", buf, off + 136)
+    return {"version": version, "psize": psize, "depth": main[2], "entries": main[6],
+            "root": main[7], "last_pg": last_pg, "txnid": txnid}
+
+
+def check_lmdb_file(path):
+    """Raise DataError (one line naming the file and page) when the LMDB
+    data file ``path`` is truncated or has a damaged page; the verdict is
+    kept per (path, size, mtime)."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise DataError(f"database {path}: cannot read ({e.strerror or e})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise DataError(f"database {path}: not a regular file")
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    if _verdicts.get(key):
+        return
+    with open(path, "rb") as f:
+        _check_lmdb_bytes(f, st.st_size, path)
+    _verdicts[key] = True
+
+
+def _check_lmdb_bytes(f, size, path):
+    head = f.read(2 * 65536 + 152)
+    m0 = _meta(head, 0)
+    if m0 is None:
+        raise DataError(f"database {path}: not an LMDB data file (no valid meta page 0)")
+    psize = m0["psize"]
+    if psize < 512 or psize > 65536 or psize & (psize - 1):
+        raise DataError(f"database {path}: meta page gives page size {psize}")
+    m1 = _meta(head, psize)
+    if m1 is None:
+        raise DataError(f"database {path}: meta page 1 is damaged (at byte {psize})")
+    meta = m1 if m1["txnid"] > m0["txnid"] else m0
+    need = (meta["last_pg"] + 1) * psize
+    if size < need:
+        raise DataError(f"database {path}: truncated: its meta page says {meta['last_pg'] + 1}"
+                        f" pages of {psize} bytes ({need} bytes), the file has {size} bytes")
+    npages = meta["last_pg"] + 1
+    root = meta["root"]
+    if root == _P_INVALID:
+        return
+    if not 2 <= root < npages:
+        raise DataError(f"database {path}: root page {root} outside the file's {npages} pages")
+
+    def bad(pg, what):
+        return DataError(f"database {path}: page {int(pg)} is damaged ({what}); the "
+                         "database must be re-created")
+
+    # level by level from the root, every page of a level checked at once
+    # (numpy over a read-only map of the file: a 100 MB database takes a
+    # fraction of a second, see README)
+    mm = np.memmap(path, np.uint8, "r", shape=(npages, psize))
+    level = np.array([root], np.int64)
+    depth = meta["depth"]
+    seen = 0
+    while len(level):
+        seen += len(level)
+        if seen > npages or depth < 1:
+            raise bad(level[0], "the page tree is deeper than its meta page says")
+        rows = np.asarray(mm[level])
+        hdr = rows[:, :16].copy()
+        pgno = hdr[:, 0:8].view("<u8")[:, 0]
+        flags = hdr[:, 10:12].view("<u2")[:, 0].astype(np.int64)
+        lower = hdr[:, 12:14].view("<u2")[:, 0].astype(np.int64)
+        upper = hdr[:, 14:16].view("<u2")[:, 0].astype(np.int64)
+        wrong = np.flatnonzero(pgno != level.astype(np.uint64))
+        if len(wrong):
+            i = wrong[0]
+            raise bad(level[i], f"it says it is page {int(pgno[i])}")
+        want = _P_LEAF if depth == 1 else _P_BRANCH
+        other = (_P_LEAF | _P_BRANCH | _P_OVERFLOW | _P_META) & ~want
+        wrong = np.flatnonzero(((flags & want) == 0) | ((flags & other) != 0))
+        if len(wrong):
+            i = wrong[0]
+            raise bad(level[i], f"flags 0x{int(flags[i]):x} where a "
+                      f"{'leaf' if depth == 1 else 'branch'} page belongs")
+        wrong = np.flatnonzero((lower < _HDR) | (lower > upper) | (upper > psize)
+                               | ((lower - _HDR) % 2 != 0))
+        if len(wrong):
+            i = wrong[0]
+            raise bad(level[i], f"free space bounds {int(lower[i])}..{int(upper[i])}")
+        if depth == 1:
+            rows = rows[(flags & _P_LEAF2) == 0]
+            keep = (flags & _P_LEAF2) == 0
+            level, lower, upper = level[keep], lower[keep], upper[keep]
+        nkeys = (lower - _HDR) // 2
+        maxk = int(nkeys.max()) if len(nkeys) else 0
+        if maxk == 0:
+            break
+        ptrs = rows[:, _HDR:_HDR + 2 * maxk].copy().view("<u2").astype(np.int64)
+        valid = np.arange(maxk)[None, :] < nkeys[:, None]
+        ptrs = np.where(valid, ptrs, psize - 8)        # padding: a harmless offset
+        wrong = np.flatnonzero(((ptrs < upper[:, None]) | (ptrs > psize - 8)).any(1))
+        if len(wrong):
+            raise bad(level[wrong[0]], "a node offset outside the page")
+        r = np.arange(len(level))[:, None]
+
+        def u16(k):
+            return rows[r, ptrs + k].astype(np.int64) | rows[r, ptrs + k + 1].astype(
+                np.int64) << 8
+        lo, hi, nflags, ksize = u16(0), u16(2), u16(4), u16(6)
+        end = ptrs + 8 + ksize
+        if depth > 1:
+            wrong = np.flatnonzero((valid & (end > psize)).any(1))
+            if len(wrong):
+                raise bad(level[wrong[0]], "a node's key runs past the page")
+            child = lo | hi << 16 | nflags << 32
+            wrong = np.flatnonzero((valid & ((child < 2) | (child >= npages))).any(1))
+            if len(wrong):
+                raise bad(level[wrong[0]], "a node points to a page outside the file")
+            level = child[valid]
+            depth -= 1
+            continue
+        dsize = lo | hi << 16
+        big = valid & ((nflags & _F_BIGDATA) != 0)
+        wrong = np.flatnonzero((valid & (np.where(big, end + 8, end + dsize) > psize)).any(1))
+        if len(wrong):
+            raise bad(level[wrong[0]], "a node's data runs past the page")
+        if big.any():
+            pi, ki = np.nonzero(big)
+            off = end[pi, ki]
+            ovf = np.zeros(len(pi), np.int64)
+            for j in range(8):
+                ovf |= rows[pi, off + j].astype(np.int64) << (8 * j)
+            outside = np.flatnonzero((ovf < 2) | (ovf >= npages))
+            if len(outside):
+                raise bad(level[pi[outside[0]]], f"a record's data is on page "
+                          f"{int(ovf[outside[0]])}, outside the file")
+            ohdr = np.asarray(mm[ovf, :16]).copy()
+            opgno = ohdr[:, 0:8].view("<u8")[:, 0]
+            oflags = ohdr[:, 10:12].view("<u2")[:, 0].astype(np.int64)
+            opages = ohdr[:, 12:16].view("<u4")[:, 0].astype(np.int64)
+            wrong = np.flatnonzero((opgno != ovf.astype(np.uint64))
+                                   | ((oflags & _P_OVERFLOW) == 0)
+                                   | (ovf + opages > npages)
+                                   | (opages * psize - _HDR < dsize[pi, ki]))
+            if len(wrong):
+                i = wrong[0]
+                raise bad(ovf[i], f"not the overflow page of a {int(dsize[pi[i], ki[i]])}"
+                          "-byte record")
+        break
+    del mm
+
+
 # one read-only environment per path per process (LMDB's rule), ref-counted
 _envs = {}
 _envs_lock = threading.Lock()
@@ -68,9 +250,14 @@ def _open_env(path):
         if ent is not None:
             ent[1] += 1
             return ent[0]
+        subdir = os.path.isdir(path)
+        check_lmdb_file(os.path.join(path, "data.mdb") if subdir else path)
+        # without the lock file (reading never writes, read-only media work);
+        # a writer changing the database meanwhile is detected and reported
+        # (LMDBReader._check_unchanged)
         try:
             env = lmdb.open(path, readonly=True, lock=False, readahead=False,
-                            subdir=os.path.isdir(path), max_readers=1024, meminit=False,
+                            subdir=subdir, max_readers=1024, meminit=False,
                             create=False)
         except lmdb.Error as e:
             raise DataError(f"database {path}: cannot open as LMDB ({e})") from None
@@ -111,6 +298,9 @@ class LMDBReader:
             raise DataError(f"database {self.path}: not an LMDB (no data.mdb in the folder)")
         self.env = _open_env(self.path)
         self._closed = False
+        self._data_file = os.path.join(self.path, "data.mdb") \
+            if os.path.isdir(self.path) else self.path
+        self._stamp = self._file_stamp()
         try:
             self.entries = self.env.stat()["entries"]
         except _lmdb().Error as e:
@@ -121,32 +311,94 @@ class LMDBReader:
     def __len__(self):
         return self.entries
 
+    def _file_stamp(self):
+        try:
+            st = os.stat(self._data_file)
+        except OSError:
+            return None
+        return st.st_size, st.st_mtime_ns
+
+    def _check_unchanged(self, where):
+        """DataError when the data file changed since it was opened (another
+        process writes the database; without the lock file the read would
+        otherwise see half-written pages)."""
+        if self._file_stamp() != self._stamp:
+            raise DataError(f"database {self.path} changed while being read ({where}): "
+                            "another process writes it; read it when the writer is done")
+
+    def _txn(self):
+        lmdb = _lmdb()
+        try:
+            return self.env.begin(buffers=False)
+        except lmdb.MapResizedError:
+            # a writer grew the map: adopt the new size (LMDB's documented remedy)
+            try:
+                self.env.set_mapsize(0)
+                return self.env.begin(buffers=False)
+            except lmdb.Error as e:
+                raise DataError(f"database {self.path} changed size while being read "
+                                f"(another process writes it): {e}") from None
+        except lmdb.Error as e:
+            raise DataError(f"database {self.path}: cannot read ({e})") from None
+
+    def _failed(self, e, index):
+        if self._file_stamp() != self._stamp:
+            return DataError(f"database {self.path} changed while being read (record "
+                             f"{index}): another process writes it ({type(e).__name__})")
+        return DataError(f"database {self.path}: record {index} cannot be read "
+                         f"({type(e).__name__}: {e}); the database is damaged")
+
     def first(self):
-        with self.env.begin(buffers=False) as txn:
-            cur = txn.cursor()
-            if not cur.first():
-                raise DataError(f"database {self.path} is empty (no records)")
-            return cur.key(), cur.value()
+        lmdb = _lmdb()
+        with self._txn() as txn:
+            try:
+                cur = txn.cursor()
+                if not cur.first():
+                    raise DataError(f"database {self.path} is empty (no records)")
+                return cur.key(), cur.value()
+            except lmdb.Error as e:
+                raise self._failed(e, 0) from None
 
     def __iter__(self):
-        with self.env.begin(buffers=False) as txn:
-            for k, v in txn.cursor():
-                yield k, v
+        lmdb = _lmdb()
+        with self._txn() as txn:
+            i = 0
+            try:
+                for k, v in txn.cursor():
+                    yield k, v
+                    i += 1
+            except lmdb.Error as e:
+                raise self._failed(e, i) from None
+
+    CHECK_EVERY = 1000
 
     def records(self, skip=0):
-        """Endless (key, value) stream starting ``skip`` records in; wraps."""
-        with self.env.begin(buffers=False) as txn:
-            cur = txn.cursor()
-            if not cur.first():
-                raise DataError(f"database {self.path} is empty (no records)")
-            for _ in range(int(skip)):
-                if not cur.next():
-                    cur.first()
-            while True:
-                yield cur.key(), cur.value()
-                if not cur.next():
-                    log.info("Restarting data prefetching from start.")
-                    cur.first()
+        """Endless (key, value) stream starting ``skip`` records in; wraps.
+        Every CHECK_EVERY records (and at each wrap) the data file is checked
+        to be the one that was opened."""
+        lmdb = _lmdb()
+        with self._txn() as txn:
+            i = 0
+            try:
+                cur = txn.cursor()
+                if not cur.first():
+                    raise DataError(f"database {self.path} is empty (no records)")
+                for _ in range(int(skip) % max(self.entries, 1)):
+                    if not cur.next():
+                        cur.first()
+                i = int(skip) % max(self.entries, 1)
+                while True:
+                    yield cur.key(), cur.value()
+                    i += 1
+                    if i % self.CHECK_EVERY == 0:
+                        self._check_unchanged(f"record {i}")
+                    if not cur.next():
+                        self._check_unchanged("at its end")
+                        log.info("Restarting data prefetching from start.")
+                        i = 0
+                        cur.first()
+            except lmdb.Error as e:
+                raise self._failed(e, i) from None
 
     def close(self):
         if not self._closed:

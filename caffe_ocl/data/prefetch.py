@@ -22,6 +22,9 @@ from ..errors import DataError
 
 log = logging.getLogger("caffe_ocl")
 
+# most batches a queue holds, whatever data_param.prefetch says (issue #25)
+MAX_DEPTH = 64
+
 
 class Batch:
     __slots__ = ("arrays", "events", "__weakref__")
@@ -72,6 +75,9 @@ class Prefetcher:
         self.setup = setup
         self.teardown = teardown
         self.depth = max(int(depth), 1)
+        if self.depth > MAX_DEPTH:     # prefetch: 1000000 grew to 5.5 GB
+            log.warning("%s: prefetch %d batches clamped to %d", name, self.depth, MAX_DEPTH)
+            self.depth = MAX_DEPTH
         self.full = queue.Queue(maxsize=self.depth)
         self.free = collections.deque()
         self.stop_event = threading.Event()

@@ -140,7 +140,9 @@ def load_mean_file(path, where="data layer"):
     try:
         arr = blobproto_to_array(read_blobproto(path))
     except CaffeOclError as e:
-        raise DataError(f"{where}: mean file {path} cannot be read: {e}") from None
+        msg = str(e)
+        msg = msg[len(path) + 2:] if msg.startswith(f"{path}: ") else msg
+        raise DataError(f"{where}: mean file {path} cannot be read: {msg}") from None
     if arr.ndim == 4 and arr.shape[0] == 1:
         arr = arr[0]
     if arr.ndim != 3:

@@ -16,6 +16,7 @@ kernels. Layers whose work is not a fixed list of launches override
 """
 import difflib
 
+from .. import config
 from ..blob import Blob
 from ..device import get_device
 from ..errors import LayerError, NetError, ShapeError
@@ -62,11 +63,18 @@ def create_layer(param, phase):
         raise NetError(f"layer {param.name!r}: unknown layer type {param.type!r}{hint} "
                        f"(known types: caffe_ocl.layer_type_list(); other types: "
                        f"caffe_ocl.register_layer({param.type!r}, YourLayerClass))")
+    if cls.untrusted_refusal and config.get("UNTRUSTED"):
+        raise NetError(f"layer {param.name!r} ({param.type}): refused for an untrusted "
+                       f"model: this layer {cls.untrusted_refusal} (CAFFE_OCL_UNTRUSTED / "
+                       "caffe_ocl.set_untrusted)")
     return cls(param, phase)
 
 
 class Layer:
     type = None
+    # what the layer does beyond computing (runs user code, writes files):
+    # set for the layers an untrusted model may not use (config UNTRUSTED)
+    untrusted_refusal = None
     # Blob-count declarations, as Caffe's ExactNumBottomBlobs() and friends.
     exact_num_bottom = None
     min_bottom = None

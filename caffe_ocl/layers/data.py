@@ -531,6 +531,7 @@ class HDF5OutputLayer(Layer):
     exact_num_top = 0
     has_backward = False
     allow_force_backward = False
+    untrusted_refusal = "creates or overwrites the file its file_name names"
 
     def layer_setup(self, bottom, top):
         where = f"layer {self.name!r} (HDF5Output)"

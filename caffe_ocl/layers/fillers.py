@@ -26,6 +26,19 @@ def _fan(blob, variance_norm):
     return fan_in
 
 
+def _checked_fan(blob, variance_norm, where, kind):
+    """The fan, positive (a blob with a zero axis has none: Caffe divides
+    by zero there)."""
+    if blob.count == 0 or (blob.shape and blob.shape[0] == 0):
+        raise LayerError(f"{where}: {kind} filler on a blob of shape {list(blob.shape)} "
+                         "(no values: a zero num_output, channels or kernel size?)")
+    fan = _fan(blob, variance_norm)
+    if not fan > 0:
+        raise LayerError(f"{where}: {kind} filler: fan of {fan} for a blob of shape "
+                         f"{list(blob.shape)}")
+    return fan
+
+
 def fill(blob, filler, where="filler"):
     """Fill ``blob``'s data on its device according to FillerParameter ``filler``."""
     mem = blob.data_mem
@@ -48,10 +61,10 @@ def fill(blob, filler, where="filler"):
         rows = blob.shape[0] if blob.shape else 1
         pointwise.normalize_rows_l1(dev, rows, n // max(rows, 1), buf).run(dev.queue)
     elif t == "xavier":
-        scale = math.sqrt(3.0 / _fan(blob, filler.variance_norm))
+        scale = math.sqrt(3.0 / _checked_fan(blob, filler.variance_norm, where, t))
         rnd.uniform(dev, buf, n, -scale, scale)
     elif t == "msra":
-        std = math.sqrt(2.0 / _fan(blob, filler.variance_norm))
+        std = math.sqrt(2.0 / _checked_fan(blob, filler.variance_norm, where, t))
         rnd.gaussian(dev, buf, n, 0.0, std)
     elif t == "bilinear":
         if len(blob.shape) != 4 or blob.shape[2] != blob.shape[3]:

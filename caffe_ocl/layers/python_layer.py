@@ -116,6 +116,7 @@ class PythonLayer(Layer):
     """Wrapper that runs a user layer (see the module docstring)."""
 
     _OWN = frozenset(("py_layer", "module_name", "class_name", "share_in_parallel"))
+    untrusted_refusal = "imports and runs Python code named by the model"
 
     def __init__(self, param, phase=None):
         object.__setattr__(self, "py_layer", None)

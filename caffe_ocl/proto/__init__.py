@@ -14,12 +14,15 @@ from .files import (
     parse_solver_text,
     parse_text,
     read_binary,
+    read_blob_array,
     read_blobproto,
+    read_file_bytes,
     read_net,
     read_net_binary,
     read_net_prototxt,
     read_solver_prototxt,
     read_text,
+    require_regular_file,
     write_binary,
     write_text,
 )
@@ -32,4 +35,5 @@ __all__ = [
     "read_blobproto", "blobproto_to_array", "array_to_blobproto",
     "write_binary", "write_text", "parse_text", "read_text", "read_binary",
     "upgrade_net", "upgrade_solver", "upgrade_blob_shapes",
+    "read_file_bytes", "require_regular_file", "read_blob_array",
 ]

@@ -16,14 +16,16 @@ over ``path``, so a crash (or an error while serializing) never leaves a
 half-written snapshot behind and an existing file stays intact.
 """
 
+import math
 import os
 import re
+import stat
 
 import numpy as np
 from google.protobuf import message as _message
 from google.protobuf import text_format
 
-from ..errors import FileNotFound, ParseError, ShapeError, require_file
+from ..errors import FileNotFound, ParseError, ShapeError
 from . import caffe_pb2 as pb
 from . import forks
 from .upgrade import upgrade_net, upgrade_solver
@@ -33,6 +35,7 @@ __all__ = [
     "parse_solver_text", "read_solver_prototxt",
     "read_blobproto", "blobproto_to_array", "array_to_blobproto",
     "write_binary", "write_text", "parse_text", "read_text", "read_binary",
+    "read_file_bytes", "require_regular_file", "read_blob_array", "MAX_FILE_BYTES",
 ]
 
 # Suffixes that always hold a binary protobuf.
@@ -45,16 +48,56 @@ _LOC_PREFIX = re.compile(r"^\d+(?::\d+)? : ")
 # --------------------------------------------------------------------------
 # Generic helpers
 
-def _read_bytes(path, what):
+# protobuf cannot parse a message of 2 GiB or more; no file caffe_ocl reads
+# as a whole (prototxt, caffemodel, binaryproto, solverstate) can be larger
+MAX_FILE_BYTES = 2**31 - 1
+
+
+def require_regular_file(path, what="file"):
+    """``path`` if it names a regular file (symlinks followed); FileNotFound
+    when it is missing, ParseError for a folder, device (/dev/zero), FIFO
+    or socket, which would otherwise be read without end or block forever."""
     path = os.fspath(path)
-    require_file(path, what)
+    if "\0" in path:
+        raise ParseError(f"{what} path {path!r} holds a NUL byte")
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        st = os.stat(path)
     except FileNotFoundError:
         raise FileNotFound(f"{what} not found: {path}") from None
     except OSError as e:
-        raise ParseError(f"{path}: cannot read {what}: {e.strerror or e}") from e
+        raise ParseError(f"{path}: cannot read {what}: {e.strerror or e}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise FileNotFound(f"{what} is a directory, expected a file: {path}")
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else
+                "a socket" if stat.S_ISSOCK(st.st_mode) else "a device")
+        raise ParseError(f"{path}: {what} is {kind}, not a regular file")
+    return path
+
+
+def read_file_bytes(path, what="file", max_bytes=MAX_FILE_BYTES):
+    """The bytes of the regular file ``path``: at most ``max_bytes``
+    (ParseError past it, also for a file that grows while read)."""
+    path = require_regular_file(path, what)
+    try:
+        # O_NONBLOCK: a FIFO swapped in after the check cannot block
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise ParseError(f"{path}: {what} is not a regular file")
+            data = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise FileNotFound(f"{what} not found: {path}") from None
+    except OSError as e:
+        raise ParseError(f"{path}: cannot read {what}: {e.strerror or e}") from None
+    if len(data) > max_bytes:
+        raise ParseError(f"{path}: {what} is larger than {max_bytes} bytes (the most "
+                         "caffe_ocl reads)")
+    return data
+
+
+def _read_bytes(path, what):
+    return read_file_bytes(path, what)
 
 
 def _decode_text(data, source):
@@ -70,13 +113,18 @@ def _decode_text(data, source):
 
 
 def parse_text(text, msg, source="<string>"):
-    """Parse protobuf text format into ``msg`` (merged, like Caffe's
-    TextFormat::Parse into a fresh message).  Raises ParseError
-    "source:line:col: what"."""
+    """Parse protobuf text format into ``msg`` as Caffe's TextFormat::Parse
+    does: a singular field given twice is an error (not "the last one
+    wins"), and so is a NUL byte.  Raises ParseError "source:line:col: what"."""
     if isinstance(text, (bytes, bytearray)):
         text = _decode_text(bytes(text), source)
+    nul = text.find("\0")
+    if nul >= 0:
+        line = text.count("\n", 0, nul) + 1
+        col = nul - (text.rfind("\n", 0, nul) + 1) + 1
+        raise ParseError(f"{source}:{line}:{col}: NUL byte in text; is this a binary file?")
     try:
-        text_format.Merge(text, msg)
+        text_format.Parse(text, msg)
     except text_format.ParseError as e:
         line, col = e.GetLine(), e.GetColumn()
         what = _LOC_PREFIX.sub("", str(e))
@@ -193,8 +241,15 @@ def read_blobproto(path):
     return read_binary(path, pb.BlobProto(), "binaryproto")
 
 
-def blobproto_to_array(blob, return_diff=False):
+def read_blob_array(path):
+    """A .binaryproto's data as a float32 array; errors name the file."""
+    path = os.fspath(path)
+    return blobproto_to_array(read_blobproto(path), where=path)
+
+
+def blobproto_to_array(blob, return_diff=False, where=""):
     """A BlobProto's data (or diff) as a float32 ndarray of its shape.
+    ``where`` (file, layer, param) starts error messages.
 
     Uses the legacy num/channels/height/width when any of them is set (as
     pycaffe and Caffe's Blob::FromProto do), ``shape`` otherwise; reads
@@ -204,18 +259,20 @@ def blobproto_to_array(blob, return_diff=False):
         values = blob.diff if len(blob.diff) else blob.double_diff
     else:
         values = blob.data if len(blob.data) else blob.double_data
-    arr = np.asarray(values, dtype=np.float32)
     if any(blob.HasField(f) for f in ("num", "channels", "height", "width")):
         shape = (blob.num, blob.channels, blob.height, blob.width)
     else:
         shape = tuple(int(d) for d in blob.shape.dim)
-    count = int(np.prod(shape, dtype=np.int64))
-    if arr.size != count:
+    where = f"{where}: " if where else ""
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"{where}BlobProto has shape {list(shape)}: negative dimension")
+    count = math.prod(shape)       # exact (np.prod wraps past int64)
+    if len(values) != count:
         field = "diff" if return_diff else "data"
         raise ShapeError(
-            f"BlobProto has shape {list(shape)} ({count} values) but its "
-            f"{field} holds {arr.size} values")
-    return arr.reshape(shape)
+            f"{where}BlobProto has shape {list(shape)} ({count} values) but its "
+            f"{field} holds {len(values)} values")
+    return np.asarray(values, dtype=np.float32).reshape(shape)
 
 
 def array_to_blobproto(arr, diff=None):
@@ -243,7 +300,13 @@ def _atomic_write(path, data):
     path = os.fspath(path)
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        with open(tmp, "wb") as f:
+        if os.path.lexists(tmp) and not os.path.islink(tmp) and os.path.isfile(tmp):
+            os.unlink(tmp)      # our own leftover (same pid): a regular file
+        # exclusive and not following links: a symlink planted at the temp
+        # name makes the write fail instead of landing in the link's target
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                     getattr(os, "O_NOFOLLOW", 0), 0o666)
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -18,9 +18,11 @@ import os
 
 import numpy as np
 
-from ..errors import FileNotFound, ShapeError, SolverError
+from .. import safe_io
+from ..errors import FileNotFound, ShapeError, SolverError, naming
 from ..ops.random import get_state, set_state
-from ..proto import array_to_blobproto, blobproto_to_array, caffe_pb2, read_net, write_binary
+from ..proto import (array_to_blobproto, blobproto_to_array, caffe_pb2, read_file_bytes, read_net,
+                     write_binary)
 from . import state as st
 
 log = logging.getLogger("caffe_ocl")
@@ -60,6 +62,7 @@ class Snapshotting:
         log.info("Snapshotting to HDF5 file %s", model)
         tmp = f"{model}.tmp-{os.getpid()}"
         try:
+            safe_io.create_exclusive(tmp).close()
             with h5py.File(tmp, "w") as f:
                 for name, layer in zip(self.net.graph.layer_names, self.net.layers):
                     for j, b in enumerate(layer.blobs):
@@ -70,6 +73,7 @@ class Snapshotting:
             path = self.snapshot_filename(".solverstate.h5")
             log.info("Snapshotting solver state to HDF5 file %s", path)
             tmp = f"{path}.tmp-{os.getpid()}"
+            safe_io.create_exclusive(tmp).close()
             with h5py.File(tmp, "w") as f:
                 f["iter"] = self.iter
                 f["learned_net"] = model
@@ -93,14 +97,14 @@ class Snapshotting:
         path = os.fspath(path)
         if path.endswith(".h5"):
             return self._restore_hdf5(path)
-        if not os.path.exists(path):
-            raise FileNotFound(f"solver state not found: {path}")
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_file_bytes(path, "solver state")
         state, rng = st.parse_solver_state(raw, path)
+        safe_io.check_solver_state(state, raw, path)
         if state.learned_net:
-            self._restore_net(state.learned_net, path)
-        self._restore_history([blobproto_to_array(b) for b in state.history], path)
+            with naming(path):
+                self._restore_net(state.learned_net, path)
+        self._restore_history([blobproto_to_array(b, where=f"{path}: history blob {i}")
+                               for i, b in enumerate(state.history)], path)
         self.iter = state.iter
         self.current_step = state.current_step
         if rng is not None:

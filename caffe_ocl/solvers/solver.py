@@ -30,7 +30,8 @@ import numpy as np
 
 from .. import config
 from ..blob import refresh_kept
-from ..errors import FileNotFound, ShapeError, SolverError
+from ..errors import FileNotFound, ShapeError, SolverError, naming
+from .. import safe_io
 from ..net import Net
 from ..ops import pointwise
 from ..ops import solver as sops
@@ -45,6 +46,7 @@ from .param_arena import ParamArena, enabled as arena_enabled, supported
 log = logging.getLogger("caffe_ocl")
 
 NONE, STOP, SNAPSHOT = "none", "stop", "snapshot"
+LOSS_RING_MAX = 1024    # losses kept on the device between two read-backs
 
 
 def g_format(x):
@@ -141,17 +143,22 @@ class Solver(Snapshotting):
         if p.iter_size < 1:
             raise SolverError(f"{self.source}: iter_size should be >= 1, got {p.iter_size}")
         self.check_param(p)
+        safe_io.check_snapshot_prefix(p.snapshot_prefix, self.source)
         self.solver_count, self.solver_rank = pstate.solver_count, pstate.solver_rank
+        if self.solver_rank == 0 and p.snapshot_prefix:
+            safe_io.remove_stale_temp_files(p.snapshot_prefix)
         self.on_backward_layer = []   # fn(layer index) after each layer's backward
         if self.solver_rank == 0:
             self._check_snapshot_write_permissions()
         if p.random_seed >= 0:
             set_random_seed(p.random_seed + self.solver_rank)   # as Caffe's Solver::Init
-        self.net = self._init_train_net()
+        with naming(self.source):
+            self.net = self._init_train_net()
         # the parameters in one arena (before the test nets share them)
         self._arena = ParamArena(self.net) if arena_enabled() and supported(self.net) \
             else None
-        self.test_nets = self._init_test_nets() if self.solver_rank == 0 else []
+        with naming(self.source):
+            self.test_nets = self._init_test_nets() if self.solver_rank == 0 else []
         log.info("Solver scaffolding done.")
         if p.lr_policy not in lr_policy.LR_POLICIES:      # reported before the rest
             lr_policy.check(p, self.source)
@@ -191,9 +198,7 @@ class Solver(Snapshotting):
                                   "snapshot_prefix is not")
             probe = f"{p.snapshot_prefix}_iter_0.tempfile"
             try:
-                with open(probe, "w"):
-                    pass
-                os.remove(probe)
+                safe_io.probe_writable(probe)
             except OSError:
                 raise SolverError(f"Cannot write to snapshot prefix '{p.snapshot_prefix}'. "
                                   "Make sure that the directory exists and is writeable.") \
@@ -299,7 +304,9 @@ class Solver(Snapshotting):
         dev = net.device
         self.dev = dev
         self.setup_update()
-        self._ring_cap = max(int(p.display), 1)
+        # bounded whatever display says (display: 4e8 allocated 1.6 GB): a full
+        # ring is read back early (Solver.step)
+        self._ring_cap = max(min(int(p.display), LOSS_RING_MAX), 1)
         self._ring = dev.alloc(4 * self._ring_cap)
         self._ring_iters = []
         self._loss_plan = None
@@ -513,6 +520,8 @@ class Solver(Snapshotting):
             display = p.display and self.iter % p.display == 0
             slot = None
             if p.display:
+                if len(self._ring_iters) >= self._ring_cap:
+                    self._flush_losses()
                 slot = len(self._ring_iters)
                 self._ring_iters.append(self.iter)
             self._forward_backward_iter(slot)
