@@ -26,6 +26,8 @@ COMMANDS = {
     "device_query": ("caffe_ocl.timing", "device_query_main", "list OpenCL devices"),
     "demo": ("caffe_ocl.data.demo", "demo_main",
              "train LeNet on the embedded MNIST digits and plot the run"),
+    "data": ("caffe_ocl.commands.data", "main",
+             "build the LMDBs the shipped LeNet and CIFAR-10 solvers read"),
     "classify": ("caffe_ocl.classify", "classify_main",
                  "classify images with a Caffe model (default: shipped CIFAR-10 quick)"),
     "convert_imageset": ("caffe_ocl.data.tools", "convert_imageset_main",
