@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..proto import caffe_pb2, write_binary
-from .db import LMDBReader, LMDBWriter
+from .db import LMDBWriter
 from .demo import build_lmdbs
 from .tools import compute_image_mean
 
@@ -122,40 +122,26 @@ def write_cifar_lmdb(batches, db_path):
 def build_cifar10(source=CIFAR10_SOURCE, out_dir=CIFAR10_DIR):
     """``out_dir``/cifar10_train_lmdb (data_batch_1..5), cifar10_test_lmdb
     (test_batch) and mean.binaryproto (mean of the train LMDB) from the
-    binary batches in ``source`` (folder or .tar.gz). Outputs already there
-    are kept when complete (a database is rebuilt when its record count is
-    off). Returns (train_db, test_db, mean_file)."""
+    binary batches in ``source`` (folder or .tar.gz). As Caffe's
+    create_cifar10.sh, outputs already there are replaced; every batch is
+    read and checked before anything is written. Returns (train_db,
+    test_db, mean_file)."""
+    raw = _batch_bytes(source, CIFAR_TRAIN_FILES + [CIFAR_TEST_FILE])
+    parsed = {n: parse_cifar_batch(raw[n], os.path.join(source, n)) for n in raw}
     train_db = os.path.join(out_dir, "cifar10_train_lmdb")
     test_db = os.path.join(out_dir, "cifar10_test_lmdb")
     mean_file = os.path.join(out_dir, "mean.binaryproto")
-
-    def complete(path, n):
-        try:
-            with LMDBReader(path) as r:
-                return n is None or len(r) == n
-        except DataError:
-            return False
-
-    raw = _batch_bytes(source, CIFAR_TRAIN_FILES + [CIFAR_TEST_FILE])
+    os.makedirs(out_dir, exist_ok=True)
     for path, names in ((train_db, CIFAR_TRAIN_FILES), (test_db, [CIFAR_TEST_FILE])):
-        batches = [parse_cifar_batch(raw[n], os.path.join(source, n)) for n in names]
-        total = sum(len(b[1]) for b in batches)
-        if complete(path, total):
-            log.info("%s is complete (%d records); kept", path, total)
-            continue
-        os.makedirs(out_dir, exist_ok=True)
-        if os.path.exists(path):
-            log.info("Rebuilding incomplete %s", path)
-            shutil.rmtree(path)
+        batches = [parsed[n] for n in names]
         tmp = f"{path}.tmp-{os.getpid()}"
         if os.path.exists(tmp):
             shutil.rmtree(tmp)
-        log.info("Writing %s (%d images)", path, total)
+        log.info("Writing %s (%d images)", path, sum(len(b[1]) for b in batches))
         write_cifar_lmdb(batches, tmp)
+        if os.path.exists(path):
+            shutil.rmtree(path)
         os.rename(tmp, path)
-        if path == train_db and os.path.exists(mean_file):
-            os.remove(mean_file)          # a new train set: a new mean
-    if not os.path.exists(mean_file):
-        log.info("Computing the image mean of %s", train_db)
-        write_binary(compute_image_mean(train_db), mean_file)
+    log.info("Computing the image mean of %s", train_db)
+    write_binary(compute_image_mean(train_db), mean_file)
     return train_db, test_db, mean_file
