@@ -17,6 +17,7 @@ import hashlib
 import logging
 import os
 import re
+import site
 import struct
 import sys
 import threading
@@ -165,10 +166,51 @@ def _set_pocl_affinity():
         os.environ["POCL_AFFINITY"] = "1"
 
 
+def pip_cpu_driver(prefixes=None):
+    """Intel's CPU OpenCL driver as `pip install intel-opencl-rt` (the
+    ``[cpu]`` extra) lays it out (``<prefix>/lib/libintelocl.so``), or None."""
+    if prefixes is None:
+        prefixes = [sys.prefix, site.getuserbase(), sys.base_prefix]
+    for base in prefixes:
+        lib = os.path.join(base, "lib", "libintelocl.so")
+        if os.path.isfile(lib):
+            return lib
+    return None
+
+
+def _icd_vendors_empty(environ):
+    """True when the ICD loader will find no driver: the vendor folder in
+    effect (OCL_ICD_VENDORS, OPENCL_VENDOR_PATH or /etc/OpenCL/vendors)
+    holds no ``.icd`` file."""
+    where = environ.get("OCL_ICD_VENDORS") or environ.get("OPENCL_VENDOR_PATH") \
+        or "/etc/OpenCL/vendors"
+    if os.path.isfile(where):
+        return False
+    try:
+        return not any(n.endswith(".icd") for n in os.listdir(where))
+    except OSError:
+        return True
+
+
+def register_pip_cpu_driver(environ=None, lib=None):
+    """Before the first platform query: when no OpenCL driver is registered
+    (no root, no `pocl-opencl-icd`) but the ``[cpu]`` extra installed Intel's
+    CPU runtime, point the ICD loader at it (OCL_ICD_VENDORS may name the
+    driver library itself). Returns the library registered, or None."""
+    environ = os.environ if environ is None else environ
+    if not _icd_vendors_empty(environ):
+        return None
+    lib = lib or pip_cpu_driver()
+    if lib:
+        environ["OCL_ICD_VENDORS"] = lib
+    return lib
+
+
 def list_devices():
     """All OpenCL devices as dicts, in the order `device_query` numbers them."""
     _require_cl()
     _set_pocl_affinity()
+    register_pip_cpu_driver()
     out = []
     try:
         platforms = cl.get_platforms()
@@ -215,7 +257,8 @@ def choose_device(devices, want=None, mode=None):
         raise DeviceError(
             "no OpenCL device found. Install a driver: your GPU vendor's "
             "OpenCL driver, or for the CPU `apt-get install pocl-opencl-icd` "
-            "(fast) or `pip install pocl-binary-distribution` (no root)")
+            "(fast) or `pip install 'caffe_ocl[cpu]'` (no root: Intel's CPU runtime, "
+            "which caffe_ocl registers itself)")
     if want is not None and str(want).strip() != "":
         s = str(want).strip()
         if ":" in s:

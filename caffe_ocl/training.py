@@ -129,10 +129,15 @@ def select_device(gpu_flag, solver_param=None):
         log.warning("Several devices given (%s): multi-device training is not yet "
                     "supported; using device %d", ",".join(map(str, ids)), ids[0])
     if ids:
-        log.info("Using GPUs %d", ids[0])
         want = ids[0]
         devices = D.list_devices()
         info, _ = D.choose_device(devices, want, "gpu")
+        if info["is_gpu"]:
+            log.info("Using GPUs %d", ids[0])
+        else:     # Caffe would stop here; caffe_ocl runs on the CPU driver and says so
+            log.info("No OpenCL GPU: %s asks for GPU %d; using the CPU device %s (%s)",
+                     "--gpu" if _gpu_ids(gpu_flag) else "solver_mode: GPU", want,
+                     info["name"], info["platform_name"])
         cur = D._current
         if cur is None or cur.cl_device != info["device"]:
             D.set_mode_gpu()

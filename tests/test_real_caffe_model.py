@@ -1,6 +1,6 @@
 """Compatibility with a real model written by BVLC Caffe: the legacy V1
-CIFAR-10 quick caffemodel and prototxt from ../shared/data (a copy of the
-model ships in models/cifar10_quick)."""
+CIFAR-10 quick caffemodel (models/cifar10_quick) and the V1 prototxt that
+came with it (tests/proto/cifar10_quick_v1_prediction_example.prototxt)."""
 import numpy as np
 import pytest
 
@@ -17,9 +17,12 @@ def _image(path):
     return cv2.imread(str(path)).astype(np.float32).transpose(2, 0, 1) - MEAN_BGR
 
 
-def _v1_deploy_from_shared(shared_data, tmp_path):
+V1_PROTOTXT = ROOT / "tests" / "proto" / "cifar10_quick_v1_prediction_example.prototxt"
+
+
+def _v1_deploy():
     """The V1 prototxt with its IMAGE_DATA layer replaced by a 1x3x32x32 input."""
-    src = shared_data / "caffe" / "cifar10_quick_v1" / "prediction_example.prototxt"
+    src = V1_PROTOTXT
     net = read_net_prototxt(str(src))          # upgraded from V1
     assert net.layer[0].type == "ImageData"
     assert net.layer[1].type == "Convolution" and net.layer[1].param[1].lr_mult == 2
@@ -37,9 +40,9 @@ def _v1_deploy_from_shared(shared_data, tmp_path):
     return out
 
 
-def test_v1_model_classifies_its_images(shared_data, tmp_path):
-    d = shared_data / "caffe" / "cifar10_quick_v1"
-    param = _v1_deploy_from_shared(shared_data, tmp_path)
+def test_v1_model_classifies_its_images():
+    d = ROOT / "models" / "cifar10_quick"
+    param = _v1_deploy()
     net = caffe.Net(param, caffe.TEST, weights=str(d / "cifar10_quick_iter_5000.caffemodel"))
     # V1 ip weights are stored as 1x1xMxN; they load into MxN
     assert net.params["ip1"][0].shape == (64, 1024)

@@ -11,14 +11,11 @@ from caffe_ocl.proto import (blobproto_to_array, caffe_pb2, parse_net_text,
                              parse_solver_text, read_net, read_net_binary,
                              read_net_prototxt, upgrade_net)
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-CIFAR = DATA / "caffe" / "cifar10_quick_v1"
-PROTOTXT = CIFAR / "prediction_example.prototxt"
-CAFFEMODEL = CIFAR / "cifar10_quick_iter_5000.caffemodel"
-
-needs_cifar = pytest.mark.skipif(
-    not (PROTOTXT.exists() and CAFFEMODEL.exists()),
-    reason="../shared/data/caffe/cifar10_quick_v1 not present")
+# BVLC Caffe's own V1 files: the CIFAR-10 quick weights ship in
+# models/cifar10_quick, the V1 prototxt that came with them beside this test.
+ROOT = Path(__file__).resolve().parents[2]
+PROTOTXT = Path(__file__).resolve().parent / "cifar10_quick_v1_prediction_example.prototxt"
+CAFFEMODEL = ROOT / "models" / "cifar10_quick" / "cifar10_quick_iter_5000.caffemodel"
 
 CIFAR_TYPES = [
     ("conv1", "Convolution"), ("pool1", "Pooling"), ("relu1", "ReLU"),
@@ -34,7 +31,6 @@ def _by_name(net):
 
 # ---------------------------------------------------------------- real V1 model
 
-@needs_cifar
 def test_v1_prototxt_upgrades_like_caffe(caplog):
     with caplog.at_level(logging.INFO, logger="caffe_ocl"):
         net = read_net_prototxt(PROTOTXT)
@@ -68,7 +64,6 @@ def test_v1_prototxt_upgrades_like_caffe(caplog):
     assert data.transform_param.mean_file.endswith("mean.binaryproto")
 
 
-@needs_cifar
 def test_v1_caffemodel_upgrades_with_4d_blob_shapes():
     net = read_net_binary(CAFFEMODEL)
     assert len(net.layers) == 0 and len(net.input) == 0
@@ -101,13 +96,11 @@ def test_v1_caffemodel_upgrades_with_4d_blob_shapes():
     assert not data.data_param.HasField("mean_file")
 
 
-@needs_cifar
 def test_read_net_dispatches_by_content():
     assert read_net(CAFFEMODEL).layer[1].name == "conv1"
     assert read_net(PROTOTXT).layer[1].name == "conv1"
 
 
-@needs_cifar
 def test_upgraded_prototxt_matches_upgraded_caffemodel_layers():
     text = _by_name(read_net_prototxt(PROTOTXT))
     binary = _by_name(read_net_binary(CAFFEMODEL))

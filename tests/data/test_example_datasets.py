@@ -1,0 +1,124 @@
+"""`caffe_ocl data mnist|cifar10` (caffe_ocl/data/examples.py): the
+databases the shipped solvers read, where their prototxts name them."""
+import io
+import os
+import tarfile
+
+import numpy as np
+import pytest
+
+from caffe_ocl.data import examples as ex
+from caffe_ocl.data.db import LMDBReader
+from caffe_ocl.errors import DataError
+from caffe_ocl.proto import blobproto_to_array, caffe_pb2, read_blobproto
+
+
+def _records(path):
+    out = []
+    with LMDBReader(path) as r:
+        for k, v in r:
+            d = caffe_pb2.Datum()
+            d.ParseFromString(v)
+            out.append((k.decode(), d))
+    return out
+
+
+def test_mnist_from_the_embedded_digits(tmp_path, caplog):
+    out = str(tmp_path / "examples" / "mnist")
+    train, test = ex.build_mnist(out, progress=False)
+    assert (train, test) == (os.path.join(out, "mnist_train_lmdb"),
+                             os.path.join(out, "mnist_test_lmdb"))
+    tr, te = _records(train), _records(test)
+    assert (len(tr), len(te)) == (8000, 2000)
+    k, d = tr[0]
+    assert k == "00000000" and (d.channels, d.height, d.width) == (1, 28, 28)
+    assert len(d.data) == 784 and 0 <= d.label <= 9
+    assert len({d.label for _, d in te}) == 10
+    # complete databases are kept
+    before = os.path.getmtime(os.path.join(train, "data.mdb"))
+    caplog.clear()
+    ex.build_mnist(out, progress=False)
+    assert os.path.getmtime(os.path.join(train, "data.mdb")) == before
+    assert "Creating" not in caplog.text
+
+
+def _cifar_batch(rng, n):
+    labels = rng.integers(0, 10, n).astype(np.uint8)
+    images = rng.integers(0, 256, (n, 3, 32, 32)).astype(np.uint8)
+    buf = b"".join(bytes([l]) + im.tobytes() for l, im in zip(labels, images))
+    return buf, images, labels
+
+
+def _cifar_files(rng, sizes=(3, 4, 2, 5, 3), n_test=4):
+    files = {}
+    for i, n in enumerate(sizes, 1):
+        files[f"data_batch_{i}.bin"] = _cifar_batch(rng, n)
+    files["test_batch.bin"] = _cifar_batch(rng, n_test)
+    return files
+
+
+def _check_cifar(files, train, test, mean):
+    tr = _records(train)
+    want = [(im, l) for i in range(1, 6)
+            for im, l in zip(files[f"data_batch_{i}.bin"][1], files[f"data_batch_{i}.bin"][2])]
+    assert [k for k, _ in tr] == [f"{i:05d}" for i in range(len(want))]
+    for (_, d), (im, l) in zip(tr, want):
+        assert (d.channels, d.height, d.width) == (3, 32, 32)
+        assert d.data == im.tobytes() and d.label == l   # bytes as stored: R, G, B planes
+    te = _records(test)
+    assert [d.label for _, d in te] == list(files["test_batch.bin"][2])
+    assert te[0][1].data == files["test_batch.bin"][1][0].tobytes()
+    m = blobproto_to_array(read_blobproto(mean))
+    ref = np.stack([im for im, _ in want]).astype(np.float64).mean(0)
+    assert m.shape in ((1, 3, 32, 32), (3, 32, 32))
+    np.testing.assert_allclose(m.reshape(3, 32, 32), ref, rtol=1e-6, atol=1e-4)
+
+
+def test_cifar10_from_a_folder(tmp_path, rng):
+    files = _cifar_files(rng)
+    src = tmp_path / "cifar-10-batches-bin"
+    src.mkdir()
+    for name, (buf, _, _) in files.items():
+        (src / name).write_bytes(buf)
+    out = str(tmp_path / "examples" / "cifar10")
+    # the folder above the unpacked one is found too
+    train, test, mean = ex.build_cifar10(str(tmp_path), out)
+    assert (train, test, mean) == (os.path.join(out, "cifar10_train_lmdb"),
+                                   os.path.join(out, "cifar10_test_lmdb"),
+                                   os.path.join(out, "mean.binaryproto"))
+    _check_cifar(files, train, test, mean)
+
+
+def test_cifar10_from_the_tar_gz_and_replaced_when_run_again(tmp_path, rng):
+    def tgz(files):
+        path = tmp_path / "cifar-10-binary.tar.gz"
+        with tarfile.open(path, "w:gz") as tar:
+            for name, (buf, _, _) in files.items():
+                info = tarfile.TarInfo(f"cifar-10-batches-bin/{name}")
+                info.size = len(buf)
+                tar.addfile(info, io.BytesIO(buf))
+        return str(path)
+    out = str(tmp_path / "out")
+    files = _cifar_files(rng)
+    _check_cifar(files, *ex.build_cifar10(tgz(files), out))
+    files = _cifar_files(rng, sizes=(2, 2, 2, 2, 3))       # other data: other counts
+    _check_cifar(files, *ex.build_cifar10(tgz(files), out))
+
+
+def test_cifar10_errors_say_where_to_get_it(tmp_path, rng):
+    with pytest.raises(DataError, match="cifar-10-binary.tar.gz") as e:
+        ex.build_cifar10(str(tmp_path / "nowhere"), str(tmp_path / "out"))
+    assert ex.CIFAR10_URL in str(e.value)
+    files = _cifar_files(rng)
+    for name, (buf, _, _) in files.items():
+        if name != "test_batch.bin":
+            (tmp_path / name).write_bytes(buf)
+    with pytest.raises(DataError, match="no test_batch.bin"):
+        ex.build_cifar10(str(tmp_path), str(tmp_path / "out"))
+    (tmp_path / "test_batch.bin").write_bytes(files["test_batch.bin"][0][:-1])
+    with pytest.raises(DataError, match="whole number of CIFAR-10 records"):
+        ex.build_cifar10(str(tmp_path), str(tmp_path / "out"))
+    (tmp_path / "notatar.tar.gz").write_bytes(b"nonsense")
+    with pytest.raises(DataError, match="not a readable .tar.gz"):
+        ex.build_cifar10(str(tmp_path / "notatar.tar.gz"), str(tmp_path / "out"))
+    assert not os.path.exists(tmp_path / "out" / "cifar10_train_lmdb")
