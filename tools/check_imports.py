@@ -44,14 +44,14 @@ PACKAGE = "caffe_ocl"
 # same order.
 LAYERS = [
     # (ranks: Caffe::solver_count/solver_rank, read by layers and solvers)
-    ("base", ["errors", "config", "logs", "paths", "ranks", "safe_io"]),
+    ("base", ["errors", "config", "logs", "paths", "ranks"]),
     # one OpenCL device: context, queue, program cache, memory pool, scratch
     ("device", ["device"]),
     # primitives: Python launch builders over kernels/*.cl
     ("ops", ["ops", "ops.*"]),
     ("blob", ["blob"]),
     # caffe.proto, text/binary readers and writers, upgraders
-    ("proto", ["proto", "proto.*"]),
+    ("proto", ["proto", "proto.*", "safe_io"]),
     # record formats and readers (LMDB/LevelDB, Datum, image lists,
     # transformer, prefetch); the rest of data/ (tools, converters, demo
     # data) sits with the features

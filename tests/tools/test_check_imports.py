@@ -73,3 +73,11 @@ def test_baseline_lets_known_violations_pass(tmp_path):
     assert check_imports.main(["--root", str(tmp_path), "--write-baseline", str(base)]) == 0
     assert "function|device|imports errors inside a function" in base.read_text()
     assert check_imports.main(["--root", str(tmp_path), "--baseline", str(base)]) == 0
+
+
+def test_architecture_page_lists_the_layers_in_order():
+    """docs/ARCHITECTURE.md's table has one row per layer of LAYERS, in order."""
+    rows = [line.split("|")[1].strip()
+            for line in (ROOT / "docs" / "ARCHITECTURE.md").read_text().splitlines()
+            if line.startswith("| ") and not line.startswith("| layer ")]
+    assert rows == [name for name, _ in check_imports.LAYERS]
