@@ -121,6 +121,9 @@ class Blob:
         self._count = 0
         self._data = None
         self._diff = None
+        # a callable that fills the data when it is read from the host: an
+        # execution plan that skipped computing this blob (caffe_ocl/plan/elide.py)
+        self.compute_on_read = None
         self.reshape(shape)
         _live.add(self)
 
@@ -184,9 +187,17 @@ class Blob:
     width = property(lambda self: self._legacy(3))
 
     # ---- pycaffe host views --------------------------------------------
+    def compute_pending(self):
+        """Fill the data now if a plan left it to be computed on read."""
+        fn, self.compute_on_read = self.compute_on_read, None
+        if fn is not None:
+            fn()
+
     @property
     def data(self):
         """Host view of the data; writes reach the device at next use."""
+        if self.compute_on_read is not None:
+            self.compute_pending()
         return self._data.mutable_host()[:self._count].reshape(self._shape)
 
     @data.setter
@@ -203,6 +214,8 @@ class Blob:
 
     def host_data(self):
         """Read-only copy-free view (does not mark the host as head)."""
+        if self.compute_on_read is not None:
+            self.compute_pending()
         return self._data.host()[:self._count].reshape(self._shape)
 
     def host_diff(self):
