@@ -25,8 +25,10 @@ layer { name: "conv2" type: "Convolution" bottom: "r1" top: "c2"
         convolution_param { num_output: 4 kernel_size: 3 pad: 1 bias_term: false
                             weight_filler { type: "gaussian" std: 0.3 } } }
 layer { name: "relu2" type: "ReLU6" bottom: "c2" top: "r2" }
-layer { name: "sum" type: "Eltwise" bottom: "r1" bottom: "r2" top: "sum" }
-layer { name: "conv3" type: "Convolution" bottom: "sum" top: "c3"
+layer { name: "sum" type: "Eltwise" bottom: "r1" bottom: "r2" top: "sum"
+        eltwise_param { coeff: 0.5 coeff: -1.5 } }
+layer { name: "sumrelu" type: "ReLU" bottom: "sum" top: "sumr" }
+layer { name: "conv3" type: "Convolution" bottom: "sumr" top: "c3"
         convolution_param { num_output: 2 kernel_size: 1
                             weight_filler { type: "gaussian" std: 0.3 } } }
 layer { name: "relu3" type: "ReLU" bottom: "c3" top: "r3" }
@@ -68,10 +70,11 @@ def _assert_blobs_equal(a, b, names=None):
 
 def test_pairs_found():
     net = _net()
-    assert net.plan.describe() == ["conv1 -> relu1", "conv2 -> relu2", "fc -> lrelu"]
-    assert all(isinstance(c, elide.ProducerActPair) for c in net.plan.fold_groups)
+    assert net.plan.describe() == ["conv1 -> relu1", "conv2 -> relu2", "fc -> lrelu",
+                                   "sum -> sumrelu"]
+    assert all(isinstance(c, elide.PendingPair) for c in net.plan.fold_groups)
     assert _net(fold=False).plan.describe() == []
-    assert not any(isinstance(c, elide.ProducerActPair) for c in _net(TRAIN).plan.groups)
+    assert not any(isinstance(c, elide.PendingPair) for c in _net(TRAIN).plan.groups)
 
 
 def test_blobs_equal_when_read(rng):
@@ -80,11 +83,11 @@ def test_blobs_equal_when_read(rng):
     fused.forward(**inputs)
     plain.forward(**inputs)
     # the producers' tops were not computed: they are when read
-    for name in ("c1", "c2", "fc"):
+    for name in ("c1", "c2", "fc", "sum"):
         assert fused.blobs[name].compute_on_read is not None
     assert fused.blobs["c3"].compute_on_read is None          # read twice: not elided
     _assert_blobs_equal(fused, plain)
-    assert all(fused.blobs[n].compute_on_read is None for n in ("c1", "c2", "fc"))
+    assert all(fused.blobs[n].compute_on_read is None for n in ("c1", "c2", "fc", "sum"))
     # forward(blobs=[...]) and a new batch size
     big = _inputs(rng, 3)
     for net in (fused, plain):
@@ -110,13 +113,15 @@ def test_cut_ranges_and_backward(rng):
     _assert_blobs_equal(fused, plain, ["c2", "r2"])
     for net in (fused, plain):
         net.forward(end="conv1")
-        net.forward(start="relu1")
+        net.forward(start="relu1", end="sum")
+        net.forward(start="sumrelu")
     _assert_blobs_equal(fused, plain)
     # backward runs on Caffe's values (the pending tops computed first)
     fused.forward(**inputs)
     plain.forward(**inputs)
-    gf, gp = fused.backward(diffs=["c1", "c2"]), plain.backward(diffs=["c1", "c2"])
-    for name in ("data", "c1", "c2"):
+    want = ["c1", "c2", "sum"]
+    gf, gp = fused.backward(diffs=want), plain.backward(diffs=want)
+    for name in ["data"] + want:
         np.testing.assert_allclose(gf[name], gp[name], rtol=1e-4, atol=1e-6, err_msg=name)
     for name, blobs in plain.params.items():
         for d, s in zip(fused.params[name], blobs):
@@ -129,10 +134,10 @@ def test_producer_top_read_elsewhere_is_left_alone(other):
     if other == "Split":      # c1 also read by another layer
         text += """layer { name: "extra" type: "Pooling" bottom: "c1" top: "extra"
         pooling_param { pool: AVE kernel_size: 2 } }\n"""
-        want = ["conv2 -> relu2", "fc -> lrelu"]
+        want = ["conv2 -> relu2", "fc -> lrelu", "sum -> sumrelu"]
     else:                     # the activation in place: fold.py folds it instead
         text = text.replace('bottom: "fc" top: "fcr"', 'bottom: "fc" top: "fc"') \
             .replace('bottom: "fcr" bottom: "label"', 'bottom: "fc" bottom: "label"')
-        want = ["fc <- lrelu", "conv1 -> relu1", "conv2 -> relu2"]
+        want = ["fc <- lrelu", "conv1 -> relu1", "conv2 -> relu2", "sum -> sumrelu"]
     net = Net(parse_net_text(text), TEST)
     assert net.plan.describe() == want
