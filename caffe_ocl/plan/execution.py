@@ -103,7 +103,11 @@ class ExecutionPlan:
         return [c.describe() for c in self.groups]
 
     def without_folding(self):
-        """The same plan less the TEST folding (``net.unfold()``)."""
+        """The same plan less the TEST folding (``net.unfold()``); blobs the
+        folding left to be computed on read are computed now."""
+        for c in self.fold_groups:
+            if hasattr(c, "before_backward"):
+                c.before_backward()
         return ExecutionPlan(self.graph, (), self.train_groups)
 
     def check_backward(self):

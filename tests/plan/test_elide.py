@@ -141,3 +141,17 @@ def test_producer_top_read_elsewhere_is_left_alone(other):
         want = ["fc <- lrelu", "conv1 -> relu1", "conv2 -> relu2", "sum -> sumrelu"]
     net = Net(parse_net_text(text), TEST)
     assert net.plan.describe() == want
+
+
+def test_unfold_computes_pending_tops(rng):
+    fused, plain = _pair(rng)
+    inputs = _inputs(rng)
+    fused.forward(**inputs)
+    plain.forward(**inputs)
+    assert fused.blobs["c1"].compute_on_read is not None
+    fused.unfold()
+    assert fused.plan.describe() == []
+    assert all(fused.blobs[n].compute_on_read is None for n in ("c1", "c2", "fc", "sum"))
+    gf, gp = fused.backward(diffs=["c1"]), plain.backward(diffs=["c1"])
+    np.testing.assert_allclose(gf["c1"], gp["c1"], rtol=1e-4, atol=1e-6)
+    _assert_blobs_equal(fused, plain)
