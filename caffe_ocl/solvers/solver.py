@@ -117,7 +117,8 @@ class Callback:
 
 
 class Solver(Snapshotting):
-    """Caffe's SGDSolver family. ``Solver(path_or_SolverParameter)``."""
+    """Caffe's Solver: the loop. The update rules are its subclasses in
+    solvers/updates.py (SGDSolver, NesterovSolver, ...); ``SGDSolver(path_or_SolverParameter)``."""
     kind = None          # key of ops.solver.SOLVER_KINDS; None -> from param.type
     n_history = 1        # history blobs per learnable param
 
