@@ -151,6 +151,9 @@ class Blob:
         self._count = 0
         self._data = None
         self._diff = None
+        # a callable that fills the data when it is read from the host: an
+        # execution plan that skipped computing this blob (caffe_ocl/plan/elide.py)
+        self.compute_on_read = None
         self.reshape(shape)
         register_blob(self)
 
@@ -214,10 +217,18 @@ class Blob:
     width = property(lambda self: self._legacy(3))
 
     # ---- pycaffe host views --------------------------------------------
+    def compute_pending(self):
+        """Fill the data now if a plan left it to be computed on read."""
+        fn, self.compute_on_read = self.compute_on_read, None
+        if fn is not None:
+            fn()
+
     @property
     def data(self):
         """Host view of the data; writes reach the device at next use; a
         kept view is refreshed after each public call (``refresh_kept``)."""
+        if self.compute_on_read is not None:
+            self.compute_pending()
         _kept.add(self._data)
         return self._data.mutable_host()[:self._count].reshape(self._shape)
 
@@ -236,6 +247,8 @@ class Blob:
 
     def host_data(self):
         """Read-only copy-free view (does not mark the host as head)."""
+        if self.compute_on_read is not None:
+            self.compute_pending()
         return self._data.host()[:self._count].reshape(self._shape)
 
     def host_diff(self):

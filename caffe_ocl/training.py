@@ -246,7 +246,8 @@ def _dump_weights(solver, group):
 def score(model, weights, iterations=50, *, gpu="", level=0, stages=()):
     """`caffe test`: returns (mean loss, [(output name, mean score), ...])."""
     from . import net as N
-    from .solvers.solver import load_net_weights, _output_loss_weights, _g
+    from .solvers.solver import (load_net_weights, g_format as _g,
+                                 output_loss_weights as _output_loss_weights)
     if not model:
         raise SolverError("Need a model definition to score (--model=...).")
     if not weights:

@@ -69,6 +69,7 @@ class EltwiseActChain(LayerPair):
         self.top = net.graph.tops[e][0]
         self._fkey = self._bkey = None
         self.fwd = self.bwd = None
+        self.diff_plan_seen = None      # keep_top_diff's cache
 
     def _keep_g(self):
         return keep_top_diff(self)
@@ -118,15 +119,17 @@ def keep_top_diff(chain):
     """Whether a fused chain's backward should leave g in its ``top``'s diff
     (as the unfused in-place activation does): not where the diff memory
     plan shares that diff (its value after backward is not meaningful).
-    Cached on the chain until the plan plans again."""
+    Cached in the chain's ``diff_plan_seen`` (the plan's key, whether it
+    shares the top's diff) until the plan plans again."""
     plan = chain.net.memory_plan
     if plan is None:
         return True
     key = (id(plan), plan.version)  # the plan's groups change when it plans again
-    if key != getattr(chain, "_plan_key", None):
-        chain._plan_key = key
-        chain._planned = any(b is chain.top for g in plan.groups for b in g.blobs)
-    return not chain._planned
+    seen = chain.diff_plan_seen
+    if seen is None or seen[0] != key:
+        seen = chain.diff_plan_seen = (
+            key, any(b is chain.top for g in plan.groups for b in g.blobs))
+    return not seen[1]
 
 
 def chains_of(net, train):

@@ -20,8 +20,9 @@ partly outside falls back to its layers one by one (Caffe's values either
 way). ``forward_schedule(start, end)`` / ``backward_schedule(start, end)``
 resolve that once per range: a tuple of ``(layer index, action)`` where
 the action is ``LAYER`` (the layer's own pass), ``SKIP`` (nothing: covered
-by a group, or a layer without backward) or a group (run it there). Net's
-loops only walk that tuple.
+by a group, or a layer without backward) or an object to ``run()`` there (a
+group at its first layer; a layer of a cut group whose group says how to
+run it alone, ``run_member``). Net's loops only walk that tuple.
 
 ``diff_shares``: ``(top, bottom)`` pairs whose diffs the diff memory plan
 (memory.py) must put in one buffer (train.SplitConvBackward).
@@ -37,6 +38,18 @@ SKIP = "skip"
 Step = namedtuple("Step", "layers group")   # group None: the one layer runs alone
 
 _CACHE_MAX = 64
+
+
+class _Member:
+    """A layer of a group that a forward range cuts, run through the group
+    (``run_member``: e.g. compute a blob the group left pending first)."""
+    __slots__ = ("group", "li")
+
+    def __init__(self, group, li):
+        self.group, self.li = group, li
+
+    def run(self):
+        self.group.run_member(self.li)
 
 
 class ExecutionPlan:
@@ -90,11 +103,20 @@ class ExecutionPlan:
         return [c.describe() for c in self.groups]
 
     def without_folding(self):
-        """The same plan less the TEST folding (``net.unfold()``)."""
+        """The same plan less the TEST folding (``net.unfold()``); blobs the
+        folding left to be computed on read are computed now."""
+        for c in self.fold_groups:
+            if hasattr(c, "before_backward"):
+                c.before_backward()
         return ExecutionPlan(self.graph, (), self.train_groups)
 
     def check_backward(self):
+        """Before a backward: groups that left a blob to be computed on read
+        compute it; NetError if a group lost values backward needs."""
         if self.fold_groups:
+            for c in self.fold_groups:
+                if hasattr(c, "before_backward"):
+                    c.before_backward()
             fold.check_backward(self.fold_groups)
 
     # ---- schedules ---------------------------------------------------------------
@@ -106,8 +128,10 @@ class ExecutionPlan:
             out = []
             for li in range(start, end + 1):
                 c = self._fwd_of.get(li)
-                if c is None or start > c.first or end < c.last:
+                if c is None:
                     out.append((li, LAYER))
+                elif start > c.first or end < c.last:    # the range cuts the group
+                    out.append((li, _Member(c, li) if hasattr(c, "run_member") else LAYER))
                 else:
                     out.append((li, c if li == c.first else SKIP))
             sched = self._remember(self._fwd_cache, key, tuple(out))

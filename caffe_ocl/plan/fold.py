@@ -57,7 +57,7 @@ from ..errors import NetError
 from ..ops import conv as conv_ops
 from ..ops import work_size
 from ..proto import caffe_pb2
-from . import eltwise
+from . import affine, eltwise, elide
 from .patterns import act_of
 
 log = logging.getLogger("caffe_ocl")
@@ -259,9 +259,15 @@ def find_chains(net):
 
 
 def find_groups(net):
-    """The groups the TEST folding runs fused: the folded chains and the
-    Eltwise SUM -> activation pairs (eltwise.py)."""
+    """The groups the TEST folding runs fused: the folded chains, the
+    Eltwise SUM -> activation pairs (eltwise.py) and the BatchNorm -> Scale
+    -> activation chains that cannot fold into a producer (affine.py), the
+    producer -> activation pairs writing a new top (elide.py)."""
     chains = find_chains(net) + eltwise.chains_of(net, train=False)
+    taken = {li for c in chains for li in c.layers}
+    chains += affine.chains_of(net, taken)
+    taken = {li for c in chains for li in c.layers}
+    chains += elide.pairs_of(net, taken)
     for c in chains:
         log.info("Folding %s", c.describe())
     return chains

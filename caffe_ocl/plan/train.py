@@ -249,6 +249,7 @@ class ResidualTailChain(TrainChain):
         self.ti = 0 if bots[0] is self.blob else 1
         self.short = bots[1 - self.ti]
         self.top = net.graph.tops[e][0]
+        self.diff_plan_seen = None      # eltwise.keep_top_diff's cache
 
     def _build(self):
         net, blob, dev = self.net, self.blob, self.bn.device

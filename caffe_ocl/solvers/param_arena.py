@@ -99,7 +99,7 @@ class ParamArena:
         subs = self._subs
         for b in self.blobs:
             d, g = b.data_mem, b.diff_mem
-            if d._buf is not subs.get(id(d)) or g._buf is not subs.get(id(g)):
+            if d.buffer() is not subs.get(id(d)) or g.buffer() is not subs.get(id(g)):
                 return False
         return True
 
