@@ -5,9 +5,9 @@ weights). In a checkout it is ``<root>/models`` beside the package; an
 installed wheel carries it as ``caffe_ocl/models``; ``$CAFFE_OCL_MODELS``
 overrides both.
 """
-import os
 from pathlib import Path
 
+from . import config
 from .errors import FileNotFound
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -15,8 +15,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 def models_dir():
     cands = []
-    if os.environ.get("CAFFE_OCL_MODELS"):
-        cands.append(Path(os.environ["CAFFE_OCL_MODELS"]))
+    if config.get("MODELS"):
+        cands.append(Path(config.get("MODELS")))
     cands += [PACKAGE_DIR / "models", PACKAGE_DIR.parent / "models"]
     for c in cands:
         if (c / "lenet").is_dir():
