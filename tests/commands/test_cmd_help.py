@@ -114,6 +114,13 @@ def test_each_command_lists_only_its_own_flags(capsys):
     assert "unknown flag '--solver'" in capsys.readouterr().err
 
 
+def test_old_entry_point_still_dispatches(capsys):
+    # a console script installed before the move names caffe_ocl.cli:main
+    from caffe_ocl import cli
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"caffe_ocl {__version__}"
+
+
 def test_help_through_the_installed_entry_point():
     out = subprocess.run([sys.executable, "-m", "caffe_ocl", "train", "-h"], cwd=str(ROOT),
                          capture_output=True, text=True, timeout=120)
