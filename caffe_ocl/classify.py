@@ -7,6 +7,7 @@ classification example does; they are resized to the net's input size.
 import numpy as np
 
 from .errors import DataError, require_file
+from .net import TEST, Net
 
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
                    "horse", "ship", "truck"]
@@ -15,7 +16,6 @@ CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog
 def classify(model, weights, images, mean=None, scale=1.0, labels=None, top_k=3):
     """Return [(image, [(label, prob), ...])] for each image path."""
     import cv2
-    from .net import Net, TEST
     net = Net(model, weights, TEST)
     inp = net.inputs[0]
     n, c, h, w = net.blobs[inp].shape

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from . import config
 from . import device as D
 from .device import parse_device_ids
 from .errors import FlagError, SolverError
@@ -234,7 +235,7 @@ def _train_rank(group, param, solver_path, weights, snapshot, handler):
 def _dump_weights(solver, group):
     """CAFFE_OCL_PARALLEL_DUMP=dir: every rank writes its final weights to
     dir/rank<r>.caffemodel (to check that ranks agree)."""
-    d = os.environ.get("CAFFE_OCL_PARALLEL_DUMP")
+    d = config.get("PARALLEL_DUMP")
     if d:
         solver.net.save(os.path.join(d, f"rank{group.rank}.caffemodel"))
 

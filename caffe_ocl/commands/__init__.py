@@ -108,6 +108,9 @@ def run(name, argv):
         hint = f"; did you mean {close[0]}?" if close else ""
         print(f"caffe_ocl: unknown command {name!r}{hint}\n\n{usage()}", file=sys.stderr)
         return 1
+    if list(argv) in (["--version"], ["-version"]):
+        print(version_text())
+        return 0
     module = importlib.import_module(cmds[name][0])
     try:
         rc = module.main(list(argv))

@@ -23,7 +23,10 @@ EXPECTED = {"train", "test", "time", "tune", "device_query", "config", "classify
 
 
 def _spec(name):
-    return getattr(importlib.import_module(REGISTRY[name][0]), "SPEC", None)
+    """The command's flags.Spec (None for a module on the older
+    parse_flags interface)."""
+    spec = getattr(importlib.import_module(REGISTRY[name][0]), "SPEC", None)
+    return spec if isinstance(spec, F.Spec) else None
 
 
 def test_registry_finds_every_command_module():
@@ -111,11 +114,59 @@ def test_each_command_lists_only_its_own_flags(capsys):
     assert "unknown flag '--solver'" in capsys.readouterr().err
 
 
+def test_old_entry_point_still_dispatches(capsys):
+    # a console script installed before the move names caffe_ocl.cli:main
+    from caffe_ocl import cli
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"caffe_ocl {__version__}"
+
+
 def test_help_through_the_installed_entry_point():
     out = subprocess.run([sys.executable, "-m", "caffe_ocl", "train", "-h"], cwd=str(ROOT),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.startswith("usage: caffe_ocl train")
     assert "Traceback" not in out.stderr
+
+
+OLD_STYLE = '''"""`caffe_ocl oldstyle`: a command written against the older parse_flags."""
+from caffe_ocl.flags import parse_flags
+
+COMMAND = "oldstyle"
+
+
+def main(argv):
+    flags, pos = parse_flags(argv, {"model": str, "scale": float}, {"scale": 1.0},
+                             program="caffe_ocl oldstyle")
+    print("ran", flags, pos)
+    return 0
+'''
+
+
+def test_a_new_module_is_a_command_without_a_registry_edit(tmp_path, monkeypatch, capsys):
+    """What another module in commands/ gets (e.g. one on the older
+    parse_flags interface): discovery from its source, help, version and
+    did-you-mean through the dispatcher."""
+    (tmp_path / "oldstyle_mod.py").write_text(OLD_STYLE)
+    assert commands._describe(str(tmp_path / "oldstyle_mod.py"), "oldstyle_mod") == \
+        ("oldstyle", "a command written against the older parse_flags.")
+    (tmp_path / "helper_mod.py").write_text("X = 1\n")
+    assert commands._describe(str(tmp_path / "helper_mod.py"), "helper_mod") is None
+    monkeypatch.syspath_prepend(str(tmp_path))
+    real = commands.registry
+    monkeypatch.setattr(commands, "registry", lambda: dict(
+        real(), oldstyle=("oldstyle_mod", "a command written against the older parse_flags")))
+    assert commands.main(["oldstyle", "--model", "m", "p"]) == 0
+    assert capsys.readouterr().out.startswith("ran {'scale': 1.0, 'model': 'm'} ['p']")
+    assert commands.main(["oldstyle", "-h"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: caffe_ocl oldstyle [flags]") and "--scale X" in out
+    assert commands.main(["oldstyle", "--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"caffe_ocl {__version__}"
+    assert commands.main(["oldstyle", "--modle", "m"]) == 1
+    assert capsys.readouterr().err.startswith(
+        "caffe_ocl oldstyle: error: unknown flag '--modle'; did you mean --model?")
+    assert "oldstyle" in commands.usage() and commands.main(["oldstyl"]) == 1
+    assert "did you mean oldstyle?" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------
