@@ -171,3 +171,41 @@ def test_real_model_matches_opencv(stem):
         a, b = ours[k], theirs.reshape(ours[k].shape)
         scale = max(1.0, float(np.abs(b).max())) if b.size else 1.0
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-4 * scale, err_msg=k)
+
+
+PRIORS = """name: "pb"
+input: "f"
+input_shape { dim: 1 dim: 2 dim: 3 dim: 4 }
+input: "im"
+input_shape { dim: 1 dim: 3 dim: 30 dim: 44 }
+layer { name: "p1" type: "PriorBox" bottom: "f" bottom: "im" top: "p1"
+  prior_box_param { width: 10 height: 20 width: 30 height: 5 offset_h: 0.25 offset_w: 0.5
+    offset_h: 0.75 offset_w: 0.5 clip: true
+    variance: 0.1 variance: 0.1 variance: 0.2 variance: 0.2 } }
+layer { name: "p2" type: "PriorBox" bottom: "f" bottom: "im" top: "p2"
+  prior_box_param { min_size: 16 max_size: 30 aspect_ratio: 2 aspect_ratio: 3 flip: true
+    clip: false variance: 0.1 step_h: 10 step_w: 11 offset: 0.3 } }
+layer { name: "p3" type: "PriorBox" bottom: "f" bottom: "im" top: "p3"
+  prior_box_param { min_size: 8 min_size: 16 max_size: 12 max_size: 24 aspect_ratio: 2
+    flip: false clip: false variance: 0.1 } }
+"""
+
+
+def test_prior_box_options_match_opencv(tmp_path):
+    """OpenCV's width/height/offset lists, step_h/step_w, several min/max
+    sizes. (img_size/img_h/img_w are the fork's: OpenCV 4 normalizes by the
+    image bottom's size instead, so they are left out here.)"""
+    proto = tmp_path / "pb.prototxt"
+    proto.write_text(PRIORS)
+    net = caffe_ocl.Net(str(proto), caffe_ocl.TEST)
+    rng = np.random.default_rng(0)
+    f = rng.random((1, 2, 3, 4), np.float32)
+    im = rng.random((1, 3, 30, 44), np.float32)
+    ours = net.forward(f=f, im=im)
+    cvn = cv2.dnn.readNetFromCaffe(str(proto))
+    cvn.setInput(f, "f")
+    cvn.setInput(im, "im")
+    for name in ("p1", "p2", "p3"):
+        theirs = cvn.forward(name)
+        np.testing.assert_allclose(ours[name], theirs.reshape(ours[name].shape), rtol=1e-6,
+                                   atol=1e-6, err_msg=name)
