@@ -87,8 +87,8 @@ DET_VARIANTS = {
                                "code_type: CENTER_SIZE keep_top_k: 50 confidence_threshold: 0.3",
                                True, 0.05),
     "corner_per_class_loc": ("share_location: false background_label_id: 0 "
-                             "nms_param { nms_threshold: 0.5 top_k: 1000 } code_type: CORNER keep_top_k: 1000 "
-                             "confidence_threshold: 0.5", False, 0.002),
+                             "nms_param { nms_threshold: 0.5 top_k: 1000 } code_type: CORNER "
+                             "keep_top_k: 1000 confidence_threshold: 0.5", False, 0.002),
 }
 
 
