@@ -119,9 +119,15 @@ def copy_from_hdf5(layers, path):
 
 
 def save_hdf5(layers, path, write_diff=False):
-    """Write the params of ``layers`` as Caffe's ToHDF5 does, atomically."""
+    """Write the params of ``layers`` as Caffe's ToHDF5 does (a group per
+    layer; a param shared by name only under its owner), atomically."""
     path = os.fspath(path)
     h5py = require_h5py(path)
+    owners = {}
+    for layer in layers:
+        for spec in layer.param.param:
+            if spec.name:
+                owners.setdefault(spec.name, layer.name)
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with h5py.File(tmp, "w") as f:
@@ -133,6 +139,8 @@ def save_hdf5(layers, path, write_diff=False):
                 g = data.create_group(layer.name)
                 gd = diff.create_group(layer.name) if write_diff else None
                 for j, b in enumerate(layer.blobs):
+                    if _shared_elsewhere(layer, j, owners):
+                        continue      # only the owner of a shared param writes it, as Caffe
                     g.create_dataset(str(j), data=np.asarray(b.host_data(), np.float32))
                     if write_diff:
                         gd.create_dataset(str(j), data=np.asarray(b.host_diff(), np.float32))

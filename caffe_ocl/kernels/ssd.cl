@@ -244,21 +244,31 @@ __kernel void detout_nms(int num, int np, int ncls, int nlc, int share_location,
             continue;
         }
         __global const float* sc = conf + (size_t)n * np * ncls + c;
-        /* insertion into a sorted list, bounded by top_k */
-        const int cap = top_k > -1 ? min(top_k, np) : np;
+        /* the candidates, heap-sorted into (score desc, index asc) order
+         * (O(m log m)), then the first top_k of them */
         int m = 0;
-        for (int p = 0; p < np; ++p) {
-            const float s = sc[(size_t)p * ncls];
-            if (!(s > conf_thresh)) continue;
-            if (m == cap && !score_before(s, p, sc[(size_t)cd[m - 1] * ncls], cd[m - 1]))
-                continue;
-            int j = m < cap ? m++ : m - 1;
-            while (j > 0 && score_before(s, p, sc[(size_t)cd[j - 1] * ncls], cd[j - 1])) {
-                cd[j] = cd[j - 1];
-                --j;
+        for (int p = 0; p < np; ++p)
+            if (sc[(size_t)p * ncls] > conf_thresh) cd[m++] = p;
+        for (int start = m / 2 - 1; start >= -m + 1; --start) {
+            /* build phase (start >= 0), then extraction (end = m + start) */
+            int root = start >= 0 ? start : 0, end = start >= 0 ? m : m + start;
+            if (start < 0) {
+                const int t = cd[0]; cd[0] = cd[end]; cd[end] = t;
             }
-            cd[j] = p;
+            for (;;) {  /* sift down: a max-heap of "comes later" */
+                int child = 2 * root + 1;
+                if (child >= end) break;
+                if (child + 1 < end && score_before(sc[(size_t)cd[child] * ncls], cd[child],
+                                                    sc[(size_t)cd[child + 1] * ncls], cd[child + 1]))
+                    ++child;
+                if (!score_before(sc[(size_t)cd[root] * ncls], cd[root],
+                                  sc[(size_t)cd[child] * ncls], cd[child]))
+                    break;
+                const int t = cd[root]; cd[root] = cd[child]; cd[child] = t;
+                root = child;
+            }
         }
+        if (top_k > -1 && m > top_k) m = top_k;
         const int lc = share_location ? 0 : c;
         __global const float* bb = bbox + (size_t)n * np * nlc * 4;
         float thr = nms_thresh;
@@ -278,42 +288,53 @@ __kernel void detout_nms(int num, int np, int ncls, int nlc, int share_location,
     }
 }
 
-/* keep_top_k per image (one work-item each): a kept detection stays when
- * fewer than keep_top_k others come before it in (score desc, label asc,
- * NMS position asc) order. sel marks each kept slot 1/0; count[n] is the
+/* keep_top_k per image (one work-item each): the keep_top_k best kept
+ * detections in (score desc, label asc, NMS position asc) order, found by
+ * insertion into a sorted list of at most keep_top_k slots (best: scratch
+ * of keep_top_k ints per image, each slot pair * np + j), so the cost is
+ * total x keep_top_k at most. sel marks each kept slot 1/0; count[n] is the
  * image's number of output rows. */
 __kernel void detout_keep_top_k(int num, int np, int ncls, int keep_top_k,
                                 __global const float* conf, __global const int* keep,
                                 __global const int* nkeep, __global int* sel,
-                                __global int* count) {
+                                __global int* count, __global int* best) {
     GLOBAL_LOOP(n, num) {
         __global const float* sc = conf + (size_t)n * np * ncls;
         int total = 0;
         for (int c = 0; c < ncls; ++c) total += nkeep[n * ncls + c];
         const int trim = keep_top_k > -1 && total > keep_top_k;
-        int out = 0;
+        for (int c = 0; c < ncls; ++c) {
+            const int pair = n * ncls + c;
+            for (int j = 0; j < nkeep[pair]; ++j) sel[(size_t)pair * np + j] = !trim;
+        }
+        if (!trim) {
+            count[n] = total;
+            continue;
+        }
+        __global int* bs = best + (size_t)n * keep_top_k;
+        int m = 0;
         for (int c = 0; c < ncls; ++c) {
             const int pair = n * ncls + c;
             for (int j = 0; j < nkeep[pair]; ++j) {
-                int s = 1;
-                if (trim) {
-                    const float v = sc[(size_t)keep[(size_t)pair * np + j] * ncls + c];
-                    int before = 0;
-                    for (int c2 = 0; c2 < ncls && before < keep_top_k; ++c2) {
-                        const int p2 = n * ncls + c2;
-                        for (int j2 = 0; j2 < nkeep[p2]; ++j2) {
-                            const float v2 = sc[(size_t)keep[(size_t)p2 * np + j2] * ncls + c2];
-                            if (v2 > v || (v2 == v && (c2 < c || (c2 == c && j2 < j))))
-                                ++before;
-                        }
-                    }
-                    s = before < keep_top_k;
+                const float v = sc[(size_t)keep[(size_t)pair * np + j] * ncls + c];
+                /* entries come in (label, position) order: a new one goes
+                 * after every kept one of an equal score */
+                if (m == keep_top_k) {
+                    const int last = bs[m - 1], lc = last / np - n * ncls;
+                    if (!(v > sc[(size_t)keep[last] * ncls + lc])) continue;
                 }
-                sel[(size_t)pair * np + j] = s;
-                out += s;
+                int k = m < keep_top_k ? m++ : m - 1;
+                while (k > 0) {
+                    const int prev = bs[k - 1], pc = prev / np - n * ncls;
+                    if (!(v > sc[(size_t)keep[prev] * ncls + pc])) break;
+                    bs[k] = prev;
+                    --k;
+                }
+                bs[k] = pair * np + j;
             }
         }
-        count[n] = out;
+        for (int k = 0; k < m; ++k) sel[bs[k]] = 1;
+        count[n] = m;
     }
 }
 

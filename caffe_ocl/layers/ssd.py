@@ -384,6 +384,7 @@ class DetectionOutputLayer(Layer):
         self.sel = dev.alloc(4 * max(pairs * npri, 1))
         self.nkeep = dev.alloc(4 * max(pairs, 1))
         self.count = dev.alloc(4 * max(num, 1))
+        self.best = dev.alloc(4 * max(num * self.keep_top_k, 1))
         self.fwd = [
             ssd_ops.detout_decode(dev, loc.count, self.code_type, self.var_in_target, npri,
                                   self.nlc, self.share, self.background, self.clip,
@@ -394,7 +395,7 @@ class DetectionOutputLayer(Layer):
                                self.cand, self.keep, self.nkeep),
             ssd_ops.detout_keep_top_k(dev, num, npri, self.ncls, self.keep_top_k,
                                       conf.data_buffer(), self.keep, self.nkeep, self.sel,
-                                      self.count),
+                                      self.count, self.best),
         ]
         self.write = ssd_ops.detout_write(dev, num, npri, self.ncls, self.nlc, self.share,
                                           conf.data_buffer(), self.bbox, self.keep,

@@ -74,9 +74,10 @@ def detout_nms(dev, num, np_, ncls, nlc, share_location, background, conf_thresh
                     nms_thresh, eta, top_k, int(normalized), conf, bbox, cand, keep, nkeep])
 
 
-def detout_keep_top_k(dev, num, np_, ncls, keep_top_k, conf, keep, nkeep, sel, count):
+def detout_keep_top_k(dev, num, np_, ncls, keep_top_k, conf, keep, nkeep, sel, count, best):
+    """best: scratch of num * keep_top_k ints."""
     return _launch(dev, num, "detout_keep_top_k",
-                   [num, np_, ncls, keep_top_k, conf, keep, nkeep, sel, count])
+                   [num, np_, ncls, keep_top_k, conf, keep, nkeep, sel, count, best])
 
 
 def detout_write(dev, num, np_, ncls, nlc, share_location, conf, bbox, keep, nkeep, sel,

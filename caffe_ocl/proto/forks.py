@@ -206,9 +206,9 @@ def extract_custom_params(text):
 
 
 def attach_custom_params(net, found):
-    """Hand the cut-out blocks to their layers as python_param.param_str
-    (unless one is given) and remember the field name."""
-    for li, (field, body) in found.items():
+    """Hand the cut-out blocks' inner text to their layers as
+    python_param.param_str (unless one is given)."""
+    for li, (_field, body) in found.items():
         layers = net.layer if len(net.layer) else net.layers
         if li < len(layers):
             lp = layers[li]

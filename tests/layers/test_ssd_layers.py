@@ -315,3 +315,24 @@ def test_detection_output_bad_shapes():
     with pytest.raises(CaffeOclError, match="num_priors"):
         make_layer('name: "d" type: "DetectionOutput" detection_output_param { num_classes: 4 }',
                    [loc, conf, prior])
+
+
+def test_detection_output_equal_scores_order():
+    """Equal scores: lower prior index first within a class, lower label
+    first across classes when keep_top_k trims (the fork's std::sort leaves
+    this open; caffe_ocl fixes it)."""
+    P, ncls = 6, 3
+    pr = np.array([[i * 0.15, 0.1, i * 0.15 + 0.1, 0.2] for i in range(P)])
+    prior = np.stack([pr.ravel(), np.full(P * 4, 0.1)])[None].astype(np.float32)
+    loc = np.zeros((1, P * 4), np.float32)
+    conf = np.zeros((1, P, ncls), np.float32)
+    conf[..., 1:] = 0.5
+    layer, b, t = make_layer('type: "DetectionOutput" detection_output_param { num_classes: 3 '
+                             'keep_top_k: 8 }', [loc, conf.reshape(1, -1), prior])
+    (y,) = forward(layer, b, t)
+    rows = y.reshape(-1, 7)
+    assert rows[:, 1].tolist() == [1] * 6 + [2] * 2
+    np.testing.assert_allclose(rows[:6, 3], pr[:, 0], atol=1e-6)
+    np.testing.assert_allclose(rows[6:, 3], pr[:2, 0], atol=1e-6)
+    np.testing.assert_allclose(y, ref_detection_output(loc, conf.reshape(1, -1), prior, 3,
+                                                       keep_top_k=8), atol=1e-6)

@@ -87,9 +87,22 @@ DET_VARIANTS = {
                                "code_type: CENTER_SIZE keep_top_k: 50 confidence_threshold: 0.3",
                                True, 0.05),
     "corner_per_class_loc": ("share_location: false background_label_id: 0 "
-                             "nms_param { nms_threshold: 0.5 top_k: 1000 } code_type: CORNER keep_top_k: 1000 "
-                             "confidence_threshold: 0.5", False, 0.002),
+                             "nms_param { nms_threshold: 0.5 top_k: 1000 } code_type: CORNER "
+                             "keep_top_k: 1000 confidence_threshold: 0.5", False, 0.002),
 }
+
+
+def _assert_same_rows(a, b, atol):
+    """Every row of ``a`` has its own row in ``b`` within ``atol`` (rows are
+    matched, not sorted: near-equal scores may sort either way)."""
+    assert a.shape == b.shape
+    free = np.ones(len(b), bool)
+    for r in a:
+        d = np.abs(b - r).max(1)
+        d[~free] = np.inf
+        j = int(np.argmin(d))
+        assert d[j] <= atol, f"row {r} has no match in OpenCV's output (nearest {b[j]})"
+        free[j] = False
 
 
 def _rows(a):
@@ -126,9 +139,7 @@ def test_mini_ssd_matches_opencv(variant, tmp_path):
                                        rtol=1e-4, atol=1e-4, err_msg=k)
         det_ours, det_cv = ours["detection_out"], theirs["detection_out"]
         assert det_ours.shape[2] > 3          # the thresholds leave detections to compare
-        a, b = _rows(det_ours), _rows(det_cv)
-        assert a.shape == b.shape
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+        _assert_same_rows(_rows(det_ours), _rows(det_cv), 1e-4)
         labels = det_ours[0, 0, :, 1]
         assert (np.diff(labels) >= 0).all()   # the fork's order: by label
 
@@ -155,11 +166,46 @@ def test_real_model_matches_opencv(stem):
     names = list(ours)
     for k, theirs in zip(names, cvn.forward(names)):
         if net.layers[-1].type == "DetectionOutput" and k == net.outputs[-1]:
-            a, b = _rows(ours[k]), _rows(theirs)
-        else:
-            a, b = ours[k], theirs.reshape(ours[k].shape)
-        assert a.shape == b.shape, k
-        if not a.size:
+            _assert_same_rows(_rows(ours[k]), _rows(theirs), 1e-4)
             continue
-        scale = max(1.0, float(np.abs(b).max()))
+        a, b = ours[k], theirs.reshape(ours[k].shape)
+        scale = max(1.0, float(np.abs(b).max())) if b.size else 1.0
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-4 * scale, err_msg=k)
+
+
+PRIORS = """name: "pb"
+input: "f"
+input_shape { dim: 1 dim: 2 dim: 3 dim: 4 }
+input: "im"
+input_shape { dim: 1 dim: 3 dim: 30 dim: 44 }
+layer { name: "p1" type: "PriorBox" bottom: "f" bottom: "im" top: "p1"
+  prior_box_param { width: 10 height: 20 width: 30 height: 5 offset_h: 0.25 offset_w: 0.5
+    offset_h: 0.75 offset_w: 0.5 clip: true
+    variance: 0.1 variance: 0.1 variance: 0.2 variance: 0.2 } }
+layer { name: "p2" type: "PriorBox" bottom: "f" bottom: "im" top: "p2"
+  prior_box_param { min_size: 16 max_size: 30 aspect_ratio: 2 aspect_ratio: 3 flip: true
+    clip: false variance: 0.1 step_h: 10 step_w: 11 offset: 0.3 } }
+layer { name: "p3" type: "PriorBox" bottom: "f" bottom: "im" top: "p3"
+  prior_box_param { min_size: 8 min_size: 16 max_size: 12 max_size: 24 aspect_ratio: 2
+    flip: false clip: false variance: 0.1 } }
+"""
+
+
+def test_prior_box_options_match_opencv(tmp_path):
+    """OpenCV's width/height/offset lists, step_h/step_w, several min/max
+    sizes. (img_size/img_h/img_w are the fork's: OpenCV 4 normalizes by the
+    image bottom's size instead, so they are left out here.)"""
+    proto = tmp_path / "pb.prototxt"
+    proto.write_text(PRIORS)
+    net = caffe_ocl.Net(str(proto), caffe_ocl.TEST)
+    rng = np.random.default_rng(0)
+    f = rng.random((1, 2, 3, 4), np.float32)
+    im = rng.random((1, 3, 30, 44), np.float32)
+    ours = net.forward(f=f, im=im)
+    cvn = cv2.dnn.readNetFromCaffe(str(proto))
+    cvn.setInput(f, "f")
+    cvn.setInput(im, "im")
+    for name in ("p1", "p2", "p3"):
+        theirs = cvn.forward(name)
+        np.testing.assert_allclose(ours[name], theirs.reshape(ours[name].shape), rtol=1e-6,
+                                   atol=1e-6, err_msg=name)

@@ -115,3 +115,25 @@ def test_cli_test_accepts_hdf5_weights(proto, tmp_path):
     load_net_weights(dst, str(path))          # what train/test/time --weights call
     np.testing.assert_array_equal(dst.params["conv"][0].data, src.params["conv"][0].data)
     assert os.path.getsize(path) > 0
+
+
+SHARED = """name: "shared"
+input: "data" input_shape { dim: 2 dim: 3 }
+layer { name: "a" type: "InnerProduct" bottom: "data" top: "a" param { name: "w" }
+  inner_product_param { num_output: 3 bias_term: false weight_filler { type: "gaussian" } } }
+layer { name: "b" type: "InnerProduct" bottom: "a" top: "b" param { name: "w" }
+  inner_product_param { num_output: 3 bias_term: false } }
+"""
+
+
+def test_shared_params_written_once_and_loaded(tmp_path):
+    proto = tmp_path / "shared.prototxt"
+    proto.write_text(SHARED)
+    src = caffe_ocl.Net(str(proto), caffe_ocl.TEST)
+    path = tmp_path / "shared.h5"
+    src.save_hdf5(str(path))
+    with h5py.File(path, "r") as f:
+        assert list(f["data/a"]) == ["0"] and list(f["data/b"]) == []
+    dst = caffe_ocl.Net(str(proto), caffe_ocl.TEST)
+    dst.load_hdf5(str(path))
+    np.testing.assert_array_equal(dst.params["b"][0].data, src.params["a"][0].data)
