@@ -1,13 +1,18 @@
 """Layers of the segmentation, mobile and Faster R-CNN Caffe forks (issue #23):
-ShuffleChannel (farmingyard/ShuffleNet), Axpy (hujie-frank/SENet), Interp
+ShuffleChannel (farmingyard/ShuffleNet), Axpy (hujie-frank/SENet), BN
+(alexgkendall/caffe-segnet, TimoSaemann/caffe-enet), Interp
 (hszhao/PSPNet, DeepLab v2), Upsample (alexgkendall/caffe-segnet's
 max-unpooling with a mask bottom; the YOLO ports' nearest-neighbour one),
 ROIPooling (rbgirshick/caffe-fast-rcnn) and the MobileNet forks' depthwise
 convolution types. Forward and backward follow each fork's source; the
 numeric work is in kernels/fork_vision.cl (ops/fork_vision.py)."""
 from ..errors import ShapeError
+from ..ops import channel as channel_ops
 from ..ops import fork_vision as fv
+from ..ops import normalization as norm_ops
 from ..ops import pointwise
+from ..proto import caffe_pb2
+from . import fillers
 from .base import Layer, register
 from .vision import ConvolutionLayer
 
@@ -268,3 +273,80 @@ class ROIPoolingLayer(Layer):
             self.bwd = fv.roi_pool_backward(self.device, self.R, x.shape, self.pooled,
                                             self.scale, top[0].diff_buffer(), self.argmax,
                                             rois.data_buffer(), x.diff_buffer())
+
+
+@register("BN")
+class BNLayer(Layer):
+    """SegNet's / ENet's BN (bn_param): blobs scale and shift, each
+    (1, C, 1, 1). bn_mode LEARN (the fork's default, in every phase):
+    y = scale * (x - mean) / sqrt(var + 1e-9) + shift with the batch's
+    per-channel mean and (biased) variance; INFERENCE (what the forks'
+    compute_bn_statistics.py writes into deploy nets, with the statistics
+    folded into scale and shift): y = scale * x + shift. Parameter
+    gradients accumulate (Caffe's convention; the fork overwrites them)."""
+    exact_num_bottom = 1
+    exact_num_top = 1
+    EPS = 1e-9     # the fork's var_eps_
+
+    def layer_setup(self, bottom, top):
+        _require_4d(self, bottom[0])
+        p = self.param.bn_param
+        self.learn = p.bn_mode == caffe_pb2.BNParameter.LEARN
+        c = bottom[0].shape[1]
+        if not self.blobs:
+            self.blobs = [self.new_param_blob((1, c, 1, 1), 0),
+                          self.new_param_blob((1, c, 1, 1), 1)]
+            fillers.fill(self.blobs[0], p.scale_filler, f"layer {self.name!r} scale_filler")
+            fillers.fill(self.blobs[1], p.shift_filler, f"layer {self.name!r} shift_filler")
+
+    def reshape(self, bottom, top):
+        b = bottom[0]
+        _require_4d(self, b)
+        n, c, h, w = b.shape
+        for i, blob in enumerate(self.blobs):
+            if blob.count != c:
+                raise self.error(f"blobs[{i}] {blob.shape} must hold one value per channel "
+                                 f"of bottom {b.name!r} {b.shape}", ShapeError)
+        self.dims = (n, c, h * w)
+        top[0].reshape(b.shape)
+        dev, (O, C, I) = self.device, self.dims
+        scale, shift = self.blobs[0].data_buffer(), self.blobs[1].data_buffer()
+        if not b.count:
+            self.fwd = []
+            return
+        if not self.learn:
+            self.fwd = [channel_ops.affine(dev, O, C, I, b.data_buffer(), top[0].data_buffer(),
+                                           scale, shift)]
+            return
+        self.mean, self.stdv = dev.alloc(4 * C), dev.alloc(4 * C)
+        self.xnorm = dev.alloc(4 * b.count)
+        # bn_train_stats also keeps BatchNorm's moving averages: scratch here
+        self.running = [dev.alloc(4 * C), dev.alloc(4 * C), dev.alloc(4)]
+        self.fwd = norm_ops.bn_train_stats(dev, O, C, I, b.data_buffer(), self.mean, self.stdv,
+                                           self.EPS, *self.running, 0.0)
+        self.fwd.append(norm_ops.bn_scale_act_forward(dev, O, C, I, b.data_buffer(), self.mean,
+                                                      self.stdv, scale, shift, self.xnorm,
+                                                      top[0].data_buffer()))
+
+    def build_backward(self, bottom, top):
+        b = bottom[0]
+        if not b.count:
+            return
+        dev, (O, C, I) = self.device, self.dims
+        dy = top[0].diff_buffer()
+        scale, shift = self.blobs[0].data_buffer(), self.blobs[1].data_buffer()
+        dscale, dshift = self.blobs[0].diff_buffer(), self.blobs[1].diff_buffer()
+        if self.learn:
+            if self.propagate_down[0] or any(self.param_propagate_down):
+                # dscale += sum dy*xnorm, dshift += sum dy and dx, in one plan
+                self.bwd = norm_ops.bn_scale_act_backward(dev, O, C, I, dy, self.xnorm, scale,
+                                                          shift, self.stdv, b.diff_buffer(),
+                                                          dscale, dshift)
+            return
+        if self.param_propagate_down[0]:
+            self.bwd += channel_ops.channel_sum(dev, O, C, I, dy, dscale, b=b.data_buffer(),
+                                                accumulate=True)
+        if self.param_propagate_down[1]:
+            self.bwd += channel_ops.channel_sum(dev, O, C, I, dy, dshift, accumulate=True)
+        if self.propagate_down[0]:
+            self.bwd.append(channel_ops.affine(dev, O, C, I, dy, b.diff_buffer(), scale))

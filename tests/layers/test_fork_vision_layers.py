@@ -243,3 +243,32 @@ def test_roi_pooling_rejects_bad_rois(rng):
     with pytest.raises(ShapeError, match="rows of 5"):
         make_layer('type: "ROIPooling" roi_pooling_param { pooled_h: 2 pooled_w: 2 }',
                    [x, np.zeros((2, 4))])
+
+
+# ---- BN (SegNet / ENet) -----------------------------------------------------
+BN_FILLERS = ('scale_filler { type: "uniform" min: 0.5 max: 1.5 } '
+              'shift_filler { type: "uniform" min: -1 max: 1 }')
+
+
+def test_bn_learn_uses_batch_statistics(rng):
+    x = rng.standard_normal((3, 4, 3, 5)) * 2 + 1
+    layer, b, t = make_layer(f'type: "BN" bn_param {{ {BN_FILLERS} }}', [x])
+    (y,) = forward(layer, b, t)
+    scale = layer.blobs[0].data.astype(np.float64)
+    shift = layer.blobs[1].data.astype(np.float64)
+    assert scale.shape == shift.shape == (1, 4, 1, 1)
+    mean = x.mean(axis=(0, 2, 3), keepdims=True)
+    var = (x ** 2).mean(axis=(0, 2, 3), keepdims=True) - mean ** 2
+    ref = scale * (x - mean) / np.sqrt(var + 1e-9) + shift
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+    check_gradient(layer, b, t, stepsize=1e-2, threshold=1e-2)
+
+
+def test_bn_inference_is_scale_and_shift(rng):
+    x = rng.standard_normal((2, 3, 4, 2))
+    layer, b, t = make_layer(f'type: "BN" bn_param {{ bn_mode: INFERENCE {BN_FILLERS} }}', [x])
+    (y,) = forward(layer, b, t)
+    scale = layer.blobs[0].data.astype(np.float64)
+    shift = layer.blobs[1].data.astype(np.float64)
+    np.testing.assert_allclose(y, scale * x + shift, rtol=1e-5, atol=1e-6)
+    check_gradient(layer, b, t)
