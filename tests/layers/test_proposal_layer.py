@@ -142,3 +142,39 @@ def test_proposal_bad_bottoms(rng):
     with pytest.raises(ShapeError, match="must be \\(1, 36, 3, 3\\)"):
         make_layer('type: "Proposal" proposal_param { feat_stride: 16 }',
                    [cls, deltas[:, :20], info])
+
+
+def test_faster_rcnn_head_in_a_net(rng, tmp_path):
+    """Proposal -> ROIPooling in a Net: the rois' row count changes with the
+    values and the net reshapes ROIPooling for it on every forward."""
+    import caffe_ocl
+    A, h, w = 9, 4, 5
+    proto = tmp_path / "head.prototxt"
+    proto.write_text(f'''
+name: "head"
+layer {{ name: "in" type: "Input" top: "cls" top: "bbox" top: "im_info" top: "feat"
+  input_param {{ shape {{ dim: 1 dim: {2 * A} dim: {h} dim: {w} }}
+                shape {{ dim: 1 dim: {4 * A} dim: {h} dim: {w} }}
+                shape {{ dim: 1 dim: 3 }} shape {{ dim: 1 dim: 2 dim: {h} dim: {w} }} }} }}
+layer {{ name: "proposal" type: "Proposal" bottom: "cls" bottom: "bbox" bottom: "im_info"
+  top: "rois" proposal_param {{ feat_stride: 16 min_size: 4 scale: 1 scale: 2 scale: 4
+  pre_nms_topn: 50 post_nms_topn: 10 }} }}
+layer {{ name: "pool" type: "ROIPooling" bottom: "feat" bottom: "rois" top: "pooled"
+  roi_pooling_param {{ pooled_h: 2 pooled_w: 2 spatial_scale: 0.0625 }} }}
+''')
+    net = caffe_ocl.Net(str(proto), caffe_ocl.TEST)
+    counts = set()
+    for thresh_scale in (1.0, 3.0):
+        cls, deltas, info = _inputs(rng, A, h, w, (64, 80, 1.0))
+        deltas *= thresh_scale
+        feat = rng.standard_normal((1, 2, h, w))
+        for name, v in (("cls", cls), ("bbox", deltas), ("im_info", info), ("feat", feat)):
+            net.blobs[name].data[...] = v
+        net.forward()
+        rois = net.blobs["rois"].data.copy()
+        ref, _ = proposal_ref(cls, deltas, info[0], 16, _anchors_ref(16, (0.5, 1, 2), (1, 2, 4)),
+                              50, 10, 0.7, 4)
+        np.testing.assert_allclose(rois, ref, rtol=1e-5, atol=1e-3)
+        assert net.blobs["pooled"].data.shape == (len(ref), 2, 2, 2)
+        counts.add(len(ref))
+    assert all(c > 0 for c in counts)
