@@ -171,6 +171,7 @@ class PythonLayer(Layer):
     def layer_setup(self, bottom, top):
         cls = self._load_class()
         if cls is None:     # the built-in stands in for rpn.proposal_layer
+            self.share_in_parallel = self.param.python_param.share_in_parallel
             self.builtin = ProposalLayer(self.param, self.phase)
             self.builtin.setup(bottom, top)
             return
