@@ -38,6 +38,7 @@ import importlib
 from ..blob import Blob
 from ..proto import caffe_pb2
 from .base import Layer, register
+from .proposal import PYTHON_FALLBACK, ProposalLayer
 
 
 class BlobVec(list):
@@ -115,11 +116,15 @@ def _note(exc, text):
 class PythonLayer(Layer):
     """Wrapper that runs a user layer (see the module docstring)."""
 
-    _OWN = frozenset(("py_layer", "module_name", "class_name", "share_in_parallel"))
+    _OWN = frozenset(("py_layer", "module_name", "class_name", "share_in_parallel",
+                      "builtin"))
     untrusted_refusal = "imports and runs Python code named by the model"
 
     def __init__(self, param, phase=None):
         object.__setattr__(self, "py_layer", None)
+        # py-faster-rcnn's rpn.proposal_layer.ProposalLayer when that module is
+        # not importable: the built-in Proposal layer (layers/proposal.py)
+        object.__setattr__(self, "builtin", None)
         super().__init__(param, phase)
 
     # attribute delegation to the user object ---------------------------------
@@ -148,6 +153,8 @@ class PythonLayer(Layer):
         try:
             mod = importlib.import_module(pp.module)
         except ImportError as e:
+            if (pp.module, pp.layer) == PYTHON_FALLBACK:
+                return None
             raise self.error(f"{where}: {e}") from e
         except Exception as e:   # an error in the module's own top-level code
             raise self.error(f"{where}: importing it raised "
@@ -164,6 +171,11 @@ class PythonLayer(Layer):
 
     def layer_setup(self, bottom, top):
         cls = self._load_class()
+        if cls is None:     # the built-in stands in for rpn.proposal_layer
+            self.share_in_parallel = self.param.python_param.share_in_parallel
+            self.builtin = ProposalLayer(self.param, self.phase)
+            self.builtin.setup(bottom, top)
+            return
         where = f"Python layer {self.name!r} ({self.module_name}.{self.class_name})"
         try:
             py = cls(self.param)
@@ -195,9 +207,13 @@ class PythonLayer(Layer):
             raise
 
     def reshape(self, bottom, top):
+        if self.builtin is not None:
+            return self.builtin.reshape(bottom, top)
         self._call("reshape", bottom, top)
 
     def forward(self, bottom, top):
+        if self.builtin is not None:
+            return self.builtin.forward(bottom, top)
         # Caffe's Layer::Forward reshapes before every forward.
         before = [t.shape for t in top]
         self._call("reshape", bottom, top)
@@ -207,4 +223,6 @@ class PythonLayer(Layer):
 
     def backward(self, top, propagate_down, bottom):
         self.propagate_down = list(propagate_down)
+        if self.builtin is not None:     # as py-faster-rcnn's: no gradient
+            return
         self._call("backward", top, list(propagate_down), bottom)

@@ -340,6 +340,12 @@ class PoolingLayer(Layer):
         self.round_ceil = True
         if hasattr(p, "round_mode") and p.HasField("round_mode"):
             self.round_ceil = p.round_mode == 0   # CEIL = 0, FLOOR = 1
+        if p.HasField("ceil_mode"):       # the forks' spelling (OpenCV, DenseNet ports)
+            if p.HasField("round_mode") and p.ceil_mode != self.round_ceil:
+                raise self.error(f"ceil_mode: {str(p.ceil_mode).lower()} contradicts "
+                                 f"round_mode: {'CEIL' if self.round_ceil else 'FLOOR'}; "
+                                 "give one of them")
+            self.round_ceil = p.ceil_mode
         if self.method == self.STOCHASTIC and self.phase == caffe_pb2.TRAIN:
             raise self.error("STOCHASTIC pooling is implemented for the TEST phase only",
                              LayerError)

@@ -38,11 +38,14 @@ def specialised(g):
     return g.kh <= SPECIALISE_MAX and g.kw <= SPECIALISE_MAX
 
 
-def _defines(g, **extra):
+def _defines(dev, g, **extra):
+    """-D macros of ``g``'s programs. Large kernels: every pass shares one
+    program (the macros a forward, backward-data or backward-weight launch
+    would set all given, at their defaults where that pass does not care)."""
     if specialised(g):
         d = dict(KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, PH=g.ph, PW=g.pw, DH=g.dh, DW=g.dw)
     else:
-        d = dict(DW_RUNTIME=1)
+        d = dict(DW_RUNTIME=1, BIAS=0, ACT=0, DW_BAND_FLOATS=band_floats(dev), WG=WG)
     d.update(extra)
     return d
 
@@ -105,7 +108,7 @@ def forward(dev, g, x, weight, y, bias=None, act=None, impl=None):
     per work-item, bands of zero-padded rows; the element kernel where not
     one row fits a band); None: by device."""
     act_kind, act_a, act_b = act_defines(act)
-    defs = _defines(g, BIAS=int(bias is not None), ACT=act_kind)
+    defs = _defines(dev, g, BIAS=int(bias is not None), ACT=act_kind)
     tail = [x, weight, bias if bias is not None else weight, y, act_a, act_b]
     rows = band_rows(dev, g)
     if _impl(dev, impl) == "cpu" and flat_fits(g):
@@ -129,11 +132,11 @@ def backward_data(dev, g, dy, weight, dx, accumulate=False, impl=None):
     if _impl(dev, impl) == "cpu":
         gs, ls = _plane_size(dev, g)
         return [dev.launch(SRC, "dw_bwd_data_plane", gs, ls,
-                           [g.num * g.channels] + _sizes(g) + tail, _defines(g))]
+                           [g.num * g.channels] + _sizes(g) + tail, _defines(dev, g))]
     total = g.num * g.channels * g.height * g.width
     gs, ls = work_size(dev, total)
     return [dev.launch(SRC, "dw_bwd_data", gs, ls, [total] + _sizes(g) + tail,
-                       _defines(g))]
+                       _defines(dev, g))]
 
 
 def backward_weight(dev, g, x, dy, dweight, impl=None):
@@ -145,13 +148,13 @@ def backward_weight(dev, g, x, dy, dweight, impl=None):
     args = [g.num] + _sizes(g) + [x, dy, dweight]
     if impl == "cpu":
         n = cpu_chunks(dev, g.channels, min_chunk=1)
-        return [dev.launch(SRC, "dw_bwd_weight_serial", (n,), (1,), args, _defines(g))]
+        return [dev.launch(SRC, "dw_bwd_weight_serial", (n,), (1,), args, _defines(dev, g))]
     taps = g.kh * g.kw
     chunks = split_chunks(dev, g.channels, g.num * g.out_spatial, WG)
     part = dev.alloc(4 * g.channels * chunks * taps)
     groups = min(g.channels * chunks, 65536)
     gs, ls = work_size(dev, g.channels * taps)
     return [dev.launch(SRC, "dw_bwd_weight", (groups * WG,), (WG,),
-                       [g.num] + _sizes(g) + [chunks, x, dy, part], _defines(g, WG=WG)),
+                       [g.num] + _sizes(g) + [chunks, x, dy, part], _defines(dev, g, WG=WG)),
             dev.launch(SRC, "dw_bwd_weight_sum", gs, ls,
-                       [g.channels] + _geo(g) + [chunks, part, dweight], _defines(g))]
+                       [g.channels] + _geo(g) + [chunks, part, dweight], _defines(dev, g))]
