@@ -230,6 +230,7 @@ def test_new_uid_is_a_local_picklable_name():
     import pickle
     import caffe
     uid = caffe.NCCL.new_uid()
+    assert isinstance(uid, bytes)               # as pycaffe's under Python 3
     assert pickle.loads(pickle.dumps(uid)) == uid
     assert os.path.isdir(os.path.dirname(uid))
     assert uid != caffe.NCCL.new_uid()
