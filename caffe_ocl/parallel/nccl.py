@@ -91,6 +91,9 @@ class NCCL:
         if self.count > 1:
             self._connect()
         log.info("NCCL: rank %d of %d joined %s", self.rank, self.count, self.uid)
+        if self.rank != 0:
+            # only the root solver logs (Caffe: LOG_IF(INFO, Caffe::root_solver()))
+            logging.getLogger("caffe_ocl").setLevel(logging.WARNING)
 
     # ---- group --------------------------------------------------------------------
     def _connect(self):
