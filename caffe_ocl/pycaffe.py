@@ -12,6 +12,7 @@ exposes these names; ``caffe._caffe`` and ``caffe.pycaffe`` are this module.
 """
 import logging
 import time
+from collections import OrderedDict
 
 from . import __version__  # noqa: F401
 from . import config
@@ -165,3 +166,66 @@ class Timer:
     @property
     def seconds(self):
         return self.ms / 1e3
+
+
+# ---- pycaffe.py's module-level helpers (it attaches them to Net; here
+# they are Net's own members, and these names call them) --------------------
+def _Net_blobs(self):
+    return self.blobs
+
+
+def _Net_blob_loss_weights(self):
+    return self.blob_loss_weights
+
+
+def _Net_layer_dict(self):
+    return self.layer_dict
+
+
+def _Net_params(self):
+    return self.params
+
+
+def _Net_inputs(self):
+    return self.inputs
+
+
+def _Net_outputs(self):
+    return self.outputs
+
+
+def _Net_forward(self, blobs=None, start=None, end=None, **kwargs):
+    return self.forward(blobs=blobs, start=start, end=end, **kwargs)
+
+
+def _Net_backward(self, diffs=None, start=None, end=None, **kwargs):
+    return self.backward(diffs=diffs, start=start, end=end, **kwargs)
+
+
+def _Net_forward_all(self, blobs=None, **kwargs):
+    return self.forward_all(blobs=blobs, **kwargs)
+
+
+def _Net_forward_backward_all(self, blobs=None, diffs=None, **kwargs):
+    return self.forward_backward_all(blobs=blobs, diffs=diffs, **kwargs)
+
+
+def _Net_set_input_arrays(self, data, labels):
+    return self.set_input_arrays(data, labels)
+
+
+def _Net_batch(self, blobs):
+    return self._batch(blobs)
+
+
+def _Net_get_id_name(func, field):
+    """pycaffe's property factory: {layer name: [blob names]} from the
+    blob ids ``func(net, layer index)`` returns (as top_names/bottom_names)."""
+    def get_id_name(self):
+        if not hasattr(self, field):
+            id_to_name = list(self.blobs)
+            res = OrderedDict([(self._layer_names[i], [id_to_name[j] for j in func(self, i)])
+                               for i in range(len(self.layers))])
+            setattr(self, field, res)
+        return getattr(self, field)
+    return get_id_name

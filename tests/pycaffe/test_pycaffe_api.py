@@ -319,6 +319,31 @@ def test_solver_api(solver_file, tmp_path):
     assert s.iter == 3
 
 
+PYCAFFE_PY_HELPERS = ["_Net_blobs", "_Net_blob_loss_weights", "_Net_layer_dict", "_Net_params",
+                      "_Net_inputs", "_Net_outputs", "_Net_forward", "_Net_backward",
+                      "_Net_forward_all", "_Net_forward_backward_all",
+                      "_Net_set_input_arrays", "_Net_batch", "_Net_get_id_name"]
+
+
+def test_pycaffe_py_helpers(net_file):
+    p = caffe.pycaffe
+    for name in PYCAFFE_PY_HELPERS:
+        assert callable(getattr(p, name)), name
+    net = caffe.Net(net_file, caffe.TRAIN)
+    _feed(net)
+    assert p._Net_blobs(net) is net.blobs
+    assert p._Net_params(net) == net.params
+    assert p._Net_inputs(net) == net.inputs and p._Net_outputs(net) == net.outputs
+    assert list(p._Net_layer_dict(net)) == net._layer_names
+    assert p._Net_blob_loss_weights(net)["loss"] == 2
+    out = p._Net_forward(net)
+    assert set(out) == {"loss"}
+    assert "data" in p._Net_backward(net)
+    top_names = p._Net_get_id_name(caffe.Net._top_ids, "_top_names")(net)
+    assert top_names == net.top_names
+    assert len(list(p._Net_batch(net, {"data": np.zeros((6, 1, 6, 6))}))) == 2
+
+
 def test_detector_selective_search_raises_import_error(net_file):
     # (the Detector needs a deploy net; the method fails before using it)
     with pytest.raises(ImportError):
