@@ -32,6 +32,16 @@ from .solvers import (AdaDeltaSolver, AdaGradSolver, AdamSolver, NesterovSolver,
 
 log_ = logging.getLogger("caffe_ocl")
 
+__all__ = [
+    "__version__", "Blob", "BlobVec", "Layer", "Net", "TRAIN", "TEST", "Solver", "SGDSolver",
+    "NesterovSolver", "AdaGradSolver", "RMSPropSolver", "AdaDeltaSolver", "AdamSolver",
+    "get_solver", "NCCL", "Timer", "set_mode_cpu", "set_mode_gpu", "set_device",
+    "layer_type_list", "set_random_seed", "init_log", "log", "solver_count",
+    "set_solver_count", "solver_rank", "set_solver_rank", "set_multiprocess", "has_nccl",
+    "set_deterministic", "LayerParameter", "SolverParameter", "RawBlobVec", "LayerVec",
+    "StringVec", "IntVec", "DtypeVec", "NetVec", "BoolVec",
+]
+
 LayerParameter = caffe_pb2.LayerParameter
 SolverParameter = caffe_pb2.SolverParameter
 

@@ -6,7 +6,6 @@ the combined batch; --timing prints per-layer times through caffe.log."""
 import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
