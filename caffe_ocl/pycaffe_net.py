@@ -15,7 +15,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import fusion
+from . import fusion, fusion_train
 from .blob import refresh_kept
 from .errors import NetError, ShapeError
 from .layers import data as data_layers
@@ -180,8 +180,11 @@ class NetPycaffeMixin:
                     changed = True
             if changed:
                 tlayer.rebind(self._bottom_vecs[ti], self._top_vecs[ti])
+        # plans bound to the old parameter buffers are built again
         if getattr(self, "_fusion", None) is not None:
             self._fusion = fusion.build_plan(self)   # folded weights follow the shared ones
+        if getattr(self, "_train_fusion", None) is not None:
+            self._train_fusion = fusion_train.build_plan(self)
         refresh_kept()
 
     # ---- pycaffe.py helpers --------------------------------------------------------

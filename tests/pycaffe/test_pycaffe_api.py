@@ -348,3 +348,35 @@ def test_detector_selective_search_raises_import_error(net_file):
     # (the Detector needs a deploy net; the method fails before using it)
     with pytest.raises(ImportError):
         caffe.Detector.detect_selective_search(None, ["a.jpg"])
+
+
+BN_NET = """
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 2 dim: 2 dim: 5 dim: 5 } } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+  convolution_param { num_output: 3 kernel_size: 3 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "bn" type: "BatchNorm" bottom: "conv" top: "conv" }
+layer { name: "scale" type: "Scale" bottom: "conv" top: "conv"
+  scale_param { bias_term: true filler { type: "constant" value: 1 } } }
+layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
+"""
+
+
+@pytest.mark.parametrize("phase", ["TRAIN", "TEST"])
+def test_share_with_fused_nets(tmp_path, phase):
+    """share_with on a net whose fused/folded plans were bound to its own
+    parameters: the shared Scale/conv parameters are the ones used."""
+    p = tmp_path / "bn.prototxt"
+    p.write_text(BN_NET)
+    ph = getattr(caffe, phase)
+    src = caffe.Net(str(p), ph)
+    dst = caffe.Net(str(p), ph)
+    src.params["scale"][0].data[...] = [0.5, 2.0, -1.0]
+    src.params["scale"][1].data[...] = [0.1, 0.2, 0.3]
+    if phase == "TEST":
+        for b, v in zip(src.params["bn"], ([0.1, -0.2, 0.3], [1.5, 0.5, 2.0], [1.0])):
+            b.data[...] = v
+    x = np.random.RandomState(2).randn(2, 2, 5, 5).astype(np.float32)
+    dst.share_with(src)
+    want = src.forward(data=x)["conv"].copy()
+    got = dst.forward(data=x)["conv"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
