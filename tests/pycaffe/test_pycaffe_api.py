@@ -137,6 +137,20 @@ def test_solver_names_exist(name, solver_file):
     assert hasattr(s, name), name
 
 
+def test_blob_and_layer_members(tiny_net):
+    b = tiny_net.blobs["conv"]
+    assert (b.shape, b.num, b.channels, b.height, b.width, b.count) == \
+        ((4, 2, 4, 4), 4, 2, 4, 4, 128)
+    assert b.data.shape == b.diff.shape == (4, 2, 4, 4)
+    blob = caffe.Blob((2, 3))
+    blob.reshape(3, 4, 5)
+    assert blob.shape == (3, 4, 5) and blob.data.shape == (3, 4, 5)
+    layer = tiny_net.layers[1]
+    assert layer.type == "Convolution" and len(layer.blobs) == 2
+    assert callable(layer.setup) and callable(layer.reshape)
+    assert isinstance(layer, caffe.Layer)
+
+
 def test_module_functions_behave_as_pycaffe():
     assert isinstance(caffe.__version__, str)
     assert "Convolution" in caffe.layer_type_list() and "Python" in caffe.layer_type_list()
