@@ -82,7 +82,10 @@ def test_choices_do_not_depend_on_the_batch(deterministic):
     assert len(algos) == 1
     # fully-connected layers: the same K panel and no small-M kernel / K split
     assert gemm_ops.cpu_panels(dev, 1, 4096) == gemm_ops.cpu_panels(dev, 64, 4096)
-    assert len({gemm_splitk.splitk_factor(dev, m, 4096, 9216) for m in (1, 64)}) == 1
+    gpu = Dev()
+    gpu.is_cpu, gpu.is_gpu, gpu.is_nvidia, gpu.compute_units = False, True, True, 132
+    gpu.local_mem = 48 << 10
+    assert gemm_ops.gpu_tiles(gpu, 1, 9216) == gemm_ops.gpu_tiles(gpu, 256, 9216)
 
 
 def test_default_is_the_fast_choice():
@@ -100,3 +103,16 @@ def test_environment_variable(monkeypatch):
     assert gemm_ops.deterministic()
     monkeypatch.setenv("CAFFE_OCL_DETERMINISTIC", "0")
     assert not gemm_ops.deterministic()
+
+
+def test_fully_connected_gemm_choice(deterministic, monkeypatch):
+    from caffe_ocl.device import get_device
+    dev = get_device()
+    used = []
+    monkeypatch.setattr(gemm_splitk, "small_m", lambda *a, **k: used.append("small_m"))
+    a, b, c = dev.alloc(4 * 64), dev.alloc(4 * 64 * 16), dev.alloc(4 * 16)
+    launches = gemm_splitk.gemm_launches(dev, 1, 16, 64, a, b, c, trans_b=True)
+    assert not used and len(launches) == 1          # one plain GEMM, no split
+    config.set("DETERMINISTIC", False)
+    gemm_splitk.gemm_launches(dev, 1, 16, 64, a, b, c, trans_b=True)
+    assert used == (["small_m"] if dev.is_cpu else [])
