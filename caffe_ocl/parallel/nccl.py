@@ -26,6 +26,7 @@ import socket
 import struct
 import tempfile
 import time
+import uuid
 
 import numpy as np
 
@@ -44,15 +45,14 @@ class NCCLError(CaffeOclError):
 
 def new_uid():
     """A fresh rendezvous name for one group of ranks: bytes (picklable), as
-    pycaffe's NCCL.new_uid() under Python 3 (the path of a Unix socket)."""
+    pycaffe's NCCL.new_uid() under Python 3: the path of a Unix socket in a
+    folder, under /dev/shm (else the temp folder), that rank 0 creates when
+    the group forms (nothing is created before)."""
     base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) \
-        else None
-    folder = tempfile.mkdtemp(prefix="caffe_ocl_nccl_", dir=base)
-    path = os.path.join(folder, "hub")
+        else tempfile.gettempdir()
+    path = os.path.join(base, f"caffe_ocl_nccl_{uuid.uuid4().hex}", "hub")
     if len(path) >= 100:       # sockaddr_un's limit
-        folder2 = tempfile.mkdtemp(prefix="cnccl_", dir="/tmp")
-        os.rmdir(folder)
-        path = os.path.join(folder2, "hub")
+        path = os.path.join("/tmp", f"cnccl_{uuid.uuid4().hex[:16]}", "hub")
     return os.fsencode(path)
 
 
@@ -98,6 +98,12 @@ class NCCL:
     # ---- group --------------------------------------------------------------------
     def _connect(self):
         if self.rank == 0:
+            folder = os.path.dirname(self.uid)
+            try:
+                os.mkdir(folder, 0o700)
+            except FileExistsError:
+                raise NCCLError(f"caffe.NCCL: the rendezvous {self.uid} is in use (a uid "
+                                "serves one group once: call NCCL.new_uid() again)") from None
             srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             srv.bind(self.uid)
             srv.listen(self.count)
