@@ -14,25 +14,53 @@ from caffe_ocl.ops import gemm as gemm_ops
 from caffe_ocl.ops import gemm_splitk
 
 NET = """
-layer { name: "data" type: "Input" top: "data" input_param { shape { dim: %(n)d dim: 3 dim: %(s)d dim: %(s)d } } }
-layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1" convolution_param { num_output: 32 kernel_size: 11 stride: 4 weight_filler { type: "gaussian" std: 0.05 } bias_filler { type: "constant" value: 0.1 } } }
+layer { name: "data" type: "Input" top: "data"
+  input_param { shape { dim: %(n)d dim: 3 dim: %(s)d dim: %(s)d } } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  convolution_param { num_output: 32 kernel_size: 11 stride: 4
+    weight_filler { type: "gaussian" std: 0.05 }
+    bias_filler { type: "constant" value: 0.1 } } }
 layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }
-layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
-layer { name: "norm1" type: "LRN" bottom: "pool1" top: "norm1" lrn_param { local_size: 5 alpha: 0.0001 beta: 0.75 } }
-layer { name: "conv2" type: "Convolution" bottom: "norm1" top: "conv2" convolution_param { num_output: 64 pad: 2 kernel_size: 5 group: 2 weight_filler { type: "gaussian" std: 0.03 } bias_filler { type: "constant" value: 0.1 } } }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1"
+  pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+layer { name: "norm1" type: "LRN" bottom: "pool1" top: "norm1"
+  lrn_param { local_size: 5 alpha: 0.0001 beta: 0.75 } }
+layer { name: "conv2" type: "Convolution" bottom: "norm1" top: "conv2"
+  convolution_param { num_output: 64 pad: 2 kernel_size: 5 group: 2
+    weight_filler { type: "gaussian" std: 0.03 }
+    bias_filler { type: "constant" value: 0.1 } } }
 layer { name: "relu2" type: "ReLU" bottom: "conv2" top: "conv2" }
-layer { name: "pool2" type: "Pooling" bottom: "conv2" top: "pool2" pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
-layer { name: "conv3" type: "Convolution" bottom: "pool2" top: "conv3" convolution_param { num_output: %(c3)d pad: 1 kernel_size: 3 weight_filler { type: "gaussian" std: 0.03 } bias_filler { type: "constant" value: 0.1 } } }
+layer { name: "pool2" type: "Pooling" bottom: "conv2" top: "pool2"
+  pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+layer { name: "conv3" type: "Convolution" bottom: "pool2" top: "conv3"
+  convolution_param { num_output: %(c3)d pad: 1 kernel_size: 3
+    weight_filler { type: "gaussian" std: 0.03 }
+    bias_filler { type: "constant" value: 0.1 } } }
 layer { name: "relu3" type: "ReLU" bottom: "conv3" top: "conv3" }
-layer { name: "conv4" type: "Convolution" bottom: "conv3" top: "conv4" convolution_param { num_output: %(c3)d pad: 1 kernel_size: 3 group: 2 weight_filler { type: "gaussian" std: 0.03 } bias_filler { type: "constant" value: 0.1 } } }
+layer { name: "conv4" type: "Convolution" bottom: "conv3" top: "conv4"
+  convolution_param { num_output: %(c3)d pad: 1 kernel_size: 3 group: 2
+    weight_filler { type: "gaussian" std: 0.03 }
+    bias_filler { type: "constant" value: 0.1 } } }
 layer { name: "relu4" type: "ReLU" bottom: "conv4" top: "conv4" }
-layer { name: "conv5" type: "Convolution" bottom: "conv4" top: "conv5" convolution_param { num_output: 64 pad: 1 kernel_size: 3 weight_filler { type: "gaussian" std: 0.03 } bias_filler { type: "constant" value: 0.1 } } }
+layer { name: "conv5" type: "Convolution" bottom: "conv4" top: "conv5"
+  convolution_param { num_output: 64 pad: 1 kernel_size: 3
+    weight_filler { type: "gaussian" std: 0.03 }
+    bias_filler { type: "constant" value: 0.1 } } }
 layer { name: "relu5" type: "ReLU" bottom: "conv5" top: "conv5" }
-layer { name: "pool5" type: "Pooling" bottom: "conv5" top: "pool5" pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
-layer { name: "fc6" type: "InnerProduct" bottom: "pool5" top: "fc6" inner_product_param { num_output: 128 weight_filler { type: "gaussian" std: 0.01 } bias_filler { type: "constant" value: 0.1 } } }
+layer { name: "pool5" type: "Pooling" bottom: "conv5" top: "pool5"
+  pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+layer { name: "fc6" type: "InnerProduct" bottom: "pool5" top: "fc6"
+  inner_product_param { num_output: 128
+    weight_filler { type: "gaussian" std: 0.01 }
+    bias_filler { type: "constant" value: 0.1 } } }
 layer { name: "relu6" type: "ReLU" bottom: "fc6" top: "fc6" }
-layer { name: "fc7" type: "InnerProduct" bottom: "fc6" top: "fc7" inner_product_param { num_output: 128 weight_filler { type: "gaussian" std: 0.01 } bias_filler { type: "constant" value: 0.1 } } }
-layer { name: "fc8" type: "InnerProduct" bottom: "fc7" top: "fc8" inner_product_param { num_output: 10 weight_filler { type: "gaussian" std: 0.01 } } }
+layer { name: "fc7" type: "InnerProduct" bottom: "fc6" top: "fc7"
+  inner_product_param { num_output: 128
+    weight_filler { type: "gaussian" std: 0.01 }
+    bias_filler { type: "constant" value: 0.1 } } }
+layer { name: "fc8" type: "InnerProduct" bottom: "fc7" top: "fc8"
+  inner_product_param { num_output: 10
+    weight_filler { type: "gaussian" std: 0.01 } } }
 layer { name: "prob" type: "Softmax" bottom: "fc8" top: "prob" }
 """
 
