@@ -20,9 +20,7 @@ caffe`` always picks caffe_ocl.
 import importlib
 import sys
 
-import caffe_ocl
 from caffe_ocl import logs as _logs
-from caffe_ocl import pycaffe as _pycaffe  # noqa: F401
 
 # pycaffe module name -> caffe_ocl module
 _MODULES = {
@@ -59,6 +57,14 @@ from caffe_ocl.net_spec import layers, params, NetSpec, to_proto  # noqa: E402,F
 # caffe_ocl additions, under the same names as in caffe_ocl
 from caffe_ocl.pycaffe import Solver, Blob, set_deterministic  # noqa: E402,F401
 from caffe_ocl import set_allow_tf32  # noqa: E402,F401
+
+__all__ = ["Net", "SGDSolver", "NesterovSolver", "AdaGradSolver", "RMSPropSolver",
+           "AdaDeltaSolver", "AdamSolver", "NCCL", "Timer", "init_log", "log", "set_mode_cpu",
+           "set_mode_gpu", "set_device", "Layer", "get_solver", "layer_type_list",
+           "set_random_seed", "solver_count", "set_solver_count", "solver_rank",
+           "set_solver_rank", "set_multiprocess", "has_nccl", "__version__", "TRAIN", "TEST",
+           "Classifier", "Detector", "io", "layers", "params", "NetSpec", "to_proto",
+           "Solver", "Blob", "set_deterministic", "set_allow_tf32"]
 
 _logs.init_pycaffe_log()
 del _short, _target, _mod

@@ -12,6 +12,7 @@ exposes these names; ``caffe._caffe`` and ``caffe.pycaffe`` are this module.
 """
 import logging
 import time
+from collections import OrderedDict
 
 from . import __version__  # noqa: F401
 from . import config
@@ -30,6 +31,16 @@ from .solvers import (AdaDeltaSolver, AdaGradSolver, AdamSolver, NesterovSolver,
                       RMSPropSolver, SGDSolver, Solver, get_solver)
 
 log_ = logging.getLogger("caffe_ocl")
+
+__all__ = [
+    "__version__", "Blob", "BlobVec", "Layer", "Net", "TRAIN", "TEST", "Solver", "SGDSolver",
+    "NesterovSolver", "AdaGradSolver", "RMSPropSolver", "AdaDeltaSolver", "AdamSolver",
+    "get_solver", "NCCL", "Timer", "set_mode_cpu", "set_mode_gpu", "set_device",
+    "layer_type_list", "set_random_seed", "init_log", "log", "solver_count",
+    "set_solver_count", "solver_rank", "set_solver_rank", "set_multiprocess", "has_nccl",
+    "set_deterministic", "LayerParameter", "SolverParameter", "RawBlobVec", "LayerVec",
+    "StringVec", "IntVec", "DtypeVec", "NetVec", "BoolVec",
+]
 
 LayerParameter = caffe_pb2.LayerParameter
 SolverParameter = caffe_pb2.SolverParameter
@@ -165,3 +176,66 @@ class Timer:
     @property
     def seconds(self):
         return self.ms / 1e3
+
+
+# ---- pycaffe.py's module-level helpers (it attaches them to Net; here
+# they are Net's own members, and these names call them) --------------------
+def _Net_blobs(self):
+    return self.blobs
+
+
+def _Net_blob_loss_weights(self):
+    return self.blob_loss_weights
+
+
+def _Net_layer_dict(self):
+    return self.layer_dict
+
+
+def _Net_params(self):
+    return self.params
+
+
+def _Net_inputs(self):
+    return self.inputs
+
+
+def _Net_outputs(self):
+    return self.outputs
+
+
+def _Net_forward(self, blobs=None, start=None, end=None, **kwargs):
+    return self.forward(blobs=blobs, start=start, end=end, **kwargs)
+
+
+def _Net_backward(self, diffs=None, start=None, end=None, **kwargs):
+    return self.backward(diffs=diffs, start=start, end=end, **kwargs)
+
+
+def _Net_forward_all(self, blobs=None, **kwargs):
+    return self.forward_all(blobs=blobs, **kwargs)
+
+
+def _Net_forward_backward_all(self, blobs=None, diffs=None, **kwargs):
+    return self.forward_backward_all(blobs=blobs, diffs=diffs, **kwargs)
+
+
+def _Net_set_input_arrays(self, data, labels):
+    return self.set_input_arrays(data, labels)
+
+
+def _Net_batch(self, blobs):
+    return self._batch(blobs)
+
+
+def _Net_get_id_name(func, field):
+    """pycaffe's property factory: {layer name: [blob names]} from the
+    blob ids ``func(net, layer index)`` returns (as top_names/bottom_names)."""
+    def get_id_name(self):
+        if not hasattr(self, field):
+            id_to_name = list(self.blobs)
+            res = OrderedDict([(self._layer_names[i], [id_to_name[j] for j in func(self, i)])
+                               for i in range(len(self.layers))])
+            setattr(self, field, res)
+        return getattr(self, field)
+    return get_id_name

@@ -175,7 +175,8 @@ class NetPycaffeMixin:
                     changed = True
             if changed:
                 tlayer.rebind(self._bottom_vecs[ti], self._top_vecs[ti])
-        # the plan's folded weights were bound to the old parameter memories
+        # plans bound to the old parameter buffers (folded weights, training
+        # fusions) are built again
         self.plan = execution.build(self, self.fold)
         refresh_kept()
 

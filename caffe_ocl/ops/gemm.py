@@ -65,8 +65,10 @@ STAGED_MAX_K = 512
 def gpu_tiles(dev, M, K=None):
     """Tile of the GPU kernels (tile_mainloop.h): 128 x 128 (256 work-items),
     or 64 x 128 (128 work-items) when op(A) has at most 64 rows; STAGED (the
-    store of tile_store.h) for a product of depth K <= STAGED_MAX_K."""
-    tm = 64 if M <= 64 else 128
+    store of tile_store.h) for a product of depth K <= STAGED_MAX_K. In
+    deterministic mode always 128 rows where local memory allows (M is the
+    batch of a fully-connected layer)."""
+    tm = 64 if M <= 64 and not deterministic() else 128
     if 2 * 16 * (tm + 8 + 128 + 8) * 4 > getattr(dev, "local_mem", 1 << 16):
         tm = 64          # 128-row tiles need 34 KiB of local memory
     return dict(TM=tm, TN=128, TK=16, TF32=use_tf32(dev),

@@ -11,7 +11,7 @@ BVLC's python/train.py works unchanged (one process per device, started by
     solver.add_callback(nccl)               # gradients averaged before update
     solver.net.after_backward(nccl)         # ... layer by layer (layer_wise_reduce)
 
-The uid names a rendezvous: a Unix-domain socket path in a fresh folder
+The uid (bytes, as pycaffe's) names a rendezvous: a Unix-domain socket path in a fresh folder
 under /dev/shm (or the temp folder), so nothing leaves the machine. Rank 0
 listens there; the other ranks connect. A reduction: every rank > 0 sends
 its gradients of the bucket (a layer's parameters, or all of them) to rank
@@ -26,6 +26,7 @@ import socket
 import struct
 import tempfile
 import time
+import uuid
 
 import numpy as np
 
@@ -43,16 +44,16 @@ class NCCLError(CaffeOclError):
 
 
 def new_uid():
-    """A fresh rendezvous name (a picklable str) for one group of ranks."""
+    """A fresh rendezvous name for one group of ranks: bytes (picklable), as
+    pycaffe's NCCL.new_uid() under Python 3: the path of a Unix socket in a
+    folder, under /dev/shm (else the temp folder), that rank 0 creates when
+    the group forms (nothing is created before)."""
     base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) \
-        else None
-    folder = tempfile.mkdtemp(prefix="caffe_ocl_nccl_", dir=base)
-    path = os.path.join(folder, "hub")
+        else tempfile.gettempdir()
+    path = os.path.join(base, f"caffe_ocl_nccl_{uuid.uuid4().hex}", "hub")
     if len(path) >= 100:       # sockaddr_un's limit
-        folder2 = tempfile.mkdtemp(prefix="cnccl_", dir="/tmp")
-        os.rmdir(folder)
-        path = os.path.join(folder2, "hub")
-    return path
+        path = os.path.join("/tmp", f"cnccl_{uuid.uuid4().hex[:16]}", "hub")
+    return os.fsencode(path)
 
 
 def _recv_into(sock, view):
@@ -79,7 +80,7 @@ class NCCL:
         self.dev = solver.net.device
         self.count = int(getattr(solver, "solver_count", state.solver_count))
         self.rank = int(getattr(solver, "solver_rank", state.solver_rank))
-        self.uid = str(uid)
+        self.uid = os.fsdecode(uid)
         self.scale = float(np.float32(1.0) / np.float32(self.count))
         self._peers = []        # rank 0: sockets of ranks 1..count-1, in rank order
         self._hub = None        # rank > 0: socket to rank 0
@@ -90,10 +91,19 @@ class NCCL:
         if self.count > 1:
             self._connect()
         log.info("NCCL: rank %d of %d joined %s", self.rank, self.count, self.uid)
+        if self.rank != 0:
+            # only the root solver logs (Caffe: LOG_IF(INFO, Caffe::root_solver()))
+            logging.getLogger("caffe_ocl").setLevel(logging.WARNING)
 
     # ---- group --------------------------------------------------------------------
     def _connect(self):
         if self.rank == 0:
+            folder = os.path.dirname(self.uid)
+            try:
+                os.mkdir(folder, 0o700)
+            except FileExistsError:
+                raise NCCLError(f"caffe.NCCL: the rendezvous {self.uid} is in use (a uid "
+                                "serves one group once: call NCCL.new_uid() again)") from None
             srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             srv.bind(self.uid)
             srv.listen(self.count)

@@ -6,7 +6,6 @@ the combined batch; --timing prints per-layer times through caffe.log."""
 import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -223,17 +222,29 @@ def test_two_ranks_match_one_process_on_the_combined_batch(tmp_path, layer_wise)
 def test_one_rank_works(tmp_path):
     one = _setup(tmp_path, 8, True)
     _run(tmp_path, one, [0], "solo_%d.npz")
-    assert (tmp_path / "solo_0.npz").exists()
+    solo = _load(tmp_path / "solo_0.npz")
+    # the same as training without NCCL at all
+    import caffe
+    sys.path.insert(0, str(tmp_path))
+    try:
+        s = caffe.SGDSolver(one)
+        s.step(s.param.max_iter)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("rank_data", None)
+    for k, v in s.net.params.items():
+        for i, b in enumerate(v):
+            np.testing.assert_array_equal(solo[f"{k}_{i}"], b.data, err_msg=k)
 
 
 def test_new_uid_is_a_local_picklable_name():
     import pickle
     import caffe
     uid = caffe.NCCL.new_uid()
+    assert isinstance(uid, bytes)               # as pycaffe's under Python 3
     assert pickle.loads(pickle.dumps(uid)) == uid
-    assert os.path.isdir(os.path.dirname(uid))
+    assert not os.path.exists(os.path.dirname(uid))     # nothing made before use
     assert uid != caffe.NCCL.new_uid()
-    os.rmdir(os.path.dirname(uid))
 
 
 def test_reduction_is_the_mean_in_a_kernel(tmp_path):
@@ -272,6 +283,7 @@ def test_reduction_is_the_mean_in_a_kernel(tmp_path):
     for t in threads:
         t.join(120)
     assert set(out) == {0, 1}
+    assert not os.path.exists(os.path.dirname(uid))     # rank 0 removed it
     for g0, g1, a, b in zip(grads[0], grads[1], out[0], out[1]):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(a, (g0 + g1) * np.float32(0.5))

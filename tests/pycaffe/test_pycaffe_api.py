@@ -137,6 +137,20 @@ def test_solver_names_exist(name, solver_file):
     assert hasattr(s, name), name
 
 
+def test_blob_and_layer_members(tiny_net):
+    b = tiny_net.blobs["conv"]
+    assert (b.shape, b.num, b.channels, b.height, b.width, b.count) == \
+        ((4, 2, 4, 4), 4, 2, 4, 4, 128)
+    assert b.data.shape == b.diff.shape == (4, 2, 4, 4)
+    blob = caffe.Blob((2, 3))
+    blob.reshape(3, 4, 5)
+    assert blob.shape == (3, 4, 5) and blob.data.shape == (3, 4, 5)
+    layer = tiny_net.layers[1]
+    assert layer.type == "Convolution" and len(layer.blobs) == 2
+    assert callable(layer.setup) and callable(layer.reshape)
+    assert isinstance(layer, caffe.Layer)
+
+
 def test_module_functions_behave_as_pycaffe():
     assert isinstance(caffe.__version__, str)
     assert "Convolution" in caffe.layer_type_list() and "Python" in caffe.layer_type_list()
@@ -319,7 +333,64 @@ def test_solver_api(solver_file, tmp_path):
     assert s.iter == 3
 
 
+PYCAFFE_PY_HELPERS = ["_Net_blobs", "_Net_blob_loss_weights", "_Net_layer_dict", "_Net_params",
+                      "_Net_inputs", "_Net_outputs", "_Net_forward", "_Net_backward",
+                      "_Net_forward_all", "_Net_forward_backward_all",
+                      "_Net_set_input_arrays", "_Net_batch", "_Net_get_id_name"]
+
+
+def test_pycaffe_py_helpers(net_file):
+    p = caffe.pycaffe
+    for name in PYCAFFE_PY_HELPERS:
+        assert callable(getattr(p, name)), name
+    net = caffe.Net(net_file, caffe.TRAIN)
+    _feed(net)
+    assert p._Net_blobs(net) is net.blobs
+    assert p._Net_params(net) == net.params
+    assert p._Net_inputs(net) == net.inputs and p._Net_outputs(net) == net.outputs
+    assert list(p._Net_layer_dict(net)) == net._layer_names
+    assert p._Net_blob_loss_weights(net)["loss"] == 2
+    out = p._Net_forward(net)
+    assert set(out) == {"loss"}
+    assert "data" in p._Net_backward(net)
+    top_names = p._Net_get_id_name(caffe.Net._top_ids, "_top_names")(net)
+    assert top_names == net.top_names
+    assert len(list(p._Net_batch(net, {"data": np.zeros((6, 1, 6, 6))}))) == 2
+
+
 def test_detector_selective_search_raises_import_error(net_file):
     # (the Detector needs a deploy net; the method fails before using it)
     with pytest.raises(ImportError):
         caffe.Detector.detect_selective_search(None, ["a.jpg"])
+
+
+BN_NET = """
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 2 dim: 2 dim: 5 dim: 5 } } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+  convolution_param { num_output: 3 kernel_size: 3 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "bn" type: "BatchNorm" bottom: "conv" top: "conv" }
+layer { name: "scale" type: "Scale" bottom: "conv" top: "conv"
+  scale_param { bias_term: true filler { type: "constant" value: 1 } } }
+layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
+"""
+
+
+@pytest.mark.parametrize("phase", ["TRAIN", "TEST"])
+def test_share_with_fused_nets(tmp_path, phase):
+    """share_with on a net whose fused/folded plans were bound to its own
+    parameters: the shared Scale/conv parameters are the ones used."""
+    p = tmp_path / "bn.prototxt"
+    p.write_text(BN_NET)
+    ph = getattr(caffe, phase)
+    src = caffe.Net(str(p), ph)
+    dst = caffe.Net(str(p), ph)
+    src.params["scale"][0].data[...] = [0.5, 2.0, -1.0]
+    src.params["scale"][1].data[...] = [0.1, 0.2, 0.3]
+    if phase == "TEST":
+        for b, v in zip(src.params["bn"], ([0.1, -0.2, 0.3], [1.5, 0.5, 2.0], [1.0])):
+            b.data[...] = v
+    x = np.random.RandomState(2).randn(2, 2, 5, 5).astype(np.float32)
+    dst.share_with(src)
+    want = src.forward(data=x)["conv"].copy()
+    got = dst.forward(data=x)["conv"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
