@@ -18,7 +18,6 @@ import os
 import random
 import re
 import shutil
-import struct
 import sys
 import time
 import traceback
