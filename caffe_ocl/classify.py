@@ -70,8 +70,8 @@ def classify_main(argv):
         print(f"Classifying with the shipped CIFAR-10 quick model (Caffe-trained, V1 format): "
               f"{flags['model']}")
     if "mean_file" in flags:
-        from .proto import blobproto_to_array, read_blobproto
-        mean = blobproto_to_array(read_blobproto(flags["mean_file"]))[0]
+        from .proto import read_blob_array
+        mean = read_blob_array(flags["mean_file"])[0]
     elif "mean_value" in flags:
         mean = np.array([float(v) for v in flags["mean_value"].split(",")],
                         np.float32).reshape(-1, 1, 1)
