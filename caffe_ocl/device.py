@@ -89,18 +89,21 @@ def pocl_binary_intact(binary):
     return True
 
 
-# A kernel cache entry, {key}.bin: magic, the key it was built for (64 hex
+# A kernel cache entry, {key}.v2.bin: magic, the key it was built for (64 hex
 # digits, the file's name), the binary's SHA-256, its length (u64), the
 # binary. Reading checks all of them, and PoCL's file records, before the
 # driver sees the bytes: a flipped bit aborted PoCL, a valid binary under
 # another entry's name ran the wrong kernels (all-NaN outputs).
+# (a suffix of its own: older caffe_ocl versions sharing the folder keep
+# their raw .bin entries, and neither rebuilds the other's)
 _CACHE_MAGIC = b"caffe_ocl-kcache-1\n"
+CACHE_SUFFIX = ".v2.bin"
 
 
 def write_cache_entry(path, binary):
     """Store ``binary`` as the cache entry ``path`` (temp file + rename)."""
     binary = bytes(binary)
-    key = os.path.basename(path)[:-len(".bin")].encode()
+    key = os.path.basename(path).split(".")[0].encode()
     data = (_CACHE_MAGIC + key + hashlib.sha256(binary).digest()
             + struct.pack("<Q", len(binary)) + binary)
     tmp = f"{path}.tmp-{os.getpid()}"
@@ -121,7 +124,7 @@ def read_cache_entry(path):
     when it is not an intact entry made for this key."""
     with open(path, "rb") as f:
         data = f.read()
-    key = os.path.basename(path)[:-len(".bin")].encode()
+    key = os.path.basename(path).split(".")[0].encode()
     n = len(_CACHE_MAGIC)
     if not data.startswith(_CACHE_MAGIC) or len(data) < n + len(key) + 40:
         raise OSError("not a caffe_ocl cache entry (an old format or damaged header)")
@@ -628,7 +631,7 @@ class Device:
         t0 = time.perf_counter()
         path = None
         if self.cache_dir:
-            path = os.path.join(self.cache_dir, self._cache_key(src, opts) + ".bin")
+            path = os.path.join(self.cache_dir, self._cache_key(src, opts) + CACHE_SUFFIX)
             if os.path.exists(path):
                 try:
                     binary = read_cache_entry(path)

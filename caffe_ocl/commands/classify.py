@@ -11,7 +11,7 @@ from ..classify import CIFAR10_CLASSES, classify
 from ..device import get_device, parse_device_ids, set_device, set_mode_gpu
 from ..errors import FlagError
 from ..paths import models_dir
-from ..proto import blobproto_to_array, read_blobproto
+from ..proto import read_blob_array
 from .flags import Arg, Flag, Spec
 
 SUMMARY = "classify images with a Caffe model (default: the shipped CIFAR-10 quick)"
@@ -58,7 +58,7 @@ def main(argv):
         raise FlagError("no images given (caffe_ocl classify --help)")
     mean = None
     if opts.mean_file:
-        mean = blobproto_to_array(read_blobproto(opts.mean_file))[0]
+        mean = read_blob_array(opts.mean_file)[0]
     elif mean_value:
         try:
             mean = np.array([float(v) for v in mean_value.split(",")],

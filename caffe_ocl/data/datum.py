@@ -6,6 +6,7 @@ for ``data`` and encoded images, float32 for ``float_data``. Colour images
 are BGR, as OpenCV (and therefore Caffe) reads them.
 """
 import contextlib
+import os
 
 import numpy as np
 
@@ -119,6 +120,9 @@ def read_image(path, height=0, width=0, is_color=True, where=None):
     height x width (bilinear) when both are > 0."""
     cv2 = _cv2()
     flag = cv2.IMREAD_COLOR if is_color else cv2.IMREAD_GRAYSCALE
+    if not os.path.isfile(path):     # also a FIFO or device: imread would block or not end
+        raise DataError(f"{where or path}: image {path} is not a regular file"
+                        if os.path.exists(path) else f"{where or path}: image {path} not found")
     with opencv_quiet(cv2):
         img = cv2.imread(path, flag)
     if img is None:

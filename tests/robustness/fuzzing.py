@@ -18,7 +18,6 @@ import os
 import random
 import re
 import shutil
-import struct
 import sys
 import time
 import traceback
@@ -344,10 +343,17 @@ def run_case(fmt, seed, base, work):
             net.forward()
         elif fmt == "solver":
             target = _mutated(base, work, "solver.prototxt", r, True)
-            s = caffe.get_solver(target)
-            if 0 < s.param.iter_size <= 4:
-                s.step(1)
-            s.snapshot()
+            cwd = os.getcwd()
+            os.chdir(work)        # a mutated relative snapshot_prefix writes here
+            try:
+                s = caffe.get_solver(target)
+                if 0 < s.param.iter_size <= 4:
+                    s.step(1)
+                prefix = s.param.snapshot_prefix
+                if prefix.startswith(base + os.sep) or os.sep not in prefix:
+                    s.snapshot()      # never into a folder the mutation made up
+            finally:
+                os.chdir(cwd)
         elif fmt in ("caffemodel", "caffemodel_v1"):
             name = "net.caffemodel" if fmt == "caffemodel" else "net_v1.caffemodel"
             if r.random() < 0.5:

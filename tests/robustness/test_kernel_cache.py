@@ -95,7 +95,7 @@ def test_entry_stored_under_another_name_is_not_used(cached):
 
 
 def test_truncated_entry_is_refused(tmp_path):
-    path = tmp_path / ("0" * 64 + ".bin")
+    path = tmp_path / ("0" * 64 + ".v2.bin")
     write_cache_entry(str(path), b"some binary bytes")
     assert read_cache_entry(str(path)) == b"some binary bytes"
     path.write_bytes(path.read_bytes()[:-3])

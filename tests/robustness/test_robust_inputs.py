@@ -17,8 +17,8 @@ from caffe_ocl.data.datum import array_to_datum
 from caffe_ocl.data.db import LMDBReader, LMDBWriter, check_lmdb_file
 from caffe_ocl.errors import (CaffeOclError, DataError, DeviceError, NetError, ParseError,
                               ShapeError, SolverError)
-from caffe_ocl.proto import (array_to_blobproto, blobproto_to_array, caffe_pb2,
-                             parse_net_text, parse_solver_text, read_net, write_binary)
+from caffe_ocl.proto import (blobproto_to_array, caffe_pb2, parse_net_text,
+                             parse_solver_text, read_net, write_binary)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT_DIR = os.path.dirname(os.path.dirname(HERE))
@@ -276,7 +276,7 @@ def test_untrusted_mode_refuses_python_and_writing_layers(tmp_path):
     caffe.set_untrusted(True)
     try:
         for kind, text in nets.items():
-            with pytest.raises(NetError, match=f"refused for an untrusted model"):
+            with pytest.raises(NetError, match="refused for an untrusted model"):
                 caffe.Net(parse_net_text(text), caffe.TEST)
     finally:
         caffe.set_untrusted(False)
