@@ -619,7 +619,10 @@ class Device:
         for hdr in sorted(f for f in os.listdir(KERNEL_DIR) if f.endswith(".h")):
             with open(os.path.join(KERNEL_DIR, hdr), "rb") as f:
                 h.update(hdr.encode() + f.read())
-        h.update(" ".join(opts).encode())
+        # the include folder's location is not part of the key (its headers'
+        # contents are): a second checkout or install reuses the binaries
+        h.update(" ".join("<dir>" if i and opts[i - 1] == "-I" else o
+                          for i, o in enumerate(opts)).encode())
         info = self.info
         h.update(f"{info['platform_name']}|{info['platform_version']}|{self.name}|"
                  f"{info['driver']}|{info['version']}|{cl.VERSION_TEXT}".encode())

@@ -66,7 +66,7 @@ def test_gpu_request_without_a_gpu_says_cpu(caplog):
     from caffe_ocl.train_cli import select_device
     devices = D.list_devices()
     if any(d["is_gpu"] for d in devices):
-        pytest.skip("this machine has an OpenCL GPU")
+        pytest.skip(f"this machine has an OpenCL GPU: {[(d['name'], d['type']) for d in devices]}")
     sp = caffe_pb2.SolverParameter()
     sp.solver_mode = caffe_pb2.SolverParameter.GPU
     with caplog.at_level(logging.INFO, logger="caffe_ocl"):
