@@ -15,6 +15,7 @@ import os
 import re
 
 from .errors import SolverError
+from .proto import caffe_pb2
 
 log = logging.getLogger("caffe_ocl")
 
@@ -46,7 +47,6 @@ def check_solver_state(state, raw, path):
 
 
 def _caffemodel_hint(raw):
-    from .proto import caffe_pb2
     net = caffe_pb2.NetParameter()
     try:
         net.ParseFromString(raw)

@@ -16,8 +16,13 @@ import logging
 import os
 import shutil
 
+from google.protobuf import text_format
+
 from ..errors import DataError
+from ..proto import caffe_pb2, parse_net_text, parse_solver_text
+from .db import LMDBReader
 from .paths import mnist_dir, models_dir
+from .tools import read_idx, write_mnist_lmdb
 
 log = logging.getLogger("caffe_ocl")
 
@@ -37,7 +42,6 @@ def default_workdir():
 
 
 def _db_ok(path, n):
-    from .db import LMDBReader
     try:
         with LMDBReader(path) as r:
             return len(r) == n
@@ -47,7 +51,6 @@ def _db_ok(path, n):
 
 def build_lmdbs(workdir, progress=True):
     """The demo's train/test LMDBs (built once; reused when complete)."""
-    from .tools import read_idx, write_mnist_lmdb
     md = mnist_dir()
     train_db = os.path.join(workdir, "mnist_train_lmdb")
     test_db = os.path.join(workdir, "mnist_test_lmdb")
@@ -75,8 +78,6 @@ def build_lmdbs(workdir, progress=True):
 
 def write_demo_files(workdir, train_db, test_db, max_iter=0):
     """Copies of models/lenet's net and solver with absolute paths."""
-    from google.protobuf import text_format
-    from ..proto import caffe_pb2, parse_net_text, parse_solver_text
     md = os.path.join(models_dir(), "lenet")
     with open(os.path.join(md, "lenet_train_test.prototxt")) as f:
         net = parse_net_text(f.read(), os.path.join(md, "lenet_train_test.prototxt"))

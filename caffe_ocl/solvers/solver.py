@@ -106,7 +106,7 @@ def share_trained_layers(target, source):
             tlayer.rebind(target.graph.bottoms[ti], target.graph.tops[ti])
 
 
-def _output_loss_weights(net):
+def output_loss_weights(net):
     w = {}
     for layer, tops in zip(net.layers, net.graph.tops):
         for t, lw in zip(tops, layer.loss_weights):
@@ -311,7 +311,7 @@ class Solver(Snapshotting):
         self._ring_iters = []
         self._loss_plan = None
         self._dummy = dev.alloc(4)
-        self._train_out_w = _output_loss_weights(net)
+        self._train_out_w = output_loss_weights(net)
         self._test_plans = {}
         self._finite_plan = None
 
@@ -650,7 +650,7 @@ class Solver(Snapshotting):
             if n_iter:
                 self.dev.download(loss, plan["loss_buf"])
             log.info("Test loss: %s", g_format(loss[0] / np.float32(n_iter)))
-        weights = _output_loss_weights(net)
+        weights = output_loss_weights(net)
         means, idx, off = [], 0, 0
         if n_iter:
             for name, count in plan["names"]:
