@@ -4,6 +4,7 @@ classify` (caffe_ocl/commands/classify.py).
 Images are read as BGR and fed 0..255 minus the mean, as Caffe's C++
 classification example does; they are resized to the net's input size.
 """
+import cv2
 import numpy as np
 
 from .errors import DataError, require_file
@@ -15,7 +16,6 @@ CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog
 
 def classify(model, weights, images, mean=None, scale=1.0, labels=None, top_k=3):
     """Return [(image, [(label, prob), ...])] for each image path."""
-    import cv2
     net = Net(model, weights, TEST)
     inp = net.inputs[0]
     n, c, h, w = net.blobs[inp].shape

@@ -850,6 +850,12 @@ def live_blob_count():
     return len(_live_blobs)
 
 
+def current_device():
+    """The current Device, or None while none has been created (unlike
+    :func:`get_device`, this never creates one)."""
+    return _current
+
+
 def get_device():
     """The current Device, created on first use."""
     global _current

@@ -18,12 +18,14 @@ import numpy as np
 
 from . import config
 from . import device as D
+from . import net as N
 from .device import parse_device_ids
 from .errors import FlagError, SolverError
 from .parallel import launch as par
 from .parallel.data_parallel import DataParallel
 from .proto import caffe_pb2
 from .solvers import read_solver, solver_class
+from .solvers.solver import g_format, load_net_weights, output_loss_weights
 
 log = logging.getLogger("caffe_ocl")
 
@@ -137,9 +139,9 @@ def select_device(gpu_flag, solver_param=None):
             log.info("Using GPUs %d", ids[0])
         else:     # Caffe would stop here; caffe_ocl runs on the CPU driver and says so
             log.info("No OpenCL GPU: %s asks for GPU %d; using the CPU device %s (%s)",
-                     "--gpu" if _gpu_ids(gpu_flag) else "solver_mode: GPU", want,
+                     "--gpu" if parse_device_ids(gpu_flag) else "solver_mode: GPU", want,
                      info["name"], info["platform_name"])
-        cur = D._current
+        cur = D.current_device()
         if cur is None or cur.cl_device != info["device"]:
             D.set_mode_gpu()
             D.set_device(want)
@@ -246,9 +248,6 @@ def _dump_weights(solver, group):
 
 def score(model, weights, iterations=50, *, gpu="", level=0, stages=()):
     """`caffe test`: returns (mean loss, [(output name, mean score), ...])."""
-    from . import net as N
-    from .solvers.solver import (load_net_weights, g_format as _g,
-                                 output_loss_weights as _output_loss_weights)
     if not model:
         raise SolverError("Need a model definition to score (--model=...).")
     if not weights:
@@ -271,17 +270,17 @@ def score(model, weights, iterations=50, *, gpu="", level=0, stages=()):
                     ids.append(j)
                 else:
                     scores[idx] = np.float32(scores[idx] + v)
-                log.info("Batch %d, %s = %s", i, name, _g(v))
+                log.info("Batch %d, %s = %s", i, name, g_format(v))
                 idx += 1
     loss = loss / np.float32(max(iterations, 1))
-    log.info("Loss: %s", _g(loss))
-    weights_of = _output_loss_weights(net)
+    log.info("Loss: %s", g_format(loss))
+    weights_of = output_loss_weights(net)
     out = []
     for s, j in zip(scores, ids):
         name = names[j]
         w = weights_of.get(name, 0.0)
         mean = np.float32(s / np.float32(iterations))
-        extra = f" (* {_g(w)} = {_g(np.float32(w) * mean)} loss)" if w else ""
-        log.info("%s = %s%s", name, _g(mean), extra)
+        extra = f" (* {g_format(w)} = {g_format(np.float32(w) * mean)} loss)" if w else ""
+        log.info("%s = %s%s", name, g_format(mean), extra)
         out.append((name, float(mean)))
     return float(loss), out

@@ -28,6 +28,7 @@ import time
 
 import numpy as np
 
+from .net import TRAIN
 from .ops import conv as conv_ops
 from .ops import tuned
 from .ops.gemm import use_tf32
@@ -49,7 +50,6 @@ def net_conv_passes(net):
     gradients where they are needed (Deconvolution: the forward of the layer
     is the convolution's backward_data and vice versa). (Caffe works out
     which layers need backward in TEST nets too; they rarely run it.)"""
-    from .net import TRAIN
     training = net.phase == TRAIN
     out = []
     for li, layer in enumerate(net.layers):

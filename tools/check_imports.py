@@ -65,8 +65,10 @@ LAYERS = [
               "fusion_train"]),
     # Net and what it is made of (pycaffe's Net methods, HDF5 weights)
     ("net", ["net", "pycaffe_net", "hdf5_weights"]),
-    # the Solver loop, update rules, learning-rate policies, snapshots
-    ("solvers", ["solvers", "solvers.*"]),
+    # the Solver loop, update rules, learning-rate policies, snapshots, and
+    # the checks on snapshot files (safe_io: it reads solver states, so it
+    # sits above proto)
+    ("solvers", ["solvers", "solvers.*", "safe_io"]),
     # library features above the training loop, and the library bodies the
     # commands call (training, timing, tuning, classify, data tools)
     ("features", ["parallel", "parallel.*", "io", "onnx", "onnx.*", "net_spec", "coord_map",
@@ -75,7 +77,7 @@ LAYERS = [
     # the pycaffe face: `import caffe_ocl as caffe`
     ("package", ["", "pycaffe"]),
     # command-line programs: nothing below imports them
-    ("commands", ["commands", "commands.*", "cli", "__main__", "flags", "train_cli"]),
+    ("commands", ["commands", "commands.*", "__main__"]),
 ]
 
 

@@ -2,11 +2,6 @@
 images; for each IMAGE write OUT/<stem>.json (boxes, labels, scores) and
 OUT/<stem>.png (the image with the boxes drawn).
 
-    caffe_ocl detect --model deploy.prototxt --weights w.caffemodel
-                     [--mean_value B,G,R | --mean_file mean.binaryproto]
-                     [--scale S] [--channel_swap 2,1,0] [--labels labels.txt]
-                     [--threshold T] [--output_dir OUT] [--gpu N] IMAGE...
-
 Images are read as BGR, resized to the net input, channels reordered by
 --channel_swap, then (x - mean) * scale (Caffe's DataTransformer order, and
 cv2.dnn.blobFromImage's). --labels: one name per line, or an SSD labelmap.
@@ -14,52 +9,75 @@ cv2.dnn.blobFromImage's). --labels: one name per line, or an SSD labelmap.
 import logging
 import os
 
+import cv2
 import numpy as np
 
 from .. import detection
-from ..errors import DataError, require_file
-from ..flags import parse_flags
+from ..errors import DataError, FlagError
+from ..net import TEST, Net
+from ..proto import blobproto_to_array, read_blobproto
+from ._common import GPU, require_hdf5_for, use_device
+from .flags import Arg, Flag, Spec
 
-SPEC = {"model": str, "weights": str, "mean_file": str, "mean_value": str, "scale": float,
-        "channel_swap": str, "labels": str, "threshold": float, "output_dir": str, "gpu": str}
-PROGRAM = "caffe_ocl detect"
+SUMMARY = "detect objects with an SSD-style net: per image a .json and a .png with the boxes"
+
+SPEC = Spec(
+    "caffe_ocl detect", SUMMARY,
+    flags=[Flag("model", str, "", "deploy prototxt with a DetectionOutput layer (required)",
+                check="file"),
+           Flag("weights", str, "", "its .caffemodel (required)", check="file"),
+           Flag("mean_value", str, "", "per-channel mean subtracted (after --channel_swap)",
+                metavar="B,G,R"),
+           Flag("mean_file", str, "", "mean image .binaryproto subtracted instead",
+                check="file"),
+           Flag("scale", float, 1.0, "factor applied after the mean"),
+           Flag("channel_swap", str, "", "channel order fed to the net, e.g. 2,1,0 for RGB "
+                "(default: BGR as read)", metavar="2,1,0"),
+           Flag("labels", str, "", "label names: one per line, or an SSD labelmap prototxt",
+                check="file"),
+           Flag("threshold", float, 0.5, "lowest score kept"),
+           Flag("output_dir", str, ".", "folder for <stem>.json and <stem>.png",
+                metavar="DIR"),
+           GPU],
+    args=[Arg("IMAGE", "image files", many=True, check="file")],
+    example="caffe_ocl detect --model deploy.prototxt --weights ssd.caffemodel "
+            "--mean_value 104,117,123 --labels labelmap_voc.prototxt --output_dir out "
+            "dog.jpg",
+    details="Images are read as BGR, resized to the net input, channels reordered by "
+            "--channel_swap, then (x - mean) * scale (Caffe's DataTransformer order, and "
+            "cv2.dnn.blobFromImage's).")
+
+
+def _numbers(text, flag, kind):
+    try:
+        return [kind(v) for v in text.split(",")]
+    except ValueError:
+        raise FlagError(f"--{flag} expects comma-separated numbers, got {text!r}") from None
 
 
 def main(argv):
-    flags, images = parse_flags(argv, SPEC, defaults={"scale": 1.0, "threshold": 0.5,
-                                                      "output_dir": "."}, program=PROGRAM)
+    opts = SPEC.parse(argv)
+    if not opts.model or not opts.weights:
+        raise FlagError("--model and --weights are required (caffe_ocl detect --help)")
+    mean = swap = labels = None
+    if opts.mean_value:
+        mean = np.array(_numbers(opts.mean_value, "mean_value", float), np.float32)
+    swap = _numbers(opts.channel_swap, "channel_swap", int) if opts.channel_swap else None
+    require_hdf5_for([opts.weights], "caffe_ocl detect")
     logging.getLogger("caffe_ocl").setLevel(logging.WARNING)
-    if "model" not in flags or "weights" not in flags:
-        print(f"{PROGRAM}: --model and --weights are required")
-        return 2
-    if not images:
-        print(f"{PROGRAM}: no images given")
-        return 2
-    import cv2
-    from ..net import Net, TEST
-    mean = None
-    if "mean_file" in flags:
-        from ..proto import blobproto_to_array, read_blobproto
-        mean = blobproto_to_array(read_blobproto(flags["mean_file"]))[0]
-    elif "mean_value" in flags:
-        mean = np.array([float(v) for v in flags["mean_value"].split(",")], np.float32)
-    swap = [int(v) for v in flags["channel_swap"].split(",")] if "channel_swap" in flags \
-        else None
-    labels = detection.read_labels(flags["labels"]) if "labels" in flags else None
-    if "gpu" in flags:
-        from ..device import set_device, set_mode_gpu
-        set_mode_gpu()
-        if flags["gpu"] != "all":
-            set_device(int(flags["gpu"].split(",")[0]))
-    net = Net(flags["model"], flags["weights"], TEST)
-    out = flags["output_dir"]
+    if opts.mean_file:
+        mean = blobproto_to_array(read_blobproto(opts.mean_file))[0]
+    if opts.labels:
+        labels = detection.read_labels(opts.labels)
+    use_device(opts.gpu)
+    net = Net(opts.model, opts.weights, TEST)
+    out = opts.output_dir
     os.makedirs(out, exist_ok=True)
-    for path in images:
-        require_file(path, "image")
+    for path in opts.args:
         im = cv2.imread(path, cv2.IMREAD_COLOR)
         if im is None:
             raise DataError(f"{path}: not an image OpenCV can decode")
-        dets = detection.detect(net, im, mean, flags["scale"], swap, flags["threshold"], labels)
+        dets = detection.detect(net, im, mean, opts.scale, swap, opts.threshold, labels)
         stem = os.path.join(out, os.path.splitext(os.path.basename(path))[0])
         detection.to_json(stem + ".json", dets, path, [im.shape[1], im.shape[0]])
         cv2.imwrite(stem + ".png", detection.draw(im, dets))

@@ -19,10 +19,6 @@ positional arguments raise :class:`FlagError` with one line (an unknown
 flag names the closest known one: "did you mean --solver?"). Files named by
 flags or arguments with ``check=`` are checked after parsing, before the
 command does any work.
-
-``parse_flags(argv, {name: type}, defaults)`` is the older dict interface
-(kept for command modules written against it; it gets the same spellings,
-help and "did you mean").
 """
 import difflib
 import os
@@ -32,7 +28,7 @@ from .. import __version__
 from ..errors import FileNotFound, FlagError
 
 __all__ = ["Arg", "Flag", "FlagError", "HelpRequested", "Options", "Spec", "check_path",
-           "parse_flags", "version_text"]
+           "version_text"]
 
 _TRUE = {"true", "1", "yes", "t", "y"}
 _FALSE = {"false", "0", "no", "f", "n"}
@@ -302,15 +298,3 @@ class Spec:
             self.check_files(opts)
         return opts
 
-
-def parse_flags(argv, spec, defaults=None, program="caffe_ocl"):
-    """The older interface: ``spec`` maps flag names to types; returns
-    ``(flags, positional)`` where ``flags`` holds the given flags plus
-    ``defaults`` (a flag neither given nor defaulted is absent)."""
-    defaults = dict(defaults or {})
-    s = Spec(program, flags=[Flag(k, t, defaults.get(k)) for k, t in spec.items()],
-             args=[Arg("ARG", optional=True, many=True)])
-    values, positional = s.parse_raw(argv)
-    flags = dict(defaults)
-    flags.update(values)
-    return flags, positional

@@ -13,6 +13,10 @@ byte, keys ``%05d`` of the record's index. Caffe reads 10,000 records a
 file; here a file holds as many records as its length says (the official
 files hold 10,000, so the keys agree), and a length that is not a whole
 number of records is an error.
+
+The record reader and the LMDB writer here are also those of `caffe_ocl
+data cifar10` (caffe_ocl/data/examples.py), which reads the same batches
+from a folder or the downloaded .tar.gz.
 """
 import logging
 import os
@@ -32,12 +36,19 @@ TRAIN_FILES = tuple(f"data_batch_{i}.bin" for i in range(1, 6))
 TEST_FILE = "test_batch.bin"
 
 
-def _check_size(path):
-    size = os.path.getsize(path)
+def _check_size(size, where):
     if size == 0 or size % RECORD_BYTES:
-        raise DataError(f"{path}: {size} bytes is not a whole number of CIFAR-10 "
+        raise DataError(f"{where}: {size} bytes is not a whole number of CIFAR-10 "
                         f"records ({RECORD_BYTES} bytes each: a label byte and "
                         f"{IMAGE_BYTES} pixel bytes)")
+
+
+def parse_cifar_batch(buf, where):
+    """(labels uint8 [N], images uint8 [N, 3072]) of one binary batch held
+    in ``buf`` (bytes); ``where`` names it in errors."""
+    _check_size(len(buf), where)
+    rec = np.frombuffer(buf, np.uint8).reshape(-1, RECORD_BYTES)
+    return rec[:, 0].copy(), rec[:, 1:].copy()
 
 
 def read_cifar_batch(path):
@@ -45,26 +56,36 @@ def read_cifar_batch(path):
     if not os.path.isfile(path):
         raise DataError(f"Unable to open CIFAR-10 batch file {path} (the binary version "
                         "from https://www.cs.toronto.edu/~kriz/cifar.html, unpacked)")
-    _check_size(path)
-    rec = np.fromfile(path, np.uint8).reshape(-1, RECORD_BYTES)
-    return rec[:, 0].copy(), rec[:, 1:].copy()
+    _check_size(os.path.getsize(path), path)
+    with open(path, "rb") as f:
+        return parse_cifar_batch(f.read(), path)
 
 
-def _write(files, db_path):
+def write_cifar_lmdb(batches, db_path):
+    """Caffe's convert_cifar_data records: a new LMDB at ``db_path`` with one
+    Datum per record of ``batches`` (an iterable of (labels, images) as
+    :func:`parse_cifar_batch` returns them), keys ``%05d`` numbered across
+    the batches in order. Returns the number of records."""
     datum = caffe_pb2.Datum()
     datum.channels, datum.height, datum.width = 3, SIZE, SIZE
     index = 0
     with LMDBWriter(db_path) as w:
-        for label_of, path in files:
-            if label_of:
-                log.info("%s", label_of)
-            labels, images = read_cifar_batch(path)
+        for labels, images in batches:
             for label, image in zip(labels, images):
                 datum.label = int(label)
                 datum.data = image.tobytes()
                 w.put(f"{index:05d}", datum.SerializeToString())
                 index += 1
     return index
+
+
+def _read_logged(files):
+    """The batches of ``files`` ([(log line or "", path)]), read one at a
+    time as the writer takes them (Caffe logs each training batch)."""
+    for label_of, path in files:
+        if label_of:
+            log.info("%s", label_of)
+        yield read_cifar_batch(path)
 
 
 def convert_cifar_data(input_folder, output_folder, db_type="lmdb"):
@@ -79,10 +100,12 @@ def convert_cifar_data(input_folder, output_folder, db_type="lmdb"):
         if not os.path.isfile(p):
             raise DataError(f"Unable to open CIFAR-10 batch file {p} (the binary version "
                             "from https://www.cs.toronto.edu/~kriz/cifar.html, unpacked)")
-        _check_size(p)
+        _check_size(os.path.getsize(p), p)
     log.info("Writing Training data")
-    n_train = _write([(f"Training Batch {i + 1}", p) for i, p in enumerate(train_files)],
-                     os.path.join(output_folder, f"cifar10_train_{db_type}"))
+    n_train = write_cifar_lmdb(
+        _read_logged([(f"Training Batch {i + 1}", p) for i, p in enumerate(train_files)]),
+        os.path.join(output_folder, f"cifar10_train_{db_type}"))
     log.info("Writing Testing data")
-    n_test = _write([("", test_file)], os.path.join(output_folder, f"cifar10_test_{db_type}"))
+    n_test = write_cifar_lmdb(_read_logged([("", test_file)]),
+                              os.path.join(output_folder, f"cifar10_test_{db_type}"))
     return n_train, n_test

@@ -17,18 +17,18 @@ reads the binary version's batches (``data_batch_1.bin`` ...
 ``cifar-10-binary.tar.gz``) and writes what BVLC's
 ``examples/cifar10/create_cifar10.sh`` writes: the LMDBs of
 ``convert_cifar_data`` (Datum 3 x 32 x 32 holding the file's bytes as they
-are, i.e. R, G, B planes; keys ``%05d``) and the train set's mean.
+are, i.e. R, G, B planes; keys ``%05d``; the records are read and written by
+caffe_ocl/data/cifar.py, the library side of `caffe_ocl convert_cifar_data`)
+and the train set's mean.
 """
 import logging
 import os
 import shutil
 import tarfile
 
-import numpy as np
-
 from ..errors import DataError
-from ..proto import caffe_pb2, write_binary
-from .db import LMDBWriter
+from ..proto import write_binary
+from .cifar import TEST_FILE, TRAIN_FILES, parse_cifar_batch, write_cifar_lmdb
 from .demo import build_lmdbs
 from .tools import compute_image_mean
 
@@ -42,12 +42,6 @@ CIFAR10_HELP = (f"CIFAR-10 is not shipped (162 MB). Download the binary version,
                 "(Krizhevsky, 2009), and run `caffe_ocl data cifar10 --source "
                 "cifar-10-binary.tar.gz` (or --source the unpacked cifar-10-batches-bin/ "
                 "folder)")
-
-CIFAR_SIDE = 32
-CIFAR_BYTES = 3 * CIFAR_SIDE * CIFAR_SIDE        # one image: R, G, B planes of 32 x 32
-CIFAR_RECORD = 1 + CIFAR_BYTES                   # label byte + image
-CIFAR_TRAIN_FILES = [f"data_batch_{i}.bin" for i in range(1, 6)]
-CIFAR_TEST_FILE = "test_batch.bin"
 
 
 def build_mnist(out_dir=MNIST_DIR, progress=True):
@@ -90,33 +84,14 @@ def _batch_bytes(source, names):
     return out
 
 
-def parse_cifar_batch(buf, where):
-    """(images uint8 [N, 3, 32, 32] as stored (R, G, B), labels uint8 [N])."""
-    if len(buf) == 0 or len(buf) % CIFAR_RECORD:
-        raise DataError(f"{where}: {len(buf)} bytes is not a whole number of CIFAR-10 "
-                        f"records ({CIFAR_RECORD} bytes each: label + 3x32x32)")
-    rec = np.frombuffer(buf, np.uint8).reshape(-1, CIFAR_RECORD)
-    labels = rec[:, 0].copy()
+def _parse_batch(buf, where):
+    """(labels, images) of one batch (data/cifar.py's reader), its labels
+    checked: a CIFAR-100 file is no CIFAR-10 one."""
+    labels, images = parse_cifar_batch(buf, where)
     if labels.max() > 9:
         raise DataError(f"{where}: label {int(labels.max())} out of range 0..9 "
                         "(the CIFAR-100 binary format is not CIFAR-10's)")
-    return rec[:, 1:].reshape(-1, 3, CIFAR_SIDE, CIFAR_SIDE), labels
-
-
-def write_cifar_lmdb(batches, db_path):
-    """Caffe's convert_cifar_data: one Datum per record, keys %05d numbered
-    across the batches in order."""
-    d = caffe_pb2.Datum()
-    d.channels, d.height, d.width = 3, CIFAR_SIDE, CIFAR_SIDE
-    n = 0
-    with LMDBWriter(db_path, map_size=1 << 30) as w:
-        for images, labels in batches:
-            for img, lab in zip(images, labels):
-                d.data = img.tobytes()
-                d.label = int(lab)
-                w.put(f"{n:05d}", d.SerializeToString())
-                n += 1
-    return n
+    return labels, images
 
 
 def build_cifar10(source=CIFAR10_SOURCE, out_dir=CIFAR10_DIR):
@@ -126,18 +101,18 @@ def build_cifar10(source=CIFAR10_SOURCE, out_dir=CIFAR10_DIR):
     create_cifar10.sh, outputs already there are replaced; every batch is
     read and checked before anything is written. Returns (train_db,
     test_db, mean_file)."""
-    raw = _batch_bytes(source, CIFAR_TRAIN_FILES + [CIFAR_TEST_FILE])
-    parsed = {n: parse_cifar_batch(raw[n], os.path.join(source, n)) for n in raw}
+    raw = _batch_bytes(source, [*TRAIN_FILES, TEST_FILE])
+    parsed = {n: _parse_batch(raw[n], os.path.join(source, n)) for n in raw}
     train_db = os.path.join(out_dir, "cifar10_train_lmdb")
     test_db = os.path.join(out_dir, "cifar10_test_lmdb")
     mean_file = os.path.join(out_dir, "mean.binaryproto")
     os.makedirs(out_dir, exist_ok=True)
-    for path, names in ((train_db, CIFAR_TRAIN_FILES), (test_db, [CIFAR_TEST_FILE])):
+    for path, names in ((train_db, TRAIN_FILES), (test_db, [TEST_FILE])):
         batches = [parsed[n] for n in names]
         tmp = f"{path}.tmp-{os.getpid()}"
         if os.path.exists(tmp):
             shutil.rmtree(tmp)
-        log.info("Writing %s (%d images)", path, sum(len(b[1]) for b in batches))
+        log.info("Writing %s (%d images)", path, sum(len(b[0]) for b in batches))
         write_cifar_lmdb(batches, tmp)
         if os.path.exists(path):
             shutil.rmtree(path)

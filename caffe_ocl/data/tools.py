@@ -20,6 +20,7 @@ from ..proto import caffe_pb2
 from .datum import decode_datum, image_file_to_datum, parse_datum
 from .db import LEVELDB_HINT, LMDBReader, LMDBWriter
 from .image_list import read_image_list
+from .transformer import seeded_rng
 
 log = logging.getLogger("caffe_ocl")
 
@@ -72,7 +73,6 @@ def convert_imageset(root, listfile, db_path, gray=False, shuffle=False, backend
     if shuffle:
         log.info("Shuffling data")
         if seed is None:
-            from .transformer import seeded_rng
             rng = seeded_rng()
         else:
             rng = np.random.default_rng(seed)

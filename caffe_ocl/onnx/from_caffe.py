@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import FileNotFound
 from ..net import filter_net
 from ..proto import (blobproto_to_array, caffe_pb2, read_net, read_net_prototxt,
-                     upgrade_net)
+                     upgrade_net, write_binary)
 from .check import compare, format_report
 from ._common import (Unsupported, UnsupportedModelError, caffe_divisor_2d, caffe_hw,
                       caffe_pool_outs, onnx_divisor_2d, onnx_pads, per_axis)
@@ -550,9 +550,8 @@ def caffe2onnx(prototxt, caffemodel, onnx_path, check=False, out=None):
     """Export and write ``onnx_path`` (nothing is written when a layer has no
     mapping). With ``check``, run caffe_ocl and ONNX Runtime on one random
     input and print the largest difference per output; returns that dict."""
-    from ..proto.files import _atomic_write
     model = export(prototxt, caffemodel)
-    _atomic_write(os.fspath(onnx_path), model.SerializeToString())
+    write_binary(model, os.fspath(onnx_path))
     log.info("wrote %s (%d nodes)", onnx_path, len(model.graph.node))
     if not check:
         return None

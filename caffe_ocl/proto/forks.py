@@ -8,6 +8,8 @@ implements never reach these tables' users (they parse and build).
 """
 import re
 
+from . import caffe_pb2
+
 SSD = "the SSD fork (weiliu89/caffe, branch ssd)"
 FRCNN = "Fast/Faster R-CNN's fork (rbgirshick/caffe-fast-rcnn, py-faster-rcnn)"
 RFCN = "R-FCN's fork (daijifeng001/caffe-rfcn)"
@@ -186,7 +188,6 @@ def extract_custom_params(text):
     Returns (text without them, {layer index: (field name, inner text)})."""
     if not _custom_types:
         return text, {}
-    from . import caffe_pb2
     known = set(caffe_pb2.LayerParameter.DESCRIPTOR.fields_by_name)
     layers, blocks = _layer_blocks(text)
     cuts, found = [], {}

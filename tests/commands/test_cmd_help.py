@@ -19,7 +19,7 @@ EXPECTED = {"train", "test", "time", "tune", "device_query", "config", "classify
             "convert_imageset", "compute_image_mean", "convert_mnist_data", "draw_net",
             "plot_log", "onnx2caffe", "caffe2onnx", "extract_features",
             "upgrade_net_proto_text", "upgrade_net_proto_binary", "upgrade_solver_proto_text",
-            "convert_cifar_data", "convert_mnist_siamese_data", "parse_log"}
+            "convert_cifar_data", "convert_mnist_siamese_data", "parse_log", "data", "detect"}
 
 
 def _spec(name):
@@ -68,8 +68,7 @@ def test_every_command_answers_help(name, opt, capsys):
     out = cap.out
     assert out.startswith(f"usage: caffe_ocl {name}"), out[:80]
     spec = _spec(name)
-    if spec is None:        # a module on the older parse_flags interface
-        return
+    assert spec is not None, f"{name}: no SPEC (caffe_ocl/commands/flags.py's Spec)"
     assert "example:" in out and f"caffe_ocl {name}" in out.split("example:")[1]
     for flag in spec.flags.values():
         # each flag with its default and a line of help
@@ -241,16 +240,3 @@ def test_file_checks_name_the_flag_and_the_file(tmp_path):
     with pytest.raises(FileNotFound, match="DIR: folder not found"):
         spec.parse([str(tmp_path / "nope")])
     assert spec.parse([str(tmp_path / "nope")], check=False).args == [str(tmp_path / "nope")]
-
-
-def test_older_parse_flags_interface():
-    flags, pos = F.parse_flags(["-a", "1", "--b", "x", "p"], {"a": int, "b": str, "c": bool},
-                               {"c": False})
-    assert flags == {"a": 1, "b": "x", "c": False} and pos == ["p"]
-    with pytest.raises(F.HelpRequested):
-        F.parse_flags(["-h"], {"a": int})
-    with pytest.raises(FlagError, match="did you mean --alpha"):
-        F.parse_flags(["--alpah=1"], {"alpha": int})
-    # the old import path still works until every command module has moved
-    from caffe_ocl.flags import parse_flags
-    assert parse_flags is F.parse_flags

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from caffe_ocl import commands
 from caffe_ocl.commands import data as data_cmd
 from caffe_ocl.data import examples as ex
 from caffe_ocl.proto import caffe_pb2, read_net_prototxt, read_solver_prototxt
@@ -37,13 +38,35 @@ def test_shipped_solvers_read_what_data_writes(what):
 
 
 def test_help_and_bad_arguments(capsys):
-    assert data_cmd.main(["-h"]) == 0
+    assert commands.main(["data", "-h"]) == 0
     out = capsys.readouterr().out
+    assert out.startswith("usage: caffe_ocl data [flags] DATASET")
     assert "caffe_ocl data mnist" in out and ex.CIFAR10_URL in out
-    assert data_cmd.main([]) == 1
-    assert data_cmd.main(["imagenet"]) == 1
-    assert "unknown dataset 'imagenet'" in capsys.readouterr().err
-    assert data_cmd.main(["mnist", "extra"]) == 1
+    for what, flags in (("mnist", ["--out"]), ("cifar10", ["--source", "--out"])):
+        assert commands.main(["data", what, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: caffe_ocl data {what} [flags]\n"), out[:80]
+        assert all(f in out for f in flags) and "example:" in out
+        assert ("--source" in out) == (what == "cifar10")
+    for argv, msg in [([], "expects DATASET; got 0 argument(s)"),
+                      (["imagenet"], "unknown dataset 'imagenet' (mnist or cifar10"),
+                      (["mnsit"], "unknown dataset 'mnsit'; did you mean mnist?"),
+                      (["mnist", "extra"], "got 1 argument(s): 'extra'"),
+                      (["mnist", "--source", "x"], "unknown flag '--source'"),
+                      (["--source", "x", "mnist"], "--source is not a flag of caffe_ocl data "
+                                                   "mnist"),
+                      (["cifar10", "--ouy", "d"], "did you mean --out?")]:
+        assert commands.main(["data", *argv]) == 1, argv
+        err = capsys.readouterr().err
+        assert err.startswith("caffe_ocl data: error: ") and msg in err, (argv, err)
+        assert err.count("\n") == 1, err
+
+
+def test_flags_before_the_dataset(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert commands.main(["data", "--out", "digits", "mnist"]) == 0
+    assert "digits/mnist_train_lmdb" in capsys.readouterr().out
+    assert (tmp_path / "digits" / "mnist_test_lmdb" / "data.mdb").is_file()
 
 
 def test_mnist_into_the_current_folder(tmp_path, monkeypatch, capsys):
@@ -58,12 +81,14 @@ def test_cifar10_without_source_says_where_to_get_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DataError, match="cifar-10-binary.tar.gz"):
         data_cmd.main(["cifar10"])
+    with pytest.raises(DataError, match="CIFAR-10 source nowhere.tar.gz: not found"):
+        data_cmd.main(["cifar10", "--source", "nowhere.tar.gz"])
     assert not (tmp_path / "examples").exists()
 
 
 def test_gpu_request_without_a_gpu_says_cpu(caplog):
     from caffe_ocl import device as D
-    from caffe_ocl.train_cli import select_device
+    from caffe_ocl.training import select_device
     devices = D.list_devices()
     if any(d["is_gpu"] for d in devices):
         pytest.skip(f"this machine has an OpenCL GPU: {[(d['name'], d['type']) for d in devices]}")

@@ -146,3 +146,25 @@ def test_readme_cifar10(clone, rng):
             net = read_solver_prototxt(str(clone / args[args.index("--solver") + 1])).net
             line = f"caffe_ocl time --model {net} --iterations 1"
         check(clone, line, run(clone, line))
+
+
+def test_using_it_lists_every_command_once():
+    """README.md's "Using it": every command of `caffe_ocl --help` is shown
+    in its code blocks, each command line once, and each command on one
+    line only (train and data: one line per example they run)."""
+    from caffe_ocl import commands
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("\n## Using it\n"):]
+    section = section[:section.index("\n## ", 1)]
+    lines = []
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", section, re.S | re.M):
+        lines += [ln.split("#", 1)[0].strip() for ln in block.splitlines()
+                  if ln.startswith("caffe_ocl ")]
+    assert len(lines) == len(set(lines)), "a command line shown twice"
+    shown = [shlex.split(ln)[1] for ln in lines]
+    for name in commands.registry():
+        assert name in shown, f"caffe_ocl {name} is not in README.md's Using it"
+    twice = {n for n in shown if shown.count(n) > 1}
+    assert twice <= {"train", "data"}, twice
+    assert [ln for ln in lines if ln.startswith("caffe_ocl data ")] == [
+        "caffe_ocl data mnist", "caffe_ocl data cifar10 --source cifar-10-binary.tar.gz"]

@@ -118,6 +118,11 @@ def test_cifar10_errors_say_where_to_get_it(tmp_path, rng):
     (tmp_path / "test_batch.bin").write_bytes(files["test_batch.bin"][0][:-1])
     with pytest.raises(DataError, match="whole number of CIFAR-10 records"):
         ex.build_cifar10(str(tmp_path), str(tmp_path / "out"))
+    bad = bytearray(files["test_batch.bin"][0])
+    bad[0] = 12                                 # a CIFAR-100 fine label
+    (tmp_path / "test_batch.bin").write_bytes(bytes(bad))
+    with pytest.raises(DataError, match="label 12 out of range 0..9"):
+        ex.build_cifar10(str(tmp_path), str(tmp_path / "out"))
     (tmp_path / "notatar.tar.gz").write_bytes(b"nonsense")
     with pytest.raises(DataError, match="not a readable .tar.gz"):
         ex.build_cifar10(str(tmp_path / "notatar.tar.gz"), str(tmp_path / "out"))
