@@ -8,6 +8,7 @@ dependency (``pip install 'caffe_ocl[hdf5]'``).
 """
 import logging
 import os
+import stat
 
 import numpy as np
 
@@ -20,8 +21,11 @@ SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 def is_hdf5(path):
     """True when the file at ``path`` starts with (or has after a user
-    block) the HDF5 signature."""
+    block) the HDF5 signature. Only a regular file is opened (a FIFO or a
+    device would block or never end); the caller's reader reports those."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
         with open(path, "rb") as f:
             if f.read(8) == SIGNATURE:
                 return True

@@ -120,6 +120,9 @@ def check_path(path, check, what):
     if check == "file":
         if os.path.isdir(p):
             raise FileNotFound(f"{what}: expected a file, found a folder: {p}")
+        if not os.path.isfile(p):      # a FIFO would block, a device never end
+            raise FileNotFound(f"{what}: expected a regular file, found a special file "
+                               f"(FIFO, socket or device): {p}")
         if not os.access(p, os.R_OK):
             raise FileNotFound(f"{what}: file not readable: {p}")
     elif check == "dir" and not os.path.isdir(p):
