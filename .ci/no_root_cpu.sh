@@ -9,7 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
 work="$(mktemp -d)"
-python3 -m venv "$work/venv"
+if ! python3 -m venv "$work/venv" 2>/dev/null; then   # Debian's python3 without ensurepip
+  rm -rf "$work/venv"
+  if command -v apt-get >/dev/null; then apt-get install -y -qq python3-venv >/dev/null; fi
+  python3 -m venv "$work/venv"
+fi
 py="$work/venv/bin/python"
 "$py" -m pip install -q --upgrade pip
 "$py" -m pip install -q -e '.[cpu,test]'

@@ -86,9 +86,12 @@ def test_cifar10_without_source_says_where_to_get_it(tmp_path, monkeypatch):
     assert not (tmp_path / "examples").exists()
 
 
-def test_gpu_request_without_a_gpu_says_cpu(caplog):
+def test_gpu_request_without_a_gpu_says_cpu(caplog, monkeypatch):
     from caffe_ocl import device as D
     from caffe_ocl.training import select_device
+    # the process's device choice stays as it is for the tests after this one
+    monkeypatch.setattr(D, "set_mode_gpu", lambda: None)
+    monkeypatch.setattr(D, "set_device", lambda index: None)
     devices = D.list_devices()
     if any(d["is_gpu"] for d in devices):
         pytest.skip(f"this machine has an OpenCL GPU: {[(d['name'], d['type']) for d in devices]}")
