@@ -122,6 +122,12 @@ def convert_imageset(root, listfile, db_path, gray=False, shuffle=False, backend
                 log.error("%s", e)
                 failed += 1
                 continue
+            except Exception as e:  # noqa: BLE001 - any image that cannot be decoded
+                # (OpenCV on a PNG header claiming 60000x60000, a label past int32)
+                log.error("%s: image %s skipped (%s: %s)", where, root + path,
+                          type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+                failed += 1
+                continue
             if check_size:
                 if first_shape is None:
                     first_shape = shape
@@ -138,7 +144,7 @@ def convert_imageset(root, listfile, db_path, gray=False, shuffle=False, backend
                 bar.update(line_id + 1)
         writer.close()
     except BaseException:
-        writer.close()
+        writer.abort()     # no half-written database under the name
         raise
     finally:
         if bar:
