@@ -342,3 +342,12 @@ def test_convert_imageset_skips_what_it_cannot_decode(tmp_path):
     (tmp_path / "list.txt").write_text(f"ok.png 1\nhuge.png 2\nok.png {2**40}\nok.png 3\n")
     convert_imageset(str(tmp_path) + "/", str(tmp_path / "list.txt"), str(tmp_path / "db"))
     assert len(read_all(tmp_path / "db")) == 2      # ok.png twice; the others skipped
+
+
+def test_mnist_header_claiming_billions_of_images_is_one_line(tmp_path):
+    import struct
+    from caffe_ocl.data.tools import read_idx
+    (tmp_path / "img").write_bytes(struct.pack(">IIII", 2051, 2**32 - 1, 28, 28) + bytes(784))
+    (tmp_path / "lab").write_bytes(struct.pack(">II", 2049, 2**32 - 1) + bytes(1))
+    with pytest.raises(DataError, match="truncated IDX file"):
+        read_idx(str(tmp_path / "img"), str(tmp_path / "lab"))
