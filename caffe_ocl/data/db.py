@@ -12,6 +12,7 @@ to convert it.
 """
 import logging
 import os
+import shutil
 import stat
 import struct
 import threading
@@ -423,23 +424,33 @@ def open_db(path, backend="lmdb"):
 
 
 class LMDBWriter:
-    """A new LMDB (Caffe's db::NEW: the path must not exist yet)."""
+    """A new LMDB (Caffe's db::NEW: the path must not exist yet).
+
+    Records go to ``{path}.tmp-{pid}``, which ``close()`` renames to
+    ``path``: an error or a kill midway (``abort()``, or leaving a ``with``
+    block by an exception) never leaves a half-written database under the
+    name, which a rerun would refuse as "already exists"."""
     COMMIT_EVERY = 1000
 
     def __init__(self, path, map_size=1 << 28):
         lmdb = _lmdb()
         self.path = os.fspath(path)
-        if os.path.exists(self.path):
+        if os.path.lexists(self.path):
             raise DataError(f"database {self.path} already exists; remove it or choose "
                             "another name (caffe_ocl never writes into an existing database)")
         parent = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(parent):
             raise DataError(f"database {self.path}: parent folder {parent} does not exist")
+        self.tmp = f"{self.path}.tmp-{os.getpid()}"
+        self.env = None
         try:
-            os.mkdir(self.path, 0o755)
-            self.env = lmdb.open(self.path, map_size=map_size, subdir=True, meminit=False,
+            if os.path.lexists(self.tmp):       # this process's own leftover
+                shutil.rmtree(self.tmp)
+            os.mkdir(self.tmp, 0o755)
+            self.env = lmdb.open(self.tmp, map_size=map_size, subdir=True, meminit=False,
                                  map_async=True, max_dbs=0)
         except (OSError, lmdb.Error) as e:
+            self._remove_tmp()
             raise DataError(f"database {self.path}: cannot create ({e})") from None
         self.pending = []
         self.count = 0
@@ -467,14 +478,42 @@ class LMDBWriter:
         self.pending = []
 
     def close(self):
+        """Commit, and give the database its name."""
         if self.env is not None:
-            self.commit()
-            self.env.sync(True)
+            try:
+                self.commit()
+                self.env.sync(True)
+            except BaseException:
+                self.abort()
+                raise
             self.env.close()
             self.env = None
+            try:
+                os.rename(self.tmp, self.path)
+            except OSError as e:
+                self._remove_tmp()
+                raise DataError(f"database {self.path}: cannot give it its name "
+                                f"({e.strerror or e})") from None
+
+    def abort(self):
+        """Drop everything written: neither the name nor the temp folder stays."""
+        if self.env is not None:
+            try:
+                self.env.close()
+            except Exception:  # noqa: BLE001 - closing on the way out of an error
+                pass
+            self.env = None
+        self.pending = []
+        self._remove_tmp()
+
+    def _remove_tmp(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, *exc):
-        self.close()
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()

@@ -103,6 +103,12 @@ def convert_imageset(root, listfile, db_path, gray=False, shuffle=False, backend
                 log.error("%s", e)
                 failed += 1
                 continue
+            except Exception as e:  # noqa: BLE001 - any image that cannot be decoded
+                # (OpenCV on a PNG header claiming 60000x60000, a label past int32)
+                log.error("%s: image %s skipped (%s: %s)", where, root + path,
+                          type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+                failed += 1
+                continue
             if check_size:
                 if first_shape is None:
                     first_shape = shape
@@ -119,7 +125,7 @@ def convert_imageset(root, listfile, db_path, gray=False, shuffle=False, backend
                 bar.update(line_id + 1)
         writer.close()
     except BaseException:
-        writer.close()
+        writer.abort()     # no half-written database under the name
         raise
     finally:
         if bar:
@@ -181,6 +187,20 @@ def _open_maybe_gz(path):
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
+def _read_up_to(f, nbytes, chunk=1 << 24):
+    """At most ``nbytes`` of ``f``, read in chunks: a header claiming 2^32-1
+    images costs only the bytes the file really has (one read of that size
+    was a MemoryError); a short result is reported as truncated."""
+    parts, left = [], nbytes
+    while left > 0:
+        b = f.read(min(left, chunk))
+        if not b:
+            break
+        parts.append(b)
+        left -= len(b)
+    return b"".join(parts)
+
+
 def read_idx(images_path, labels_path):
     """(images uint8 [N, rows, cols], labels uint8 [N]) from MNIST IDX files
     (gzip or plain)."""
@@ -195,7 +215,7 @@ def read_idx(images_path, labels_path):
             if len(head) < 12:
                 raise DataError(f"{images_path}: too short for an IDX image file")
             n, rows, cols = struct.unpack(">III", head)
-            pixels = f.read(n * rows * cols)
+            pixels = _read_up_to(f, n * rows * cols)
         with _open_maybe_gz(labels_path) as f:
             head = f.read(4)
             magic = struct.unpack(">I", head)[0] if len(head) == 4 else None
@@ -206,7 +226,7 @@ def read_idx(images_path, labels_path):
             if len(head) < 4:
                 raise DataError(f"{labels_path}: too short for an IDX label file")
             nl = struct.unpack(">I", head)[0]
-            labels = f.read(nl)
+            labels = _read_up_to(f, nl)
     except (OSError, EOFError) as e:
         raise DataError(f"convert_mnist_data: cannot read ({e})") from None
     if n != nl:

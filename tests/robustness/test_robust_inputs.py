@@ -316,3 +316,38 @@ def test_untouched_layers_are_warned_about(tmp_path, caplog):
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2 and all("no weights for layer ip" in w for w in warnings)
     assert "Ignoring source layer fc9" in caplog.text
+
+
+def test_lmdb_writer_leaves_no_half_written_database(tmp_path):
+    path = tmp_path / "db"
+    with pytest.raises(RuntimeError):
+        with LMDBWriter(str(path)) as w:
+            w.put("a", b"x")
+            w.commit()
+            raise RuntimeError("an error midway")
+    assert not path.exists() and os.listdir(tmp_path) == []
+    make_db(path, n=3)                   # a rerun is not refused
+    assert len(read_all(path)) == 3
+
+
+def test_convert_imageset_skips_what_it_cannot_decode(tmp_path):
+    import cv2
+    from caffe_ocl.data.tools import convert_imageset
+    cv2.imwrite(str(tmp_path / "ok.png"), np.zeros((4, 4, 3), np.uint8))
+    # a PNG header claiming 60000 x 60000 pixels, then nothing
+    good = (tmp_path / "ok.png").read_bytes()
+    ihdr = bytearray(good[:33])
+    ihdr[16:24] = (60000).to_bytes(4, "big") * 2
+    (tmp_path / "huge.png").write_bytes(bytes(ihdr) + good[33:])
+    (tmp_path / "list.txt").write_text(f"ok.png 1\nhuge.png 2\nok.png {2**40}\nok.png 3\n")
+    convert_imageset(str(tmp_path) + "/", str(tmp_path / "list.txt"), str(tmp_path / "db"))
+    assert len(read_all(tmp_path / "db")) == 2      # ok.png twice; the others skipped
+
+
+def test_mnist_header_claiming_billions_of_images_is_one_line(tmp_path):
+    import struct
+    from caffe_ocl.data.tools import read_idx
+    (tmp_path / "img").write_bytes(struct.pack(">IIII", 2051, 2**32 - 1, 28, 28) + bytes(784))
+    (tmp_path / "lab").write_bytes(struct.pack(">II", 2049, 2**32 - 1) + bytes(1))
+    with pytest.raises(DataError, match="truncated IDX file"):
+        read_idx(str(tmp_path / "img"), str(tmp_path / "lab"))
