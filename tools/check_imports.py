@@ -77,7 +77,9 @@ LAYERS = [
     # the pycaffe face: `import caffe_ocl as caffe`
     ("package", ["", "pycaffe"]),
     # command-line programs: nothing below imports them
-    ("commands", ["commands", "commands.*", "__main__"]),
+    # (cli: the deprecated entry point of installs made before commands/ existed)
+    ("commands", ["commands", "commands.*", "__main__",
+                  "cli"]),
 ]
 
 
