@@ -30,6 +30,18 @@ def settings():
         yield lambda **values: stack.enter_context(config.override(**values))
 
 
+def opencv_with_caffe_importer():
+    """cv2, for tests that compare with OpenCV's Caffe importer; skips where
+    it is absent (OpenCV 5 removed cv2.dnn.readNetFromCaffe: the [compare]
+    extra brings an OpenCV 4, as CI installs)."""
+    cv2 = pytest.importorskip("cv2")
+    if not hasattr(getattr(cv2, "dnn", None), "readNetFromCaffe"):
+        pytest.skip(f"OpenCV {cv2.__version__} has no Caffe importer (OpenCV 5 removed "
+                    "it): pip install 'caffe_ocl[compare]' for these comparisons",
+                    allow_module_level=True)
+    return cv2
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)

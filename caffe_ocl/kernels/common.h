@@ -65,4 +65,19 @@ inline float4 run4(__global const float* s, int sw) {
     return (float4)(a.s02, b.s13);
 }
 
+/* a / b correctly rounded, as IEEE (and CUDA's default) division. OpenCL
+ * lets float division be off by 2.5 ulp (NVIDIA's is), which moves a
+ * floor/ceil bin edge computed from the quotient (ROIPooling's 7/3 * 3 gave
+ * 7.0000005 -> ceil 8). fma's residual is exact, so the neighbour with the
+ * smallest residual is the correctly rounded quotient. */
+inline float div_rn(float a, float b) {
+    float q = a / b;
+    float r = fabs(fma(-q, b, a));
+    const float up = nextafter(q, INFINITY), dn = nextafter(q, -INFINITY);
+    const float ru = fabs(fma(-up, b, a)), rd = fabs(fma(-dn, b, a));
+    if (ru < r) { q = up; r = ru; }
+    if (rd < r) q = dn;
+    return q;
+}
+
 #endif

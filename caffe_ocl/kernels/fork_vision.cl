@@ -200,7 +200,7 @@ __kernel void roi_pool_fwd(int total, float scale, int C, int H, int W, int PH, 
         int b, rsw, rsh, rew, reh;
         roi_box(rois + n * 5, scale, &b, &rsw, &rsh, &rew, &reh);
         const int rw = max(rew - rsw + 1, 1), rh = max(reh - rsh + 1, 1);
-        const float bh = (float)rh / (float)PH, bw = (float)rw / (float)PW;
+        const float bh = div_rn((float)rh, (float)PH), bw = div_rn((float)rw, (float)PW);
         int hs = (int)floor((float)ph * bh), ws = (int)floor((float)pw * bw);
         int he = (int)ceil((float)(ph + 1) * bh), we = (int)ceil((float)(pw + 1) * bw);
         hs = min(max(hs + rsh, 0), H);
@@ -243,9 +243,9 @@ __kernel void roi_pool_bwd(int total, float scale, int R, int C, int H, int W, i
             if (!(w >= rsw && w <= rew && h >= rsh && h <= reh)) continue;
             const int off = (q * C + c) * PH * PW;
             const int rw = max(rew - rsw + 1, 1), rh = max(reh - rsh + 1, 1);
-            const float bh = (float)rh / (float)PH, bw = (float)rw / (float)PW;
-            int phs = (int)floor((float)(h - rsh) / bh), phe = (int)ceil((float)(h - rsh + 1) / bh);
-            int pws = (int)floor((float)(w - rsw) / bw), pwe = (int)ceil((float)(w - rsw + 1) / bw);
+            const float bh = div_rn((float)rh, (float)PH), bw = div_rn((float)rw, (float)PW);
+            int phs = (int)floor(div_rn((float)(h - rsh), bh)), phe = (int)ceil(div_rn((float)(h - rsh + 1), bh));
+            int pws = (int)floor(div_rn((float)(w - rsw), bw)), pwe = (int)ceil(div_rn((float)(w - rsw + 1), bw));
             phs = min(max(phs, 0), PH);
             phe = min(max(phe, 0), PH);
             pws = min(max(pws, 0), PW);

@@ -9,6 +9,7 @@ import pytest
 import caffe_ocl
 from caffe_ocl import detection
 from caffe_ocl.commands import detect as detect_cmd
+from conftest import opencv_with_caffe_importer
 
 cv2 = pytest.importorskip("cv2")
 
@@ -61,6 +62,7 @@ def model(tmp_path):
 
 
 def _cv2_rows(proto, weights, img, mean, scale, swap_rb):
+    opencv_with_caffe_importer()
     cvn = cv2.dnn.readNetFromCaffe(proto, weights)
     blob = cv2.dnn.blobFromImage(img, scale, (32, 24), mean, swapRB=swap_rb, crop=False)
     cvn.setInput(blob)

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 import caffe_ocl
+from conftest import opencv_with_caffe_importer
 
-cv2 = pytest.importorskip("cv2")
+cv2 = opencv_with_caffe_importer()   # skips the module without one
 
 
 def _both(tmp_path, proto, inputs, outputs):

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 import caffe_ocl
+from conftest import opencv_with_caffe_importer
 from caffe_ocl import config
 
-cv2 = pytest.importorskip("cv2")
+cv2 = opencv_with_caffe_importer()   # skips the module without one
 
 MINI_SSD = """name: "mini_ssd"
 input: "data"
