@@ -127,45 +127,47 @@ def test_help_through_the_installed_entry_point():
     assert "Traceback" not in out.stderr
 
 
-OLD_STYLE = '''"""`caffe_ocl oldstyle`: a command written against the older parse_flags."""
-from caffe_ocl.flags import parse_flags
+NEW_MODULE = '''"""`caffe_ocl newcmd`: a command module dropped into commands/."""
+from caffe_ocl.commands.flags import Arg, Flag, Spec
 
-COMMAND = "oldstyle"
+COMMAND = "newcmd"
+SPEC = Spec("caffe_ocl newcmd", "a command module dropped into commands/",
+            flags=[Flag("model", str, "", "a model"), Flag("scale", float, 1.0, "a factor")],
+            args=[Arg("INPUT", "an input", optional=True, many=True)],
+            example="caffe_ocl newcmd --model m p")
 
 
 def main(argv):
-    flags, pos = parse_flags(argv, {"model": str, "scale": float}, {"scale": 1.0},
-                             program="caffe_ocl oldstyle")
-    print("ran", flags, pos)
+    opts = SPEC.parse(argv)
+    print("ran", opts.model, opts.scale, list(opts.args))
     return 0
 '''
 
 
 def test_a_new_module_is_a_command_without_a_registry_edit(tmp_path, monkeypatch, capsys):
-    """What another module in commands/ gets (e.g. one on the older
-    parse_flags interface): discovery from its source, help, version and
-    did-you-mean through the dispatcher."""
-    (tmp_path / "oldstyle_mod.py").write_text(OLD_STYLE)
-    assert commands._describe(str(tmp_path / "oldstyle_mod.py"), "oldstyle_mod") == \
-        ("oldstyle", "a command written against the older parse_flags.")
+    """What another module in commands/ gets: discovery from its source,
+    help, version and did-you-mean through the dispatcher."""
+    (tmp_path / "newcmd_mod.py").write_text(NEW_MODULE)
+    assert commands._describe(str(tmp_path / "newcmd_mod.py"), "newcmd_mod") == \
+        ("newcmd", "a command module dropped into commands/.")
     (tmp_path / "helper_mod.py").write_text("X = 1\n")
     assert commands._describe(str(tmp_path / "helper_mod.py"), "helper_mod") is None
     monkeypatch.syspath_prepend(str(tmp_path))
     real = commands.registry
     monkeypatch.setattr(commands, "registry", lambda: dict(
-        real(), oldstyle=("oldstyle_mod", "a command written against the older parse_flags")))
-    assert commands.main(["oldstyle", "--model", "m", "p"]) == 0
-    assert capsys.readouterr().out.startswith("ran {'scale': 1.0, 'model': 'm'} ['p']")
-    assert commands.main(["oldstyle", "-h"]) == 0
+        real(), newcmd=("newcmd_mod", "a command module dropped into commands/")))
+    assert commands.main(["newcmd", "--model", "m", "p"]) == 0
+    assert capsys.readouterr().out.startswith("ran m 1.0 ['p']")
+    assert commands.main(["newcmd", "-h"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("usage: caffe_ocl oldstyle [flags]") and "--scale X" in out
-    assert commands.main(["oldstyle", "--version"]) == 0
+    assert out.startswith("usage: caffe_ocl newcmd") and "--scale X" in out
+    assert commands.main(["newcmd", "--version"]) == 0
     assert capsys.readouterr().out.strip() == f"caffe_ocl {__version__}"
-    assert commands.main(["oldstyle", "--modle", "m"]) == 1
+    assert commands.main(["newcmd", "--modle", "m"]) == 1
     assert capsys.readouterr().err.startswith(
-        "caffe_ocl oldstyle: error: unknown flag '--modle'; did you mean --model?")
-    assert "oldstyle" in commands.usage() and commands.main(["oldstyl"]) == 1
-    assert "did you mean oldstyle?" in capsys.readouterr().err
+        "caffe_ocl newcmd: error: unknown flag '--modle'; did you mean --model?")
+    assert "newcmd" in commands.usage() and commands.main(["newcm"]) == 1
+    assert "did you mean newcmd?" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------

@@ -10,9 +10,10 @@ cv2 = pytest.importorskip("cv2")
 def test_missing_image_gives_one_message_without_opencv_warnings(tmp_path, capfd):
     bad = tmp_path / "not_an_image.jpg"
     bad.write_text("hello")
-    for path in (tmp_path / "missing.jpg", bad):
-        with pytest.raises(DataError, match="could not open or decode image"):
-            read_image(str(path), where="convert_imageset")
+    with pytest.raises(DataError, match="image .*missing.jpg not found"):
+        read_image(str(tmp_path / "missing.jpg"), where="convert_imageset")
+    with pytest.raises(DataError, match="could not open or decode image"):
+        read_image(str(bad), where="convert_imageset")
     err = capfd.readouterr().err
     assert "WARN" not in err and "findDecoder" not in err
 
