@@ -559,7 +559,7 @@ class Device:
         # kernel files built without LLVM's optimisations (-cl-opt-disable;
         # part of the program cache keys): the tests' GPU kernels on CPU
         # drivers, where optimising them took PoCL most of the suite's time
-        # (tests/test_conv_algorithms.py). CPU drivers only: NVIDIA's
+        # (tests/ops/test_conv_algorithms.py). CPU drivers only: NVIDIA's
         # compiler at -cl-opt-disable does not link the kernels' C99
         # ``inline`` helpers (unresolved externs)
         self.unoptimized_sources = frozenset()

