@@ -51,7 +51,7 @@ LAYERS = [
     ("ops", ["ops", "ops.*"]),
     ("blob", ["blob"]),
     # caffe.proto, text/binary readers and writers, upgraders
-    ("proto", ["proto", "proto.*", "safe_io"]),
+    ("proto", ["proto", "proto.*"]),
     # record formats and readers (LMDB/LevelDB, Datum, image lists,
     # transformer, prefetch); the rest of data/ (tools, converters, demo
     # data) sits with the features
@@ -61,8 +61,7 @@ LAYERS = [
     ("layers", ["layers", "layers.*"]),
     # planning passes over the net's public graph: memory plan, inference
     # folding, training fusions, the execution plan
-    ("plan", ["plan", "plan.*", "memory_plan", "param_arena", "fusion", "fusion_eltwise",
-              "fusion_train"]),
+    ("plan", ["plan", "plan.*"]),
     # Net and what it is made of (pycaffe's Net methods, HDF5 weights)
     ("net", ["net", "pycaffe_net", "hdf5_weights"]),
     # the Solver loop, update rules, learning-rate policies, snapshots, and
