@@ -49,7 +49,8 @@ class BasePrefetchingDataLayer(Layer):
         self._current = None
         self.source = source
         self._depth = depth
-        self._start_state = source.state()   # read state before the first batch
+        # read state before the first batch (sources that record one)
+        self._start_state = source.state() if source.resumable else None
         self.prefetcher = Prefetcher(source.alloc, source.fill, depth,
                                      name=f"layer {self.name!r} ({self.type})",
                                      setup=source.setup,
@@ -66,15 +67,22 @@ class BasePrefetchingDataLayer(Layer):
     def data_state(self):
         """The read state at the next batch forward will consume (batches
         already prefetched are ahead of it): a JSON-able dict that
-        ``restore_data_state`` takes (the solverstate records it)."""
+        ``restore_data_state`` takes (the solverstate records it); None for
+        a source that records none (WindowData)."""
+        if not self.source.resumable:
+            return None
         cur = self._current
         return self._start_state if cur is None else cur.state
 
     def restore_data_state(self, state):
         """Seek the reader to ``state`` (from ``data_state``): the prefetched
         batches are dropped and the thread refilled from there."""
+        where = f"layer {self.name!r} ({self.type})"
+        if not self.source.resumable:
+            log.info("%s: its read position is not restored", where)
+            return
         self.prefetcher.stop(timeout=None)
-        self.source.set_state(state, f"layer {self.name!r} ({self.type})")
+        self.source.set_state(state, where)
         self._start_prefetch(self.source, self._depth)
 
     def close(self):
@@ -86,6 +94,10 @@ class BasePrefetchingDataLayer(Layer):
 class RecordSource:
     """State owned by the prefetch thread (kept apart from the layer so the
     layer can be garbage-collected while the thread runs)."""
+
+    # True where ``state``/``set_state`` capture the whole read position
+    # (exact resume); the fills then store ``batch.state``
+    resumable = False
 
     def __init__(self, batch_size, out_shape, with_label, transformer):
         self.batch_size = batch_size
@@ -139,6 +151,8 @@ class _Shard:
 
 
 class _DBSource(RecordSource):
+    resumable = True
+
     def __init__(self, reader, skip, record_shape, force, shard=None, **kw):
         super().__init__(**kw)
         self.reader = reader
@@ -242,6 +256,8 @@ class DataLayer(BasePrefetchingDataLayer):
 # ImageData
 
 class _ListSource(RecordSource):
+    resumable = True
+
     def __init__(self, lines, lines_id, source, root, new_hw, is_color, shuffle, rng,
                  record_shape, shard=None, **kw):
         super().__init__(**kw)

@@ -120,9 +120,10 @@ class Snapshotting:
 
     def _data_states(self):
         """{layer name: read state} of the train net's data layers."""
-        return {name: layer.data_state()
-                for name, layer in zip(self.net.graph.layer_names, self.net.layers)
-                if hasattr(layer, "data_state")}
+        states = {name: layer.data_state()
+                  for name, layer in zip(self.net.graph.layer_names, self.net.layers)
+                  if hasattr(layer, "data_state")}
+        return {k: v for k, v in states.items() if v is not None}
 
     def _restore_data_states(self, states, path):
         readers = [(name, layer) for name, layer in zip(self.net.graph.layer_names,

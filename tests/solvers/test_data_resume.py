@@ -140,3 +140,28 @@ def test_malformed_read_position_is_one_error(tmp_path):
     r = caffe.get_solver(p)
     with pytest.raises(caffe.errors.CaffeOclError, match=r"snap_iter_1.solverstate: .*layer .data."):
         r.restore(path)
+
+
+def test_window_data_snapshot_and_restore_still_work(tmp_path, caplog):
+    """WindowData records no read position (its draws are random, not a
+    sequence): snapshot and restore work and say so."""
+    img = np.random.default_rng(0).integers(0, 256, (20, 20, 3), dtype=np.uint8)
+    cv2.imwrite(str(tmp_path / "a.png"), img)
+    (tmp_path / "windows.txt").write_text(
+        "# 0\na.png\n3\n20\n20\n2\n1 0.9 0 0 9 9\n2 0.1 5 5 14 14\n")
+    layer = (f'layer {{ name: "data" type: "WindowData" top: "x" top: "y" '
+             f'window_data_param {{ source: "{tmp_path}/windows.txt" root_folder: "{tmp_path}/" '
+             f'batch_size: 2 fg_threshold: 0.5 bg_threshold: 0.5 }} '
+             f'transform_param {{ crop_size: 4 }} }}')
+    p = solver_param(tmp_path, layer)
+    s = caffe.get_solver(p)
+    s.step(2)
+    path = s.snapshot()
+    raw = open(path, "rb").read()
+    assert sstate.parse_solver_state(raw, path)[2] == {}
+    r = caffe.get_solver(p)
+    with caplog.at_level(logging.INFO, logger="caffe_ocl"):
+        r.restore(path)
+    assert "no read position for data layer 'data'" in caplog.text
+    r.step(1)
+    assert r.iter == 3
