@@ -114,7 +114,7 @@ def decode_data_state(raw, path):
 def parse_data_state(text, path):
     try:
         states = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise SolverError(f"{path}: the data layers' read positions are not valid "
                           f"JSON ({e})") from None
     if not isinstance(states, dict) or not all(isinstance(v, dict) for v in states.values()):

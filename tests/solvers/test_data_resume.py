@@ -165,3 +165,18 @@ def test_window_data_snapshot_and_restore_still_work(tmp_path, caplog):
     assert "no read position for data layer 'data'" in caplog.text
     r.step(1)
     assert r.iter == 3
+
+
+@pytest.mark.parametrize("payload", [b"{not json", b"[" * 100000, b'{"data": 3}', b"\xff\xfe"])
+def test_hostile_read_positions_are_one_error(tmp_path, payload):
+    def varint(v):
+        out = bytearray()
+        while v >= 0x80:
+            out.append(v & 0x7F | 0x80)
+            v >>= 7
+        return bytes(out + bytes([v]))
+    st = caffe.proto.caffe_pb2.SolverState(iter=1)
+    raw = st.SerializeToString() + varint(sstate.DATA_FIELD << 3 | 2) + \
+        varint(len(payload)) + payload
+    with pytest.raises(caffe.errors.SolverError, match="read positions"):
+        sstate.parse_solver_state(raw, "x.solverstate")
