@@ -1,6 +1,9 @@
 """caffe_ocl: Caffe-compatible deep learning whose every computation runs
 in OpenCL kernels. ``import caffe_ocl as caffe`` gives pycaffe's API."""
-import logging as _logging
+from . import startup as _startup
+_startup.guard()     # a Ctrl-C while the command starts: one line, status 130
+
+import logging as _logging  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -44,7 +44,7 @@ PACKAGE = "caffe_ocl"
 # same order.
 LAYERS = [
     # (ranks: Caffe::solver_count/solver_rank, read by layers and solvers)
-    ("base", ["errors", "config", "logs", "paths", "ranks"]),
+    ("base", ["errors", "config", "logs", "paths", "ranks", "startup"]),
     # one OpenCL device: context, queue, program cache, memory pool, scratch
     ("device", ["device"]),
     # primitives: Python launch builders over kernels/*.cl

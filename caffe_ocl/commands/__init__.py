@@ -39,6 +39,7 @@ import os
 import pkgutil
 import sys
 
+from .. import startup
 from ..errors import CaffeOclError
 from .flags import HELP, VERSION, HelpRequested, version_text
 
@@ -112,6 +113,7 @@ def run(name, argv):
         print(version_text())
         return 0
     module = importlib.import_module(cmds[name][0])
+    startup.end()     # from here a Ctrl-C is a KeyboardInterrupt, caught below
     try:
         rc = module.main(list(argv))
     except HelpRequested as h:
@@ -127,6 +129,21 @@ def run(name, argv):
 
 
 def main(argv=None):
+    """The command line; a reader that closes the pipe early
+    (``caffe_ocl train --help | head``) ends it quietly, status 141 as
+    SIGPIPE gives a Unix tool."""
+    try:
+        rc = _dispatch(argv)
+        sys.stdout.flush()
+        return rc
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)   # no second error at exit's flush
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
+
+
+def _dispatch(argv):
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in HELP or argv[0] == "help":
         if len(argv) > 1 and argv[0] == "help":

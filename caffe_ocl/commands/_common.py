@@ -1,6 +1,7 @@
 """Pieces several commands share (not a command: the name starts with _)."""
 import logging
 
+from .. import config
 from ..device import get_device, parse_device_ids, set_device, set_mode_gpu
 from ..logs import init_log
 from .deps import require
@@ -13,7 +14,17 @@ GPU = Flag("gpu", str, "", "OpenCL device id (Caffe's --gpu: the first of N,M,..
 LEVEL = Flag("level", int, 0, "the net state's level (NetStateRule)")
 STAGE = Flag("stage", str, "", "the net state's stages, comma-separated (NetStateRule)",
              metavar="A,B")
+UNTRUSTED = Flag("untrusted", bool, False,
+                 "treat the model as untrusted: refuse Python layers and layers that write "
+                 "files (HDF5Output); as CAFFE_OCL_UNTRUSTED=1 or caffe_ocl.set_untrusted()")
 HDF5_SUFFIXES = (".h5", ".hdf5")
+
+
+def apply_untrusted(opts):
+    """--untrusted: the setting UNTRUSTED on for this run (never turns an
+    UNTRUSTED=1 of the environment off)."""
+    if opts.untrusted:
+        config.set("UNTRUSTED", True)
 
 
 def start_log():

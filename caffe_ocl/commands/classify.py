@@ -13,6 +13,7 @@ from ..errors import FlagError
 from ..paths import models_dir
 from ..proto import read_blob_array
 from .flags import Arg, Flag, Spec
+from ._common import UNTRUSTED, apply_untrusted
 
 SUMMARY = "classify images with a Caffe model (default: the shipped CIFAR-10 quick)"
 
@@ -28,7 +29,8 @@ SPEC = Spec(
            Flag("labels", str, "", "text file with one class name per line", check="file"),
            Flag("scale", float, 1.0, "factor applied after the mean"),
            Flag("top_k", int, 3, "classes printed per image"),
-           Flag("gpu", str, "", "OpenCL device id (N; all: the default GPU)", metavar="ID")],
+           Flag("gpu", str, "", "OpenCL device id (N; all: the default GPU)", metavar="ID"),
+           UNTRUSTED],
     args=[Arg("IMAGE", "image files (default with the shipped model: its three examples)",
               optional=True, many=True, check="file")],
     example="caffe_ocl classify\n"
@@ -40,6 +42,7 @@ SPEC = Spec(
 
 def main(argv):
     opts = SPEC.parse(argv)
+    apply_untrusted(opts)
     logging.getLogger("caffe_ocl").setLevel(logging.WARNING)
     model, weights, images = opts.model, opts.weights, list(opts.args)
     mean_value, labels = opts.mean_value, None

@@ -16,7 +16,7 @@ from .. import detection
 from ..errors import DataError, FlagError
 from ..net import TEST, Net
 from ..proto import blobproto_to_array, read_blobproto
-from ._common import GPU, require_hdf5_for, use_device
+from ._common import GPU, UNTRUSTED, apply_untrusted, require_hdf5_for, use_device
 from .flags import Arg, Flag, Spec
 
 SUMMARY = "detect objects with an SSD-style net: per image a .json and a .png with the boxes"
@@ -38,7 +38,7 @@ SPEC = Spec(
            Flag("threshold", float, 0.5, "lowest score kept"),
            Flag("output_dir", str, ".", "folder for <stem>.json and <stem>.png",
                 metavar="DIR"),
-           GPU],
+           GPU, UNTRUSTED],
     args=[Arg("IMAGE", "image files", many=True, check="file")],
     example="caffe_ocl detect --model deploy.prototxt --weights ssd.caffemodel "
             "--mean_value 104,117,123 --labels labelmap_voc.prototxt --output_dir out "
@@ -57,6 +57,7 @@ def _numbers(text, flag, kind):
 
 def main(argv):
     opts = SPEC.parse(argv)
+    apply_untrusted(opts)
     if not opts.model or not opts.weights:
         raise FlagError("--model and --weights are required (caffe_ocl detect --help)")
     mean = swap = labels = None

@@ -7,6 +7,7 @@ from ..errors import FlagError
 from ..net import TEST, Net
 from ._common import require_hdf5_for, start_log
 from .flags import Arg, Spec
+from ._common import UNTRUSTED, apply_untrusted
 
 SUMMARY = "features of named blobs into LMDBs (Caffe's extract_features)"
 
@@ -14,6 +15,7 @@ log = logging.getLogger("caffe_ocl")
 
 SPEC = Spec(
     "caffe_ocl extract_features", SUMMARY,
+    flags=[UNTRUSTED],
     args=[Arg("pretrained_net_param", "the trained .caffemodel", check="files"),
           Arg("feature_extraction_proto_file", "the net prototxt (TEST phase) whose data "
               "layer reads the inputs", check="file"),
@@ -34,6 +36,7 @@ SPEC = Spec(
 
 def main(argv):
     opts = SPEC.parse(argv)
+    apply_untrusted(opts)
     a = opts.args
     weights, model, blobs, dbs = a[0], a[1], a[2].split(","), a[3].split(",")
     try:

@@ -1,7 +1,7 @@
 """`caffe_ocl test`: score a model with given weights (Caffe's `caffe test`)."""
 from ..errors import FlagError
 from ..training import score, stages_of
-from ._common import GPU, LEVEL, STAGE, require_hdf5_for, start_log
+from ._common import GPU, LEVEL, STAGE, UNTRUSTED, apply_untrusted, require_hdf5_for, start_log
 from .flags import Flag, Spec
 
 COMMAND = "test"
@@ -13,7 +13,7 @@ SPEC = Spec(
            Flag("weights", str, "", "trained .caffemodel(s), comma-separated (required)",
                 metavar="W1,W2", check="files"),
            Flag("iterations", int, 50, "batches to run"),
-           GPU, LEVEL, STAGE],
+           GPU, LEVEL, STAGE, UNTRUSTED],
     example="caffe_ocl test --model models/cifar10_quick/cifar10_quick_train_test.prototxt "
             "--weights W.caffemodel --iterations 100",
     details="Logs each batch's outputs and their means, as Caffe does.")
@@ -21,6 +21,7 @@ SPEC = Spec(
 
 def main(argv):
     opts = SPEC.parse(argv)
+    apply_untrusted(opts)
     if not opts.model:
         raise FlagError("Need a model definition to score (--model=...).")
     if not opts.weights:

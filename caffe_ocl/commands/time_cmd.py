@@ -5,7 +5,8 @@ import time
 from ..errors import FlagError
 from ..net import TEST, TRAIN, Net
 from ..timing import time_net
-from ._common import GPU, LEVEL, STAGE, require_hdf5_for, start_log, use_device
+from ._common import (GPU, LEVEL, STAGE, UNTRUSTED, apply_untrusted, require_hdf5_for, start_log,
+                      use_device)
 from .flags import Flag, Spec
 
 COMMAND = "time"
@@ -20,7 +21,7 @@ SPEC = Spec(
            Flag("iterations", int, 50, "forward-backward passes to time"),
            Flag("phase", str, "TRAIN", "the net's phase: TRAIN or TEST"),
            Flag("forward_only", bool, False, "time the forward pass only"),
-           GPU, LEVEL, STAGE],
+           GPU, LEVEL, STAGE, UNTRUSTED],
     example="caffe_ocl time --model models/cifar10_quick/cifar10_quick.prototxt "
             "--iterations 20",
     details="Each layer is timed with the device queue drained before and after it.")
@@ -28,6 +29,7 @@ SPEC = Spec(
 
 def main(argv):
     opts = SPEC.parse(argv)
+    apply_untrusted(opts)
     if not opts.model:
         raise FlagError("time needs --model NET.prototxt")
     phase = opts.phase.upper()

@@ -3,7 +3,7 @@ from ..device import parse_device_ids
 from ..errors import FlagError
 from ..parallel import launch as par
 from ..training import EFFECTS, stages_of, train
-from ._common import LEVEL, STAGE, require_hdf5_for, start_log
+from ._common import LEVEL, STAGE, UNTRUSTED, apply_untrusted, require_hdf5_for, start_log
 from .deps import require
 from .flags import Flag, Spec
 
@@ -19,7 +19,8 @@ SPEC = Spec(
                 "data-parallel) or all", metavar="ID"),
            LEVEL, STAGE,
            Flag("sigint_effect", str, "stop", "what Ctrl-C does: stop, snapshot or none"),
-           Flag("sighup_effect", str, "snapshot", "what SIGHUP does: stop, snapshot or none")],
+           Flag("sighup_effect", str, "snapshot", "what SIGHUP does: stop, snapshot or none"),
+           UNTRUSTED],
     example="caffe_ocl train --solver models/lenet/lenet_solver.prototxt\n"
             "caffe_ocl train --solver S.prototxt --snapshot lenet_iter_500.solverstate",
     details="Snapshots, test scores and the log are as Caffe writes them; on a terminal a "
@@ -28,6 +29,7 @@ SPEC = Spec(
 
 def main(argv):
     opts = SPEC.parse(argv)
+    apply_untrusted(opts)
     if not opts.solver:
         raise FlagError("Need a solver definition to train (--solver=...).")
     if opts.snapshot and opts.weights:

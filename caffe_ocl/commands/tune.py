@@ -5,7 +5,7 @@ from ..errors import FlagError
 from ..net import TEST, TRAIN, Net
 from ..ops import tuned
 from ..tuning import net_conv_passes, tune_passes
-from ._common import GPU, LEVEL, STAGE, start_log, use_device
+from ._common import GPU, LEVEL, STAGE, UNTRUSTED, apply_untrusted, start_log, use_device
 from .flags import Flag, Spec
 
 SUMMARY = "time each convolution's algorithms on this device and store the fastest"
@@ -18,7 +18,7 @@ SPEC = Spec(
            Flag("phase", str, "TRAIN", "TRAIN (forward and gradients) or TEST (forward)"),
            Flag("iterations", int, 5, "timing rounds per algorithm (the median decides)"),
            Flag("store", bool, True, "store the choices for nets built later"),
-           GPU, LEVEL, STAGE],
+           GPU, LEVEL, STAGE, UNTRUSTED],
     example="caffe_ocl tune --model models/cifar10_quick/cifar10_quick.prototxt --phase TEST",
     details="Choices are stored per device, geometry, pass and TF32 setting under "
             "CAFFE_OCL_CACHE; nets built afterwards use them.")
@@ -26,6 +26,7 @@ SPEC = Spec(
 
 def main(argv):
     opts = SPEC.parse(argv)
+    apply_untrusted(opts)
     if not opts.model:
         raise FlagError("tune needs --model NET.prototxt")
     if opts.iterations < 1:

@@ -27,11 +27,12 @@ MAX_DEPTH = 64
 
 
 class Batch:
-    __slots__ = ("arrays", "events", "__weakref__")
+    __slots__ = ("arrays", "events", "state", "__weakref__")
 
     def __init__(self, arrays):
         self.arrays = arrays
         self.events = ()
+        self.state = None     # the source's read state after filling this batch
 
     def copies_done(self):
         if not self.events:
@@ -152,6 +153,8 @@ class Prefetcher:
             self.free.append(batch)
 
     def stop(self, timeout=2.0):
+        """Stop the thread; ``timeout=None`` waits until it has ended (and its
+        ``teardown`` has run)."""
         self.stop_event.set()
         try:
             while True:

@@ -48,6 +48,9 @@ class BasePrefetchingDataLayer(Layer):
     def _start_prefetch(self, source, depth):
         self._current = None
         self.source = source
+        self._depth = depth
+        # read state before the first batch (sources that record one)
+        self._start_state = source.state() if source.resumable else None
         self.prefetcher = Prefetcher(source.alloc, source.fill, depth,
                                      name=f"layer {self.name!r} ({self.type})",
                                      setup=source.setup,
@@ -61,6 +64,27 @@ class BasePrefetchingDataLayer(Layer):
         if prev is not None:
             self.prefetcher.recycle(prev)
 
+    def data_state(self):
+        """The read state at the next batch forward will consume (batches
+        already prefetched are ahead of it): a JSON-able dict that
+        ``restore_data_state`` takes (the solverstate records it); None for
+        a source that records none (WindowData)."""
+        if not self.source.resumable:
+            return None
+        cur = self._current
+        return self._start_state if cur is None else cur.state
+
+    def restore_data_state(self, state):
+        """Seek the reader to ``state`` (from ``data_state``): the prefetched
+        batches are dropped and the thread refilled from there."""
+        where = f"layer {self.name!r} ({self.type})"
+        if not self.source.resumable:
+            log.info("%s: its read position is not restored", where)
+            return
+        self.prefetcher.stop(timeout=None)
+        self.source.set_state(state, where)
+        self._start_prefetch(self.source, self._depth)
+
     def close(self):
         """Stop the prefetch thread (also done when the layer is collected)."""
         if getattr(self, "prefetcher", None) is not None:
@@ -70,6 +94,10 @@ class BasePrefetchingDataLayer(Layer):
 class RecordSource:
     """State owned by the prefetch thread (kept apart from the layer so the
     layer can be garbage-collected while the thread runs)."""
+
+    # True where ``state``/``set_state`` capture the whole read position
+    # (exact resume); the fills then store ``batch.state``
+    resumable = False
 
     def __init__(self, batch_size, out_shape, with_label, transformer):
         self.batch_size = batch_size
@@ -82,6 +110,15 @@ class RecordSource:
 
     def teardown(self):
         pass
+
+    def state(self):
+        return {"trng": self.transformer.rng.bit_generator.state}
+
+    def set_state(self, state, where):
+        try:
+            self.transformer.rng.bit_generator.state = state["trng"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataError(f"{where}: saved read state is invalid ({e})") from None
 
     def alloc(self):
         arrays = [np.empty((self.batch_size,) + self.out_shape, np.float32)]
@@ -114,6 +151,8 @@ class _Shard:
 
 
 class _DBSource(RecordSource):
+    resumable = True
+
     def __init__(self, reader, skip, record_shape, force, shard=None, **kw):
         super().__init__(**kw)
         self.reader = reader
@@ -130,7 +169,18 @@ class _DBSource(RecordSource):
                 return kv
 
     def setup(self):
-        self.records = self.reader.records(self.skip)
+        self.records = self.reader.records(self.skip + self.shard.offset)
+
+    def state(self):
+        return dict(super().state(), kind="db", skip=self.skip, offset=self.shard.offset)
+
+    def set_state(self, state, where):
+        if state.get("kind") != "db":
+            raise DataError(f"{where}: the saved read state is not a database position")
+        super().set_state(state, where)
+        self.skip, self.shard.offset = int(state["skip"]), int(state["offset"])
+        self.records = None
+        self.reader = LMDBReader(self.reader.path)   # the stopped thread closed it
 
     def teardown(self):
         if self.records is not None:
@@ -154,6 +204,7 @@ class _DBSource(RecordSource):
             if labels is not None:
                 labels[i] = d.label
         self.transformer.transform_batch(imgs, batch.arrays[0])
+        batch.state = self.state()
 
 
 def shape_str(s):
@@ -205,6 +256,8 @@ class DataLayer(BasePrefetchingDataLayer):
 # ImageData
 
 class _ListSource(RecordSource):
+    resumable = True
+
     def __init__(self, lines, lines_id, source, root, new_hw, is_color, shuffle, rng,
                  record_shape, shard=None, **kw):
         super().__init__(**kw)
@@ -244,6 +297,32 @@ class _ListSource(RecordSource):
             labels[i] = label
             self._advance()
         self.transformer.transform_batch(imgs, batch.arrays[0])
+        batch.state = self.state()
+
+    def state(self):
+        st = dict(super().state(), kind="list", lines_id=self.lines_id, offset=self.shard.offset)
+        if self.shuffle:   # the current order, as the lines' numbers in the list file
+            st["order"] = [n for _, _, n in self.lines]
+            st["srng"] = self.rng.bit_generator.state
+        return st
+
+    def set_state(self, state, where):
+        if state.get("kind") != "list":
+            raise DataError(f"{where}: the saved read state is not an image list position")
+        super().set_state(state, where)
+        lines_id = int(state["lines_id"])
+        if not 0 <= lines_id < len(self.lines):
+            raise DataError(f"{where}: saved list position {lines_id} is past the "
+                            f"{len(self.lines)} lines of {self.source}")
+        if self.shuffle:
+            by_n = {ln[2]: ln for ln in self.lines}
+            order = state.get("order")
+            if order is None or sorted(order) != sorted(by_n):
+                raise DataError(f"{where}: the saved image order does not match the lines "
+                                f"of {self.source} (the list changed since the snapshot)")
+            self.lines[:] = [by_n[n] for n in order]
+            self.rng.bit_generator.state = state["srng"]
+        self.lines_id, self.shard.offset = lines_id, int(state["offset"])
 
 
 @register("ImageData")
@@ -492,6 +571,31 @@ class HDF5DataLayer(Layer):
 
     def reshape(self, bottom, top):
         pass
+
+    def data_state(self):
+        """The read position (file, row, shuffled orders, random state)."""
+        return {"kind": "hdf5", "file": int(self.current_file),
+                "file_perm": [int(i) for i in self.file_perm], "row": int(self.row),
+                "perm": [int(i) for i in self.perm], "offset": self.shard.offset,
+                "rng": self.rng.bit_generator.state}
+
+    def restore_data_state(self, state):
+        if state.get("kind") != "hdf5":
+            raise DataError(f"{self.where}: the saved read state is not an HDF5 position")
+        fp = [int(i) for i in state["file_perm"]]
+        cf = int(state["file"])
+        if sorted(fp) != list(range(len(self.files))) or not 0 <= cf < len(fp):
+            raise DataError(f"{self.where}: the saved HDF5 position names files that "
+                            f"{self.param.hdf5_data_param.source} does not list")
+        self.file_perm, self.current_file = np.array(fp), cf
+        self._load(self.files[fp[cf]])
+        perm, row = np.array(state["perm"], dtype=np.int64), int(state["row"])
+        if sorted(perm.tolist()) != list(range(self.rows)) or not 0 <= row < self.rows:
+            raise DataError(f"{self.where}: the saved HDF5 row position does not fit "
+                            f"{self.files[fp[cf]]} ({self.rows} rows)")
+        self.perm, self.row = perm, row
+        self.shard.offset = int(state["offset"])
+        self.rng.bit_generator.state = state["rng"]
 
     def _step(self):
         self.row += 1

@@ -13,6 +13,7 @@ the Solver's base class holding these methods; they read the solver's
 ``n_history``.
 """
 import errno
+import json
 import logging
 import os
 
@@ -53,7 +54,8 @@ class Snapshotting:
             state.history.add().CopyFrom(array_to_blobproto(h.host_data()))
         path = self.snapshot_filename(".solverstate")
         log.info("Snapshotting solver state to binary proto file %s", path)
-        _write(st.RawMessage(st.solver_state_bytes(state, get_state())), path)
+        _write(st.RawMessage(st.solver_state_bytes(state, get_state(), self._data_states())),
+               path)
         return path
 
     def _snapshot_hdf5(self):
@@ -80,6 +82,7 @@ class Snapshotting:
                 f["current_step"] = self.current_step
                 rng = get_state()
                 f["caffe_ocl_rng"] = np.array([rng["seed"], rng["stream"]], np.uint64)
+                f["caffe_ocl_data"] = json.dumps(self._data_states(), sort_keys=True)
                 for i, h in enumerate(self.history):
                     f.create_dataset(f"history/{i}", data=h.host_data())
             os.replace(tmp, path)
@@ -98,7 +101,7 @@ class Snapshotting:
         if path.endswith(".h5"):
             return self._restore_hdf5(path)
         raw = read_file_bytes(path, "solver state")
-        state, rng = st.parse_solver_state(raw, path)
+        state, rng, data = st.parse_solver_state(raw, path)
         safe_io.check_solver_state(state, raw, path)
         if state.learned_net:
             with naming(path):
@@ -112,7 +115,38 @@ class Snapshotting:
         else:
             log.info("%s holds no caffe_ocl random state (a Caffe snapshot?); random "
                      "numbers will not continue the original run's sequence", path)
+        self._restore_data_states(data, path)
         log.info("%s: restoring history", type(self).__name__)
+
+    def _data_states(self):
+        """{layer name: read state} of the train net's data layers."""
+        states = {name: layer.data_state()
+                  for name, layer in zip(self.net.graph.layer_names, self.net.layers)
+                  if hasattr(layer, "data_state")}
+        return {k: v for k, v in states.items() if v is not None}
+
+    def _restore_data_states(self, states, path):
+        readers = [(name, layer) for name, layer in zip(self.net.graph.layer_names,
+                                                        self.net.layers)
+                   if hasattr(layer, "restore_data_state")]
+        if not readers:
+            return
+        if states is None:
+            log.info("%s holds no data read positions (an older or a Caffe snapshot); "
+                     "the data layers start again from their first record", path)
+            return
+        for name, layer in readers:
+            if name in states:
+                try:
+                    with naming(path):
+                        layer.restore_data_state(states[name])
+                except (KeyError, TypeError, ValueError, AttributeError) as e:
+                    raise SolverError(f"{path}: the read position saved for data layer "
+                                      f"{name!r} is malformed ({type(e).__name__}: {e})"
+                                      ) from None
+            else:
+                log.info("%s holds no read position for data layer %r; it starts from "
+                         "its first record", path, name)
 
     def _restore_hdf5(self, path):
         h5py = _require_h5py(f"restoring {path}")
@@ -123,6 +157,7 @@ class Snapshotting:
                 if "history" in f else []
             it, cs = int(f["iter"][()]), int(f["current_step"][()])
             rng = np.asarray(f["caffe_ocl_rng"]) if "caffe_ocl_rng" in f else None
+            data = f["caffe_ocl_data"][()] if "caffe_ocl_data" in f else None
         if learned:
             lp = self._resolve_learned(learned, path)
             with h5py.File(lp, "r") as f:
@@ -141,6 +176,10 @@ class Snapshotting:
         self.iter, self.current_step = it, cs
         if rng is not None:
             set_state({"seed": int(rng[0]), "stream": int(rng[1])})
+        if data is not None:
+            data = st.parse_data_state(data.decode() if isinstance(data, bytes) else str(data),
+                                       path)
+        self._restore_data_states(data, path)
 
     def _resolve_learned(self, learned, state_path):
         if os.path.exists(learned):

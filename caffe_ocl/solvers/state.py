@@ -9,13 +9,21 @@ straight iterations even when the net draws random numbers (Dropout,
 random DummyData fillers). Caffe's own .solverstate files (no field 1000)
 restore everything but the random state.
 
+Field 1001 (length-delimited, also ignored by Caffe) holds the read
+positions of the train net's data layers, as UTF-8 JSON
+``{layer name: state}`` (each data layer's ``data_state()``), so that the
+data continues where the snapshot left it instead of at record 0.
+
 Writes go through ``caffe_ocl.proto.write_binary`` (temporary file +
 rename): a failed write never replaces or truncates an existing file.
 """
+import json
+
 from ..errors import SolverError
 from ..proto import caffe_pb2
 
 RNG_FIELD = 1000
+DATA_FIELD = 1001
 
 
 def _varint(v):
@@ -87,6 +95,34 @@ def decode_rng(raw):
     return None
 
 
+def encode_data_state(states):
+    payload = json.dumps(states, sort_keys=True).encode()
+    return _varint(DATA_FIELD << 3 | 2) + _varint(len(payload)) + payload
+
+
+def decode_data_state(raw, path):
+    """The data layers' read states stored in a .solverstate's bytes, or None."""
+    try:
+        for num, wt, val in _fields(raw):
+            if num == DATA_FIELD and wt == 2:
+                return parse_data_state(bytes(val), path)
+    except ValueError:
+        return None
+    return None
+
+
+def parse_data_state(text, path):
+    try:
+        states = json.loads(text)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise SolverError(f"{path}: the data layers' read positions are not valid "
+                          f"JSON ({e})") from None
+    if not isinstance(states, dict) or not all(isinstance(v, dict) for v in states.values()):
+        raise SolverError(f"{path}: the data layers' read positions are not a "
+                          "{layer name: state} object")
+    return states
+
+
 class RawMessage:
     """Serialized bytes with the ``SerializeToString`` that write_binary calls."""
 
@@ -97,10 +133,12 @@ class RawMessage:
         return self.data
 
 
-def solver_state_bytes(state, rng_state=None):
+def solver_state_bytes(state, rng_state=None, data_state=None):
     data = state.SerializeToString()
     if rng_state is not None:
         data += encode_rng(rng_state)
+    if data_state is not None:
+        data += encode_data_state(data_state)
     return data
 
 
@@ -110,4 +148,4 @@ def parse_solver_state(raw, path):
         st.ParseFromString(raw)
     except Exception as e:  # google.protobuf.message.DecodeError
         raise SolverError(f"{path}: not a binary SolverState ({e})") from None
-    return st, decode_rng(raw)
+    return st, decode_rng(raw), decode_data_state(raw, path)

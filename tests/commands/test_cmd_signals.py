@@ -1,0 +1,106 @@
+"""A Ctrl-C while `caffe_ocl` starts (importing the package, building the
+net) is one line and status 130, never a KeyboardInterrupt traceback; a
+reader that closes the pipe early (`caffe_ocl train --help | head`) ends
+the command quietly (issue #25)."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT
+
+
+def env_with(*paths):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *map(str, paths),
+                                         env.get("PYTHONPATH", "")])
+    return env
+
+
+def wait_for_line(proc, needle, timeout=120):
+    """Read the child's stderr until a line contains ``needle``."""
+    seen = []
+    end = time.time() + timeout
+    while time.time() < end:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if needle in line:
+            return seen
+    proc.kill()
+    pytest.fail(f"{needle!r} never appeared on stderr:\n{''.join(seen)[-3000:]}")
+
+
+def finish(proc):
+    rest = proc.stderr.read()
+    return proc.wait(timeout=120), rest
+
+
+def test_sigint_while_the_package_imports(tmp_path):
+    # -X importtime prints a line per finished import: once the device
+    # module is imported the package's own start-up is under way
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "caffe_ocl", "train",
+                             "--solver", str(tmp_path / "s.prototxt")],
+                            cwd=str(tmp_path), env=env_with(), stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True)
+    wait_for_line(proc, "caffe_ocl.startup")
+    wait_for_line(proc, "| caffe_ocl.")       # a later import of the package
+    proc.send_signal(signal.SIGINT)
+    rc, rest = finish(proc)
+    msgs = [ln for ln in rest.splitlines() if not ln.startswith("import time:")]
+    assert rc == 130, rest[-2000:]
+    assert msgs == ["caffe_ocl: interrupted"], rest[-2000:]
+
+
+SLOW_LAYER = """
+import sys, time
+import caffe_ocl as caffe
+
+class Slow(caffe.Layer):
+    def setup(self, bottom, top):
+        sys.stderr.write("BUILDING\\n"); sys.stderr.flush()
+        time.sleep(60)
+    def reshape(self, bottom, top):
+        top[0].reshape(*bottom[0].data.shape)
+    def forward(self, bottom, top):
+        pass
+    def backward(self, top, propagate_down, bottom):
+        pass
+"""
+
+
+def test_sigint_while_the_net_builds(tmp_path):
+    (tmp_path / "slowlayer.py").write_text(SLOW_LAYER)
+    (tmp_path / "net.prototxt").write_text(
+        'layer { name: "d" type: "DummyData" top: "x" dummy_data_param { shape { dim: 1 } } }\n'
+        'layer { name: "s" type: "Python" bottom: "x" top: "y" '
+        'python_param { module: "slowlayer" layer: "Slow" } }\n')
+    (tmp_path / "s.prototxt").write_text(
+        f'net: "{tmp_path}/net.prototxt" base_lr: 0.1 max_iter: 1 '
+        f'snapshot_prefix: "{tmp_path}/snap"\n')
+    proc = subprocess.Popen([sys.executable, "-m", "caffe_ocl", "train",
+                             "--solver", str(tmp_path / "s.prototxt")],
+                            cwd=str(tmp_path), env=env_with(tmp_path), stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True)
+    wait_for_line(proc, "BUILDING")
+    proc.send_signal(signal.SIGINT)
+    rc, rest = finish(proc)
+    assert "Traceback" not in rest and "KeyboardInterrupt" not in rest, rest[-2000:]
+    assert rc == 130, rest[-2000:]
+    assert rest.strip().splitlines()[-1] == "caffe_ocl train: interrupted", rest[-2000:]
+
+
+@pytest.mark.parametrize("args", [["train", "--help"], ["--help"], ["help", "test"]])
+def test_closed_pipe_ends_quietly(args):
+    r, w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "caffe_ocl", *args], cwd=str(ROOT),
+                            env=env_with(), stdout=w, stderr=subprocess.PIPE, text=True)
+    os.close(w)
+    os.close(r)      # the reader is gone before the command writes anything
+    rc, err = finish(proc)
+    assert err == "", err[-2000:]
+    assert rc == 141
