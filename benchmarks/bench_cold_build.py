@@ -14,6 +14,13 @@ slowest program's build time and which one it was.
     python3 benchmarks/bench_cold_build.py                  # shipped deploy nets
     python3 benchmarks/bench_cold_build.py --train          # and the train nets
     python3 benchmarks/bench_cold_build.py path/to/deploy.prototxt --batch 1
+    python3 benchmarks/bench_cold_build.py --only lenet --details   # build / first pass apart
+
+"compile s" sums clBuildProgram (and cache loads) as the device's build_log
+records them; on PoCL the cold time is mostly elsewhere: PoCL generates
+each kernel's machine code at its first launch (per local size), cached in
+POCL_CACHE_DIR, so the first launches inside net construction (fillers) and
+the first forward pay for it.
 
 Prints a Markdown table (BENCHMARKS.md, "Cold build").
 """
@@ -129,6 +136,9 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated model folder names")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per process")
+    ap.add_argument("--details", action="store_true",
+                    help="after each row, each process's measurements as JSON (net build "
+                         "and first pass apart, Python start included in process_s)")
     args = ap.parse_args()
     rows = []
     print("| net | kind | layers | cold s | compiled | compile s | slowest s | slowest program "
@@ -148,6 +158,9 @@ def main():
               f"| {cold['compile_s']:.1f} | {cold['slowest_s']:.2f} | `{cold['slowest']}` "
               f"| {w} | {warm.get('cached', '')} |", flush=True)
         rows.append((name, kind, cold, warm))
+        if args.details:
+            print(f"<!-- cold {json.dumps(cold)} -->\n<!-- warm {json.dumps(warm)} -->",
+                  flush=True)
     if rows:
         print(f"\ndevice: {rows[0][2]['device']}")
 
