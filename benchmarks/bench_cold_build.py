@@ -17,10 +17,9 @@ slowest program's build time and which one it was.
     python3 benchmarks/bench_cold_build.py --only lenet --details   # build / first pass apart
 
 "compile s" sums clBuildProgram (and cache loads) as the device's build_log
-records them; on PoCL the cold time is mostly elsewhere: PoCL generates
-each kernel's machine code at its first launch (per local size), cached in
-POCL_CACHE_DIR, so the first launches inside net construction (fillers) and
-the first forward pay for it.
+records them; on PoCL most of the cold time is elsewhere (BENCHMARKS.md,
+"Cold build": PoCL also generates code at a kernel's first launch, cached
+in POCL_CACHE_DIR).
 
 Prints a Markdown table (BENCHMARKS.md, "Cold build").
 """
