@@ -569,6 +569,9 @@ class Device:
         self.cache_dir = config.get("CACHE")
         # programs compiled from source vs. loaded from the disk cache
         self.build_stats = {"built": 0, "cached": 0, "seconds": 0.0}
+        # (kernels file, -D macros, seconds, from the disk cache?) per program
+        # build, in order (benchmarks/bench_cold_build.py reads it)
+        self.build_log = []
         self.build_progress = BuildProgress(self.name, self.cache_dir, progress_mode())
         if self.build_progress.mode == "bar":
             _bar_filter.progress.add(self.build_progress)
@@ -644,6 +647,7 @@ class Device:
                             options=opts)
                     self.build_stats["cached"] += 1
                     self.build_stats["seconds"] += time.perf_counter() - t0
+                    self.build_log.append((filename, _macros(opts), time.perf_counter() - t0, True))
                     return prog
                 except (cl.Error, OSError) as e:
                     # stale or corrupt entry: rebuild below and overwrite it
@@ -659,6 +663,7 @@ class Device:
                               f"failed on {self.name}:\n{e}")
         self.build_stats["built"] += 1
         self.build_stats["seconds"] += time.perf_counter() - t0
+        self.build_log.append((filename, _macros(opts), time.perf_counter() - t0, False))
         if path:
             try:
                 (binary,) = prog.get_info(cl.program_info.BINARIES)
@@ -854,6 +859,11 @@ def current_device():
     """The current Device, or None while none has been created (unlike
     :func:`get_device`, this never creates one)."""
     return _current
+
+
+def _macros(opts):
+    """The -D macros of a build's options, as one string."""
+    return " ".join(o for o in opts if o.startswith("-D"))
 
 
 def get_device():

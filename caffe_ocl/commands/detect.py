@@ -23,7 +23,8 @@ SUMMARY = "detect objects with an SSD-style net: per image a .json and a .png wi
 
 SPEC = Spec(
     "caffe_ocl detect", SUMMARY,
-    flags=[Flag("model", str, "", "deploy prototxt with a DetectionOutput layer (required)",
+    flags=[Flag("model", str, "", "deploy prototxt: SSD-style (DetectionOutput) or a "
+                "py-faster-rcnn test net (Proposal + ROIPooling) (required)",
                 check="file"),
            Flag("weights", str, "", "its .caffemodel (required)", check="file"),
            Flag("mean_value", str, "", "per-channel mean subtracted (after --channel_swap)",
@@ -36,6 +37,7 @@ SPEC = Spec(
            Flag("labels", str, "", "label names: one per line, or an SSD labelmap prototxt",
                 check="file"),
            Flag("threshold", float, 0.5, "lowest score kept"),
+           Flag("nms", float, 0.3, "Faster R-CNN nets: per-class NMS IoU threshold"),
            Flag("output_dir", str, ".", "folder for <stem>.json and <stem>.png",
                 metavar="DIR"),
            GPU, UNTRUSTED],
@@ -78,7 +80,8 @@ def main(argv):
         im = cv2.imread(path, cv2.IMREAD_COLOR)
         if im is None:
             raise DataError(f"{path}: not an image OpenCV can decode")
-        dets = detection.detect(net, im, mean, opts.scale, swap, opts.threshold, labels)
+        dets = detection.detect(net, im, mean, opts.scale, swap, opts.threshold, labels,
+                                nms=opts.nms)
         stem = os.path.join(out, os.path.splitext(os.path.basename(path))[0])
         detection.to_json(stem + ".json", dets, path, [im.shape[1], im.shape[0]])
         cv2.imwrite(stem + ".png", detection.draw(im, dets))
