@@ -238,8 +238,11 @@ def errors(got, ref):
 
 def make_net(net_param, x, tf32):
     import caffe_ocl
+    from caffe_ocl.onnx import check
     caffe_ocl.set_allow_tf32(tf32)
-    net = caffe_ocl.Net(net_param, caffe_ocl.TEST)
+    # the converter's deploy net + copy_from of its weights (Net(NetParameter)
+    # does not take the weight blobs that the layers carry)
+    net = check.caffe_net(net_param)
     net.blobs[net.inputs[0]].data[...] = x
     return net
 
