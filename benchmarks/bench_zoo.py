@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -133,7 +134,8 @@ def export_onnx(model, name, batch, size, export_dir):
         return path
     x = torch.zeros(batch, 3, size, size)
     tmp = path + ".part"
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the TorchScript exporter's deprecation notice
         torch.onnx.export(model, (x,), tmp, opset_version=13, dynamo=False,
                           input_names=["data"], output_names=["logits"])
     os.replace(tmp, path)
@@ -444,6 +446,9 @@ def parse(argv=None):
     ap.add_argument("--export-dir", help="keep/reuse the exported ONNX files here")
     ap.add_argument("--smoke", action="store_true",
                     help="one tiny net, CPU, batch 1, 16x16, one short round")
+    ap.add_argument("--report", nargs="+", metavar="JSON",
+                    help="measure nothing: print the table of these --json files together "
+                         "(e.g. the GPU runs split over several commands)")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -458,8 +463,25 @@ def parse(argv=None):
     return args
 
 
+def report_files(paths):
+    """The tables of several --json files (records of one device together)."""
+    by_dev = {}
+    for p in paths:
+        with open(p) as f:
+            data = json.load(f)
+        print(f"# {p}: {data.get('date')} {data.get('device')} ({data.get('platform')}), "
+              f"torch {data.get('torch')}, args {' '.join(data.get('argv', []))}")
+        for r in data["records"]:
+            by_dev.setdefault(r.get("device", "gpu"), []).append(r)
+    for dev, recs in by_dev.items():
+        print(table(recs, dev, ["eager", "graph"] if dev == "gpu" else ["ort"]), flush=True)
+
+
 def main(argv=None):
     args = parse(argv)
+    if args.report:
+        report_files(args.report)
+        return 0
     import caffe_ocl
     if args.device == "gpu":
         import torch
