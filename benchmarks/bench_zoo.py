@@ -223,7 +223,6 @@ def set_torch_tf32(flag):
     import torch
     torch.backends.cuda.matmul.allow_tf32 = flag
     torch.backends.cudnn.allow_tf32 = flag
-    torch.set_float32_matmul_precision("high" if flag else "highest")
 
 
 # --------------------------------------------------------------------------
