@@ -1,0 +1,542 @@
+"""Converted torchvision zoo (issue #27): torchvision classification nets with
+seeded random weights and random BatchNorm statistics (eval mode), exported
+to ONNX (opset 13, ``dynamo=False``, static batch), converted with
+``caffe_ocl.onnx.to_caffe.convert``, checked against PyTorch's output, then
+timed through the public ``net.forward()`` (input set once through
+``net.blobs[...].data``; every forward returns its outputs as host arrays,
+so each timed pass ends with the device synchronised).
+
+    python benchmarks/bench_zoo.py [--device gpu|cpu] [--nets a,b,...]
+        [--batches 1,16,64] [--precisions fp32,tf32] [--runs 10] [--warmup 3]
+        [--rounds 5] [--size 224] [--json OUT.json] [--export-dir DIR]
+        [--tol 1e-3] [--tol-tf32 5e-2] [--threads N]
+    python benchmarks/bench_zoo.py --smoke      # one tiny net, CPU, one round
+
+References, timed in the same run, interleaved (each round times caffe_ocl
+and then every reference, ``--runs`` passes each after ``--warmup``; the
+table gives each one's median round):
+- ``--device gpu``: PyTorch eager (cudnn.benchmark=True) and PyTorch
+  replaying a captured CUDA graph (torch.cuda.CUDAGraph), FP32 (TF32 off in
+  both frameworks) and TF32 (``caffe_ocl.set_allow_tf32(True)``, PyTorch's
+  torch.backends.cuda.matmul / cudnn allow_tf32 on). Every reference pass
+  copies its output to the host, as ``net.forward()`` does.
+- ``--device cpu``: ONNX Runtime (CPUExecutionProvider, intra_op_num_threads
+  = the number of cores, or ``--threads``) on the same ONNX file.
+
+Ratio columns are reference time / caffe_ocl time (>= 1: caffe_ocl ahead);
+below each ratio column the geometric mean and the worst net. Check
+columns: largest |caffe_ocl - PyTorch| and that divided by max |PyTorch|
+(FP32 against strict FP32 PyTorch; TF32 against PyTorch with TF32).
+A net that fails to export, convert, or run, or whose relative error is
+above the tolerance, is listed with the reason; the run goes on with the
+next net. ``--json`` writes every record (rewritten after each net, so a run
+cut short still leaves what it measured).
+"""
+import argparse
+import gc
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+NETS = ["resnet18", "resnet50", "resnext50_32x4d", "wide_resnet50_2", "vgg16", "googlenet",
+        "densenet121", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large",
+        "efficientnet_b0", "shufflenet_v2_x1_0", "squeezenet1_1", "regnet_y_400mf",
+        "mnasnet1_0", "alexnet"]
+SMOKE_NET = "tiny"
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+# --------------------------------------------------------------------------
+# models
+# --------------------------------------------------------------------------
+
+def tiny_model():
+    """The --smoke net: conv-BN-ReLU, a depthwise conv, a residual add, an
+    SE-like gate, global pooling and a Linear (a few layers, 16x16 input)."""
+    import torch
+    import torch.nn as nn
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1, bias=False), nn.BatchNorm2d(8),
+                                      nn.ReLU())
+            self.dw = nn.Sequential(nn.Conv2d(8, 8, 3, 1, 1, groups=8, bias=False),
+                                    nn.BatchNorm2d(8), nn.ReLU6())
+            self.gate = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(8, 8, 1), nn.Sigmoid())
+            self.fc = nn.Linear(8, 10)
+
+        def forward(self, x):
+            x = self.stem(x)
+            x = x + self.dw(x)
+            x = x * self.gate(x)
+            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+    return Tiny()
+
+
+def build_model(name, seed=0):
+    """torchvision model ``name`` (no pretrained weights, nothing downloaded)
+    in eval mode with seeded weights that keep activations O(1) (He fan-in
+    for convolutions, 1/sqrt(fan-in) for Linear) and seeded random BatchNorm
+    running statistics and affine parameters."""
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(seed)
+    if name == SMOKE_NET:
+        model = tiny_model()
+    else:
+        import torchvision
+        kw = {}
+        if name == "googlenet":
+            kw = dict(aux_logits=False, init_weights=False)
+        elif name.startswith("inception"):
+            kw = dict(aux_logits=False, init_weights=False)
+        model = getattr(torchvision.models, name)(weights=None, **kw)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                fan_in = m.weight[0].numel()
+                gain = 2.0 if isinstance(m, nn.Conv2d) else 1.0
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g)
+                               * math.sqrt(gain / fan_in))
+                if m.bias is not None:
+                    m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.1)
+            elif isinstance(m, nn.BatchNorm2d):
+                c = m.num_features
+                m.running_mean.copy_(torch.randn(c, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(c, generator=g) + 0.5)
+                if m.weight is not None:
+                    m.weight.copy_(torch.rand(c, generator=g) + 0.5)
+                    m.bias.copy_(torch.randn(c, generator=g) * 0.1)
+    return model.eval()
+
+
+def export_onnx(model, name, batch, size, export_dir):
+    """Path of ``name`` exported at ``batch`` x 3 x size x size (opset 13,
+    static shapes); an existing file in ``export_dir`` is reused."""
+    import torch
+    path = os.path.join(export_dir, f"{name}_b{batch}_s{size}_op13.onnx")
+    if os.path.exists(path) and os.path.getsize(path) > 0:
+        return path
+    x = torch.zeros(batch, 3, size, size)
+    tmp = path + ".part"
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the TorchScript exporter's deprecation notice
+        torch.onnx.export(model, (x,), tmp, opset_version=13, dynamo=False,
+                          input_names=["data"], output_names=["logits"])
+    os.replace(tmp, path)
+    return path
+
+
+# --------------------------------------------------------------------------
+# timing
+# --------------------------------------------------------------------------
+
+def mean_ms(fn, warmup, runs):
+    """Mean milliseconds of ``fn`` (which returns only when its work is done)
+    over ``runs`` calls after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        fn()
+    return (time.perf_counter() - t0) / runs * 1e3
+
+
+def interleave(timers, rounds, warmup, runs):
+    """{name: median over ``rounds`` of its mean ms}; each round times every
+    timer in turn, so a slow spell of the machine falls on all of them."""
+    samples = {k: [] for k in timers}
+    for r in range(rounds):
+        for k, fn in timers.items():
+            samples[k].append(mean_ms(fn, warmup if r == 0 else max(1, warmup // 3), runs))
+    return {k: statistics.median(v) for k, v in samples.items()}, samples
+
+
+def ours_timer(net):
+    out = net.outputs[0]
+
+    def fn():
+        return net.forward()[out]
+    return fn
+
+
+def torch_eager_timer(model, x):
+    import torch
+
+    def fn():
+        with torch.no_grad():
+            return model(x).cpu()
+    return fn
+
+
+def torch_graph_timer(model, x):
+    """Replay of a CUDA graph captured from the model (static input/output),
+    output copied to the host."""
+    import torch
+    static_x = x.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), torch.no_grad():
+        for _ in range(3):
+            model(static_x)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        static_y = model(static_x)
+
+    def fn():
+        graph.replay()
+        return static_y.cpu()
+    fn.graph = graph
+    return fn
+
+
+def ort_timer(path, x, threads):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    feed = {sess.get_inputs()[0].name: x}
+
+    def fn():
+        return sess.run(None, feed)[0]
+    return fn
+
+
+def set_torch_tf32(flag):
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = flag
+    torch.backends.cudnn.allow_tf32 = flag
+
+
+# --------------------------------------------------------------------------
+# one net
+# --------------------------------------------------------------------------
+
+def errors(got, ref):
+    got = np.asarray(got, np.float64).reshape(ref.shape)
+    ref = np.asarray(ref, np.float64)
+    err = float(np.max(np.abs(got - ref)))
+    scale = float(np.max(np.abs(ref))) or 1.0
+    return err, err / scale
+
+
+def make_net(net_param, x, tf32):
+    import caffe_ocl
+    from caffe_ocl.onnx import check
+    caffe_ocl.set_allow_tf32(tf32)
+    # the converter's deploy net + copy_from of its weights (Net(NetParameter)
+    # does not take the weight blobs that the layers carry)
+    net = check.caffe_net(net_param)
+    net.blobs[net.inputs[0]].data[...] = x
+    return net
+
+
+def run_one(name, args, export_dir, records, emit):
+    """Every (batch, precision) record of net ``name``; a failure at a step
+    is recorded with its reason and ends only that net (or that batch)."""
+    import torch
+    from caffe_ocl.onnx import to_caffe
+    gpu = args.device == "gpu"
+    tdev = torch.device("cuda" if gpu else "cpu")
+    precisions = args.precisions if gpu else ["fp32"]
+    t_net = time.time()
+    try:
+        model = build_model(name, args.seed)
+    except Exception as e:  # noqa: BLE001 -- reported in the table
+        for b in args.batches:
+            for p in precisions:
+                emit(dict(net=name, batch=b, precision=p, status="build failed",
+                          error=f"{type(e).__name__}: {e}"))
+        return
+    for batch in args.batches:
+        base = dict(net=name, batch=batch, device=args.device, size=args.size)
+        rng = np.random.default_rng(args.seed + 2)
+        x = rng.standard_normal((batch, 3, args.size, args.size)).astype(np.float32)
+        step = "export failed"
+        try:
+            t0 = time.time()
+            path = export_onnx(model, name, batch, args.size, export_dir)
+            t_export = time.time() - t0
+            step = "convert failed"
+            t0 = time.time()
+            net_param = to_caffe.convert(path, batch=batch)
+            t_convert = time.time() - t0
+        except Exception as e:  # noqa: BLE001
+            for p in precisions:
+                emit(dict(base, precision=p, status=step, error=f"{type(e).__name__}: {e}"))
+            continue
+        base.update(export_s=round(t_export, 2), convert_s=round(t_convert, 2),
+                    layers=len(net_param.layer))
+        mdl = model.to(tdev)
+        xt = torch.from_numpy(x).to(tdev)
+        for prec in precisions:
+            rec = dict(base, precision=prec)
+            tf32 = prec == "tf32"
+            net = None
+            try:
+                if gpu:
+                    set_torch_tf32(tf32)
+                with torch.no_grad():
+                    ref = mdl(xt).float().cpu().numpy()
+                t0 = time.time()
+                net = make_net(net_param, x, tf32)
+                got = net.forward()[net.outputs[0]]
+                rec["setup_s"] = round(time.time() - t0, 2)
+                rec["err_abs"], rec["err_rel"] = errors(got, ref)
+                tol = args.tol_tf32 if tf32 else args.tol
+                rec["status"] = "ok" if rec["err_rel"] <= tol else "MISMATCH"
+                timers = {"ours": ours_timer(net)}
+                if gpu:
+                    timers["eager"] = torch_eager_timer(mdl, xt)
+                    try:
+                        timers["graph"] = torch_graph_timer(mdl, xt)
+                    except Exception as e:  # noqa: BLE001
+                        rec["graph_error"] = f"{type(e).__name__}: {e}"
+                else:
+                    timers["ort"] = ort_timer(path, x, args.threads)
+                med, samples = interleave(timers, args.rounds, args.warmup, args.runs)
+                for k, v in med.items():
+                    rec[f"{k}_ms"] = v
+                    rec[f"{k}_samples"] = [round(s, 4) for s in samples[k]]
+            except Exception as e:  # noqa: BLE001
+                rec["status"] = "run failed"
+                rec["error"] = f"{type(e).__name__}: {e}"
+                if args.verbose:
+                    traceback.print_exc()
+            finally:
+                del net
+                gc.collect()
+                if gpu:
+                    torch.cuda.empty_cache()
+            emit(rec)
+        del net_param
+        gc.collect()
+        if args.export_dir is None and os.path.exists(path):
+            os.remove(path)      # a private temp dir: keep the disk small
+    log(f"# {name}: done in {time.time() - t_net:.0f} s")
+
+
+# --------------------------------------------------------------------------
+# report
+# --------------------------------------------------------------------------
+
+def geomean(v):
+    return math.exp(sum(math.log(a) for a in v) / len(v)) if v else float("nan")
+
+
+def fmt(v, nd=2):
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        if v != v:
+            return ""
+        return f"{v:.{nd}f}" if abs(v) >= 0.01 or v == 0 else f"{v:.1e}"
+    return str(v)
+
+
+def table(records, device, refs):
+    """Markdown: one table per precision; per batch our ms, each reference's
+    ms and ratio; a check column; geometric mean and worst net per ratio."""
+    lines = []
+    by = {}
+    for r in records:
+        by.setdefault(r.get("precision", "fp32"), []).append(r)
+    for prec, recs in by.items():
+        nets = list(dict.fromkeys(r["net"] for r in recs))
+        batches = sorted({r["batch"] for r in recs})
+        cols = []
+        for b in batches:
+            cols.append((b, "ours", "ms"))
+            for ref in refs:
+                cols.append((b, ref, "ms"))
+            for ref in refs:
+                cols.append((b, ref, "ratio"))
+        head = ["net"] + [f"b{b} {'caffe_ocl' if k == 'ours' else k} ms" if kind == "ms"
+                          else f"b{b} {k}/ours" for b, k, kind in cols] + ["check (max abs / rel)"]
+        lines.append(f"\n### {device.upper()} {prec.upper()}\n")
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "---|" * len(head))
+        ratios = {c: [] for c in cols if c[2] == "ratio"}
+        for n in nets:
+            row, checks = [n], []
+            for b, k, kind in cols:
+                r = next((r for r in recs if r["net"] == n and r["batch"] == b), None)
+                if r is None:
+                    row.append("")
+                    continue
+                if kind == "ms":
+                    row.append(fmt(r.get(f"{k}_ms")))
+                else:
+                    o, t = r.get("ours_ms"), r.get(f"{k}_ms")
+                    if o and t and r.get("status") == "ok":
+                        ratios[(b, k, kind)].append((t / o, n))
+                        row.append(fmt(t / o))
+                    elif o and t:
+                        row.append(f"({fmt(t / o)})")
+                    else:
+                        row.append("")
+            for r in recs:
+                if r["net"] != n:
+                    continue
+                if "err_abs" in r:
+                    s = f"b{r['batch']} {r['err_abs']:.1e}/{r['err_rel']:.1e}"
+                    if r.get("status") != "ok":
+                        s += f" {r['status']}"
+                    if r.get("error"):
+                        s += f" {r['error'][:80]}"
+                    checks.append(s)
+                elif r.get("error"):
+                    checks.append(f"b{r['batch']} {r.get('status')}: {r['error'][:120]}")
+            row.append("; ".join(dict.fromkeys(checks)).replace("|", "/").replace("\n", " "))
+            lines.append("| " + " | ".join(row) + " |")
+        gm = ["**geomean**"] + [""] * len(cols) + [""]
+        worst = ["**worst**"] + [""] * len(cols) + [""]
+        for i, c in enumerate(cols):
+            if c in ratios and ratios[c]:
+                gm[i + 1] = f"**{geomean([a for a, _ in ratios[c]]):.2f}**"
+                a, n = min(ratios[c])
+                worst[i + 1] = f"{a:.2f} {n}"
+        lines.append("| " + " | ".join(gm) + " |")
+        lines.append("| " + " | ".join(worst) + " |")
+    lines.append("\nratio = reference ms / caffe_ocl ms (>= 1: caffe_ocl ahead); a ratio in "
+                 "parentheses is of a net whose check failed (left out of geomean/worst).")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nets", default=",".join(NETS))
+    ap.add_argument("--batches", default="1,16,64")
+    ap.add_argument("--precisions", default="fp32,tf32",
+                    help="gpu only; the CPU runs fp32")
+    ap.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
+    ap.add_argument("--runs", type=int, default=10, help="timed passes per round")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed passes before round 1")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median)")
+    ap.add_argument("--size", type=int, default=224, help="input height = width")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tol", type=float, default=1e-3, help="FP32 max relative error")
+    ap.add_argument("--tol-tf32", type=float, default=5e-2, help="TF32 max relative error")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(),
+                    help="ONNX Runtime intra_op_num_threads (default: the cores)")
+    ap.add_argument("--json", help="write every record here (after each net)")
+    ap.add_argument("--export-dir", help="keep/reuse the exported ONNX files here")
+    ap.add_argument("--smoke", action="store_true",
+                    help="one tiny net, CPU, batch 1, 16x16, one short round")
+    ap.add_argument("--report", nargs="+", metavar="JSON",
+                    help="measure nothing: print the table of these --json files together "
+                         "(e.g. the GPU runs split over several commands)")
+    ap.add_argument("--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.nets, args.device, args.batches = SMOKE_NET, "cpu", "1"
+        args.size, args.runs, args.warmup, args.rounds = 16, 2, 1, 1
+    args.nets = [n.strip() for n in args.nets.split(",") if n.strip()]
+    args.batches = [int(b) for b in str(args.batches).split(",") if b.strip()]
+    args.precisions = [p.strip().lower() for p in args.precisions.split(",") if p.strip()]
+    bad = set(args.precisions) - {"fp32", "tf32"}
+    if bad:
+        ap.error(f"--precisions: unknown {sorted(bad)} (fp32, tf32)")
+    return args
+
+
+def report_files(paths):
+    """The tables of several --json files (records of one device together)."""
+    by_dev = {}
+    for p in paths:
+        with open(p) as f:
+            data = json.load(f)
+        print(f"# {p}: {data.get('date')} {data.get('device')} ({data.get('platform')}), "
+              f"torch {data.get('torch')}, args {' '.join(data.get('argv', []))}")
+        for r in data["records"]:
+            by_dev.setdefault(r.get("device", "gpu"), []).append(r)
+    for dev, recs in by_dev.items():
+        print(table(recs, dev, ["eager", "graph"] if dev == "gpu" else ["ort"]), flush=True)
+
+
+def main(argv=None):
+    args = parse(argv)
+    if args.report:
+        report_files(args.report)
+        return 0
+    import caffe_ocl
+    if args.device == "gpu":
+        import torch
+        if not torch.cuda.is_available():
+            sys.exit("bench_zoo: --device gpu needs PyTorch with CUDA (use --device cpu)")
+        torch.backends.cudnn.benchmark = True
+        caffe_ocl.set_mode_gpu()
+    else:
+        caffe_ocl.set_mode_cpu()
+    import torch
+    torch.set_num_threads(os.cpu_count())
+    dev = caffe_ocl.get_device()
+    platform = dev.info.get("platform_name", "") if hasattr(dev, "info") else ""
+    refs = ["eager", "graph"] if args.device == "gpu" else ["ort"]
+    log(f"# device: {dev.name} ({platform}); torch {torch.__version__}; "
+        f"nets {','.join(args.nets)}; batches {args.batches}; "
+        f"{'precisions ' + ','.join(args.precisions) if args.device == 'gpu' else 'fp32'}; "
+        f"rounds {args.rounds} x runs {args.runs} (warmup {args.warmup}); "
+        f"{'ORT threads ' + str(args.threads) if args.device == 'cpu' else ''}")
+    records = []
+    meta = dict(device=dev.name, platform=platform, torch=torch.__version__,
+                argv=sys.argv[1:], date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                cpu_count=os.cpu_count())
+
+    def emit(rec):
+        records.append(rec)
+        ms = " ".join(f"{k[:-3]} {rec[k]:.2f} ms" for k in rec if k.endswith("_ms"))
+        err = (f" err {rec['err_abs']:.1e}/{rec['err_rel']:.1e}" if "err_abs" in rec else "")
+        why = f" {rec['error'][:200]}" if rec.get("error") else ""
+        log(f"{rec['net']} b{rec['batch']} {rec.get('precision', '')}: "
+            f"{rec.get('status')}{err} {ms}{why}")
+        if args.json:
+            with open(args.json + ".part", "w") as f:
+                json.dump(dict(meta, records=records), f, indent=1)
+            os.replace(args.json + ".part", args.json)
+
+    tmp = None
+    export_dir = args.export_dir
+    if export_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="bench_zoo_")
+        export_dir = tmp.name
+    os.makedirs(export_dir, exist_ok=True)
+    try:
+        for name in args.nets:
+            try:
+                run_one(name, args, export_dir, records, emit)
+            except Exception as e:  # noqa: BLE001 -- one net's failure ends only that net
+                emit(dict(net=name, batch=args.batches[0], precision=args.precisions[0],
+                          status="failed", error=f"{type(e).__name__}: {e}"))
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    print(table(records, args.device, refs), flush=True)
+    bad = [r for r in records if r.get("status") != "ok"]
+    return 1 if (args.smoke and bad) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
