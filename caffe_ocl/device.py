@@ -569,7 +569,8 @@ class Device:
         self.cache_dir = config.get("CACHE")
         # programs compiled from source vs. loaded from the disk cache
         self.build_stats = {"built": 0, "cached": 0, "seconds": 0.0}
-        # (kernels file, -D macros, seconds, from the disk cache?) per program
+        # (kernels file, -D macros, seconds, from the disk cache?, seconds
+        # spent fetching and writing its binary to the disk cache) per program
         # build, in order (benchmarks/bench_cold_build.py reads it)
         self.build_log = []
         self.build_progress = BuildProgress(self.name, self.cache_dir, progress_mode())
@@ -647,7 +648,8 @@ class Device:
                             options=opts)
                     self.build_stats["cached"] += 1
                     self.build_stats["seconds"] += time.perf_counter() - t0
-                    self.build_log.append((filename, _macros(opts), time.perf_counter() - t0, True))
+                    self.build_log.append((filename, _macros(opts), time.perf_counter() - t0, True,
+                                           0.0))
                     return prog
                 except (cl.Error, OSError) as e:
                     # stale or corrupt entry: rebuild below and overwrite it
@@ -663,7 +665,7 @@ class Device:
                               f"failed on {self.name}:\n{e}")
         self.build_stats["built"] += 1
         self.build_stats["seconds"] += time.perf_counter() - t0
-        self.build_log.append((filename, _macros(opts), time.perf_counter() - t0, False))
+        built_s, t1 = time.perf_counter() - t0, time.perf_counter()
         if path:
             try:
                 (binary,) = prog.get_info(cl.program_info.BINARIES)
@@ -672,6 +674,7 @@ class Device:
                     write_cache_entry(path, binary)
             except (cl.Error, OSError, ValueError):
                 pass   # a read-only or full cache only costs rebuilds
+        self.build_log.append((filename, _macros(opts), built_s, False, time.perf_counter() - t1))
         return prog
 
     def kernel(self, filename, name, defines=None):

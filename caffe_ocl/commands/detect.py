@@ -1,5 +1,6 @@
-"""`caffe_ocl detect`: run an SSD-style detection net (DetectionOutput) on
-images; for each IMAGE write OUT/<stem>.json (boxes, labels, scores) and
+"""`caffe_ocl detect`: run an SSD-style detection net (DetectionOutput) or a
+py-faster-rcnn test net (Proposal + ROIPooling; preprocessing and NMS as its
+im_detect, caffe_ocl/detection.py) on images; for each IMAGE write OUT/<stem>.json (boxes, labels, scores) and
 OUT/<stem>.png (the image with the boxes drawn).
 
 Images are read as BGR, resized to the net input, channels reordered by
@@ -19,7 +20,8 @@ from ..proto import blobproto_to_array, read_blobproto
 from ._common import GPU, UNTRUSTED, apply_untrusted, require_hdf5_for, use_device
 from .flags import Arg, Flag, Spec
 
-SUMMARY = "detect objects with an SSD-style net: per image a .json and a .png with the boxes"
+SUMMARY = ("detect objects with an SSD-style or Faster R-CNN net: per image a .json and a .png "
+           "with the boxes")
 
 SPEC = Spec(
     "caffe_ocl detect", SUMMARY,
