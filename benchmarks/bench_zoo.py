@@ -11,6 +11,7 @@ so each timed pass ends with the device synchronised).
         [--rounds 5] [--size 224] [--json OUT.json] [--export-dir DIR]
         [--tol 1e-3] [--tol-tf32 5e-2] [--threads N]
     python benchmarks/bench_zoo.py --smoke      # one tiny net, CPU, one round
+    python benchmarks/bench_zoo.py --report A.json B.json ...   # one table
 
 References, timed in the same run, interleaved (each round times caffe_ocl
 and then every reference, ``--runs`` passes each after ``--warmup``; the
