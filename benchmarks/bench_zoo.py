@@ -11,6 +11,7 @@ so each timed pass ends with the device synchronised).
         [--rounds 5] [--size 224] [--json OUT.json] [--export-dir DIR]
         [--tol 1e-3] [--tol-tf32 5e-2] [--threads N]
     python benchmarks/bench_zoo.py --smoke      # one tiny net, CPU, one round
+    python benchmarks/bench_zoo.py --report A.json B.json ...   # one table
 
 References, timed in the same run, interleaved (each round times caffe_ocl
 and then every reference, ``--runs`` passes each after ``--warmup``; the
@@ -132,7 +133,8 @@ def export_onnx(model, name, batch, size, export_dir):
     path = os.path.join(export_dir, f"{name}_b{batch}_s{size}_op13.onnx")
     if os.path.exists(path) and os.path.getsize(path) > 0:
         return path
-    x = torch.zeros(batch, 3, size, size)
+    # on the model's device (a GPU run has moved it there after the first batch)
+    x = torch.zeros(batch, 3, size, size, device=next(model.parameters()).device)
     tmp = path + ".part"
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")   # the TorchScript exporter's deprecation notice
@@ -289,7 +291,7 @@ def run_one(name, args, export_dir, records, emit):
         for prec in precisions:
             rec = dict(base, precision=prec)
             tf32 = prec == "tf32"
-            net = None
+            net, timers = None, {}
             try:
                 if gpu:
                     set_torch_tf32(tf32)
@@ -321,6 +323,7 @@ def run_one(name, args, export_dir, records, emit):
                 if args.verbose:
                     traceback.print_exc()
             finally:
+                timers.clear()      # their closures hold the net and the CUDA graph
                 del net
                 gc.collect()
                 if gpu:
