@@ -201,8 +201,14 @@ class Solver(Snapshotting):
             try:
                 safe_io.probe_writable(probe)
             except OSError:
+                # the shipped examples' folders are made by `caffe_ocl data`
+                hint = ""
+                if p.snapshot_prefix.startswith(("examples/mnist/", "examples/cifar10/")):
+                    which = "mnist" if "/mnist/" in p.snapshot_prefix else "cifar10"
+                    hint = (f" (for the shipped example, run `caffe_ocl data {which}` first, "
+                            "from the folder you train in: it makes that folder and its data)")
                 raise SolverError(f"Cannot write to snapshot prefix '{p.snapshot_prefix}'. "
-                                  "Make sure that the directory exists and is writeable.") \
+                                  f"Make sure that the directory exists and is writeable.{hint}") \
                     from None
 
     def _init_train_net(self):

@@ -152,6 +152,20 @@ def test_unwritable_prefix(tmp_path):
                                       extra="snapshot: 2"))
 
 
+def test_unwritable_example_prefix_says_how_to_make_it(tmp_path, monkeypatch):
+    """The shipped solvers snapshot under examples/<name>/, which
+    `caffe_ocl data <name>` creates: the error says so (issue #26)."""
+    monkeypatch.chdir(tmp_path)
+    p = solver_param(tmp_path, kind="SGD", extra="snapshot: 2")
+    p.snapshot_prefix = "examples/mnist/lenet"
+    with pytest.raises(SolverError, match="run `caffe_ocl data mnist` first"):
+        caffe.get_solver(p)
+    p.snapshot_prefix = str(tmp_path / "elsewhere" / "snap")
+    with pytest.raises(SolverError) as e:
+        caffe.get_solver(p)
+    assert "caffe_ocl data" not in str(e.value)
+
+
 def test_hdf5_snapshot_resume_is_exact(tmp_path):
     """snapshot_format: HDF5 writes .caffemodel.h5 + .solverstate.h5 (Caffe's
     layout) and resumes exactly, like the binary format."""
