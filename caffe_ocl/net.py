@@ -736,6 +736,32 @@ class Net(NetPycaffeMixin):
         warn_untouched(self, copied, where)
         refresh_kept()
 
+    def share_trained_layers_with(self, source):
+        """Net::ShareTrainedLayersWith: this net's params, by layer name, use
+        ``source``'s data storage (launch plans are rebound); a solver's test
+        nets and pycaffe's ``share_with`` call it."""
+        index = {n: i for i, n in enumerate(self.graph.layer_names)}
+        for name, slayer in zip(source.graph.layer_names, source.layers):
+            ti = index.get(name)
+            if ti is None or not slayer.blobs:
+                continue
+            tlayer = self.layers[ti]
+            if len(tlayer.blobs) != len(slayer.blobs):
+                raise ShapeError(f"cannot share weights of layer {name!r}: the source net has "
+                                 f"{len(slayer.blobs)} param blobs, the target net "
+                                 f"{len(tlayer.blobs)}")
+            changed = False
+            for j, (sb, tb) in enumerate(zip(slayer.blobs, tlayer.blobs)):
+                if sb.shape != tb.shape:
+                    raise ShapeError(f"cannot share param {j} weights from layer {name!r}; shape "
+                                     f"mismatch. Source param shape is {sb.shape}; target "
+                                     f"param shape is {tb.shape}")
+                if tb.data_mem is not sb.data_mem:
+                    tb.share_data(sb)
+                    changed = True
+            if changed:
+                tlayer.rebind(self.graph.bottoms[ti], self.graph.tops[ti])
+
     def copy_trained_layers_from(self, path):
         self.copy_from(path)
 

@@ -153,28 +153,7 @@ class NetPycaffeMixin:
         """Net::ShareTrainedLayersWith: every layer of ``other`` with
         parameters lends its parameter data to this net's layer of the same
         name (shapes must agree); the diffs stay this net's own."""
-        index = {n: i for i, n in enumerate(self._layer_names)}
-        for name, slayer in zip(other._layer_names, other.layers):
-            ti = index.get(name)
-            if ti is None:
-                continue
-            tlayer = self.layers[ti]
-            if not slayer.blobs:
-                continue
-            if len(tlayer.blobs) != len(slayer.blobs):
-                raise ShapeError(f"share_with: layer {name!r} has {len(slayer.blobs)} "
-                                 f"param blobs in the source net, {len(tlayer.blobs)} here")
-            changed = False
-            for j, (sb, tb) in enumerate(zip(slayer.blobs, tlayer.blobs)):
-                if sb.shape != tb.shape:
-                    raise ShapeError(f"share_with: cannot share param {j} of layer {name!r}; "
-                                     f"shape mismatch. Source param shape is {sb.shape}; "
-                                     f"target param shape is {tb.shape}")
-                if tb.data_mem is not sb.data_mem:
-                    tb.share_data(sb)
-                    changed = True
-            if changed:
-                tlayer.rebind(self._bottom_vecs[ti], self._top_vecs[ti])
+        self.share_trained_layers_with(other)
         # plans bound to the old parameter buffers (folded weights, training
         # fusions) are built again
         self.plan = execution.build(self, self.fold)

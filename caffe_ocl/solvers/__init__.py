@@ -13,7 +13,7 @@ buffer.
 """
 from ..errors import SolverError
 from ..proto import caffe_pb2
-from .solver import Solver, read_solver, share_trained_layers  # noqa: F401
+from .solver import Solver, read_solver  # noqa: F401
 from .updates import (SOLVERS, AdaDeltaSolver, AdaGradSolver, AdamSolver,  # noqa: F401
                       NesterovSolver, RMSPropSolver, SGDSolver)
 

@@ -80,32 +80,6 @@ def _read_net_file(path, what):
                            f"the current directory {os.getcwd()}, as Caffe does)") from None
 
 
-def share_trained_layers(target, source):
-    """Net::ShareTrainedLayersWith: ``target``'s params by layer name use
-    ``source``'s data storage (and launch plans are rebound)."""
-    index = {n: i for i, n in enumerate(target.graph.layer_names)}
-    for name, slayer in zip(source.graph.layer_names, source.layers):
-        ti = index.get(name)
-        if ti is None or not slayer.blobs:
-            continue
-        tlayer = target.layers[ti]
-        if len(tlayer.blobs) != len(slayer.blobs):
-            raise ShapeError(f"cannot share weights of layer {name!r}: the train net has "
-                             f"{len(slayer.blobs)} param blobs, the test net "
-                             f"{len(tlayer.blobs)}")
-        changed = False
-        for j, (sb, tb) in enumerate(zip(slayer.blobs, tlayer.blobs)):
-            if sb.shape != tb.shape:
-                raise ShapeError(f"cannot share param {j} weights from layer {name!r}; shape "
-                                 f"mismatch. Source param shape is {sb.shape}; target "
-                                 f"param shape is {tb.shape}")
-            if tb.data_mem is not sb.data_mem:
-                tb.share_data(sb)
-                changed = True
-        if changed:
-            tlayer.rebind(target.graph.bottoms[ti], target.graph.tops[ti])
-
-
 def output_loss_weights(net):
     w = {}
     for layer, tops in zip(net.layers, net.graph.tops):
@@ -301,7 +275,7 @@ class Solver(Snapshotting):
             net = Net(np_, phase=state.phase, level=state.level)
             for w in p.weights:
                 load_net_weights(net, w)
-            share_trained_layers(net, self.net)
+            net.share_trained_layers_with(self.net)
             nets.append(net)
         return nets
 
@@ -626,7 +600,7 @@ class Solver(Snapshotting):
         p = self.param
         log.info("Iteration %d, Testing net (#%d)", self.iter, test_net_id)
         net = self.test_nets[test_net_id]
-        share_trained_layers(net, self.net)
+        net.share_trained_layers_with(self.net)
         n_iter = p.test_iter[test_net_id]
         plan = self._test_plan(test_net_id)
         q = self.dev.queue
@@ -675,7 +649,7 @@ class Solver(Snapshotting):
 
     def share_weights(self, net):
         """pycaffe: make ``net`` use this solver's trained weights."""
-        share_trained_layers(net, self.net)
+        net.share_trained_layers_with(self.net)
 
 
 def load_net_weights(net, model_list):

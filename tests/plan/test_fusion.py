@@ -311,13 +311,12 @@ def test_unfold(rng):
 def test_shared_weights_solver_style(rng):
     """A TEST net whose params are re-pointed at a TRAIN net's storage, then
     updated on the device (as the solver does): the fold follows both."""
-    from caffe_ocl.solvers.solver import share_trained_layers
     train = Net(parse_net_text(RESNET), TRAIN)
     test = _net()
     _randomize(train, rng)
     x = _x(rng)
     test.forward(data=x)
-    share_trained_layers(test, train)
+    test.share_trained_layers_with(train)
     test.forward(data=x)
     _assert_blobs_equal(test, _reference(RESNET, train, x))
     # a device-side write of a shared param (e.g. a solver update)
