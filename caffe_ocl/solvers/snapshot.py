@@ -82,7 +82,9 @@ class Snapshotting:
                 f["current_step"] = self.current_step
                 rng = get_state()
                 f["caffe_ocl_rng"] = np.array([rng["seed"], rng["stream"]], np.uint64)
-                f["caffe_ocl_data"] = json.dumps(self._data_states(), sort_keys=True)
+                data_states = self._data_states()
+                if data_states is not None:
+                    f["caffe_ocl_data"] = json.dumps(data_states, sort_keys=True)
                 for i, h in enumerate(self.history):
                     f.create_dataset(f"history/{i}", data=h.host_data())
             os.replace(tmp, path)
@@ -119,7 +121,12 @@ class Snapshotting:
         log.info("%s: restoring history", type(self).__name__)
 
     def _data_states(self):
-        """{layer name: read state} of the train net's data layers."""
+        """{layer name: read state} of the train net's data layers; None in
+        data-parallel training, where each rank reads its own shard and only
+        rank 0 snapshots (its readers' positions are not the other ranks'):
+        there, as in Caffe, the readers start again from their first record."""
+        if getattr(self, "solver_count", 1) > 1:
+            return None
         states = {name: layer.data_state()
                   for name, layer in zip(self.net.graph.layer_names, self.net.layers)
                   if hasattr(layer, "data_state")}
@@ -131,9 +138,13 @@ class Snapshotting:
                    if hasattr(layer, "restore_data_state")]
         if not readers:
             return
+        if getattr(self, "solver_count", 1) > 1:
+            log.info("Data-parallel training: the data layers start again from their "
+                     "first record (read positions are restored in single-process runs)")
+            return
         if states is None:
-            log.info("%s holds no data read positions (an older or a Caffe snapshot); "
-                     "the data layers start again from their first record", path)
+            log.info("%s holds no data read positions (an older, data-parallel or Caffe "
+                     "snapshot); the data layers start again from their first record", path)
             return
         for name, layer in readers:
             if name in states:
