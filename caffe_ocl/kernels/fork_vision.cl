@@ -48,14 +48,30 @@ __kernel void axpy_bwd_a(int planes, int spatial, __global const float* x,
     }
 }
 
+/* One axis of Interp's bilinear taps (caffe_gpu_interp2): output o at ratio
+ * r = (in - 1) / (out - 1) (0 for one output) reads input i and i + step
+ * (step 0 at the last input) with weights l0, l1. The ratio comes from
+ * div_rn: the index is the truncated product, so a quotient off by an ulp
+ * (NVIDIA's OpenCL division) would move a tap, as it did ROIPooling's bins. */
+inline float interp_ratio(int in, int out) {
+    return (out > 1) ? div_rn((float)(in - 1), (float)(out - 1)) : 0.0f;
+}
+
+inline void interp_tap(float r, int o, int in, int* i, int* step, float* l0, float* l1) {
+    const float x = r * o;
+    *i = (int)x;
+    *step = (*i < in - 1) ? 1 : 0;
+    *l1 = x - *i;
+    *l0 = 1.0f - *l1;
+}
+
 /* Interp (DeepLab v2 / PSPNet caffe_gpu_interp2<Dtype, false>): bilinear,
  * corners aligned, from the [h1 x w1] window at (y1, x1) of each [H1 x W1]
  * input plane into the whole [h2 x w2] output plane; the same size copies.
  * One output element per index. */
 __kernel void interp_fwd(int total, int x1, int y1, int h1, int w1, int H1, int W1,
                          int h2, int w2, __global const float* src, __global float* dst) {
-    const float rh = (h2 > 1) ? (float)(h1 - 1) / (h2 - 1) : 0.0f;
-    const float rw = (w2 > 1) ? (float)(w1 - 1) / (w2 - 1) : 0.0f;
+    const float rh = interp_ratio(h1, h2), rw = interp_ratio(w1, w2);
     GLOBAL_LOOP(t, total) {
         const int ow = t % w2;
         const int r = t / w2;
@@ -66,14 +82,10 @@ __kernel void interp_fwd(int total, int x1, int y1, int h1, int w1, int H1, int 
             dst[t] = s[(y1 + oh) * W1 + (x1 + ow)];
             continue;
         }
-        const float h1r = rh * oh;
-        const int ih = (int)h1r;
-        const int hp = (ih < h1 - 1) ? 1 : 0;
-        const float hl1 = h1r - ih, hl0 = 1.0f - hl1;
-        const float w1r = rw * ow;
-        const int iw = (int)w1r;
-        const int wp = (iw < w1 - 1) ? 1 : 0;
-        const float wl1 = w1r - iw, wl0 = 1.0f - wl1;
+        int ih, hp, iw, wp;
+        float hl0, hl1, wl0, wl1;
+        interp_tap(rh, oh, h1, &ih, &hp, &hl0, &hl1);
+        interp_tap(rw, ow, w1, &iw, &wp, &wl0, &wl1);
         __global const float* q = s + (y1 + ih) * W1 + (x1 + iw);
         dst[t] = hl0 * (wl0 * q[0] + wl1 * q[wp])
                + hl1 * (wl0 * q[hp * W1] + wl1 * q[hp * W1 + wp]);
@@ -86,8 +98,7 @@ __kernel void interp_fwd(int total, int x1, int y1, int h1, int w1, int H1, int 
  * and adds in the fork's CPU order (no races, deterministic). */
 __kernel void interp_bwd(int planes, int x1, int y1, int h1, int w1, int H1, int W1,
                          int h2, int w2, __global float* dsrc, __global const float* ddst) {
-    const float rh = (h2 > 1) ? (float)(h1 - 1) / (h2 - 1) : 0.0f;
-    const float rw = (w2 > 1) ? (float)(w1 - 1) / (w2 - 1) : 0.0f;
+    const float rh = interp_ratio(h1, h2), rw = interp_ratio(w1, w2);
     GLOBAL_LOOP(p, planes) {
         __global float* s = dsrc + (size_t)p * H1 * W1;
         __global const float* d = ddst + (size_t)p * h2 * w2;
@@ -99,14 +110,10 @@ __kernel void interp_bwd(int planes, int x1, int y1, int h1, int w1, int H1, int
                     s[(y1 + oh) * W1 + (x1 + ow)] += g;
                     continue;
                 }
-                const float h1r = rh * oh;
-                const int ih = (int)h1r;
-                const int hp = (ih < h1 - 1) ? 1 : 0;
-                const float hl1 = h1r - ih, hl0 = 1.0f - hl1;
-                const float w1r = rw * ow;
-                const int iw = (int)w1r;
-                const int wp = (iw < w1 - 1) ? 1 : 0;
-                const float wl1 = w1r - iw, wl0 = 1.0f - wl1;
+                int ih, hp, iw, wp;
+                float hl0, hl1, wl0, wl1;
+                interp_tap(rh, oh, h1, &ih, &hp, &hl0, &hl1);
+                interp_tap(rw, ow, w1, &iw, &wp, &wl0, &wl1);
                 __global float* q = s + (y1 + ih) * W1 + (x1 + iw);
                 q[0] += hl0 * wl0 * g;
                 q[wp] += hl0 * wl1 * g;
