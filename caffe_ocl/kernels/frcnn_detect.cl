@@ -7,6 +7,7 @@
  * as kernels/proposal.cl's, batched over classes. Launch helpers:
  * caffe_ocl/ops/frcnn_detect.py. */
 #include "common.h"
+#include "nms.h"
 
 /* One (class k, roi r) per index: boxes[k][r] (x1, y1, x2, y2) in the
  * original image's pixels, keys[k][r] its score, valid[k][r] whether
@@ -67,19 +68,9 @@ __kernel void frcnn_nms_mask(int total, int R, int words, float thresh,
     GLOBAL_LOOP(t, total) {
         const int row = t / words, wd = t - row * words;
         const int k = row / R, i = row - k * R;
-        const float4 a = vload4(row, sorted);
-        const float area_a = (a.z - a.x + 1.0f) * (a.w - a.y + 1.0f);
-        ulong bits = 0;
-        const int j0 = wd * 64, j1 = min(R, j0 + 64);
-        for (int j = max(j0, i + 1); j < j1; ++j) {
-            const float4 b = vload4(k * R + j, sorted);
-            const float iw = fmax(fmin(a.z, b.z) - fmax(a.x, b.x) + 1.0f, 0.0f);
-            const float ih = fmax(fmin(a.w, b.w) - fmax(a.y, b.y) + 1.0f, 0.0f);
-            const float inter = iw * ih;
-            const float area_b = (b.z - b.x + 1.0f) * (b.w - b.y + 1.0f);
-            if (inter / (area_a + area_b - inter) > thresh) bits |= (ulong)1 << (j - j0);
-        }
-        mask[t] = bits;
+        const int j0 = wd * 64;
+        mask[t] = nms_suppressed_bits(sorted + (size_t)4 * k * R, i, j0, min(R, j0 + 64),
+                                      thresh);
     }
 }
 

@@ -5,6 +5,7 @@
  * the first post_nms_topn written. Batch of one image. Launch helpers:
  * caffe_ocl/ops/proposal.py. */
 #include "common.h"
+#include "nms.h"
 
 /* Proposal i = (h * W + w) * A + a (the fork's transpose(0, 2, 3, 1)
  * order): its foreground score (channel A + a of bottom[0]), its box from
@@ -64,19 +65,8 @@ __kernel void proposal_nms_mask(int cap, int words, float thresh,
                                 __global const float* sorted, __global ulong* mask) {
     GLOBAL_LOOP(t, cap * words) {
         const int i = t / words, wd = t - i * words;
-        const float4 a = vload4(i, sorted);
-        const float area_a = (a.z - a.x + 1.0f) * (a.w - a.y + 1.0f);
-        ulong bits = 0;
-        const int j0 = wd * 64, j1 = min(cap, j0 + 64);
-        for (int j = max(j0, i + 1); j < j1; ++j) {
-            const float4 b = vload4(j, sorted);
-            const float iw = fmax(fmin(a.z, b.z) - fmax(a.x, b.x) + 1.0f, 0.0f);
-            const float ih = fmax(fmin(a.w, b.w) - fmax(a.y, b.y) + 1.0f, 0.0f);
-            const float inter = iw * ih;
-            const float area_b = (b.z - b.x + 1.0f) * (b.w - b.y + 1.0f);
-            if (inter / (area_a + area_b - inter) > thresh) bits |= (ulong)1 << (j - j0);
-        }
-        mask[t] = bits;
+        const int j0 = wd * 64;
+        mask[t] = nms_suppressed_bits(sorted, i, j0, min(cap, j0 + 64), thresh);
     }
 }
 
