@@ -492,6 +492,38 @@ log.addFilter(_bar_filter)
 # Device
 # --------------------------------------------------------------------------
 
+# The commands' events, while timing.py records them (``record_events``):
+# None, or a list each kernel launch, upload and download appends its event
+# to (a profiling queue gives each its device start/end times).
+_event_sink = None
+
+
+class record_events:
+    """``with record_events(sink):`` every command enqueued through
+    ``Launch.run``, ``Device.upload``/``download`` (and ``note_event``)
+    meanwhile appends its event to the list ``sink`` (per-step device times,
+    caffe_ocl/timing.py). Not nested, one thread."""
+
+    def __init__(self, sink):
+        self.sink = sink
+
+    def __enter__(self):
+        global _event_sink
+        _event_sink = self.sink
+        return self.sink
+
+    def __exit__(self, *exc):
+        global _event_sink
+        _event_sink = None
+
+
+def note_event(event):
+    """Record ``event`` while ``record_events`` is on (enqueues made outside
+    Launch/Device, e.g. the data layers' uploads)."""
+    if _event_sink is not None:
+        _event_sink.append(event)
+
+
 class Launch:
     """One kernel launch with its arguments bound once (at reshape time).
 
@@ -521,7 +553,9 @@ class Launch:
             self.buffers.pop(i, None)
 
     def run(self, queue):
-        cl.enqueue_nd_range_kernel(queue, self.kernel, self.gsize, self.lsize)
+        ev = cl.enqueue_nd_range_kernel(queue, self.kernel, self.gsize, self.lsize)
+        if _event_sink is not None:
+            _event_sink.append(ev)
 
 
 def round_up(x, m):
@@ -802,10 +836,33 @@ class Device:
         self._scratch = []
 
     def upload(self, buf, host):
-        cl.enqueue_copy(self.queue, buf, np.ascontiguousarray(host), is_blocking=False)
+        ev = cl.enqueue_copy(self.queue, buf, np.ascontiguousarray(host), is_blocking=False)
+        if _event_sink is not None:
+            _event_sink.append(ev)
 
     def download(self, host, buf):
-        cl.enqueue_copy(self.queue, host, buf, is_blocking=True)
+        ev = cl.enqueue_copy(self.queue, host, buf, is_blocking=True)
+        if _event_sink is not None:
+            _event_sink.append(ev)
+
+    @property
+    def profiling(self):
+        """Whether the queue records device start/end times per command."""
+        return bool(self.queue.properties & cl.command_queue_properties.PROFILING_ENABLE)
+
+    def enable_profiling(self):
+        """Make the queue a profiling one from now on (``caffe_ocl time``'s
+        per-step device times; ``CAFFE_OCL_PROFILE=1`` makes it one from
+        the start): what was enqueued finishes first, so the one in-order
+        queue's ordering holds across the switch."""
+        if self.profiling:
+            return
+        self.queue.finish()
+        try:
+            self.queue = cl.CommandQueue(
+                self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        except cl.Error as e:
+            raise DeviceError(f"cannot open a profiling queue on {self.name}: {e}")
 
     def finish(self):
         self.queue.finish()

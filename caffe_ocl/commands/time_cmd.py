@@ -21,10 +21,16 @@ SPEC = Spec(
            Flag("iterations", int, 50, "forward-backward passes to time"),
            Flag("phase", str, "TRAIN", "the net's phase: TRAIN or TEST"),
            Flag("forward_only", bool, False, "time the forward pass only"),
+           Flag("warmup", int, 2, "untimed passes first (programs, launch lists, buffers)"),
+           Flag("host", bool, False, "also print each step's host enqueue time"),
            GPU, LEVEL, STAGE, UNTRUSTED],
     example="caffe_ocl time --model models/cifar10_quick/cifar10_quick.prototxt "
             "--iterations 20",
-    details="Each layer is timed with the device queue drained before and after it.")
+    details="Times each step of the net's execution plan (a layer, or a fused group "
+            "shown as 'a+b+c (fused)') from OpenCL profiling events, without draining the "
+            "queue between steps; 'Average Forward pass' is a whole net.forward() as a user "
+            "calls it, and the lines after it split it into the per-step device times, "
+            "device work outside the steps and the unattributed rest (host enqueue, gaps).")
 
 
 def main(argv):
@@ -37,6 +43,8 @@ def main(argv):
         raise FlagError(f"--phase must be TRAIN or TEST, got {opts.phase!r}")
     if opts.iterations < 1:
         raise FlagError("--iterations must be at least 1")
+    if opts.warmup < 0:
+        raise FlagError("--warmup must be at least 0")
     require_hdf5_for([opts.weights], "caffe_ocl time")
     start_log()
     dev = use_device(opts.gpu)
@@ -47,5 +55,6 @@ def main(argv):
     log.info("Net built in %.3f s; OpenCL programs: %d compiled, %d from the disk cache "
              "(%s), %.3f s", time.perf_counter() - t0, st["built"], st["cached"], dev.cache_dir,
              st["seconds"])
-    time_net(net, opts.iterations, backward=not opts.forward_only, out=log.info)
+    time_net(net, opts.iterations, backward=not opts.forward_only, out=log.info,
+             warmup=opts.warmup, host=opts.host)
     return 0

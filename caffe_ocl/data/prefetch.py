@@ -18,6 +18,7 @@ import queue
 import threading
 import weakref
 
+from ..device import note_event
 from ..errors import DataError
 
 log = logging.getLogger("caffe_ocl")
@@ -52,6 +53,7 @@ def upload(device, tops, arrays):
     evs = []
     for t, a in zip(tops, arrays):
         evs.append(cl.enqueue_copy(device.queue, t.data_buffer(), a, is_blocking=False))
+        note_event(evs[-1])             # caffe_ocl time's per-step device times
     return evs
 
 
