@@ -169,15 +169,19 @@ class Timing:
         self.iterations = iterations
         self.wall = {"forward": 0.0, "backward": 0.0}
         self.device = {"forward": 0.0, "backward": 0.0}        # whole pass, unhooked
+        self.span = {"forward": 0.0, "backward": 0.0}          # first start to last end
         self.launches = {"forward": 0, "backward": 0}          # whole pass, unhooked
         self.outside = {"forward": 0.0, "backward": 0.0}       # hooked pass, no step's
         self.outside_launches = {"forward": 0, "backward": 0}
+        # per timed iteration and direction: (wall, device, steps, outside) seconds
+        self.series = {"forward": [], "backward": []}
         self.total = 0.0
         self.builds = 0            # programs built or loaded during the timed passes
 
     def average(self, kind, direction):
-        """Average seconds per pass: ``kind`` wall, device, outside, steps
-        (sum of the units' device times) or host (sum of their enqueue)."""
+        """Average seconds per pass: ``kind`` wall, device, span, outside,
+        steps (sum of the units' device times) or host (sum of their
+        enqueue)."""
         if kind == "steps":
             s = sum(getattr(u, direction) for u in self.units)
         elif kind == "host":
@@ -249,10 +253,13 @@ def time_net(net, iterations, backward=True, out=print, warmup=2, host=False):
                 net.backward()
                 dev.finish()
             t2 = time.perf_counter()
-        res.wall["forward"] += t1 - t0
-        res.wall["backward"] += t2 - t1
-        res.device["forward"] += event_seconds(sink[:nf])
-        res.device["backward"] += event_seconds(sink[nf:])
+        whole = {"forward": (t1 - t0, event_seconds(sink[:nf])),
+                 "backward": (t2 - t1, event_seconds(sink[nf:]))}
+        for direction, (wall, device) in whole.items():
+            res.wall[direction] += wall
+            res.device[direction] += device
+        res.span["forward"] += event_span(sink[:nf])
+        res.span["backward"] += event_span(sink[nf:])
         res.launches["forward"] += nf
         res.launches["backward"] += len(sink) - nf
         out(f"Iteration: {it + 1} forward-backward time: {(t2 - t0) * 1000:.3f} ms.")
@@ -267,15 +274,20 @@ def time_net(net, iterations, backward=True, out=print, warmup=2, host=False):
                     net.backward()
                 dev.finish()
             clock.active = False
+            steps = 0.0
             for li, a, b, host_s in clock.spans:
                 u = of_layer[li]
-                setattr(u, direction, getattr(u, direction) + event_seconds(sink[a:b]))
+                step = event_seconds(sink[a:b])
+                steps += step
+                setattr(u, direction, getattr(u, direction) + step)
                 setattr(u, direction + "_host", getattr(u, direction + "_host") + host_s)
                 setattr(u, direction + "_launches",
                         getattr(u, direction + "_launches") + b - a)
             inside = {i for _, a, b, _ in clock.spans for i in range(a, b)}
             rest = [ev for i, ev in enumerate(sink) if i not in inside]
-            res.outside[direction] += event_seconds(rest)
+            outside = event_seconds(rest)
+            res.outside[direction] += outside
+            res.series[direction].append(whole[direction] + (steps, outside))
             res.outside_launches[direction] += len(rest)
     res.total = time.perf_counter() - total_start
     res.builds = dev.build_stats["built"] + dev.build_stats["cached"] - builds0
@@ -316,8 +328,9 @@ def _report(res, backward, out, host):
         out(f"Unattributed {direction} time: {_ms(rest)} ms (host enqueue and Python "
             "while the device waits, launch gaps).")
         out(f"Device time of one {direction} pass without the step hooks: "
-            f"{_ms(res.average('device', direction))} ms "
-            f"({res.launches[direction] / n:g} commands).")
+            f"{_ms(res.average('device', direction))} ms busy over "
+            f"{_ms(res.average('span', direction))} ms from its first command's start to "
+            f"its last's end ({res.launches[direction] / n:g} commands).")
     if res.builds:
         out(f"Warning: {res.builds} OpenCL programs were built during the timed "
             "iterations; raise --warmup")
