@@ -7,11 +7,12 @@ pass adds up to it. No wall-clock speed is asserted."""
 import re
 import statistics
 
+import numpy as np
 import pytest
 
 from caffe_ocl import commands
 from caffe_ocl.net import TEST, TRAIN, Net
-from caffe_ocl.proto import parse_net_text
+from caffe_ocl.proto import caffe_pb2, parse_net_text
 from caffe_ocl.timing import plan_units, time_net
 
 TRAIN_NET = """
@@ -202,3 +203,32 @@ def test_time_command(tmp_path, capsys):
     assert re.search(r"forward enqueue: ", err)
     assert "Forward pass split: per-step device" in err
     assert "*** Benchmark ends ***" in err
+
+
+def test_data_layer_uploads_in_its_step(tmp_path):
+    """A Data layer's batch uploads are its step's device work (recorded
+    through note_event), not unattributed time."""
+    lmdb = pytest.importorskip("lmdb")
+    env = lmdb.open(str(tmp_path / "db"), map_size=1 << 24)
+    rng = np.random.default_rng(0)
+    with env.begin(write=True) as txn:
+        for i in range(6):
+            img = rng.integers(0, 256, (3, 4, 4), dtype=np.uint8)
+            txn.put(b"%08d" % i, caffe_pb2.Datum(channels=3, height=4, width=4, label=i % 3,
+                                                 data=img.tobytes()).SerializeToString())
+    env.close()
+    net_text = f"""
+name: "withdata"
+layer {{ name: "d" type: "Data" top: "x" top: "label"
+        data_param {{ source: "{tmp_path / 'db'}" backend: LMDB batch_size: 2 }} }}
+layer {{ name: "fc" type: "InnerProduct" bottom: "x" top: "fc"
+        inner_product_param {{ num_output: 3 weight_filler {{ type: "gaussian" std: 0.1 }} }} }}
+layer {{ name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }}
+"""
+    net = Net(parse_net_text(net_text), TRAIN)
+    res, lines = _time(net)
+    (d,) = [u for u in res.units if u.name == "d"]
+    assert d.forward_launches == 2 * res.iterations       # data and label uploads
+    assert d.forward > 0
+    _check_adds_up(res, lines, "forward")
+    _check_adds_up(res, lines, "backward")
