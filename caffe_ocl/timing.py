@@ -15,11 +15,15 @@ up to what that costs:
   ``Device.enable_profiling``);
 - then the same pass again with per-layer hooks (pycaffe's
   ``before_forward`` ...) that only note the host clock and how many
-  commands were enqueued so far: each step's commands, and from their
-  profiling events the step's device time, with no ``finish()`` between
-  steps (a drained queue between layers made every step pay the launch
-  latency and the host's enqueue time, so the figures of small layers and
-  the total misled).
+  commands were enqueued so far: which step enqueued the k-th command, and
+  each step's host enqueue time. The user's pass enqueued the same
+  commands in the same order, so its k-th command's device time goes to
+  that step: the per-step figures and the average pass come from the same
+  run (where the counts differ, the hooked pass's own device times stand
+  in and the report says so). Nothing drains the queue between steps (a
+  ``finish()`` around each layer made every step pay the launch latency
+  and the host's enqueue time, so the figures of small layers and the
+  total misled).
 
 A step is one layer or one fused group of the plan (caffe_ocl/plan/
 execution.py); a group is reported under its layers' names joined by
@@ -173,8 +177,12 @@ class Timing:
         self.launches = {"forward": 0, "backward": 0}          # whole pass, unhooked
         self.outside = {"forward": 0.0, "backward": 0.0}       # hooked pass, no step's
         self.outside_launches = {"forward": 0, "backward": 0}
-        # per timed iteration and direction: (wall, device, steps, outside) seconds
+        # per timed iteration and direction, seconds: (wall, device, steps,
+        # outside, device of the hooked pass)
         self.series = {"forward": [], "backward": []}
+        # iterations whose hooked pass did not enqueue as many commands as
+        # the user's (its own device times were used then)
+        self.mismatched = {"forward": 0, "backward": 0}
         self.total = 0.0
         self.builds = 0            # programs built or loaded during the timed passes
 
@@ -253,42 +261,49 @@ def time_net(net, iterations, backward=True, out=print, warmup=2, host=False):
                 net.backward()
                 dev.finish()
             t2 = time.perf_counter()
-        whole = {"forward": (t1 - t0, event_seconds(sink[:nf])),
-                 "backward": (t2 - t1, event_seconds(sink[nf:]))}
-        for direction, (wall, device) in whole.items():
-            res.wall[direction] += wall
-            res.device[direction] += device
-        res.span["forward"] += event_span(sink[:nf])
-        res.span["backward"] += event_span(sink[nf:])
-        res.launches["forward"] += nf
-        res.launches["backward"] += len(sink) - nf
+        user = {"forward": (t1 - t0, sink[:nf]), "backward": (t2 - t1, sink[nf:])}
         out(f"Iteration: {it + 1} forward-backward time: {(t2 - t0) * 1000:.3f} ms.")
-        # the same pass, attributed to the plan's steps
         for direction in ("forward", "backward") if backward else ("forward",):
-            sink = []
-            clock.sink, clock.spans, clock.active = sink, [], True
-            with record_events(sink):
+            wall, events = user[direction]
+            seconds = [event_seconds((ev,)) for ev in events]
+            res.wall[direction] += wall
+            res.device[direction] += sum(seconds)
+            res.span[direction] += event_span(events)
+            res.launches[direction] += len(events)
+            # the same pass again with the step hooks: which step enqueued
+            # which command, and each step's host enqueue time
+            hooked = []
+            clock.sink, clock.spans, clock.active = hooked, [], True
+            with record_events(hooked):
                 if direction == "forward":
                     net.forward()
                 else:
                     net.backward()
                 dev.finish()
             clock.active = False
-            steps = 0.0
+            owner = [None] * len(hooked)
             for li, a, b, host_s in clock.spans:
                 u = of_layer[li]
-                step = event_seconds(sink[a:b])
-                steps += step
-                setattr(u, direction, getattr(u, direction) + step)
+                for i in range(a, b):
+                    owner[i] = u
                 setattr(u, direction + "_host", getattr(u, direction + "_host") + host_s)
-                setattr(u, direction + "_launches",
-                        getattr(u, direction + "_launches") + b - a)
-            inside = {i for _, a, b, _ in clock.spans for i in range(a, b)}
-            rest = [ev for i, ev in enumerate(sink) if i not in inside]
-            outside = event_seconds(rest)
+            hooked_s = event_seconds(hooked)
+            if len(hooked) != len(events):
+                # not the same commands (e.g. a blob computed on read once):
+                # the hooked pass's own device times stand in
+                res.mismatched[direction] += 1
+                events, seconds = hooked, [event_seconds((ev,)) for ev in hooked]
+            steps = outside = 0.0
+            for u, sec in zip(owner, seconds):
+                if u is None:
+                    outside += sec
+                    res.outside_launches[direction] += 1
+                else:
+                    steps += sec
+                    setattr(u, direction, getattr(u, direction) + sec)
+                    setattr(u, direction + "_launches", getattr(u, direction + "_launches") + 1)
             res.outside[direction] += outside
-            res.series[direction].append(whole[direction] + (steps, outside))
-            res.outside_launches[direction] += len(rest)
+            res.series[direction].append((wall, sum(seconds), steps, outside, hooked_s))
     res.total = time.perf_counter() - total_start
     res.builds = dev.build_stats["built"] + dev.build_stats["cached"] - builds0
     clock.sink, clock.spans = [], []
@@ -327,10 +342,14 @@ def _report(res, backward, out, host):
             "back, blobs computed on read).")
         out(f"Unattributed {direction} time: {_ms(rest)} ms (host enqueue and Python "
             "while the device waits, launch gaps).")
-        out(f"Device time of one {direction} pass without the step hooks: "
+        out(f"Device time of one {direction} pass: "
             f"{_ms(res.average('device', direction))} ms busy over "
             f"{_ms(res.average('span', direction))} ms from its first command's start to "
             f"its last's end ({res.launches[direction] / n:g} commands).")
+        if res.mismatched[direction]:
+            out(f"Note: in {res.mismatched[direction]} of {n} iterations the {direction} "
+                "pass with the step hooks enqueued a different number of commands; "
+                "those iterations' step times come from the hooked pass")
     if res.builds:
         out(f"Warning: {res.builds} OpenCL programs were built during the timed "
             "iterations; raise --warmup")
