@@ -238,3 +238,16 @@ layer {{ name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: 
     assert d.forward > 0
     _check_adds_up(res, lines, "forward")
     _check_adds_up(res, lines, "backward")
+
+
+def test_test_phase_backward_unfolds():
+    """At TEST a folded net cannot run backward: the folding is turned off
+    (said in the output) and the backward is timed per layer step."""
+    net = Net(parse_net_text(TRAIN_NET.replace(" force_backward: true", "")), TEST)
+    assert net.plan.fold_groups and any(net.graph.layer_need_backward)
+    res, lines = _time(net)
+    assert "Timing backward: the TEST folding is turned off (net.unfold())" in lines
+    assert not net.plan.fold_groups
+    assert "bn1" in [u.label for u in res.units]
+    _caffe_lines(lines, res.units)
+    _check_adds_up(res, lines, "backward")
