@@ -209,7 +209,10 @@ def _ms(seconds):
 
 def time_net(net, iterations, backward=True, out=print, warmup=2, host=False):
     """Time ``net`` per plan step (see the module doc); prints Caffe's lines
-    through ``out`` and returns a ``Timing``."""
+    through ``out`` and returns a ``Timing``. ``warmup``: untimed passes
+    after Caffe's first forward/backward. The device's queue stays a
+    profiling one, and the net keeps four per-layer hooks that do nothing
+    once timing is over."""
     if iterations < 1:
         raise NetError(f"time_net: iterations must be at least 1, got {iterations}")
     dev = net.device
@@ -234,13 +237,11 @@ def time_net(net, iterations, backward=True, out=print, warmup=2, host=False):
     net.after_forward(clock.after)
     net.before_backward(clock.before)
     net.after_backward(clock.after)
-    for w in range(max(warmup, 1)):
-        clock.active = w > 0                # the hooked pass warms up too
+    for _ in range(warmup):
         net.forward()
         if backward:
             net.backward()
-        dev.finish()
-    clock.active = False
+    dev.finish()
 
     units, of_layer = plan_units(net, backward)
     res = Timing(units, iterations)

@@ -1,4 +1,5 @@
-"""`caffe_ocl time`: time forward/backward per layer (Caffe's `caffe time`)."""
+"""`caffe_ocl time`: forward/backward times per execution-plan step (Caffe's
+`caffe time` lines; caffe_ocl/timing.py measures)."""
 import logging
 import time
 
