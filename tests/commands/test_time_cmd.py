@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from caffe_ocl import commands
+from caffe_ocl.device import get_device, record_events
 from caffe_ocl.net import TEST, TRAIN, Net
+from caffe_ocl.ops import pointwise
 from caffe_ocl.proto import caffe_pb2, parse_net_text
 from caffe_ocl.timing import plan_units, time_net
 
@@ -248,3 +250,24 @@ def test_test_phase_backward_unfolds():
     assert "bn1" in [u.label for u in res.units]
     _caffe_lines(lines, res.units)
     _check_adds_up(res, lines, "backward")
+
+
+def test_record_events_and_profiling_queue():
+    """The device records the events of launches, uploads and downloads
+    only inside ``record_events``; a profiling queue gives their times."""
+    dev = get_device()
+    dev.enable_profiling()
+    assert dev.profiling
+    buf = dev.alloc(4 * 64)
+    host = np.arange(64, dtype=np.float32)
+    back = np.empty(64, np.float32)
+    sink = []
+    with record_events(sink):
+        dev.upload(buf, host)
+        pointwise.fill(dev, buf, 32, 2.0)
+        dev.download(back, buf)
+    pointwise.fill(dev, buf, 64, 0.0)        # not recorded
+    dev.finish()
+    assert len(sink) == 3
+    assert all(ev.profile.end >= ev.profile.start > 0 for ev in sink)
+    np.testing.assert_array_equal(back, np.r_[np.full(32, 2.0), host[32:]])
