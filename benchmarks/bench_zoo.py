@@ -27,7 +27,12 @@ table gives each one's median round):
 Ratio columns are reference time / caffe_ocl time (>= 1: caffe_ocl ahead);
 below each ratio column the geometric mean and the worst net. Check
 columns: largest |caffe_ocl - PyTorch| and that divided by max |PyTorch|
-(FP32 against strict FP32 PyTorch; TF32 against PyTorch with TF32).
+(FP32 against strict FP32 PyTorch; TF32 against PyTorch with TF32); where
+that is above 1e-4, also each framework's relative distance from the same
+model run in float64. A net passes when it is within the tolerance of
+PyTorch, or no further from float64 than twice PyTorch's own distance
+(random-weight MobileNet v3 / RegNetY logits are ill-conditioned: PyTorch's
+float32 output is itself 3e-4 from the float64 one).
 A net that fails to export, convert, or run, or whose relative error is
 above the tolerance, is listed with the reason; the run goes on with the
 next net. ``--json`` writes every record (rewritten after each net, so a run
@@ -239,6 +244,29 @@ def errors(got, ref):
     return err, err / scale
 
 
+def exact_reference(model, x, tdev):
+    """The model's output computed in float64 (the same weights, on the same
+    torch device; the model is put back to float32 afterwards)."""
+    import torch
+    with torch.no_grad():
+        out = model.double()(torch.from_numpy(x).double().to(tdev)).cpu().numpy()
+    model.float()
+    return out
+
+
+def check_ok(rec, tol):
+    """Whether caffe_ocl's output passes: within ``tol`` (relative to the
+    largest |logit|) of PyTorch at the same precision, or -- for nets whose
+    random-weight logits are ill-conditioned (MobileNet v3, RegNetY: logits
+    of 1e3-1e4 from cancelling sums) -- no further from the float64 result
+    than twice PyTorch's own distance from it (then PyTorch's float32
+    output is itself that far from the exact one, and a difference between
+    the two frameworks says nothing about either)."""
+    if rec["err_rel"] <= tol:
+        return True
+    return rec["err64_rel"] <= max(tol, 2.0 * rec["ref_err64_rel"])
+
+
 def make_net(net_param, x, tf32):
     import caffe_ocl
     from caffe_ocl.onnx import check
@@ -288,6 +316,7 @@ def run_one(name, args, export_dir, records, emit):
                     layers=len(net_param.layer))
         mdl = model.to(tdev)
         xt = torch.from_numpy(x).to(tdev)
+        ref64 = None          # the float64 output, once per batch
         for prec in precisions:
             rec = dict(base, precision=prec)
             tf32 = prec == "tf32"
@@ -297,13 +326,17 @@ def run_one(name, args, export_dir, records, emit):
                     set_torch_tf32(tf32)
                 with torch.no_grad():
                     ref = mdl(xt).float().cpu().numpy()
+                if ref64 is None:
+                    ref64 = exact_reference(model, x, tdev)
                 t0 = time.time()
                 net = make_net(net_param, x, tf32)
                 got = net.forward()[net.outputs[0]]
                 rec["setup_s"] = round(time.time() - t0, 2)
                 rec["err_abs"], rec["err_rel"] = errors(got, ref)
+                rec["err64_rel"] = errors(got, ref64)[1]
+                rec["ref_err64_rel"] = errors(ref, ref64)[1]
                 tol = args.tol_tf32 if tf32 else args.tol
-                rec["status"] = "ok" if rec["err_rel"] <= tol else "MISMATCH"
+                rec["status"] = "ok" if check_ok(rec, tol) else "MISMATCH"
                 timers = {"ours": ours_timer(net)}
                 if gpu:
                     timers["eager"] = torch_eager_timer(mdl, xt)
@@ -400,6 +433,8 @@ def table(records, device, refs):
                     continue
                 if "err_abs" in r:
                     s = f"b{r['batch']} {r['err_abs']:.1e}/{r['err_rel']:.1e}"
+                    if "err64_rel" in r and r["err_rel"] > 1e-4:
+                        s += f" (vs float64: ours {r['err64_rel']:.1e}, torch {r['ref_err64_rel']:.1e})"
                     if r.get("status") != "ok":
                         s += f" {r['status']}"
                     if r.get("error"):
