@@ -34,7 +34,8 @@ def step_launches(net):
         if action is execution.SKIP:
             continue
         src = net.layers[li] if action is execution.LAYER else action
-        for ln in getattr(src, "fwd", None) or ():
+        fwd = getattr(src, "fwd", None) or ()
+        for ln in (fwd if isinstance(fwd, (list, tuple)) else [fwd]):
             out.append((names[li], ln))
     return out
 

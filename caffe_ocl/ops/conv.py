@@ -137,7 +137,7 @@ def algorithm(dev, g, algo=None, pass_=None):
         return algo
     gw = per_image(g) if det else g
     if algo is None and wino_ops.use_auto(dev, gw) and wino_ops.fits(g) and \
-            (wino_ops.env_override() or _winograd_fills_tiles(dev, gw)):
+            (wino_ops.env_override() or det or _winograd_fills_tiles(dev, g)):
         return "winograd"
     # --- end Winograd hook
     if algo in (None, "depthwise") and dw_ops.eligible(g):
@@ -159,7 +159,8 @@ def _winograd_fills_tiles(dev, g):
     1, in a 128-column tile: 3% used), the implicit GEMM one per output
     pixel (49: 38%), and its few tiles are split along K to fill the device
     (forward_splitk), so at batch 1-4 on small planes the arithmetic saving
-    of ``estimated_speedup`` is lost to empty columns: Winograd stays where
+    of ``estimated_speedup`` is lost to empty columns (not in deterministic
+    mode: the choice would depend on the batch): Winograd stays where
     the model's speedup times the ratio of filled columns is at least 1
     (batch 16 on 7 x 7 x 512: 1.94 x 0.5 / 0.875 = 1.11, kept; batch 1 on
     28 x 28 x 128: 1.76 x 0.38 / 0.875 = 0.77, implicit GEMM). CPU drivers (no
@@ -481,7 +482,10 @@ def _gemm_1x1(dev, g, plan, M, K, A, src, src_rows, C, dst_rows, scratch_at=0, *
 def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0):
     M, K = g.out_channels // g.groups, g.channels // g.groups
     gp = per_image(g) if deterministic() else g      # a plan valid at every batch
-    plan = (_gemm_1x1_plan(dev, gp, M, K, K) if M > 64 or K >= GEMM_1X1_MIN_K_64_ROWS
+    # a forward that needs a K split (few output tiles: batch 1-4) stays on
+    # the implicit GEMM, which has one
+    plan = (_gemm_1x1_plan(dev, gp, M, K, K)
+            if (M > 64 or K >= GEMM_1X1_MIN_K_64_ROWS) and forward_splitk(dev, g)[0] == 1
             else None)
     if plan:
         return _gemm_1x1(dev, g, plan, M, K, weight, x, g.channels, y, g.out_channels,
