@@ -192,10 +192,17 @@ def config_override(pairs):
 def host_cost(net, runs):
     """(ms of host work per forward: the Python walk over the layers and
     every kernel enqueue, without waiting for the device; launches per
-    forward). The queue is drained before and after each pass, so the
-    device's own time is not in it."""
-    q = net.layers[0].device.queue if net.layers else None
-    n = sum(len(getattr(layer, "fwd", ()) or ()) for layer in net.layers)
+    forward: the ``fwd`` lists of the layers and fused groups that run).
+    The queue is drained before and after each pass, so the device's own
+    time is not in it."""
+    from caffe_ocl.plan import execution
+    q = net.layers[0].device.queue
+    n = 0
+    for li, action in net.plan.forward_schedule(0, len(net.layers) - 1):
+        if action is not execution.SKIP:
+            src = net.layers[li] if action is execution.LAYER else action
+            fwd = getattr(src, "fwd", None) or ()
+            n += len(fwd) if isinstance(fwd, (list, tuple)) else 1
     total = 0.0
     for _ in range(max(runs, 1)):
         q.finish()
