@@ -155,3 +155,19 @@ def test_winograd_rule_counts_empty_columns():
         assert conv_ops.algorithm(dev, G(n, c, hw, hw, c, 3, 3, 1, 1)) == "igemm"
     with config.override(WINOGRAD_OCCUPANCY=False):
         assert conv_ops.algorithm(dev, G(1, 128, 28, 28, 128, 3, 3, 1, 1)) == "winograd"
+
+
+def test_tf32_1x1_forward_with_few_tiles_splits(d, rng, monkeypatch):
+    """A TF32 1x1 forward (which takes the plain GEMM where it has tiles
+    enough) stays on the split implicit GEMM at batch 1 on small planes;
+    the tensor-core tiling is emulated on CPU drivers."""
+    monkeypatch.setattr(d.dev, "compute_units", 132)
+    g = conv_ops.ConvGeometry(1, 256, 4, 4, 128, 1, 1)
+    x = rng.standard_normal((1, 256, 4, 4))
+    w = rng.standard_normal((128, 256, 1, 1))
+    yb = d.buf(np.full((1, 128, 4, 4), np.nan))
+    with config.override(TF32_EMULATE=True):
+        launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, algo="igemm")
+    assert [ln.name for ln in launches] == ["conv_fwd", "conv_splitk_reduce"]
+    d.run(launches)
+    assert rel_err(d.get(yb, (1, 128, 4, 4)), _conv_ref(x, w, g)) < 2e-3
