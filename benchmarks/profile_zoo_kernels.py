@@ -57,6 +57,32 @@ def profile(net, iters):
     return rows
 
 
+def host_split(net, runs=20):
+    """(ms of the full layer walk, ms of enqueueing the same launches from a
+    flat list, ms of as many enqueues of one tiny kernel): how much of the
+    host cost is the walk and how much the enqueue calls themselves."""
+    q = net.layers[0].device.queue
+    flat = [ln for _, ln in step_launches(net)]
+    walk, _ = bench_zoo.host_cost(net, runs)
+    tiny = flat[0]
+    for ln in flat:
+        if ln.gsize and ln.gsize[0] * (ln.gsize[1] if len(ln.gsize) > 1 else 1) <= 256:
+            tiny = ln
+            break
+
+    def loop(seq):
+        total = 0.0
+        for _ in range(runs):
+            q.finish()
+            t0 = time.perf_counter()
+            for ln in seq:
+                ln.run(q)
+            total += time.perf_counter() - t0
+            q.finish()
+        return total / runs * 1e3
+    return walk, loop(flat), loop([tiny] * len(flat)), len(flat)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nets", default="resnet18,alexnet,vgg16")
@@ -65,6 +91,9 @@ def main():
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--cpu", action="store_true", help="CPU device (a check of the script)")
+    ap.add_argument("--host-only", action="store_true",
+                    help="no kernel profile (run without CAFFE_OCL_PROFILE): only how the "
+                         "host cost splits between the layer walk and the enqueues")
     args = ap.parse_args()
     import tempfile
 
@@ -85,6 +114,12 @@ def main():
             net = bench_zoo.make_net(to_caffe.convert(path, batch=args.batch), x, args.tf32)
             fwd = bench_zoo.ours_timer(net)
             wall = bench_zoo.mean_ms(fwd, 3, 20)
+            if args.host_only:
+                walk, flat, tiny, n = host_split(net)
+                print(f"## {name} b{args.batch}: forward {wall:.3f} ms; host: layer walk "
+                      f"{walk:.3f} ms, the same {n} launches from a flat list {flat:.3f} ms, "
+                      f"{n} enqueues of one tiny kernel {tiny:.3f} ms")
+                continue
             host, n = bench_zoo.host_cost(net, 20)
             rows = profile(net, args.iters)
             dev_ms = sum(r[0] for r in rows) / 1e3
