@@ -5,6 +5,9 @@ few thousand columns and a long K (AlexNet fc6: 64 x 4096 x 9216): its
 128 x 128 tiles number ~32, a quarter of an H200's 132 compute units. Split
 K into ``nsplit`` equal chunks, run them as one batched GEMM into a
 workspace, then sum the chunks with the usual epilogue (bias, beta, act).
+Products with few rows of C = A B^T (a fully-connected layer's forward at
+a small batch) take kernels of their own: gemm_small_m.cl on CPU drivers,
+gemv.cl (a matrix-vector kernel, 1-8 rows) on GPUs.
 ``gemm_launches`` decides and falls back to one plain ``gemm``.
 """
 from .. import config
