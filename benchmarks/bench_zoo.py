@@ -9,7 +9,7 @@ so each timed pass ends with the device synchronised).
     python benchmarks/bench_zoo.py [--device gpu|cpu] [--nets a,b,...]
         [--batches 1,16,64] [--precisions fp32,tf32] [--runs 10] [--warmup 3]
         [--rounds 5] [--size 224] [--json OUT.json] [--export-dir DIR]
-        [--tol 1e-3] [--tol-tf32 5e-2] [--threads N]
+        [--tol 1e-3] [--tol-tf32 5e-2] [--threads N] [--ab NAME=V,...]
     python benchmarks/bench_zoo.py --smoke      # one tiny net, CPU, one round
     python benchmarks/bench_zoo.py --report A.json B.json ...   # one table
 
@@ -23,6 +23,12 @@ table gives each one's median round):
   copies its output to the host, as ``net.forward()`` does.
 - ``--device cpu``: ONNX Runtime (CPUExecutionProvider, intra_op_num_threads
   = the number of cores, or ``--threads``) on the same ONNX file.
+
+``--ab NAME=VALUE,...`` also times, interleaved, a caffe_ocl net built
+with those settings (config.py) as the reference "base": base/ours is the
+speedup of the current settings over them. After the table, the host work
+per forward (the layer walk and kernel enqueues, device drained) against
+the forward's time.
 
 Ratio columns are reference time / caffe_ocl time (>= 1: caffe_ocl ahead);
 below each ratio column the geometric mean and the worst net. Check
@@ -182,6 +188,36 @@ def ours_timer(net):
     return fn
 
 
+def config_override(pairs):
+    """config.override of ``--ab``'s NAME=VALUE pairs."""
+    from caffe_ocl import config
+    return config.override(**dict(p.split("=", 1) for p in pairs))
+
+
+def host_cost(net, runs):
+    """(ms of host work per forward: the Python walk over the layers and
+    every kernel enqueue, without waiting for the device; launches per
+    forward: the ``fwd`` lists of the layers and fused groups that run).
+    The queue is drained before and after each pass, so the device's own
+    time is not in it."""
+    from caffe_ocl.plan import execution
+    q = net.layers[0].device.queue
+    n = 0
+    for li, action in net.plan.forward_schedule(0, len(net.layers) - 1):
+        if action is not execution.SKIP:
+            src = net.layers[li] if action is execution.LAYER else action
+            fwd = getattr(src, "fwd", None) or ()
+            n += len(fwd) if isinstance(fwd, (list, tuple)) else 1
+    total = 0.0
+    for _ in range(max(runs, 1)):
+        q.finish()
+        t0 = time.perf_counter()
+        net.forward_from_to(0, len(net.layers) - 1)
+        total += time.perf_counter() - t0
+        q.finish()
+    return round(total / max(runs, 1) * 1e3, 4), n
+
+
 def torch_eager_timer(model, x):
     import torch
 
@@ -338,6 +374,13 @@ def run_one(name, args, export_dir, records, emit):
                 tol = args.tol_tf32 if tf32 else args.tol
                 rec["status"] = "ok" if check_ok(rec, tol) else "MISMATCH"
                 timers = {"ours": ours_timer(net)}
+                if args.ab:
+                    with config_override(args.ab):
+                        base_net = make_net(net_param, x, tf32)
+                        got_b = base_net.forward()[base_net.outputs[0]]
+                    rec["base_err_rel"] = errors(got_b, ref)[1]
+                    timers["base"] = ours_timer(base_net)
+                    del base_net
                 if gpu:
                     timers["eager"] = torch_eager_timer(mdl, xt)
                     try:
@@ -350,6 +393,7 @@ def run_one(name, args, export_dir, records, emit):
                 for k, v in med.items():
                     rec[f"{k}_ms"] = v
                     rec[f"{k}_samples"] = [round(s, 4) for s in samples[k]]
+                rec["enqueue_ms"], rec["launches"] = host_cost(net, args.runs)
             except Exception as e:  # noqa: BLE001
                 rec["status"] = "run failed"
                 rec["error"] = f"{type(e).__name__}: {e}"
@@ -458,6 +502,21 @@ def table(records, device, refs):
     return "\n".join(lines)
 
 
+def host_table(records):
+    """Markdown: host work per forward (host_cost) against the forward's
+    time, per net, batch and precision."""
+    rows = [r for r in records if "enqueue_ms" in r and r.get("ours_ms")]
+    if not rows:
+        return ""
+    lines = ["\n| net | batch | precision | launches | host enqueue ms | forward ms | host share |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['net']} | {r['batch']} | {r.get('precision', '')} | "
+                     f"{r['launches']} | {r['enqueue_ms']:.2f} | {r['ours_ms']:.2f} | "
+                     f"{r['enqueue_ms'] / r['ours_ms']:.2f} |")
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------
@@ -486,11 +545,16 @@ def parse(argv=None):
     ap.add_argument("--report", nargs="+", metavar="JSON",
                     help="measure nothing: print the table of these --json files together "
                          "(e.g. the GPU runs split over several commands)")
+    ap.add_argument("--ab", default="",
+                    help="NAME=VALUE[,NAME=VALUE]: also time a caffe_ocl net built with "
+                         "these settings (config.py names) as 'base', interleaved with the "
+                         "others (a before/after in one run)")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     if args.smoke:
         args.nets, args.device, args.batches = SMOKE_NET, "cpu", "1"
         args.size, args.runs, args.warmup, args.rounds = 16, 2, 1, 1
+    args.ab = [p.strip() for p in args.ab.split(",") if p.strip()]
     args.nets = [n.strip() for n in args.nets.split(",") if n.strip()]
     args.batches = [int(b) for b in str(args.batches).split(",") if b.strip()]
     args.precisions = [p.strip().lower() for p in args.precisions.split(",") if p.strip()]
@@ -511,7 +575,10 @@ def report_files(paths):
         for r in data["records"]:
             by_dev.setdefault(r.get("device", "gpu"), []).append(r)
     for dev, recs in by_dev.items():
-        print(table(recs, dev, ["eager", "graph"] if dev == "gpu" else ["ort"]), flush=True)
+        refs = ["eager", "graph"] if dev == "gpu" else ["ort"]
+        refs += ["base"] if any("base_ms" in r for r in recs) else []
+        print(table(recs, dev, refs), flush=True)
+        print(host_table(recs), flush=True)
 
 
 def main(argv=None):
@@ -533,6 +600,7 @@ def main(argv=None):
     dev = caffe_ocl.get_device()
     platform = dev.info.get("platform_name", "") if hasattr(dev, "info") else ""
     refs = ["eager", "graph"] if args.device == "gpu" else ["ort"]
+    refs += ["base"] if args.ab else []
     log(f"# device: {dev.name} ({platform}); torch {torch.__version__}; "
         f"nets {','.join(args.nets)}; batches {args.batches}; "
         f"{'precisions ' + ','.join(args.precisions) if args.device == 'gpu' else 'fp32'}; "
@@ -572,6 +640,7 @@ def main(argv=None):
         if tmp is not None:
             tmp.cleanup()
     print(table(records, args.device, refs), flush=True)
+    print(host_table(records), flush=True)
     bad = [r for r in records if r.get("status") != "ok"]
     return 1 if (args.smoke and bad) else 0
 

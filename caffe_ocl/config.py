@@ -160,6 +160,17 @@ _DECLARED = (
             "progress of long work (kernel compilation on a cold cache): auto (a bar "
             "on a terminal, plain lines otherwise), bar, lines, or off",
             choices=("auto", "bar", "lines", "off")),
+    # gpu: small-batch kernel choices (issue #27)
+    Setting("CONV_SPLITK", "bool", True,
+            "GPU implicit-GEMM convolution forwards whose output tiles cannot fill the "
+            "device split K over work-groups (off: one pass)", internal=True),
+    Setting("GEMV", "bool", True,
+            "GPU fully-connected products with at most 8 rows (batch) run as a "
+            "matrix-vector kernel (off: the tiled GEMM)", internal=True),
+    Setting("WINOGRAD_OCCUPANCY", "bool", True,
+            "GPUs: the automatic Winograd choice weighs how much of the GEMM tiles "
+            "Winograd and the implicit GEMM fill (off: the arithmetic model alone)",
+            internal=True),
     # fork layers and real-model checks (issue #23)
     Setting("TEST_MODELS", "path", None,
             "folder of real published models (NAME.prototxt + NAME.caffemodel) that "

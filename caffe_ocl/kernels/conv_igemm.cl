@@ -71,15 +71,25 @@ void conv_fwd(int NIMG, int C, int H, int W, int CO, int HO, int WO, float alpha
               __global const float* X, int offX, __global const float* Wt, float beta,
               __global float* Y, int offY, __global const float* bias, int offBias,
               float act_a, float act_b) {
-    const int g = get_group_id(2);
     const int Cg = C / GROUPS, M = CO / GROUPS;
     const int HW = H * W, HOWO = HO * WO;
     const int N = NIMG * HOWO, K = Cg * KHKW;
+#ifdef FWD_KCHUNK
+    /* split K (few output tiles, ops/conv.py forward_splitk): group z =
+     * g * FWD_NSPLIT + s sums k in [s * FWD_KCHUNK, +FWD_KCHUNK) into slice
+     * s of a workspace shaped as y (the host passes alpha 1, beta 0, no
+     * bias or act); splitk.cl conv_splitk_reduce adds the slices */
+    const int g = get_group_id(2) / FWD_NSPLIT, s_ = get_group_id(2) % FWD_NSPLIT;
+    const int kbeg = s_ * FWD_KCHUNK, kend = min(K, kbeg + FWD_KCHUNK);
+    offY += s_ * NIMG * CO * HOWO;
+#else
+    const int g = get_group_id(2);
+    const int kbeg = 0, kend = K;
+#endif
     X += offX + g * Cg * HW;
     Wt += g * M * K;
     const int lid = get_local_id(0);
     const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
-    const int kbeg = 0, kend = K;
     /* this work-item always fetches B column n0 + lid % TN */
     const int bn = n0 + lid % TN;
     const int bok = bn < N;

@@ -28,3 +28,21 @@ __kernel void gemm_splitk_reduce(int M, int N, int nsplit, __global const float*
         *c = APPLY_ACT(v);
     }
 }
+
+/* Second step of a convolution forward split along K (ops/conv.py,
+ * conv_igemm.cl FWD_KCHUNK): the nsplit partial outputs ws[s][n][CO][HOWO]
+ * summed into y with conv_fwd's epilogue: + bias[channel] (BIAS 1), +
+ * beta*y, then the activation. */
+__kernel void conv_splitk_reduce(int total, int HOWO, int CO, int nsplit,
+                                 __global const float* ws, float beta, __global float* Y,
+                                 __global const float* bias, float act_a, float act_b) {
+    GLOBAL_LOOP(i, total) {
+        float v = 0.0f;
+        for (int s = 0; s < nsplit; ++s) v += ws[s * total + i];
+#if BIAS
+        v += bias[(i / HOWO) % CO];
+#endif
+        if (beta != 0.0f) v += beta * Y[i];
+        Y[i] = APPLY_ACT(v);
+    }
+}

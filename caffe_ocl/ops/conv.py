@@ -135,8 +135,9 @@ def algorithm(dev, g, algo=None, pass_=None):
     if algo == "winograd":
         wino_ops.check_eligible(g)
         return algo
-    if algo is None and wino_ops.use_auto(dev, per_image(g) if det else g) and \
-            wino_ops.fits(g):
+    gw = per_image(g) if det else g
+    if algo is None and wino_ops.use_auto(dev, gw) and wino_ops.fits(g) and \
+            (wino_ops.env_override() or det or _winograd_fills_tiles(dev, g)):
         return "winograd"
     # --- end Winograd hook
     if algo in (None, "depthwise") and dw_ops.eligible(g):
@@ -144,6 +145,32 @@ def algorithm(dev, g, algo=None, pass_=None):
     if algo in (None, "depthwise"):
         algo = "im2col" if dev.is_cpu else "igemm"
     return algo
+
+
+def _fill(n, tile):
+    """Part of ceil(n / tile) tiles of ``tile`` columns that n columns fill."""
+    return n / float(-(-max(n, 1) // tile) * tile)
+
+
+def _winograd_fills_tiles(dev, g):
+    """GPUs: whether Winograd still wins once both algorithms' GEMM tiles
+    are counted with the columns they leave empty. Winograd's GEMMs have
+    one column per output tile of the batch (4 for a 7 x 7 plane at batch
+    1, in a 128-column tile: 3% used), the implicit GEMM one per output
+    pixel (49: 38%), and its few tiles are split along K to fill the device
+    (forward_splitk), so at batch 1-4 on small planes the arithmetic saving
+    of ``estimated_speedup`` is lost to empty columns (not in deterministic
+    mode: the choice would depend on the batch): Winograd stays where
+    the model's speedup times the ratio of filled columns is at least 1
+    (batch 16 on 7 x 7 x 512: 1.94 x 0.5 / 0.875 = 1.11, kept; batch 1 on
+    28 x 28 x 128: 1.76 x 0.38 / 0.875 = 0.77, implicit GEMM). CPU drivers (no
+    fixed tiles) and setting WINOGRAD_OCCUPANCY off: always True."""
+    if dev.is_cpu or not config.get("WINOGRAD_OCCUPANCY"):
+        return True
+    tn = gpu_tiles(dev, g.out_channels // g.groups)["TN"]
+    wino = _fill(wino_ops.batch_tiles(g, wino_ops.default_tile()), tn)
+    direct = _fill(g.num * g.out_spatial, tn)
+    return wino_ops.estimated_speedup(g) * wino / direct >= 1.0
 
 
 def per_image(g):
@@ -455,17 +482,67 @@ def _gemm_1x1(dev, g, plan, M, K, A, src, src_rows, C, dst_rows, scratch_at=0, *
 def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0):
     M, K = g.out_channels // g.groups, g.channels // g.groups
     gp = per_image(g) if deterministic() else g      # a plan valid at every batch
-    plan = (_gemm_1x1_plan(dev, gp, M, K, K) if M > 64 or K >= GEMM_1X1_MIN_K_64_ROWS
+    # a forward that needs a K split (few output tiles: batch 1-4) stays on
+    # the implicit GEMM, which has one
+    plan = (_gemm_1x1_plan(dev, gp, M, K, K)
+            if (M > 64 or K >= GEMM_1X1_MIN_K_64_ROWS) and forward_splitk(dev, g)[0] == 1
             else None)
     if plan:
         return _gemm_1x1(dev, g, plan, M, K, weight, x, g.channels, y, g.out_channels,
                          beta=float(beta), stride_a=(0, M * K), bias=bias, act=act)
     act_kind, act_a, act_b = act_defines(act)
     N = g.num * g.out_spatial
+    nsplit, kchunk = forward_splitk(dev, g)
+    if nsplit > 1:
+        total = g.num * g.out_channels * g.out_spatial
+        ws = dev.shared_scratch(nsplit * total)
+        args = _sizes(g) + [1.0, x, 0, weight, 0.0, ws, 0, weight, 0, 0.0, 0.0]
+        gs, ls = work_size(dev, total)
+        return [_igemm_launch(dev, g, "conv_fwd", 0, M, N, g.groups * nsplit, args, K=kchunk,
+                              FWD_NSPLIT=nsplit, FWD_KCHUNK=kchunk),
+                dev.launch(SPLITK_SRC, "conv_splitk_reduce", gs, ls,
+                           [total, g.out_spatial, g.out_channels, nsplit, ws, float(beta), y,
+                            bias if bias is not None else ws, act_a, act_b],
+                           dict(BIAS=int(bias is not None), ACT=act_kind))]
     args = _sizes(g) + [1.0, x, 0, weight, float(beta), y, 0,
                         bias if bias is not None else weight, 0, act_a, act_b]
     return [_igemm_launch(dev, g, "conv_fwd", 0, M, N, g.groups, args,
                           K=g.col_rows // g.groups, BIAS=int(bias is not None), ACT=act_kind)]
+
+
+# Forward passes whose output tiles leave at least half the compute units
+# idle (batch 1-4, small planes: ResNet's 7 x 7 x 512 layers at batch 1 are
+# 4 tiles of 128 x 128 on 132 compute units) split K = C/G*KH*KW over work-groups: about
+# FWD_SPLITK_PER_CU work-groups per compute unit, chunks of at least
+# FWD_SPLITK_MIN_KTILES steps of the main loop, partial outputs summed by
+# kernels/splitk.cl conv_splitk_reduce (which applies bias, beta, act).
+FWD_SPLITK_PER_CU = 2
+FWD_SPLITK_MIN_KTILES = 8
+SPLITK_SRC = "splitk.cl"
+
+
+def forward_splitk(dev, g):
+    """(nsplit, kchunk) of an implicit-GEMM forward of ``g``: (1, K) when
+    its M x N tiles already give half the compute units work, when K is too
+    short to split, or in deterministic mode (the split would depend on the
+    batch: the rounding of each sum would too)."""
+    M, K = g.out_channels // g.groups, g.col_rows // g.groups
+    N = g.num * g.out_spatial
+    if deterministic() or not config.get("CONV_SPLITK"):
+        return 1, K
+    t = gpu_tiles(dev, M, K)
+    tiles = -(-M // t["TM"]) * -(-N // t["TN"]) * g.groups
+    cus = max(int(dev.compute_units), 1)
+    if 2 * tiles > cus:
+        return 1, K
+    ktiles = -(-K // t["TK"])
+    total = g.num * g.out_channels * g.out_spatial
+    nsplit = min(-(-FWD_SPLITK_PER_CU * cus // tiles), ktiles // FWD_SPLITK_MIN_KTILES,
+                 MAX_SPLITK_FLOATS // max(total, 1))
+    if nsplit <= 1:
+        return 1, K
+    kchunk = -(-ktiles // nsplit) * t["TK"]
+    return -(-K // kchunk), kchunk
 
 
 def _igemm_backward_data(dev, g, dy, weight, dx, accumulate, scratch_at=0):

@@ -5,8 +5,12 @@ few thousand columns and a long K (AlexNet fc6: 64 x 4096 x 9216): its
 128 x 128 tiles number ~32, a quarter of an H200's 132 compute units. Split
 K into ``nsplit`` equal chunks, run them as one batched GEMM into a
 workspace, then sum the chunks with the usual epilogue (bias, beta, act).
+Products with few rows of C = A B^T (a fully-connected layer's forward at
+a small batch) take kernels of their own: gemm_small_m.cl on CPU drivers,
+gemv.cl (a matrix-vector kernel, 1-8 rows) on GPUs.
 ``gemm_launches`` decides and falls back to one plain ``gemm``.
 """
+from .. import config
 from . import cpu_chunks, work_size
 from .gemm import act_defines, deterministic, gemm, gpu_tiles
 
@@ -64,20 +68,71 @@ def small_m(dev, M, N, K, A, B, C, *, alpha=1.0, beta=0.0, lda=None, ldb=None, l
                            BIAS=0 if bias is None else (1 if bias_axis == 0 else 2)))
 
 
+GEMV_SRC = "gemv.cl"
+GEMV_MAX_M = 8           # rows of C (batch of a fully-connected layer) for gemv.cl
+GEMV_WG = 256            # work-items per group
+GEMV_ITEMS_PER_CU = 2048  # work-items per compute unit the column split aims for
+
+
+def use_gemv(dev, M, N, K, trans_a, trans_b):
+    """GPUs, C = A B^T with at most GEMV_MAX_M rows (a fully-connected layer
+    at batch 1-8): a matrix-vector product whose time is reading B once
+    (kernels/gemv.cl), where the tiled GEMM ran a 64-row tile for each."""
+    return bool(getattr(dev, "is_gpu", False)) and trans_b and not trans_a and \
+        1 <= M <= GEMV_MAX_M and K >= 32 and config.get("GEMV")
+
+
+def gemv_threads(dev, N, K):
+    """Work-items per column of gemv.cl: a power of two from 32 to GEMV_WG,
+    enough that N columns give every compute unit about GEMV_ITEMS_PER_CU
+    work-items (memory parallelism), but no more than K/4 (each reads at
+    least one float4 of its row)."""
+    want = -(-GEMV_ITEMS_PER_CU * max(int(dev.compute_units), 1) // max(N, 1))
+    t = 32
+    while t < GEMV_WG and t < want and 2 * t * 4 <= K:
+        t *= 2
+    return t
+
+
+def gemv(dev, M, N, K, A, B, C, *, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
+         bias=None, bias_axis=0, act=None, off_a=0, off_b=0, off_c=0):
+    """One launch of gemv_t: C = act(alpha A B^T + bias + beta C), A [M][K],
+    B [N][K], M <= GEMV_MAX_M (offsets in floats)."""
+    if not 1 <= M <= GEMV_MAX_M:
+        raise ValueError(f"gemv: M = {M} outside 1..{GEMV_MAX_M}")
+    lda = K if lda is None else lda
+    ldb = K if ldb is None else ldb
+    ldc = N if ldc is None else ldc
+    act_kind, act_a, act_b = act_defines(act)
+    t = gemv_threads(dev, N, K)
+    vec = int(all(int(v) % 4 == 0 for v in (lda, ldb, off_a, off_b)))
+    groups = -(-N // (GEMV_WG // t))
+    return dev.launch(GEMV_SRC, "gemv_t", (groups * GEMV_WG,), (GEMV_WG,),
+                      [N, K, float(alpha), A, off_a, lda, B, off_b, ldb, float(beta),
+                       C, off_c, ldc, bias if bias is not None else A, act_a, act_b],
+                      dict(GV_M=int(M), GV_T=t, GV_WG=GEMV_WG, GV_VEC=vec, ACT=act_kind,
+                           BIAS=0 if bias is None else (1 if bias_axis == 0 else 2)))
+
+
 def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=1.0,
                   beta=0.0, lda=None, ldb=None, ldc=None, bias=None, bias_axis=0,
                   act=None, nsplit=None, off_a=0, off_b=0, off_c=0):
     """[launches] computing C = act(alpha*op(A)op(B) + bias + beta*C), as
     ops.gemm.gemm (one problem; offsets in floats), split along K when it
     pays (``nsplit`` forces a factor that divides K). In deterministic mode
-    (gemm.deterministic) neither the small-M kernel nor a split of K, which
-    both depend on M (the batch of a fully-connected layer)."""
+    (gemm.deterministic) neither the small-M kernels (CPU: gemm_small_m.cl,
+    GPU: gemv.cl) nor a split of K, which all depend on M (the batch of a
+    fully-connected layer)."""
     if nsplit is None and deterministic():
         nsplit = 1
     if nsplit is None and use_small_m(dev, M, N, K, trans_a, trans_b):
         return [small_m(dev, M, N, K, A, B, C, alpha=alpha, beta=beta, lda=lda, ldb=ldb,
                         ldc=ldc, bias=bias, bias_axis=bias_axis, act=act, off_a=off_a,
                         off_b=off_b, off_c=off_c)]
+    if nsplit is None and use_gemv(dev, M, N, K, trans_a, trans_b):
+        return [gemv(dev, M, N, K, A, B, C, alpha=alpha, beta=beta, lda=lda, ldb=ldb,
+                     ldc=ldc, bias=bias, bias_axis=bias_axis, act=act, off_a=off_a,
+                     off_b=off_b, off_c=off_c)]
     if nsplit is None:
         nsplit = splitk_factor(dev, M, N, K)
     if nsplit <= 1:

@@ -1,0 +1,143 @@
+"""Where a converted zoo net's forward spends its device time, kernel by
+kernel (issue #27: batch 1 on GPUs). Builds the nets as bench_zoo.py does,
+then enqueues every step's launches (a layer's or a fused group's ``fwd``
+list) with profiling events, ``--iters`` times, and prints per net the
+device time summed over kernels, the forward's wall time through
+``net.forward()``, the host time of enqueueing alone, and the costliest
+kernels (layer, kernel, global size, us).
+
+    CAFFE_OCL_PROFILE=1 python benchmarks/profile_zoo_kernels.py --nets resnet18 --batch 1
+
+Steps whose run() does more than enqueue their ``fwd`` list are timed as
+their list only (the totals say how far that is from the real forward).
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+import bench_zoo  # noqa: E402
+
+
+def step_launches(net):
+    """[(label, launch)] of one forward, in order."""
+    from caffe_ocl.plan import execution
+    out = []
+    names = net.graph.layer_names
+    for li, action in net.plan.forward_schedule(0, len(net.layers) - 1):
+        if action is execution.SKIP:
+            continue
+        src = net.layers[li] if action is execution.LAYER else action
+        fwd = getattr(src, "fwd", None) or ()
+        for ln in (fwd if isinstance(fwd, (list, tuple)) else [fwd]):
+            out.append((names[li], ln))
+    return out
+
+
+def profile(net, iters):
+    import pyopencl as cl
+    q = net.layers[0].device.queue
+    launches = step_launches(net)
+    per = {}
+    for _ in range(iters):
+        q.finish()
+        evs = [(lab, ln, cl.enqueue_nd_range_kernel(q, ln.kernel, ln.gsize, ln.lsize))
+               for lab, ln in launches]
+        q.finish()
+        for i, (lab, ln, ev) in enumerate(evs):
+            us = (ev.profile.end - ev.profile.start) * 1e-3
+            per.setdefault(i, (lab, ln, []))[2].append(us)
+    rows = [(statistics.median(v), lab, ln) for lab, ln, v in per.values()]
+    return rows
+
+
+def host_split(net, runs=20):
+    """(ms of the full layer walk, ms of enqueueing the same launches from a
+    flat list, ms of as many enqueues of one tiny kernel): how much of the
+    host cost is the walk and how much the enqueue calls themselves."""
+    q = net.layers[0].device.queue
+    flat = [ln for _, ln in step_launches(net)]
+    walk, _ = bench_zoo.host_cost(net, runs)
+    tiny = flat[0]
+    for ln in flat:
+        if ln.gsize and ln.gsize[0] * (ln.gsize[1] if len(ln.gsize) > 1 else 1) <= 256:
+            tiny = ln
+            break
+
+    def loop(seq):
+        total = 0.0
+        for _ in range(runs):
+            q.finish()
+            t0 = time.perf_counter()
+            for ln in seq:
+                ln.run(q)
+            total += time.perf_counter() - t0
+            q.finish()
+        return total / runs * 1e3
+    return walk, loop(flat), loop([tiny] * len(flat)), len(flat)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nets", default="resnet18,alexnet,vgg16")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--cpu", action="store_true", help="CPU device (a check of the script)")
+    ap.add_argument("--host-only", action="store_true",
+                    help="no kernel profile (run without CAFFE_OCL_PROFILE): only how the "
+                         "host cost splits between the layer walk and the enqueues")
+    args = ap.parse_args()
+    import tempfile
+
+    import caffe_ocl
+    from caffe_ocl.onnx import to_caffe
+    caffe_ocl.set_mode_cpu() if args.cpu else caffe_ocl.set_mode_gpu()
+    dev = caffe_ocl.get_device()
+    ext = dev.cl_device.extensions.split()
+    print(f"# {dev.name}: {len(ext)} extensions; command buffers: "
+          f"{[e for e in ext if 'command_buffer' in e] or 'none'}")
+    print("# " + " ".join(ext))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.nets.split(","):
+            model = bench_zoo.build_model(name)
+            path = bench_zoo.export_onnx(model, name, args.batch, 224, tmp)
+            x = np.random.default_rng(0).standard_normal(
+                (args.batch, 3, 224, 224)).astype(np.float32)
+            net = bench_zoo.make_net(to_caffe.convert(path, batch=args.batch), x, args.tf32)
+            fwd = bench_zoo.ours_timer(net)
+            wall = bench_zoo.mean_ms(fwd, 3, 20)
+            if args.host_only:
+                walk, flat, tiny, n = host_split(net)
+                print(f"## {name} b{args.batch}: forward {wall:.3f} ms; host: layer walk "
+                      f"{walk:.3f} ms, the same {n} launches from a flat list {flat:.3f} ms, "
+                      f"{n} enqueues of one tiny kernel {tiny:.3f} ms")
+                continue
+            host, n = bench_zoo.host_cost(net, 20)
+            rows = profile(net, args.iters)
+            dev_ms = sum(r[0] for r in rows) / 1e3
+            print(f"\n## {name} b{args.batch}: forward {wall:.3f} ms, kernels {dev_ms:.3f} ms "
+                  f"({len(rows)} launches), host enqueue {host:.3f} ms")
+            by_kernel = {}
+            for us, lab, ln in rows:
+                by_kernel[ln.name] = by_kernel.get(ln.name, 0.0) + us
+            print("by kernel: " + ", ".join(f"{k} {v / 1e3:.3f}" for k, v in
+                                            sorted(by_kernel.items(), key=lambda e: -e[1])))
+            for us, lab, ln in sorted(rows, key=lambda r: -r[0])[:args.top]:
+                print(f"  {us:8.1f} us  {lab:28s} {ln.name:22s} g{ln.gsize} l{ln.lsize}")
+            del net, fwd
+    return 0
+
+
+if __name__ == "__main__":
+    t0 = time.time()
+    rc = main()
+    print(f"# {time.time() - t0:.0f} s")
+    sys.exit(rc)

@@ -1,0 +1,173 @@
+"""Small-batch kernel choices for GPUs (issue #27 item 2): the matrix-vector
+kernel of fully-connected layers at batch 1-8 (kernels/gemv.cl), the
+implicit-GEMM convolution forward split along K when its output tiles
+cannot fill the device, and the Winograd rule that counts empty GEMM
+columns. The kernels run on PoCL too (the GPU ones built unoptimised
+there); the rules are checked on a described H200 whatever device runs."""
+import types
+
+import numpy as np
+import pytest
+
+from caffe_ocl import config
+from caffe_ocl.ops import conv as conv_ops
+from caffe_ocl.ops import gemm_splitk
+from refs import rel_err
+
+pytestmark = pytest.mark.usefixtures("gpu_kernels_unoptimized_on_cpu")
+
+H200 = types.SimpleNamespace(is_gpu=True, is_cpu=False, compute_units=132,
+                             local_mem=48 << 10)
+
+
+@pytest.mark.parametrize("M,N,K,off", [(1, 37, 130, 0),     # float4 rows, a tail of 2
+                                       (3, 70, 97, 0),      # odd K: scalar path
+                                       (8, 5, 1024, 4),     # offsets on 16 bytes
+                                       (2, 19, 64, 3)])     # offsets off 16 bytes
+def test_gemv_matches_reference(d, rng, M, N, K, off):
+    a = rng.standard_normal(off + M * K)
+    b = rng.standard_normal(off + N * K)
+    c0 = rng.standard_normal(off + M * N)
+    A, B = a[off:].reshape(M, K), b[off:].reshape(N, K)
+    bias_n, bias_m = rng.standard_normal(N), rng.standard_normal(M)
+    for axis, bias, act in [(1, bias_n, ("relu", 0.1)), (0, bias_m, ("clip", -2.0, 3.0)),
+                            (None, None, None)]:
+        cb = d.buf(c0)
+        d.run([gemm_splitk.gemv(d.dev, M, N, K, d.buf(a), d.buf(b), cb, alpha=0.5,
+                                beta=2.0 if bias is not None else 0.0,
+                                bias=None if bias is None else d.buf(bias),
+                                bias_axis=axis or 0, act=act,
+                                off_a=off, off_b=off, off_c=off)])
+        v = 0.5 * A @ B.T
+        if bias is not None:
+            v += (bias[None, :] if axis == 1 else bias[:, None]) + 2.0 * c0[off:].reshape(M, N)
+        if act and act[0] == "relu":
+            v = np.where(v > 0, v, 0.1 * v)
+        elif act:
+            v = np.clip(v, -2.0, 3.0)
+        got = d.get(cb, c0.shape)
+        assert rel_err(got[off:].reshape(M, N), v) < 1e-5
+        np.testing.assert_array_equal(got[:off], c0[:off].astype(np.float32))
+
+
+def test_gemv_rule():
+    """GPUs take gemv.cl for C = A B^T with 1-8 rows (not in deterministic
+    mode: gemm_launches passes nsplit 1 there); its threads per column fill
+    the device for few columns and stay within K."""
+    assert gemm_splitk.use_gemv(H200, 1, 4096, 9216, False, True)
+    assert gemm_splitk.use_gemv(H200, 8, 1000, 4096, False, True)
+    assert not gemm_splitk.use_gemv(H200, 9, 1000, 4096, False, True)
+    assert not gemm_splitk.use_gemv(H200, 1, 1000, 4096, False, False)   # B not rows
+    cpu = types.SimpleNamespace(is_gpu=False, is_cpu=True, compute_units=2)
+    assert not gemm_splitk.use_gemv(cpu, 1, 1000, 4096, False, True)
+    assert gemm_splitk.gemv_threads(H200, 1000, 4096) == 256
+    assert gemm_splitk.gemv_threads(H200, 4096, 9216) == 128
+    assert gemm_splitk.gemv_threads(H200, 100000, 9216) == 32
+    assert gemm_splitk.gemv_threads(H200, 10, 600) == 128     # 2 * 128 * 4 > 600
+    assert gemm_splitk.gemv_threads(H200, 10, 100) == 32
+
+
+def test_gemm_launches_gpu_dispatch(d, monkeypatch):
+    """On a GPU a batch-1 InnerProduct is one gemv launch; deterministic
+    mode keeps the tiled GEMM (batch-invariant rounding)."""
+    monkeypatch.setattr(d.dev, "is_gpu", True)
+    monkeypatch.setattr(d.dev, "is_cpu", False)
+    buf = d.buf(np.zeros(64 * 64))
+    names = [ln.name for ln in gemm_splitk.gemm_launches(d.dev, 1, 64, 64, buf, buf, buf,
+                                                         trans_b=True)]
+    assert names == ["gemv_t"]
+    with config.override(DETERMINISTIC=True):
+        names = [ln.name for ln in gemm_splitk.gemm_launches(d.dev, 1, 64, 64, buf, buf, buf,
+                                                             trans_b=True)]
+    assert names == ["gemm"]
+
+
+def _conv_ref(x, w, g):
+    n = x.shape[0]
+    xp = np.zeros((n, g.channels, g.height + 2 * g.ph, g.width + 2 * g.pw))
+    xp[:, :, g.ph:g.ph + g.height, g.pw:g.pw + g.width] = x
+    G, cg, mg = g.groups, g.channels // g.groups, g.out_channels // g.groups
+    y = np.zeros((n, g.out_channels, g.out_h, g.out_w))
+    for i in range(g.kh):
+        for j in range(g.kw):
+            patch = xp[:, :, i * g.dh: i * g.dh + g.sh * (g.out_h - 1) + 1: g.sh,
+                       j * g.dw: j * g.dw + g.sw * (g.out_w - 1) + 1: g.sw]
+            for k in range(G):
+                y[:, k * mg:(k + 1) * mg] += np.einsum(
+                    "mc,nchw->nmhw", w[k * mg:(k + 1) * mg, :, i, j],
+                    patch[:, k * cg:(k + 1) * cg])
+    return y
+
+
+@pytest.mark.parametrize("p", [(1, 40, 5, 5, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1),   # 3x3, K 360
+                               (2, 48, 4, 3, 20, 1, 1, 0, 0, 1, 1, 1, 1, 2),   # 1x1, 2 groups
+                               (1, 30, 7, 6, 9, 3, 3, 1, 1, 2, 2, 1, 1, 1)],   # strided, K 270
+                         ids=["3x3", "1x1-groups", "stride2"])
+def test_conv_forward_split_k(d, rng, p, monkeypatch):
+    """Few output tiles on many compute units: K split over work-groups
+    (chunks not dividing K evenly), partial outputs summed with bias and
+    the activation; beta 0 must overwrite a poisoned output."""
+    monkeypatch.setattr(d.dev, "compute_units", 132)
+    monkeypatch.setattr(conv_ops, "FWD_SPLITK_MIN_KTILES", 1)
+    g = conv_ops.ConvGeometry(*p)
+    nsplit, kchunk = conv_ops.forward_splitk(d.dev, g)
+    K = g.col_rows // g.groups
+    assert nsplit > 1 and (nsplit - 1) * kchunk < K <= nsplit * kchunk
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
+    b = rng.standard_normal(g.out_channels)
+    yshape = (g.num, g.out_channels, g.out_h, g.out_w)
+    yb = d.buf(np.full(yshape, np.nan))
+    launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, bias=d.buf(b),
+                                act=("relu", 0.1), algo="igemm")
+    assert [ln.name for ln in launches] == ["conv_fwd", "conv_splitk_reduce"]
+    d.run(launches)
+    v = _conv_ref(x, w, g) + b.reshape(1, -1, 1, 1)
+    assert rel_err(d.get(yb, yshape), np.where(v > 0, v, 0.1 * v)) < 1e-5
+
+
+def test_forward_split_rule():
+    """Split only where the tiles leave half the compute units idle (not
+    ResNet's 7 x 7 layers at batch 64: 100 tiles on 132 units); never in
+    deterministic mode; chunks of at least FWD_SPLITK_MIN_KTILES steps."""
+    G = conv_ops.ConvGeometry
+    small = G(1, 512, 7, 7, 512, 3, 3, 1, 1)            # ResNet's last 3x3 at batch 1
+    nsplit, kchunk = conv_ops.forward_splitk(H200, small)
+    assert nsplit > 8 and kchunk >= 16 * conv_ops.FWD_SPLITK_MIN_KTILES
+    assert conv_ops.forward_splitk(H200, G(64, 512, 7, 7, 512, 3, 3, 1, 1)) == (1, 4608)
+    assert conv_ops.forward_splitk(H200, G(1, 3, 224, 224, 64, 7, 7, 3, 3, 2, 2)) == (1, 147)
+    with config.override(DETERMINISTIC=True):
+        assert conv_ops.forward_splitk(H200, small) == (1, 4608)
+
+
+def test_winograd_rule_counts_empty_columns():
+    """On GPUs Winograd is left to the implicit GEMM where its GEMMs' few
+    columns (output tiles of the batch) fill little of a tile: batch 1 on
+    7 x 7 and 14 x 14 planes; kept for big batches and big planes; CPU
+    drivers keep the arithmetic model alone."""
+    G = conv_ops.ConvGeometry
+    dev = types.SimpleNamespace(**vars(H200))
+    for n, hw, c in [(1, 7, 512), (1, 14, 256)]:
+        assert conv_ops.algorithm(dev, G(n, c, hw, hw, c, 3, 3, 1, 1)) == "igemm"
+    for n, hw, c in [(64, 7, 512), (16, 7, 512), (1, 56, 256), (16, 28, 256)]:
+        assert conv_ops.algorithm(dev, G(n, c, hw, hw, c, 3, 3, 1, 1)) == "winograd"
+    for n, hw, c in [(1, 28, 128), (1, 28, 256)]:                  # ResNet / VGG at batch 1
+        assert conv_ops.algorithm(dev, G(n, c, hw, hw, c, 3, 3, 1, 1)) == "igemm"
+    with config.override(WINOGRAD_OCCUPANCY=False):
+        assert conv_ops.algorithm(dev, G(1, 128, 28, 28, 128, 3, 3, 1, 1)) == "winograd"
+
+
+def test_tf32_1x1_forward_with_few_tiles_splits(d, rng, monkeypatch):
+    """A TF32 1x1 forward (which takes the plain GEMM where it has tiles
+    enough) stays on the split implicit GEMM at batch 1 on small planes;
+    the tensor-core tiling is emulated on CPU drivers."""
+    monkeypatch.setattr(d.dev, "compute_units", 132)
+    g = conv_ops.ConvGeometry(1, 256, 4, 4, 128, 1, 1)
+    x = rng.standard_normal((1, 256, 4, 4))
+    w = rng.standard_normal((128, 256, 1, 1))
+    yb = d.buf(np.full((1, 128, 4, 4), np.nan))
+    with config.override(TF32_EMULATE=True):
+        launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, algo="igemm")
+    assert [ln.name for ln in launches] == ["conv_fwd", "conv_splitk_reduce"]
+    d.run(launches)
+    assert rel_err(d.get(yb, (1, 128, 4, 4)), _conv_ref(x, w, g)) < 2e-3
