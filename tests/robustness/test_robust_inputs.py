@@ -59,6 +59,32 @@ def test_zeroed_lmdb_page_is_one_line_not_an_assertion(tmp_path):
         read_all(db)
 
 
+@pytest.mark.parametrize("special", ["fifo", "device"])
+def test_lmdb_data_file_that_is_not_a_regular_file_is_refused(tmp_path, special):
+    """A FIFO (or a device) as data.mdb: one line, never a hang or a read of
+    /dev/zero (a mutation dropping the check passed the suite before)."""
+    db = tmp_path / "db"
+    db.mkdir()
+    if special == "fifo":
+        os.mkfifo(db / "data.mdb")
+    else:
+        os.symlink("/dev/zero", db / "data.mdb")
+    result = {}
+
+    def go():
+        try:
+            read_all(db)
+        except CaffeOclError as e:
+            result["error"] = str(e)
+        except BaseException as e:      # noqa: BLE001 - anything else fails below
+            result["other"] = repr(e)
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive(), "opening a special data.mdb blocked"
+    assert "data.mdb: not a regular file" in result.get("error", ""), result
+
+
 def test_lmdb_check_accepts_good_databases_and_caches_the_verdict(tmp_path):
     db = make_db(tmp_path / "db", n=300, side=40)      # overflow pages too
     check_lmdb_file(str(db / "data.mdb"))
