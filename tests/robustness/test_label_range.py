@@ -134,6 +134,15 @@ def test_solver_without_display_stops_at_the_snapshot(tmp_path):
     assert not list(tmp_path.glob("snap_iter_*"))
 
 
+def test_solve_without_display_or_final_snapshot_stops_at_its_end(tmp_path):
+    s = _solver(tmp_path, display=0)
+    s.param.max_iter = 3
+    s.param.snapshot_after_train = False
+    s.net.blobs["label"].data[...] = labels(C)
+    with pytest.raises(LabelError, match=r"label 3 .*found at iteration 0"):
+        s.solve()
+
+
 # ---- the commands ---------------------------------------------------------------
 
 DUMMY = f"""

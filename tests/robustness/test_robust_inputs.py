@@ -370,6 +370,24 @@ def test_convert_imageset_skips_what_it_cannot_decode(tmp_path):
     assert len(read_all(tmp_path / "db")) == 2      # ok.png twice; the others skipped
 
 
+def test_convert_imageset_error_leaves_no_database(tmp_path):
+    """A conversion that stops with an error (--check_size on a second image
+    of another size) leaves nothing under the name, so a rerun works (a
+    partial database made the rerun refuse: "already exists")."""
+    import cv2
+    from caffe_ocl.data.tools import convert_imageset
+    for i in range(3):
+        cv2.imwrite(str(tmp_path / f"{i}.png"), np.full((4, 4 + (i == 2), 3), i, np.uint8))
+    (tmp_path / "list.txt").write_text("0.png 0\n1.png 1\n2.png 2\n")
+    args = (str(tmp_path) + "/", str(tmp_path / "list.txt"), str(tmp_path / "db"))
+    with pytest.raises(DataError, match="line 3: .* the first one 3x4x4 .*--check_size"):
+        convert_imageset(*args, check_size=True)
+    assert not (tmp_path / "db").exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("db")]
+    assert convert_imageset(*args) == 3
+    assert len(read_all(tmp_path / "db")) == 3
+
+
 def test_mnist_header_claiming_billions_of_images_is_one_line(tmp_path):
     import struct
     from caffe_ocl.data.tools import read_idx
