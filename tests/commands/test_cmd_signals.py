@@ -127,3 +127,23 @@ def test_sigint_right_after_python_starts_caffe_ocl(tmp_path, delay_ms):
     assert rc == 130, rest[-2000:]
     assert msgs == ["caffe_ocl: interrupted"] or msgs == ["caffe_ocl train: interrupted"], \
         rest[-2000:]
+
+
+def test_startup_interrupt_cannot_be_swallowed_by_the_code_it_lands_in():
+    """The start-up guard ends the process itself: a Ctrl-C landing in an
+    import that catches BaseException (or in a __del__, where Python only
+    prints "Exception ignored") must not let start-up carry on."""
+    code = ("import sys, os, signal, time\n"
+            "sys.orig_argv = [sys.executable, '-m', 'caffe_ocl']   # as the command\n"
+            "import caffe_ocl\n"
+            "try:\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    time.sleep(5)\n"
+            "except BaseException:\n"
+            "    pass\n"
+            "print('carried on')\n")
+    p = subprocess.run([sys.executable, "-c", code], env=env_with(), capture_output=True,
+                       text=True, timeout=120, cwd=str(ROOT))
+    assert p.returncode == 130, (p.returncode, p.stdout, p.stderr[-2000:])
+    assert "carried on" not in p.stdout
+    assert p.stderr.strip().splitlines()[-1:] == ["caffe_ocl: interrupted"], p.stderr[-2000:]
