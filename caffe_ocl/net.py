@@ -617,8 +617,12 @@ class Net(NetPycaffeMixin):
 
     # ---- out-of-range labels (layers/loss.py LabelCheck) -------------------
     def _label_checks(self):
-        return [(li, layer.label_check) for li, layer in enumerate(self.layers)
-                if getattr(layer, "label_check", None) is not None]
+        checks = self.__dict__.get("_label_check_list")
+        if checks is None:       # the layers are fixed once the net is built
+            checks = [(li, layer.label_check) for li, layer in enumerate(self.layers)
+                      if getattr(layer, "label_check", None) is not None]
+            self._label_check_list = checks
+        return checks
 
     def mark_label_passes(self, describe):
         """The forward passes from now on are ``describe(k)`` (k = 0, 1, ...;
