@@ -644,7 +644,7 @@ class Net(NetPycaffeMixin):
             pred, label = self._bottom_vecs[li][:2]
             msg = chk.report(self._blob_origin(label), self._blob_origin(pred))
             if msg and first is None:
-                first = msg + self._label_source(label)
+                first = msg + self._label_source(label, chk.last_item)
         if first is not None:
             raise LabelError(first)
 
@@ -664,17 +664,23 @@ class Net(NetPycaffeMixin):
                 return self._blob_origin(self._bottom_vecs[li][0])
         return blob.name
 
-    def _label_source(self, blob):
+    def _label_source(self, blob, item=None):
+        """Where the labels come from: the data layer, its source and, when
+        it still holds the batch, the record of example ``item``."""
         layer = self._producer(blob) if blob is not None else None
         if layer is None:
             return ""
         lp = layer.param
+        src = ""
         for field in ("data_param", "image_data_param", "hdf5_data_param",
                       "window_data_param"):
             if lp.HasField(field) and getattr(lp, field).source:
-                return (f" (the labels come from layer {layer.name!r} ({layer.type}), "
-                        f"source {getattr(lp, field).source!r})")
-        return f" (the labels come from layer {layer.name!r} ({layer.type}))"
+                src = f", source {getattr(lp, field).source!r}"
+                break
+        served = getattr(layer, "served_record", None)
+        rec = served(item) if served is not None and item is not None else None
+        rec = f"; that example is {rec}" if rec else ""
+        return f" (the labels come from layer {layer.name!r} ({layer.type}){src}{rec})"
 
     def backward(self, diffs=None, start=None, end=None, **kwargs):
         """pycaffe's Net.backward: set output diffs from kwargs, run backward,

@@ -58,6 +58,9 @@ class LabelCheck:
         pointwise.fill(self.device, self.buf, loss_ops.CHECK_INTS, 0.0)
         self.passes = 0
         self.classes, self.inner, self.ignore, self.what = 0, 1, None, ""
+        self.per_example = True     # the label blob's items are the batch's examples
+        self.last_item = None       # set by report(): the example, when the bad label
+        #                             came in the last pass (its record is then known)
         self._marks = []       # (first pass, describe), the latest last
 
     def mark(self, describe):
@@ -83,6 +86,8 @@ class LabelCheck:
         item = int(host[2])
         o, s = divmod(item, max(self.inner, 1))
         where = f"item {o}" + (f", position {s}" if self.inner > 1 else "")
+        last = int(host[4]) == self.passes - 1
+        self.last_item = o if last and self.per_example else None
         layer = self.layer
         ignore = "" if self.ignore is None else f" and is not the ignore_label {self.ignore}"
         blob = f" of bottom {label_blob!r}" if label_blob else ""
@@ -98,9 +103,10 @@ class _LabelChecked:
     def _setup_label_check(self):
         self.label_check = LabelCheck(self)
 
-    def _label_range(self, classes, inner, ignore, what):
+    def _label_range(self, classes, inner, ignore, what, per_example=True):
         c = self.label_check
         c.classes, c.inner, c.ignore, c.what = classes, inner, ignore, what
+        c.per_example = per_example
 
     def forward_impl(self, bottom, top):
         self.label_check.passes += 1
@@ -188,7 +194,8 @@ class _SoftmaxLossBase(_LabelChecked, LossLayer):
                 f"{self.outer * self.inner} labels, label blob {bottom[1].name!r} "
                 f"{bottom[1].shape} has {bottom[1].count}", ShapeError)
         self._label_range(self.C, self.inner, self.ignore,
-                          f"{self.C} classes along axis {self.axis_} of {{pred}}")
+                          f"{self.C} classes along axis {self.axis_} of {{pred}}",
+                          self.axis_ == 1)
         if len(top) >= 2:
             top[1].reshape(x.shape)
             self.prob_buf = top[1].data_buffer()
@@ -498,7 +505,8 @@ class AccuracyLayer(_LabelChecked, _ReduceHelpers, Layer):
                 f"label blob {lab.name!r} {lab.shape} has {lab.count}", ShapeError)
         top[0].reshape(())
         n = outer * inner
-        self._label_range(C, inner, self.ignore, f"{C} classes along axis {axis} of {{pred}}")
+        self._label_range(C, inner, self.ignore, f"{C} classes along axis {axis} of {{pred}}",
+                          axis == 1)
         self._scratch(n, with_count=True)
         dev = self.device
         self.fwd = [loss_ops.accuracy_forward(dev, outer, C, inner, x.data_buffer(),

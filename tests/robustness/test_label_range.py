@@ -191,3 +191,33 @@ def test_cli_train_and_test_exit_1_with_one_line(tmp_path):
                                   "w.caffemodel", "--iterations", "3", cwd=tmp_path))
     assert "caffe_ocl test: error: layer 'loss' (SoftmaxWithLoss): label -1 " in last, last
     assert "found at batch 0" in last, last
+
+
+def test_cli_test_names_the_database_record(tmp_path):
+    from caffe_ocl.data.datum import array_to_datum
+    from caffe_ocl.data.db import LMDBWriter
+    rs = np.random.RandomState(0)
+    labels_ = [0, 1, 2, 1, 0, 1, 7, 2]              # record 6: batch 1, item 2
+    with LMDBWriter(str(tmp_path / "db")) as w:
+        for i, lab in enumerate(labels_):
+            img = rs.randint(0, 255, (1, 2, 3)).astype(np.uint8)
+            w.put(f"{i:08d}_rec", array_to_datum(img, lab).SerializeToString())
+    (tmp_path / "net.prototxt").write_text(f"""
+layer {{ name: "d" type: "Data" top: "data" top: "label"
+        data_param {{ source: "db" batch_size: 4 backend: LMDB }} }}
+layer {{ name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
+        inner_product_param {{ num_output: {C} weight_filler {{ type: "gaussian" std: 0.1 }} }} }}
+layer {{ name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }}
+""")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        caffe.Net("net.prototxt", caffe.TEST).save("w.caffemodel")
+    finally:
+        os.chdir(cwd)
+    last = one_error_line(run_cli("test", "--model", "net.prototxt", "--weights",
+                                  "w.caffemodel", "--iterations", "2", cwd=tmp_path))
+    assert "label 7 of bottom 'label' is out of range [0, 3)" in last, last
+    assert "found at batch 1, item 2 of the batch" in last, last
+    assert ("the labels come from layer 'd' (Data), source 'db'; that example is database "
+            "db key '00000006_rec'") in last, last
