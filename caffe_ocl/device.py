@@ -241,13 +241,15 @@ def list_devices():
     return out
 
 
-def _is_simulator(d):
+def is_simulator(d):
+    """Oclgrind (a device dict of list_devices): never chosen unless named.
+    It reports CL_DEVICE_TYPE_ALL, so its ``is_gpu`` is true."""
     return "oclgrind" in d["platform_name"].lower()
 
 
 def _rank(d):
     """Sort key: higher is better. GPUs first, then CPU drivers by PoCL version."""
-    if _is_simulator(d):
+    if is_simulator(d):
         return (-1,)
     pocl = _pocl_version(d["platform_version"]) or (0, 0)
     return (2 if d["is_gpu"] else 1, pocl, d["compute_units"])
@@ -284,13 +286,14 @@ def choose_device(devices, want=None, mode=None):
             raise DeviceError(f"CAFFE_OCL_DEVICE={s!r}: expected N, P:D or a name")
         pool = devices
         if mode == "gpu":   # --gpu N on a machine without GPUs: a real CPU
-            gpus = [d for d in devices if d["is_gpu"]]   # driver, not the simulator
-            pool = gpus or [d for d in devices if not _is_simulator(d)] or devices
+            gpus = [d for d in devices if d["is_gpu"] and not is_simulator(d)]  # driver,
+            # not the simulator
+            pool = gpus or [d for d in devices if not is_simulator(d)] or devices
         if 0 <= n < len(pool):
             return pool[n], f"device {n} as asked"
         raise DeviceError(f"no OpenCL device {n}: {len(pool)} found; "
                           "run `caffe_ocl device_query` to list them")
-    pool = [d for d in devices if not _is_simulator(d)] or devices
+    pool = [d for d in devices if not is_simulator(d)] or devices
     if mode == "cpu":
         cpus = [d for d in pool if d["is_cpu"]]
         if not cpus:
@@ -939,6 +942,18 @@ def get_device():
         log.info("Using OpenCL device %s on %s (%s)", info["name"],
                  info["platform_name"], reason)
     return _current
+
+
+def selection():
+    """What set_mode_*/set_device chose and the current Device, for
+    ``restore_selection`` (tests that run a command with --gpu put the
+    process's device back with them)."""
+    return _current, _wanted_index, _wanted_mode
+
+
+def restore_selection(state):
+    global _current, _wanted_index, _wanted_mode
+    _current, _wanted_index, _wanted_mode = state
 
 
 def _reset(index=None, mode=None):

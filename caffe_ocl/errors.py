@@ -39,6 +39,11 @@ class DataError(CaffeOclError):
     """A database or data file that cannot be read as expected."""
 
 
+class LabelError(DataError):
+    """A label outside the range its layer indexes (a loss or Accuracy
+    layer's bottom 1), found by the device-side check."""
+
+
 class SolverError(CaffeOclError):
     """A solver definition or state that cannot be used."""
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import hdf5_weights
 from .blob import Blob, refresh_kept
-from .errors import NetError, ShapeError, naming
+from .errors import LabelError, NetError, ShapeError, naming
 from .layers.base import create_layer
 from .plan import execution
 from .plan import memory as memory_plan
@@ -611,8 +611,76 @@ class Net(NetPycaffeMixin):
                     raise ShapeError(f"input {name!r}: cannot put an array of shape "
                                      f"{arr.shape} into blob of shape {b.shape}") from None
         self.forward_from_to(start_i, end_i)
+        self.check_labels()
         refresh_kept()
         return {o: self.blobs[o].data for o in outputs}
+
+    # ---- out-of-range labels (layers/loss.py LabelCheck) -------------------
+    def _label_checks(self):
+        checks = self.__dict__.get("_label_check_list")
+        if checks is None:       # the layers are fixed once the net is built
+            checks = [(li, layer.label_check) for li, layer in enumerate(self.layers)
+                      if getattr(layer, "label_check", None) is not None]
+            self._label_check_list = checks
+        return checks
+
+    def mark_label_passes(self, describe):
+        """The forward passes from now on are ``describe(k)`` (k = 0, 1, ...;
+        e.g. "iteration 12") in a LabelError's message."""
+        for _, chk in self._label_checks():
+            chk.mark(describe)
+
+    def label_passes(self):
+        """Forward passes run by the first label-checked layer (None: none)."""
+        checks = self._label_checks()
+        return checks[0][1].passes if checks else None
+
+    def check_labels(self):
+        """Raise LabelError for the first label outside its layer's range
+        seen since the last check (reads a few ints from the device, so
+        call it where the host waits for the device anyway)."""
+        first = None
+        for li, chk in self._label_checks():       # every record read (and cleared)
+            pred, label = self._bottom_vecs[li][:2]
+            msg = chk.report(self._blob_origin(label), self._blob_origin(pred))
+            if msg and first is None:
+                first = msg + self._label_source(label, chk.last_item)
+        if first is not None:
+            raise LabelError(first)
+
+    def _producer(self, blob):
+        for li, tops in enumerate(self._top_vecs):
+            if any(t is blob for t in tops):
+                layer = self.layers[li]
+                if layer.type == "Split" and self._bottom_vecs[li]:
+                    return self._producer(self._bottom_vecs[li][0])
+                return layer
+        return None
+
+    def _blob_origin(self, blob):
+        """The blob's name (for a Split's copy, the name of the blob it copies)."""
+        for li, tops in enumerate(self._top_vecs):
+            if self.layers[li].type == "Split" and any(t is blob for t in tops):
+                return self._blob_origin(self._bottom_vecs[li][0])
+        return blob.name
+
+    def _label_source(self, blob, item=None):
+        """Where the labels come from: the data layer, its source and, when
+        it still holds the batch, the record of example ``item``."""
+        layer = self._producer(blob) if blob is not None else None
+        if layer is None:
+            return ""
+        lp = layer.param
+        src = ""
+        for field in ("data_param", "image_data_param", "hdf5_data_param",
+                      "window_data_param"):
+            if lp.HasField(field) and getattr(lp, field).source:
+                src = f", source {getattr(lp, field).source!r}"
+                break
+        served = getattr(layer, "served_record", None)
+        rec = served(item) if served is not None and item is not None else None
+        rec = f"; that example is {rec}" if rec else ""
+        return f" (the labels come from layer {layer.name!r} ({layer.type}){src}{rec})"
 
     def backward(self, diffs=None, start=None, end=None, **kwargs):
         """pycaffe's Net.backward: set output diffs from kwargs, run backward,

@@ -258,8 +258,10 @@ def score(model, weights, iterations=50, *, gpu="", level=0, stages=()):
     log.info("Running for %d iterations.", iterations)
     names = net.outputs
     scores, ids, loss = [], [], np.float32(0)
+    net.mark_label_passes(lambda k: f"batch {k}")
     for i in range(iterations):
         net.forward_from_to(0, len(net.layers) - 1)
+        net.check_labels()
         loss = np.float32(loss + np.float32(net.loss()))
         idx = 0
         for j, name in enumerate(names):

@@ -21,6 +21,21 @@ def _restore_caffe_ocl_logger():
     lg.propagate, lg.level = saved[1], saved[2]
 
 
+@pytest.fixture(autouse=True)
+def _restore_device_selection():
+    """A test that switches the process's OpenCL device (a command run with
+    --gpu, set_mode_gpu/set_device) gives it back: with Oclgrind visible,
+    `--gpu=all` once left every later test on the simulator."""
+    from caffe_ocl import device
+    saved = device.selection()
+    yield
+    now = device.selection()
+    # a device made on first use under the same wishes is kept (a new one per
+    # test would rebuild every program)
+    if now[1:] != saved[1:] or (saved[0] is not None and now[0] is not saved[0]):
+        device.restore_selection(saved)
+
+
 @pytest.fixture
 def settings():
     """``settings(TF32=True, ...)``: caffe_ocl.config overrides for this

@@ -18,6 +18,7 @@ def _dev(i, name, platform, version, gpu=False, pi=0, di=0, cu=2):
 
 
 OCLGRIND = _dev(0, "Oclgrind Simulator", "Oclgrind", "OpenCL 1.2 (Oclgrind 21.10)", pi=0)
+OCLGRIND.update(is_gpu=True, is_cpu=True)     # it reports CL_DEVICE_TYPE_ALL
 POCL_PIP = _dev(1, "cpu", "Portable Computing Language", "OpenCL 3.0 PoCL 3.0-rc2", pi=1)
 POCL_DEB = _dev(2, "cpu", "Portable Computing Language", "OpenCL 3.0 PoCL 3.1+debian", pi=2)
 GPU = _dev(3, "NVIDIA H200", "NVIDIA CUDA", "OpenCL 3.0 CUDA", gpu=True, pi=3, cu=132)

@@ -113,8 +113,8 @@ def run(name, argv):
         print(version_text())
         return 0
     module = importlib.import_module(cmds[name][0])
-    startup.end()     # from here a Ctrl-C is a KeyboardInterrupt, caught below
     try:
+        startup.end()     # from here a Ctrl-C is a KeyboardInterrupt, caught below
         rc = module.main(list(argv))
     except HelpRequested as h:
         print(h.text)
@@ -134,6 +134,7 @@ def main(argv=None):
     SIGPIPE gives a Unix tool."""
     try:
         rc = _dispatch(argv)
+        startup.guard()     # a Ctrl-C while the interpreter shuts down: one line, 130
         sys.stdout.flush()
         return rc
     except BrokenPipeError:

@@ -28,12 +28,13 @@ MAX_DEPTH = 64
 
 
 class Batch:
-    __slots__ = ("arrays", "events", "state", "__weakref__")
+    __slots__ = ("arrays", "events", "state", "records", "__weakref__")
 
     def __init__(self, arrays):
         self.arrays = arrays
         self.events = ()
         self.state = None     # the source's read state after filling this batch
+        self.records = None   # where each item came from (for error messages), or None
 
     def copies_done(self):
         if not self.events:

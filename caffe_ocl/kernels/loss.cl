@@ -11,7 +11,10 @@
  * Labels are float blobs converted with (int) (C truncation, as Caffe's
  * static_cast<int>). A label outside [0, C) (not ignored) makes that
  * item's loss and gradient NaN instead of reading out of bounds (Caffe only
- * DCHECKs it).
+ * DCHECKs it), and the forward kernel notes the first one in the layer's
+ * check buffer ``chk`` (note_bad_label), which the host reads where it
+ * synchronises anyway (layers/loss.py LabelCheck): only a bad label takes
+ * that branch, so good batches pay nothing.
  * Remainders are written as idx - q * n rather than idx % n: LLVM turns a
  * div/rem pair into a `freeze` instruction that Oclgrind's uninitialized-
  * value checker (OCLGRIND_UNINITIALIZED=1) cannot run.
@@ -31,12 +34,26 @@ inline int is_ignored(int l, int has_ignore, int ignore_label) {
     return has_ignore && l == ignore_label;
 }
 
+/* The layer's label check buffer (5 ints): chk[0] 0 -> 1 for the first bad
+ * label (atomic), then chk[1] its float bits, chk[2] the item (flat index
+ * into the label blob) and chk[4] the forward pass it came in: chk[3]
+ * counts finished passes (loss_reduce adds one; the queue is in order, so
+ * nothing writes it while a forward kernel reads it). */
+inline void note_bad_label(__global int* chk, float label, int item) {
+    if (atomic_cmpxchg((volatile __global int*)chk, 0, 1) == 0) {
+        chk[1] = as_int(label);
+        chk[2] = item;
+        chk[4] = chk[3];
+    }
+}
+
 /* ---- stage 2: one work-group sums n values (and counts) ----------------
  * norm = use_count ? sum(cnt) : fixed_norm, then max(norm, 1) as Caffe's
  * get_normalizer; top[0] = scale * sum(vals) / norm; norm_out[0] = norm. */
 __kernel void loss_reduce(int n, __global const float* vals, __global const float* cnt,
                           int use_count, float fixed_norm, float scale,
-                          __global float* top, __global float* norm_out) {
+                          __global float* top, __global float* norm_out,
+                          __global int* chk, int count_pass) {
     __local float sv[WG];
     __local float sc[WG];
     int lid = get_local_id(0);
@@ -59,13 +76,14 @@ __kernel void loss_reduce(int n, __global const float* vals, __global const floa
         float norm = fmax(use_count ? sc[0] : fixed_norm, 1.0f);
         top[0] = scale * sv[0] / norm;
         norm_out[0] = norm;
+        if (count_pass) chk[3] += 1;     /* one more forward pass of a checked layer */
     }
 }
 
 /* ---- SoftmaxWithLoss: prob is [outer][C][inner] ------------------------- */
 __kernel void softmax_loss_fwd(int outer, int C, int inner, __global const float* prob,
                                __global const float* label, int has_ignore, int ignore_label,
-                               __global float* loss, __global float* cnt) {
+                               __global float* loss, __global float* cnt, __global int* chk) {
     int total = outer * inner;
     GLOBAL_LOOP(idx, total) {
         int o = idx / inner, s = idx - o * inner;
@@ -73,9 +91,12 @@ __kernel void softmax_loss_fwd(int outer, int C, int inner, __global const float
         if (is_ignored(l, has_ignore, ignore_label)) {
             loss[idx] = 0.0f;
             cnt[idx] = 0.0f;
+        } else if (l >= 0 && l < C) {
+            loss[idx] = -log(fmax(prob[(o * C + l) * inner + s], FLT_MIN));
+            cnt[idx] = 1.0f;
         } else {
-            loss[idx] = (l >= 0 && l < C)
-                ? -log(fmax(prob[(o * C + l) * inner + s], FLT_MIN)) : NAN;
+            note_bad_label(chk, label[idx], idx);
+            loss[idx] = NAN;
             cnt[idx] = 1.0f;
         }
     }
@@ -103,7 +124,8 @@ __kernel void softmax_loss_bwd(int outer, int C, int inner, __global const float
 __kernel void infogain_loss_fwd(int outer, int C, int inner, __global const float* prob,
                                 __global const float* label, __global const float* H,
                                 int has_ignore, int ignore_label,
-                                __global float* loss, __global float* cnt) {
+                                __global float* loss, __global float* cnt,
+                                __global int* chk) {
     int total = outer * inner;
     GLOBAL_LOOP(idx, total) {
         int o = idx / inner, s = idx - o * inner;
@@ -118,6 +140,8 @@ __kernel void infogain_loss_fwd(int outer, int C, int inner, __global const floa
             acc = 0.0f;
             for (int k = 0; k < C; ++k)
                 acc -= H[l * C + k] * log(fmax(prob[(o * C + k) * inner + s], LOG_THRESHOLD));
+        } else {
+            note_bad_label(chk, label[idx], idx);
         }
         loss[idx] = acc;
         cnt[idx] = 1.0f;
@@ -202,15 +226,20 @@ __kernel void euclidean_bwd(int n, __global const float* a, __global const float
 
 /* ---- HingeLoss: x is [num][dim], label[num]; NORM 1 (L1) or 2 (L2) ----- */
 __kernel void hinge_fwd(int num, int dim, __global const float* x, __global const float* label,
-                        int norm_p, __global float* loss) {
+                        int norm_p, __global float* loss, __global int* chk) {
     GLOBAL_LOOP(i, num) {
         int l = (int)label[i];
+        if (l < 0 || l >= dim) {
+            note_bad_label(chk, label[i], i);
+            loss[i] = NAN;
+            continue;
+        }
         float acc = 0.0f;
         for (int j = 0; j < dim; ++j) {
             float t = fmax(0.0f, 1.0f + (j == l ? -1.0f : 1.0f) * x[i * dim + j]);
             acc += norm_p == 2 ? t * t : t;
         }
-        loss[i] = (l >= 0 && l < dim) ? acc : NAN;
+        loss[i] = acc;
     }
 }
 
@@ -231,10 +260,16 @@ __kernel void hinge_bwd(int num, int dim, __global const float* x, __global cons
 
 /* ---- MultinomialLogisticLoss: x holds probabilities [num][dim] --------- */
 __kernel void mlogistic_fwd(int num, int dim, __global const float* x,
-                            __global const float* label, __global float* loss) {
+                            __global const float* label, __global float* loss,
+                            __global int* chk) {
     GLOBAL_LOOP(i, num) {
         int l = (int)label[i];
-        loss[i] = (l >= 0 && l < dim) ? -log(fmax(x[i * dim + l], LOG_THRESHOLD)) : NAN;
+        if (l >= 0 && l < dim) {
+            loss[i] = -log(fmax(x[i * dim + l], LOG_THRESHOLD));
+        } else {
+            note_bad_label(chk, label[i], i);
+            loss[i] = NAN;
+        }
     }
 }
 
@@ -309,7 +344,8 @@ __kernel void contrastive_bwd(int num, int dim, __global const float* a,
  * score (the true class counts itself, ties count against it, as Caffe). */
 __kernel void accuracy_fwd(int outer, int C, int inner, __global const float* x,
                            __global const float* label, int top_k, int has_ignore,
-                           int ignore_label, __global float* correct, __global float* valid) {
+                           int ignore_label, __global float* correct, __global float* valid,
+                           __global int* chk) {
     int total = outer * inner;
     GLOBAL_LOOP(idx, total) {
         int o = idx / inner, s = idx - o * inner;
@@ -321,6 +357,7 @@ __kernel void accuracy_fwd(int outer, int C, int inner, __global const float* x,
         }
         valid[idx] = 1.0f;
         if (l < 0 || l >= C) {
+            note_bad_label(chk, label[idx], idx);
             correct[idx] = NAN;
             continue;
         }

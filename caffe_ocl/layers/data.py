@@ -64,6 +64,12 @@ class BasePrefetchingDataLayer(Layer):
         if prev is not None:
             self.prefetcher.recycle(prev)
 
+    def served_record(self, item):
+        """Where item ``item`` of the batch forward served last came from (a
+        database key, an image list line), or None (a LabelError names it)."""
+        recs = getattr(self._current, "records", None)
+        return recs[item] if recs is not None and 0 <= item < len(recs) else None
+
     def data_state(self):
         """The read state at the next batch forward will consume (batches
         already prefetched are ahead of it): a JSON-able dict that
@@ -190,9 +196,11 @@ class _DBSource(RecordSource):
     def fill(self, batch):
         imgs = []
         labels = batch.arrays[1] if self.with_label else None
+        batch.records = records = []
         for i in range(self.batch_size):
             key, value = self._next()
             where = f"database {self.reader.path} key {key.decode('utf-8', 'replace')!r}"
+            records.append(where)
             d = parse_datum(value, where)
             img = decode_datum(d, where, *self.force)
             if img.shape != self.record_shape:
@@ -282,11 +290,13 @@ class _ListSource(RecordSource):
     def fill(self, batch):
         imgs = []
         labels = batch.arrays[1]
+        batch.records = records = []
         for i in range(self.batch_size):
             while not self.shard.take():    # another rank's line
                 self._advance()
             path, label, n = self.lines[self.lines_id]
             where = f"list file {self.source} line {n}"
+            records.append(f"{where} ({path})")
             img = read_image(self.root + path, *self.new_hw, self.is_color, where)
             if img.shape != self.record_shape:
                 raise DataError(

@@ -8,10 +8,20 @@ backward pass scales by the loss weight that Caffe stores in top[0]'s diff.
 Here that scalar, the normalizer (also the VALID count) and every sum stay on
 the device (ops/loss.py): forward is a per-item kernel plus a one-work-group
 reduction, backward one element-wise kernel per bottom.
+
+The layers that index by a label (SoftmaxWithLoss, InfogainLoss, HingeLoss,
+MultinomialLogisticLoss, Accuracy) each own a ``LabelCheck``: their forward
+kernel notes the first label outside [0, C) (not the ignore_label) on the
+device, and the net reads it where the host synchronises anyway
+(``Net.check_labels``: pycaffe's forward, the solver's display, tests and
+snapshots, ``caffe_ocl test``'s batches), raising one LabelError.
 """
+import numpy as np
+
 from ..blob import Blob
 from ..errors import CaffeOclError, LayerError, ShapeError
 from ..ops import loss as loss_ops
+from ..ops import pointwise
 from ..ops import softmax as softmax_ops
 from ..proto import blobproto_to_array, caffe_pb2, read_blobproto
 from .base import Layer, register
@@ -28,6 +38,79 @@ def normalization_mode(loss_param, default):
     if loss_param.HasField("normalize"):
         return VALID if loss_param.normalize else BATCH_SIZE
     return default
+
+
+class LabelCheck:
+    """One layer's device-side record of its first out-of-range label
+    (kernels/loss.cl ``note_bad_label``) and the host's view of it.
+
+    ``passes`` counts the layer's forward passes on the host (the device
+    counts them too, in the buffer); ``mark(describe)`` says what the
+    passes from now on are (``describe(k)`` names the k-th, e.g. "iteration
+    12"), so that a report names the iteration or batch the label came in
+    (the last few marks are kept: a report may come a display interval
+    later)."""
+
+    def __init__(self, layer):
+        self.layer = layer
+        self.device = layer.device
+        self.buf = self.device.alloc(4 * loss_ops.CHECK_INTS)
+        pointwise.fill(self.device, self.buf, loss_ops.CHECK_INTS, 0.0)
+        self.passes = 0
+        self.classes, self.inner, self.ignore, self.what = 0, 1, None, ""
+        self.per_example = True     # the label blob's items are the batch's examples
+        self.last_item = None       # set by report(): the example, when the bad label
+        #                             came in the last pass (its record is then known)
+        self._marks = []       # (first pass, describe), the latest last
+
+    def mark(self, describe):
+        self._marks = self._marks[-7:] + [(self.passes, describe)]
+
+    def _when(self, p):
+        for base, describe in reversed(self._marks):
+            if p >= base:
+                return describe(p - base)
+        return f"forward pass {p + 1} of this net" + (" (the last)" if p == self.passes - 1
+                                                       else "")
+
+    def report(self, label_blob="", pred_blob=""):
+        """None, or the message for the first bad label since the last
+        report (read from the device, which syncs it; the record is then
+        cleared)."""
+        host = np.zeros(loss_ops.CHECK_INTS, np.int32)
+        self.device.download(host, self.buf)
+        if not host[0]:
+            return None
+        pointwise.fill(self.device, self.buf, 1, 0.0)       # clear the record
+        value = float(host[1:2].view(np.float32)[0])
+        item = int(host[2])
+        o, s = divmod(item, max(self.inner, 1))
+        where = f"item {o}" + (f", position {s}" if self.inner > 1 else "")
+        last = int(host[4]) == self.passes - 1
+        self.last_item = o if last and self.per_example else None
+        layer = self.layer
+        ignore = "" if self.ignore is None else f" and is not the ignore_label {self.ignore}"
+        blob = f" of bottom {label_blob!r}" if label_blob else ""
+        what = self.what.format(pred=repr(pred_blob or layer.name))
+        return (f"layer {layer.name!r} ({layer.type}): label {value:g}{blob} is out of "
+                f"range [0, {self.classes}){ignore} ({what}); "
+                f"found at {self._when(int(host[4]))}, {where} of the batch")
+
+
+class _LabelChecked:
+    """Mixin of the layers whose forward indexes by a label (bottom 1)."""
+
+    def _setup_label_check(self):
+        self.label_check = LabelCheck(self)
+
+    def _label_range(self, classes, inner, ignore, what, per_example=True):
+        c = self.label_check
+        c.classes, c.inner, c.ignore, c.what = classes, inner, ignore, what
+        c.per_example = per_example
+
+    def forward_impl(self, bottom, top):
+        self.label_check.passes += 1
+        super().forward_impl(bottom, top)
 
 
 class _ReduceHelpers:
@@ -58,8 +141,10 @@ class _ReduceHelpers:
         raise self.error(f"unknown normalization mode {mode}")
 
     def _reduce(self, n, fixed, cnt, scale=1.0, top=None):
+        chk = getattr(self, "label_check", None)
         return loss_ops.reduce(self.device, n, self.s_loss, top, self.s_norm, cnt=cnt,
-                               fixed_norm=fixed, scale=scale)
+                               fixed_norm=fixed, scale=scale,
+                               chk=None if chk is None else chk.buf)
 
 
 class LossLayer(_ReduceHelpers, Layer):
@@ -89,7 +174,7 @@ class LossLayer(_ReduceHelpers, Layer):
                              LayerError)
 
 
-class _SoftmaxLossBase(LossLayer):
+class _SoftmaxLossBase(_LabelChecked, LossLayer):
     """Shared by SoftmaxWithLoss and InfogainLoss: softmax over an axis,
     optional second top with the probabilities."""
     exact_num_top = None
@@ -108,6 +193,9 @@ class _SoftmaxLossBase(LossLayer):
                 f"{x.name!r} {x.shape} with axis {self.axis_} needs "
                 f"{self.outer * self.inner} labels, label blob {bottom[1].name!r} "
                 f"{bottom[1].shape} has {bottom[1].count}", ShapeError)
+        self._label_range(self.C, self.inner, self.ignore,
+                          f"{self.C} classes along axis {self.axis_} of {{pred}}",
+                          self.axis_ == 1)
         if len(top) >= 2:
             top[1].reshape(x.shape)
             self.prob_buf = top[1].data_buffer()
@@ -125,6 +213,7 @@ class SoftmaxWithLossLayer(_SoftmaxLossBase):
     def layer_setup(self, bottom, top):
         self.ignore = self._ignore_label()
         self.normalization = normalization_mode(self.param.loss_param, VALID)
+        self._setup_label_check()
 
     def reshape(self, bottom, top):
         self.reshape_loss(bottom, top)
@@ -135,7 +224,8 @@ class SoftmaxWithLossLayer(_SoftmaxLossBase):
         self.fwd = [sm,
                     loss_ops.softmax_loss_forward(self.device, self.outer, self.C, self.inner,
                                                   self.prob_buf, bottom[1].data_buffer(),
-                                                  self.ignore, self.s_loss, self.s_cnt),
+                                                  self.ignore, self.s_loss, self.s_cnt,
+                                                  self.label_check.buf),
                     self._reduce(n, fixed, cnt, top=top[0].data_buffer())]
 
     def build_backward(self, bottom, top):
@@ -162,6 +252,7 @@ class InfogainLossLayer(_SoftmaxLossBase):
     def layer_setup(self, bottom, top):
         lp = self.param.loss_param
         self.ignore = self._ignore_label()
+        self._setup_label_check()
         if lp.HasField("normalize"):
             raise self.error("loss_param.normalize is deprecated for InfogainLoss; "
                              "use loss_param.normalization")
@@ -198,7 +289,7 @@ class InfogainLossLayer(_SoftmaxLossBase):
                     loss_ops.infogain_forward(self.device, self.outer, self.C, self.inner,
                                               self.prob_buf, bottom[1].data_buffer(),
                                               self.H_buf, self.ignore, self.s_loss,
-                                              self.s_cnt),
+                                              self.s_cnt, self.label_check.buf),
                     self._reduce(n, fixed, cnt, top=top[0].data_buffer())]
 
     def build_backward(self, bottom, top):
@@ -272,11 +363,16 @@ class SigmoidCrossEntropyLossLayer(LossLayer):
                 self.ignore, top[0].diff_buffer(), self.s_norm, bottom[0].diff_buffer())]
 
 
-class _PerRowLoss(LossLayer):
+class _PerRowLoss(_LabelChecked, LossLayer):
     """[num][dim] predictions with one integer label per row."""
+
+    def layer_setup(self, bottom, top):
+        self._setup_label_check()
 
     def _rows(self, bottom):
         self.dim = bottom[0].count // max(self.num, 1)
+        self._label_range(self.dim, 1, None,
+                          f"{self.dim} values per example in {{pred}}")
         if bottom[1].count != self.num:
             raise self.error(f"needs one label per example: prediction {bottom[0].name!r} "
                              f"{bottom[0].shape} has {self.num}, label "
@@ -295,7 +391,7 @@ class HingeLossLayer(_PerRowLoss):
         self.p = 2 if self.param.hinge_loss_param.norm == caffe_pb2.HingeLossParameter.L2 else 1
         self.fwd = [loss_ops.hinge_forward(self.device, self.num, self.dim,
                                            bottom[0].data_buffer(), bottom[1].data_buffer(),
-                                           self.p, self.s_loss),
+                                           self.p, self.s_loss, self.label_check.buf),
                     self._reduce(self.num, self.num, None, top=top[0].data_buffer())]
 
     def build_backward(self, bottom, top):
@@ -319,7 +415,8 @@ class MultinomialLogisticLossLayer(_PerRowLoss):
         self._rows(bottom)
         self.fwd = [loss_ops.mlogistic_forward(self.device, self.num, self.dim,
                                                bottom[0].data_buffer(),
-                                               bottom[1].data_buffer(), self.s_loss),
+                                               bottom[1].data_buffer(), self.s_loss,
+                                               self.label_check.buf),
                     self._reduce(self.num, self.num, None, top=top[0].data_buffer())]
 
     def build_backward(self, bottom, top):
@@ -376,7 +473,7 @@ class ContrastiveLossLayer(LossLayer):
 
 
 @register("Accuracy")
-class AccuracyLayer(_ReduceHelpers, Layer):
+class AccuracyLayer(_LabelChecked, _ReduceHelpers, Layer):
     """Top-k accuracy over ``accuracy_param.axis``; optional second top with
     the per-class accuracy. No backward, loss weight 0 by default."""
     exact_num_top = None
@@ -392,6 +489,7 @@ class AccuracyLayer(_ReduceHelpers, Layer):
         p = self.param.accuracy_param
         self.top_k = p.top_k
         self.ignore = p.ignore_label if p.HasField("ignore_label") else None
+        self._setup_label_check()
 
     def reshape(self, bottom, top):
         x, lab = bottom
@@ -407,11 +505,13 @@ class AccuracyLayer(_ReduceHelpers, Layer):
                 f"label blob {lab.name!r} {lab.shape} has {lab.count}", ShapeError)
         top[0].reshape(())
         n = outer * inner
+        self._label_range(C, inner, self.ignore, f"{C} classes along axis {axis} of {{pred}}",
+                          axis == 1)
         self._scratch(n, with_count=True)
         dev = self.device
         self.fwd = [loss_ops.accuracy_forward(dev, outer, C, inner, x.data_buffer(),
                                               lab.data_buffer(), self.top_k, self.ignore,
-                                              self.s_loss, self.s_cnt),
+                                              self.s_loss, self.s_cnt, self.label_check.buf),
                     self._reduce(n, 1.0, self.s_cnt, top=top[0].data_buffer())]
         if len(top) > 1:
             top[1].reshape((C,))

@@ -6,10 +6,17 @@ then ``reduce`` (one work-group) writing ``top[0] = scale * sum / norm`` and
 the normalizer ``norm`` to device buffers. Backward launches read the loss
 weight from ``top_diff[0]`` and the normalizer from ``norm[0]`` on the
 device, so no value is read back to the host.
+
+The forward kernels of the layers that index by a label (SoftmaxWithLoss,
+InfogainLoss, HingeLoss, MultinomialLogisticLoss, Accuracy) take ``chk``,
+a 5-int device buffer (``CHECK_INTS``) where they note the first label
+outside [0, C); ``reduce`` given ``chk`` counts the layer's forward passes
+in it (kernels/loss.cl note_bad_label).
 """
 from . import work_size
 
 SRC = "loss.cl"
+CHECK_INTS = 5     # chk: [bad?, label float bits, item, passes done, pass of the bad one]
 
 
 def reduce_wg(dev):
@@ -25,13 +32,15 @@ def _wg(dev):
     return wg, {"WG": wg}
 
 
-def reduce(dev, n, vals, top, norm_out, cnt=None, fixed_norm=1.0, scale=1.0):
+def reduce(dev, n, vals, top, norm_out, cnt=None, fixed_norm=1.0, scale=1.0, chk=None):
     """top[0] = scale * sum(vals[:n]) / max(norm, 1) and norm_out[0] = max(norm, 1),
-    where norm = sum(cnt[:n]) when ``cnt`` is given, else ``fixed_norm``."""
+    where norm = sum(cnt[:n]) when ``cnt`` is given, else ``fixed_norm``;
+    ``chk`` (a label check buffer) gets its pass count advanced."""
     wg, d = _wg(dev)
     return dev.launch(SRC, "loss_reduce", (wg,), (wg,),
                       [n, vals, vals if cnt is None else cnt, int(cnt is not None),
-                       float(fixed_norm), float(scale), top, norm_out], d)
+                       float(fixed_norm), float(scale), top, norm_out,
+                       norm_out if chk is None else chk, int(chk is not None)], d)
 
 
 def _grid(dev, name, n, args):
@@ -40,11 +49,11 @@ def _grid(dev, name, n, args):
     return dev.launch(SRC, name, gs, ls, args, d)
 
 
-def softmax_loss_forward(dev, outer, c, inner, prob, label, ignore, loss, cnt):
-    """``ignore``: None or the ignored label value."""
+def softmax_loss_forward(dev, outer, c, inner, prob, label, ignore, loss, cnt, chk):
+    """``ignore``: None or the ignored label value; ``chk``: the label check buffer."""
     return _grid(dev, "softmax_loss_fwd", outer * inner,
                  [outer, c, inner, prob, label, int(ignore is not None), int(ignore or 0),
-                  loss, cnt])
+                  loss, cnt, chk])
 
 
 def softmax_loss_backward(dev, outer, c, inner, prob, label, ignore, top_diff, norm, dx):
@@ -53,10 +62,10 @@ def softmax_loss_backward(dev, outer, c, inner, prob, label, ignore, top_diff, n
                   top_diff, norm, dx])
 
 
-def infogain_forward(dev, outer, c, inner, prob, label, h, ignore, loss, cnt):
+def infogain_forward(dev, outer, c, inner, prob, label, h, ignore, loss, cnt, chk):
     return _grid(dev, "infogain_loss_fwd", outer * inner,
                  [outer, c, inner, prob, label, h, int(ignore is not None), int(ignore or 0),
-                  loss, cnt])
+                  loss, cnt, chk])
 
 
 def infogain_rowsum(dev, c, h, rowsum):
@@ -89,16 +98,16 @@ def euclidean_backward(dev, n, a, b, sign, top_diff, norm, dx):
     return _grid(dev, "euclidean_bwd", n, [n, a, b, float(sign), top_diff, norm, dx])
 
 
-def hinge_forward(dev, num, dim, x, label, p, loss):
-    return _grid(dev, "hinge_fwd", num, [num, dim, x, label, int(p), loss])
+def hinge_forward(dev, num, dim, x, label, p, loss, chk):
+    return _grid(dev, "hinge_fwd", num, [num, dim, x, label, int(p), loss, chk])
 
 
 def hinge_backward(dev, num, dim, x, label, p, top_diff, norm, dx):
     return _grid(dev, "hinge_bwd", num * dim, [num, dim, x, label, int(p), top_diff, norm, dx])
 
 
-def mlogistic_forward(dev, num, dim, x, label, loss):
-    return _grid(dev, "mlogistic_fwd", num, [num, dim, x, label, loss])
+def mlogistic_forward(dev, num, dim, x, label, loss, chk):
+    return _grid(dev, "mlogistic_fwd", num, [num, dim, x, label, loss, chk])
 
 
 def mlogistic_backward(dev, num, dim, x, label, top_diff, norm, dx):
@@ -117,10 +126,10 @@ def contrastive_backward(dev, num, dim, a, b, sim, dist_sq, margin, legacy, sign
                   top_diff, norm, dx])
 
 
-def accuracy_forward(dev, outer, c, inner, x, label, top_k, ignore, correct, valid):
+def accuracy_forward(dev, outer, c, inner, x, label, top_k, ignore, correct, valid, chk):
     return _grid(dev, "accuracy_fwd", outer * inner,
                  [outer, c, inner, x, label, int(top_k), int(ignore is not None),
-                  int(ignore or 0), correct, valid])
+                  int(ignore or 0), correct, valid, chk])
 
 
 def accuracy_per_class(dev, n, c, label, correct, valid, out):

@@ -135,7 +135,8 @@ class Group:
             return
         ids = [] if (gpu_flag or "").strip() == "all" else D.parse_device_ids(gpu_flag)
         if not ids and not env:
-            gpus = [d["index"] for d in D.list_devices() if d["is_gpu"]]
+            gpus = [d["index"] for d in D.list_devices()
+                    if d["is_gpu"] and not D.is_simulator(d)]
             if len(gpus) >= self.local_size:
                 ids = gpus
         if ids:

@@ -39,6 +39,7 @@ class Snapshotting:
         """Write {prefix}_iter_{N}.caffemodel and .solverstate (atomically)."""
         if self.solver_rank != 0:      # only the root solver snapshots (as Caffe)
             return None
+        self.net.check_labels()         # no snapshot of weights a bad label made NaN
         p = self.param
         hdf5 = p.snapshot_format == caffe_pb2.SolverParameter.HDF5
         if hdf5:

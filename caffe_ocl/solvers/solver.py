@@ -20,7 +20,9 @@ iteration runs on the device:
   every iteration.
 
 Only ``display`` iterations, tests, snapshots and (opt-in) the non-finite
-check read the device.
+check read the device; each of them also reads the label-range check of the
+net's loss and Accuracy layers (``Net.check_labels``), so a label outside
+[0, C) stops training with one LabelError naming the iteration.
 """
 import logging
 import os
@@ -295,6 +297,7 @@ class Solver(Snapshotting):
         self._train_out_w = output_loss_weights(net)
         self._test_plans = {}
         self._finite_plan = None
+        self._label_mark = None     # (iteration, forward passes) of the last mark
 
     # ---- the update rule (solvers/updates.py) ---------------------------------------
     def setup_update(self):
@@ -384,6 +387,7 @@ class Solver(Snapshotting):
         return self._finite_plan
 
     def _raise_if_non_finite(self, net):
+        net.check_labels()          # a bad label is the better explanation of a NaN
         plan = self._finite_plan
         vals = np.empty(max(plan["n"], 1), np.float32)
         self.dev.download(vals, plan["flags"])
@@ -451,6 +455,7 @@ class Solver(Snapshotting):
             return
         vals = np.empty(self._ring_cap, np.float32)
         self.dev.download(vals, self._ring)
+        self.net.check_labels()
         for k, it in enumerate(self._ring_iters):
             self._update_smoothed(vals[k], it, self._start_iter, self.param.average_loss)
         self._ring_iters = []
@@ -487,6 +492,7 @@ class Solver(Snapshotting):
         self._losses, self._smoothed_loss = [], np.float32(0)
         self._start_iter = start_iter
         self._ring_iters = []
+        self._mark_label_passes()
         timer = time.time()
         iterations_last = self.iter
         while self.iter < stop_iter:
@@ -527,6 +533,30 @@ class Solver(Snapshotting):
                 break
         refresh_kept()          # arrays Python keeps show the new values
 
+    def _mark_label_passes(self):
+        """Tell the train net's label checks which iteration each forward
+        pass is; a new mark only when the passes no longer follow the
+        iterations (pycaffe's step(1) loops keep one)."""
+        now = self.net.label_passes()
+        if now is None:
+            return
+        m = self._label_mark
+        if m is not None and m[1] + (self.iter - m[0]) * self.param.iter_size == now:
+            return
+        self._label_mark = (self.iter, now)
+        self.net.mark_label_passes(self._describe_pass(self.iter))
+
+    def _describe_pass(self, start_iter):
+        """The solver's k-th train forward pass from ``start_iter`` on, for a
+        LabelError (iter_size passes make one iteration)."""
+        n = self.param.iter_size
+
+        def describe(k):
+            if n == 1:
+                return f"iteration {start_iter + k}"
+            return f"iteration {start_iter + k // n} (forward pass {k % n + 1} of iter_size {n})"
+        return describe
+
     def _log_outputs(self, net, weights):
         idx = 0
         for name in net.outputs:
@@ -548,6 +578,7 @@ class Solver(Snapshotting):
             self.restore(resume_file)
         start_iter = self.iter
         self.step(p.max_iter - self.iter)
+        self.net.check_labels()
         if p.snapshot_after_train and (not p.snapshot or self.iter % p.snapshot != 0):
             self.snapshot()
         if self._requested_early_exit:
@@ -603,6 +634,8 @@ class Solver(Snapshotting):
         net.share_trained_layers_with(self.net)
         n_iter = p.test_iter[test_net_id]
         plan = self._test_plan(test_net_id)
+        net.mark_label_passes(lambda k: f"test net #{test_net_id}, test batch {k} of "
+                                        f"the test at iteration {self.iter}")
         q = self.dev.queue
         for i in range(n_iter):
             request = self._requested_action()
@@ -626,6 +659,7 @@ class Solver(Snapshotting):
         scores = np.zeros(max(plan["total"], 1), np.float32)
         if n_iter:
             self.dev.download(scores, plan["acc"])
+            net.check_labels()
         if p.test_compute_loss:
             loss = np.zeros(1, np.float32)
             if n_iter:

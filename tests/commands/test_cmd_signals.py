@@ -104,3 +104,46 @@ def test_closed_pipe_ends_quietly(args):
     rc, err = finish(proc)
     assert err == "", err[-2000:]
     assert rc == 141
+
+
+@pytest.mark.parametrize("delay_ms", [0, 1, 3, 6, 10, 20, 40])
+def test_sigint_right_after_python_starts_caffe_ocl(tmp_path, delay_ms):
+    """From the package's first import after its SIGINT guard on (its
+    errors module, a few milliseconds into caffe_ocl's start-up), at
+    several short delays, a Ctrl-C is one line and 130. (Before the
+    package's first line runs -- Python's site and runpy, which import
+    other packages' .pth hooks -- no caffe_ocl code can act: README.)"""
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "caffe_ocl", "train",
+                             "--solver", str(tmp_path / "s.prototxt")],
+                            cwd=str(tmp_path), env=env_with(), stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True)
+    wait_for_line(proc, " caffe_ocl.errors\n")
+    time.sleep(delay_ms / 1000)
+    proc.send_signal(signal.SIGINT)
+    rc, rest = finish(proc)
+    msgs = [ln for ln in rest.splitlines() if not ln.startswith("import time:")]
+    if rc == 1 and msgs[-1:] and "error: --solver: file not found" in msgs[-1]:
+        pytest.skip("the command had finished before the signal came")   # a fast machine
+    assert rc == 130, rest[-2000:]
+    assert msgs == ["caffe_ocl: interrupted"] or msgs == ["caffe_ocl train: interrupted"], \
+        rest[-2000:]
+
+
+def test_startup_interrupt_cannot_be_swallowed_by_the_code_it_lands_in():
+    """The start-up guard ends the process itself: a Ctrl-C landing in an
+    import that catches BaseException (or in a __del__, where Python only
+    prints "Exception ignored") must not let start-up carry on."""
+    code = ("import sys, os, signal, time\n"
+            "sys.orig_argv = [sys.executable, '-m', 'caffe_ocl']   # as the command\n"
+            "import caffe_ocl\n"
+            "try:\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    time.sleep(5)\n"
+            "except BaseException:\n"
+            "    pass\n"
+            "print('carried on')\n")
+    p = subprocess.run([sys.executable, "-c", code], env=env_with(), capture_output=True,
+                       text=True, timeout=120, cwd=str(ROOT))
+    assert p.returncode == 130, (p.returncode, p.stdout, p.stderr[-2000:])
+    assert "carried on" not in p.stdout
+    assert p.stderr.strip().splitlines()[-1:] == ["caffe_ocl: interrupted"], p.stderr[-2000:]

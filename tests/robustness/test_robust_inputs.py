@@ -59,6 +59,32 @@ def test_zeroed_lmdb_page_is_one_line_not_an_assertion(tmp_path):
         read_all(db)
 
 
+@pytest.mark.parametrize("special", ["fifo", "device"])
+def test_lmdb_data_file_that_is_not_a_regular_file_is_refused(tmp_path, special):
+    """A FIFO (or a device) as data.mdb: one line, never a hang or a read of
+    /dev/zero (a mutation dropping the check passed the suite before)."""
+    db = tmp_path / "db"
+    db.mkdir()
+    if special == "fifo":
+        os.mkfifo(db / "data.mdb")
+    else:
+        os.symlink("/dev/zero", db / "data.mdb")
+    result = {}
+
+    def go():
+        try:
+            read_all(db)
+        except CaffeOclError as e:
+            result["error"] = str(e)
+        except BaseException as e:      # noqa: BLE001 - anything else fails below
+            result["other"] = repr(e)
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive(), "opening a special data.mdb blocked"
+    assert "data.mdb: not a regular file" in result.get("error", ""), result
+
+
 def test_lmdb_check_accepts_good_databases_and_caches_the_verdict(tmp_path):
     db = make_db(tmp_path / "db", n=300, side=40)      # overflow pages too
     check_lmdb_file(str(db / "data.mdb"))
@@ -342,6 +368,24 @@ def test_convert_imageset_skips_what_it_cannot_decode(tmp_path):
     (tmp_path / "list.txt").write_text(f"ok.png 1\nhuge.png 2\nok.png {2**40}\nok.png 3\n")
     convert_imageset(str(tmp_path) + "/", str(tmp_path / "list.txt"), str(tmp_path / "db"))
     assert len(read_all(tmp_path / "db")) == 2      # ok.png twice; the others skipped
+
+
+def test_convert_imageset_error_leaves_no_database(tmp_path):
+    """A conversion that stops with an error (--check_size on a second image
+    of another size) leaves nothing under the name, so a rerun works (a
+    partial database made the rerun refuse: "already exists")."""
+    import cv2
+    from caffe_ocl.data.tools import convert_imageset
+    for i in range(3):
+        cv2.imwrite(str(tmp_path / f"{i}.png"), np.full((4, 4 + (i == 2), 3), i, np.uint8))
+    (tmp_path / "list.txt").write_text("0.png 0\n1.png 1\n2.png 2\n")
+    args = (str(tmp_path) + "/", str(tmp_path / "list.txt"), str(tmp_path / "db"))
+    with pytest.raises(DataError, match="line 3: .* the first one 3x4x4 .*--check_size"):
+        convert_imageset(*args, check_size=True)
+    assert not (tmp_path / "db").exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("db")]
+    assert convert_imageset(*args) == 3
+    assert len(read_all(tmp_path / "db")) == 3
 
 
 def test_mnist_header_claiming_billions_of_images_is_one_line(tmp_path):
