@@ -553,11 +553,20 @@ class Launch:
     alive, and a pooled buffer whose last Python reference went away (a
     workspace allocated only for this launch) would go back to the pool,
     be handed to another user or released, while the kernel still
-    writes to it."""
-    __slots__ = ("kernel", "gsize", "lsize", "name", "dtypes", "buffers")
+    writes to it.
 
-    def __init__(self, kernel, gsize, lsize, name="", dtypes=None, buffers=None):
+    A launch whose program is not built yet (``kernel`` None, ``pending``
+    holding what to build and bind) builds it at its first ``run()``: nets
+    set up launches they never run (a convolution's own launches where the
+    TEST folding runs a fused one instead: a fifth to a third of the
+    programs of the shipped nets), and compiling those was a good part of
+    a cold start."""
+    __slots__ = ("kernel", "gsize", "lsize", "name", "dtypes", "buffers", "pending")
+
+    def __init__(self, kernel, gsize, lsize, name="", dtypes=None, buffers=None,
+                 pending=None):
         self.kernel = kernel
+        self.pending = pending      # (device, kernels file, defines, [args]) until built
         self.dtypes = dtypes
         self.buffers = buffers if buffers is not None else {}   # arg index -> buffer
         self.gsize = tuple(int(g) for g in gsize)
@@ -566,14 +575,31 @@ class Launch:
 
     def set_arg(self, i, value):
         """Rebind one argument (for values that change per call: lr, seed)."""
-        dt = self.dtypes[i] if self.dtypes else None
-        self.kernel.set_arg(i, value if dt is None else dt(value))
+        if self.pending is not None:
+            self.pending[3][i] = value
+        else:
+            dt = self.dtypes[i] if self.dtypes else None
+            self.kernel.set_arg(i, value if dt is None else dt(value))
         if isinstance(value, cl.MemoryObjectHolder):
             self.buffers[i] = value
         else:
             self.buffers.pop(i, None)
 
+    def bind(self):
+        """Build the program (if not yet) and bind the arguments."""
+        if self.pending is None:
+            return
+        dev, filename, defines, args = self.pending
+        k = dev.kernel(filename, self.name, defines)
+        try:
+            k.set_args(*args)
+        except (cl.Error, TypeError, ValueError, RuntimeError) as e:
+            raise DeviceError(f"binding arguments of kernel {self.name}: {e}")
+        self.kernel, self.pending = k, None
+
     def run(self, queue):
+        if self.kernel is None:
+            self.bind()
         cl.enqueue_nd_range_kernel(queue, self.kernel, self.gsize, self.lsize)
 
 
@@ -608,6 +634,9 @@ class Device:
         self.allocator = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(self.queue),
                                              leading_bits_in_bin_id=8)
         self._programs = {}
+        # launches build their programs at their first run (Launch); False:
+        # at Device.launch, as before (tests compare the two)
+        self.lazy_builds = True
         self._sources = {}
         # kernel files built without LLVM's optimisations (-cl-opt-disable;
         # part of the program cache keys): the tests' GPU kernels on CPU
@@ -657,11 +686,13 @@ class Device:
             src = self._sources[filename]
         return src
 
+    def _program_key(self, filename, defines):
+        return (filename, tuple(sorted((k, str(v)) for k, v in (defines or {}).items())),
+                ("-cl-opt-disable",) if filename in self.unoptimized_sources else ())
+
     def program(self, filename, defines=None):
         """Built program for kernels/<filename> with -D macros (cached)."""
-        defines = defines or {}
-        key = (filename, tuple(sorted((k, str(v)) for k, v in defines.items())),
-               ("-cl-opt-disable",) if filename in self.unoptimized_sources else ())
+        key = self._program_key(filename, defines)
         prog = self._programs.get(key)
         if prog is not None:
             return prog
@@ -754,12 +785,14 @@ class Device:
         return k
 
     def launch(self, filename, name, gsize, lsize, args, defines=None):
-        """Build (cached) and bind a Launch. ``gsize`` is rounded up to
-        ``lsize`` so kernels must bounds-check."""
-        k = self.kernel(filename, name, defines)
+        """A Launch of kernel ``name`` with ``args`` bound. ``gsize`` is
+        rounded up to ``lsize`` so kernels must bounds-check. A program not
+        built yet is built at the launch's first run (Launch.bind)."""
         if lsize is not None:
             gsize = [round_up(g, l) for g, l in zip(gsize, lsize)]
-        dts = self._sources[filename][1][name]
+        dts = self._source(filename)[1].get(name)
+        if dts is None:
+            raise DeviceError(f"kernels/{filename}: no signature parsed for kernel {name}")
         for i, (a, dt) in enumerate(zip(args, dts)):
             if dt is not None and isinstance(a, (int, np.integer)) and \
                     np.dtype(dt).kind in "iu":
@@ -769,12 +802,12 @@ class Device:
                         f"kernel {name}: argument {i} is {int(a)}, outside "
                         f"{np.dtype(dt).name}: a size or parameter too large for "
                         "this kernel")
-        try:
-            k.set_args(*args)
-        except (cl.Error, TypeError, ValueError, RuntimeError) as e:
-            raise DeviceError(f"binding arguments of kernel {name}: {e}")
         bufs = {i: a for i, a in enumerate(args) if isinstance(a, cl.MemoryObjectHolder)}
-        return Launch(k, gsize, lsize, name, self._sources[filename][1][name], bufs)
+        launch = Launch(None, gsize, lsize, name, dts, bufs,
+                        pending=(self, filename, dict(defines or {}), list(args)))
+        if self.lazy_builds is False or self._program_key(filename, defines) in self._programs:
+            launch.bind()           # built already: bind now (argument errors show here)
+        return launch
 
     # ---- memory --------------------------------------------------------
     def memory_budget(self):
