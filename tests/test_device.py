@@ -311,3 +311,33 @@ def test_progress_mode(monkeypatch):
     assert D.progress_mode("auto", Tty()) == "lines"
     assert D.progress_mode("bar", Tty()) == "lines"       # no tqdm: plain lines
     assert D.progress_mode("off", Tty()) == "off"
+
+
+def test_launch_builds_its_program_at_its_first_run():
+    """A launch set up but never run compiles nothing (a folded convolution's
+    own launches); run() builds, binds the arguments given then, and the
+    ones changed by set_arg before it."""
+    import numpy as np
+    import pyopencl as cl
+    from caffe_ocl.device import get_device
+    dev = get_device()
+    defines = {"MACRO_OF_THIS_TEST": 7}              # a program of its own
+    buf = dev.alloc(4 * 8)
+    builds = len(dev.build_log)
+    launch = dev.launch("pointwise.cl", "fill", (8,), None, [8, 1.5, buf, 0], defines)
+    assert launch.kernel is None and len(dev.build_log) == builds
+    launch.set_arg(1, 2.5)
+    launch.run(dev.queue)
+    assert len(dev.build_log) == builds + 1 and launch.kernel is not None
+    assert dev.build_log[-1][:2] == ("pointwise.cl", "-DMACRO_OF_THIS_TEST=7")
+    out = np.empty(8, np.float32)
+    cl.enqueue_copy(dev.queue, out, buf)
+    assert (out == 2.5).all()
+    launch.set_arg(1, -1.0)                          # bound: set on the kernel
+    launch.run(dev.queue)
+    cl.enqueue_copy(dev.queue, out, buf)
+    assert (out == -1.0).all()
+    again = dev.launch("pointwise.cl", "fill", (8,), None, [8, 0.0, buf, 0], defines)
+    assert again.kernel is not None                  # built already: bound at once
+    with pytest.raises(DeviceError, match="no signature"):
+        dev.launch("pointwise.cl", "no_such_kernel", (8,), None, [], defines)
