@@ -558,7 +558,7 @@ class Launch:
     A launch whose program is not built yet (``kernel`` None, ``pending``
     holding what to build and bind) builds it at its first ``run()``: nets
     set up launches they never run (a convolution's own launches where the
-    TEST folding runs a fused one instead: a fifth to a third of the
+    TEST folding runs a fused one instead: a fifth to two fifths of the
     programs of the shipped nets), and compiling those was a good part of
     a cold start."""
     __slots__ = ("kernel", "gsize", "lsize", "name", "dtypes", "buffers", "pending")
