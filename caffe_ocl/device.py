@@ -175,8 +175,8 @@ def binary_cache_default(platform_version, environ=None):
     its own (POCL_CACHE_DIR, ~/.cache/pocl/kcache; off with
     POCL_KERNEL_CACHE=0) holding each program's compiled form and the code of
     each kernel launched, so a second process rebuilds from source in about
-    0.1 s a program without caffe_ocl's copy (a cold MobileNet v2: 96 s with
-    binaries stored, 26 s without; warm: 2.5-3 s against 6-7 s, loaded
+    0.1 s a program without caffe_ocl's copy (a cold MobileNet v2: 38 s with
+    binaries stored, 13 s without; warm: 2.1 s against 2.7 s, loaded
     2-core machine)."""
     want = config.get("BINARY_CACHE", environ=environ)
     if want is not None:
