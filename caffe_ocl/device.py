@@ -634,9 +634,6 @@ class Device:
         self.allocator = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(self.queue),
                                              leading_bits_in_bin_id=8)
         self._programs = {}
-        # launches build their programs at their first run (Launch); False:
-        # at Device.launch, as before (tests compare the two)
-        self.lazy_builds = True
         self._sources = {}
         # kernel files built without LLVM's optimisations (-cl-opt-disable;
         # part of the program cache keys): the tests' GPU kernels on CPU
@@ -805,7 +802,7 @@ class Device:
         bufs = {i: a for i, a in enumerate(args) if isinstance(a, cl.MemoryObjectHolder)}
         launch = Launch(None, gsize, lsize, name, dts, bufs,
                         pending=(self, filename, dict(defines or {}), list(args)))
-        if self.lazy_builds is False or self._program_key(filename, defines) in self._programs:
+        if self._program_key(filename, defines) in self._programs:
             launch.bind()           # built already: bind now (argument errors show here)
         return launch
 
