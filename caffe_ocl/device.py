@@ -662,6 +662,8 @@ class Device:
         where = None
         if self.driver_caches_source:
             where = f"cached by PoCL in {pocl_cache_dir()}"
+        elif self.cache_dir and not self.binary_cache:
+            where = "not cached: CAFFE_OCL_BINARY_CACHE is off"
         self.build_progress = BuildProgress(self.name, self.cache_dir, progress_mode(),
                                             where=where)
         if self.build_progress.mode == "bar":
