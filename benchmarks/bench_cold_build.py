@@ -18,9 +18,12 @@ slowest program's build time and which one it was.
 
 "compile s" sums clBuildProgram (and cache loads) as the device's build_log
 records them, "cache write s" the time spent fetching the built binaries
-(clGetProgramInfo BINARIES) and writing them to CAFFE_OCL_CACHE; on PoCL most of the cold time is elsewhere (BENCHMARKS.md,
-"Cold build": PoCL also generates code at a kernel's first launch, cached
-in POCL_CACHE_DIR).
+(clGetProgramInfo BINARIES) and writing them to CAFFE_OCL_CACHE (0 on PoCL,
+where caffe_ocl stores no binaries unless CAFFE_OCL_BINARY_CACHE=1; the
+child processes inherit that variable). PoCL also generates code at a
+kernel's first launch, cached in POCL_CACHE_DIR (BENCHMARKS.md, "Cold
+build"). On PoCL a warm run's programs count as "compiled" (built from
+source again, answered by PoCL's cache) and "from cache" is 0.
 
 Prints a Markdown table (BENCHMARKS.md, "Cold build").
 """
@@ -142,7 +145,8 @@ def main():
                          "and first pass apart, Python start included in process_s)")
     ap.add_argument("--pocl-apart", action="store_true",
                     help="with --details: a third process with the filled CAFFE_OCL_CACHE and a "
-                         "new, empty POCL_CACHE_DIR (what PoCL's own cache saves)")
+                         "new, empty POCL_CACHE_DIR (what PoCL's own cache saves; on PoCL "
+                         "only with CAFFE_OCL_BINARY_CACHE=1)")
     args = ap.parse_args()
     rows = []
     print("| net | kind | layers | cold s | compiled | compile s | cache write s | slowest s "

@@ -171,6 +171,11 @@ _DECLARED = (
             "GPUs: the automatic Winograd choice weighs how much of the GEMM tiles "
             "Winograd and the implicit GEMM fill (off: the arithmetic model alone)",
             internal=True),
+    # cold start: caffe_ocl's own binary cache (issue #23 item 6)
+    Setting("BINARY_CACHE", "tristate", None,
+            "store compiled kernel binaries in CAFFE_OCL_CACHE (1) or not (0); unset: "
+            "not on PoCL while its own kernel cache is on (fetching a PoCL binary "
+            "generates code for every kernel of the program), yes elsewhere"),
     # fork layers and real-model checks (issue #23)
     Setting("TEST_MODELS", "path", None,
             "folder of real published models (NAME.prototxt + NAME.caffemodel) that "

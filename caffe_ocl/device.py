@@ -163,6 +163,58 @@ def pocl_affinity_default(environ=None, allowed=None, ncpu=None):
     return ncpu > 0 and allowed == set(range(ncpu))
 
 
+def binary_cache_default(platform_version, environ=None):
+    """Whether caffe_ocl stores (and loads) compiled program binaries in
+    CAFFE_OCL_CACHE on a device of this platform: the BINARY_CACHE setting
+    when set, else yes except on PoCL while its own kernel cache is on.
+
+    Asking PoCL for a program's binary (clGetProgramInfo BINARIES) makes it
+    generate machine code for every kernel of the program, most of them never
+    launched by the net at hand: on a cold start that took 2-3x the
+    compilation itself (BENCHMARKS.md, "Cold build"). PoCL keeps a cache of
+    its own (POCL_CACHE_DIR, ~/.cache/pocl/kcache; off with
+    POCL_KERNEL_CACHE=0) holding each program's compiled form and the code of
+    each kernel launched, so a second process rebuilds from source in about
+    0.1 s a program without caffe_ocl's copy (a cold MobileNet v2: 38 s with
+    binaries stored, 13 s without; warm: 2.1 s against 2.7 s, loaded
+    2-core machine)."""
+    want = config.get("BINARY_CACHE", environ=environ)
+    if want is not None:
+        return want
+    return not pocl_kernel_cache_on(platform_version, environ)
+
+
+def pocl_kernel_cache_on(platform_version, environ=None):
+    """Whether the platform is PoCL with its kernel cache on (it is unless
+    POCL_KERNEL_CACHE=0)."""
+    env = os.environ if environ is None else environ      # PoCL's own variable
+    return (_pocl_version(platform_version) is not None
+            and env.get("POCL_KERNEL_CACHE", "1").strip() != "0")
+
+
+def pocl_cache_dir(environ=None):
+    """Where PoCL keeps its kernel cache (POCL_CACHE_DIR, else
+    $XDG_CACHE_HOME/pocl/kcache, else ~/.cache/pocl/kcache)."""
+    env = os.environ if environ is None else environ      # PoCL's own variables
+    if env.get("POCL_CACHE_DIR"):
+        return env["POCL_CACHE_DIR"]
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "pocl", "kcache")
+
+
+# A build from source that PoCL answered from its kernel cache takes ~0.1 s
+# (it preprocesses the source to find the entry); compiling takes 0.4 s and
+# more: shorter builds are not counted as compilations by BuildProgress
+DRIVER_CACHE_HIT_S = 0.25
+
+
+def counts_as_compilation(seconds, driver_caches_source):
+    """Whether a build from source that took ``seconds`` is announced as a
+    compilation: always, except a short one where the driver caches builds
+    from source (it was a cache hit, not a first run)."""
+    return not (driver_caches_source and seconds < DRIVER_CACHE_HIT_S)
+
+
 def _set_pocl_affinity():
     """Before the first platform query (PoCL reads its options then)."""
     if pocl_affinity_default():
@@ -415,8 +467,9 @@ class BuildProgress:
     steps aside (is cleared) whenever caffe_ocl logs a line."""
 
     def __init__(self, device_name, cache_dir, mode="lines", announce_after=1.0,
-                 every=10.0, gap=5.0, clock=time.perf_counter, emit=None):
+                 every=10.0, gap=5.0, clock=time.perf_counter, emit=None, where=None):
         self.device_name, self.cache_dir, self.mode = device_name, cache_dir, mode
+        self.where = where          # "cached ..." when not in cache_dir (PoCL's cache)
         self.announce_after, self.every, self.gap = announce_after, every, gap
         self.clock = clock
         self.emit = emit if emit is not None else (lambda msg: log.info("%s", msg))
@@ -442,8 +495,8 @@ class BuildProgress:
             if elapsed < self.announce_after:
                 return
             self.announced = True
-            where = (f"cached in {self.cache_dir}" if self.cache_dir
-                     else "not cached: CAFFE_OCL_CACHE is empty")
+            where = self.where or (f"cached in {self.cache_dir}" if self.cache_dir
+                                   else "not cached: CAFFE_OCL_CACHE is empty")
             self.emit(f"Compiling OpenCL kernels for {self.device_name} (first run only; "
                       f"the binaries are {where})")
             self.next_line = elapsed + self.every
@@ -535,11 +588,20 @@ class Launch:
     alive, and a pooled buffer whose last Python reference went away (a
     workspace allocated only for this launch) would go back to the pool,
     be handed to another user or released, while the kernel still
-    writes to it."""
-    __slots__ = ("kernel", "gsize", "lsize", "name", "dtypes", "buffers")
+    writes to it.
 
-    def __init__(self, kernel, gsize, lsize, name="", dtypes=None, buffers=None):
+    A launch whose program is not built yet (``kernel`` None, ``pending``
+    holding what to build and bind) builds it at its first ``run()``: nets
+    set up launches they never run (a convolution's own launches where the
+    TEST folding runs a fused one instead: a fifth to two fifths of the
+    programs of the shipped nets), and compiling those was a good part of
+    a cold start."""
+    __slots__ = ("kernel", "gsize", "lsize", "name", "dtypes", "buffers", "pending")
+
+    def __init__(self, kernel, gsize, lsize, name="", dtypes=None, buffers=None,
+                 pending=None):
         self.kernel = kernel
+        self.pending = pending      # (device, kernels file, defines, [args]) until built
         self.dtypes = dtypes
         self.buffers = buffers if buffers is not None else {}   # arg index -> buffer
         self.gsize = tuple(int(g) for g in gsize)
@@ -548,14 +610,31 @@ class Launch:
 
     def set_arg(self, i, value):
         """Rebind one argument (for values that change per call: lr, seed)."""
-        dt = self.dtypes[i] if self.dtypes else None
-        self.kernel.set_arg(i, value if dt is None else dt(value))
+        if self.pending is not None:
+            self.pending[3][i] = value
+        else:
+            dt = self.dtypes[i] if self.dtypes else None
+            self.kernel.set_arg(i, value if dt is None else dt(value))
         if isinstance(value, cl.MemoryObjectHolder):
             self.buffers[i] = value
         else:
             self.buffers.pop(i, None)
 
+    def bind(self):
+        """Build the program (if not yet) and bind the arguments."""
+        if self.pending is None:
+            return
+        dev, filename, defines, args = self.pending
+        k = dev.kernel(filename, self.name, defines)
+        try:
+            k.set_args(*args)
+        except (cl.Error, TypeError, ValueError, RuntimeError) as e:
+            raise DeviceError(f"binding arguments of kernel {self.name}: {e}")
+        self.kernel, self.pending = k, None
+
     def run(self, queue):
+        if self.kernel is None:
+            self.bind()
         ev = cl.enqueue_nd_range_kernel(queue, self.kernel, self.gsize, self.lsize)
         if _event_sink is not None:
             _event_sink.append(ev)
@@ -604,13 +683,26 @@ class Device:
         self.unpooled_bytes = 0      # held by alloc_unpooled buffers
         self._lock = threading.Lock()
         self.cache_dir = config.get("CACHE")
+        # program binaries in cache_dir (not on PoCL: binary_cache_default)
+        self.binary_cache = bool(self.cache_dir) and binary_cache_default(
+            info["platform_version"])
         # programs compiled from source vs. loaded from the disk cache
         self.build_stats = {"built": 0, "cached": 0, "seconds": 0.0}
         # (kernels file, -D macros, seconds, from the disk cache?, seconds
         # spent fetching and writing its binary to the disk cache) per program
         # build, in order (benchmarks/bench_cold_build.py reads it)
         self.build_log = []
-        self.build_progress = BuildProgress(self.name, self.cache_dir, progress_mode())
+        # PoCL's kernel cache keeps what was compiled from source (when
+        # caffe_ocl stores no binaries of its own there)
+        self.driver_caches_source = (not self.binary_cache
+                                     and pocl_kernel_cache_on(info["platform_version"]))
+        where = None
+        if self.driver_caches_source:
+            where = f"cached by PoCL in {pocl_cache_dir()}"
+        elif self.cache_dir and not self.binary_cache:
+            where = "not cached: CAFFE_OCL_BINARY_CACHE is off"
+        self.build_progress = BuildProgress(self.name, self.cache_dir, progress_mode(),
+                                            where=where)
         if self.build_progress.mode == "bar":
             _bar_filter.progress.add(self.build_progress)
         self.double_ok = "cl_khr_fp64" in self.cl_device.extensions
@@ -630,11 +722,13 @@ class Device:
             src = self._sources[filename]
         return src
 
+    def _program_key(self, filename, defines):
+        return (filename, tuple(sorted((k, str(v)) for k, v in (defines or {}).items())),
+                ("-cl-opt-disable",) if filename in self.unoptimized_sources else ())
+
     def program(self, filename, defines=None):
         """Built program for kernels/<filename> with -D macros (cached)."""
-        defines = defines or {}
-        key = (filename, tuple(sorted((k, str(v)) for k, v in defines.items())),
-               ("-cl-opt-disable",) if filename in self.unoptimized_sources else ())
+        key = self._program_key(filename, defines)
         prog = self._programs.get(key)
         if prog is not None:
             return prog
@@ -647,7 +741,8 @@ class Device:
             opts += ["-I", KERNEL_DIR, "-cl-mad-enable"] + list(key[2])
             started, built = time.perf_counter(), self.build_stats["built"]
             prog = self._build(filename, src, opts)
-            if self.build_stats["built"] > built:       # compiled, not from the cache
+            if self.build_stats["built"] > built and counts_as_compilation(
+                    time.perf_counter() - started, self.driver_caches_source):
                 self.build_progress.compiled(started)
             self._programs[key] = prog
             return prog
@@ -674,7 +769,7 @@ class Device:
         source (and store the binary). ``build_stats`` counts both."""
         t0 = time.perf_counter()
         path = None
-        if self.cache_dir:
+        if self.binary_cache:
             path = os.path.join(self.cache_dir, self._cache_key(src, opts) + CACHE_SUFFIX)
             if os.path.exists(path):
                 try:
@@ -726,12 +821,14 @@ class Device:
         return k
 
     def launch(self, filename, name, gsize, lsize, args, defines=None):
-        """Build (cached) and bind a Launch. ``gsize`` is rounded up to
-        ``lsize`` so kernels must bounds-check."""
-        k = self.kernel(filename, name, defines)
+        """A Launch of kernel ``name`` with ``args`` bound. ``gsize`` is
+        rounded up to ``lsize`` so kernels must bounds-check. A program not
+        built yet is built at the launch's first run (Launch.bind)."""
         if lsize is not None:
             gsize = [round_up(g, l) for g, l in zip(gsize, lsize)]
-        dts = self._sources[filename][1][name]
+        dts = self._source(filename)[1].get(name)
+        if dts is None:
+            raise DeviceError(f"kernels/{filename}: no signature parsed for kernel {name}")
         for i, (a, dt) in enumerate(zip(args, dts)):
             if dt is not None and isinstance(a, (int, np.integer)) and \
                     np.dtype(dt).kind in "iu":
@@ -741,12 +838,12 @@ class Device:
                         f"kernel {name}: argument {i} is {int(a)}, outside "
                         f"{np.dtype(dt).name}: a size or parameter too large for "
                         "this kernel")
-        try:
-            k.set_args(*args)
-        except (cl.Error, TypeError, ValueError, RuntimeError) as e:
-            raise DeviceError(f"binding arguments of kernel {name}: {e}")
         bufs = {i: a for i, a in enumerate(args) if isinstance(a, cl.MemoryObjectHolder)}
-        return Launch(k, gsize, lsize, name, self._sources[filename][1][name], bufs)
+        launch = Launch(None, gsize, lsize, name, dts, bufs,
+                        pending=(self, filename, dict(defines or {}), list(args)))
+        if self._program_key(filename, defines) in self._programs:
+            launch.bind()           # built already: bind now (argument errors show here)
+        return launch
 
     # ---- memory --------------------------------------------------------
     def memory_budget(self):

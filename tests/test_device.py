@@ -61,10 +61,11 @@ def test_kernel_signature_dtypes():
     assert d["k2"] == [np.int64, None]
 
 
-def _build_in_subprocess(cache):
+def _build_in_subprocess(cache, binary_cache="1"):
     code = ("import caffe_ocl as c, json; n = c.Net(%r, c.TEST); n.forward(); "
             "print(json.dumps(n.device.build_stats))") % str(ROOT / "models/lenet/lenet.prototxt")
-    env = dict(os.environ, CAFFE_OCL_CACHE=str(cache))
+    # caffe_ocl's own binary store, also on PoCL (where it is off by default)
+    env = dict(os.environ, CAFFE_OCL_CACHE=str(cache), CAFFE_OCL_BINARY_CACHE=binary_cache)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=300, cwd=str(ROOT))
     assert out.returncode == 0, out.stderr
@@ -86,6 +87,41 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path):
         (tmp_path / f).write_bytes(b"garbage")
     again = _build_in_subprocess(tmp_path)
     assert again["built"] == first["built"]
+
+
+def test_binary_cache_default_is_off_only_where_pocl_caches_itself():
+    from caffe_ocl.device import binary_cache_default
+    pocl = "OpenCL 3.0 PoCL 3.1+debian  Linux, None+Asserts, RELOC, LLVM 15.0.6"
+    intel = "OpenCL 3.0 LINUX"
+    assert binary_cache_default(pocl, {}) is False
+    assert binary_cache_default(pocl, {"POCL_KERNEL_CACHE": "0"}) is True
+    assert binary_cache_default(intel, {}) is True
+    assert binary_cache_default(pocl, {"CAFFE_OCL_BINARY_CACHE": "1"}) is True
+    assert binary_cache_default(intel, {"CAFFE_OCL_BINARY_CACHE": "off"}) is False
+
+
+def test_no_binaries_stored_where_pocl_keeps_its_own_cache(tmp_path, monkeypatch):
+    """On PoCL (default settings) the second process compiles from source
+    again and PoCL's kernel cache answers: nothing in CAFFE_OCL_CACHE."""
+    from caffe_ocl.device import get_device
+    if not get_device().driver_caches_source:
+        pytest.skip("not PoCL with its kernel cache on")
+    env_pocl = tmp_path / "pocl"
+    monkeypatch.setenv("POCL_CACHE_DIR", str(env_pocl))
+    first = _build_in_subprocess(tmp_path / "own", binary_cache="")
+    second = _build_in_subprocess(tmp_path / "own", binary_cache="")
+    assert first["cached"] == second["cached"] == 0
+    assert second["built"] == first["built"] > 0
+    assert not (tmp_path / "own").exists() or not any(
+        f.endswith(".bin") for f in os.listdir(tmp_path / "own"))
+    assert os.listdir(env_pocl)                        # PoCL's cache holds them
+
+
+def test_driver_cache_hits_are_not_announced_as_compilations():
+    from caffe_ocl.device import counts_as_compilation
+    assert counts_as_compilation(0.1, False)           # our cache is the cache
+    assert not counts_as_compilation(0.1, True)        # PoCL answered from its cache
+    assert counts_as_compilation(0.6, True)
 
 
 def _empty_first_record(binary):
@@ -220,6 +256,11 @@ def test_build_progress_lines_after_a_second_then_periodically():
     _burst(p, clock, [0.5])                     # 1.1 s into the burst
     assert len(out) == 1 and "Compiling OpenCL kernels for Dev (first run only" in out[0]
     assert "cached in /c" in out[0]
+    clock2 = _Clock()
+    pocl = BuildProgress("Dev", "/c", "lines", clock=clock2, emit=out.append,
+                         where="cached by PoCL in /k")
+    _burst(pocl, clock2, [1.5])
+    assert out.pop().endswith("(first run only; the binaries are cached by PoCL in /k)")
     _burst(p, clock, [2.0] * 4)                 # 9.1 s: no line yet
     assert len(out) == 1
     _burst(p, clock, [2.5])                     # 11.6 s: one periodic line
@@ -271,3 +312,33 @@ def test_progress_mode(monkeypatch):
     assert D.progress_mode("auto", Tty()) == "lines"
     assert D.progress_mode("bar", Tty()) == "lines"       # no tqdm: plain lines
     assert D.progress_mode("off", Tty()) == "off"
+
+
+def test_launch_builds_its_program_at_its_first_run():
+    """A launch set up but never run compiles nothing (a folded convolution's
+    own launches); run() builds, binds the arguments given then, and the
+    ones changed by set_arg before it."""
+    import numpy as np
+    import pyopencl as cl
+    from caffe_ocl.device import get_device
+    dev = get_device()
+    defines = {"MACRO_OF_THIS_TEST": 7}              # a program of its own
+    buf = dev.alloc(4 * 8)
+    builds = len(dev.build_log)
+    launch = dev.launch("pointwise.cl", "fill", (8,), None, [8, 1.5, buf, 0], defines)
+    assert launch.kernel is None and len(dev.build_log) == builds
+    launch.set_arg(1, 2.5)
+    launch.run(dev.queue)
+    assert len(dev.build_log) == builds + 1 and launch.kernel is not None
+    assert dev.build_log[-1][:2] == ("pointwise.cl", "-DMACRO_OF_THIS_TEST=7")
+    out = np.empty(8, np.float32)
+    cl.enqueue_copy(dev.queue, out, buf)
+    assert (out == 2.5).all()
+    launch.set_arg(1, -1.0)                          # bound: set on the kernel
+    launch.run(dev.queue)
+    cl.enqueue_copy(dev.queue, out, buf)
+    assert (out == -1.0).all()
+    again = dev.launch("pointwise.cl", "fill", (8,), None, [8, 0.0, buf, 0], defines)
+    assert again.kernel is not None                  # built already: bound at once
+    with pytest.raises(DeviceError, match="no signature"):
+        dev.launch("pointwise.cl", "no_such_kernel", (8,), None, [], defines)

@@ -33,7 +33,8 @@ print(json.dumps({"stats": n.device.build_stats, "out": out.ravel().tolist()}))
 
 
 def run(cache, net):
-    env = dict(os.environ, CAFFE_OCL_CACHE=str(cache),
+    # caffe_ocl's own binary store, also on PoCL (where it is off by default)
+    env = dict(os.environ, CAFFE_OCL_CACHE=str(cache), CAFFE_OCL_BINARY_CACHE="1",
                PYTHONPATH=ROOT_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, "-c", CODE % str(net)], env=env, capture_output=True,
                        text=True, timeout=300)
