@@ -3,6 +3,7 @@
 import logging
 import time
 
+from .. import device
 from ..errors import FlagError
 from ..net import TEST, TRAIN, Net
 from ..timing import time_net
@@ -52,10 +53,14 @@ def main(argv):
     t0 = time.perf_counter()
     net = Net(opts.model, TRAIN if phase == "TRAIN" else TEST, weights=opts.weights or None,
               level=opts.level, stages=[s for s in opts.stage.split(",") if s])
-    st = dev.build_stats
-    log.info("Net built in %.3f s; OpenCL programs: %d compiled, %d from the disk cache "
-             "(%s), %.3f s", time.perf_counter() - t0, st["built"], st["cached"], dev.cache_dir,
-             st["seconds"])
+    log.info("Net built in %.3f s", time.perf_counter() - t0)
     time_net(net, opts.iterations, backward=not opts.forward_only, out=log.info,
              warmup=opts.warmup, host=opts.host)
+    # programs are built at a launch's first run (the warm-up passes), so
+    # the count is only complete here
+    st = dev.build_stats
+    where = (f"PoCL's cache {device.pocl_cache_dir()}" if dev.driver_caches_source
+             else dev.cache_dir if dev.binary_cache else "no disk cache")
+    log.info("OpenCL programs: %d compiled from source, %d loaded from the disk cache "
+             "(binaries kept in %s), %.3f s", st["built"], st["cached"], where, st["seconds"])
     return 0
