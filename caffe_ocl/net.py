@@ -257,6 +257,11 @@ class Net(NetPycaffeMixin):
         self._input_arrays = None       # set_input_arrays keeps them alive
         with naming(self.source) if self.source != "<NetParameter>" else nullcontext():
             self._init(param)
+        # a layer that carries blobs (a caffemodel-style NetParameter or text
+        # file) starts from them, as Caffe's Layer constructor (FromProto)
+        carried = [lp for lp in self.param.layer if len(lp.blobs)]
+        if carried:
+            self._copy_layers(carried, self.source, warn=False)
         if weights is not None:
             self.copy_from(weights)
         # the planning stage: passes over self.graph -> the steps forward and
@@ -708,7 +713,11 @@ class Net(NetPycaffeMixin):
                 hdf5_weights.copy_from_hdf5(self.layers, where)
                 return
             src = read_net(where)
-        layers = list(src.layer)
+        self._copy_layers(list(src.layer), where)
+
+    def _copy_layers(self, layers, where, warn=True):
+        """Copy the blobs of ``layers`` (LayerParameters) into this net's
+        layers of the same names; ``warn``: log the layers left untouched."""
         index = {n: i for i, n in enumerate(self._layer_names)}
         copied = set()
         for sl in layers:
@@ -733,7 +742,8 @@ class Net(NetPycaffeMixin):
                         "layer's parameters from scratch rather than copying from a "
                         "saved net, rename the layer.")
                 tb.data[...] = arr.reshape(tb.shape)
-        warn_untouched(self, copied, where)
+        if warn:
+            warn_untouched(self, copied, where)
         refresh_kept()
 
     def share_trained_layers_with(self, source):
