@@ -264,3 +264,18 @@ __kernel void roi_pool_bwd(int total, float scale, int R, int C, int H, int W, i
         dx[t] = g;
     }
 }
+
+/* ENet's spatial dropout (TimoSaemann/ENet's spatial_dropout.py, TRAIN):
+ * whole planes of `inner` elements are kept with probability 1 - p (one
+ * draw per plane) and the survivors scaled; the mask is stored per element
+ * for pointwise.cl's dropout_bwd. */
+__kernel void spatial_dropout_fwd(int n, int inner, __global const float* x,
+                                  __global float* y, __global float* mask, float p,
+                                  float scale, uint seed, uint stream) {
+    GLOBAL_LOOP(i, n) {
+        uint2 r = philox2x32((uint2)((uint)(i / inner), stream), seed);
+        float m = u01(r.x) >= p ? 1.0f : 0.0f;
+        mask[i] = m;
+        y[i] = x[i] * m * scale;
+    }
+}

@@ -6,11 +6,15 @@ max-unpooling with a mask bottom; the YOLO ports' nearest-neighbour one),
 ROIPooling (rbgirshick/caffe-fast-rcnn) and the MobileNet forks' depthwise
 convolution types. Forward and backward follow each fork's source; the
 numeric work is in kernels/fork_vision.cl (ops/fork_vision.py)."""
+import ast
+
+from ..blob import Blob
 from ..errors import ShapeError
 from ..ops import channel as channel_ops
 from ..ops import fork_vision as fv
 from ..ops import normalization as norm_ops
 from ..ops import pointwise
+from ..ops import random as rnd
 from ..proto import caffe_pb2
 from . import fillers
 from .base import Layer, register
@@ -350,3 +354,77 @@ class BNLayer(Layer):
             self.bwd += channel_ops.channel_sum(dev, O, C, I, dy, dshift, accumulate=True)
         if self.propagate_down[0]:
             self.bwd.append(channel_ops.affine(dev, O, C, I, dy, b.diff_buffer(), scale))
+
+
+# ENet's Python layer (TimoSaemann/ENet prototxts/enet_deploy.prototxt): run
+# by SpatialDropoutLayer when that module is not importable
+SPATIAL_DROPOUT = ("spatial_dropout", "SpatialDropoutLayer")
+
+
+class SpatialDropoutLayer(Layer):
+    """ENet's ``spatial_dropout.SpatialDropoutLayer`` (a Python layer of
+    TimoSaemann/caffe-enet), for a ``type: "Python"`` layer naming it:
+    ``param_str`` ``{'phase': 'TRAIN' | 'TEST', 'p': ...}`` (read as
+    literals, never executed). As that module: with ``'phase': 'TRAIN'``
+    every (image, channel) plane is kept with probability 1 - p and scaled by
+    1/(1-p); otherwise the whole input is multiplied by 1/(1-p) (the module
+    scales at TEST too). The ``phase`` of ``param_str`` decides, not the net's.
+    Backward: the same mask and scale."""
+    exact_num_bottom = 1
+    exact_num_top = 1
+
+    def layer_setup(self, bottom, top):
+        text = self.param.python_param.param_str
+        try:
+            conf = ast.literal_eval(text) if text.strip() else {}
+        except (ValueError, SyntaxError) as e:
+            raise self.error(f"spatial_dropout param_str {text!r} is not a Python literal "
+                             f"dict: {e}") from e
+        if not isinstance(conf, dict) or "p" not in conf:
+            raise self.error(f"spatial_dropout param_str {text!r} must be a dict with 'p' "
+                             "(and 'phase')")
+        try:
+            self.p = float(conf["p"])
+        except (TypeError, ValueError) as e:
+            raise self.error(f"spatial_dropout 'p' {conf['p']!r} is not a number") from e
+        if not 0.0 < self.p < 1.0:
+            raise self.error(f"spatial_dropout 'p' must be between 0 and 1, got {self.p}")
+        self.scale = 1.0 / (1.0 - self.p)
+        self.train = conf.get("phase", "TEST") == "TRAIN"
+
+    def reshape(self, bottom, top):
+        b = bottom[0]
+        if b.num_axes < 2:
+            raise self.error(f"bottom {b.name!r} {b.shape} needs a channel axis", ShapeError)
+        top[0].reshape(b.shape)
+        n = b.count
+        if not n:
+            self.fwd = []
+            return
+        if self.train:
+            self.mask = Blob(b.shape, name=f"{self.name}.mask", device=self.device)
+            self._drop = fv.spatial_dropout_forward(
+                self.device, n, b.count_range(2), b.data_buffer(), top[0].data_buffer(),
+                self.mask.data_buffer(), self.p, self.scale)
+            self.fwd = [self._drop]
+        else:
+            self.fwd = [pointwise.unary(self.device, "scale", n, b.data_buffer(),
+                                        top[0].data_buffer(), self.scale, 0.0)]
+
+    def forward_impl(self, bottom, top):
+        if self.train and self.fwd:
+            seed, stream = rnd.next_stream()
+            self._drop.set_arg(7, seed)
+            self._drop.set_arg(8, stream)
+        super().forward_impl(bottom, top)
+
+    def build_backward(self, bottom, top):
+        n = bottom[0].count
+        if not self.propagate_down[0] or not n:
+            return
+        dy, dx = top[0].diff_buffer(), bottom[0].diff_buffer()
+        if self.train:
+            self.bwd = [fv.dropout_backward(self.device, n, dy, self.mask.data_buffer(), dx,
+                                            self.scale)]
+        else:
+            self.bwd = [pointwise.unary(self.device, "scale", n, dy, dx, self.scale, 0.0)]

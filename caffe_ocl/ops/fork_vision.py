@@ -93,3 +93,15 @@ def roi_pool_backward(dev, rois_n, shape, pooled, scale, dy, argmax, rois, dx):
     return [_launch(dev, total, "roi_pool_bwd",
                     [total, float(scale), rois_n, c, h, w, pooled[0], pooled[1], dy, argmax,
                      rois, dx])]
+
+
+# ---- ENet's spatial dropout ---------------------------------------------------
+def spatial_dropout_forward(dev, total, inner, x, y, mask, p, scale):
+    """One Launch; its seed and stream (args 7, 8) are set per forward."""
+    return _launch(dev, total, "spatial_dropout_fwd",
+                   [total, inner, x, y, mask, float(p), float(scale), 0, 0])
+
+
+def dropout_backward(dev, total, dy, mask, dx, scale):
+    g, l = work_size(dev, total)
+    return dev.launch("pointwise.cl", "dropout_bwd", g, l, [total, dy, mask, dx, float(scale)])
