@@ -105,3 +105,16 @@ def spatial_dropout_forward(dev, total, inner, x, y, mask, p, scale):
 def dropout_backward(dev, total, dy, mask, dx, scale):
     g, l = work_size(dev, total)
     return dev.launch("pointwise.cl", "dropout_bwd", g, l, [total, dy, mask, dx, float(scale)])
+
+
+# ---- PSPNet's BN with moving statistics -------------------------------------------
+def bn_global_forward(dev, num, channels, inner, eps, x, slope, bias, mean, var, xnorm, y):
+    total = num * channels * inner
+    return [_launch(dev, total, "bn_global_fwd", [total, channels, inner, float(eps), x, slope,
+                                                  bias, mean, var, xnorm, y])]
+
+
+def bn_global_backward(dev, num, channels, inner, eps, dy, slope, var, dx):
+    total = num * channels * inner
+    return [_launch(dev, total, "bn_global_bwd", [total, channels, inner, float(eps), dy, slope,
+                                                  var, dx])]
