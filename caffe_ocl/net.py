@@ -728,9 +728,12 @@ class Net(NetPycaffeMixin):
             copied.add(ti)
             target = self.layers[ti].blobs
             if len(sl.blobs) != len(target):
+                hint = ("; a BN layer with 4 blobs is PSPNet's/DeepLab's: give its bn_param "
+                        "one of its fields (e.g. frozen: true)"
+                        if self.layers[ti].type == "BN" and len(sl.blobs) == 4 else "")
                 raise ShapeError(f"{where}: incompatible number of blobs for layer "
                                  f"{sl.name!r}: the file has {len(sl.blobs)}, the net "
-                                 f"expects {len(target)}")
+                                 f"expects {len(target)}{hint}")
             log.info("Copying source layer %s", sl.name)
             for bi, (bp, tb) in enumerate(zip(sl.blobs, target)):
                 arr = blobproto_to_array(bp, where=f"{where}: layer {sl.name!r} param {bi}")

@@ -80,3 +80,14 @@ def test_segnet_bn_unchanged_without_pspnet_fields(tmp_path):
                  'layer { name: "bn" type: "BN" bottom: "c" top: "c" bn_param { bn_mode: INFERENCE } }\n')
     net = caffe_ocl.Net(str(p), caffe_ocl.TEST)
     assert len(net.params["bn"]) == 2
+
+
+def test_four_blob_weights_into_segnet_bn_name_the_fix(tmp_path):
+    psp = _net(tmp_path, True)
+    model = tmp_path / "psp.caffemodel"
+    psp.save(str(model))
+    p = tmp_path / "s.prototxt"
+    p.write_text(NET.split("layer { name: \"bn\"")[0] +
+                 'layer { name: "bn" type: "BN" bottom: "c" top: "c" }\n')
+    with pytest.raises(CaffeOclError, match="PSPNet"):
+        caffe_ocl.Net(str(p), str(model), caffe_ocl.TEST)
