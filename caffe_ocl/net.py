@@ -257,6 +257,11 @@ class Net(NetPycaffeMixin):
         self._input_arrays = None       # set_input_arrays keeps them alive
         with naming(self.source) if self.source != "<NetParameter>" else nullcontext():
             self._init(param)
+        # a layer that carries blobs (a caffemodel-style NetParameter or text
+        # file) starts from them, as Caffe's Layer constructor (FromProto)
+        carried = [lp for lp in self.param.layer if len(lp.blobs)]
+        if carried:
+            self._copy_layers(carried, self.source, warn=False)
         if weights is not None:
             self.copy_from(weights)
         # the planning stage: passes over self.graph -> the steps forward and
@@ -776,7 +781,11 @@ class Net(NetPycaffeMixin):
                 hdf5_weights.copy_from_hdf5(self.layers, where)
                 return
             src = read_net(where)
-        layers = list(src.layer)
+        self._copy_layers(list(src.layer), where)
+
+    def _copy_layers(self, layers, where, warn=True):
+        """Copy the blobs of ``layers`` (LayerParameters) into this net's
+        layers of the same names; ``warn``: log the layers left untouched."""
         index = {n: i for i, n in enumerate(self._layer_names)}
         copied = set()
         for sl in layers:
@@ -787,9 +796,12 @@ class Net(NetPycaffeMixin):
             copied.add(ti)
             target = self.layers[ti].blobs
             if len(sl.blobs) != len(target):
+                hint = ("; a BN layer with 4 blobs is PSPNet's/DeepLab's: give its bn_param "
+                        "one of its fields (e.g. frozen: true)"
+                        if self.layers[ti].type == "BN" and len(sl.blobs) == 4 else "")
                 raise ShapeError(f"{where}: incompatible number of blobs for layer "
                                  f"{sl.name!r}: the file has {len(sl.blobs)}, the net "
-                                 f"expects {len(target)}")
+                                 f"expects {len(target)}{hint}")
             log.info("Copying source layer %s", sl.name)
             for bi, (bp, tb) in enumerate(zip(sl.blobs, target)):
                 arr = blobproto_to_array(bp, where=f"{where}: layer {sl.name!r} param {bi}")
@@ -801,7 +813,8 @@ class Net(NetPycaffeMixin):
                         "layer's parameters from scratch rather than copying from a "
                         "saved net, rename the layer.")
                 tb.data[...] = arr.reshape(tb.shape)
-        warn_untouched(self, copied, where)
+        if warn:
+            warn_untouched(self, copied, where)
         refresh_kept()
 
     def share_trained_layers_with(self, source):

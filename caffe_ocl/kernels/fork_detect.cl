@@ -93,3 +93,136 @@ __kernel void reorg(int total, int C, int H, int W, int s, int gather,
         else y[o] = x[t];
     }
 }
+
+/* ---- eric612/MobileNet-YOLO's YoloDetectionOutput / Yolov3DetectionOutput --
+ * yolo_decode: one work-item per (image b, position s, anchor n) of one
+ * bottom (channels n * len + k, len = 5 + ncls). Candidates are numbered as
+ * the fork pushes them: base + ((b * hw + s) * num + n) * per + c (per =
+ * ncls for v3, 1 for v2). label = -1 marks a candidate below the threshold.
+ * v3: score_c = sigmoid(class c) * sigmoid(obj), kept when > thresh, every
+ *     class its own candidate; x = (col + sigmoid(tx)) / W,
+ *     y = (row + sigmoid(ty)) / H, w = exp(tw) * bw / (W * anchors_scale),
+ *     h = exp(th) * bh / (H * anchors_scale) (correct_yolo_boxes is the
+ *     identity there). div_* = W, H, W * as, H * as.
+ * v2: softmax over the classes, the first best one; score = sigmoid(obj) *
+ *     its probability, kept when >= thresh; every divisor the width.
+ * anchors: (bw, bh) per anchor of this bottom. */
+__kernel void yolo_decode(int total, int version, int hw, int width, int num, int ncls,
+                          float div_x, float div_y, float div_w, float div_h,
+                          float thresh, int base,
+                          __global const float* x, __global const float* anchors,
+                          __global float* score, __global int* label,
+                          __global float* box) {
+    GLOBAL_LOOP(t, total) {
+        const int n = t % num, s = (t / num) % hw, b = t / (num * hw);
+        const int len = 5 + ncls;
+        __global const float* p = x + ((size_t)b * num * len + (size_t)n * len) * hw + s;
+        const float sx = 1.0f / (1.0f + exp(-p[0]));
+        const float sy = 1.0f / (1.0f + exp(-p[hw]));
+        const float4 bx = (float4)(((float)(s % width) + sx) / div_x,
+                                   ((float)(s / width) + sy) / div_y,
+                                   exp(p[2 * hw]) * anchors[2 * n] / div_w,
+                                   exp(p[3 * hw]) * anchors[2 * n + 1] / div_h);
+        const float obj = 1.0f / (1.0f + exp(-p[4 * hw]));
+        if (version == 3) {
+            const int k0 = base + t * ncls;
+            for (int c = 0; c < ncls; ++c) {
+                const float sc = 1.0f / (1.0f + exp(-p[(5 + c) * hw])) * obj;
+                score[k0 + c] = sc;
+                label[k0 + c] = sc > thresh ? c : -1;
+                vstore4(bx, k0 + c, box);
+            }
+        } else {
+            float large = p[5 * hw];
+            for (int c = 1; c < ncls; ++c) large = fmax(large, p[(5 + c) * hw]);
+            float sum = 0.0f;
+            for (int c = 0; c < ncls; ++c) sum += exp(p[(5 + c) * hw] - large);
+            int best = 0;
+            float bp = exp(p[5 * hw] - large) / sum;
+            for (int c = 1; c < ncls; ++c) {
+                const float q = exp(p[(5 + c) * hw] - large) / sum;
+                if (q > bp) { bp = q; best = c; }
+            }
+            const float sc = obj * bp;
+            score[base + t] = sc;
+            label[base + t] = sc >= thresh ? best : -1;
+            vstore4(bx, base + t, box);
+        }
+    }
+}
+
+/* (score desc, index asc): a comes before b */
+inline int yolo_before(float sa, int a, float sb, int b) {
+    return sa > sb || (sa == sb && a < b);
+}
+
+/* The fork's box_iou on (x, y, w, h) boxes (no +1, no clipping). */
+inline float yolo_iou(float4 a, float4 b) {
+    const float w = fmin(a.x + a.z / 2, b.x + b.z / 2) - fmax(a.x - a.z / 2, b.x - b.z / 2);
+    const float h = fmin(a.y + a.w / 2, b.y + b.w / 2) - fmax(a.y - a.w / 2, b.y - b.w / 2);
+    const float inter = (w < 0 || h < 0) ? 0.0f : w * h;
+    return inter / (a.z * a.w + b.z * b.w - inter);
+}
+
+/* One work-item: the candidates over the threshold, heap-sorted into
+ * (score desc, index asc) order, then the fork's class-agnostic greedy NMS
+ * (a box goes when its IoU with a kept one is >= nms_thresh). keep: the
+ * kept candidates in order; nkeep[0]: their count. */
+__kernel void yolo_nms(int total, float nms_thresh, __global const float* score,
+                       __global const int* label, __global const float* box,
+                       __global int* cand, __global int* keep, __global int* nkeep) {
+    if (get_global_id(0) != 0) return;
+    int m = 0;
+    for (int k = 0; k < total; ++k)
+        if (label[k] >= 0) cand[m++] = k;
+    for (int start = m / 2 - 1; start >= -m + 1; --start) {
+        int root = start >= 0 ? start : 0, end = start >= 0 ? m : m + start;
+        if (start < 0) {
+            const int t = cand[0]; cand[0] = cand[end]; cand[end] = t;
+        }
+        for (;;) {  /* sift down: a max-heap of "comes later" */
+            int child = 2 * root + 1;
+            if (child >= end) break;
+            if (child + 1 < end && yolo_before(score[cand[child]], cand[child],
+                                               score[cand[child + 1]], cand[child + 1]))
+                ++child;
+            if (!yolo_before(score[cand[root]], cand[root], score[cand[child]], cand[child]))
+                break;
+            const int t = cand[root]; cand[root] = cand[child]; cand[child] = t;
+            root = child;
+        }
+    }
+    int k = 0;
+    for (int q = 0; q < m; ++q) {
+        const float4 a = vload4(cand[q], box);
+        int ok = 1;
+        for (int j = 0; j < k && ok; ++j) ok = !(yolo_iou(vload4(keep[j], box), a) >= nms_thresh);
+        if (ok) keep[k++] = cand[q];
+    }
+    nkeep[0] = k;
+}
+
+/* Rows [0, label + 1, score, x - w/2, y - h/2, x + w/2, y + h/2] of the kept
+ * candidates (image id 0 for all, as the fork); none kept: `images` rows
+ * [i, -1, -1, -1, -1, -1, -1]. */
+__kernel void yolo_write(int rows, int none, __global const int* keep,
+                         __global const float* score, __global const int* label,
+                         __global const float* box, __global float* top) {
+    GLOBAL_LOOP(r, rows) {
+        __global float* o = top + (size_t)r * 7;
+        if (none) {
+            o[0] = (float)r;
+            for (int j = 1; j < 7; ++j) o[j] = -1.0f;
+        } else {
+            const int k = keep[r];
+            const float4 b = vload4(k, box);
+            o[0] = 0.0f;
+            o[1] = (float)(label[k] + 1);
+            o[2] = score[k];
+            o[3] = b.x - b.z / 2;
+            o[4] = b.y - b.w / 2;
+            o[5] = b.x + b.z / 2;
+            o[6] = b.y + b.w / 2;
+        }
+    }
+}

@@ -264,3 +264,44 @@ __kernel void roi_pool_bwd(int total, float scale, int R, int C, int H, int W, i
         dx[t] = g;
     }
 }
+
+/* ENet's spatial dropout (TimoSaemann/ENet's spatial_dropout.py, TRAIN):
+ * whole planes of `inner` elements are kept with probability 1 - p (one
+ * draw per plane) and the survivors scaled; the mask is stored per element
+ * for pointwise.cl's dropout_bwd. */
+__kernel void spatial_dropout_fwd(int n, int inner, __global const float* x,
+                                  __global float* y, __global float* mask, float p,
+                                  float scale, uint seed, uint stream) {
+    GLOBAL_LOOP(i, n) {
+        uint2 r = philox2x32((uint2)((uint)(i / inner), stream), seed);
+        float m = u01(r.x) >= p ? 1.0f : 0.0f;
+        mask[i] = m;
+        y[i] = x[i] * m * scale;
+    }
+}
+
+/* PSPNet's BN (hszhao/PSPNet bn_layer.cpp, yjxiong's) with the moving
+ * statistics (TEST or frozen): xnorm = (x - mean) * (var + eps)^-1/2,
+ * y = xnorm * slope + bias, per channel c = (t / inner) % channels. */
+__kernel void bn_global_fwd(int total, int channels, int inner, float eps,
+                            __global const float* x, __global const float* slope,
+                            __global const float* bias, __global const float* mean,
+                            __global const float* var, __global float* xnorm,
+                            __global float* y) {
+    GLOBAL_LOOP(t, total) {
+        const int c = (t / inner) % channels;
+        const float xn = (x[t] - mean[c]) * pow(var[c] + eps, -0.5f);
+        xnorm[t] = xn;
+        y[t] = xn * slope[c] + bias[c];
+    }
+}
+
+/* Its backward to the input: dx = dy * slope * (var + eps)^-1/2. */
+__kernel void bn_global_bwd(int total, int channels, int inner, float eps,
+                            __global const float* dy, __global const float* slope,
+                            __global const float* var, __global float* dx) {
+    GLOBAL_LOOP(t, total) {
+        const int c = (t / inner) % channels;
+        dx[t] = dy[t] * (slope[c] * pow(var[c] + eps, -0.5f));
+    }
+}

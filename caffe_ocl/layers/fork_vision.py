@@ -6,11 +6,15 @@ max-unpooling with a mask bottom; the YOLO ports' nearest-neighbour one),
 ROIPooling (rbgirshick/caffe-fast-rcnn) and the MobileNet forks' depthwise
 convolution types. Forward and backward follow each fork's source; the
 numeric work is in kernels/fork_vision.cl (ops/fork_vision.py)."""
+import ast
+
+from ..blob import Blob
 from ..errors import ShapeError
 from ..ops import channel as channel_ops
 from ..ops import fork_vision as fv
 from ..ops import normalization as norm_ops
 from ..ops import pointwise
+from ..ops import random as rnd
 from ..proto import caffe_pb2
 from . import fillers
 from .base import Layer, register
@@ -283,14 +287,27 @@ class BNLayer(Layer):
     per-channel mean and (biased) variance; INFERENCE (what the forks'
     compute_bn_statistics.py writes into deploy nets, with the statistics
     folded into scale and shift): y = scale * x + shift. Parameter
-    gradients accumulate (Caffe's convention; the fork overwrites them)."""
+    gradients accumulate (Caffe's convention; the fork overwrites them).
+
+    PSPNet's / DeepLab's BN (hszhao/PSPNet, yjxiong/caffe), chosen when
+    bn_param names any of its fields (slope_filler, bias_filler, momentum,
+    eps, frozen, engine): blobs slope, bias, moving mean, moving variance;
+    in TEST or with ``frozen: true`` y = (x - mean) (var + eps)^-1/2 slope +
+    bias, backward dx = dy slope (var + eps)^-1/2 (frozen: no parameter
+    gradients, as the fork; TEST: slope and bias gradients too). Training
+    with batch statistics (TRAIN, not frozen) is not implemented."""
     exact_num_bottom = 1
     exact_num_top = 1
     EPS = 1e-9     # the fork's var_eps_
+    PSPNET_FIELDS = ("slope_filler", "bias_filler", "momentum", "eps", "frozen", "engine")
 
     def layer_setup(self, bottom, top):
         _require_4d(self, bottom[0])
         p = self.param.bn_param
+        self.pspnet = any(p.HasField(f) for f in self.PSPNET_FIELDS)
+        if self.pspnet:
+            self._setup_pspnet(bottom, p)
+            return
         self.learn = p.bn_mode == caffe_pb2.BNParameter.LEARN
         c = bottom[0].shape[1]
         if not self.blobs:
@@ -298,6 +315,23 @@ class BNLayer(Layer):
                           self.new_param_blob((1, c, 1, 1), 1)]
             fillers.fill(self.blobs[0], p.scale_filler, f"layer {self.name!r} scale_filler")
             fillers.fill(self.blobs[1], p.shift_filler, f"layer {self.name!r} shift_filler")
+
+    def _setup_pspnet(self, bottom, p):
+        self.frozen, self.eps = p.frozen, p.eps
+        if self.phase == caffe_pb2.TRAIN and not self.frozen:
+            raise self.error("PSPNet's BN trained with batch statistics (TRAIN without "
+                             "bn_param { frozen: true }) is not implemented")
+        c = bottom[0].shape[1]
+        if not self.blobs:
+            self.blobs = [self.new_param_blob((1, c, 1, 1), i) for i in range(4)]
+            fillers.fill(self.blobs[0], p.slope_filler, f"layer {self.name!r} slope_filler")
+            fillers.fill(self.blobs[1], p.bias_filler, f"layer {self.name!r} bias_filler")
+            pointwise.fill(self.device, self.blobs[3].data_buffer(), c,
+                           1.0 if self.frozen else 0.0)
+            self.blobs[3].data_mem.device_written()
+        if len(self.blobs) != 4:
+            raise self.error(f"PSPNet's BN has 4 blobs (slope, bias, mean, variance), got "
+                             f"{len(self.blobs)}")
 
     def reshape(self, bottom, top):
         b = bottom[0]
@@ -313,6 +347,13 @@ class BNLayer(Layer):
         scale, shift = self.blobs[0].data_buffer(), self.blobs[1].data_buffer()
         if not b.count:
             self.fwd = []
+            return
+        if self.pspnet:
+            self.xnorm = dev.alloc(4 * b.count)
+            self.fwd = fv.bn_global_forward(dev, O, C, I, self.eps, b.data_buffer(), scale, shift,
+                                            self.blobs[2].data_buffer(),
+                                            self.blobs[3].data_buffer(), self.xnorm,
+                                            top[0].data_buffer())
             return
         if not self.learn:
             self.fwd = [channel_ops.affine(dev, O, C, I, b.data_buffer(), top[0].data_buffer(),
@@ -336,6 +377,16 @@ class BNLayer(Layer):
         dy = top[0].diff_buffer()
         scale, shift = self.blobs[0].data_buffer(), self.blobs[1].data_buffer()
         dscale, dshift = self.blobs[0].diff_buffer(), self.blobs[1].diff_buffer()
+        if self.pspnet:     # parameter gradients first: dx may overwrite dy (in place)
+            if not self.frozen and self.param_propagate_down[0]:
+                self.bwd += channel_ops.channel_sum(dev, O, C, I, dy, dscale, b=self.xnorm,
+                                                    accumulate=True)
+            if not self.frozen and self.param_propagate_down[1]:
+                self.bwd += channel_ops.channel_sum(dev, O, C, I, dy, dshift, accumulate=True)
+            if self.propagate_down[0]:
+                self.bwd += fv.bn_global_backward(dev, O, C, I, self.eps, dy, scale,
+                                                  self.blobs[3].data_buffer(), b.diff_buffer())
+            return
         if self.learn:
             if self.propagate_down[0] or any(self.param_propagate_down):
                 # dscale += sum dy*xnorm, dshift += sum dy and dx, in one plan
@@ -350,3 +401,77 @@ class BNLayer(Layer):
             self.bwd += channel_ops.channel_sum(dev, O, C, I, dy, dshift, accumulate=True)
         if self.propagate_down[0]:
             self.bwd.append(channel_ops.affine(dev, O, C, I, dy, b.diff_buffer(), scale))
+
+
+# ENet's Python layer (TimoSaemann/ENet prototxts/enet_deploy.prototxt): run
+# by SpatialDropoutLayer when that module is not importable
+SPATIAL_DROPOUT = ("spatial_dropout", "SpatialDropoutLayer")
+
+
+class SpatialDropoutLayer(Layer):
+    """ENet's ``spatial_dropout.SpatialDropoutLayer`` (a Python layer of
+    TimoSaemann/caffe-enet), for a ``type: "Python"`` layer naming it:
+    ``param_str`` ``{'phase': 'TRAIN' | 'TEST', 'p': ...}`` (read as
+    literals, never executed). As that module: with ``'phase': 'TRAIN'``
+    every (image, channel) plane is kept with probability 1 - p and scaled by
+    1/(1-p); otherwise the whole input is multiplied by 1/(1-p) (the module
+    scales at TEST too). The ``phase`` of ``param_str`` decides, not the net's.
+    Backward: the same mask and scale."""
+    exact_num_bottom = 1
+    exact_num_top = 1
+
+    def layer_setup(self, bottom, top):
+        text = self.param.python_param.param_str
+        try:
+            conf = ast.literal_eval(text) if text.strip() else {}
+        except (ValueError, SyntaxError) as e:
+            raise self.error(f"spatial_dropout param_str {text!r} is not a Python literal "
+                             f"dict: {e}") from e
+        if not isinstance(conf, dict) or "p" not in conf:
+            raise self.error(f"spatial_dropout param_str {text!r} must be a dict with 'p' "
+                             "(and 'phase')")
+        try:
+            self.p = float(conf["p"])
+        except (TypeError, ValueError) as e:
+            raise self.error(f"spatial_dropout 'p' {conf['p']!r} is not a number") from e
+        if not 0.0 < self.p < 1.0:
+            raise self.error(f"spatial_dropout 'p' must be between 0 and 1, got {self.p}")
+        self.scale = 1.0 / (1.0 - self.p)
+        self.train = conf.get("phase", "TEST") == "TRAIN"
+
+    def reshape(self, bottom, top):
+        b = bottom[0]
+        if b.num_axes < 2:
+            raise self.error(f"bottom {b.name!r} {b.shape} needs a channel axis", ShapeError)
+        top[0].reshape(b.shape)
+        n = b.count
+        if not n:
+            self.fwd = []
+            return
+        if self.train:
+            self.mask = Blob(b.shape, name=f"{self.name}.mask", device=self.device)
+            self._drop = fv.spatial_dropout_forward(
+                self.device, n, b.count_range(2), b.data_buffer(), top[0].data_buffer(),
+                self.mask.data_buffer(), self.p, self.scale)
+            self.fwd = [self._drop]
+        else:
+            self.fwd = [pointwise.unary(self.device, "scale", n, b.data_buffer(),
+                                        top[0].data_buffer(), self.scale, 0.0)]
+
+    def forward_impl(self, bottom, top):
+        if self.train and self.fwd:
+            seed, stream = rnd.next_stream()
+            self._drop.set_arg(7, seed)
+            self._drop.set_arg(8, stream)
+        super().forward_impl(bottom, top)
+
+    def build_backward(self, bottom, top):
+        n = bottom[0].count
+        if not self.propagate_down[0] or not n:
+            return
+        dy, dx = top[0].diff_buffer(), bottom[0].diff_buffer()
+        if self.train:
+            self.bwd = [fv.dropout_backward(self.device, n, dy, self.mask.data_buffer(), dx,
+                                            self.scale)]
+        else:
+            self.bwd = [pointwise.unary(self.device, "scale", n, dy, dx, self.scale, 0.0)]

@@ -61,8 +61,12 @@ class DropoutLayer(UnaryNeuron):
         self.ratio = p.dropout_ratio
         if not 0.0 <= self.ratio < 1.0:
             raise self.error(f"dropout_ratio must be in [0, 1), got {self.ratio}")
-        self.scale = 1.0 / (1.0 - self.ratio)
-        self.train = self.phase == caffe_pb2.TRAIN
+        # scale_train (Fast R-CNN's fork, OpenCV): false leaves the survivors
+        # unscaled and multiplies by (1 - p) at TEST; sample_weights_test
+        # (SegNet/ENet forks): TEST draws a mask as TRAIN does
+        self.scale = 1.0 / (1.0 - self.ratio) if p.scale_train else 1.0
+        self.test_scale = 1.0 if p.scale_train else 1.0 - self.ratio
+        self.train = self.phase == caffe_pb2.TRAIN or p.sample_weights_test
 
     def reshape(self, bottom, top):
         top[0].reshape(bottom[0].shape)
@@ -76,6 +80,8 @@ class DropoutLayer(UnaryNeuron):
                 "pointwise.cl", "dropout_fwd", g, l,
                 [n, x, y, self.mask.data_buffer(), self.ratio, s, 0, 0])
             self.fwd = [self._drop]
+        elif self.test_scale != 1.0:
+            self.fwd = [pointwise.unary(self.device, "scale", n, x, y, self.test_scale, 0.0)]
         elif top[0] is bottom[0]:
             self.fwd = []          # TEST in place: the identity costs nothing
         else:
@@ -99,6 +105,9 @@ class DropoutLayer(UnaryNeuron):
                 "pointwise.cl", "dropout_bwd", g, l,
                 [n, top[0].diff_buffer(), self.mask.data_buffer(),
                  bottom[0].diff_buffer(), s])]
+        elif self.test_scale != 1.0:
+            self.bwd = [pointwise.unary(self.device, "scale", n, top[0].diff_buffer(),
+                                        bottom[0].diff_buffer(), self.test_scale, 0.0)]
         elif top[0] is not bottom[0]:
             self.bwd = [pointwise.copy(self.device, n, top[0].diff_buffer(),
                                        bottom[0].diff_buffer())]

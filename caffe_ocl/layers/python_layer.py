@@ -38,7 +38,13 @@ import importlib
 from ..blob import Blob
 from ..proto import caffe_pb2
 from .base import Layer, register
+from .fork_vision import SPATIAL_DROPOUT, SpatialDropoutLayer
 from .proposal import PYTHON_FALLBACK, ProposalLayer
+
+# Python layers of published forks run by a built-in when their module is not
+# importable: (module, class) -> (built-in layer, whether it has a backward)
+BUILTIN_FALLBACKS = {PYTHON_FALLBACK: (ProposalLayer, False),
+                     SPATIAL_DROPOUT: (SpatialDropoutLayer, True)}
 
 
 class BlobVec(list):
@@ -153,7 +159,7 @@ class PythonLayer(Layer):
         try:
             mod = importlib.import_module(pp.module)
         except ImportError as e:
-            if (pp.module, pp.layer) == PYTHON_FALLBACK:
+            if (pp.module, pp.layer) in BUILTIN_FALLBACKS:
                 return None
             raise self.error(f"{where}: {e}") from e
         except Exception as e:   # an error in the module's own top-level code
@@ -171,9 +177,10 @@ class PythonLayer(Layer):
 
     def layer_setup(self, bottom, top):
         cls = self._load_class()
-        if cls is None:     # the built-in stands in for rpn.proposal_layer
+        if cls is None:     # a built-in stands in (rpn.proposal_layer, spatial_dropout)
             self.share_in_parallel = self.param.python_param.share_in_parallel
-            self.builtin = ProposalLayer(self.param, self.phase)
+            pp = self.param.python_param
+            self.builtin = BUILTIN_FALLBACKS[(pp.module, pp.layer)][0](self.param, self.phase)
             self.builtin.setup(bottom, top)
             return
         where = f"Python layer {self.name!r} ({self.module_name}.{self.class_name})"
@@ -223,6 +230,9 @@ class PythonLayer(Layer):
 
     def backward(self, top, propagate_down, bottom):
         self.propagate_down = list(propagate_down)
-        if self.builtin is not None:     # as py-faster-rcnn's: no gradient
+        if self.builtin is not None:     # py-faster-rcnn's proposals: no gradient
+            pp = self.param.python_param
+            if BUILTIN_FALLBACKS[(pp.module, pp.layer)][1]:
+                self.builtin.backward(top, propagate_down, bottom)
             return
         self._call("backward", top, list(propagate_down), bottom)

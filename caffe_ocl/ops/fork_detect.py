@@ -31,3 +31,24 @@ def reorg(dev, shape, stride, gather, x, y):
     n, c, h, w = shape
     total = n * c * h * w
     return [_launch(dev, total, "reorg", [total, c, h, w, stride, int(bool(gather)), x, y])]
+
+
+# ---- eric612/MobileNet-YOLO's detection outputs --------------------------------
+def yolo_decode(dev, version, num_images, hw, width, num, ncls, div, thresh, base, x, anchors,
+                score, label, box):
+    """Candidates of one bottom (see kernels/fork_detect.cl yolo_decode);
+    div = (x, y, w, h) divisors."""
+    total = num_images * hw * num
+    return _launch(dev, total, "yolo_decode",
+                   [total, version, hw, width, num, ncls, *[float(d) for d in div],
+                    float(thresh), base, x, anchors, score, label, box])
+
+
+def yolo_nms(dev, total, nms_thresh, score, label, box, cand, keep, nkeep):
+    return dev.launch(SRC, "yolo_nms", (1,), (1,),
+                      [total, float(nms_thresh), score, label, box, cand, keep, nkeep])
+
+
+def yolo_write(dev, rows, none, keep, score, label, box, top):
+    return _launch(dev, max(rows, 1), "yolo_write", [rows, int(none), keep, score, label, box,
+                                                      top])

@@ -93,3 +93,28 @@ def roi_pool_backward(dev, rois_n, shape, pooled, scale, dy, argmax, rois, dx):
     return [_launch(dev, total, "roi_pool_bwd",
                     [total, float(scale), rois_n, c, h, w, pooled[0], pooled[1], dy, argmax,
                      rois, dx])]
+
+
+# ---- ENet's spatial dropout ---------------------------------------------------
+def spatial_dropout_forward(dev, total, inner, x, y, mask, p, scale):
+    """One Launch; its seed and stream (args 7, 8) are set per forward."""
+    return _launch(dev, total, "spatial_dropout_fwd",
+                   [total, inner, x, y, mask, float(p), float(scale), 0, 0])
+
+
+def dropout_backward(dev, total, dy, mask, dx, scale):
+    g, l = work_size(dev, total)
+    return dev.launch("pointwise.cl", "dropout_bwd", g, l, [total, dy, mask, dx, float(scale)])
+
+
+# ---- PSPNet's BN with moving statistics -------------------------------------------
+def bn_global_forward(dev, num, channels, inner, eps, x, slope, bias, mean, var, xnorm, y):
+    total = num * channels * inner
+    return [_launch(dev, total, "bn_global_fwd", [total, channels, inner, float(eps), x, slope,
+                                                  bias, mean, var, xnorm, y])]
+
+
+def bn_global_backward(dev, num, channels, inner, eps, dy, slope, var, dx):
+    total = num * channels * inner
+    return [_launch(dev, total, "bn_global_bwd", [total, channels, inner, float(eps), dy, slope,
+                                                  var, dx])]

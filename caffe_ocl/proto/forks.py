@@ -24,6 +24,8 @@ NVCAFFE = "NVIDIA's Caffe (NVIDIA/caffe)"
 INTEL = "Intel's Caffe (intel/caffe)"
 CENTERLOSS = "the center-loss fork (ydwen/caffe-face)"
 OPENPOSE = "OpenPose's fork (CMU-Perceptual-Computing-Lab/caffe_train)"
+MOBILENET_YOLO = "the MobileNet-YOLO fork (eric612/MobileNet-YOLO)"
+DEEPLAB = "DeepLab v2's fork (deeplab-public-ver2)"
 
 # layer type -> fork
 FORK_TYPES = {
@@ -36,6 +38,11 @@ FORK_TYPES = {
     "DepthwiseConvolution": MOBILENET, "ConvolutionDepthwise": MOBILENET, "ReLU6": MOBILENET,
     "ShuffleChannel": SHUFFLENET, "Axpy": SENET, "CenterLoss": CENTERLOSS,
     "Resize": OPENPOSE, "Nms": OPENPOSE, "BodyPartConnection": OPENPOSE,
+    "DenseImageData": SEGNET, "RegionLoss": YOLO, "EvalDetection": YOLO,
+    "Yolov3DetectionOutput": MOBILENET_YOLO, "Yolov3": MOBILENET_YOLO,
+    "ImageSegData": DEEPLAB, "MatWrite": DEEPLAB, "MatRead": DEEPLAB,
+    "SegAccuracy": DEEPLAB, "DenseCRF": DEEPLAB, "DomainTransform": DEEPLAB,
+    "UniqueLabel": DEEPLAB,
 }
 
 # LayerParameter (or other message) field -> fork
@@ -50,6 +57,11 @@ FORK_FIELDS = {
     "box_annotator_ohem_param": RFCN,
     "interp_param": PSPNET, "upsample_param": SEGNET + " and " + YOLO, "bn_param": ENET,
     "ceil_mode": "the DenseNet/PSPNet ports' Pooling (and OpenCV's caffe.proto)",
+    "dense_image_data_param": SEGNET, "label_type": DEEPLAB + " (ImageSegData)",
+    "mat_write_param": DEEPLAB, "mat_read_param": DEEPLAB, "seg_accuracy_param": DEEPLAB,
+    "dense_crf_param": DEEPLAB, "domain_transform_param": DEEPLAB, "region_loss_param": YOLO,
+    "eval_detection_param": YOLO, "yolo_detection_output_param": MOBILENET_YOLO,
+    "yolov3_detection_output_param": MOBILENET_YOLO, "yolov3_param": MOBILENET_YOLO,
     "region_param": YOLO, "reorg_param": YOLO, "yolo_param": YOLO,
     "shuffle_channel_param": SHUFFLENET, "axpy_param": SENET,
     "center_loss_param": CENTERLOSS, "raw_data": NVCAFFE, "raw_data_type": NVCAFFE,
