@@ -13,7 +13,7 @@ import caffe
 open("net.prototxt", "w").write("""
 layer { name: "data" type: "DummyData" top: "data" top: "label"
   dummy_data_param { shape { dim: 4 dim: 3 } shape { dim: 4 }
-    data_filler { type: "gaussian" } } }
+    data_filler { type: "gaussian" } data_filler { type: "constant" value: 1 } } }
 layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
   inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.1 } } }
 layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
