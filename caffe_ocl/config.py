@@ -89,6 +89,10 @@ _DECLARED = (
     # graph planning
     Setting("FOLD", "bool", True,
             "fold BatchNorm/Scale/activation into the convolution at TEST (inference plan)"),
+    # graph rewrites (issue #27, plan/concat.py ...)
+    Setting("CONCAT_IN_PLACE", "bool", True,
+            "at TEST, convolutions write a Concat's inputs straight into its top "
+            "(with CAFFE_OCL_FOLD)"),
     Setting("FUSE_TRAIN", "bool", True,
             "fused kernels for TRAIN nets (BatchNorm->Scale->ReLU, Eltwise->ReLU, ...)"),
     Setting("SHARE_DIFFS", "bool", True,

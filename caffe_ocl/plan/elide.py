@@ -81,6 +81,13 @@ class PendingPair(LayerPair):
         self.r = g.tops[second][0]
         self._key = None
         self.fwd = []
+        # concat.py: where the pair writes ``r`` instead (a slice of a
+        # Concat's top), or None
+        self.slice_target = None
+
+    @property
+    def out_blob(self):
+        return self.r
 
     def _compute_c(self):
         g = self.net.graph
@@ -89,6 +96,8 @@ class PendingPair(LayerPair):
     def run_member(self, li):
         """Layer ``li``'s own forward in a range that cuts the pair."""
         g, layer = self.net.graph, self.net.layers[li]
+        if self.slice_target is not None:
+            self.slice_target.release()
         if li == self.first:
             self.c.compute_on_read = None     # computed now
         else:
@@ -108,33 +117,49 @@ class ProducerActPair(PendingPair):
         self.producer = net.layers[p]
         self.x = net.graph.bottoms[p][0]
 
-    def _build(self, params):
+    def _build(self, params, layout):
         prod = self.producer
         w = params[0]
         b = params[1] if prod.bias_term else None
         if prod.type == "InnerProduct":
             self.fwd = prod.forward_launches(self.x, self.r, w, b, act=self.act)
+        elif layout is not None:        # into a slice of a Concat's top
+            y, y_off, y_channels = layout
+            self.fwd = conv_ops.forward(prod.device, prod.geom, self.x.data_buffer(), w, y,
+                                        prod.col, b, act=self.act, y_off=y_off,
+                                        y_channels=y_channels)
         else:
             self.fwd = conv_ops.forward(prod.device, prod.geom, self.x.data_buffer(), w,
                                         self.r.data_buffer(), prod.col, b, act=self.act)
         if self.x.count == 0 or self.r.count == 0:
             self.fwd = []
 
-    def run(self):
+    def run_plain(self):
+        """The pair's forward into ``r`` itself (a slice target's fallback)."""
+        self.run(plain=True)
+
+    def run(self, plain=False):
         self.reshape_second()           # the activation's top takes the new shape
         prod = self.producer
+        target = self.slice_target
+        layout = None if plain or target is None else target.layout()
         self.x.data_mem.to_device()
         for p in prod.blobs:            # the user may have written them on the host
             p.data_mem.to_device()
         params = tuple(p.data_buffer() for p in prod.blobs)
-        key = (prod.reshape_count, self.x.data_buffer(), self.r.data_buffer(), params)
+        key = (prod.reshape_count, self.x.data_buffer(), self.r.data_buffer(), params, layout)
         if key != self._key:
-            self._build(params)
+            self._build(params, layout)
             self._key = key
         q = prod.device.queue
         for launch in self.fwd:
             launch.run(q)
-        self.r.data_mem.device_written()
+        if layout is not None:
+            target.written()
+        else:
+            if target is not None:
+                target.release()
+            self.r.data_mem.device_written()
         self.c.compute_on_read = self._compute_c
 
 
