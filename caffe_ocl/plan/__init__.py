@@ -7,6 +7,8 @@ graph and return groups of layers to run as one:
 - ``fold.py``: TEST-phase folding of BatchNorm/Scale/activations into the
   producing Convolution/InnerProduct;
 - ``eltwise.py``: Eltwise SUM -> activation as one kernel (TEST and TRAIN);
+- ``concat.py``: TEST-phase Concat in place (the convolutions computing
+  its inputs write them into their slices of its top);
 - ``train.py``: the TRAIN fusions (BatchNorm/Scale/activation chains,
   ResNet block tails, Convolution -> ReLU forwards, ReLU gates inside the
   next layer's backward, Split gradients summed by a convolution);
