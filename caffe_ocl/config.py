@@ -93,6 +93,9 @@ _DECLARED = (
     Setting("CONCAT_IN_PLACE", "bool", True,
             "at TEST, convolutions write a Concat's inputs straight into its top "
             "(with CAFFE_OCL_FOLD)"),
+    Setting("FUSE_SWISH", "bool", True,
+            "at TEST, ONNX's Sigmoid * x after a convolution/InnerProduct runs in its "
+            "epilogue (with CAFFE_OCL_FOLD)"),
     Setting("FUSE_TRAIN", "bool", True,
             "fused kernels for TRAIN nets (BatchNorm->Scale->ReLU, Eltwise->ReLU, ...)"),
     Setting("SHARE_DIFFS", "bool", True,

@@ -640,6 +640,13 @@ def _image_gemm(dev, M, N, K, A, B, C, *, nsplit=0, nstride=(0, 0), ksplit=0,
                  stride_c=stride_c, **kw)]
 
 
+def fuses_act(dev, g, act, algo=None):
+    """Whether ``forward`` of ``g`` applies ``act`` in its epilogue: every
+    path for ReLU and clip; not Winograd for swish and sigmoid."""
+    return (act is None or act_defines(act)[0] <= 2
+            or algorithm(dev, g, algo, "forward") != "winograd")
+
+
 def writes_slices(dev, g, algo=None):
     """Whether ``forward`` of ``g`` can write its output into a slice of a
     bigger blob (``y_off``, ``y_channels``: a Concat's top along channels,

@@ -225,8 +225,13 @@ def act_defines(act):
         return 1, float(act[1]) if len(act) > 1 else 0.0, 0.0
     if kind == "clip" and len(act) == 3:
         return 2, float(act[1]), float(act[2])
+    if kind == "swish" and len(act) in (1, 2):
+        return 3, float(act[1]) if len(act) > 1 else 1.0, 0.0
+    if kind == "sigmoid" and len(act) == 1:
+        return 4, 0.0, 0.0
     raise ValueError(f"gemm: unknown activation {act!r}; expected None, "
-                     "('relu', negative_slope) or ('clip', lo, hi)")
+                     "('relu', negative_slope), ('clip', lo, hi), ('swish', beta) or "
+                     "('sigmoid',)")
 
 
 def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,

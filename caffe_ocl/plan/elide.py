@@ -20,7 +20,8 @@ activation's top, the sum's top is computed when read.
 
 What matches (``find_pairs``): the producer's top is read by the
 activation only (no Split: a second reader would need it) and is no net
-output; the activation (ReLU with any negative_slope, ReLU6, Clip) has one
+output; the activation (ReLU with any negative_slope, ReLU6, Clip; after a
+producer also Sigmoid and Swish, where its epilogue applies them) has one
 bottom and one top, a new blob; neither layer is in another group.
 
 A forward range that cuts the pair (pycaffe ``start=``/``end=``) runs the
@@ -31,9 +32,12 @@ layer by layer on Caffe's values (``before_backward``). ``CAFFE_OCL_FOLD=0``
 """
 from ..ops import conv as conv_ops
 from ..ops import pointwise
-from .patterns import LayerPair, act_of, consumers, one_in_one_out
+from .patterns import (LayerPair, act_of, consumers, inference_act_of, one_in_one_out,
+                       producer_fuses)
 
 _ACTS = ("ReLU", "ReLU6", "Clip")
+# after a producer also these (its GEMM / depthwise epilogue applies them)
+_PRODUCER_ACTS = _ACTS + ("Sigmoid", "Swish")
 
 
 def producer_ok(layer):
@@ -56,7 +60,8 @@ def find_pairs(net, taken=()):
         c, act = g.tops[li][0], g.layers[j]
         if c is g.bottoms[li][0] or c.name in outputs:
             continue
-        if act.type not in _ACTS or act_of(act) is None:
+        if act.type not in _PRODUCER_ACTS or inference_act_of(act) is None \
+                or not producer_fuses(g.layers[li], inference_act_of(act)):
             continue
         if g.bottoms[j][0] is not c or g.tops[j][0] is c:
             continue
@@ -114,6 +119,7 @@ class ProducerActPair(PendingPair):
 
     def __init__(self, net, p, a):
         super().__init__(net, p, a)
+        self.act = inference_act_of(net.layers[a])
         self.producer = net.layers[p]
         self.x = net.graph.bottoms[p][0]
 

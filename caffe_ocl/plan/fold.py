@@ -10,7 +10,8 @@ each optional:
 
   ``BatchNorm`` with global statistics (``use_global_stats``, the TEST
   default) -> ``Scale`` (a learned per-channel scale on axis 1, with or
-  without bias) -> ``ReLU`` (any ``negative_slope``) / ``Clip`` / ``ReLU6``.
+  without bias) -> ``ReLU`` (any ``negative_slope``) / ``Clip`` / ``ReLU6`` /
+  ``Swish`` / ``Sigmoid`` (the last two not on Winograd convolutions).
 
 That is Caffe's ResNet pattern ``conv -> bn -> scale -> relu`` on one blob.
 BatchNorm/Scale fold only when the producer's channel axis is axis 1 (an
@@ -57,8 +58,8 @@ from ..errors import NetError
 from ..ops import conv as conv_ops
 from ..ops import work_size
 from ..proto import caffe_pb2
-from . import affine, concat, eltwise, elide
-from .patterns import act_of
+from . import affine, concat, eltwise, elide, swish
+from .patterns import act_of, inference_act_of, producer_fuses
 
 log = logging.getLogger("caffe_ocl")
 
@@ -277,8 +278,9 @@ def find_chains(net):
             elif layer.type == "Scale" and stage < 2 and axis_ok \
                     and _scale_ok(layer, blob, C):
                 scale, stage = layer, 2
-            elif stage < 3 and act_of(layer) is not None:
-                act, stage = act_of(layer), 3
+            elif stage < 3 and inference_act_of(layer) is not None \
+                    and producer_fuses(prod, inference_act_of(layer)):
+                act, stage = inference_act_of(layer), 3
             else:
                 break
             members.append(j)
@@ -293,13 +295,16 @@ def find_groups(net):
     """The groups the TEST folding runs fused: the folded chains, the
     Eltwise SUM -> activation pairs (eltwise.py) and the BatchNorm -> Scale
     -> activation chains that cannot fold into a producer (affine.py), the
-    producer -> activation pairs writing a new top (elide.py), the Concats
-    whose inputs their convolutions write in place (concat.py)."""
+    producer -> activation pairs writing a new top (elide.py), ONNX's
+    Sigmoid * x after a producer (swish.py), the Concats whose inputs their
+    convolutions write in place (concat.py)."""
     chains = find_chains(net) + eltwise.chains_of(net, train=False)
     taken = {li for c in chains for li in c.layers}
     chains += affine.chains_of(net, taken)
     taken = {li for c in chains for li in c.layers}
     chains += elide.pairs_of(net, taken)
+    taken = {li for c in chains for li in c.layers}
+    chains += swish.find(net, taken)
     taken = {li for c in chains for li in c.layers}
     chains += concat.find(net, chains, taken)
     for c in chains:
