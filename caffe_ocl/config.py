@@ -93,6 +93,9 @@ _DECLARED = (
     Setting("CONCAT_IN_PLACE", "bool", True,
             "at TEST, convolutions write a Concat's inputs straight into its top "
             "(with CAFFE_OCL_FOLD)"),
+    Setting("AFFINE_NEW_TOPS", "bool", True,
+            "at TEST, BatchNorm -> Scale -> ReLU chains writing new tops (ONNX's form) run "
+            "as one pass (with CAFFE_OCL_FOLD)"),
     Setting("FUSE_SWISH", "bool", True,
             "at TEST, ONNX's Sigmoid * x after a convolution/InnerProduct runs in its "
             "epilogue (with CAFFE_OCL_FOLD)"),
