@@ -97,8 +97,8 @@ _DECLARED = (
             "at TEST, BatchNorm -> Scale -> ReLU chains writing new tops (ONNX's form) run "
             "as one pass (with CAFFE_OCL_FOLD)"),
     Setting("FUSE_SWISH", "bool", True,
-            "at TEST, ONNX's Sigmoid * x after a convolution/InnerProduct runs in its "
-            "epilogue (with CAFFE_OCL_FOLD)"),
+            "at TEST, Swish / ONNX's Sigmoid * x / Sigmoid after a convolution or "
+            "InnerProduct run in its epilogue (with CAFFE_OCL_FOLD)"),
     Setting("FUSE_TRAIN", "bool", True,
             "fused kernels for TRAIN nets (BatchNorm->Scale->ReLU, Eltwise->ReLU, ...)"),
     Setting("SHARE_DIFFS", "bool", True,

@@ -5,6 +5,7 @@ Every function reads a Net's public graph (``net.graph``, a
 (the same object where a layer runs in place), which layers and bottoms
 need backward. Nothing here touches a Net's private state.
 """
+from .. import config
 from ..ops import conv as conv_ops
 
 
@@ -25,7 +26,7 @@ def inference_act_of(layer):
     an epilogue (fold.py, elide.py, swish.py): Swish ``("swish", beta)``
     and Sigmoid ``("sigmoid",)``; the TRAIN fusions keep to ``act_of``."""
     a = act_of(layer)
-    if a is not None:
+    if a is not None or not config.get("FUSE_SWISH"):
         return a
     if layer.type == "Swish":
         return ("swish", float(layer.param.swish_param.beta))

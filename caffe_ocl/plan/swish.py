@@ -25,7 +25,8 @@ after a producer is elide.py's and fold.py's (the same epilogue).
 A forward range that cuts the group computes the pending blobs first and
 then runs its layers one by one; before a backward the pending blobs are
 computed (``before_backward``), so backward runs layer by layer on Caffe's
-values. ``CAFFE_OCL_FOLD=0`` or ``CAFFE_OCL_FUSE_SWISH=0`` turn it off.
+values. ``CAFFE_OCL_FOLD=0`` or ``CAFFE_OCL_FUSE_SWISH=0`` turn it off
+(the latter also the Swish / Sigmoid epilogues of fold.py and elide.py).
 """
 from .. import config
 from ..ops import conv as conv_ops

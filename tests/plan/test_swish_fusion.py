@@ -102,6 +102,7 @@ def test_converted_form(rng):
     pairs = [c for c in groups if isinstance(c, elide.ProducerActPair)]
     assert [(c.describe(), c.act) for c in pairs] == [("fc2 -> gate", ("sigmoid",))]
     assert not any(isinstance(c, swish.SwishGroup) for c in no_swish.plan.groups)
+    assert not any(getattr(c, "act", None) == ("sigmoid",) for c in no_swish.plan.groups)
     assert plain.plan.describe() == []
     for it in range(2):
         x = _x(rng)
