@@ -229,9 +229,11 @@ def act_defines(act):
         return 3, float(act[1]) if len(act) > 1 else 1.0, 0.0
     if kind == "sigmoid" and len(act) == 1:
         return 4, 0.0, 0.0
+    if kind in ("hardswish", "hardsigmoid") and len(act) == 3:
+        return 5 if kind == "hardswish" else 6, float(act[1]), float(act[2])
     raise ValueError(f"gemm: unknown activation {act!r}; expected None, "
-                     "('relu', negative_slope), ('clip', lo, hi), ('swish', beta) or "
-                     "('sigmoid',)")
+                     "('relu', negative_slope), ('clip', lo, hi), ('swish', beta), "
+                     "('sigmoid',), ('hardswish', a, b) or ('hardsigmoid', a, b)")
 
 
 def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,

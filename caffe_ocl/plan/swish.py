@@ -1,26 +1,30 @@
-"""TEST-phase rewrite: Swish/SiLU as ONNX-converted nets write it.
+"""TEST-phase rewrite: Swish/SiLU, hard swish and hard sigmoid as
+ONNX-converted nets write them, in the producer's epilogue.
 
-``x * sigmoid(x)`` arrives from ONNX (EfficientNet, MobileNet v3's SE
-blocks, RegNet-Y) as three layers after the producer, the Split that Net
-inserts because the producer's top has two readers:
+``x * sigmoid(x)`` arrives from ONNX (EfficientNet, RegNet-Y's SE blocks)
+as three layers after the producer, the Split that Net inserts because the
+producer's top has two readers:
 
     conv -> c;  Split c -> c0, c1;  Sigmoid c0 -> s;  Eltwise PROD (c1, s) -> y
 
-(either Split top into the Sigmoid, the PROD's bottoms in either order).
+(either Split top into the gate, the PROD's bottoms in either order);
+``x * hardsigmoid(x)`` (MobileNet v3's HardSwish) the same with the gate
+``Power c0 -> m`` (power 1, scale a, shift b), ``Clip m -> s`` (0 .. 1);
+MobileNet v3's SE gate a producer -> Power -> Clip (hard sigmoid).
 The producer (a 2-D Convolution, depthwise ones included, or an
-InnerProduct) writes ``y = c / (1 + exp(-c))`` straight from its epilogue
-(ACT 3 of kernels/act.h): one pass over the output instead of four (the
-producer's write, the Sigmoid's read and write, the product's two reads
-and its write). ``c``, the Split's tops and ``s`` are computed when read
-(``Blob.compute_on_read``: the producer, the Split and the Sigmoid run
-then). A Winograd convolution keeps the layers (its output transform has
-no swish).
+InnerProduct) writes the last layer's top straight from its epilogue
+(ACT 3, 5, 6 of kernels/act.h): one pass over the output instead of four
+to six. The blobs before it (``c``, the Split's tops, the gate's blobs) are
+computed when read (``Blob.compute_on_read``: those layers run then). A
+Winograd convolution keeps its layers (its output transform has none of
+these activations).
 
-What matches (``find``): the four layers consecutive in ``net.layers``,
-the Split with two tops, ``c``, its Split's tops and ``s`` read by nothing
-else and no net outputs, the PROD with two bottoms and no coefficients,
-none of the layers in another group. A Caffe ``Swish`` layer (any beta)
-after a producer is elide.py's and fold.py's (the same epilogue).
+What matches (``find``): the layers consecutive in ``net.layers``, the
+Split with two tops, every blob before the last read by nothing but the
+next layer of the group and no net output, the PROD with two bottoms and
+no coefficients, none of the layers in another group. A Caffe ``Swish``
+layer (any beta) or ``Sigmoid`` after a producer is elide.py's and
+fold.py's (the same epilogue).
 
 A forward range that cuts the group computes the pending blobs first and
 then runs its layers one by one; before a backward the pending blobs are
@@ -36,23 +40,63 @@ from .patterns import consumers, one_in_one_out
 ACT = ("swish", 1.0)
 
 
-def _match(g, li, outputs):
-    """(split, sigmoid, prod) indices after producer ``li``, or None."""
+def _hard_sigmoid(g, li, x):
+    """(a, b, clip index) when layers li, li + 1 are ONNX's HardSigmoid as
+    onnx2caffe writes it (Power with power 1, scale a, shift b into a new
+    top, then Clip to [0, 1] into a new top) reading ``x``, else None."""
+    if li + 1 >= len(g.layers) or g.layer_types[li] != "Power" or g.layer_types[li + 1] != "Clip":
+        return None
+    if not (one_in_one_out(g, li) and one_in_one_out(g, li + 1)) or g.bottoms[li][0] is not x:
+        return None
+    pw, clip = g.layers[li].param.power_param, g.layers[li + 1].param.clip_param
+    mid = g.tops[li][0]
+    if pw.power != 1.0 or (clip.min, clip.max) != (0.0, 1.0) or mid is x:
+        return None
+    if g.bottoms[li + 1][0] is not mid or g.tops[li + 1][0] in (mid, x) \
+            or consumers(g, mid) != [(li + 1, 0)]:
+        return None
+    return float(pw.scale), float(pw.shift), li + 1
+
+
+def _gate(g, j, x):
+    """(act of x * gate(x), last gate layer) when the layers from ``j``
+    compute gate(x) from ``x``: Sigmoid (-> swish) or HardSigmoid (-> hard
+    swish), else None."""
+    if g.layer_types[j] == "Sigmoid" and one_in_one_out(g, j) and g.bottoms[j][0] is x \
+            and g.tops[j][0] is not x:
+        return ACT, j
+    hs = _hard_sigmoid(g, j, x)
+    if hs is not None:
+        return ("hardswish", hs[0], hs[1]), hs[2]
+    return None
+
+
+def _producer_fits(g, li, act):
+    layer = g.layers[li]
+    return layer.type != "Convolution" or conv_ops.fuses_act(layer.device, layer.geom, act)
+
+
+def _match_product(g, li, outputs):
+    """(act, layers after the producer) of producer -> Split -> gate ->
+    Eltwise PROD (x * gate(x)) from layer ``li``, or None."""
     if li + 3 >= len(g.layers) or not producer_ok(g.layers[li]) or not one_in_one_out(g, li):
         return None
-    sp, sg, pr = li + 1, li + 2, li + 3
+    sp = li + 1
     c = g.tops[li][0]
     if c is g.bottoms[li][0] or g.layer_types[sp] != "Split":
         return None
     if g.bottoms[sp] != (c,) or len(g.tops[sp]) != 2 or consumers(g, c) != [(sp, 0)]:
         return None
     c0, c1 = g.tops[sp]
-    if g.layer_types[sg] != "Sigmoid" or not one_in_one_out(g, sg):
-        return None
-    if g.bottoms[sg][0] is c1:
+    if g.bottoms[sp + 1][0] is c1:
         c0, c1 = c1, c0
-    s = g.tops[sg][0]
-    if g.bottoms[sg][0] is not c0 or s in (c0, c1):
+    found = _gate(g, sp + 1, c0)
+    if found is None:
+        return None
+    act, last_gate = found
+    s = g.tops[last_gate][0]
+    pr = last_gate + 1
+    if pr >= len(g.layers) or s in (c0, c1):
         return None
     prod = g.layers[pr]
     if prod.type != "Eltwise" or prod.op != prod.PROD or len(g.tops[pr]) != 1 \
@@ -63,48 +107,66 @@ def _match(g, li, outputs):
     y = g.tops[pr][0]
     if y in (c, c0, c1, s):
         return None
-    if consumers(g, c0) != [(sg, 0)] or consumers(g, s) != [(pr, g.bottoms[pr].index(s))] \
+    if consumers(g, c0) != [(sp + 1, 0)] or consumers(g, s) != [(pr, g.bottoms[pr].index(s))] \
             or consumers(g, c1) != [(pr, g.bottoms[pr].index(c1))]:
         return None
-    if any(b.name in outputs for b in (c, c0, c1, s)):
+    if any(b.name in outputs for b in (c, c0, c1, s)) or not _producer_fits(g, li, act):
         return None
-    layer = g.layers[li]
-    if layer.type == "Convolution" and not conv_ops.fuses_act(layer.device, layer.geom, ACT):
+    return act, list(range(sp, pr + 1))
+
+
+def _match_hard_sigmoid(g, li, outputs):
+    """(act, layers after the producer) of producer -> HardSigmoid (the SE
+    gate of MobileNet v3 as onnx2caffe writes it) from layer ``li``."""
+    if li + 2 >= len(g.layers) or not producer_ok(g.layers[li]) or not one_in_one_out(g, li):
         return None
-    return sp, sg, pr
+    c = g.tops[li][0]
+    if c is g.bottoms[li][0] or c.name in outputs or consumers(g, c) != [(li + 1, 0)]:
+        return None
+    hs = _hard_sigmoid(g, li + 1, c)
+    if hs is None or g.tops[li + 1][0].name in outputs:
+        return None
+    act = ("hardsigmoid", hs[0], hs[1])
+    return (act, [li + 1, li + 2]) if _producer_fits(g, li, act) else None
+
+
+def _match(g, li, outputs):
+    return _match_product(g, li, outputs) or _match_hard_sigmoid(g, li, outputs)
 
 
 class SwishGroup:
-    """Producer -> Split -> Sigmoid -> Eltwise PROD run as the producer
-    with swish in its epilogue, writing the product's top."""
+    """A producer and the layers after it that compute act(its output)
+    (``act``: swish, hard swish, hard sigmoid), run as the producer with
+    ``act`` in its epilogue writing the last layer's top."""
     fuses_backward = False
     loses_values = False          # the pending blobs are computed before a backward
 
-    def __init__(self, net, li, sp, sg, pr):
+    def __init__(self, net, li, act, rest):
         g = net.graph
         self.net = net
-        self.layers = [li, sp, sg, pr]
-        self.first, self.last = li, pr
+        self.act = act
+        self.layers = [li] + list(rest)
+        self.first, self.last = li, self.layers[-1]
         self.producer = net.layers[li]
         self.x = g.bottoms[li][0]
-        self.y = g.tops[pr][0]
-        # the blobs left to be computed on read: c, the Split's tops, s
-        self.pending = [g.tops[li][0], *g.tops[sp], g.tops[sg][0]]
+        self.y = g.tops[self.last][0]
+        # the blobs left to be computed on read: every top before the last
+        self.pending = [t for lj in self.layers[:-1] for t in g.tops[lj]]
         self._reader = self._compute
         self._key = None
         self.fwd = []
 
     def describe(self):
         names = self.net.graph.layer_names
-        return " -> ".join(names[i] for i in self.layers) + " (swish epilogue)"
+        return " -> ".join(names[i] for i in self.layers) + f" ({self.act[0]} epilogue)"
 
     def _compute(self):
-        """Run the producer, the Split and the Sigmoid into their tops."""
+        """Run the layers before the last into their tops."""
         for b in self.pending:
             if b.compute_on_read is self._reader:
                 b.compute_on_read = None
         g = self.net.graph
-        for li in self.layers[:3]:
+        for li in self.layers[:-1]:
             self.net.layers[li].forward(g.bottoms[li], g.tops[li])
 
     def _compute_pending(self):
@@ -133,10 +195,10 @@ class SwishGroup:
         if key != self._key:
             w, b = params[0], (params[1] if prod.bias_term else None)
             if prod.type == "InnerProduct":
-                self.fwd = prod.forward_launches(self.x, self.y, w, b, act=ACT)
+                self.fwd = prod.forward_launches(self.x, self.y, w, b, act=self.act)
             else:
                 self.fwd = conv_ops.forward(prod.device, prod.geom, self.x.data_buffer(), w,
-                                            self.y.data_buffer(), prod.col, b, act=ACT)
+                                            self.y.data_buffer(), prod.col, b, act=self.act)
             if self.x.count == 0 or self.y.count == 0:
                 self.fwd = []
             self._key = key
@@ -158,9 +220,9 @@ def find(net, taken=()):
     li = 0
     while li < len(g.layers):
         m = _match(g, li, outputs)
-        if m is not None and not any(i in taken for i in (li, *m)):
+        if m is not None and not any(i in taken for i in [li] + m[1]):
             out.append(SwishGroup(net, li, *m))
-            li = m[-1] + 1
+            li = m[1][-1] + 1
         else:
             li += 1
     return out

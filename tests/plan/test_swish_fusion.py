@@ -31,6 +31,21 @@ def _silu(name, x, y, swap=False):
             f'eltwise_param {{ operation: PROD }} }}\n')
 
 
+def _hardswish(name, x, y, swap=False):
+    """ONNX's HardSwish as onnx2caffe writes it: x * clip(x / 6 + 0.5, 0, 1)."""
+    bots = f'bottom: "{name}_g" bottom: "{x}"' if swap else f'bottom: "{x}" bottom: "{name}_g"'
+    return (_hardsigmoid(name, x, f"{name}_g", 1 / 6, 0.5)
+            + f'layer {{ name: "{name}_mul" type: "Eltwise" {bots} top: "{y}" '
+              f'eltwise_param {{ operation: PROD }} }}\n')
+
+
+def _hardsigmoid(name, x, y, a, b):
+    return (f'layer {{ name: "{name}_aff" type: "Power" bottom: "{x}" top: "{name}_m" '
+            f'power_param {{ scale: {a!r} shift: {b!r} }} }}\n'
+            f'layer {{ name: "{name}_clip" type: "Clip" bottom: "{name}_m" top: "{y}" '
+            f'clip_param {{ min: 0 max: 1 }} }}\n')
+
+
 HEAD = ('name: "silu" layer { name: "data" type: "Input" top: "data" '
         'input_param { shape { dim: 2 dim: 3 dim: 6 dim: 5 } } }\n')
 
@@ -51,6 +66,24 @@ CONVERTED = (HEAD + _conv("stem", "data", "c1", 8, k=3, pad=1) + _silu("a1", "c1
              + 'layer { name: "fc" type: "InnerProduct" bottom: "p" top: "fc" '
                f'inner_product_param {{ num_output: 5 {_W} {_B} }} }}\n'
              + _silu("a4", "fc", "out"))
+
+# MobileNet v3 as converted: conv + HardSwish, depthwise conv + HardSwish
+# (PROD bottoms swapped), an SE block with a ReLU and a hard-sigmoid gate,
+# an InnerProduct + HardSwish
+MOBILENET_V3 = (HEAD + _conv("stem", "data", "c1", 8, k=3, pad=1) + _hardswish("h1", "c1", "y1")
+                + _conv("dw", "y1", "c2", 8, k=3, pad=1, group=8)
+                + _hardswish("h2", "c2", "y2", True)
+                + 'layer { name: "gap" type: "Pooling" bottom: "y2" top: "gap" '
+                  'pooling_param { pool: AVE global_pooling: true } }\n'
+                + _conv("fc1", "gap", "f1", 2)
+                + 'layer { name: "r" type: "ReLU" bottom: "f1" top: "g1" }\n'
+                + _conv("fc2", "g1", "f2", 8) + _hardsigmoid("hs", "f2", "gate", 0.2, 0.5)
+                + 'layer { name: "flat" type: "Flatten" bottom: "gate" top: "gate_flat" }\n'
+                + 'layer { name: "se" type: "Scale" bottom: "y2" bottom: "gate_flat" '
+                  'top: "se" scale_param { axis: 0 } }\n'
+                + 'layer { name: "fc" type: "InnerProduct" bottom: "se" top: "fc" '
+                  f'inner_product_param {{ num_output: 5 {_W} {_B} }} }}\n'
+                + _hardswish("h4", "fc", "out"))
 
 # Caffe's forms: Swish in place after conv -> BatchNorm -> Scale (folded
 # chain), Swish with beta into a new top (an elide pair)
@@ -113,6 +146,27 @@ def test_converted_form(rng):
         _assert_blobs_equal(fused, plain, ["out", "se", "y2"])
         _assert_blobs_equal(fused, plain)
         _assert_blobs_equal(no_swish, plain)
+
+
+def test_mobilenet_v3_form(rng):
+    fused, plain, no_swish = _nets(MOBILENET_V3, rng)
+    groups = [(c.describe().split(" -> ")[0], c.act) for c in fused.plan.groups
+              if isinstance(c, swish.SwishGroup)]
+    sixth = float(np.float32(1 / 6))       # power_param's scale is a float
+    assert groups == [("stem", ("hardswish", sixth, 0.5)), ("dw", ("hardswish", sixth, 0.5)),
+                      ("fc2", ("hardsigmoid", float(np.float32(0.2)), 0.5)),
+                      ("fc", ("hardswish", sixth, 0.5))]
+    assert not any(isinstance(c, swish.SwishGroup) for c in no_swish.plan.groups)
+    for it in range(2):
+        x = _x(rng) * 4          # both clip ends of the hard sigmoid reached
+        for net in (fused, plain, no_swish):
+            net.forward(data=x)
+        assert fused.blobs["h1_m"].compute_on_read is not None
+        _assert_blobs_equal(fused, plain, ["out", "se", "gate"])
+        _assert_blobs_equal(fused, plain)
+        _assert_blobs_equal(no_swish, plain)
+    m = plain.blobs["h1_m"].data
+    assert (m < 0).any() and (m > 1).any()
 
 
 def test_caffe_forms(rng):
@@ -180,12 +234,13 @@ def test_ranges_and_backward(rng):
     _assert_blobs_equal(fused, plain)
 
 
-@pytest.mark.parametrize("act", [("swish", 1.0), ("swish", 0.7), ("sigmoid",)])
+@pytest.mark.parametrize("act", [("swish", 1.0), ("swish", 0.7), ("sigmoid",),
+                                 ("hardswish", 1 / 6, 0.5), ("hardsigmoid", 0.3, 0.4)])
 def test_gemm_epilogue_acts(act, rng):
     """ops.gemm's epilogue (kernels/act.h ACT 3, 4) against NumPy."""
     from caffe_ocl.blob import Blob
     from caffe_ocl.ops import gemm as gemm_ops
-    a = rng.normal(0, 1, (5, 7)).astype(np.float32)
+    a = rng.normal(0, 2, (5, 7)).astype(np.float32)
     b = rng.normal(0, 1, (7, 9)).astype(np.float32)
     A, B, C = Blob(a.shape), Blob(b.shape), Blob((5, 9))
     A.data[...] = a
@@ -197,6 +252,10 @@ def test_gemm_epilogue_acts(act, rng):
                   act=act).run(dev.queue)
     C.data_mem.device_written()
     v = a.astype(np.float64) @ b
-    beta = act[1] if act[0] == "swish" else None
-    want = v / (1 + np.exp(-beta * v)) if beta is not None else 1 / (1 + np.exp(-v))
+    if act[0] == "swish":
+        want = v / (1 + np.exp(-act[1] * v))
+    elif act[0] == "sigmoid":
+        want = 1 / (1 + np.exp(-v))
+    else:
+        want = np.clip(act[1] * v + act[2], 0, 1) * (v if act[0] == "hardswish" else 1)
     np.testing.assert_allclose(C.data, want, rtol=1e-5, atol=1e-6)
