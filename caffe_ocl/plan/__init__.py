@@ -7,6 +7,9 @@ graph and return groups of layers to run as one:
 - ``fold.py``: TEST-phase folding of BatchNorm/Scale/activations into the
   producing Convolution/InnerProduct;
 - ``eltwise.py``: Eltwise SUM -> activation as one kernel (TEST and TRAIN);
+- ``swish.py``: TEST-phase Swish/SiLU, hard swish and hard sigmoid as
+  ONNX-converted nets write them (Sigmoid/Power/Clip * x), in the
+  producer's epilogue;
 - ``concat.py``: TEST-phase Concat in place (the convolutions computing
   its inputs write them into their slices of its top);
 - ``train.py``: the TRAIN fusions (BatchNorm/Scale/activation chains,
