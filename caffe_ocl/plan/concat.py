@@ -28,7 +28,9 @@ Every blob still reads Caffe's value: ``c`` is not written; it is computed
 when read (``Blob.compute_on_read``) by copying its slice out of the
 Concat's top, or, when the top changed since (an in-place write from the
 host), by running the unit again into ``c``. A forward range that cuts a
-unit runs its layers one by one into ``c`` (the Concat then copies it);
+unit, or stops before its Concat (``forward_through``: the Concat's top
+must keep its value then), runs the unit's layers one by one into ``c``
+(the Concat then copies it);
 the Concat copies any input whose slice is not fresh (shapes changed since
 the plan was built: the first forward after a reshape writes ``c`` itself).
 Before a backward (or ``net.unfold()``) the pending inputs are computed,
@@ -135,6 +137,11 @@ class ConvUnit:
     def run_plain(self):
         g = self.net.graph
         self.layer.forward(g.bottoms[self.li], g.tops[self.li])
+
+    def run_member(self, li):
+        """The convolution alone (a range that stops before the Concat)."""
+        self.out_blob.compute_pending()
+        self.run_plain()
 
     def run(self):
         layout = self.slice_target.layout()
@@ -261,6 +268,7 @@ def find(net, groups, taken):
             if unit is None:
                 continue
             unit.slice_target = targets[k] = SliceTarget(net, ci, k, unit)
+            unit.forward_through = ci       # execution.py: fused only up to the Concat
             if isinstance(unit, ConvUnit):
                 out.append(unit)
                 taken.add(unit.li)

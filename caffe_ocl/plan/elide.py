@@ -101,8 +101,8 @@ class PendingPair(LayerPair):
     def run_member(self, li):
         """Layer ``li``'s own forward in a range that cuts the pair."""
         g, layer = self.net.graph, self.net.layers[li]
-        if self.slice_target is not None:
-            self.slice_target.release()
+        if self.slice_target is not None:     # its value from the last forward first
+            self.slice_target.blob.compute_pending()
         if li == self.first:
             self.c.compute_on_read = None     # computed now
         else:

@@ -175,8 +175,8 @@ class Chain:
     # ---- running -------------------------------------------------------------
     def run_member(self, li):
         """Layer ``li``'s own forward in a range that cuts the chain."""
-        if self.slice_target is not None:
-            self.slice_target.release()
+        if self.slice_target is not None:     # its value from the last forward first
+            self.slice_target.blob.compute_pending()
         g = self.net.graph
         self.net.layers[li].forward(g.bottoms[li], g.tops[li])
 

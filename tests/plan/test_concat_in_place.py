@@ -162,9 +162,14 @@ def test_reshape_ranges_and_host_writes(rng):
     for it in range(2):
         _forward_all(nets, x)
         _assert_blobs_equal(fused, plain)
-    # ranges cutting the units: every layer on its own, the Concat copies
+    # ranges cutting the units: every layer on its own, the Concat copies;
+    # a blob a cut unit does not reach keeps its value of the last forward
+    _forward_all(nets, x * 3)
     for net in nets:
+        net.blobs["data"].data[...] = x
         net.forward(end="b2")
+    _assert_blobs_equal(fused, plain, ["b2r", "b2", "cat"])
+    for net in nets:
         net.forward(start="b2r", end="b3")
         net.forward(start="pool")
     _assert_blobs_equal(fused, plain)
