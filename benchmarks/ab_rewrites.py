@@ -33,6 +33,9 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--export-dir", default=None)
+    ap.add_argument("--order", choices=("on-off", "off-on", "on-on"), default="on-off",
+                    help="which net is built (and timed in each round) first; on-on: an "
+                    "A/A control, both nets with the rewrite")
     a = ap.parse_args(argv)
     from caffe_ocl import config
     from caffe_ocl.onnx import check, to_caffe
@@ -44,11 +47,14 @@ def main(argv=None):
         param = to_caffe.convert(path, batch=a.batch)
         x = rng.standard_normal((a.batch, 3, a.size, a.size)).astype(np.float32)
         nets = {}
-        for on in (True, False):
+        order = {"on-off": (("on", True), ("off", False)),
+                 "off-on": (("off", False), ("on", True)),
+                 "on-on": (("on", True), ("off", True))}[a.order]
+        for key, on in order:
             with config.override(**{a.setting: on}):
                 net = check.caffe_net(param)
             net.blobs[net.inputs[0]].data[...] = x
-            nets["on" if on else "off"] = net
+            nets[key] = net
         added = sorted(set(nets["on"].plan.describe()) - set(nets["off"].plan.describe()))
         outs = {k: bench_zoo.ours_timer(n)() for k, n in nets.items()}
         diff = float(np.abs(outs["on"] - outs["off"]).max())
