@@ -233,26 +233,34 @@ def test_unfold_computes_pending_inputs(rng):
     _assert_blobs_equal(fused, plain)
 
 
-def test_conv_forward_into_a_slice(rng):
-    """ops.conv.forward with y_off / y_channels (the im2col path) against
-    NumPy: the images land C_total * H * W floats apart, the rest of the
+# (input shape, output channels, kernel): im2col / packed columns on CPU
+# drivers; on GPUs the 1x1 GEMMs on images (K >= 128, planes of 4n pixels)
+# and on rows gathered by channel (K >= 512, 7 x 7)
+@pytest.mark.parametrize("shape, cout, k", [((2, 3, 5, 4), 3, 3), ((2, 128, 4, 4), 72, 1),
+                                             ((2, 512, 7, 7), 80, 1)])
+def test_conv_forward_into_a_slice(rng, shape, cout, k):
+    """ops.conv.forward with y_off / y_channels against the layer's own
+    forward: the images land C_total * H * W floats apart, the rest of the
     buffer untouched."""
-    net = Net(parse_net_text(_input((2, 3, 5, 4)) + _conv("c", "data", "c", 3, k=3, pad=1)),
+    net = Net(parse_net_text(_input(shape) + _conv("c", "data", "c", cout, k=k, pad=k // 2)),
               TEST, fold=False)
     layer = net.layers[1]
-    assert conv_ops.writes_slices(layer.device, layer.geom)
-    x = rng.normal(0, 1, (2, 3, 5, 4)).astype(np.float32)
+    if not conv_ops.writes_slices(layer.device, layer.geom):
+        pytest.skip("this device's algorithm for it writes no slices")
+    x = rng.normal(0, 1, shape).astype(np.float32)
     net.forward(data=x)
     want = net.blobs["c"].data.copy()
-    big = net.blobs["data"].__class__((2, 7, 5, 4), name="big", device=layer.device)
+    n, _, h, w = shape
+    big = net.blobs["data"].__class__((n, cout + 4, h, w), name="big", device=layer.device)
     big.data[...] = -1.0
     big.data_mem.to_device()
     launches = conv_ops.forward(layer.device, layer.geom, net.blobs["data"].data_buffer(),
                                 layer.blobs[0].data_buffer(), big.data_buffer(), layer.col,
-                                layer.blobs[1].data_buffer(), y_off=2 * 20, y_channels=7)
+                                layer.blobs[1].data_buffer(), y_off=3 * h * w,
+                                y_channels=cout + 4)
     for launch in launches:
         launch.run(layer.device.queue)
     big.data_mem.device_written()
     got = big.data
-    np.testing.assert_allclose(got[:, 2:5], want, rtol=1e-5, atol=1e-6)
-    assert (got[:, :2] == -1).all() and (got[:, 5:] == -1).all()
+    np.testing.assert_allclose(got[:, 3:3 + cout], want, rtol=1e-5, atol=1e-5)
+    assert (got[:, :3] == -1).all() and (got[:, 3 + cout:] == -1).all()
