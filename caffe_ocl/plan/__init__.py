@@ -10,6 +10,8 @@ graph and return groups of layers to run as one:
 - ``swish.py``: TEST-phase Swish/SiLU, hard swish and hard sigmoid as
   ONNX-converted nets write them (Sigmoid/Power/Clip * x), in the
   producer's epilogue;
+- ``se.py``: TEST-phase SE channel scale folded into the next 1x1
+  convolution's weights (per image);
 - ``concat.py``: TEST-phase Concat in place (the convolutions computing
   its inputs write them into their slices of its top);
 - ``train.py``: the TRAIN fusions (BatchNorm/Scale/activation chains,

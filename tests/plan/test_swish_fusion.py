@@ -10,7 +10,7 @@ import pytest
 
 from caffe_ocl import config
 from caffe_ocl.net import Net, TEST
-from caffe_ocl.plan import elide, fold, swish
+from caffe_ocl.plan import elide, fold, se, swish
 from caffe_ocl.proto import parse_net_text
 
 _W = 'weight_filler { type: "gaussian" std: 0.4 }'
@@ -136,12 +136,19 @@ def test_converted_form(rng):
     assert [(c.describe(), c.act) for c in pairs] == [("fc2 -> gate", ("sigmoid",))]
     assert not any(isinstance(c, swish.SwishGroup) for c in no_swish.plan.groups)
     assert not any(getattr(c, "act", None) == ("sigmoid",) for c in no_swish.plan.groups)
+    # the SE block's channel scale folded into the projection's weights
+    assert [c.describe() for c in groups if isinstance(c, se.SEScaleConv)] == \
+        ["se -> proj (channel scale in the weights)"]
+    with config.override(FUSE_SE_SCALE=False):
+        assert not any(isinstance(c, se.SEScaleConv)
+                       for c in Net(parse_net_text(CONVERTED), TEST).plan.groups)
     assert plain.plan.describe() == []
     for it in range(2):
         x = _x(rng)
         for net in (fused, plain, no_swish):
             net.forward(data=x)
         assert fused.blobs["a1_s"].compute_on_read is not None
+        assert fused.blobs["se"].compute_on_read is not None
         # the outputs first, then every blob (the pending ones computed)
         _assert_blobs_equal(fused, plain, ["out", "se", "y2"])
         _assert_blobs_equal(fused, plain)
@@ -194,6 +201,27 @@ def test_winograd_producer_keeps_its_layers(rng):
         _assert_blobs_equal(fused, plain)
     with config.override(WINOGRAD=False):
         assert len(Net(parse_net_text(text), TEST).plan.describe()) == 1
+
+
+def test_se_scale_with_bias_and_batch_sizes(rng):
+    """The channel scale folded into a projection with a bias, at batch 1
+    and 3 (one weight set per image), and a Scale read elsewhere (kept)."""
+    assert CONVERTED.count("bias_term: false") == 1          # the projection's
+    text = CONVERTED.replace("bias_term: false", "bias_term: true " + _B)
+    fused, plain, _ = _nets(text, rng)
+    assert any(isinstance(c, se.SEScaleConv) for c in fused.plan.groups)
+    for n in (1, 3):
+        x = rng.normal(0, 1, (n, 3, 6, 5)).astype(np.float32)
+        for net in (fused, plain):
+            net.blobs["data"].reshape(*x.shape)
+            net.reshape()
+            net.forward(data=x)
+        _assert_blobs_equal(fused, plain, ["p", "out"])
+        _assert_blobs_equal(fused, plain)
+    peek = CONVERTED + ('layer { name: "peek" type: "Pooling" bottom: "se" top: "peek" '
+                        'pooling_param { pool: MAX kernel_size: 2 } }\n')
+    assert not any(isinstance(c, se.SEScaleConv)
+                   for c in Net(parse_net_text(peek), TEST).plan.groups)
 
 
 def test_not_applied_when_a_blob_is_read_elsewhere():
