@@ -1,28 +1,35 @@
 """TEST-phase rewrite: an SE block's channel scale folded into the 1x1
 convolution that reads it.
 
-A squeeze-and-excitation block ends with a per-image, per-channel scale of
-its input, ``s[n, c] = x[n, c] * g[n, c]`` (Caffe's ``Scale`` with axis 0
-and the gate as its second bottom: what onnx2caffe writes for the
-broadcast Mul of torchvision's EfficientNet, MobileNet v3 and RegNet-Y),
-and in these nets a 1x1 convolution reads ``s`` next (the projection). As
-``W (g_n * x_n) = (W diag(g_n)) x_n``, the convolution runs on ``x`` with
-per-image weights ``W diag(g_n)`` (N x Co x C floats, a small kernel:
-kernels/fold.cl ``scale_weight_columns``) and one batched GEMM: the
-Scale's pass over the block's largest blob (a read of ``x``, a write and
-a read of ``s``) is gone. ``s`` is computed when read (the Scale's own
+A squeeze-and-excitation block ends with a per-channel scale of its input
+by the gate, ``s[n, c] = x[n, c] * g[n, c]`` (Caffe's ``Scale`` with the
+gate as its second bottom: what onnx2caffe writes for the broadcast Mul of
+torchvision's EfficientNet, MobileNet v3 and RegNet-Y -- axis 0 with a
+(N, C) gate, or axis 1 with a (C,) gate at batch 1), and in these nets a
+1x1 convolution reads ``s`` next (the projection). As ``W (g * x) = (W
+diag(g)) x``, the convolution runs on ``x`` with the weights scaled by the
+gate (Co x C floats, kernels/fold.cl ``scale_weight_columns``): the
+Scale's pass over the block's largest blob (a read of ``x``, a write and a
+read of ``s``) is gone. ``s`` is computed when read (the Scale's own
 forward runs then), so it holds Caffe's value whenever looked at.
 
-What matches (``find``): a Scale with two bottoms (``x`` 4-D, the gate
-``g`` shaped (N, C)), axis 0, no bias, writing a new top read only by the
-next layer, a 2-D Convolution with one group, a 1x1 kernel, stride 1, no
-padding, one bottom and one top; neither in another group. A forward range
-that cuts the pair computes the pending ``s`` and runs the layers one by
-one; before a backward the pending ``s`` is computed. ``CAFFE_OCL_FOLD=0``
-or ``CAFFE_OCL_FUSE_SE_SCALE=0`` turn it off.
+Only where one gate serves every image (batch 1, the deployment case, or a
+gate shared by the batch): with one gate per image of several the layers
+run one by one (per-image weights and a batched GEMM measured 1.5-2x
+slower than the Scale's pass on the CPU: the images no longer fold into
+one GEMM).
+
+What matches (``find``): a Scale with two bottoms (``x`` 4-D, a gate with
+one value per image and channel or per channel), no bias, writing a new
+top read only by the next layer, a 2-D Convolution with one group, a 1x1
+kernel, stride 1, no padding, one bottom and one top; neither in another
+group. A forward range that cuts the pair computes the pending ``s`` and
+runs the layers one by one; before a backward the pending ``s`` is
+computed. ``CAFFE_OCL_FOLD=0`` or ``CAFFE_OCL_FUSE_SE_SCALE=0`` turn it
+off.
 """
 from .. import config
-from ..ops import gemm as gemm_ops
+from ..ops import conv as conv_ops
 from ..ops import work_size
 from .elide import producer_ok
 from .patterns import consumers, one_in_one_out
@@ -37,9 +44,12 @@ def _match(g, li, outputs):
     if len(bots) != 2 or len(tops) != 1 or scale.bias_term:
         return False
     x, gate, s = bots[0], bots[1], tops[0]
-    if x.num_axes != 4 or gate.shape != x.shape[:2] or s in (x, gate) or s.name in outputs:
+    if x.num_axes != 4 or s in (x, gate) or s.name in outputs:
         return False
-    if x.canonical_axis(scale.param.scale_param.axis) != 0:
+    # one value per (image, channel) or per channel: the Scale's (outer,
+    # scale, inner) split puts the planes in ``inner``
+    outer, dim, inner = scale.dims
+    if inner != x.shape[2] * x.shape[3] or outer * dim != x.shape[0] * x.shape[1]:
         return False
     if not (producer_ok(conv) and one_in_one_out(g, li + 1)) or g.bottoms[li + 1][0] is not s:
         return False
@@ -94,25 +104,31 @@ class SEScaleConv:
 
     def _build(self, params):
         conv, dev = self.conv, self.conv.device
-        N, K, H, W = self.x.shape
-        M, hw = conv.num_output, H * W
-        total = N * M * K
+        M, K = conv.num_output, self.x.shape[1]
+        total = M * K
         if self._wbuf is None or self._wbuf[0] < total:
             self._wbuf = (total, dev.alloc(4 * max(total, 1)))
         wbuf = self._wbuf[1]
         gs, ls = work_size(dev, total)
         bias = params[1] if conv.bias_term else None
         self.fwd = [dev.launch("fold.cl", "scale_weight_columns", gs, ls,
-                               [total, M * K, K, params[0], self.gate.data_buffer(), wbuf]),
-                    gemm_ops.gemm(dev, M, hw, K, wbuf, self.x.data_buffer(),
-                                  self.y.data_buffer(), batch=N, stride_a=(M * K, 0),
-                                  stride_b=(K * hw, 0), stride_c=(M * hw, 0), bias=bias,
-                                  bias_axis=0)]
+                               [total, total, K, params[0], self.gate.data_buffer(), wbuf])]
+        self.fwd += conv_ops.forward(dev, conv.geom, self.x.data_buffer(), wbuf,
+                                     self.y.data_buffer(), conv.col, bias)
         if self.x.count == 0:
             self.fwd = []
 
     def run(self):
         g, net = self.net.graph, self.net
+        if self.gate.count != self.x.shape[1]:
+            # one gate per image of several: the layers one by one (one
+            # weight set per image measured slower than the Scale's pass)
+            self._compute_pending()
+            self.s.compute_on_read = None
+            for li in self.layers:
+                net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
+                net.layers[li].forward(g.bottoms[li], g.tops[li])
+            return
         net.layers[self.last].reshape_if_needed(g.bottoms[self.last], g.tops[self.last])
         conv = self.conv
         for b in (self.x, self.gate):

@@ -148,7 +148,6 @@ def test_converted_form(rng):
         for net in (fused, plain, no_swish):
             net.forward(data=x)
         assert fused.blobs["a1_s"].compute_on_read is not None
-        assert fused.blobs["se"].compute_on_read is not None
         # the outputs first, then every blob (the pending ones computed)
         _assert_blobs_equal(fused, plain, ["out", "se", "y2"])
         _assert_blobs_equal(fused, plain)
@@ -204,8 +203,9 @@ def test_winograd_producer_keeps_its_layers(rng):
 
 
 def test_se_scale_with_bias_and_batch_sizes(rng):
-    """The channel scale folded into a projection with a bias, at batch 1
-    and 3 (one weight set per image), and a Scale read elsewhere (kept)."""
+    """The channel scale folded into a projection with a bias at batch 1;
+    at batch 3 (a gate per image) the layers run one by one; a Scale read
+    elsewhere is kept."""
     assert CONVERTED.count("bias_term: false") == 1          # the projection's
     text = CONVERTED.replace("bias_term: false", "bias_term: true " + _B)
     fused, plain, _ = _nets(text, rng)
@@ -216,12 +216,31 @@ def test_se_scale_with_bias_and_batch_sizes(rng):
             net.blobs["data"].reshape(*x.shape)
             net.reshape()
             net.forward(data=x)
+        assert (fused.blobs["se"].compute_on_read is not None) == (n == 1)
         _assert_blobs_equal(fused, plain, ["p", "out"])
         _assert_blobs_equal(fused, plain)
     peek = CONVERTED + ('layer { name: "peek" type: "Pooling" bottom: "se" top: "peek" '
                         'pooling_param { pool: MAX kernel_size: 2 } }\n')
     assert not any(isinstance(c, se.SEScaleConv)
                    for c in Net(parse_net_text(peek), TEST).plan.groups)
+
+
+def test_se_scale_batch_one_axis_one(rng):
+    """onnx2caffe's form at batch 1: the gate a (C,) vector, Scale axis 1."""
+    text = (CONVERTED.replace("dim: 2 dim: 3 dim: 6 dim: 5", "dim: 1 dim: 3 dim: 6 dim: 5")
+            .replace('type: "Flatten" bottom: "gate" top: "gate_flat" }',
+                     'type: "Reshape" bottom: "gate" top: "gate_flat" '
+                     'reshape_param { shape { dim: -1 } } }')
+            .replace("scale_param { axis: 0 }", "scale_param { axis: 1 }"))
+    fused, plain, _ = _nets(text, rng)
+    assert fused.blobs["gate_flat"].shape == (8,)
+    assert any(isinstance(c, se.SEScaleConv) for c in fused.plan.groups)
+    x = rng.normal(0, 1, (1, 3, 6, 5)).astype(np.float32)
+    for net in (fused, plain):
+        net.forward(data=x)
+    assert fused.blobs["se"].compute_on_read is not None
+    _assert_blobs_equal(fused, plain, ["p", "out"])
+    _assert_blobs_equal(fused, plain)
 
 
 def test_not_applied_when_a_blob_is_read_elsewhere():
