@@ -96,9 +96,10 @@ _DECLARED = (
     Setting("AFFINE_NEW_TOPS", "bool", True,
             "at TEST, BatchNorm -> Scale -> ReLU chains writing new tops (ONNX's form) run "
             "as one pass (with CAFFE_OCL_FOLD)"),
-    Setting("FUSE_SE_SCALE", "bool", True,
+    Setting("FUSE_SE_SCALE", "bool", False,
             "at TEST, an SE block's channel Scale folds into the 1x1 convolution after it "
-            "(per-image weights; with CAFFE_OCL_FOLD)"),
+            "where one gate serves the batch (with CAFFE_OCL_FOLD; off: measured slower "
+            "end to end on the CPU, see BENCHMARKS.md)"),
     Setting("FUSE_SWISH", "bool", True,
             "at TEST, Swish / ONNX's Sigmoid * x / Sigmoid after a convolution or "
             "InnerProduct run in its epilogue (with CAFFE_OCL_FOLD)"),

@@ -98,9 +98,10 @@ CAFFE = (HEAD + _conv("conv1", "data", "c1", 6, k=3, pad=1, bias=False)
 
 
 def _nets(text, rng):
-    fused = Net(parse_net_text(text), TEST, fold=True)
+    with config.override(FUSE_SE_SCALE=True):       # off by default (se.py)
+        fused = Net(parse_net_text(text), TEST, fold=True)
     plain = Net(parse_net_text(text), TEST, fold=False)
-    with config.override(FUSE_SWISH=False):
+    with config.override(FUSE_SWISH=False, FUSE_SE_SCALE=True):
         no_swish = Net(parse_net_text(text), TEST, fold=True)
     for name, blobs in plain.params.items():
         for d, s, n in zip(fused.params[name], blobs, no_swish.params[name]):
@@ -221,8 +222,11 @@ def test_se_scale_with_bias_and_batch_sizes(rng):
         _assert_blobs_equal(fused, plain)
     peek = CONVERTED + ('layer { name: "peek" type: "Pooling" bottom: "se" top: "peek" '
                         'pooling_param { pool: MAX kernel_size: 2 } }\n')
-    assert not any(isinstance(c, se.SEScaleConv)
-                   for c in Net(parse_net_text(peek), TEST).plan.groups)
+    with config.override(FUSE_SE_SCALE=True):
+        assert not any(isinstance(c, se.SEScaleConv)
+                       for c in Net(parse_net_text(peek), TEST).plan.groups)
+    assert not any(isinstance(c, se.SEScaleConv)                  # the default: off
+                   for c in Net(parse_net_text(CONVERTED), TEST).plan.groups)
 
 
 def test_se_scale_batch_one_axis_one(rng):
