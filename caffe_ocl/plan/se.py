@@ -32,7 +32,9 @@ folding): on the CPU (Intel's runtime, converted RegNet-Y and
 EfficientNet-B0 at batch 1) each fused pair timed alone ran faster than
 the Scale and the convolution (0.10-0.21 ms against 0.32-0.41 ms), yet a
 whole forward ran slower (17 ms against 11 ms, RegNet-Y, one net per
-process); not understood yet, to be A/B'd on the GPU.
+process). The weight-scaling kernel is the cost (left out, the forward
+took 10.9 ms): ~0.5 ms a launch inside a forward, 0.03-0.12 ms timed
+alone; not understood yet. To be A/B'd on the GPU.
 """
 from .. import config
 from ..ops import conv as conv_ops
