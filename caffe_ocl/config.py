@@ -89,6 +89,20 @@ _DECLARED = (
     # graph planning
     Setting("FOLD", "bool", True,
             "fold BatchNorm/Scale/activation into the convolution at TEST (inference plan)"),
+    # graph rewrites (issue #27, plan/concat.py ...)
+    Setting("CONCAT_IN_PLACE", "bool", True,
+            "at TEST, convolutions write a Concat's inputs straight into its top "
+            "(with CAFFE_OCL_FOLD)"),
+    Setting("AFFINE_NEW_TOPS", "bool", True,
+            "at TEST, BatchNorm -> Scale -> ReLU chains writing new tops (ONNX's form) run "
+            "as one pass (with CAFFE_OCL_FOLD)"),
+    Setting("FUSE_SE_SCALE", "bool", False,
+            "at TEST, an SE block's channel Scale folds into the 1x1 convolution after it "
+            "where one gate serves the batch (with CAFFE_OCL_FOLD; off: measured slower "
+            "end to end on the CPU, see BENCHMARKS.md)"),
+    Setting("FUSE_SWISH", "bool", True,
+            "at TEST, Swish / ONNX's Sigmoid * x / Sigmoid after a convolution or "
+            "InnerProduct run in its epilogue (with CAFFE_OCL_FOLD)"),
     Setting("FUSE_TRAIN", "bool", True,
             "fused kernels for TRAIN nets (BatchNorm->Scale->ReLU, Eltwise->ReLU, ...)"),
     Setting("SHARE_DIFFS", "bool", True,

@@ -59,3 +59,14 @@ __kernel void fold_affine(int nw, int C, int inner,
         }
     }
 }
+
+/* An SE block's channel scale folded into the 1x1 convolution after it
+ * (caffe_ocl/plan/se.py): w_out[n][o][c] = w[o][c] * g[n][c] (M x K
+ * weights, mk = M * K, n < total / mk, g: one K-vector per n). */
+__kernel void scale_weight_columns(int total, int mk, int k, __global const float* w,
+                                   __global const float* g, __global float* w_out) {
+    GLOBAL_LOOP(i, total) {
+        const int n = i / mk, r = i - n * mk;
+        w_out[i] = w[r] * g[n * k + r % k];
+    }
+}

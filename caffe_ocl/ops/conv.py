@@ -479,17 +479,25 @@ def _gemm_1x1(dev, g, plan, M, K, A, src, src_rows, C, dst_rows, scratch_at=0, *
                  **fold, **kw)]
 
 
-def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0):
+def _igemm_forward_plan(dev, g):
+    """_gemm_1x1_plan of an implicit-GEMM forward (None: the igemm kernel)."""
     M, K = g.out_channels // g.groups, g.channels // g.groups
     gp = per_image(g) if deterministic() else g      # a plan valid at every batch
     # a forward that needs a K split (few output tiles: batch 1-4) stays on
     # the implicit GEMM, which has one
-    plan = (_gemm_1x1_plan(dev, gp, M, K, K)
+    return (_gemm_1x1_plan(dev, gp, M, K, K)
             if (M > 64 or K >= GEMM_1X1_MIN_K_64_ROWS) and forward_splitk(dev, g)[0] == 1
             else None)
+
+
+def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0, y_off=0, y_channels=None):
+    M, K = g.out_channels // g.groups, g.channels // g.groups
+    plan = _igemm_forward_plan(dev, g)
     if plan:
-        return _gemm_1x1(dev, g, plan, M, K, weight, x, g.channels, y, g.out_channels,
-                         beta=float(beta), stride_a=(0, M * K), bias=bias, act=act)
+        return _gemm_1x1(dev, g, plan, M, K, weight, x, g.channels, y,
+                         y_channels or g.out_channels, beta=float(beta),
+                         stride_a=(0, M * K), bias=bias, act=act, off_c=y_off)
+    assert not y_off and y_channels in (None, g.out_channels), "see writes_slices"
     act_kind, act_a, act_b = act_defines(act)
     N = g.num * g.out_spatial
     nsplit, kchunk = forward_splitk(dev, g)
@@ -709,18 +717,43 @@ def _image_gemm(dev, M, N, K, A, B, C, *, nsplit=0, nstride=(0, 0), ksplit=0,
                  stride_c=stride_c, **kw)]
 
 
-def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None):
+def fuses_act(dev, g, act, algo=None):
+    """Whether ``forward`` of ``g`` applies ``act`` in its epilogue: every
+    path for ReLU and clip; not Winograd for swish and sigmoid."""
+    return (act is None or act_defines(act)[0] <= 2
+            or algorithm(dev, g, algo, "forward") != "winograd")
+
+
+def writes_slices(dev, g, algo=None):
+    """Whether ``forward`` of ``g`` can write its output into a slice of a
+    bigger blob (``y_off``, ``y_channels``: a Concat's top along channels,
+    caffe_ocl/plan/concat.py): the GEMM paths (im2col, 1x1 GEMMs), not the
+    Winograd, depthwise and implicit-GEMM kernels."""
+    a = algorithm(dev, g, algo, "forward")
+    return a == "im2col" or (a == "igemm" and g.groups == 1
+                             and _igemm_forward_plan(dev, g) is not None)
+
+
+def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
+            y_channels=None):
     """y[n, Co, Ho, Wo] = act(conv(x[n, C, H, W], weight[Co, C/G, KH, KW]) (+ bias)).
 
     ``act``: None, ("relu", negative_slope) or ("clip", lo, hi), applied in
-    the GEMM epilogue (see ops.gemm.gemm)."""
+    the GEMM epilogue (see ops.gemm.gemm). ``y_off``, ``y_channels``: the
+    output images lie ``y_channels * Ho * Wo`` floats apart from ``y_off``
+    on (a slice of a Concat's top; only where ``writes_slices``)."""
     a = algorithm(dev, g, algo, "forward")
+    sliced = bool(y_off) or y_channels not in (None, g.out_channels)
+    if sliced and not writes_slices(dev, g, algo):
+        raise ValueError(f"convolution {g}: algorithm {a!r} cannot write into a slice")
     if a == "winograd":
         return wino_ops.forward(dev, g, x, weight, y, bias, act)
     if a == "depthwise":
         return dw_ops.forward(dev, g, x, weight, y, bias, act)
     if a == "igemm":
-        return _igemm_forward(dev, g, x, weight, y, bias, act)
+        return _igemm_forward(dev, g, x, weight, y, bias, act, y_off=y_off,
+                              y_channels=y_channels)
+    ych = y_channels or g.out_channels
     M = g.out_channels // g.groups
     K = g.col_rows // g.groups
     N = g.out_spatial
@@ -730,10 +763,10 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None):
         pre, src = _columns(dev, g, x, col, n0, nc)
         out += pre
         out += _image_gemm(dev, M, nc * N, K, weight, src.buf, y, off_b=src.off,
-                           off_c=n0 * g.out_channels * N, ldb=N, ldc=N, groups=g.groups,
+                           off_c=y_off + n0 * ych * N, ldb=N, ldc=N, groups=g.groups,
                            stride_a=(0, M * K), stride_b=(0, src.group_stride),
                            stride_c=(0, M * N), nsplit=N,
-                           nstride=(src.image_stride, g.out_channels * N),
+                           nstride=(src.image_stride, ych * N),
                            bias=bias, bias_axis=0, act=act, conv=src.conv)
     return out
 

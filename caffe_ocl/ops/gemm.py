@@ -225,8 +225,15 @@ def act_defines(act):
         return 1, float(act[1]) if len(act) > 1 else 0.0, 0.0
     if kind == "clip" and len(act) == 3:
         return 2, float(act[1]), float(act[2])
+    if kind == "swish" and len(act) in (1, 2):
+        return 3, float(act[1]) if len(act) > 1 else 1.0, 0.0
+    if kind == "sigmoid" and len(act) == 1:
+        return 4, 0.0, 0.0
+    if kind in ("hardswish", "hardsigmoid") and len(act) == 3:
+        return 5 if kind == "hardswish" else 6, float(act[1]), float(act[2])
     raise ValueError(f"gemm: unknown activation {act!r}; expected None, "
-                     "('relu', negative_slope) or ('clip', lo, hi)")
+                     "('relu', negative_slope), ('clip', lo, hi), ('swish', beta), "
+                     "('sigmoid',), ('hardswish', a, b) or ('hardsigmoid', a, b)")
 
 
 def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,

@@ -259,6 +259,8 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
     """gate: (G, slope): y = y if G > 0 else slope * y elementwise (the
     gradient gate of an in-place ReLU whose output G is; instead of act)."""
     act_kind, act_a, act_b = act_defines(act)
+    if act_kind > 2:        # its output transform knows ReLU and clip (3: the gate)
+        raise ValueError(f"winograd: activation {act!r} is not in its output transform")
     gate_buf = y
     if gate is not None:
         gate_buf, act_kind, act_a, act_b = gate[0], 3, float(gate[1]), 0.0

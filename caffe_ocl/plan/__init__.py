@@ -7,6 +7,13 @@ graph and return groups of layers to run as one:
 - ``fold.py``: TEST-phase folding of BatchNorm/Scale/activations into the
   producing Convolution/InnerProduct;
 - ``eltwise.py``: Eltwise SUM -> activation as one kernel (TEST and TRAIN);
+- ``swish.py``: TEST-phase Swish/SiLU, hard swish and hard sigmoid as
+  ONNX-converted nets write them (Sigmoid/Power/Clip * x), in the
+  producer's epilogue;
+- ``se.py``: TEST-phase SE channel scale folded into the next 1x1
+  convolution's weights (per image);
+- ``concat.py``: TEST-phase Concat in place (the convolutions computing
+  its inputs write them into their slices of its top);
 - ``train.py``: the TRAIN fusions (BatchNorm/Scale/activation chains,
   ResNet block tails, Convolution -> ReLU forwards, ReLU gates inside the
   next layer's backward, Split gradients summed by a convolution);

@@ -17,20 +17,28 @@ layer (BatchNorm, Scale, activation): 6 passes over the blob; fused 2.
 
 What matches (``find_chains``): a ``BatchNorm`` with global statistics
 (one bottom of >= 2 axes, channels on axis 1), directly followed by a
-``Scale`` in place on BatchNorm's top (per-channel parameters on axis 1,
-one bottom) and/or an activation (ReLU / ReLU6 / Clip) in place on it;
-at least two layers; none already in another group. Every blob holds
-after forward what the layers leave in it (BatchNorm's bottom untouched,
-its top the activation's output), up to float rounding (gamma * xn + beta
-is one fma).
+``Scale`` (per-channel parameters on axis 1, one bottom) and/or an
+activation (ReLU / ReLU6 / Clip), each in place on the blob before it or
+writing a new top (the form ONNX-converted nets have: ``bn -> b``,
+``Scale b -> s``, ``ReLU s -> r``; DenseNet's layers after each Concat)
+when that blob has no other reader and is no net output; at least two
+layers; none already in another group. The pass writes the chain's last
+blob; the blobs before it are computed when read (``Blob.compute_on_read``:
+the chain's layers before the last blob's writer run then, as in
+elide.py; before a backward and in forward ranges that cut the chain
+too). Every blob holds after forward what the layers leave in it
+(BatchNorm's bottom untouched, its top the activation's output when in
+place), up to float rounding (gamma * xn + beta is one fma).
 
-Backward through a chain with a Scale is refused as for folded chains
-(the in-place Scale's saved input is not made; ``loses_values``);
-``CAFFE_OCL_FOLD=0`` / ``fold=False`` turn this off with the folding.
+Backward through a chain with a Scale in place is refused as for folded
+chains (the in-place Scale's saved input is not made; ``loses_values``);
+``CAFFE_OCL_FOLD=0`` / ``fold=False`` turn this off with the folding
+(``CAFFE_OCL_AFFINE_NEW_TOPS=0``: only the in-place form).
 """
+from .. import config
 from ..ops import normalization as norm_ops
 from ..ops import pointwise
-from .patterns import act_of, in_place_on, one_in_one_out
+from .patterns import act_of, consumers, in_place_on, one_in_one_out
 
 _ACTS = ("ReLU", "ReLU6", "Clip")
 
@@ -56,17 +64,36 @@ def find_chains(net, taken=()):
         if x.num_axes < 2 or bn.channels != x.shape[1]:
             continue
         C = bn.channels
+        outputs = set(g.outputs)
         j, scale, act = li + 1, None, None
-        if (j < n and j not in taken and in_place_on(g, j, y)
-                and _scale_ok(g.layers[j], y, C)):
-            scale, j = j, j + 1
+        if j < n and j not in taken and _scale_ok(g.layers[j], y, C):
+            nxt = _follows(g, j, y, outputs, (li,))
+            if nxt is not None:
+                scale, j, y = j, j + 1, nxt
         if (j < n and j not in taken and g.layers[j].type in _ACTS
-                and in_place_on(g, j, y) and act_of(g.layers[j]) is not None):
+                and act_of(g.layers[j]) is not None
+                and _follows(g, j, y, outputs, (li, scale)) is not None):
             act = j
         if scale is None and act is None:
             continue
         out.append((li, scale, act))
     return out
+
+
+def _follows(graph, j, blob, outputs, chain):
+    """The blob layer ``j`` leaves the chain's value in when it reads
+    ``blob``: ``blob`` (in place), its new top when ``blob`` has no other
+    reader (but the ``chain``'s layers before ``j``) and is no net output,
+    else None."""
+    if in_place_on(graph, j, blob):
+        return blob
+    if not config.get("AFFINE_NEW_TOPS") or not one_in_one_out(graph, j) or graph.bottoms[j][0] is not blob:
+        return None
+    top = graph.tops[j][0]
+    if blob.name in outputs or [c for c in consumers(graph, blob) if c[0] not in chain] \
+            != [(j, 0)]:
+        return None
+    return top
 
 
 class AffineActChain:
@@ -82,15 +109,48 @@ class AffineActChain:
         self.bn = net.layers[b]
         self.scale = net.layers[s] if s is not None else None
         self.act = act_of(net.layers[a]) if a is not None else None
-        self.loses_values = self.scale is not None
         g = net.graph
-        self.x, self.y = g.bottoms[b][0], g.tops[b][0]
+        self.loses_values = s is not None and in_place_on(g, s, g.bottoms[s][0])
+        self.x, self.y = g.bottoms[b][0], g.tops[self.last][0]
+        # blobs before the last one (new tops): computed when read by the
+        # layers that write them
+        self.pending = []
+        self.pending_layers = []
+        for li in self.layers:
+            t = g.tops[li][0]
+            if t is not self.y:
+                self.pending_layers.append(li)
+                if t not in self.pending:
+                    self.pending.append(t)
+        self._reader = self._compute
         self._key = None
         self._unit = None           # (C, gamma = 1, beta = 0) buffers when absent
         self.fwd = []
 
     def describe(self):
         return " -> ".join(self.net.graph.layer_names[i] for i in self.layers)
+
+    def _compute(self):
+        """The pending blobs, by their layers' own forwards."""
+        for b in self.pending:
+            if b.compute_on_read is self._reader:
+                b.compute_on_read = None
+        g = self.net.graph
+        for li in self.pending_layers:
+            self.net.layers[li].forward(g.bottoms[li], g.tops[li])
+
+    def _compute_pending(self):
+        if any(b.compute_on_read is self._reader for b in self.pending):
+            self._compute()
+
+    def run_member(self, li):
+        """Layer ``li``'s own forward in a range that cuts the chain."""
+        self._compute_pending()
+        g = self.net.graph
+        self.net.layers[li].forward(g.bottoms[li], g.tops[li])
+
+    def before_backward(self):
+        self._compute_pending()
 
     def _units(self, C):
         if self._unit is None or self._unit[0] != C:
@@ -138,6 +198,8 @@ class AffineActChain:
         for launch in self.fwd:
             launch.run(q)
         self.y.data_mem.device_written()
+        for b in self.pending:
+            b.compute_on_read = self._reader
 
 
 def chains_of(net, taken=()):

@@ -20,7 +20,8 @@ activation's top, the sum's top is computed when read.
 
 What matches (``find_pairs``): the producer's top is read by the
 activation only (no Split: a second reader would need it) and is no net
-output; the activation (ReLU with any negative_slope, ReLU6, Clip) has one
+output; the activation (ReLU with any negative_slope, ReLU6, Clip; after a
+producer also Sigmoid and Swish, where its epilogue applies them) has one
 bottom and one top, a new blob; neither layer is in another group.
 
 A forward range that cuts the pair (pycaffe ``start=``/``end=``) runs the
@@ -31,9 +32,12 @@ layer by layer on Caffe's values (``before_backward``). ``CAFFE_OCL_FOLD=0``
 """
 from ..ops import conv as conv_ops
 from ..ops import pointwise
-from .patterns import LayerPair, act_of, consumers, one_in_one_out
+from .patterns import (LayerPair, act_of, consumers, inference_act_of, one_in_one_out,
+                       producer_fuses)
 
 _ACTS = ("ReLU", "ReLU6", "Clip")
+# after a producer also these (its GEMM / depthwise epilogue applies them)
+_PRODUCER_ACTS = _ACTS + ("Sigmoid", "Swish")
 
 
 def producer_ok(layer):
@@ -56,7 +60,8 @@ def find_pairs(net, taken=()):
         c, act = g.tops[li][0], g.layers[j]
         if c is g.bottoms[li][0] or c.name in outputs:
             continue
-        if act.type not in _ACTS or act_of(act) is None:
+        if act.type not in _PRODUCER_ACTS or inference_act_of(act) is None \
+                or not producer_fuses(g.layers[li], inference_act_of(act)):
             continue
         if g.bottoms[j][0] is not c or g.tops[j][0] is c:
             continue
@@ -81,6 +86,13 @@ class PendingPair(LayerPair):
         self.r = g.tops[second][0]
         self._key = None
         self.fwd = []
+        # concat.py: where the pair writes ``r`` instead (a slice of a
+        # Concat's top), or None
+        self.slice_target = None
+
+    @property
+    def out_blob(self):
+        return self.r
 
     def _compute_c(self):
         g = self.net.graph
@@ -89,6 +101,8 @@ class PendingPair(LayerPair):
     def run_member(self, li):
         """Layer ``li``'s own forward in a range that cuts the pair."""
         g, layer = self.net.graph, self.net.layers[li]
+        if self.slice_target is not None:     # its value from the last forward first
+            self.slice_target.blob.compute_pending()
         if li == self.first:
             self.c.compute_on_read = None     # computed now
         else:
@@ -105,36 +119,53 @@ class ProducerActPair(PendingPair):
 
     def __init__(self, net, p, a):
         super().__init__(net, p, a)
+        self.act = inference_act_of(net.layers[a])
         self.producer = net.layers[p]
         self.x = net.graph.bottoms[p][0]
 
-    def _build(self, params):
+    def _build(self, params, layout):
         prod = self.producer
         w = params[0]
         b = params[1] if prod.bias_term else None
         if prod.type == "InnerProduct":
             self.fwd = prod.forward_launches(self.x, self.r, w, b, act=self.act)
+        elif layout is not None:        # into a slice of a Concat's top
+            y, y_off, y_channels = layout
+            self.fwd = conv_ops.forward(prod.device, prod.geom, self.x.data_buffer(), w, y,
+                                        prod.col, b, act=self.act, y_off=y_off,
+                                        y_channels=y_channels)
         else:
             self.fwd = conv_ops.forward(prod.device, prod.geom, self.x.data_buffer(), w,
                                         self.r.data_buffer(), prod.col, b, act=self.act)
         if self.x.count == 0 or self.r.count == 0:
             self.fwd = []
 
-    def run(self):
+    def run_plain(self):
+        """The pair's forward into ``r`` itself (a slice target's fallback)."""
+        self.run(plain=True)
+
+    def run(self, plain=False):
         self.reshape_second()           # the activation's top takes the new shape
         prod = self.producer
+        target = self.slice_target
+        layout = None if plain or target is None else target.layout()
         self.x.data_mem.to_device()
         for p in prod.blobs:            # the user may have written them on the host
             p.data_mem.to_device()
         params = tuple(p.data_buffer() for p in prod.blobs)
-        key = (prod.reshape_count, self.x.data_buffer(), self.r.data_buffer(), params)
+        key = (prod.reshape_count, self.x.data_buffer(), self.r.data_buffer(), params, layout)
         if key != self._key:
-            self._build(params)
+            self._build(params, layout)
             self._key = key
         q = prod.device.queue
         for launch in self.fwd:
             launch.run(q)
-        self.r.data_mem.device_written()
+        if layout is not None:
+            target.written()
+        else:
+            if target is not None:
+                target.release()
+            self.r.data_mem.device_written()
         self.c.compute_on_read = self._compute_c
 
 

@@ -24,6 +24,11 @@ by a group, or a layer without backward) or an object to ``run()`` there (a
 group at its first layer; a layer of a cut group whose group says how to
 run it alone, ``run_member``). Net's loops only walk that tuple.
 
+A group with ``forward_through`` (a layer index after its last) runs
+fused only in ranges that reach that layer too (concat.py: a unit writing
+into a Concat's top must not change it in a range that stops before the
+Concat).
+
 ``diff_shares``: ``(top, bottom)`` pairs whose diffs the diff memory plan
 (memory.py) must put in one buffer (train.SplitConvBackward).
 """
@@ -130,7 +135,9 @@ class ExecutionPlan:
                 c = self._fwd_of.get(li)
                 if c is None:
                     out.append((li, LAYER))
-                elif start > c.first or end < c.last:    # the range cuts the group
+                elif start > c.first or end < max(c.last, getattr(c, "forward_through", -1)):
+                    # the range cuts the group (or stops before the layer whose
+                    # output it writes into: a Concat's slice, concat.py)
                     out.append((li, _Member(c, li) if hasattr(c, "run_member") else LAYER))
                 else:
                     out.append((li, c if li == c.first else SKIP))

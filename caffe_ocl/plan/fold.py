@@ -10,7 +10,8 @@ each optional:
 
   ``BatchNorm`` with global statistics (``use_global_stats``, the TEST
   default) -> ``Scale`` (a learned per-channel scale on axis 1, with or
-  without bias) -> ``ReLU`` (any ``negative_slope``) / ``Clip`` / ``ReLU6``.
+  without bias) -> ``ReLU`` (any ``negative_slope``) / ``Clip`` / ``ReLU6`` /
+  ``Swish`` / ``Sigmoid`` (the last two not on Winograd convolutions).
 
 That is Caffe's ResNet pattern ``conv -> bn -> scale -> relu`` on one blob.
 BatchNorm/Scale fold only when the producer's channel axis is axis 1 (an
@@ -57,8 +58,8 @@ from ..errors import NetError
 from ..ops import conv as conv_ops
 from ..ops import work_size
 from ..proto import caffe_pb2
-from . import affine, eltwise, elide
-from .patterns import act_of
+from . import affine, concat, eltwise, elide, se, swish
+from .patterns import act_of, inference_act_of, producer_fuses
 
 log = logging.getLogger("caffe_ocl")
 
@@ -101,6 +102,14 @@ class Chain:
         self.fold_launch = None
         self.w_fold = self.b_fold = None
         self.fwd = []
+        # concat.py: where the chain writes its top instead (a slice of a
+        # Concat's top), or None
+        self.slice_target = None
+        self._layout = None               # the slice layout the launches write
+
+    @property
+    def out_blob(self):
+        return self.net.graph.tops[self.p][0]
 
     def describe(self):
         names = [self.net.graph.layer_names[i] for i in self.members]
@@ -152,6 +161,10 @@ class Chain:
             b = prod.blobs[1].data_buffer() if prod.bias_term else None
         if prod.type == "InnerProduct":
             self.fwd = prod.forward_launches(bottom, top, w, b, act=self.act)
+        elif self._layout is not None:     # into a slice of a Concat's top
+            y, y_off, y_channels = self._layout
+            self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w, y, prod.col,
+                                        b, act=self.act, y_off=y_off, y_channels=y_channels)
         else:
             col = prod.col       # a device buffer or None (shared scratch)
             self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w,
@@ -160,8 +173,22 @@ class Chain:
             self.fwd = []
 
     # ---- running -------------------------------------------------------------
-    def run(self):
+    def run_member(self, li):
+        """Layer ``li``'s own forward in a range that cuts the chain."""
+        if self.slice_target is not None:     # its value from the last forward first
+            self.slice_target.blob.compute_pending()
+        g = self.net.graph
+        self.net.layers[li].forward(g.bottoms[li], g.tops[li])
+
+    def run_plain(self):
+        """The chain's forward into its own top (a slice target's fallback)."""
+        self.run(plain=True)
+
+    def run(self, plain=False):
         prod = self.producer
+        layout = None if plain or self.slice_target is None else self.slice_target.layout()
+        if layout != self._layout:
+            self._layout, self._built_for = layout, None
         bottoms, tops = self.net.graph.bottoms[self.p], self.net.graph.tops[self.p]
         for b in bottoms:
             b.data_mem.to_device()
@@ -184,6 +211,11 @@ class Chain:
                 self._versions = versions
         for launch in self.fwd:
             launch.run(q)
+        if layout is not None:
+            self.slice_target.written()
+            return
+        if self.slice_target is not None:
+            self.slice_target.release()
         for t in tops:
             t.data_mem.device_written()
 
@@ -246,8 +278,9 @@ def find_chains(net):
             elif layer.type == "Scale" and stage < 2 and axis_ok \
                     and _scale_ok(layer, blob, C):
                 scale, stage = layer, 2
-            elif stage < 3 and act_of(layer) is not None:
-                act, stage = act_of(layer), 3
+            elif stage < 3 and inference_act_of(layer) is not None \
+                    and producer_fuses(prod, inference_act_of(layer)):
+                act, stage = inference_act_of(layer), 3
             else:
                 break
             members.append(j)
@@ -262,12 +295,21 @@ def find_groups(net):
     """The groups the TEST folding runs fused: the folded chains, the
     Eltwise SUM -> activation pairs (eltwise.py) and the BatchNorm -> Scale
     -> activation chains that cannot fold into a producer (affine.py), the
-    producer -> activation pairs writing a new top (elide.py)."""
+    producer -> activation pairs writing a new top (elide.py), ONNX's
+    Sigmoid * x after a producer (swish.py), SE channel scales folded into
+    the 1x1 convolution after them (se.py), the Concats whose inputs their
+    convolutions write in place (concat.py)."""
     chains = find_chains(net) + eltwise.chains_of(net, train=False)
     taken = {li for c in chains for li in c.layers}
     chains += affine.chains_of(net, taken)
     taken = {li for c in chains for li in c.layers}
     chains += elide.pairs_of(net, taken)
+    taken = {li for c in chains for li in c.layers}
+    chains += swish.find(net, taken)
+    taken = {li for c in chains for li in c.layers}
+    chains += se.find(net, taken)
+    taken = {li for c in chains for li in c.layers}
+    chains += concat.find(net, chains, taken)
     for c in chains:
         log.info("Folding %s", c.describe())
     return chains

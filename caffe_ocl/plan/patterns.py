@@ -5,6 +5,8 @@ Every function reads a Net's public graph (``net.graph``, a
 (the same object where a layer runs in place), which layers and bottoms
 need backward. Nothing here touches a Net's private state.
 """
+from .. import config
+from ..ops import conv as conv_ops
 
 
 def act_of(layer):
@@ -17,6 +19,28 @@ def act_of(layer):
         lo, hi, _ = layer.op_params()
         return ("clip", float(lo), float(hi))
     return None
+
+
+def inference_act_of(layer):
+    """``act_of`` plus the activations that only the TEST plan fuses into
+    an epilogue (fold.py, elide.py, swish.py): Swish ``("swish", beta)``
+    and Sigmoid ``("sigmoid",)``; the TRAIN fusions keep to ``act_of``."""
+    a = act_of(layer)
+    if a is not None or not config.get("FUSE_SWISH"):
+        return a
+    if layer.type == "Swish":
+        return ("swish", float(layer.param.swish_param.beta))
+    if layer.type == "Sigmoid":
+        return ("sigmoid",)
+    return None
+
+
+def producer_fuses(layer, act):
+    """Whether the producer ``layer`` (a 2-D Convolution or an
+    InnerProduct) applies ``act`` in its epilogue."""
+    if layer.type != "Convolution":
+        return True
+    return conv_ops.fuses_act(layer.device, layer.geom, act)
 
 
 def in_place_on(graph, li, blob):

@@ -137,3 +137,72 @@ def test_backward_through_a_scale_chain_is_refused(rng):
         net.backward()
     net.unfold()
     assert net.plan.describe() == []
+
+
+# ONNX's form (converted DenseNet): every layer of the chain writes a new
+# top; and the mixed forms (Scale in place on BatchNorm's new top, then a
+# ReLU into a new top; Scale into a new top, ReLU in place on it); a chain
+# whose middle blob is read elsewhere stops there.
+NEW_TOPS = """
+name: "affine_new_tops"
+layer { name: "data" type: "Input" top: "data" top: "t"
+        input_param { shape { dim: 2 dim: 3 dim: 6 dim: 6 } shape { dim: 2 dim: 3 dim: 6 dim: 6 } } }
+layer { name: "cat" type: "Concat" bottom: "data" bottom: "data" top: "cat" }
+layer { name: "a/bn" type: "BatchNorm" bottom: "cat" top: "a_bn" }
+layer { name: "a/scale" type: "Scale" bottom: "a_bn" top: "a_sc" scale_param { bias_term: true } }
+layer { name: "a/relu" type: "ReLU" bottom: "a_sc" top: "a_r" }
+layer { name: "conv" type: "Convolution" bottom: "a_r" top: "c"
+        convolution_param { num_output: 3 kernel_size: 1 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "b/bn" type: "BatchNorm" bottom: "c" top: "b_bn" }
+layer { name: "b/scale" type: "Scale" bottom: "b_bn" top: "b_bn" scale_param { bias_term: true } }
+layer { name: "b/relu" type: "ReLU" bottom: "b_bn" top: "b_r" }
+layer { name: "d/bn" type: "BatchNorm" bottom: "b_r" top: "d_bn" }
+layer { name: "d/scale" type: "Scale" bottom: "d_bn" top: "d_sc" }
+layer { name: "d/relu" type: "ReLU" bottom: "d_sc" top: "d_sc" relu_param { negative_slope: 0.2 } }
+layer { name: "e/bn" type: "BatchNorm" bottom: "d_sc" top: "e_bn" }
+layer { name: "e/scale" type: "Scale" bottom: "e_bn" top: "e_sc" scale_param { bias_term: true } }
+layer { name: "e/relu" type: "ReLU" bottom: "e_sc" top: "e_r" }
+layer { name: "peek" type: "Pooling" bottom: "e_sc" top: "peek" pooling_param { pool: MAX kernel_size: 2 } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "e_r" bottom: "t" top: "loss" }
+"""
+
+
+def test_new_top_chains(rng):
+    from caffe_ocl import config
+    fused, plain = _pair(rng, NEW_TOPS)
+    assert fused.plan.describe() == [
+        "a/bn -> a/scale -> a/relu", "b/bn -> b/scale -> b/relu", "d/bn -> d/scale -> d/relu",
+        "e/bn -> e/scale"]
+    with config.override(AFFINE_NEW_TOPS=False):
+        assert _net(NEW_TOPS).plan.describe() == ["b/bn -> b/scale"]
+    x, t = (rng.normal(0, 1, (2, 3, 6, 6)).astype(np.float32) for _ in range(2))
+    for net in (fused, plain):
+        net.forward(data=x, t=t)
+    # the blobs before each chain's last are left to be computed on read
+    assert all(fused.blobs[n].compute_on_read is not None for n in ("a_bn", "a_sc", "b_bn"))
+    assert fused.blobs["d_bn"].compute_on_read is not None
+    _assert_blobs_equal(fused, plain, ["e_r", "a_r", "b_r", "d_sc"])
+    _assert_blobs_equal(fused, plain)
+    assert fused.blobs["a_sc"].compute_on_read is None
+    # forward ranges cutting the chains
+    for net in (fused, plain):
+        net.forward(data=x * 2, t=t)
+        net.forward(start="a/scale", end="b/scale")
+        net.forward(start="b/relu")
+    _assert_blobs_equal(fused, plain)
+    # backward: chains without an in-place Scale lose nothing; b's does
+    assert [c.loses_values for c in fused.plan.fold_groups] == [False, True, False, False]
+    with pytest.raises(NetError, match="backward through a folded net"):
+        fused.backward()
+    fused2, plain2 = _pair(rng, NEW_TOPS.replace('top: "b_bn" scale_param', 'top: "b_sc" '
+                                                 'scale_param').replace(
+        'bottom: "b_bn" top: "b_r"', 'bottom: "b_sc" top: "b_r"'))
+    assert not any(c.loses_values for c in fused2.plan.fold_groups)
+    for net in (fused2, plain2):
+        net.forward(data=x, t=t)
+    gf, gp = fused2.backward(diffs=["data"]), plain2.backward(diffs=["data"])
+    np.testing.assert_allclose(gf["data"], gp["data"], rtol=1e-4, atol=1e-5)
+    for name, blobs in plain2.params.items():
+        for d, s in zip(fused2.params[name], blobs):
+            np.testing.assert_allclose(d.diff, s.diff, rtol=1e-4, atol=1e-5, err_msg=name)
+    _assert_blobs_equal(fused2, plain2)

@@ -1,0 +1,278 @@
+"""TEST-phase rewrite: Concat in place.
+
+A Concat along channels (axis 1) or images (axis 0) of 4-D blobs copies
+each input into its slice of the top: one more pass over every input
+(GoogLeNet's inception outputs, DenseNet's growing concats, SSD heads).
+Here the convolution that computes an input writes it straight into its
+slice of the Concat's top (``ops.conv.forward``'s ``y_off`` /
+``y_channels``: its images lie ``C_total * H * W`` floats apart), and the
+Concat copies only the inputs nobody wrote in place.
+
+Which inputs (``find``): an input blob ``c`` of a Concat (two or more
+distinct bottoms, a top that no other layer writes in place) whose unit
+is
+
+- a folded chain (fold.Chain: Convolution <- BatchNorm/Scale/activation
+  in place), ``c`` its top;
+- a Convolution -> activation pair writing a new top (elide.py), ``c``
+  the activation's top;
+- a lone 2-D Convolution (one bottom, one top) in no other group;
+
+where the convolution's forward can write a slice (``ops.conv.
+writes_slices``: the im2col / 1x1-GEMM paths; Winograd, depthwise and the
+implicit-GEMM kernel cannot, those inputs are copied as before), ``c`` is
+read by the Concat alone (besides the unit's in-place layers), is no net
+output and appears once among the Concat's bottoms.
+
+Every blob still reads Caffe's value: ``c`` is not written; it is computed
+when read (``Blob.compute_on_read``) by copying its slice out of the
+Concat's top, or, when the top changed since (an in-place write from the
+host), by running the unit again into ``c``. A forward range that cuts a
+unit, or stops before its Concat (``forward_through``: the Concat's top
+must keep its value then), runs the unit's layers one by one into ``c``
+(the Concat then copies it);
+the Concat copies any input whose slice is not fresh (shapes changed since
+the plan was built: the first forward after a reshape writes ``c`` itself).
+Before a backward (or ``net.unfold()``) the pending inputs are computed,
+so backward runs layer by layer on Caffe's values (the Concat's backward
+splits the top diff as before). ``CAFFE_OCL_FOLD=0`` (with the folding) or
+``CAFFE_OCL_CONCAT_IN_PLACE=0`` turn it off.
+"""
+from .. import config
+from ..ops import conv as conv_ops
+from ..ops import pointwise
+from .elide import producer_ok
+from .patterns import consumers, one_in_one_out, writers
+
+
+def concat_axis(layer, bottom0):
+    """The Concat's axis (concat_dim or axis, canonical)."""
+    p = layer.param.concat_param
+    if p.HasField("concat_dim"):
+        return int(p.concat_dim)
+    return bottom0.canonical_axis(p.axis)
+
+
+class SliceTarget:
+    """Input ``k`` of the Concat at layer ``ci``, written by ``unit``
+    (an object with ``run_plain()``: its forward into the blob itself)."""
+
+    def __init__(self, net, ci, k, unit):
+        g = net.graph
+        self.net, self.ci, self.k, self.unit = net, ci, k, unit
+        self.top = g.tops[ci][0]
+        self.blob = g.bottoms[ci][k]
+        self.axis = concat_axis(net.layers[ci], g.bottoms[ci][0])
+        self._reader = self._read          # one bound method: compared by identity
+        self._top_version = None
+
+    def layout(self):
+        """(top buffer, y_off, y_channels) of the blob's slice for the
+        current shapes, or None when they do not agree (mid-reshape)."""
+        bots, top, ax = self.net.graph.bottoms[self.ci], self.top, self.axis
+        if top.num_axes != 4:
+            return None
+        total = 0
+        for b in bots:
+            if b.num_axes != 4 or any(b.shape[j] != top.shape[j] for j in range(4) if j != ax):
+                return None
+            total += b.shape[ax]
+        if total != top.shape[ax] or top.count == 0:
+            return None
+        before = sum(b.shape[ax] for b in bots[:self.k])
+        _, C, H, W = top.shape
+        return top.data_buffer(), before * (H * W if ax == 1 else C * H * W), C
+
+    # ---- state of the slice --------------------------------------------------
+    def written(self):
+        """The unit wrote the blob's value into its slice (not the blob)."""
+        self.blob.compute_on_read = self._reader
+        self._top_version = self.top.data_mem.version
+
+    def release(self):
+        """The unit writes the blob itself (its value is no longer pending)."""
+        if self.blob.compute_on_read is self._reader:
+            self.blob.compute_on_read = None
+
+    def fresh(self):
+        """The slice holds the blob's current value, the blob is pending."""
+        return (self.blob.compute_on_read is self._reader
+                and self.top.data_mem.version == self._top_version)
+
+    def _read(self):
+        """Compute the pending blob: its slice copied out of the top, or,
+        when the top changed since, the unit run again into the blob."""
+        if self.top.data_mem.version != self._top_version:
+            self.unit.run_plain()
+            return
+        layout = self.layout()
+        b, dev = self.blob, self.top.data_mem.device
+        outer = b.shape[0] if self.axis == 1 else 1
+        cols = b.count // outer
+        ld_top = self.top.count // outer
+        pointwise.copy2d(dev, outer, cols, layout[0], layout[1], ld_top,
+                         b.data_buffer(), 0, cols).run(dev.queue)
+        b.data_mem.device_written()
+
+
+class ConvUnit:
+    """A lone Convolution writing its top into a Concat's slice (a group
+    of one layer; ``run_plain`` its own forward)."""
+    fuses_backward = False
+    loses_values = False
+
+    def __init__(self, net, li):
+        self.net, self.li = net, li
+        self.layers = [li]
+        self.first = self.last = li
+        self.layer = net.layers[li]
+        self.out_blob = net.graph.tops[li][0]
+        self.slice_target = None
+        self._key = None
+        self.fwd = []
+
+    def describe(self):
+        return f"{self.net.graph.layer_names[self.li]} (into its Concat slice)"
+
+    def run_plain(self):
+        g = self.net.graph
+        self.layer.forward(g.bottoms[self.li], g.tops[self.li])
+
+    def run_member(self, li):
+        """The convolution alone (a range that stops before the Concat)."""
+        self.out_blob.compute_pending()
+        self.run_plain()
+
+    def run(self):
+        layout = self.slice_target.layout()
+        if layout is None:
+            self.slice_target.release()
+            self.run_plain()
+            return
+        conv, x = self.layer, self.net.graph.bottoms[self.li][0]
+        x.data_mem.to_device()
+        for p in conv.blobs:            # the user may have written them on the host
+            p.data_mem.to_device()
+        params = tuple(p.data_buffer() for p in conv.blobs)
+        key = (conv.reshape_count, x.data_buffer(), params, layout)
+        if key != self._key:
+            y, y_off, y_channels = layout
+            bias = params[1] if conv.bias_term else None
+            self.fwd = conv_ops.forward(conv.device, conv.geom, x.data_buffer(), params[0], y,
+                                        conv.col, bias, y_off=y_off, y_channels=y_channels)
+            if x.count == 0:
+                self.fwd = []
+            self._key = key
+        q = conv.device.queue
+        for launch in self.fwd:
+            launch.run(q)
+        self.slice_target.written()
+
+    def before_backward(self):
+        self.out_blob.compute_pending()
+
+
+class ConcatInPlace:
+    """The Concat at layer ``ci``: copies only the inputs whose slice is
+    not fresh; ``targets``: {bottom index: SliceTarget}."""
+    fuses_backward = False
+    loses_values = False
+
+    def __init__(self, net, ci, targets):
+        self.net, self.ci, self.targets = net, ci, targets
+        self.layers = [ci]
+        self.first = self.last = ci
+        self.layer = net.layers[ci]
+        self.top = net.graph.tops[ci][0]
+
+    def describe(self):
+        g = self.net.graph
+        names = [g.bottoms[self.ci][k].name for k in sorted(self.targets)]
+        return f"{g.layer_names[self.ci]} in place <- {', '.join(names)}"
+
+    def run(self):
+        bottoms = self.net.graph.bottoms[self.ci]
+        fresh = [k for k, t in self.targets.items() if t.fresh()]
+        q = self.layer.device.queue
+        # the layer (reshaped by the net's loop) has one copy per bottom
+        for k, launch in enumerate(self.layer.fwd):
+            if k in fresh:
+                continue
+            b = bottoms[k]
+            b.compute_pending()
+            b.data_mem.to_device()
+            launch.run(q)
+        self.top.data_mem.device_written()
+        for k in fresh:
+            self.targets[k].written()        # still fresh at the top's new version
+
+    def before_backward(self):
+        for t in self.targets.values():
+            t.blob.compute_pending()
+
+
+def _unit_for(net, ci, k, groups, taken):
+    """The unit that can write input ``k`` of the Concat at ``ci`` into
+    its slice (a group of ``groups``, or a new ConvUnit), or None."""
+    g = net.graph
+    c = g.bottoms[ci][k]
+    unit = next((u for u in groups if getattr(u, "out_blob", None) is c
+                 and hasattr(u, "slice_target")), None)
+    if unit is None:
+        found = writers(g, c)
+        if len(found) != 1 or found[0] in taken:
+            return None
+        li = found[0]
+        if not (g.layers[li].type == "Convolution" and producer_ok(g.layers[li])
+                and one_in_one_out(g, li)) or g.bottoms[li][0] is c:
+            return None
+        unit = ConvUnit(net, li)
+    layer = net.layers[unit.layers[0]]
+    if layer.type != "Convolution" or unit.slice_target is not None:
+        return None
+    inside = set(unit.layers)
+    if any(lj not in inside and (lj, kk) != (ci, k) for lj, kk in consumers(g, c)):
+        return None
+    if any(lj not in inside for lj in writers(g, c)):
+        return None
+    if not conv_ops.writes_slices(layer.device, layer.geom):
+        return None
+    return unit
+
+
+def find(net, groups, taken):
+    """[ConcatInPlace and new ConvUnit groups]; sets ``slice_target`` on the
+    units of ``groups`` it uses. ``taken``: layer indices already in a group."""
+    if not config.get("CONCAT_IN_PLACE"):
+        return []
+    g = net.graph
+    outputs = set(g.outputs)
+    taken = set(taken)
+    out = []
+    for ci, layer in enumerate(g.layers):
+        if layer.type != "Concat" or ci in taken:
+            continue
+        bots, tops = g.bottoms[ci], g.tops[ci]
+        if len(bots) < 2 or len(tops) != 1 or len({id(b) for b in bots}) != len(bots):
+            continue
+        top = tops[0]
+        if any(b is top for b in bots) or writers(g, top) != [ci] or top.num_axes != 4:
+            continue
+        if concat_axis(net.layers[ci], bots[0]) not in (0, 1):
+            continue
+        targets = {}
+        for k, c in enumerate(bots):
+            if c.name in outputs:
+                continue
+            unit = _unit_for(net, ci, k, groups, taken)
+            if unit is None:
+                continue
+            unit.slice_target = targets[k] = SliceTarget(net, ci, k, unit)
+            unit.forward_through = ci       # execution.py: fused only up to the Concat
+            if isinstance(unit, ConvUnit):
+                out.append(unit)
+                taken.add(unit.li)
+        if targets:
+            out.append(ConcatInPlace(net, ci, targets))
+            taken.add(ci)
+    return out
