@@ -91,6 +91,7 @@ def main():
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--cpu", action="store_true", help="CPU device (a check of the script)")
+    ap.add_argument("--export-dir", help="reuse/keep the exported ONNX files here")
     ap.add_argument("--host-only", action="store_true",
                     help="no kernel profile (run without CAFFE_OCL_PROFILE): only how the "
                          "host cost splits between the layer walk and the enqueues")
@@ -106,6 +107,7 @@ def main():
           f"{[e for e in ext if 'command_buffer' in e] or 'none'}")
     print("# " + " ".join(ext))
     with tempfile.TemporaryDirectory() as tmp:
+        tmp = args.export_dir or tmp
         for name in args.nets.split(","):
             model = bench_zoo.build_model(name)
             path = bench_zoo.export_onnx(model, name, args.batch, 224, tmp)

@@ -27,6 +27,52 @@ __kernel void chan_affine(int n, int D, int I, __global const float* x,
     }
 }
 
+/* CPU drivers (work-groups of one item, ops.work_size): the same result,
+ * each work-item's contiguous chunk walked as runs of one channel, so the
+ * channel index is found once per chunk and stepped (chan_affine divides
+ * twice per element: PoCL ran EfficientNet-B0's SE channel scales at
+ * ~0.6 GB/s) and each run is a plain loop with one scale and bias that the
+ * compiler vectorises. */
+__kernel void chan_affine_runs(int n, int D, int I, __global const float* x,
+                               __global const float* scale, __global const float* bias,
+                               __global float* y) {
+    const int chunk = _gl_chunk(n);
+    int k = (int)get_global_id(0) * chunk;
+    const int end = min(n, k + chunk);
+    if (k >= end) return;
+    int i = k % I;
+    int d = (k / I) % D;
+    while (k < end) {
+        const int len = min(I - i, end - k);
+#if HAS_SCALE
+        const float s = scale[d];
+#else
+        const float s = 1.0f;
+#endif
+#if HAS_BIAS
+        const float b = bias[d];
+#else
+        const float b = 0.0f;
+#endif
+        __global const float* xs = x + k;
+        __global float* ys = y + k;
+        for (int j = 0; j < len; ++j) {
+#if HAS_SCALE && HAS_BIAS
+            ys[j] = xs[j] * s + b;
+#elif HAS_SCALE
+            ys[j] = xs[j] * s;
+#elif HAS_BIAS
+            ys[j] = xs[j] + b;
+#else
+            ys[j] = xs[j];
+#endif
+        }
+        k += len;
+        i = 0;
+        if (++d == D) d = 0;
+    }
+}
+
 /* ---- Split per-channel reductions ------------------------------------------
  * One work-group per channel leaves a GPU mostly idle when channels are few
  * and long (ResNet's first BatchNorm: 64 channels of 800k elements), so the

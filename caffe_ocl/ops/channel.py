@@ -21,7 +21,10 @@ def affine(dev, outer, dim, inner, x, y, scale=None, bias=None):
     n = outer * dim * inner
     g, l = work_size(dev, n)
     dummy = scale if scale is not None else (bias if bias is not None else x)
-    return dev.launch(SRC, "chan_affine", g, l,
+    # CPU drivers: contiguous chunks walked channel run by channel run
+    # (no division per element); GPUs: the grid-strided kernel.
+    kernel = "chan_affine_runs" if dev.is_cpu else "chan_affine"
+    return dev.launch(SRC, kernel, g, l,
                       [n, dim, inner, x, scale if scale is not None else dummy,
                        bias if bias is not None else dummy, y],
                       {"HAS_SCALE": int(scale is not None), "HAS_BIAS": int(bias is not None)})

@@ -155,6 +155,27 @@ def test_global_pooling_and_mask_top(rng):
     np.testing.assert_allclose(picked.reshape(y.shape), y, rtol=1e-6)
 
 
+@pytest.mark.parametrize("shape", [(1, 3, 1, 1), (2, 3, 3, 5), (1, 4, 8, 4), (2, 5, 7, 7),
+                                   (1, 2, 37, 29)])
+def test_average_pooling_over_whole_planes(rng, shape):
+    """A window of the whole plane (global pooling, or kernel = the plane's
+    size with any stride): the CPU kernel sums the plane as 16 partial sums
+    plus a tail; with padding it is a windowed pooling again."""
+    x = rng.standard_normal(shape) + 3.0
+    layer, b, t = make_layer('type: "Pooling" pooling_param { pool: AVE global_pooling: true }', [x])
+    (y,) = forward(layer, b, t)
+    np.testing.assert_allclose(y[..., 0, 0], x.mean(axis=(2, 3)), rtol=1e-5, atol=1e-6)
+    k = shape[2:]
+    layer, b, t = make_layer(_pool_text("AVE", k, (2, 3), (0, 0)), [x])
+    (y,) = forward(layer, b, t)
+    np.testing.assert_allclose(y, refs.pool2d(x, k, (2, 3), (0, 0), "ave"), rtol=1e-5, atol=1e-6)
+    if min(k) > 1:
+        layer, b, t = make_layer(_pool_text("AVE", k, (1, 1), (1, 1)), [x])
+        (y,) = forward(layer, b, t)
+        np.testing.assert_allclose(y, refs.pool2d(x, k, (1, 1), (1, 1), "ave"),
+                                   rtol=1e-5, atol=1e-6)
+
+
 def test_stochastic_pooling_test_phase(rng):
     x = rng.uniform(0.1, 1.0, (1, 2, 4, 4))
     layer, b, t = make_layer(_pool_text("STOCHASTIC", (2, 2), (2, 2), (0, 0)), [x])
