@@ -146,12 +146,24 @@ def test_rewrite_fires_and_every_blob_equals(text, want, convs, rng):
         _assert_blobs_equal(no_cat, plain)
 
 
+def _needs_slices(net, *convs):
+    """Skip where this device's algorithm for one of ``convs`` writes no
+    slice (GPUs: the 3x3 implicit-GEMM kernel, split-K forwards of small
+    planes): there the rewrite copies that input, which
+    test_rewrite_fires_and_every_blob_equals checks on every device."""
+    for name in convs:
+        layer = net.layer_dict[name]
+        if not conv_ops.writes_slices(layer.device, layer.geom):
+            pytest.skip(f"{name}: no slice write on {layer.device.name}")
+
+
 def test_not_applied():
     # an input also read by another layer (a Split), a Concat along H, a
     # net output among the inputs, a depthwise producer
     text = INCEPTION + 'layer { name: "side" type: "Pooling" bottom: "b3" top: "side" ' \
                        'pooling_param { pool: AVE kernel_size: 2 } }\n'
     net = Net(parse_net_text(text), TEST)
+    _needs_slices(net, "b1", "b2")
     assert [c.describe() for c in _cat_groups(net)] == ["cat in place <- b1, b2r"]
     net = Net(parse_net_text(AXIS0.replace("axis: 0", "axis: 2")), TEST)
     assert _cat_groups(net) == []
@@ -228,6 +240,7 @@ def test_backward(text, rng):
             .replace("} } }\n", f"}} shape {{ {dims} }} }} }}\n", 1)
             + LOSS.replace('"cat"', f'"{last}"'))
     fused, plain, _ = _nets(full, rng)
+    _needs_slices(fused, *(("c1", "c2", "c3") if text is DENSE else ("p", "q")))
     assert _cat_groups(fused)
     x = rng.normal(0, 1, shape).astype(np.float32)
     t = rng.normal(0, 1, tshape).astype(np.float32)
@@ -245,6 +258,7 @@ def test_backward(text, rng):
 
 def test_unfold_computes_pending_inputs(rng):
     fused, plain, _ = _nets(INCEPTION, rng)
+    _needs_slices(fused, "b3")
     x = rng.normal(0, 1, (2, 3, 7, 6)).astype(np.float32)
     _forward_all((fused, plain), x)
     assert fused.blobs["b3"].compute_on_read is not None
