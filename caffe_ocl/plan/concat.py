@@ -174,37 +174,104 @@ class ConvUnit:
 
 class ConcatInPlace:
     """The Concat at layer ``ci``: copies only the inputs whose slice is
-    not fresh; ``targets``: {bottom index: SliceTarget}."""
+    not fresh (``targets``: {bottom index: SliceTarget}); with a ``source``
+    (an earlier Concat group whose bottoms are this one's first ``m``),
+    the source's top as one block in place of those ``m`` inputs while it
+    still holds their concatenation. The copies run several inputs per
+    launch (ops.shape.multi_copy). Notes, after each run, the versions of
+    its top and bottoms (``holds_inputs``: a later Concat's source)."""
     fuses_backward = False
     loses_values = False
 
-    def __init__(self, net, ci, targets):
+    def __init__(self, net, ci, targets, source=None, m=0):
         self.net, self.ci, self.targets = net, ci, targets
+        self.source, self.m = source, m
         self.layers = [ci]
         self.first = self.last = ci
         self.layer = net.layers[ci]
+        self.bottoms = net.graph.bottoms[ci]
         self.top = net.graph.tops[ci][0]
+        self.fwd = []               # the launches of the last run
+        self._launches = {}
+        self._noted = None
 
     def describe(self):
         g = self.net.graph
-        names = [g.bottoms[self.ci][k].name for k in sorted(self.targets)]
-        return f"{g.layer_names[self.ci]} in place <- {', '.join(names)}"
+        parts = []
+        if self.targets:
+            names = [g.bottoms[self.ci][k].name for k in sorted(self.targets)]
+            parts.append(f"in place <- {', '.join(names)}")
+        if self.source is not None:
+            parts.append(f"{self.source.top.name} as one block for its first {self.m} inputs")
+        return f"{g.layer_names[self.ci]} {'; '.join(parts)}"
+
+    def holds_inputs(self):
+        """The top still holds the concatenation of the bottoms' current
+        values (nothing wrote either since this group's last run)."""
+        noted = self._noted
+        if noted is None:
+            return False
+        top_mem, top_version, reshapes, versions = noted
+        mem = self.top.data_mem
+        if mem is not top_mem or mem.version != top_version or \
+                self.layer.reshape_count != reshapes:
+            return False
+        for b, (bm, v) in zip(self.bottoms, versions):
+            if b.compute_on_read is not None or b.data_mem is not bm or bm.version != v:
+                return False
+        return True
+
+    def _copies(self, copy, block):
+        """Launches copying bottoms ``copy`` (indices; with ``block`` the
+        source's top in place of the first ``m``)."""
+        layer, bots = self.layer, self.bottoms
+        key = (layer.reshape_count, copy, block, self.top.data_buffer(),
+               tuple(b.data_buffer() for b in bots))
+        if block:
+            key += (self.source.top.data_buffer(),)
+        got = self._launches.get(key)
+        if got is None:
+            if len(self._launches) > 8:
+                self._launches.clear()
+            _, _, cols = layer.layout
+            pieces = []
+            if block:
+                pieces.append((self.source.top.data_buffer(),
+                               sum(c for c, _ in cols[:self.m]), 0, 0))
+            pieces += [(bots[k].data_buffer(), cols[k][0], 0, cols[k][1]) for k in copy
+                       if not (block and k < self.m)]
+            got = self._launches[key] = layer.copies(pieces, self.top.data_buffer())
+        return got
 
     def run(self):
-        bottoms = self.net.graph.bottoms[self.ci]
+        bottoms = self.bottoms
+        if self.layer.layout is None:           # one bottom: the top is a view of it
+            self.layer.forward(bottoms, [self.top])
+            self._note()
+            return
         fresh = [k for k, t in self.targets.items() if t.fresh()]
-        q = self.layer.device.queue
-        # the layer (reshaped by the net's loop) has one copy per bottom
-        for k, launch in enumerate(self.layer.fwd):
-            if k in fresh:
+        copy = tuple(k for k in range(len(bottoms)) if k not in fresh)
+        block = self.source is not None and self.source.holds_inputs()
+        for k in copy:
+            if block and k < self.m:
                 continue
             b = bottoms[k]
             b.compute_pending()
             b.data_mem.to_device()
+        if block:
+            self.source.top.data_mem.to_device()
+        self.fwd = self._copies(copy, block)
+        q = self.layer.device.queue
+        for launch in self.fwd:
             launch.run(q)
         self.top.data_mem.device_written()
         for k in fresh:
             self.targets[k].written()        # still fresh at the top's new version
+        self._note()
+
+    def _note(self):
+        self._noted = (self.top.data_mem, self.top.data_mem.version, self.layer.reshape_count,
+                       [(b.data_mem, b.data_mem.version) for b in self.bottoms])
 
     def before_backward(self):
         for t in self.targets.values():
@@ -240,39 +307,83 @@ def _unit_for(net, ci, k, groups, taken):
     return unit
 
 
+def _prefix_sources(net, taken):
+    """[(ci, pi, m)]: the Concat at ``pi`` < ``ci`` whose bottoms are the
+    first ``m`` >= 2 bottoms of the Concat at ``ci`` (the same blobs or
+    Split tops of them, the same order, the same axis; the longest such, then the latest), and
+    whose top nobody else writes (torchvision's DenseNet: each layer's
+    torch.cat of every feature so far)."""
+    g = net.graph
+    split_of = {}                   # id(top of a Split layer) -> the Split's bottom
+    for li, layer in enumerate(g.layers):
+        if layer.type == "Split" and len(g.bottoms[li]) == 1:
+            split_of.update((id(t), g.bottoms[li][0]) for t in g.tops[li])
+
+    def root(b):                    # a Split's tops share their bottom's data
+        while id(b) in split_of:
+            b = split_of[id(b)]
+        return id(b)
+
+    cats = []
+    for li, layer in enumerate(g.layers):
+        if layer.type != "Concat" or li in taken or len(g.tops[li]) != 1:
+            continue
+        bots, top = g.bottoms[li], g.tops[li][0]
+        if len(bots) < 2 or any(b is top for b in bots):
+            continue
+        cats.append((li, [root(b) for b in bots], concat_axis(net.layers[li], bots[0]),
+                     writers(g, top) == [li]))
+    out = []
+    for j, (ci, ids, axis, _) in enumerate(cats):
+        best = None
+        for pi, pids, paxis, alone in cats[:j]:
+            m = len(pids)
+            if alone and paxis == axis and m <= len(ids) and ids[:m] == pids and \
+                    (best is None or m >= best[1]):
+                best = (pi, m)
+        if best is not None:
+            out.append((ci, *best))
+    return out
+
+
 def find(net, groups, taken):
     """[ConcatInPlace and new ConvUnit groups]; sets ``slice_target`` on the
     units of ``groups`` it uses. ``taken``: layer indices already in a group."""
-    if not config.get("CONCAT_IN_PLACE"):
-        return []
     g = net.graph
-    outputs = set(g.outputs)
     taken = set(taken)
-    out = []
-    for ci, layer in enumerate(g.layers):
-        if layer.type != "Concat" or ci in taken:
-            continue
-        bots, tops = g.bottoms[ci], g.tops[ci]
-        if len(bots) < 2 or len(tops) != 1 or len({id(b) for b in bots}) != len(bots):
-            continue
-        top = tops[0]
-        if any(b is top for b in bots) or writers(g, top) != [ci] or top.num_axes != 4:
-            continue
-        if concat_axis(net.layers[ci], bots[0]) not in (0, 1):
-            continue
-        targets = {}
-        for k, c in enumerate(bots):
-            if c.name in outputs:
+    out, cats = [], {}
+    if config.get("CONCAT_IN_PLACE"):
+        outputs = set(g.outputs)
+        for ci, layer in enumerate(g.layers):
+            if layer.type != "Concat" or ci in taken:
                 continue
-            unit = _unit_for(net, ci, k, groups, taken)
-            if unit is None:
+            bots, tops = g.bottoms[ci], g.tops[ci]
+            if len(bots) < 2 or len(tops) != 1 or len({id(b) for b in bots}) != len(bots):
                 continue
-            unit.slice_target = targets[k] = SliceTarget(net, ci, k, unit)
-            unit.forward_through = ci       # execution.py: fused only up to the Concat
-            if isinstance(unit, ConvUnit):
-                out.append(unit)
-                taken.add(unit.li)
-        if targets:
-            out.append(ConcatInPlace(net, ci, targets))
-            taken.add(ci)
-    return out
+            top = tops[0]
+            if any(b is top for b in bots) or writers(g, top) != [ci] or top.num_axes != 4:
+                continue
+            if concat_axis(net.layers[ci], bots[0]) not in (0, 1):
+                continue
+            targets = {}
+            for k, c in enumerate(bots):
+                if c.name in outputs:
+                    continue
+                unit = _unit_for(net, ci, k, groups, taken)
+                if unit is None:
+                    continue
+                unit.slice_target = targets[k] = SliceTarget(net, ci, k, unit)
+                unit.forward_through = ci       # execution.py: fused only up to the Concat
+                if isinstance(unit, ConvUnit):
+                    out.append(unit)
+                    taken.add(unit.li)
+            if targets:
+                cats[ci] = ConcatInPlace(net, ci, targets)
+                taken.add(ci)
+    if config.get("CONCAT_PREFIX"):
+        for ci, pi, m in _prefix_sources(net, taken - set(cats)):
+            for li in (pi, ci):
+                if li not in cats:
+                    cats[li] = ConcatInPlace(net, li, {})
+            cats[ci].source, cats[ci].m = cats[pi], m
+    return out + [cats[li] for li in sorted(cats)]
