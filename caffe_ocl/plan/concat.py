@@ -380,10 +380,20 @@ def find(net, groups, taken):
             if targets:
                 cats[ci] = ConcatInPlace(net, ci, targets)
                 taken.add(ci)
+    return out + prefix_groups(net, taken - set(cats), cats)
+
+
+def prefix_groups(net, taken, cats=None):
+    """The Concat groups (ConcatInPlace) of ``cats`` ({layer index: group},
+    extended) and new ones in which a Concat copies an earlier Concat's top
+    as one block (``source``) and that earlier Concat notes what it holds;
+    TEST (find) and TRAIN (train.py): every blob keeps its value. Off with
+    ``CAFFE_OCL_CONCAT_PREFIX=0``."""
+    cats = dict(cats or {})
     if config.get("CONCAT_PREFIX"):
-        for ci, pi, m in _prefix_sources(net, taken - set(cats)):
+        for ci, pi, m in _prefix_sources(net, taken):
             for li in (pi, ci):
                 if li not in cats:
                     cats[li] = ConcatInPlace(net, li, {})
             cats[ci].source, cats[ci].m = cats[pi], m
-    return out + [cats[li] for li in sorted(cats)]
+    return [cats[li] for li in sorted(cats)]

@@ -149,9 +149,10 @@ def _torchvision_dense(layers, axis=1, shape=(2, 3, 5, 4)):
 
 
 def _pair(text, phase=TEST):
-    fused = Net(parse_net_text(text), phase, fold=True)
+    fold = True if phase == TEST else None     # TRAIN: the training fusions' plan
+    fused = Net(parse_net_text(text), phase, fold=fold)
     with config.override(CONCAT_PREFIX=False):
-        plain = Net(parse_net_text(text), phase, fold=True)
+        plain = Net(parse_net_text(text), phase, fold=fold)
     off = Net(parse_net_text(text), phase, fold=False)
     for name, blobs in fused.params.items():
         for f, p, o in zip(blobs, plain.params[name], off.params[name]):
@@ -272,4 +273,28 @@ def test_not_applied():
         + _conv("c2", "out", "x2", 2) + _cat("o2", ["x0", "x1", "x2"])
     fused = Net(parse_net_text(t), TEST, fold=True)
     assert not _prefix_groups(fused)
-    assert not _prefix_groups(Net(parse_net_text(_torchvision_dense(3)), TRAIN))
+
+
+def test_growing_concat_train_forward_backward():
+    text = _torchvision_dense(4) + \
+        'layer { name: "loss" type: "EuclideanLoss" bottom: "out" bottom: "target" ' \
+        'top: "loss" }\n'
+    text = text.replace('top: "x0" input_param { shape { dim: 2 dim: 3 dim: 5 dim: 4 } }',
+                        'top: "x0" top: "target" input_param { shape { dim: 2 dim: 3 dim: 5 '
+                        'dim: 4 } shape { dim: 2 dim: 11 dim: 5 dim: 4 } }')
+    fused, plain, _ = _pair(text, TRAIN)
+    assert len(_prefix_groups(fused)) == 3 and not _prefix_groups(plain)
+    assert fused.plan.train_groups and not fused.plan.fold_groups
+    x, target = rnd(2, 3, 5, 4), rnd(2, 11, 5, 4)
+    for _ in range(2):
+        for net in (fused, plain):
+            net.forward(x0=x, target=target)
+            net.backward()
+        _equal(fused, plain)
+        for name in plain.blobs:
+            np.testing.assert_allclose(fused.blobs[name].diff, plain.blobs[name].diff,
+                                       rtol=1e-5, atol=1e-5, err_msg=name)
+        for name, blobs in plain.params.items():
+            for f, p in zip(fused.params[name], blobs):
+                np.testing.assert_allclose(f.diff, p.diff, rtol=1e-5, atol=1e-5, err_msg=name)
+        x = x + 1.0
