@@ -37,6 +37,20 @@ Before a backward (or ``net.unfold()``) the pending inputs are computed,
 so backward runs layer by layer on Caffe's values (the Concat's backward
 splits the top diff as before). ``CAFFE_OCL_FOLD=0`` (with the folding) or
 ``CAFFE_OCL_CONCAT_IN_PLACE=0`` turn it off.
+
+Growing concats (``prefix_groups``, TEST and TRAIN): a Concat whose first
+``m`` >= 2 bottoms are an earlier Concat's bottoms (the same blobs or
+Split tops of them, the same order and axis; torchvision's DenseNet
+concatenates every feature so far in each dense layer) copies that
+earlier top as one block plus its other inputs: one launch instead of one
+per eight inputs. The earlier Concat notes, after each run, its top's and
+bottoms' memory versions and its reshape count; the block is used only
+while they are unchanged (no host write, no forward range that skipped
+it after a change, no reshape since), else every input is copied.
+``CAFFE_OCL_CONCAT_PREFIX=0`` turns it off.
+
+Copies run up to eight inputs per launch (the layer's ``copies``,
+ops.shape.multi_copy).
 """
 from .. import config
 from ..ops import conv as conv_ops
