@@ -2,8 +2,10 @@
 item 3), counted exactly: every command ``Launch.run`` / upload / download
 enqueues during one ``net.forward_from_to`` over the whole net (after a
 warm-up forward) is recorded through ``caffe_ocl.device.record_events``.
-Optionally times the CPU forward (``--runs``), interleaved with ``--ab``'s
-settings as the base.
+Optionally (``--runs``) times the host work per forward (bench_zoo.host_cost:
+the layer walk and every enqueue, the queue drained before and after; the
+best of ``--rounds``) and the forward (``net.forward()``, median round),
+interleaved with a net built with ``--ab``'s settings as the base.
 
     python benchmarks/count_launches.py [--nets a,b] [--batch 1] [--size 64]
         [--export-dir DIR] [--runs N] [--rounds R] [--ab NAME=V,...]
@@ -62,8 +64,9 @@ def main(argv=None):
     os.makedirs(args.export_dir, exist_ok=True)
     from caffe_ocl.onnx import to_caffe
     ab = [p for p in args.ab.split(",") if p]
-    print("| net | commands | kernel launches | base launches | forward ms | base ms |")
-    print("|---|---|---|---|---|---|")
+    print("| net | commands | kernel launches | base launches | host enqueue ms | forward ms "
+          "| base ms |")
+    print("|---|---|---|---|---|---|---|")
     for name in args.nets.split(","):
         model = bench_zoo.build_model(name)
         path = bench_zoo.export_onnx(model, name, args.batch, args.size, args.export_dir)
@@ -77,8 +80,9 @@ def main(argv=None):
             with bench_zoo.config_override(ab):
                 base = bench_zoo.make_net(net_param, x, False)
             base_kernels = count(base)[1]
-        ms = base_ms = ""
+        ms = base_ms = host = ""
         if args.runs:
+            host = f"{min(bench_zoo.host_cost(net, args.runs)[0] for _ in range(args.rounds)):.2f}"
             timers = {"ours": bench_zoo.ours_timer(net)}
             if base is not None:
                 timers["base"] = bench_zoo.ours_timer(base)
@@ -89,7 +93,8 @@ def main(argv=None):
             ms = f"{statistics.median(got['ours']):.2f}"
             if base is not None:
                 base_ms = f"{statistics.median(got['base']):.2f}"
-        print(f"| {name} | {cmds} | {kernels} | {base_kernels if ab else ''} | {ms} | {base_ms} |",
+        print(f"| {name} | {cmds} | {kernels} | {base_kernels if ab else ''} | {host} | {ms} "
+              f"| {base_ms} |",
               flush=True)
     return 0
 

@@ -206,8 +206,9 @@ class ConcatInPlace:
         self.bottoms = net.graph.bottoms[ci]
         self.top = net.graph.tops[ci][0]
         self.fwd = []               # the launches of the last run
-        self._launches = {}
+        self._launches, self._shapes = {}, None
         self._noted = None
+        self._block = (None, None)
 
     def describe(self):
         g = self.net.graph
@@ -219,42 +220,54 @@ class ConcatInPlace:
             parts.append(f"{self.source.top.name} as one block for its first {self.m} inputs")
         return f"{g.layer_names[self.ci]} {'; '.join(parts)}"
 
-    def holds_inputs(self):
-        """The top still holds the concatenation of the bottoms' current
-        values (nothing wrote either since this group's last run)."""
+    def holds_inputs(self, shape):
+        """The top (of ``shape``) still holds the concatenation of the
+        bottoms' current values: nothing wrote the top or a bottom since
+        this group's last run (their memories' versions), nothing reshaped
+        this layer since. The bottoms here
+        are a later Concat's too, so none is one a plan computes on read."""
         noted = self._noted
         if noted is None:
             return False
-        top_mem, top_version, reshapes, versions = noted
+        top_mem, top_version, reshapes, mems, versions = noted
         mem = self.top.data_mem
-        if mem is not top_mem or mem.version != top_version or \
+        # a reshape keeps the memories (and their versions) when it shrinks
+        if mem is not top_mem or mem.version != top_version or self.top.shape != shape or \
                 self.layer.reshape_count != reshapes:
             return False
-        for b, (bm, v) in zip(self.bottoms, versions):
-            if b.compute_on_read is not None or b.data_mem is not bm or bm.version != v:
-                return False
-        return True
+        now = [b.data_mem for b in self.bottoms]
+        return now == mems and [m.version for m in now] == versions
+
+    def _block_shape(self):
+        """The shape of the source's top that holds this Concat's first
+        ``m`` inputs at their current shapes."""
+        if self._block[0] != self.layer.reshape_count:
+            bots, ax = self.bottoms, concat_axis(self.layer, self.bottoms[0])
+            shape = list(bots[0].shape)
+            shape[ax] = sum(b.shape[ax] for b in bots[:self.m])
+            self._block = (self.layer.reshape_count, tuple(shape))
+        return self._block[1]
 
     def _copies(self, copy, block):
-        """Launches copying bottoms ``copy`` (indices; with ``block`` the
-        source's top in place of the first ``m``)."""
+        """Launches copying bottoms ``copy`` (indices, none of the first
+        ``m`` with ``block``: the source's top in their place). Built per
+        set of copies, for the current shapes: a bottom's buffer changes
+        only with its shape, which reshapes this layer."""
         layer, bots = self.layer, self.bottoms
-        key = (layer.reshape_count, copy, block, self.top.data_buffer(),
-               tuple(b.data_buffer() for b in bots))
-        if block:
-            key += (self.source.top.data_buffer(),)
-        got = self._launches.get(key)
+        shapes = (layer.reshape_count, self.top.data_buffer(),
+                  self.source.top.data_buffer() if block else None)
+        if shapes != self._shapes:
+            self._launches.clear()
+            self._shapes = shapes
+        got = self._launches.get((copy, block))
         if got is None:
-            if len(self._launches) > 8:
-                self._launches.clear()
             _, _, cols = layer.layout
             pieces = []
             if block:
                 pieces.append((self.source.top.data_buffer(),
                                sum(c for c, _ in cols[:self.m]), 0, 0))
-            pieces += [(bots[k].data_buffer(), cols[k][0], 0, cols[k][1]) for k in copy
-                       if not (block and k < self.m)]
-            got = self._launches[key] = layer.copies(pieces, self.top.data_buffer())
+            pieces += [(bots[k].data_buffer(), cols[k][0], 0, cols[k][1]) for k in copy]
+            got = self._launches[(copy, block)] = layer.copies(pieces, self.top.data_buffer())
         return got
 
     def run(self):
@@ -263,14 +276,13 @@ class ConcatInPlace:
             self.layer.forward(bottoms, [self.top])
             self._note()
             return
-        fresh = [k for k, t in self.targets.items() if t.fresh()]
-        copy = tuple(k for k in range(len(bottoms)) if k not in fresh)
-        block = self.source is not None and self.source.holds_inputs()
+        fresh = [k for k, t in self.targets.items() if t.fresh()] if self.targets else ()
+        block = self.source is not None and self.source.holds_inputs(self._block_shape())
+        copy = tuple(k for k in range(self.m if block else 0, len(bottoms)) if k not in fresh)
         for k in copy:
-            if block and k < self.m:
-                continue
             b = bottoms[k]
-            b.compute_pending()
+            if b.compute_on_read is not None:
+                b.compute_pending()
             b.data_mem.to_device()
         if block:
             self.source.top.data_mem.to_device()
@@ -284,8 +296,9 @@ class ConcatInPlace:
         self._note()
 
     def _note(self):
+        mems = [b.data_mem for b in self.bottoms]       # compared by identity
         self._noted = (self.top.data_mem, self.top.data_mem.version, self.layer.reshape_count,
-                       [(b.data_mem, b.data_mem.version) for b in self.bottoms])
+                       mems, [m.version for m in mems])
 
     def before_backward(self):
         for t in self.targets.values():
