@@ -224,8 +224,8 @@ class ConcatInPlace:
         """The top (of ``shape``) still holds the concatenation of the
         bottoms' current values: nothing wrote the top or a bottom since
         this group's last run (their memories' versions), nothing reshaped
-        this layer since. The bottoms here
-        are a later Concat's too, so none is one a plan computes on read."""
+        this layer since. The bottoms here are a later Concat's too, so
+        none is one a plan computes on read."""
         noted = self._noted
         if noted is None:
             return False
@@ -337,9 +337,9 @@ def _unit_for(net, ci, k, groups, taken):
 def _prefix_sources(net, taken):
     """[(ci, pi, m)]: the Concat at ``pi`` < ``ci`` whose bottoms are the
     first ``m`` >= 2 bottoms of the Concat at ``ci`` (the same blobs or
-    Split tops of them, the same order, the same axis; the longest such, then the latest), and
-    whose top nobody else writes (torchvision's DenseNet: each layer's
-    torch.cat of every feature so far)."""
+    Split tops of them, the same order, the same axis; the longest such,
+    then the latest), and whose top nobody else writes (torchvision's
+    DenseNet: each layer's torch.cat of every feature so far)."""
     g = net.graph
     split_of = {}                   # id(top of a Split layer) -> the Split's bottom
     for li, layer in enumerate(g.layers):
