@@ -38,7 +38,7 @@ so backward runs layer by layer on Caffe's values (the Concat's backward
 splits the top diff as before). ``CAFFE_OCL_FOLD=0`` (with the folding) or
 ``CAFFE_OCL_CONCAT_IN_PLACE=0`` turn it off.
 
-Growing concats (``prefix_groups``, TEST and TRAIN): a Concat whose first
+Growing concats (``copy_groups``, TEST and TRAIN): a Concat whose first
 ``m`` >= 2 bottoms are an earlier Concat's bottoms (the same blobs or
 Split tops of them, the same order and axis; torchvision's DenseNet
 concatenates every feature so far in each dense layer) copies that
@@ -50,11 +50,14 @@ it after a change, no reshape since), else every input is copied.
 ``CAFFE_OCL_CONCAT_PREFIX=0`` turns it off.
 
 Copies run up to eight inputs per launch (the layer's ``copies``,
-ops.shape.multi_copy).
+ops.shape.multi_copy); consecutive Slices of one blob (Silence layers
+between them: onnx2caffe's form of ONNX Split/Slice pairs) copy all their
+tops together (SliceRun).
 """
 from .. import config
 from ..ops import conv as conv_ops
 from ..ops import pointwise
+from ..ops import shape as shape_ops
 from .elide import producer_ok
 from .patterns import consumers, one_in_one_out, writers
 
@@ -305,6 +308,101 @@ class ConcatInPlace:
             t.blob.compute_pending()
 
 
+class SliceRun:
+    """Consecutive Slice layers (Silence layers between them) reading the
+    same data (Split tops of one blob; ONNX's Split or Slice pairs as
+    onnx2caffe writes them, e.g. ShuffleNet v2's channel split): every top
+    of them in one set of launches (ops.shape.multi_copy) instead of one
+    per Slice. Falls back to the layers one by one when their bottoms'
+    buffers or row layouts differ (shapes changed)."""
+    fuses_backward = False
+    loses_values = False
+
+    def __init__(self, net, layers):
+        self.net, self.layers = net, list(layers)
+        self.first, self.last = self.layers[0], self.layers[-1]
+        g = net.graph
+        self.slices = [li for li in self.layers if g.layers[li].type == "Slice"]
+        self.fwd, self._key = [], None
+
+    def describe(self):
+        names = self.net.graph.layer_names
+        return f"{' + '.join(names[li] for li in self.slices)} in one copy"
+
+    def _plan(self):
+        """The launches for the current shapes, or None (run one by one)."""
+        net, g = self.net, self.net.graph
+        key = tuple(net.layers[li].reshape_count for li in self.slices)
+        if key == self._key:
+            return self.fwd
+        self._key, self.fwd = key, None
+        first = net.layers[self.slices[0]]
+        if first.layout is None:
+            return None
+        x = g.bottoms[self.slices[0]][0].data_buffer()
+        outer, ld, _ = first.layout
+        pieces = []
+        for li in self.slices:
+            layer = net.layers[li]
+            if layer.layout is None or layer.layout[:2] != (outer, ld) or \
+                    g.bottoms[li][0].data_buffer() is not x:
+                return None
+            pieces += [(t.data_buffer(), c, 0, d) for t, (c, d) in zip(g.tops[li], layer.layout[2])]
+        self.fwd = shape_ops.multi_copy(first.device, outer, x, 0, ld, pieces, gather=False)
+        return self.fwd
+
+    def run(self):
+        net, g = self.net, self.net.graph
+        for li in self.layers[1:]:          # the net's loop reshaped the first
+            net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
+        launches = self._plan()
+        if launches is None:
+            for li in self.layers:
+                net.layers[li].forward(g.bottoms[li], g.tops[li])
+            return
+        g.bottoms[self.first][0].data_mem.to_device()     # every Slice's: one memory
+        q = net.layers[self.first].device.queue
+        for launch in launches:
+            launch.run(q)
+        for li in self.slices:
+            for t in g.tops[li]:
+                t.data_mem.device_written()
+
+
+def slice_runs(net, taken):
+    """[SliceRun] of the runs of two or more Slice layers reading one
+    blob's data (directly or through Split tops), with only Silence layers
+    between them; ``CAFFE_OCL_CONCAT_PREFIX=0`` turns them off too."""
+    if not config.get("CONCAT_PREFIX"):
+        return []
+    g = net.graph
+    root = _split_roots(g)
+    out, run, run_root = [], [], None
+
+    def flush():
+        while run and g.layers[run[-1]].type != "Slice":
+            run.pop()
+        if sum(1 for li in run if g.layers[li].type == "Slice") >= 2:
+            out.append(SliceRun(net, run))
+
+    for li, layer in enumerate(g.layers):
+        bots, tops = g.bottoms[li], g.tops[li]
+        if li not in taken and layer.type == "Slice" and len(bots) == 1 and len(tops) >= 2 \
+                and all(t is not bots[0] for t in tops):
+            if run and root(bots[0]) == run_root:
+                run.append(li)
+            else:
+                flush()
+                run, run_root = [li], root(bots[0])
+        elif run and li not in taken and layer.type == "Silence":
+            run.append(li)
+        else:
+            flush()
+            run = []
+    flush()
+    return out
+
+
 def _unit_for(net, ci, k, groups, taken):
     """The unit that can write input ``k`` of the Concat at ``ci`` into
     its slice (a group of ``groups``, or a new ConvUnit), or None."""
@@ -334,6 +432,21 @@ def _unit_for(net, ci, k, groups, taken):
     return unit
 
 
+def _split_roots(g):
+    """root(blob) -> id of the blob whose data ``blob`` is (a Split's tops
+    share their bottom's data)."""
+    split_of = {}                   # id(top of a Split layer) -> the Split's bottom
+    for li, layer in enumerate(g.layers):
+        if layer.type == "Split" and len(g.bottoms[li]) == 1:
+            split_of.update((id(t), g.bottoms[li][0]) for t in g.tops[li])
+
+    def root(b):
+        while id(b) in split_of:
+            b = split_of[id(b)]
+        return id(b)
+    return root
+
+
 def _prefix_sources(net, taken):
     """[(ci, pi, m)]: the Concat at ``pi`` < ``ci`` whose bottoms are the
     first ``m`` >= 2 bottoms of the Concat at ``ci`` (the same blobs or
@@ -341,16 +454,7 @@ def _prefix_sources(net, taken):
     then the latest), and whose top nobody else writes (torchvision's
     DenseNet: each layer's torch.cat of every feature so far)."""
     g = net.graph
-    split_of = {}                   # id(top of a Split layer) -> the Split's bottom
-    for li, layer in enumerate(g.layers):
-        if layer.type == "Split" and len(g.bottoms[li]) == 1:
-            split_of.update((id(t), g.bottoms[li][0]) for t in g.tops[li])
-
-    def root(b):                    # a Split's tops share their bottom's data
-        while id(b) in split_of:
-            b = split_of[id(b)]
-        return id(b)
-
+    root = _split_roots(g)
     cats = []
     for li, layer in enumerate(g.layers):
         if layer.type != "Concat" or li in taken or len(g.tops[li]) != 1:
@@ -407,14 +511,15 @@ def find(net, groups, taken):
             if targets:
                 cats[ci] = ConcatInPlace(net, ci, targets)
                 taken.add(ci)
-    return out + prefix_groups(net, taken - set(cats), cats)
+    return out + copy_groups(net, taken - set(cats), cats)
 
 
-def prefix_groups(net, taken, cats=None):
+def copy_groups(net, taken, cats=None):
     """The Concat groups (ConcatInPlace) of ``cats`` ({layer index: group},
     extended) and new ones in which a Concat copies an earlier Concat's top
     as one block (``source``) and that earlier Concat notes what it holds;
-    TEST (find) and TRAIN (train.py): every blob keeps its value. Off with
+    the runs of Slices of one blob copied as one (SliceRun). TEST (find)
+    and TRAIN (train.py): every blob keeps its value. Off with
     ``CAFFE_OCL_CONCAT_PREFIX=0``."""
     cats = dict(cats or {})
     if config.get("CONCAT_PREFIX"):
@@ -423,4 +528,4 @@ def prefix_groups(net, taken, cats=None):
                 if li not in cats:
                     cats[li] = ConcatInPlace(net, li, {})
             cats[ci].source, cats[ci].m = cats[pi], m
-    return [cats[li] for li in sorted(cats)]
+    return [cats[li] for li in sorted(cats)] + slice_runs(net, set(taken) | set(cats))

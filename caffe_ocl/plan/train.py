@@ -549,8 +549,7 @@ def find_groups(net):
               ("ReLU/convolution backwards", relu_convs),
               ("Split/convolution backwards",
                [SplitConvBackward(net, *t) for t in find_split_convs(net, taken)]),
-              ("Concats copying an earlier Concat's top as one block (forward)",
-               concat_plan.prefix_groups(net, taken))]
+              ("Concat/Slice copies as one (forward)", concat_plan.copy_groups(net, taken))]
     chains = []
     for what, found in kinds:
         if found:

@@ -305,3 +305,59 @@ def test_growing_concat_train_forward_backward():
             for f, p in zip(fused.params[name], blobs):
                 np.testing.assert_allclose(f.diff, p.diff, rtol=1e-5, atol=1e-5, err_msg=name)
         x = x + 1.0
+
+
+# ---- runs of Slices of one blob ----------------------------------------------------
+
+# ShuffleNet v2's channel split as onnx2caffe writes ONNX's two Slices: each
+# a Slice of (a Split top of) the same blob with its unused half silenced
+SHUFFLE = ('name: "shuffle" layer { name: "data" type: "Input" top: "x" '
+           'input_param { shape { dim: 2 dim: 6 dim: 3 dim: 4 } } }\n'
+           + _conv("c0", "x", "r", 8, k=1)
+           + 'layer { name: "s1" type: "Slice" bottom: "r" top: "a" top: "unused1" '
+             'slice_param { axis: 1 slice_point: 4 } }\n'
+             'layer { name: "q1" type: "Silence" bottom: "unused1" }\n'
+             'layer { name: "s2" type: "Slice" bottom: "r" top: "unused0" top: "b" top: "c" '
+             'slice_param { axis: 1 slice_point: 4 slice_point: 7 } }\n'
+             'layer { name: "q2" type: "Silence" bottom: "unused0" }\n'
+           + _conv("cb", "b", "bb", 3, k=1)
+           + _cat("out", ["a", "bb", "c"]))
+
+
+@pytest.mark.parametrize("phase", [TEST, TRAIN])
+def test_slice_run_one_copy(phase):
+    fused, plain, off = _pair(SHUFFLE, phase)
+    runs = [c for c in fused.plan.groups if isinstance(c, concat.SliceRun)]
+    assert [[fused.graph.layer_names[li] for li in c.layers] for c in runs] == \
+        [["s1", "q1", "s2"]]
+    assert not [c for c in plain.plan.groups if isinstance(c, concat.SliceRun)]
+    x = rnd(2, 6, 3, 4)
+    for net in (fused, plain, off):
+        net.forward(x=x)
+    _equal(fused, off)
+    assert _count_forward(plain) - _count_forward(fused) == 1
+    # ranges that cut the run, a host write between, other shapes
+    for net in (fused, off):
+        net.forward(end="s1")
+        net.blobs["r"].data[0] += 1.0
+        net.forward(start="s2")
+    _equal(fused, off)
+    x = rnd(1, 6, 2, 5)
+    for net in (fused, off):
+        net.blobs["x"].reshape(x.shape)
+        net.forward(x=x)
+    _equal(fused, off)
+
+
+def test_slice_run_other_axes_one_by_one():
+    text = SHUFFLE.replace('slice_param { axis: 1 slice_point: 4 slice_point: 7 }',
+                           'slice_param { axis: 2 slice_point: 1 slice_point: 2 }')
+    text = text.replace(_conv("cb", "b", "bb", 3, k=1) + _cat("out", ["a", "bb", "c"]),
+                        _cat("out", ["b", "c"], axis=2))
+    fused, plain, off = _pair(text)
+    assert [c for c in fused.plan.groups if isinstance(c, concat.SliceRun)]
+    x = rnd(2, 6, 3, 4)
+    for net in (fused, plain, off):
+        net.forward(x=x)
+    _equal(fused, off)
+    assert _count_forward(plain) == _count_forward(fused)
