@@ -93,6 +93,11 @@ _DECLARED = (
     Setting("CONCAT_IN_PLACE", "bool", True,
             "at TEST, convolutions write a Concat's inputs straight into its top "
             "(with CAFFE_OCL_FOLD)"),
+    # Concat copies (issue #27 item 3: fewer launches, plan/concat.py)
+    Setting("CONCAT_PREFIX", "bool", True,
+            "a Concat whose first inputs are an earlier Concat's inputs copies that Concat's "
+            "top as one block, consecutive Slices of one blob copy in one launch (at TEST "
+            "with CAFFE_OCL_FOLD, at TRAIN with CAFFE_OCL_FUSE_TRAIN)"),
     Setting("AFFINE_NEW_TOPS", "bool", True,
             "at TEST, BatchNorm -> Scale -> ReLU chains writing new tops (ONNX's form) run "
             "as one pass (with CAFFE_OCL_FOLD)"),

@@ -1,6 +1,6 @@
 /* Data-movement and element-wise-combination kernels of the shape layers:
  * Eltwise (PROD/MAX), Tile, Crop, ArgMax, row gather/scatter (Filter,
- * BatchReindex), Embed. Concat/Slice use pointwise.cl's copy2d. */
+ * BatchReindex), Embed; Concat/Slice pieces (multi_copy). */
 #include "common.h"
 
 /* y = a * b (y may alias a or b) */
@@ -171,5 +171,64 @@ __kernel void embed_wgrad(int M, int N, int K, __global const float* x,
             int idx = (int)x[m];
             if (idx >= 0 && idx < K) dw[idx * N + d] += dy[m * N + d];
         }
+    }
+}
+
+/* Concat / Slice pieces in one launch (ops.shape.multi_copy): a strided
+ * block y (row r at offy + r * ldy) and up to eight pieces k, each a
+ * rows x c_k block stored densely at p_k + o_k (row r at r * c_k) whose
+ * columns are y's columns d_k .. d_k + c_k. gather != 0: y <- pieces
+ * (Concat forward, Slice backward); gather == 0: pieces <- y (Concat
+ * backward, Slice forward). The work is the rows x (c_0 + ... + c_7)
+ * elements in piece order; an unused piece has c_k = 0 (a zero-width
+ * piece is skipped: piece k holds columns s_k <= col < s_k+1 of the walk,
+ * k = the number of s_1..s_7 at or below col). */
+#define MC_SEL(k) case k: p = p##k; cw = c##k; o = o##k; d = d##k; s = s##k; break
+#define MC_PIECE(col) (((col) >= s1) + ((col) >= s2) + ((col) >= s3) + ((col) >= s4) + \
+                       ((col) >= s5) + ((col) >= s6) + ((col) >= s7))
+#define MC_FIND(col) switch (MC_PIECE(col)) { MC_SEL(0); MC_SEL(1); MC_SEL(2); MC_SEL(3); \
+                                               MC_SEL(4); MC_SEL(5); MC_SEL(6); default: MC_SEL(7); }
+__kernel void multi_copy(int rows, __global float* y, int offy, int ldy, int gather,
+                         __global float* p0, int c0, int o0, int d0,
+                         __global float* p1, int c1, int o1, int d1,
+                         __global float* p2, int c2, int o2, int d2,
+                         __global float* p3, int c3, int o3, int d3,
+                         __global float* p4, int c4, int o4, int d4,
+                         __global float* p5, int c5, int o5, int d5,
+                         __global float* p6, int c6, int o6, int d6,
+                         __global float* p7, int c7, int o7, int d7) {
+    const int s0 = 0, s1 = c0, s2 = s1 + c1, s3 = s2 + c2, s4 = s3 + c3, s5 = s4 + c4,
+              s6 = s5 + c5, s7 = s6 + c6, total = s7 + c7;
+    const int n = rows * total;
+    __global float* p;
+    int cw, o, d, s;
+    if (get_local_size(0) == 1) {
+        /* CPU drivers (work-groups of one): a contiguous chunk of the walk,
+         * copied run by run (a run: the rest of one piece's row) */
+        const int chunk = (n + (int)get_global_size(0) - 1) / (int)get_global_size(0);
+        const int i0 = min(n, (int)get_global_id(0) * chunk), i1 = min(n, i0 + chunk);
+        if (i0 >= i1) return;
+        int r = i0 / total, col = i0 - r * total;
+        for (int i = i0; i < i1; ) {
+            MC_FIND(col);
+            int j = col - s, len = min(cw - j, i1 - i);
+            __global float* a = p + o + r * cw + j;
+            __global float* b = y + offy + r * ldy + d + j;
+            if (gather) for (int t = 0; t < len; ++t) b[t] = a[t];
+            else for (int t = 0; t < len; ++t) a[t] = b[t];
+            i += len;
+            col += len;
+            if (col == total) { col = 0; ++r; }
+        }
+        return;
+    }
+    GLOBAL_LOOP(i, n) {
+        int r = i / total, col = i - r * total;
+        MC_FIND(col);
+        int j = col - s;
+        __global float* a = p + o + r * cw + j;
+        __global float* b = y + offy + r * ldy + d + j;
+        if (gather) *b = *a;
+        else *a = *b;
     }
 }

@@ -69,27 +69,36 @@ class ConcatLayer(Layer):
             shape[ax] += b.shape[ax]
         top[0].reshape(shape)
         self.fwd = []
-        self.pieces = []
+        self.layout = None
         if len(bottom) == 1:
             top[0].share_data(b0)
             top[0].share_diff(b0)
             return
         outer, inner = b0.count_range(0, ax), b0.count_range(ax + 1)
-        ld_top, off = shape[ax] * inner, 0
+        cols, off = [], 0
         for b in bottom:
-            cols = b.shape[ax] * inner
-            self.pieces.append((outer, cols, off * inner, ld_top))
-            self.fwd.append(pointwise.copy2d(self.device, outer, cols, b.data_buffer(), 0, cols,
-                                             top[0].data_buffer(), off * inner, ld_top))
+            cols.append((b.shape[ax] * inner, off * inner))
             off += b.shape[ax]
+        # (rows, top row length, [(columns, first top column)] per bottom):
+        # what plan/concat.py copies a subset of the bottoms with
+        self.layout = (outer, shape[ax] * inner, cols)
+        self.fwd = self.copies([(b.data_buffer(), c, 0, d) for b, (c, d) in zip(bottom, cols)],
+                               top[0].data_buffer())
+
+    def copies(self, pieces, y):
+        """Launches writing ``pieces`` [(buffer, cols, off, dcol)] into the
+        top's buffer ``y`` (several bottoms per launch, ops.shape.multi_copy)."""
+        outer, ld_top, _ = self.layout
+        return shape_ops.multi_copy(self.device, outer, y, 0, ld_top, pieces, gather=True)
 
     def build_backward(self, bottom, top):
-        if len(bottom) == 1:
+        if self.layout is None:
             return
-        for i, (outer, cols, offy, ld_top) in enumerate(self.pieces):
-            if self.propagate_down[i]:
-                self.bwd.append(pointwise.copy2d(self.device, outer, cols, top[0].diff_buffer(),
-                                                 offy, ld_top, bottom[i].diff_buffer(), 0, cols))
+        outer, ld_top, cols = self.layout
+        pieces = [(b.diff_buffer(), c, 0, d) for i, (b, (c, d)) in enumerate(zip(bottom, cols))
+                  if self.propagate_down[i]]
+        self.bwd = shape_ops.multi_copy(self.device, outer, top[0].diff_buffer(), 0, ld_top,
+                                        pieces, gather=False)
 
 
 @register("Slice")
@@ -138,29 +147,30 @@ class SliceLayer(Layer):
                                  f"slice axis {ax} of size {L}", ShapeError)
             sizes = [L // len(top)] * len(top)
         outer, inner = b.count_range(0, ax), b.count_range(ax + 1)
-        self.fwd, self.pieces = [], []
-        off = 0
+        self.fwd, self.layout = [], None
+        cols, off = [], 0
         for t, s in zip(top, sizes):
             shape = list(b.shape)
             shape[ax] = s
             t.reshape(shape)
-            self.pieces.append((outer, s * inner, off * inner, L * inner))
+            cols.append((s * inner, off * inner))
             off += s
         if len(top) == 1:
             top[0].share_data(b)
             top[0].share_diff(b)
-            self.pieces = []
             return
-        for t, (outer, cols, offx, ldx) in zip(top, self.pieces):
-            self.fwd.append(pointwise.copy2d(self.device, outer, cols, b.data_buffer(), offx,
-                                             ldx, t.data_buffer(), 0, cols))
+        self.layout = (outer, L * inner, cols)
+        self.fwd = shape_ops.multi_copy(
+            self.device, outer, b.data_buffer(), 0, L * inner,
+            [(t.data_buffer(), c, 0, d) for t, (c, d) in zip(top, cols)], gather=False)
 
     def build_backward(self, bottom, top):
-        if not self.propagate_down[0] or not self.pieces:
+        if not self.propagate_down[0] or self.layout is None:
             return
-        for t, (outer, cols, offx, ldx) in zip(top, self.pieces):
-            self.bwd.append(pointwise.copy2d(self.device, outer, cols, t.diff_buffer(), 0, cols,
-                                             bottom[0].diff_buffer(), offx, ldx))
+        outer, ld, cols = self.layout
+        self.bwd = shape_ops.multi_copy(
+            self.device, outer, bottom[0].diff_buffer(), 0, ld,
+            [(t.diff_buffer(), c, 0, d) for t, (c, d) in zip(top, cols)], gather=True)
 
 
 # ----------------------------------------------------------------------------

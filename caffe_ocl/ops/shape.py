@@ -1,5 +1,6 @@
-"""Shape/data-movement primitives (kernels/shape.cl). Concat and Slice use
-ops.pointwise.copy2d; these cover the rest."""
+"""Shape/data-movement primitives (kernels/shape.cl): Concat/Slice pieces
+(``multi_copy``), Eltwise PROD/MAX, Tile, Crop, ArgMax, row gathers, Embed."""
+from ..errors import DeviceError
 from . import work_size
 
 SRC = "shape.cl"
@@ -8,6 +9,35 @@ SRC = "shape.cl"
 def _launch(dev, n, name, args):
     g, l = work_size(dev, n)
     return dev.launch(SRC, name, g, l, args)
+
+
+# pieces one multi_copy launch takes (the kernel's p0..p7)
+MULTI_COPY_MAX = 8
+
+
+def multi_copy(dev, rows, y, offy, ldy, pieces, gather):
+    """Launches copying ``pieces`` [(buffer, cols, off, dcol)] -- each a
+    ``rows`` x ``cols`` block stored densely at ``buffer`` + ``off`` -- to
+    (``gather``) or from columns ``dcol`` .. ``dcol + cols`` of the
+    strided block ``y`` (row r at ``offy + r * ldy``): Concat forward /
+    Slice backward gather, Concat backward / Slice forward scatter. One
+    launch per MULTI_COPY_MAX pieces; empty pieces need none."""
+    pieces = [p for p in pieces if p[1] > 0]
+    if rows <= 0 or not pieces:
+        return []
+    out = []
+    for i in range(0, len(pieces), MULTI_COPY_MAX):
+        chunk = pieces[i:i + MULTI_COPY_MAX]
+        total = sum(int(c) for _, c, _, _ in chunk)
+        if rows * total >= 2**31:
+            raise DeviceError(f"multi_copy: {rows} x {total} elements in one launch, "
+                              "more than its int indices address")
+        args = [int(rows), y, int(offy), int(ldy), int(bool(gather))]
+        for k in range(MULTI_COPY_MAX):
+            buf, c, o, d = chunk[k] if k < len(chunk) else (y, 0, 0, 0)
+            args += [buf, int(c), int(o), int(d)]
+        out.append(_launch(dev, rows * total, "multi_copy", args))
+    return out
 
 
 def mul(dev, n, a, b, y):

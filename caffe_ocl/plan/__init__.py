@@ -13,7 +13,9 @@ graph and return groups of layers to run as one:
 - ``se.py``: TEST-phase SE channel scale folded into the next 1x1
   convolution's weights (per image);
 - ``concat.py``: TEST-phase Concat in place (the convolutions computing
-  its inputs write them into their slices of its top);
+  its inputs write them into their slices of its top); at TEST and TRAIN,
+  a Concat extending an earlier Concat's inputs copies that top as one
+  block;
 - ``train.py``: the TRAIN fusions (BatchNorm/Scale/activation chains,
   ResNet block tails, Convolution -> ReLU forwards, ReLU gates inside the
   next layer's backward, Split gradients summed by a convolution);

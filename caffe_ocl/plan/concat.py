@@ -37,10 +37,27 @@ Before a backward (or ``net.unfold()``) the pending inputs are computed,
 so backward runs layer by layer on Caffe's values (the Concat's backward
 splits the top diff as before). ``CAFFE_OCL_FOLD=0`` (with the folding) or
 ``CAFFE_OCL_CONCAT_IN_PLACE=0`` turn it off.
+
+Growing concats (``copy_groups``, TEST and TRAIN): a Concat whose first
+``m`` >= 2 bottoms are an earlier Concat's bottoms (the same blobs or
+Split tops of them, the same order and axis; torchvision's DenseNet
+concatenates every feature so far in each dense layer) copies that
+earlier top as one block plus its other inputs: one launch instead of one
+per eight inputs. The earlier Concat notes, after each run, its top's and
+bottoms' memory versions and its reshape count; the block is used only
+while they are unchanged (no host write, no forward range that skipped
+it after a change, no reshape since), else every input is copied.
+``CAFFE_OCL_CONCAT_PREFIX=0`` turns it off.
+
+Copies run up to eight inputs per launch (the layer's ``copies``,
+ops.shape.multi_copy); consecutive Slices of one blob (Silence layers
+between them: onnx2caffe's form of ONNX Split/Slice pairs) copy all their
+tops together (SliceRun).
 """
 from .. import config
 from ..ops import conv as conv_ops
 from ..ops import pointwise
+from ..ops import shape as shape_ops
 from .elide import producer_ok
 from .patterns import consumers, one_in_one_out, writers
 
@@ -174,41 +191,216 @@ class ConvUnit:
 
 class ConcatInPlace:
     """The Concat at layer ``ci``: copies only the inputs whose slice is
-    not fresh; ``targets``: {bottom index: SliceTarget}."""
+    not fresh (``targets``: {bottom index: SliceTarget}); with a ``source``
+    (an earlier Concat group whose bottoms are this one's first ``m``),
+    the source's top as one block in place of those ``m`` inputs while it
+    still holds their concatenation. The copies run several inputs per
+    launch (ops.shape.multi_copy). Notes, after each run, the versions of
+    its top and bottoms (``holds_inputs``: a later Concat's source)."""
     fuses_backward = False
     loses_values = False
 
-    def __init__(self, net, ci, targets):
+    def __init__(self, net, ci, targets, source=None, m=0):
         self.net, self.ci, self.targets = net, ci, targets
+        self.source, self.m = source, m
         self.layers = [ci]
         self.first = self.last = ci
         self.layer = net.layers[ci]
+        self.bottoms = net.graph.bottoms[ci]
         self.top = net.graph.tops[ci][0]
+        self.fwd = []               # the launches of the last run
+        self._launches, self._shapes = {}, None
+        self._noted = None
+        self._block = (None, None)
 
     def describe(self):
         g = self.net.graph
-        names = [g.bottoms[self.ci][k].name for k in sorted(self.targets)]
-        return f"{g.layer_names[self.ci]} in place <- {', '.join(names)}"
+        parts = []
+        if self.targets:
+            names = [g.bottoms[self.ci][k].name for k in sorted(self.targets)]
+            parts.append(f"in place <- {', '.join(names)}")
+        if self.source is not None:
+            parts.append(f"{self.source.top.name} as one block for its first {self.m} inputs")
+        return f"{g.layer_names[self.ci]} {'; '.join(parts)}"
+
+    def holds_inputs(self, shape):
+        """The top (of ``shape``) still holds the concatenation of the
+        bottoms' current values: nothing wrote the top or a bottom since
+        this group's last run (their memories' versions), nothing reshaped
+        this layer since. The bottoms here are a later Concat's too, so
+        none is one a plan computes on read."""
+        noted = self._noted
+        if noted is None:
+            return False
+        top_mem, top_version, reshapes, mems, versions = noted
+        mem = self.top.data_mem
+        # a reshape keeps the memories (and their versions) when it shrinks
+        if mem is not top_mem or mem.version != top_version or self.top.shape != shape or \
+                self.layer.reshape_count != reshapes:
+            return False
+        now = [b.data_mem for b in self.bottoms]
+        return now == mems and [m.version for m in now] == versions
+
+    def _block_shape(self):
+        """The shape of the source's top that holds this Concat's first
+        ``m`` inputs at their current shapes."""
+        if self._block[0] != self.layer.reshape_count:
+            bots, ax = self.bottoms, concat_axis(self.layer, self.bottoms[0])
+            shape = list(bots[0].shape)
+            shape[ax] = sum(b.shape[ax] for b in bots[:self.m])
+            self._block = (self.layer.reshape_count, tuple(shape))
+        return self._block[1]
+
+    def _copies(self, copy, block):
+        """Launches copying bottoms ``copy`` (indices, none of the first
+        ``m`` with ``block``: the source's top in their place). Built per
+        set of copies, for the current shapes: a bottom's buffer changes
+        only with its shape, which reshapes this layer."""
+        layer, bots = self.layer, self.bottoms
+        shapes = (layer.reshape_count, self.top.data_buffer(),
+                  self.source.top.data_buffer() if block else None)
+        if shapes != self._shapes:
+            self._launches.clear()
+            self._shapes = shapes
+        got = self._launches.get((copy, block))
+        if got is None:
+            _, _, cols = layer.layout
+            pieces = []
+            if block:
+                pieces.append((self.source.top.data_buffer(),
+                               sum(c for c, _ in cols[:self.m]), 0, 0))
+            pieces += [(bots[k].data_buffer(), cols[k][0], 0, cols[k][1]) for k in copy]
+            got = self._launches[(copy, block)] = layer.copies(pieces, self.top.data_buffer())
+        return got
 
     def run(self):
-        bottoms = self.net.graph.bottoms[self.ci]
-        fresh = [k for k, t in self.targets.items() if t.fresh()]
-        q = self.layer.device.queue
-        # the layer (reshaped by the net's loop) has one copy per bottom
-        for k, launch in enumerate(self.layer.fwd):
-            if k in fresh:
-                continue
+        bottoms = self.bottoms
+        if self.layer.layout is None:           # one bottom: the top is a view of it
+            self.layer.forward(bottoms, [self.top])
+            self._note()
+            return
+        fresh = [k for k, t in self.targets.items() if t.fresh()] if self.targets else ()
+        block = self.source is not None and self.source.holds_inputs(self._block_shape())
+        copy = tuple(k for k in range(self.m if block else 0, len(bottoms)) if k not in fresh)
+        for k in copy:
             b = bottoms[k]
-            b.compute_pending()
+            if b.compute_on_read is not None:
+                b.compute_pending()
             b.data_mem.to_device()
+        if block:
+            self.source.top.data_mem.to_device()
+        self.fwd = self._copies(copy, block)
+        q = self.layer.device.queue
+        for launch in self.fwd:
             launch.run(q)
         self.top.data_mem.device_written()
         for k in fresh:
             self.targets[k].written()        # still fresh at the top's new version
+        self._note()
+
+    def _note(self):
+        mems = [b.data_mem for b in self.bottoms]       # compared by identity
+        self._noted = (self.top.data_mem, self.top.data_mem.version, self.layer.reshape_count,
+                       mems, [m.version for m in mems])
 
     def before_backward(self):
         for t in self.targets.values():
             t.blob.compute_pending()
+
+
+class SliceRun:
+    """Consecutive Slice layers (Silence layers between them) reading the
+    same data (Split tops of one blob; ONNX's Split or Slice pairs as
+    onnx2caffe writes them, e.g. ShuffleNet v2's channel split): every top
+    of them in one set of launches (ops.shape.multi_copy) instead of one
+    per Slice. Falls back to the layers one by one when their bottoms'
+    buffers or row layouts differ (shapes changed)."""
+    fuses_backward = False
+    loses_values = False
+
+    def __init__(self, net, layers):
+        self.net, self.layers = net, list(layers)
+        self.first, self.last = self.layers[0], self.layers[-1]
+        g = net.graph
+        self.slices = [li for li in self.layers if g.layers[li].type == "Slice"]
+        self.fwd, self._key = [], None
+
+    def describe(self):
+        names = self.net.graph.layer_names
+        return f"{' + '.join(names[li] for li in self.slices)} in one copy"
+
+    def _plan(self):
+        """The launches for the current shapes, or None (run one by one)."""
+        net, g = self.net, self.net.graph
+        key = tuple(net.layers[li].reshape_count for li in self.slices)
+        if key == self._key:
+            return self.fwd
+        self._key, self.fwd = key, None
+        first = net.layers[self.slices[0]]
+        if first.layout is None:
+            return None
+        x = g.bottoms[self.slices[0]][0].data_buffer()
+        outer, ld, _ = first.layout
+        pieces = []
+        for li in self.slices:
+            layer = net.layers[li]
+            if layer.layout is None or layer.layout[:2] != (outer, ld) or \
+                    g.bottoms[li][0].data_buffer() is not x:
+                return None
+            pieces += [(t.data_buffer(), c, 0, d) for t, (c, d) in zip(g.tops[li], layer.layout[2])]
+        self.fwd = shape_ops.multi_copy(first.device, outer, x, 0, ld, pieces, gather=False)
+        return self.fwd
+
+    def run(self):
+        net, g = self.net, self.net.graph
+        for li in self.layers[1:]:          # the net's loop reshaped the first
+            net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
+        launches = self._plan()
+        if launches is None:
+            for li in self.layers:
+                net.layers[li].forward(g.bottoms[li], g.tops[li])
+            return
+        g.bottoms[self.first][0].data_mem.to_device()     # every Slice's: one memory
+        q = net.layers[self.first].device.queue
+        for launch in launches:
+            launch.run(q)
+        for li in self.slices:
+            for t in g.tops[li]:
+                t.data_mem.device_written()
+
+
+def slice_runs(net, taken):
+    """[SliceRun] of the runs of two or more Slice layers reading one
+    blob's data (directly or through Split tops), with only Silence layers
+    between them; ``CAFFE_OCL_CONCAT_PREFIX=0`` turns them off too."""
+    if not config.get("CONCAT_PREFIX"):
+        return []
+    g = net.graph
+    root = _split_roots(g)
+    out, run, run_root = [], [], None
+
+    def flush():
+        while run and g.layers[run[-1]].type != "Slice":
+            run.pop()
+        if sum(1 for li in run if g.layers[li].type == "Slice") >= 2:
+            out.append(SliceRun(net, run))
+
+    for li, layer in enumerate(g.layers):
+        bots, tops = g.bottoms[li], g.tops[li]
+        if li not in taken and layer.type == "Slice" and len(bots) == 1 and len(tops) >= 2 \
+                and all(t is not bots[0] for t in tops):
+            if run and root(bots[0]) == run_root:
+                run.append(li)
+            else:
+                flush()
+                run, run_root = [li], root(bots[0])
+        elif run and li not in taken and layer.type == "Silence":
+            run.append(li)
+        else:
+            flush()
+            run = []
+    flush()
+    return out
 
 
 def _unit_for(net, ci, k, groups, taken):
@@ -240,39 +432,100 @@ def _unit_for(net, ci, k, groups, taken):
     return unit
 
 
+def _split_roots(g):
+    """root(blob) -> id of the blob whose data ``blob`` is (a Split's tops
+    share their bottom's data)."""
+    split_of = {}                   # id(top of a Split layer) -> the Split's bottom
+    for li, layer in enumerate(g.layers):
+        if layer.type == "Split" and len(g.bottoms[li]) == 1:
+            split_of.update((id(t), g.bottoms[li][0]) for t in g.tops[li])
+
+    def root(b):
+        while id(b) in split_of:
+            b = split_of[id(b)]
+        return id(b)
+    return root
+
+
+def _prefix_sources(net, taken):
+    """[(ci, pi, m)]: the Concat at ``pi`` < ``ci`` whose bottoms are the
+    first ``m`` >= 2 bottoms of the Concat at ``ci`` (the same blobs or
+    Split tops of them, the same order, the same axis; the longest such,
+    then the latest), and whose top nobody else writes (torchvision's
+    DenseNet: each layer's torch.cat of every feature so far)."""
+    g = net.graph
+    root = _split_roots(g)
+    cats = []
+    for li, layer in enumerate(g.layers):
+        if layer.type != "Concat" or li in taken or len(g.tops[li]) != 1:
+            continue
+        bots, top = g.bottoms[li], g.tops[li][0]
+        if len(bots) < 2 or any(b is top for b in bots):
+            continue
+        cats.append((li, [root(b) for b in bots], concat_axis(net.layers[li], bots[0]),
+                     writers(g, top) == [li]))
+    out = []
+    for j, (ci, ids, axis, _) in enumerate(cats):
+        best = None
+        for pi, pids, paxis, alone in cats[:j]:
+            m = len(pids)
+            if alone and paxis == axis and m <= len(ids) and ids[:m] == pids and \
+                    (best is None or m >= best[1]):
+                best = (pi, m)
+        if best is not None:
+            out.append((ci, *best))
+    return out
+
+
 def find(net, groups, taken):
     """[ConcatInPlace and new ConvUnit groups]; sets ``slice_target`` on the
     units of ``groups`` it uses. ``taken``: layer indices already in a group."""
-    if not config.get("CONCAT_IN_PLACE"):
-        return []
     g = net.graph
-    outputs = set(g.outputs)
     taken = set(taken)
-    out = []
-    for ci, layer in enumerate(g.layers):
-        if layer.type != "Concat" or ci in taken:
-            continue
-        bots, tops = g.bottoms[ci], g.tops[ci]
-        if len(bots) < 2 or len(tops) != 1 or len({id(b) for b in bots}) != len(bots):
-            continue
-        top = tops[0]
-        if any(b is top for b in bots) or writers(g, top) != [ci] or top.num_axes != 4:
-            continue
-        if concat_axis(net.layers[ci], bots[0]) not in (0, 1):
-            continue
-        targets = {}
-        for k, c in enumerate(bots):
-            if c.name in outputs:
+    out, cats = [], {}
+    if config.get("CONCAT_IN_PLACE"):
+        outputs = set(g.outputs)
+        for ci, layer in enumerate(g.layers):
+            if layer.type != "Concat" or ci in taken:
                 continue
-            unit = _unit_for(net, ci, k, groups, taken)
-            if unit is None:
+            bots, tops = g.bottoms[ci], g.tops[ci]
+            if len(bots) < 2 or len(tops) != 1 or len({id(b) for b in bots}) != len(bots):
                 continue
-            unit.slice_target = targets[k] = SliceTarget(net, ci, k, unit)
-            unit.forward_through = ci       # execution.py: fused only up to the Concat
-            if isinstance(unit, ConvUnit):
-                out.append(unit)
-                taken.add(unit.li)
-        if targets:
-            out.append(ConcatInPlace(net, ci, targets))
-            taken.add(ci)
-    return out
+            top = tops[0]
+            if any(b is top for b in bots) or writers(g, top) != [ci] or top.num_axes != 4:
+                continue
+            if concat_axis(net.layers[ci], bots[0]) not in (0, 1):
+                continue
+            targets = {}
+            for k, c in enumerate(bots):
+                if c.name in outputs:
+                    continue
+                unit = _unit_for(net, ci, k, groups, taken)
+                if unit is None:
+                    continue
+                unit.slice_target = targets[k] = SliceTarget(net, ci, k, unit)
+                unit.forward_through = ci       # execution.py: fused only up to the Concat
+                if isinstance(unit, ConvUnit):
+                    out.append(unit)
+                    taken.add(unit.li)
+            if targets:
+                cats[ci] = ConcatInPlace(net, ci, targets)
+                taken.add(ci)
+    return out + copy_groups(net, taken - set(cats), cats)
+
+
+def copy_groups(net, taken, cats=None):
+    """The Concat groups (ConcatInPlace) of ``cats`` ({layer index: group},
+    extended) and new ones in which a Concat copies an earlier Concat's top
+    as one block (``source``) and that earlier Concat notes what it holds;
+    the runs of Slices of one blob copied as one (SliceRun). TEST (find)
+    and TRAIN (train.py): every blob keeps its value. Off with
+    ``CAFFE_OCL_CONCAT_PREFIX=0``."""
+    cats = dict(cats or {})
+    if config.get("CONCAT_PREFIX"):
+        for ci, pi, m in _prefix_sources(net, taken):
+            for li in (pi, ci):
+                if li not in cats:
+                    cats[li] = ConcatInPlace(net, li, {})
+            cats[ci].source, cats[ci].m = cats[pi], m
+    return [cats[li] for li in sorted(cats)] + slice_runs(net, set(taken) | set(cats))

@@ -39,6 +39,7 @@ a chain runs its layers one by one, which gives the same values. Code calling ``
 import logging
 
 from .. import config
+from . import concat as concat_plan
 from . import eltwise as fusion_eltwise
 from .patterns import LayerPair, act_of, consumers, in_place_on
 from ..ops import conv as conv_ops
@@ -547,7 +548,8 @@ def find_groups(net):
               ("ReLU/max-pooling backwards", pools),
               ("ReLU/convolution backwards", relu_convs),
               ("Split/convolution backwards",
-               [SplitConvBackward(net, *t) for t in find_split_convs(net, taken)])]
+               [SplitConvBackward(net, *t) for t in find_split_convs(net, taken)]),
+              ("Concat/Slice copies as one (forward)", concat_plan.copy_groups(net, taken))]
     chains = []
     for what, found in kinds:
         if found:
