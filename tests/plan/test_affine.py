@@ -206,3 +206,43 @@ def test_new_top_chains(rng):
         for d, s in zip(fused2.params[name], blobs):
             np.testing.assert_allclose(d.diff, s.diff, rtol=1e-4, atol=1e-5, err_msg=name)
     _assert_blobs_equal(fused2, plain2)
+
+
+def test_statistics_recomputed_only_when_the_batchnorm_blobs_change(rng):
+    """The mean/std launch of a chain runs again only after a BatchNorm blob
+    may have changed: one kernel launch less per chain on repeated
+    forwards, and a host write of the running variance still takes effect."""
+    import pyopencl as cl
+    from caffe_ocl import device
+    fused, plain = _pair(rng)
+    x = rng.normal(0, 1, (2, 3, 6, 6)).astype(np.float32)
+
+    class Kinds(list):
+        # keeps each command's type, not the event: an upload's event holds
+        # its host array, which blob.refresh_kept would take for a view the
+        # user kept (and upload that parameter again at every forward)
+        def append(self, ev):
+            super().append(ev.command_type)
+
+    def kernels(net):
+        sink = Kinds()
+        with device.record_events(sink):
+            net.forward(data=x)
+        return sink.count(cl.command_type.NDRANGE_KERNEL)
+
+    kernels(fused)                              # the first forward also fills buffers
+    again = kernels(fused)
+    assert kernels(fused) == again
+    bns = [n for n in fused.params if n.endswith("/bn")]
+    assert len(bns) == 4
+    for net in (fused, plain):
+        for n in bns:
+            net.params[n][2].data[...] = net.params[n][2].data   # a write, same values
+    assert kernels(fused) == again + len(bns)   # each chain's statistics again
+    assert kernels(fused) == again
+    for net in (fused, plain):
+        net.params["cat/bn"][1].data[...] *= 2.5
+    assert kernels(fused) == again + 1          # only cat/bn's statistics again
+    plain.forward(data=x)
+    _assert_blobs_equal(fused, plain)
+    assert kernels(fused) == again
