@@ -122,6 +122,41 @@ __kernel void gather_rows(int rows, int dim, __global const int* idx,
     }
 }
 
+/* Channel gather (plan/permute.py: a 1x1 convolution whose weight is a
+ * permutation matrix): y[o][c][s] = x[o][perm[c]][s] for o < n / (C * S),
+ * c < C, s < S; n = outer * C * S. */
+__kernel void gather_channels(int n, int C, int S, __global const int* perm,
+                              __global const float* x, __global float* y) {
+    GLOBAL_LOOP(i, n) {
+        const int r = i / S, s = i - r * S;
+        const int c = r % C;
+        y[i] = x[(size_t)(r - c + perm[c]) * S + s];
+    }
+}
+
+/* CPU drivers (work-groups of one item, ops.work_size): the same copy, each
+ * work-item's contiguous chunk walked as runs within one plane, the source
+ * plane found once per run (a plain loop the compiler vectorises). */
+__kernel void gather_channels_runs(int n, int C, int S, __global const int* perm,
+                                   __global const float* x, __global float* y) {
+    const int chunk = _gl_chunk(n);
+    int k = (int)get_global_id(0) * chunk;
+    const int end = min(n, k + chunk);
+    if (k >= end) return;
+    int r = k / S;
+    int s = k - r * S;
+    while (k < end) {
+        const int len = min(S - s, end - k);
+        const int c = r % C;
+        __global const float* src = x + (size_t)(r - c + perm[c]) * S + s;
+        __global float* dst = y + k;
+        for (int j = 0; j < len; ++j) dst[j] = src[j];
+        k += len;
+        s = 0;
+        ++r;
+    }
+}
+
 /* dx[idx[r]][k] = dy[r][k] (idx unique) */
 __kernel void scatter_rows(int rows, int dim, __global const int* idx,
                            __global const float* dy, __global float* dx) {
