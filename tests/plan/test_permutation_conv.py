@@ -315,3 +315,27 @@ def test_gather_kernels(rng, kernel, dims):
         y = np.empty(n, np.float32)
         dev.download(y, yb)
         np.testing.assert_array_equal(y, want, err_msg=f"{g} {l}")
+
+
+def test_concat_input_left_to_concat_in_place(rng):
+    """A permutation convolution whose top is a Concat's input writes its
+    slice of the Concat (concat.py runs first; it stays a GEMM there) and
+    the values are still the convolution's."""
+    from caffe_ocl.plan import concat
+    text = """
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 2 dim: 4 dim: 3 dim: 3 } } }
+layer { name: "pc" type: "Convolution" bottom: "data" top: "p"
+        convolution_param { num_output: 4 kernel_size: 1 bias_term: false } }
+layer { name: "cat" type: "Concat" bottom: "p" bottom: "data" top: "cat" }
+"""
+    nets = [Net(parse_net_text(text), TEST), Net(parse_net_text(text), TEST, fold=False)]
+    perm = rng.permutation(4)
+    x = rng.normal(0, 1, (2, 4, 3, 3)).astype(np.float32)
+    for net in nets:
+        net.params["pc"][0].data[...] = _perm_matrix(perm).reshape(4, 4, 1, 1)
+        net.forward(data=x)
+    assert _groups(nets[0]) == {}
+    if any(isinstance(c, concat.ConcatInPlace) for c in nets[0].plan.fold_groups):
+        assert nets[0].blobs["p"].compute_on_read is not None
+    _assert_bit_equal(nets[0], nets[1])
+    np.testing.assert_array_equal(nets[0].blobs["cat"].data[:, :4], x[:, perm])
