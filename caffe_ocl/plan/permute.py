@@ -107,7 +107,8 @@ class PermutationGather:
         return self.perm is not None
 
     def describe(self):
-        return f"{self.net.graph.layer_names[self.li]} (permutation weight: channel gather)"
+        return (f"{self.net.graph.layer_names[self.li]} (a channel gather while its weight "
+                "is a permutation)")
 
     def _check_weights(self):
         layer = self.layer

@@ -97,7 +97,8 @@ def _x(rng, n=2):
 def test_candidates_found():
     net = _net()
     assert sorted(_groups(net)) == sorted(CANDIDATES)
-    assert all("channel gather" in d for d in net.plan.describe() if "permutation" in d)
+    assert sorted(d for d in net.plan.describe() if "channel gather" in d) == \
+        [f"{n} (a channel gather while its weight is a permutation)" for n in sorted(CANDIDATES)]
     assert _groups(_net(fold=False)) == {}
     assert _groups(_net(TRAIN)) == {}
 
