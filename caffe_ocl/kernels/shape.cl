@@ -1,6 +1,7 @@
 /* Data-movement and element-wise-combination kernels of the shape layers:
  * Eltwise (PROD/MAX), Tile, Crop, ArgMax, row gather/scatter (Filter,
- * BatchReindex), channel gather (plan/permute.py), Embed. Concat/Slice use pointwise.cl's copy2d. */
+ * BatchReindex), channel gather (plan/permute.py), Embed. Concat/Slice use
+ * pointwise.cl's copy2d. */
 #include "common.h"
 
 /* y = a * b (y may alias a or b) */
