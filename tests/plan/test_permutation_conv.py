@@ -340,3 +340,44 @@ layer { name: "cat" type: "Concat" bottom: "p" bottom: "data" top: "cat" }
         assert nets[0].blobs["p"].compute_on_read is not None
     _assert_bit_equal(nets[0], nets[1])
     np.testing.assert_array_equal(nets[0].blobs["cat"].data[:, :4], x[:, perm])
+
+
+def test_test_net_follows_solver_updates(rng):
+    """A TEST net sharing a training net's weights (as a solver's test net
+    does): the solver's update (a device write) makes the weight no
+    permutation; the TEST net notices and runs the convolution."""
+    import caffe_ocl
+    from caffe_ocl.proto import caffe_pb2
+    text = """
+layer { name: "data" type: "Input" top: "x" top: "label"
+        input_param { shape { dim: 2 dim: 4 dim: 3 dim: 3 } shape { dim: 2 } } }
+layer { name: "pc" type: "Convolution" bottom: "x" top: "p"
+        convolution_param { num_output: 4 kernel_size: 1 bias_term: false } }
+layer { name: "fc" type: "InnerProduct" bottom: "p" top: "fc"
+        inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }
+"""
+    sp = caffe_pb2.SolverParameter()
+    sp.net_param.CopyFrom(parse_net_text(text))
+    sp.base_lr, sp.lr_policy, sp.max_iter, sp.display = 0.5, "fixed", 10, 0
+    sp.snapshot_after_train = False
+    solver = caffe_ocl.SGDSolver(sp)
+    perm = rng.permutation(4)
+    solver.net.params["pc"][0].data[...] = _perm_matrix(perm).reshape(4, 4, 1, 1)
+    test = Net(parse_net_text(text), TEST)
+    test.share_trained_layers_with(solver.net)
+    x = rng.normal(0, 1, (2, 4, 3, 3)).astype(np.float32)
+    label = np.array([0, 2], np.float32)
+    test.forward(x=x, label=label)
+    gather = _groups(test)["pc"]
+    assert gather.gathers
+    np.testing.assert_array_equal(test.blobs["p"].data, x[:, perm])
+    for k, v in (("x", x), ("label", label)):
+        solver.net.blobs[k].data[...] = v
+    solver.step(1)
+    test.forward(x=x, label=label)        # before any host read of the weight
+    assert not gather.gathers
+    w = solver.net.params["pc"][0].data.reshape(4, 4).astype(np.float64)
+    assert permute.permutation_of(w) is None
+    np.testing.assert_allclose(test.blobs["p"].data, np.einsum("ok,nkhw->nohw", w, x),
+                               rtol=1e-5, atol=1e-6)
