@@ -17,8 +17,8 @@ Deconvolution) with one bottom and one top (not in place), one group, a
 channels; or an InnerProduct with one bottom and one top and ``num_output``
 equal to its input size K (channels of the flattened axes); in no other
 group (a convolution writing its top into a Concat's slice, concat.py,
-stays a GEMM there: the pass runs after that one). Whether the weight is a permutation is known only once the weights
-are loaded, so each forward checks the parameters' storage and
+stays a GEMM there: the pass runs after that one). Whether the weight
+is a permutation is known only once the weights are loaded, so each forward checks the parameters' storage and
 ``SyncedMemory.version`` (as fold.py does for its folded weights) and,
 when they changed (``copy_from``, a write to ``net.params[...].data``, a
 solver update of a shared weight, ``share_data``), reads the weight back

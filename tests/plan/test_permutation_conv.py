@@ -324,7 +324,8 @@ def test_concat_input_left_to_concat_in_place(rng):
     the values are still the convolution's."""
     from caffe_ocl.plan import concat
     text = """
-layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 2 dim: 4 dim: 3 dim: 3 } } }
+layer { name: "data" type: "Input" top: "data"
+        input_param { shape { dim: 2 dim: 4 dim: 3 dim: 3 } } }
 layer { name: "pc" type: "Convolution" bottom: "data" top: "p"
         convolution_param { num_output: 4 kernel_size: 1 bias_term: false } }
 layer { name: "cat" type: "Concat" bottom: "p" bottom: "data" top: "cat" }
