@@ -105,6 +105,10 @@ _DECLARED = (
             "at TEST, an SE block's channel Scale folds into the 1x1 convolution after it "
             "where one gate serves the batch (with CAFFE_OCL_FOLD; off: measured slower "
             "end to end on the CPU, see BENCHMARKS.md)"),
+    # channel permutations (issue #27, plan/permute.py)
+    Setting("PERMUTE_GATHER", "bool", True,
+            "at TEST, a 1x1 convolution / InnerProduct whose weight is a permutation "
+            "matrix (converted channel shuffles) runs as a channel gather (with CAFFE_OCL_FOLD)"),
     Setting("FUSE_SWISH", "bool", True,
             "at TEST, Swish / ONNX's Sigmoid * x / Sigmoid after a convolution or "
             "InnerProduct run in its epilogue (with CAFFE_OCL_FOLD)"),

@@ -1,6 +1,7 @@
 /* Data-movement and element-wise-combination kernels of the shape layers:
  * Eltwise (PROD/MAX), Tile, Crop, ArgMax, row gather/scatter (Filter,
- * BatchReindex), Embed; Concat/Slice pieces (multi_copy). */
+ * BatchReindex), channel gather (plan/permute.py), Embed; Concat/Slice pieces
+ * (multi_copy). */
 #include "common.h"
 
 /* y = a * b (y may alias a or b) */
@@ -119,6 +120,41 @@ __kernel void gather_rows(int rows, int dim, __global const int* idx,
     GLOBAL_LOOP(i, n) {
         int r = i / dim, k = i - r * dim;
         y[i] = x[idx[r] * dim + k];
+    }
+}
+
+/* Channel gather (plan/permute.py: a 1x1 convolution whose weight is a
+ * permutation matrix): y[o][c][s] = x[o][perm[c]][s] for o < n / (C * S),
+ * c < C, s < S; n = outer * C * S. */
+__kernel void gather_channels(int n, int C, int S, __global const int* perm,
+                              __global const float* x, __global float* y) {
+    GLOBAL_LOOP(i, n) {
+        const int r = i / S, s = i - r * S;
+        const int c = r % C;
+        y[i] = x[(size_t)(r - c + perm[c]) * S + s];
+    }
+}
+
+/* CPU drivers (work-groups of one item, ops.work_size): the same copy, each
+ * work-item's contiguous chunk walked as runs within one plane, the source
+ * plane found once per run (a plain loop the compiler vectorises). */
+__kernel void gather_channels_runs(int n, int C, int S, __global const int* perm,
+                                   __global const float* x, __global float* y) {
+    const int chunk = _gl_chunk(n);
+    int k = (int)get_global_id(0) * chunk;
+    const int end = min(n, k + chunk);
+    if (k >= end) return;
+    int r = k / S;
+    int s = k - r * S;
+    while (k < end) {
+        const int len = min(S - s, end - k);
+        const int c = r % C;
+        __global const float* src = x + (size_t)(r - c + perm[c]) * S + s;
+        __global float* dst = y + k;
+        for (int j = 0; j < len; ++j) dst[j] = src[j];
+        k += len;
+        s = 0;
+        ++r;
     }
 }
 

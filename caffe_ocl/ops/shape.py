@@ -83,6 +83,15 @@ def gather_rows(dev, rows, dim, idx, x, y):
     return _launch(dev, rows * dim, "gather_rows", [rows, dim, idx, x, y])
 
 
+def gather_channels(dev, outer, channels, spatial, perm, x, y):
+    """y[o, c, s] = x[o, perm[c], s] (``perm``: an int buffer of
+    ``channels`` source channels; y must not alias x)."""
+    n = outer * channels * spatial
+    g, l = work_size(dev, n)
+    kernel = "gather_channels_runs" if dev.is_cpu else "gather_channels"
+    return dev.launch(SRC, kernel, g, l, [n, channels, spatial, perm, x, y])
+
+
 def scatter_rows(dev, rows, dim, idx, dy, dx):
     """dx[idx[r]] = dy[r] (idx unique)."""
     return _launch(dev, rows * dim, "scatter_rows", [rows, dim, idx, dy, dx])

@@ -12,6 +12,9 @@ graph and return groups of layers to run as one:
   producer's epilogue;
 - ``se.py``: TEST-phase SE channel scale folded into the next 1x1
   convolution's weights (per image);
+- ``permute.py``: TEST-phase 1x1 Convolution / InnerProduct whose
+  weight is a permutation matrix (a converted channel shuffle) run as a
+  channel gather while it is one;
 - ``concat.py``: TEST-phase Concat in place (the convolutions computing
   its inputs write them into their slices of its top); at TEST and TRAIN,
   a Concat extending an earlier Concat's inputs copies that top as one

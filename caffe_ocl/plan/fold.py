@@ -58,7 +58,7 @@ from ..errors import NetError
 from ..ops import conv as conv_ops
 from ..ops import work_size
 from ..proto import caffe_pb2
-from . import affine, concat, eltwise, elide, se, swish
+from . import affine, concat, eltwise, elide, permute, se, swish
 from .patterns import act_of, inference_act_of, producer_fuses
 
 log = logging.getLogger("caffe_ocl")
@@ -298,7 +298,9 @@ def find_groups(net):
     producer -> activation pairs writing a new top (elide.py), ONNX's
     Sigmoid * x after a producer (swish.py), SE channel scales folded into
     the 1x1 convolution after them (se.py), the Concats whose inputs their
-    convolutions write in place (concat.py)."""
+    convolutions write in place (concat.py), the other convolutions whose
+    weight may be a permutation matrix (permute.py: a channel gather while
+    it is)."""
     chains = find_chains(net) + eltwise.chains_of(net, train=False)
     taken = {li for c in chains for li in c.layers}
     chains += affine.chains_of(net, taken)
@@ -310,6 +312,8 @@ def find_groups(net):
     chains += se.find(net, taken)
     taken = {li for c in chains for li in c.layers}
     chains += concat.find(net, chains, taken)
+    taken = {li for c in chains for li in c.layers}
+    chains += permute.find(net, taken)
     for c in chains:
         log.info("Folding %s", c.describe())
     return chains
