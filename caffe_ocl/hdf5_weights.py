@@ -6,13 +6,15 @@ Files are recognised by content (the HDF5 signature, at offset 0 or after a
 user block of 512, 1024, 2048, ... bytes), not by name. h5py is an optional
 dependency (``pip install 'caffe_ocl[hdf5]'``).
 """
+import contextlib
 import logging
+import math
 import os
 import stat
 
 import numpy as np
 
-from .errors import FileNotFound, NetError, ShapeError
+from .errors import CaffeOclError, DeviceError, FileNotFound, NetError, ShapeError
 
 log = logging.getLogger("caffe_ocl")
 
@@ -50,6 +52,61 @@ def require_h5py(what):
     return h5py
 
 
+# what h5py raises on a damaged file (a bad heap, a bad object header, a
+# dtype with no conversion, a name that is not a dataset)
+H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, IndexError)
+
+
+@contextlib.contextmanager
+def h5_errors(where, error=NetError):
+    """h5py's exceptions while reading ``where`` become one ``error`` line
+    naming it (a damaged HDF5 file is bad input, not a crash)."""
+    try:
+        yield
+    except CaffeOclError:
+        raise
+    except MemoryError:
+        raise DeviceError(f"{where}: out of host memory reading HDF5") from None
+    except H5_ERRORS as e:
+        msg = " ".join(str(e).split()) or type(e).__name__
+        raise error(f"{where}: damaged or unreadable HDF5 file ({msg})") from None
+
+
+def open_h5(h5py, path, where=None, error=NetError):
+    """h5py.File(path, "r") of a regular file; one ``error`` line otherwise
+    (a FIFO would block, a device never end)."""
+    where = where or path
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise FileNotFound(f"{where}: HDF5 file {path!r} not found ({e.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{where}: HDF5 file {path!r} is not a regular file")
+    with h5_errors(where, error):
+        return h5py.File(path, "r")
+
+
+def read_dataset(h5py, obj, where, error=NetError, max_count=None, shape_ok=None):
+    """A numeric HDF5 dataset as float32, checked before it is read: a
+    group, a string or compound dtype, a count past ``max_count`` or a shape
+    ``shape_ok(shape)`` refuses is one ``error`` line naming ``where``."""
+    if not isinstance(obj, h5py.Dataset):
+        raise error(f"{where} is not a dataset")
+    if obj.dtype.kind not in "fiub":
+        raise error(f"{where} holds {obj.dtype} values, not numbers")
+    shape = tuple(int(d) for d in obj.shape) if obj.shape is not None else None
+    if shape is None:
+        raise error(f"{where} is an empty (null) dataset")
+    if shape_ok is not None:
+        shape_ok(shape)
+    count = math.prod(shape)
+    if max_count is not None and count > max_count:
+        raise error(f"{where} has shape {list(shape)} ({count} values), more than the "
+                    f"{max_count} expected")
+    with h5_errors(where, error):
+        return np.asarray(obj[()], dtype=np.float32).reshape(shape)
+
+
 def _fits(src, dst):
     """Same shape, or the same after dropping leading 1s (a legacy 4-D
     1x1xMxN blob for an MxN one)."""
@@ -80,11 +137,7 @@ def copy_from_hdf5(layers, path):
         for spec in layer.param.param:
             if spec.name:
                 owners.setdefault(spec.name, layer.name)
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise NetError(f"{path}: cannot open as HDF5: {e}") from None
-    with f:
+    with open_h5(h5py, path) as f, h5_errors(path):
         data = f.get("data")
         if not isinstance(data, h5py.Group):
             top = ", ".join(sorted(f.keys())[:8]) or "nothing"
@@ -112,13 +165,15 @@ def copy_from_hdf5(layers, path):
                     raise ShapeError(f"{path}: incompatible number of blobs for layer "
                                      f"{lname!r}: the file has no param {j} (/data/{lname}/{j})"
                                      f", the net expects {len(target)}")
-                arr = np.asarray(group[key], dtype=np.float32)
-                if not _fits(arr.shape, tb.shape):
-                    raise ShapeError(
-                        f"{path}: cannot copy param {j} weights from layer {lname!r}; shape "
-                        f"mismatch. Source param shape is {' '.join(map(str, arr.shape))} "
-                        f"({arr.size}); target param shape is "
-                        f"{' '.join(map(str, tb.shape))} ({tb.count})")
+                def shape_ok(shape, j=j, tb=tb):
+                    if not _fits(shape, tb.shape):
+                        raise ShapeError(
+                            f"{path}: cannot copy param {j} weights from layer {lname!r}; "
+                            f"shape mismatch. Source param shape is "
+                            f"{' '.join(map(str, shape))} ({math.prod(shape)}); target "
+                            f"param shape is {' '.join(map(str, tb.shape))} ({tb.count})")
+                arr = read_dataset(h5py, group[key], f"{path}: /data/{lname}/{key}",
+                                   shape_ok=shape_ok)
                 tb.data[...] = arr.reshape(tb.shape)
 
 
