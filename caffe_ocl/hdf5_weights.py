@@ -6,7 +6,6 @@ Files are recognised by content (the HDF5 signature, at offset 0 or after a
 user block of 512, 1024, 2048, ... bytes), not by name. h5py is an optional
 dependency (``pip install 'caffe_ocl[hdf5]'``).
 """
-import contextlib
 import logging
 import math
 import os
@@ -14,7 +13,8 @@ import stat
 
 import numpy as np
 
-from .errors import CaffeOclError, DeviceError, FileNotFound, NetError, ShapeError
+from .data.hdf5 import h5_errors, open_h5, read_dataset
+from .errors import FileNotFound, NetError, ShapeError
 
 log = logging.getLogger("caffe_ocl")
 
@@ -50,61 +50,6 @@ def require_h5py(what):
         raise NetError(f"{what}: HDF5 weights need h5py: pip install 'caffe_ocl[hdf5]'") \
             from None
     return h5py
-
-
-# what h5py raises on a damaged file (a bad heap, a bad object header, a
-# dtype with no conversion, a name that is not a dataset)
-H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, IndexError)
-
-
-@contextlib.contextmanager
-def h5_errors(where, error=NetError):
-    """h5py's exceptions while reading ``where`` become one ``error`` line
-    naming it (a damaged HDF5 file is bad input, not a crash)."""
-    try:
-        yield
-    except CaffeOclError:
-        raise
-    except MemoryError:
-        raise DeviceError(f"{where}: out of host memory reading HDF5") from None
-    except H5_ERRORS as e:
-        msg = " ".join(str(e).split()) or type(e).__name__
-        raise error(f"{where}: damaged or unreadable HDF5 file ({msg})") from None
-
-
-def open_h5(h5py, path, where=None, error=NetError):
-    """h5py.File(path, "r") of a regular file; one ``error`` line otherwise
-    (a FIFO would block, a device never end)."""
-    where = where or path
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        raise FileNotFound(f"{where}: HDF5 file {path!r} not found ({e.strerror})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise error(f"{where}: HDF5 file {path!r} is not a regular file")
-    with h5_errors(where, error):
-        return h5py.File(path, "r")
-
-
-def read_dataset(h5py, obj, where, error=NetError, max_count=None, shape_ok=None):
-    """A numeric HDF5 dataset as float32, checked before it is read: a
-    group, a string or compound dtype, a count past ``max_count`` or a shape
-    ``shape_ok(shape)`` refuses is one ``error`` line naming ``where``."""
-    if not isinstance(obj, h5py.Dataset):
-        raise error(f"{where} is not a dataset")
-    if obj.dtype.kind not in "fiub":
-        raise error(f"{where} holds {obj.dtype} values, not numbers")
-    shape = tuple(int(d) for d in obj.shape) if obj.shape is not None else None
-    if shape is None:
-        raise error(f"{where} is an empty (null) dataset")
-    if shape_ok is not None:
-        shape_ok(shape)
-    count = math.prod(shape)
-    if max_count is not None and count > max_count:
-        raise error(f"{where} has shape {list(shape)} ({count} values), more than the "
-                    f"{max_count} expected")
-    with h5_errors(where, error):
-        return np.asarray(obj[()], dtype=np.float32).reshape(shape)
 
 
 def _fits(src, dst):

@@ -399,7 +399,8 @@ def run_case(fmt, seed, base, work):
     import caffe_ocl as caffe
     from caffe_ocl.errors import CaffeOclError
     r = random.Random(f"more:{fmt}:{seed}")
-    os.makedirs(work, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
     target = None
     names = set()
     try:
