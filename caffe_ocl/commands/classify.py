@@ -7,11 +7,11 @@ import logging
 
 import numpy as np
 
-from ..classify import CIFAR10_CLASSES, classify
+from ..classify import CIFAR10_CLASSES, classify, load_mean
+from ..detection import read_labels
 from ..device import get_device, parse_device_ids, set_device, set_mode_gpu
 from ..errors import FlagError
 from ..paths import models_dir
-from ..proto import read_blob_array
 from .flags import Arg, Flag, Spec
 from ._common import UNTRUSTED, apply_untrusted
 
@@ -61,7 +61,7 @@ def main(argv):
         raise FlagError("no images given (caffe_ocl classify --help)")
     mean = None
     if opts.mean_file:
-        mean = read_blob_array(opts.mean_file)[0]
+        mean = load_mean(opts.mean_file)
     elif mean_value:
         try:
             mean = np.array([float(v) for v in mean_value.split(",")],
@@ -69,16 +69,16 @@ def main(argv):
         except ValueError:
             raise FlagError(f"--mean_value expects numbers B,G,R, got {mean_value!r}") from None
     if opts.labels:
-        with open(opts.labels) as f:
-            labels = [line.strip() for line in f if line.strip()]
+        labels = read_labels(opts.labels)
     if opts.gpu:
         set_mode_gpu()
         if opts.gpu != "all":
             set_device(parse_device_ids(opts.gpu)[0])
     dev = get_device()
     print(f"Device: {dev.name} ({dev.info['platform_name']}; {dev.reason})")
+    source = opts.mean_file or f"--mean_value {mean_value}"
     for path, top in classify(model, weights or None, images, mean, opts.scale, labels,
-                              opts.top_k):
+                              opts.top_k, mean_source=source):
         print(f"{path}:")
         for lab, p in top:
             print(f"  {p:.4f}  {lab}")

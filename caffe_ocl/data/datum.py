@@ -10,8 +10,8 @@ import os
 
 import numpy as np
 
-from ..errors import DataError
-from ..proto import caffe_pb2
+from ..errors import CaffeOclError, DataError
+from ..proto import caffe_pb2, read_file_bytes
 
 
 def _cv2():
@@ -130,6 +130,31 @@ def read_image(path, height=0, width=0, is_color=True, where=None):
     if height > 0 and width > 0:
         img = cv2.resize(img, (width, height))
     return hwc_to_chw(img, where or path)
+
+
+def read_image_file(path, flag):
+    """An image file decoded by OpenCV (``flag``: cv2.IMREAD_*): one
+    DataError line naming the file when it is missing, not a regular file
+    (a FIFO would block, /dev/zero never end), empty or not decodable."""
+    cv2 = _cv2()
+    with_path = str(path)
+    try:
+        raw = read_file_bytes(with_path, "image")
+    except CaffeOclError as e:
+        raise DataError(str(e) if with_path in str(e) else f"{with_path}: {e}") from None
+    arr = np.frombuffer(raw, np.uint8)
+    try:
+        with opencv_quiet(cv2):
+            im = cv2.imdecode(arr, flag) if arr.size else None
+    except cv2.error as e:
+        msg = " ".join(str(e).split())[-200:]
+        raise DataError(f"{with_path}: OpenCV cannot decode the image ({msg})") from None
+    if im is None:
+        raise DataError(f"{with_path}: not an image OpenCV can decode (empty, truncated or "
+                        "another format)")
+    if im.dtype != np.uint8:
+        im = (im / 257).astype(np.uint8) if im.dtype == np.uint16 else im.astype(np.uint8)
+    return im
 
 
 def array_to_datum(arr, label=0):

@@ -462,7 +462,7 @@ def run_case(fmt, seed, base, work):
             target = _meanfile(base, work, r)
             mean = load_mean(target)
             classify(_pj(base, "deploy.prototxt"), _pj(base, "deploy.caffemodel"),
-                     [_pj(base, "img.png")], mean=mean)
+                     [_pj(base, "img.png")], mean=mean, mean_source=target)
         else:
             raise ValueError(fmt)
         return "ok", ""
