@@ -59,6 +59,10 @@ def main(argv):
               f"{model}")
     if not images:
         raise FlagError("no images given (caffe_ocl classify --help)")
+    if opts.top_k < 1:
+        raise FlagError(f"--top_k must be at least 1, got {opts.top_k}")
+    if not np.isfinite(opts.scale):
+        raise FlagError(f"--scale must be a finite number, got {opts.scale}")
     mean = None
     if opts.mean_file:
         mean = load_mean(opts.mean_file)
@@ -68,6 +72,8 @@ def main(argv):
                             np.float32).reshape(-1, 1, 1)
         except ValueError:
             raise FlagError(f"--mean_value expects numbers B,G,R, got {mean_value!r}") from None
+        if not np.all(np.isfinite(mean)):
+            raise FlagError(f"--mean_value expects finite numbers, got {mean_value!r}")
     if opts.labels:
         labels = read_labels(opts.labels)
     if opts.gpu:
