@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from ..device import check_host_alloc
 from ..errors import CaffeOclError, DataError
 from ..proto import caffe_pb2, read_file_bytes
 
@@ -128,7 +129,14 @@ def read_image(path, height=0, width=0, is_color=True, where=None):
     if img is None:
         raise DataError(f"{where or path}: could not open or decode image {path}")
     if height > 0 and width > 0:
-        img = cv2.resize(img, (width, height))
+        channels = img.shape[2] if img.ndim == 3 else 1
+        check_host_alloc(height * width * channels, f"{where or path}: image {path} resized "
+                         f"to {height}x{width}")
+        try:
+            img = cv2.resize(img, (width, height))
+        except cv2.error as e:      # OpenCV's own out-of-memory or size limits
+            raise DataError(f"{where or path}: cannot resize image {path} to "
+                            f"{height}x{width} ({' '.join(str(e).split())[-160:]})") from None
     return hwc_to_chw(img, where or path)
 
 
