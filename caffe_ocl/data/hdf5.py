@@ -37,12 +37,13 @@ def open_h5(h5py, path, where=None, error=NetError):
     """h5py.File(path, "r") of a regular file; one ``error`` line otherwise
     (a FIFO would block, a device never end)."""
     where = where or path
+    what = "" if path in where else f" HDF5 file {path!r}"
     try:
         st = os.stat(path)
     except OSError as e:
-        raise FileNotFound(f"{where}: HDF5 file {path!r} not found ({e.strerror})") from None
+        raise FileNotFound(f"{where}:{what} not found ({e.strerror})") from None
     if not stat.S_ISREG(st.st_mode):
-        raise error(f"{where}: HDF5 file {path!r} is not a regular file")
+        raise error(f"{where}:{what} not a regular file")
     with h5_errors(where, error):
         return h5py.File(path, "r")
 

@@ -240,6 +240,8 @@ def _h5_edit(r, paths):
         if k == "dtype_str":
             return np.array([b"abc"] * max(1, a.size), dtype="S3")
         if k == "dtype_int":
+            if a.dtype.kind not in "fiub":       # a string (learned_net): a number
+                return np.int64(7)
             return a.astype(np.int64) if a.dtype.kind == "f" else a.astype(np.float32)
         if k == "rank":
             return a.reshape((1,) * r.randint(1, 6) + a.shape) if r.random() < 0.5 \
@@ -446,7 +448,8 @@ def run_case(fmt, seed, base, work):
             else:
                 open(lst, "w").write(text)
             target = lst
-            names = {"d1.h5", "d0.h5", os.path.basename(files[1]) or "list.txt", "fmh"}
+            # a mutated list names files that do not exist: the layer is named
+            names = {"d1.h5", "d0.h5", os.path.basename(files[1]) or "list.txt", "'data'"}
             net_path = _pj(work, "h5.prototxt")
             open(net_path, "w").write(H5_NET.replace("{src}", lst))
             net = caffe.Net(net_path, caffe.TRAIN)
