@@ -266,3 +266,25 @@ def test_blob_axes_and_image_resize_limits(tmp_path):
     with config.override(HOST_MEMORY_LIMIT_MB=64):
         with pytest.raises(CaffeOclError, match="resized to 100000x100000 needs"):
             caffe.Net(parse_net_text(text), caffe.TRAIN)
+
+
+def test_pycaffe_load_image_refuses_special_files(tmp_path):
+    """caffe.io.load_image read a FIFO forever (blocked) and /dev/zero
+    without end (np.fromfile); now one line each."""
+    import threading
+    fifo = tmp_path / "f.jpg"
+    os.mkfifo(fifo)
+    result = {}
+
+    def go():
+        for p in (str(fifo), "/dev/zero"):
+            try:
+                caffe.io.load_image(p)
+            except CaffeOclError as e:
+                result[p] = str(e)
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive(), "load_image blocked on a FIFO"
+    assert "f.jpg: image file is a FIFO" in result[str(fifo)]
+    assert "/dev/zero: image file is a device" in result["/dev/zero"]
