@@ -20,8 +20,8 @@ import os
 import numpy as np
 
 from .. import safe_io
-from ..errors import FileNotFound, ShapeError, SolverError, naming
 from ..data.hdf5 import h5_errors, open_h5, read_dataset
+from ..errors import FileNotFound, ShapeError, SolverError, naming
 from ..ops.random import get_state, set_state
 from ..proto import (array_to_blobproto, blobproto_to_array, caffe_pb2, read_file_bytes, read_net,
                      write_binary)
