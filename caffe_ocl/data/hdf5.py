@@ -68,3 +68,54 @@ def read_dataset(h5py, obj, where, error=NetError, max_count=None, shape_ok=None
     check_host_alloc(count * 4, where)      # a never-written dataset can claim terabytes
     with h5_errors(where, error):
         return np.asarray(obj[()], dtype=np.float32).reshape(shape)
+
+
+def check_vlen_string(h5py, obj, path, where, error=NetError):
+    """Check a scalar variable-length string dataset's global-heap reference
+    against the file before HDF5 follows it: a damaged reference (its heap
+    address zeroed) makes libhdf5 loop forever inside the read. The stored
+    value is (length uint32, heap collection address uint64, index uint32);
+    the address must point at a "GCOL" collection inside the file."""
+    tid = obj.id.get_type()
+    if not (isinstance(tid, h5py.h5t.TypeStringID) and tid.is_variable_str()):
+        return
+    offset = obj.id.get_offset()
+    if offset is None:            # compact or not allocated: nothing to follow
+        return
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        f.seek(offset)
+        raw = f.read(16)
+        if len(raw) < 16:
+            raise error(f"{where}: its string lies past the end of the file")
+        length = int.from_bytes(raw[:4], "little")
+        addr = int.from_bytes(raw[4:12], "little")
+        index = int.from_bytes(raw[12:16], "little")
+        if length == 0:
+            return
+        bad = f"{where}: its string reference is damaged"
+        if length > size or addr + 16 > size:
+            raise error(f"{bad} (length {length}, heap at {addr} in a file of {size} bytes)")
+        f.seek(addr)
+        head = f.read(16)
+        coll = int.from_bytes(head[8:16], "little")
+        if head[:4] != b"GCOL" or coll < 16 or addr + coll > size:
+            raise error(f"{bad} (no heap collection at {addr})")
+        # walk the collection's objects (index u16, refcount u16, reserved,
+        # size u64, data padded to 8): an object of size 0 is never passed
+        data = f.read(coll - 16)
+        pos = 0
+        while pos + 16 <= len(data):
+            idx = int.from_bytes(data[pos:pos + 2], "little")
+            osize = int.from_bytes(data[pos + 8:pos + 16], "little")
+            if idx == 0:               # the free space that ends the collection
+                break
+            if osize == 0 or pos + 16 + osize > len(data):
+                raise error(f"{bad} (heap object {idx} has size {osize})")
+            if idx == index:
+                if osize < length:
+                    raise error(f"{bad} (heap object {idx} holds {osize} bytes, the "
+                                f"string {length})")
+                return
+            pos += 16 + (osize + 7) // 8 * 8
+        raise error(f"{bad} (heap object {index} not found)")

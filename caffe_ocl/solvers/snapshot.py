@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from .. import safe_io
-from ..data.hdf5 import h5_errors, open_h5, read_dataset
+from ..data.hdf5 import check_vlen_string, h5_errors, open_h5, read_dataset
 from ..errors import FileNotFound, ShapeError, SolverError, naming
 from ..ops.random import get_state, set_state
 from ..proto import (array_to_blobproto, blobproto_to_array, caffe_pb2, read_file_bytes, read_net,
@@ -272,6 +272,7 @@ def _h5_scalar(h5py, f, key, path):
     obj = f[key]
     if not isinstance(obj, h5py.Dataset) or obj.shape not in ((), (1,)):
         raise SolverError(f"{path}: /{key} is not a scalar dataset")
+    check_vlen_string(h5py, obj, path, f"{path}: /{key}", SolverError)
     val = obj[()]
     return val[0] if getattr(val, "shape", ()) == (1,) else val
 

@@ -288,3 +288,29 @@ def test_pycaffe_load_image_refuses_special_files(tmp_path):
     assert not t.is_alive(), "load_image blocked on a FIFO"
     assert "f.jpg: image file is a FIFO" in result[str(fifo)]
     assert "/dev/zero: image file is a device" in result["/dev/zero"]
+
+
+def test_damaged_string_heap_of_hdf5_state_does_not_hang(tmp_path):
+    """A zeroed global-heap object under /learned_net (a variable-length
+    string) made libhdf5 loop forever inside the read (fuzz seed 20642):
+    the reference is now checked against the file first. Run in a child,
+    so that a regression fails by timeout instead of hanging the suite."""
+    s, state = _h5_solver(tmp_path)
+    data = bytearray(open(state, "rb").read())
+    heap = data.find(b"GCOL")
+    assert heap > 0
+    data[heap + 24:heap + 24 + 90] = bytes(90)     # object 1's size and string -> 0
+    bad = tmp_path / "bad.solverstate.h5"
+    bad.write_bytes(bytes(data))
+    code = ("import sys, h5py; sys.path.insert(0, sys.argv[1]); import test_fuzz_more_inputs as t;"
+            "import pathlib; from caffe_ocl.errors import SolverError\n"
+            "s, _ = t._h5_solver(pathlib.Path(sys.argv[2]))\n"
+            "try:\n    s.restore(sys.argv[3])\nexcept SolverError as e:\n    print(e)\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT_DIR + os.pathsep + env.get("PYTHONPATH", "")
+    (tmp_path / "child").mkdir()
+    p = subprocess.run([sys.executable, "-c", code, HERE, str(tmp_path / "child"), str(bad)],
+                       capture_output=True, text=True, timeout=60, env=env,
+                       preexec_fn=_limit_child)
+    assert "bad.solverstate.h5: /learned_net: its string reference is damaged" in p.stdout, \
+        p.stdout + p.stderr[-1000:]
