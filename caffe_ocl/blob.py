@@ -141,6 +141,10 @@ class SyncedMemory:
         self.version += 1
 
 
+# Caffe's kMaxBlobAxes (numpy itself stops at 64)
+MAX_AXES = 32
+
+
 class Blob:
     """N-d float32 array with data and diff, as Caffe's Blob<float>."""
 
@@ -162,6 +166,9 @@ class Blob:
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
         shape = tuple(int(s) for s in shape)
+        if len(shape) > MAX_AXES:
+            raise ShapeError(f"blob {self.name!r}: {len(shape)} axes; a blob has at most "
+                             f"{MAX_AXES} (Caffe's kMaxBlobAxes)")
         for s in shape:
             if s < 0:
                 raise ShapeError(f"blob {self.name!r}: negative dimension in {shape}")

@@ -16,14 +16,18 @@ import re
 
 import numpy as np
 
+from .data.datum import read_image_file
 from .device import get_device
 from .errors import DataError, NetError, require_file
 from .ops import frcnn_detect
+from .proto import read_file_bytes
 
 SSD, FASTER_RCNN = "ssd", "faster_rcnn"
 # py-faster-rcnn's fast_rcnn/config.py: PIXEL_MEANS (BGR), TEST.SCALES,
 # TEST.MAX_SIZE, TEST.NMS; its demo's CONF_THRESH is 0.8, test_net's 0.05
 FRCNN_PIXEL_MEANS = (102.9801, 115.9465, 122.7717)
+# a labelmap's largest label (the names list is indexed by label)
+MAX_LABELS = 1 << 20
 FRCNN_SCALE, FRCNN_MAX_SIZE, FRCNN_NMS = 600, 1000, 0.3
 _ROI_POOLS = ("ROIPooling", "PSROIPooling")
 
@@ -97,11 +101,7 @@ def detect(net, image, mean=None, scale=1.0, channel_swap=None, threshold=0.0, l
     through NMS at ``nms``; ``scale`` multiplies after the mean."""
     import cv2
     if not isinstance(image, np.ndarray):
-        path = str(image)
-        require_file(path, "image")
-        image = cv2.imread(path, cv2.IMREAD_COLOR)
-        if image is None:
-            raise DataError(f"{path}: not an image OpenCV can decode")
+        image = read_image_file(str(image), cv2.IMREAD_COLOR)
     if net_kind(net) == FASTER_RCNN:
         return _detect_frcnn(net, image, mean, scale, channel_swap, threshold, labels, nms,
                              target_size, max_size)
@@ -216,8 +216,11 @@ def _detect_frcnn(net, image, mean, scale, channel_swap, threshold, labels, nms,
 def read_labels(path):
     """Label names: one per line, or an SSD labelmap prototxt
     (item { name label display_name }) indexed by label."""
-    with open(require_file(path, "labels file")) as f:
-        text = f.read()
+    raw = read_file_bytes(require_file(path, "labels file"), "labels file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: labels file is not UTF-8 text (byte {e.start})") from None
     if "item" in text and "label:" in text:
         out = {}
         for body in re.findall(r"item\s*\{([^}]*)\}", text):
@@ -225,6 +228,9 @@ def read_labels(path):
             name = (re.search(r"display_name\s*:\s*\"([^\"]*)\"", body)
                     or re.search(r"\bname\s*:\s*\"([^\"]*)\"", body))
             if lab and name:
+                if not 0 <= int(lab.group(1)) < MAX_LABELS:
+                    raise DataError(f"{path}: label {lab.group(1)} is out of range "
+                                    f"(0 to {MAX_LABELS - 1})")
                 out[int(lab.group(1))] = name.group(1)
         return [out.get(i, str(i)) for i in range(max(out) + 1)] if out else []
     return [line.strip() for line in text.splitlines() if line.strip()]

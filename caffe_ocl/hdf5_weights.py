@@ -7,11 +7,13 @@ user block of 512, 1024, 2048, ... bytes), not by name. h5py is an optional
 dependency (``pip install 'caffe_ocl[hdf5]'``).
 """
 import logging
+import math
 import os
 import stat
 
 import numpy as np
 
+from .data.hdf5 import h5_errors, open_h5, read_dataset
 from .errors import FileNotFound, NetError, ShapeError
 
 log = logging.getLogger("caffe_ocl")
@@ -80,11 +82,7 @@ def copy_from_hdf5(layers, path):
         for spec in layer.param.param:
             if spec.name:
                 owners.setdefault(spec.name, layer.name)
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise NetError(f"{path}: cannot open as HDF5: {e}") from None
-    with f:
+    with open_h5(h5py, path) as f, h5_errors(path):
         data = f.get("data")
         if not isinstance(data, h5py.Group):
             top = ", ".join(sorted(f.keys())[:8]) or "nothing"
@@ -112,13 +110,15 @@ def copy_from_hdf5(layers, path):
                     raise ShapeError(f"{path}: incompatible number of blobs for layer "
                                      f"{lname!r}: the file has no param {j} (/data/{lname}/{j})"
                                      f", the net expects {len(target)}")
-                arr = np.asarray(group[key], dtype=np.float32)
-                if not _fits(arr.shape, tb.shape):
-                    raise ShapeError(
-                        f"{path}: cannot copy param {j} weights from layer {lname!r}; shape "
-                        f"mismatch. Source param shape is {' '.join(map(str, arr.shape))} "
-                        f"({arr.size}); target param shape is "
-                        f"{' '.join(map(str, tb.shape))} ({tb.count})")
+                def shape_ok(shape, j=j, tb=tb):
+                    if not _fits(shape, tb.shape):
+                        raise ShapeError(
+                            f"{path}: cannot copy param {j} weights from layer {lname!r}; "
+                            f"shape mismatch. Source param shape is "
+                            f"{' '.join(map(str, shape))} ({math.prod(shape)}); target "
+                            f"param shape is {' '.join(map(str, tb.shape))} ({tb.count})")
+                arr = read_dataset(h5py, group[key], f"{path}: /data/{lname}/{key}",
+                                   shape_ok=shape_ok)
                 tb.data[...] = arr.reshape(tb.shape)
 
 

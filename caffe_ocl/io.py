@@ -280,9 +280,10 @@ def load_image(filename, color=True):
     if os.path.isdir(path):
         raise FileNotFound(f"image file is a directory, expected a file: {path}")
     try:
-        raw = np.fromfile(path, dtype=np.uint8)
-    except OSError as e:
-        raise DataError(f"{path}: cannot read image file: {e.strerror or e}") from None
+        # a regular file only: np.fromfile of a FIFO blocked, of /dev/zero never ended
+        raw = np.frombuffer(_files.read_file_bytes(path, "image file"), dtype=np.uint8)
+    except CaffeOclError as e:
+        raise DataError(str(e)) from None
     return _decode_image(cv2, raw, path, color)
 
 

@@ -20,7 +20,7 @@ from . import config
 from . import device as D
 from . import net as N
 from .device import parse_device_ids
-from .errors import FlagError, SolverError
+from .errors import FlagError, SolverError, naming
 from .parallel import launch as par
 from .parallel.data_parallel import DataParallel
 from .proto import caffe_pb2
@@ -189,7 +189,9 @@ def train(solver_path, weights=None, snapshot=None, *, gpu="", level=0, stages=(
     elif weights:
         del param.weights[:]
         param.weights.append(weights)
-    solver = solver_class(param.type)(param, source=str(solver_path))
+    with naming(str(solver_path)):
+        cls = solver_class(param.type)
+    solver = cls(param, source=str(solver_path))
     solver.set_action_function(handler.action)
     if snapshot:
         log.info("Resuming from %s", snapshot)
@@ -216,7 +218,9 @@ def _train_rank(group, param, solver_path, weights, snapshot, handler):
     elif weights:
         del param.weights[:]
         param.weights.append(weights)
-    solver = solver_class(param.type)(param, source=str(solver_path))
+    with naming(str(solver_path)):
+        cls = solver_class(param.type)
+    solver = cls(param, source=str(solver_path))
     solver.set_action_function(handler.action)
     if snapshot and group.rank == 0:
         log.info("Resuming from %s", snapshot)

@@ -56,7 +56,7 @@ LAYERS = [
     # transformer, prefetch); the rest of data/ (tools, converters, demo
     # data) sits with the features
     ("data", ["data", "data.datum", "data.db", "data.transformer", "data.prefetch",
-              "data.paths", "data.image_list"]),
+              "data.paths", "data.image_list", "data.hdf5"]),
     # one class per Caffe layer type, the registry
     ("layers", ["layers", "layers.*"]),
     # planning passes over the net's public graph: memory plan, inference

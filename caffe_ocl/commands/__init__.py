@@ -100,6 +100,12 @@ def usage():
     return "\n".join(lines)
 
 
+def _one_line(msg):
+    """An error message on one line: a newline inside it (a path holding
+    one) is written as \\n."""
+    return msg.strip().replace("\r", "\\r").replace("\n", "\\n")
+
+
 def run(name, argv):
     """Run command ``name`` with ``argv``; returns the exit status. Help
     and errors are printed here."""
@@ -120,7 +126,15 @@ def run(name, argv):
         print(h.text)
         return 0
     except CaffeOclError as e:
-        print(f"caffe_ocl {name}: error: {e}", file=sys.stderr)
+        print(f"caffe_ocl {name}: error: {_one_line(str(e))}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        # a file the command writes or reads failed (an output folder under
+        # /dev/null, a full disk, no permission): one line, as Caffe's
+        # LOG(FATAL), not a traceback
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"caffe_ocl {name}: error: {where}{_one_line(e.strerror or str(e))}",
+              file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"caffe_ocl {name}: interrupted", file=sys.stderr)

@@ -7,11 +7,11 @@ import logging
 
 import numpy as np
 
-from ..classify import CIFAR10_CLASSES, classify
+from ..classify import CIFAR10_CLASSES, classify, load_mean
+from ..detection import read_labels
 from ..device import get_device, parse_device_ids, set_device, set_mode_gpu
 from ..errors import FlagError
 from ..paths import models_dir
-from ..proto import read_blob_array
 from .flags import Arg, Flag, Spec
 from ._common import UNTRUSTED, apply_untrusted
 
@@ -59,26 +59,32 @@ def main(argv):
               f"{model}")
     if not images:
         raise FlagError("no images given (caffe_ocl classify --help)")
+    if opts.top_k < 1:
+        raise FlagError(f"--top_k must be at least 1, got {opts.top_k}")
+    if not np.isfinite(opts.scale):
+        raise FlagError(f"--scale must be a finite number, got {opts.scale}")
     mean = None
     if opts.mean_file:
-        mean = read_blob_array(opts.mean_file)[0]
+        mean = load_mean(opts.mean_file)
     elif mean_value:
         try:
             mean = np.array([float(v) for v in mean_value.split(",")],
                             np.float32).reshape(-1, 1, 1)
         except ValueError:
             raise FlagError(f"--mean_value expects numbers B,G,R, got {mean_value!r}") from None
+        if not np.all(np.isfinite(mean)):
+            raise FlagError(f"--mean_value expects finite numbers, got {mean_value!r}")
     if opts.labels:
-        with open(opts.labels) as f:
-            labels = [line.strip() for line in f if line.strip()]
+        labels = read_labels(opts.labels)
     if opts.gpu:
         set_mode_gpu()
         if opts.gpu != "all":
             set_device(parse_device_ids(opts.gpu)[0])
     dev = get_device()
     print(f"Device: {dev.name} ({dev.info['platform_name']}; {dev.reason})")
+    source = opts.mean_file or f"--mean_value {mean_value}"
     for path, top in classify(model, weights or None, images, mean, opts.scale, labels,
-                              opts.top_k):
+                              opts.top_k, mean_source=source):
         print(f"{path}:")
         for lab, p in top:
             print(f"  {p:.4f}  {lab}")

@@ -14,7 +14,8 @@ import cv2
 import numpy as np
 
 from .. import detection
-from ..errors import DataError, FlagError
+from ..data.datum import read_image_file
+from ..errors import FlagError
 from ..net import TEST, Net
 from ..proto import blobproto_to_array, read_blobproto
 from ._common import GPU, UNTRUSTED, apply_untrusted, require_hdf5_for, use_device
@@ -79,9 +80,7 @@ def main(argv):
     out = opts.output_dir
     os.makedirs(out, exist_ok=True)
     for path in opts.args:
-        im = cv2.imread(path, cv2.IMREAD_COLOR)
-        if im is None:
-            raise DataError(f"{path}: not an image OpenCV can decode")
+        im = read_image_file(path, cv2.IMREAD_COLOR)
         dets = detection.detect(net, im, mean, opts.scale, swap, opts.threshold, labels,
                                 nms=opts.nms)
         stem = os.path.join(out, os.path.splitext(os.path.basename(path))[0])

@@ -249,6 +249,11 @@ class Spec:
                     i += 1
                 try:
                     v = f.type(value)
+                    if f.type is int and not -2**31 <= v < 2**31:
+                        # gflags' int32 flags: a bigger number is not a number of
+                        # iterations (a --level past int32 was a ValueError traceback)
+                        raise FlagError(f"--{name} expects an integer in "
+                                        f"[-2147483648, 2147483647], got {value!r}")
                     if f.repeat:
                         values.setdefault(name, []).append(v)
                     else:

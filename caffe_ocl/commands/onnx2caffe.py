@@ -31,12 +31,16 @@ def parse_shapes(values):
             shapes[name] = tuple(int(d) for d in dims.replace("x", ",").split(",") if d)
         except ValueError:
             raise FlagError(f"--input_shape expects NAME=D1,D2,..., got {v!r}") from None
+        if not shapes[name] or any(d < 1 or d >= 2**31 for d in shapes[name]):
+            raise FlagError(f"--input_shape {v!r}: dimensions must be positive int32 numbers")
     return shapes
 
 
 def main(argv):
     opts = SPEC.parse(argv)
     shapes = parse_shapes(opts.input_shape)
+    if opts.batch < 1:
+        raise FlagError(f"--batch must be at least 1, got {opts.batch}")
     require("onnx", "onnx", "caffe_ocl onnx2caffe")
     if opts.check:
         require("onnxruntime", "onnx", "caffe_ocl onnx2caffe --check", pip="onnxruntime")

@@ -10,8 +10,9 @@ import os
 
 import numpy as np
 
-from ..errors import DataError
-from ..proto import caffe_pb2
+from ..device import check_host_alloc
+from ..errors import CaffeOclError, DataError
+from ..proto import caffe_pb2, read_file_bytes
 
 
 def _cv2():
@@ -128,8 +129,40 @@ def read_image(path, height=0, width=0, is_color=True, where=None):
     if img is None:
         raise DataError(f"{where or path}: could not open or decode image {path}")
     if height > 0 and width > 0:
-        img = cv2.resize(img, (width, height))
+        channels = img.shape[2] if img.ndim == 3 else 1
+        check_host_alloc(height * width * channels, f"{where or path}: image {path} resized "
+                         f"to {height}x{width}")
+        try:
+            img = cv2.resize(img, (width, height))
+        except cv2.error as e:      # OpenCV's own out-of-memory or size limits
+            raise DataError(f"{where or path}: cannot resize image {path} to "
+                            f"{height}x{width} ({' '.join(str(e).split())[-160:]})") from None
     return hwc_to_chw(img, where or path)
+
+
+def read_image_file(path, flag):
+    """An image file decoded by OpenCV (``flag``: cv2.IMREAD_*): one
+    DataError line naming the file when it is missing, not a regular file
+    (a FIFO would block, /dev/zero never end), empty or not decodable."""
+    cv2 = _cv2()
+    with_path = str(path)
+    try:
+        raw = read_file_bytes(with_path, "image")
+    except CaffeOclError as e:
+        raise DataError(str(e) if with_path in str(e) else f"{with_path}: {e}") from None
+    arr = np.frombuffer(raw, np.uint8)
+    try:
+        with opencv_quiet(cv2):
+            im = cv2.imdecode(arr, flag) if arr.size else None
+    except cv2.error as e:
+        msg = " ".join(str(e).split())[-200:]
+        raise DataError(f"{with_path}: OpenCV cannot decode the image ({msg})") from None
+    if im is None:
+        raise DataError(f"{with_path}: not an image OpenCV can decode (empty, truncated or "
+                        "another format)")
+    if im.dtype != np.uint8:
+        im = (im / 257).astype(np.uint8) if im.dtype == np.uint16 else im.astype(np.uint8)
+    return im
 
 
 def array_to_datum(arr, label=0):

@@ -27,11 +27,12 @@ import numpy as np
 from .. import ranks as pstate
 from ..data.datum import decode_datum, parse_datum, read_image
 from ..data.db import LMDBReader, check_backend
+from ..data.hdf5 import h5_errors, open_h5, read_dataset
 from ..data.image_list import read_image_list
 from ..data.prefetch import Batch, Prefetcher, upload
 from ..data.transformer import DataTransformer, seeded_rng
-from ..errors import DataError, LayerError, ShapeError
-from ..proto import caffe_pb2
+from ..errors import DataError, LayerError, ShapeError, naming
+from ..proto import caffe_pb2, read_file_bytes
 from .base import Layer, register
 
 log = logging.getLogger("caffe_ocl")
@@ -505,8 +506,16 @@ class HDF5DataLayer(Layer):
             raise self.error("hdf5_data_param.batch_size must be positive", DataError)
         if not os.path.isfile(p.source):
             raise DataError(f"{self.where}: source list file {p.source} not found")
-        with open(p.source) as f:
-            self.files = [ln.strip() for ln in f if ln.strip()]
+        with naming(self.where):
+            raw = read_file_bytes(p.source, "HDF5Data source list")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataError(f"{self.where}: source list {p.source} is not UTF-8 text (byte "
+                            f"{e.start})") from None
+        self.files = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        if any("\0" in fn for fn in self.files):
+            raise DataError(f"{self.where}: source list {p.source} holds a NUL byte")
         if not self.files:
             raise DataError(f"{self.where}: {p.source} lists no HDF5 files (must have "
                             "at least 1 HDF5 filename listed in source)")
@@ -535,20 +544,20 @@ class HDF5DataLayer(Layer):
     def _load(self, fn):
         h5py = self.h5py
         log.info("Loading HDF5 file: %s", fn)
-        try:
-            with h5py.File(fn, "r") as f:
-                arrays = []
-                for name in self.names:
-                    if name not in f:
-                        raise DataError(f"{self.where}: HDF5 file {fn} has no dataset "
-                                        f"{name!r} (each top names a dataset)")
-                    a = np.asarray(f[name], dtype=np.float32)
-                    if a.ndim < 1 or a.shape[0] == 0:
+        where = f"{self.where}: HDF5 file {fn}"
+        with open_h5(h5py, fn, where, DataError) as f, h5_errors(where, DataError):
+            arrays = []
+            for name in self.names:
+                if name not in f:
+                    raise DataError(f"{self.where}: HDF5 file {fn} has no dataset "
+                                    f"{name!r} (each top names a dataset)")
+
+                def shape_ok(shape, name=name):
+                    if len(shape) < 1 or shape[0] == 0:
                         raise DataError(f"{self.where}: HDF5 file {fn} dataset {name!r} "
-                                        f"is empty (shape {a.shape})")
-                    arrays.append(a)
-        except OSError as e:
-            raise DataError(f"{self.where}: cannot read HDF5 file {fn} ({e})") from None
+                                        f"is empty (shape {shape})")
+                arrays.append(read_dataset(h5py, f[name], f"{where}: dataset {name!r}",
+                                           DataError, shape_ok=shape_ok))
         rows = arrays[0].shape[0]
         for name, a in zip(self.names, arrays):
             if a.shape[0] != rows:

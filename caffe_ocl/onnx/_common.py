@@ -15,12 +15,15 @@ class UnsupportedModelError(OnnxConversionError):
     """One or more nodes/layers have no equivalent; ``.items`` lists them as
     (op type, node name, reason)."""
 
-    def __init__(self, items, what="ONNX node"):
+    def __init__(self, items, what="ONNX node", where=""):
+        # one line (as every caffe_ocl error): the items joined by "; "
         self.items = list(items)
-        lines = [f"{len(self.items)} unsupported {what}(s); nothing was written:"]
-        for op, name, reason in self.items:
-            lines.append(f"  {op} {name!r}: {reason}")
-        super().__init__("\n".join(lines))
+        self.what = what
+        head = f"{where}: " if where else ""
+        body = "; ".join(f"{op} {name!r}: {' '.join(str(reason).split())}"
+                         for op, name, reason in self.items)
+        super().__init__(f"{head}{len(self.items)} unsupported {what}(s); nothing was "
+                         f"written: {body}")
 
 
 class Unsupported(Exception):

@@ -36,8 +36,9 @@ import sys
 
 import numpy as np
 
+from ..errors import CaffeOclError
 from ..proto import array_to_blobproto, caffe_pb2, write_binary, write_text
-from ._common import (Unsupported, UnsupportedModelError,
+from ._common import (OnnxConversionError, Unsupported, UnsupportedModelError,
                       caffe_divisor_2d, caffe_pool_outs, node_attrs, onnx_divisor_2d,
                       onnx_pool_outs, pad_pairs, set_caffe_hw)
 from ._graph import load_model, prepare
@@ -335,6 +336,8 @@ class Converter:
     def _finish_output(self, name):
         if name in self.p.consts:
             raise Unsupported("the graph output is a constant")
+        if name not in self.refs:
+            raise Unsupported("no node produces this graph output")
         b = self.materialize(self.refs[name])
         if b == name:
             return
@@ -1119,8 +1122,28 @@ def convert(model, input_shapes=None, batch=1):
     """ONNX model (path, bytes or ModelProto) -> caffe_pb2.NetParameter whose
     layers carry their weight blobs. Raises UnsupportedModelError listing every
     node without a Caffe equivalent."""
-    m, _ = load_model(model)
-    return Converter(m, input_shapes, batch).run()
+    m, where = load_model(model)
+    try:
+        return Converter(m, input_shapes, batch).run()
+    except UnsupportedModelError as e:
+        if where.startswith("<"):
+            raise
+        raise UnsupportedModelError(e.items, e.what, where) from None
+    except CaffeOclError as e:
+        if where.startswith("<") or where in str(e):
+            raise
+        raise OnnxConversionError(f"{where}: {' '.join(str(e).split())}") from None
+    except RecursionError:
+        raise OnnxConversionError(f"{where}: the graph is nested too deeply") from None
+    except MemoryError:
+        raise OnnxConversionError(f"{where}: out of host memory converting it (a tensor "
+                                  "claims a huge shape?)") from None
+    except Exception as e:   # noqa: BLE001 - a malformed graph reaching onnx/numpy
+        # (a node reading a tensor nothing makes, an initializer whose data
+        # does not fill its dims, an attribute of the wrong type): one line
+        msg = " ".join(str(e).split())[:300]
+        raise OnnxConversionError(f"{where}: malformed ONNX model ({type(e).__name__}: "
+                                  f"{msg})") from None
 
 
 def split_weights(net):

@@ -11,7 +11,7 @@ buffer.
     solver = caffe_ocl.get_solver("lenet_solver.prototxt")
     solver.step(100); solver.snapshot(); solver.solve()
 """
-from ..errors import SolverError
+from ..errors import SolverError, naming
 from ..proto import caffe_pb2
 from .solver import Solver, read_solver  # noqa: F401
 from .updates import (SOLVERS, AdaDeltaSolver, AdaGradSolver, AdamSolver,  # noqa: F401
@@ -31,7 +31,9 @@ def get_solver(path_or_param):
     if isinstance(path_or_param, caffe_pb2.SolverParameter):
         return solver_class(path_or_param.type)(path_or_param)
     param = read_solver(path_or_param)
-    return solver_class(param.type)(param, source=str(path_or_param))
+    with naming(str(path_or_param)):       # an unknown type names the solver file
+        cls = solver_class(param.type)
+    return cls(param, source=str(path_or_param))
 
 
 __all__ = ["Solver", "SGDSolver", "NesterovSolver", "AdaGradSolver", "RMSPropSolver",

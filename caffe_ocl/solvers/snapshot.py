@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from .. import safe_io
+from ..data.hdf5 import check_vlen_string, h5_errors, open_h5, read_dataset
 from ..errors import FileNotFound, ShapeError, SolverError, naming
 from ..ops.random import get_state, set_state
 from ..proto import (array_to_blobproto, blobproto_to_array, caffe_pb2, read_file_bytes, read_net,
@@ -162,35 +163,61 @@ class Snapshotting:
 
     def _restore_hdf5(self, path):
         h5py = _require_h5py(f"restoring {path}")
-        with h5py.File(path, "r") as f:
-            learned = f["learned_net"][()]
-            learned = learned.decode() if isinstance(learned, bytes) else str(learned)
-            hist = [np.asarray(f[f"history/{i}"]) for i in range(len(f["history"]))] \
-                if "history" in f else []
-            it, cs = int(f["iter"][()]), int(f["current_step"][()])
-            rng = np.asarray(f["caffe_ocl_rng"]) if "caffe_ocl_rng" in f else None
-            data = f["caffe_ocl_data"][()] if "caffe_ocl_data" in f else None
+        with open_h5(h5py, path, error=SolverError) as f, h5_errors(path, SolverError):
+            learned = _h5_text(h5py, f, "learned_net", path)
+            hist = []
+            if "history" in f:
+                group = f["history"]
+                if not isinstance(group, h5py.Group):
+                    raise SolverError(f"{path}: /history is not a group of blobs")
+                counts = [h.count for h in self.history]
+                if len(group) != len(counts):
+                    raise SolverError(f"{path}: incorrect length of history blobs: the "
+                                      f"snapshot has {len(group)}, this {self.kind} solver "
+                                      f"needs {len(counts)}: the snapshot was made for a "
+                                      "different net or solver type")
+                for i in range(len(group)):
+                    if str(i) not in group:
+                        raise SolverError(f"{path}: history blob {i} (/history/{i}) is "
+                                          f"missing ({len(group)} entries)")
+                    hist.append(read_dataset(
+                        h5py, group[str(i)], f"{path}: /history/{i}", SolverError,
+                        max_count=counts[i]))
+            it = _h5_int(h5py, f, "iter", path, required=True)
+            cs = _h5_int(h5py, f, "current_step", path, required=True)
+            rng = None
+            if "caffe_ocl_rng" in f:
+                obj = f["caffe_ocl_rng"]
+                if not isinstance(obj, h5py.Dataset) or obj.shape != (2,) or \
+                        obj.dtype.kind not in "iu":
+                    raise SolverError(f"{path}: /caffe_ocl_rng must hold two integers")
+                rng = np.asarray(obj[()])
+            data = _h5_text(h5py, f, "caffe_ocl_data", path) if "caffe_ocl_data" in f \
+                else None
+        if it < 0:
+            raise SolverError(f"{path}: solver state has iter {it}: not a valid snapshot")
         if learned:
             lp = self._resolve_learned(learned, path)
-            with h5py.File(lp, "r") as f:
+            with open_h5(h5py, lp, error=SolverError) as f, h5_errors(lp, SolverError):
                 for name, layer in zip(self.net.graph.layer_names, self.net.layers):
                     for j, b in enumerate(layer.blobs):
                         key = f"data/{name}/{j}"
                         if key not in f:
                             raise SolverError(f"{lp}: no weights for layer {name!r} param {j}:"
                                               " the snapshot was made for a different net")
-                        arr = np.asarray(f[key])
-                        if arr.shape != b.shape:
-                            raise SolverError(f"{lp}: layer {name!r} param {j} has shape "
-                                              f"{arr.shape}, the net expects {b.shape}")
-                        b.data[...] = arr
+
+                        def shape_ok(shape, name=name, j=j, b=b):
+                            if shape != tuple(b.shape):
+                                raise SolverError(f"{lp}: layer {name!r} param {j} has shape "
+                                                  f"{shape}, the net expects {b.shape}")
+                        b.data[...] = read_dataset(h5py, f[key], f"{lp}: /{key}", SolverError,
+                                                   shape_ok=shape_ok)
         self._restore_history(hist, path)
         self.iter, self.current_step = it, cs
         if rng is not None:
             set_state({"seed": int(rng[0]), "stream": int(rng[1])})
         if data is not None:
-            data = st.parse_data_state(data.decode() if isinstance(data, bytes) else str(data),
-                                       path)
+            data = st.parse_data_state(data, path)
         self._restore_data_states(data, path)
 
     def _resolve_learned(self, learned, state_path):
@@ -239,6 +266,44 @@ class Snapshotting:
                                   f"param {pb.name!r} has shape {pb.shape}: the snapshot "
                                   "was made for a different net")
             h.data[...] = arr.reshape(h.shape)
+
+
+def _h5_scalar(h5py, f, key, path):
+    obj = f[key]
+    if not isinstance(obj, h5py.Dataset) or obj.shape not in ((), (1,)):
+        raise SolverError(f"{path}: /{key} is not a scalar dataset")
+    check_vlen_string(h5py, obj, path, f"{path}: /{key}", SolverError)
+    val = obj[()]
+    return val[0] if getattr(val, "shape", ()) == (1,) else val
+
+
+def _h5_text(h5py, f, key, path):
+    """A string dataset of an HDF5 solver state ('' when absent)."""
+    if key not in f:
+        return ""
+    val = _h5_scalar(h5py, f, key, path)
+    if isinstance(val, (bytes, np.bytes_)):
+        try:
+            val = bytes(val).decode()
+        except UnicodeDecodeError:
+            raise SolverError(f"{path}: /{key} is not UTF-8 text") from None
+    if not isinstance(val, str):
+        raise SolverError(f"{path}: /{key} holds {type(val).__name__}, not text")
+    if "\0" in val:
+        raise SolverError(f"{path}: /{key} holds a NUL byte")
+    return val
+
+
+def _h5_int(h5py, f, key, path, required=False):
+    if key not in f:
+        if required:
+            raise SolverError(f"{path}: solver state has no /{key}: not a caffe_ocl "
+                              "HDF5 snapshot")
+        return 0
+    val = _h5_scalar(h5py, f, key, path)
+    if not isinstance(val, (int, np.integer)) or not -2**31 <= int(val) < 2**31:
+        raise SolverError(f"{path}: /{key} must be an int32, got {val!r}"[:300])
+    return int(val)
 
 
 def _require_h5py(what):
