@@ -46,6 +46,8 @@ class Recorder:
         rec = self
 
         def run(launch, queue):
+            if launch.kernel is None:       # programs build at a launch's first run
+                launch.bind()
             ev = cl.enqueue_nd_range_kernel(queue, launch.kernel, launch.gsize, launch.lsize)
             if rec.events is not None:
                 rec.events.append((launch, ev, rec.where() if rec.by_layer else None))
