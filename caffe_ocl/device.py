@@ -936,9 +936,16 @@ class Device:
         self._scratch = []
 
     def upload(self, buf, host):
-        ev = cl.enqueue_copy(self.queue, buf, np.ascontiguousarray(host), is_blocking=False)
-        if _event_sink is not None:
-            _event_sink.append(ev)
+        if _event_sink is None:
+            cl.enqueue_copy(self.queue, buf, np.ascontiguousarray(host), is_blocking=False)
+            return
+        # recorded (caffe_ocl time): the kept event holds the array it copies
+        # from until the recording ends; a copy keeps it from holding the
+        # blob's own host array, which blob.refresh_kept would take for a view
+        # the user still holds (and mark for upload again at every pass)
+        ev = cl.enqueue_copy(self.queue, buf, np.array(host, order="C", copy=True),
+                             is_blocking=False)
+        _event_sink.append(ev)
 
     def download(self, host, buf):
         ev = cl.enqueue_copy(self.queue, host, buf, is_blocking=True)

@@ -271,3 +271,32 @@ def test_record_events_and_profiling_queue():
     assert len(sink) == 3
     assert all(ev.profile.end >= ev.profile.start > 0 for ev in sink)
     np.testing.assert_array_equal(back, np.r_[np.full(32, 2.0), host[32:]])
+
+
+def test_recording_does_not_mark_kept_arrays_for_upload_again():
+    """While caffe_ocl time records a pass, an upload's kept event must not
+    hold the blob's own host array: blob.refresh_kept would take it for a
+    view the user keeps and upload the blob again at every later pass."""
+    import pyopencl as cl
+    from caffe_ocl import device
+    from caffe_ocl.net import Net, TEST
+    from caffe_ocl.proto import parse_net_text
+    net = Net(parse_net_text(
+        'layer { name: "data" type: "Input" top: "data" '
+        'input_param { shape { dim: 2 dim: 3 } } }\n'
+        'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" '
+        'inner_product_param { num_output: 4 weight_filler { type: "gaussian" std: 0.1 } } }\n'),
+        TEST)
+    net.params["ip"][0].data[...] = 0.5          # a host write: one upload next pass
+    net.blobs["data"].data[...] = 1.0
+
+    def copies():
+        sink = []
+        with device.record_events(sink):
+            net.forward()
+        return sum(ev.command_type == cl.command_type.WRITE_BUFFER for ev in sink)
+
+    assert copies() >= 2              # the weight and the input go up once
+    assert copies() == 0 and copies() == 0
+    want = np.broadcast_to(0.5 * 3 + net.params["ip"][1].data, (2, 4))
+    np.testing.assert_allclose(net.blobs["ip"].data, want, rtol=1e-6)
