@@ -38,7 +38,7 @@ chains (the in-place Scale's saved input is not made; ``loses_values``);
 from .. import config
 from ..ops import normalization as norm_ops
 from ..ops import pointwise
-from .patterns import act_of, consumers, in_place_on, one_in_one_out
+from .patterns import PendingTops, act_of, consumers, in_place_on, one_in_one_out
 
 _ACTS = ("ReLU", "ReLU6", "Clip")
 
@@ -87,7 +87,8 @@ def _follows(graph, j, blob, outputs, chain):
     else None."""
     if in_place_on(graph, j, blob):
         return blob
-    if not config.get("AFFINE_NEW_TOPS") or not one_in_one_out(graph, j) or graph.bottoms[j][0] is not blob:
+    if (not config.get("AFFINE_NEW_TOPS") or not one_in_one_out(graph, j)
+            or graph.bottoms[j][0] is not blob):
         return None
     top = graph.tops[j][0]
     if blob.name in outputs or [c for c in consumers(graph, blob) if c[0] not in chain] \
@@ -96,7 +97,7 @@ def _follows(graph, j, blob, outputs, chain):
     return top
 
 
-class AffineActChain:
+class AffineActChain(PendingTops):
     """BatchNorm (global statistics) [-> Scale] [-> activation] as one
     pass; the group interface of execution.py (``layers``, ``first``,
     ``last``, ``run``, ``describe``). Forward only."""
@@ -114,15 +115,14 @@ class AffineActChain:
         self.x, self.y = g.bottoms[b][0], g.tops[self.last][0]
         # blobs before the last one (new tops): computed when read by the
         # layers that write them
-        self.pending = []
-        self.pending_layers = []
+        pending, pending_layers = [], []
         for li in self.layers:
             t = g.tops[li][0]
             if t is not self.y:
-                self.pending_layers.append(li)
-                if t not in self.pending:
-                    self.pending.append(t)
-        self._reader = self._compute
+                pending_layers.append(li)
+                if t not in pending:
+                    pending.append(t)
+        self._init_pending(pending, pending_layers)
         self._key = None
         self._stats_from = None     # BatchNorm blob versions the mean/std buffers hold
         self._unit = None           # (C, gamma = 1, beta = 0) buffers when absent
@@ -130,28 +130,6 @@ class AffineActChain:
 
     def describe(self):
         return " -> ".join(self.net.graph.layer_names[i] for i in self.layers)
-
-    def _compute(self):
-        """The pending blobs, by their layers' own forwards."""
-        for b in self.pending:
-            if b.compute_on_read is self._reader:
-                b.compute_on_read = None
-        g = self.net.graph
-        for li in self.pending_layers:
-            self.net.layers[li].forward(g.bottoms[li], g.tops[li])
-
-    def _compute_pending(self):
-        if any(b.compute_on_read is self._reader for b in self.pending):
-            self._compute()
-
-    def run_member(self, li):
-        """Layer ``li``'s own forward in a range that cuts the chain."""
-        self._compute_pending()
-        g = self.net.graph
-        self.net.layers[li].forward(g.bottoms[li], g.tops[li])
-
-    def before_backward(self):
-        self._compute_pending()
 
     def _units(self, C):
         if self._unit is None or self._unit[0] != C:
@@ -207,8 +185,7 @@ class AffineActChain:
             launch.run(q)
         self._stats_from = stats_from
         self.y.data_mem.device_written()
-        for b in self.pending:
-            b.compute_on_read = self._reader
+        self._mark_pending()
 
 
 def chains_of(net, taken=()):

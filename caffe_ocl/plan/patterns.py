@@ -85,6 +85,46 @@ def producer(graph, blob):
     return found[0] if found else None
 
 
+class PendingTops:
+    """Mixin of a group that writes only its last layer's top and leaves
+    the blobs before it (``pending``) to be computed when read, by the
+    ``pending_layers``' own forwards (affine.py, swish.py): ``run_member``
+    (a range cutting the group) and ``before_backward`` compute them first.
+    ``_init_pending`` in the constructor, ``_mark_pending`` at the end of
+    the group's ``run``."""
+
+    def _init_pending(self, pending, pending_layers):
+        self.pending = pending
+        self.pending_layers = pending_layers
+        self._reader = self._compute        # one bound method: compared by identity
+
+    def _compute(self):
+        """The pending blobs, by their layers' own forwards."""
+        for b in self.pending:
+            if b.compute_on_read is self._reader:
+                b.compute_on_read = None
+        g = self.net.graph
+        for li in self.pending_layers:
+            self.net.layers[li].forward(g.bottoms[li], g.tops[li])
+
+    def _compute_pending(self):
+        if any(b.compute_on_read is self._reader for b in self.pending):
+            self._compute()
+
+    def _mark_pending(self):
+        for b in self.pending:
+            b.compute_on_read = self._reader
+
+    def run_member(self, li):
+        """Layer ``li``'s own forward in a range that cuts the group."""
+        self._compute_pending()
+        g = self.net.graph
+        self.net.layers[li].forward(g.bottoms[li], g.tops[li])
+
+    def before_backward(self):
+        self._compute_pending()
+
+
 class LayerPair:
     """Two layers run as one group, the second usually an activation in
     place on the first's top (eltwise.py, train.py): ``layers`` (indices),

@@ -35,7 +35,7 @@ values. ``CAFFE_OCL_FOLD=0`` or ``CAFFE_OCL_FUSE_SWISH=0`` turn it off
 from .. import config
 from ..ops import conv as conv_ops
 from .elide import producer_ok
-from .patterns import consumers, one_in_one_out
+from .patterns import PendingTops, consumers, one_in_one_out
 
 ACT = ("swish", 1.0)
 
@@ -134,7 +134,7 @@ def _match(g, li, outputs):
     return _match_product(g, li, outputs) or _match_hard_sigmoid(g, li, outputs)
 
 
-class SwishGroup:
+class SwishGroup(PendingTops):
     """A producer and the layers after it that compute act(its output)
     (``act``: swish, hard swish, hard sigmoid), run as the producer with
     ``act`` in its epilogue writing the last layer's top."""
@@ -151,36 +151,13 @@ class SwishGroup:
         self.x = g.bottoms[li][0]
         self.y = g.tops[self.last][0]
         # the blobs left to be computed on read: every top before the last
-        self.pending = [t for lj in self.layers[:-1] for t in g.tops[lj]]
-        self._reader = self._compute
+        self._init_pending([t for lj in self.layers[:-1] for t in g.tops[lj]], self.layers[:-1])
         self._key = None
         self.fwd = []
 
     def describe(self):
         names = self.net.graph.layer_names
         return " -> ".join(names[i] for i in self.layers) + f" ({self.act[0]} epilogue)"
-
-    def _compute(self):
-        """Run the layers before the last into their tops."""
-        for b in self.pending:
-            if b.compute_on_read is self._reader:
-                b.compute_on_read = None
-        g = self.net.graph
-        for li in self.layers[:-1]:
-            self.net.layers[li].forward(g.bottoms[li], g.tops[li])
-
-    def _compute_pending(self):
-        if any(b.compute_on_read is self._reader for b in self.pending):
-            self._compute()
-
-    def run_member(self, li):
-        """Layer ``li``'s own forward in a range that cuts the group."""
-        self._compute_pending()
-        g = self.net.graph
-        self.net.layers[li].forward(g.bottoms[li], g.tops[li])
-
-    def before_backward(self):
-        self._compute_pending()
 
     def run(self):
         g, net = self.net.graph, self.net
@@ -206,8 +183,7 @@ class SwishGroup:
         for launch in self.fwd:
             launch.run(q)
         self.y.data_mem.device_written()
-        for b in self.pending:
-            b.compute_on_read = self._reader
+        self._mark_pending()
 
 
 def find(net, taken=()):
