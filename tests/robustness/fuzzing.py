@@ -18,6 +18,7 @@ import os
 import random
 import re
 import shutil
+import subprocess
 import sys
 import time
 import traceback
@@ -453,7 +454,10 @@ def run_cases(fmt, seeds, base, root, budget_s=None):
     return counts, findings
 
 
-def main(argv):
+def main(argv, run_case=run_case, make_base=make_base, finding=Finding):
+    """The child's side of ``run_child_cases``: ``argv`` = format, first
+    seed, count, work folder; one JSON line as each case starts and one
+    with its verdict. fuzzing_more.py passes its own cases."""
     fmt, first, count, root = argv[0], int(argv[1]), int(argv[2]), argv[3]
     import logging
     logging.getLogger("caffe_ocl").setLevel(logging.ERROR)
@@ -468,11 +472,48 @@ def main(argv):
         try:
             verdict, msg = run_case(fmt, seed, base, work)
             out = {"seed": seed, "verdict": verdict, "msg": msg}
-        except Finding as f:
+        except finding as f:
             out = {"seed": seed, "verdict": "finding", "msg": str(f)}
         shutil.rmtree(work, ignore_errors=True)
         print(json.dumps(out), flush=True)
     return 0
+
+
+CHILD_MEMORY = 6 << 30     # RLIMIT_AS of the children (OpenCL drivers map a lot)
+_ROOT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def limit_child():
+    """preexec_fn of a fuzz child: its address space capped at CHILD_MEMORY."""
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY, CHILD_MEMORY))
+
+
+def run_child_cases(script, fmt, first, count, root, timeout):
+    """Run seeds ``first`` .. ``first + count`` of ``fmt`` through
+    ``script``'s ``main`` in a memory-limited child; a finding, or a case the
+    child did not finish (a signal, a hang past ``timeout``), fails. The
+    set of the cases' verdicts."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = _ROOT_DIR + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, script, fmt, str(first), str(count), str(root)],
+                       capture_output=True, text=True, timeout=timeout, env=env,
+                       preexec_fn=limit_child)
+    started, done, findings = None, {}, []
+    for line in p.stdout.splitlines():
+        d = json.loads(line)
+        if d.get("start"):
+            started = d["seed"]
+        else:
+            done[d["seed"]] = d
+            if d["verdict"] == "finding":
+                findings.append(f"seed {d['seed']}: {d['msg']}")
+    if p.returncode != 0:
+        findings.append(f"child died (exit {p.returncode}) in seed {started}: "
+                        f"{p.stderr[-500:]}")
+    assert not findings, "; ".join(findings[:5])
+    assert len(done) == count
+    return {d["verdict"] for d in done.values()}
 
 
 if __name__ == "__main__":

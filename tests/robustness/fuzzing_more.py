@@ -7,7 +7,6 @@ ends in a CaffeOclError of one line naming the file; anything else is a
 finding. ``python fuzzing_more.py FORMAT FIRST COUNT DIR`` runs cases in a
 child and prints one JSON line per case.
 """
-import json
 import os
 import random
 import shutil
@@ -485,42 +484,8 @@ def run_case(fmt, seed, base, work):
                       f"{os.path.basename(tb.filename)}:{tb.lineno}") from None
 
 
-def run_cases(fmt, seeds, base, root):
-    make_base(base)
-    counts = {"ok": 0, "error": 0}
-    findings = []
-    for seed in seeds:
-        work = os.path.join(root, f"{fmt}-{seed}")
-        try:
-            verdict, _ = run_case(fmt, seed, base, work)
-            counts[verdict] += 1
-        except Finding as f:
-            findings.append((seed, str(f)))
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return counts, findings
-
-
 def main(argv):
-    fmt, first, count, root = argv[0], int(argv[1]), int(argv[2]), argv[3]
-    import logging
-    logging.getLogger("caffe_ocl").setLevel(logging.ERROR)
-    from caffe_ocl import config
-    config.set("MEMORY_LIMIT_MB", 512)
-    config.set("HOST_MEMORY_LIMIT_MB", 512)
-    base = os.path.join(root, "base")
-    make_base(base)
-    for seed in range(first, first + count):
-        work = os.path.join(root, f"{fmt}-{seed}")
-        print(json.dumps({"seed": seed, "start": True}), flush=True)
-        try:
-            verdict, msg = run_case(fmt, seed, base, work)
-            out = {"seed": seed, "verdict": verdict, "msg": msg}
-        except Finding as f:
-            out = {"seed": seed, "verdict": "finding", "msg": str(f)}
-        shutil.rmtree(work, ignore_errors=True)
-        print(json.dumps(out), flush=True)
-    return 0
+    return fuzzing.main(argv, run_case, make_base, Finding)
 
 
 if __name__ == "__main__":

@@ -5,11 +5,7 @@ LMDB cases and the command-level sample run in child processes, where a
 signal (Bus error, an assertion abort), a traceback, a hang past a timeout
 or memory past RLIMIT_AS would show. The default run is a few hundred cases
 per format; ``-m slow`` runs thousands."""
-import json
 import os
-import resource
-import subprocess
-import sys
 
 import pytest
 
@@ -17,13 +13,11 @@ import fuzzing
 from caffe_ocl import config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT_DIR = os.path.dirname(os.path.dirname(HERE))
 
 # cases per format in the default run (about 60 s in all on PoCL)
 DEFAULT = {"prototxt": 120, "solver": 120, "caffemodel": 200, "caffemodel_v1": 150,
            "binaryproto": 300, "solverstate": 200, "imagelist": 120, "lmdb": 150}
 SLOW = 3000
-CHILD_MEMORY = 6 << 30     # RLIMIT_AS of the children (OpenCL drivers map a lot)
 
 
 @pytest.fixture(scope="module")
@@ -57,36 +51,10 @@ def test_fuzz_in_process_many(fmt, fuzz_root):
     _check(fmt, range(10_000, 10_000 + SLOW), fuzz_root)
 
 
-def _limit_child():
-    resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY, CHILD_MEMORY))
-
-
-def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT_DIR + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
 def _run_child_cases(fmt, first, count, root, timeout):
     """Run cases in a child; a case the child did not finish is a finding."""
-    p = subprocess.run([sys.executable, os.path.join(HERE, "fuzzing.py"), fmt, str(first),
-                        str(count), str(root)], capture_output=True, text=True,
-                       timeout=timeout, env=_env(), preexec_fn=_limit_child)
-    started, done, findings = None, {}, []
-    for line in p.stdout.splitlines():
-        d = json.loads(line)
-        if d.get("start"):
-            started = d["seed"]
-        else:
-            done[d["seed"]] = d
-            if d["verdict"] == "finding":
-                findings.append(f"seed {d['seed']}: {d['msg']}")
-    if p.returncode != 0:
-        findings.append(f"child died (exit {p.returncode}) in seed {started}: "
-                        f"{p.stderr[-500:]}")
-    assert not findings, "; ".join(findings[:5])
-    assert len(done) == count
-    verdicts = {d["verdict"] for d in done.values()}
+    verdicts = fuzzing.run_child_cases(os.path.join(HERE, "fuzzing.py"), fmt, first, count,
+                                       root, timeout)
     assert verdicts == {"ok", "error"}, verdicts
 
 

@@ -8,9 +8,7 @@ end in one CaffeOclError line naming the file. The default run is a few
 dozen cases per format; ``-m slow`` runs hundreds.
 
 Also one test per fix those probes led to, each failing without it."""
-import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -20,6 +18,7 @@ import numpy as np
 import pytest
 
 import caffe_ocl as caffe
+import fuzzing
 import fuzzing_more
 from caffe_ocl.errors import CaffeOclError, DataError, NetError, ShapeError, SolverError
 from caffe_ocl import config
@@ -27,38 +26,15 @@ from caffe_ocl.proto import parse_net_text, parse_solver_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT_DIR = os.path.dirname(os.path.dirname(HERE))
-CHILD_MEMORY = 6 << 30
 
 DEFAULT = {"onnx": 80, "h5weights": 80, "h5state": 80, "h5data": 60, "image": 80,
            "meanfile": 60}
 SLOW = 400
 
 
-def _limit_child():
-    resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY, CHILD_MEMORY))
-
-
 def _run_child_cases(fmt, first, count, root, timeout):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT_DIR + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, os.path.join(HERE, "fuzzing_more.py"), fmt,
-                        str(first), str(count), str(root)], capture_output=True, text=True,
-                       timeout=timeout, env=env, preexec_fn=_limit_child)
-    started, done, findings = None, {}, []
-    for line in p.stdout.splitlines():
-        d = json.loads(line)
-        if d.get("start"):
-            started = d["seed"]
-        else:
-            done[d["seed"]] = d
-            if d["verdict"] == "finding":
-                findings.append(f"seed {d['seed']}: {d['msg']}")
-    if p.returncode != 0:
-        findings.append(f"child died (exit {p.returncode}) in seed {started}: "
-                        f"{p.stderr[-500:]}")
-    assert not findings, "; ".join(findings[:5])
-    assert len(done) == count
-    verdicts = {d["verdict"] for d in done.values()}
+    verdicts = fuzzing.run_child_cases(os.path.join(HERE, "fuzzing_more.py"), fmt, first,
+                                       count, root, timeout)
     assert "error" in verdicts, verdicts      # the mutations reach the checks
 
 
@@ -311,6 +287,6 @@ def test_damaged_string_heap_of_hdf5_state_does_not_hang(tmp_path):
     (tmp_path / "child").mkdir()
     p = subprocess.run([sys.executable, "-c", code, HERE, str(tmp_path / "child"), str(bad)],
                        capture_output=True, text=True, timeout=60, env=env,
-                       preexec_fn=_limit_child)
+                       preexec_fn=fuzzing.limit_child)
     assert "bad.solverstate.h5: /learned_net: its string reference is damaged" in p.stdout, \
         p.stdout + p.stderr[-1000:]
