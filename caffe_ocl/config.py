@@ -187,6 +187,10 @@ _DECLARED = (
     Setting("CONV_SPLITK", "bool", True,
             "GPU implicit-GEMM convolution forwards whose output tiles cannot fill the "
             "device split K over work-groups (off: one pass)", internal=True),
+    Setting("DIRECT_ENQUEUE", "bool", True,
+            "kernel launches call clEnqueueNDRangeKernel through ctypes without an event "
+            "(pyopencl's call asks the driver for one each time; see cl_enqueue.py); "
+            "off: every launch through pyopencl"),
     Setting("GEMV", "bool", True,
             "GPU fully-connected products with at most 8 rows (batch) run as a "
             "matrix-vector kernel (off: the tiled GEMM)", internal=True),

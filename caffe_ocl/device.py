@@ -27,7 +27,7 @@ import weakref
 
 import numpy as np
 
-from . import config
+from . import cl_enqueue, config
 from .errors import DeviceError, FlagError
 
 log = logging.getLogger("caffe_ocl")
@@ -596,7 +596,8 @@ class Launch:
     TEST folding runs a fused one instead: a fifth to two fifths of the
     programs of the shipped nets), and compiling those was a good part of
     a cold start."""
-    __slots__ = ("kernel", "gsize", "lsize", "name", "dtypes", "buffers", "pending")
+    __slots__ = ("kernel", "gsize", "lsize", "name", "dtypes", "buffers", "pending",
+                 "direct")
 
     def __init__(self, kernel, gsize, lsize, name="", dtypes=None, buffers=None,
                  pending=None):
@@ -607,6 +608,8 @@ class Launch:
         self.gsize = tuple(int(g) for g in gsize)
         self.lsize = None if lsize is None else tuple(int(x) for x in lsize)
         self.name = name
+        # cl_enqueue.DirectEnqueue once the kernel exists (False: use pyopencl)
+        self.direct = None
 
     def set_arg(self, i, value):
         """Rebind one argument (for values that change per call: lr, seed)."""
@@ -633,8 +636,18 @@ class Launch:
         self.kernel, self.pending = k, None
 
     def run(self, queue):
-        if self.kernel is None:
-            self.bind()
+        direct = self.direct
+        if direct and _event_sink is None:
+            # no event wanted: straight to clEnqueueNDRangeKernel (cl_enqueue.py);
+            # on any error status pyopencl's call below raises its own error
+            if direct(queue.int_ptr) == 0:
+                return
+        elif direct is None:
+            if self.kernel is None:
+                self.bind()
+            fn = cl_enqueue.direct_enqueue_fn()
+            self.direct = False if fn is None else cl_enqueue.DirectEnqueue(
+                fn, self.kernel, self.gsize, self.lsize)
         ev = cl.enqueue_nd_range_kernel(queue, self.kernel, self.gsize, self.lsize)
         if _event_sink is not None:
             _event_sink.append(ev)

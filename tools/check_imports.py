@@ -46,7 +46,7 @@ LAYERS = [
     # (ranks: Caffe::solver_count/solver_rank, read by layers and solvers)
     ("base", ["errors", "config", "logs", "paths", "ranks", "startup"]),
     # one OpenCL device: context, queue, program cache, memory pool, scratch
-    ("device", ["device"]),
+    ("device", ["device", "cl_enqueue"]),
     # primitives: Python launch builders over kernels/*.cl
     ("ops", ["ops", "ops.*"]),
     ("blob", ["blob"]),

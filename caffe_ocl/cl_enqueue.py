@@ -1,0 +1,99 @@
+"""Kernel enqueues straight through the OpenCL library (issue #27 item 3).
+
+At batch 1 a forward on a GPU waits on the host: on NVIDIA's OpenCL each
+``pyopencl.enqueue_nd_range_kernel`` costs ~13 us, whatever the kernel.
+Part of that is pyopencl's wrapping: an event object is asked of the driver,
+wrapped in a Python object and released again when that object dies.
+A launch that nobody waits on needs no event, so ``DirectEnqueue`` calls
+``clEnqueueNDRangeKernel`` through ctypes with the event pointer NULL, on
+the cl_kernel and cl_command_queue handles pyopencl already holds
+(``int_ptr``). benchmarks/bench_enqueue.py measures both ways.
+
+Any error status falls back to pyopencl's own call, which then raises its
+usual exception (out of resources, invalid work-group size, ...), so errors
+read the same whichever way a launch went. Where no OpenCL library can be
+found by ctypes, or with CAFFE_OCL_DIRECT_ENQUEUE=0, launches go through
+pyopencl as before.
+"""
+import ctypes
+import ctypes.util
+import os
+
+from . import config
+
+_lib = None
+_lib_searched = False
+
+
+def _loaded_opencl_paths():
+    """Paths of the OpenCL loaders already mapped into this process (the one
+    pyopencl links against first), from /proc/self/maps."""
+    try:
+        with open("/proc/self/maps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) == 6:
+            path = parts[5].strip()
+            name = os.path.basename(path)
+            if name.startswith("libOpenCL") and path not in out:
+                out.append(path)
+    return out
+
+
+def opencl_library():
+    """ctypes handle of the OpenCL ICD loader, or None where none is found.
+
+    The loader pyopencl uses is preferred (already in the process); any ICD
+    loader would do, since a call dispatches through the handle's own table."""
+    global _lib, _lib_searched
+    if _lib_searched:
+        return _lib
+    _lib_searched = True
+    candidates = _loaded_opencl_paths()
+    found = ctypes.util.find_library("OpenCL")
+    if found:
+        candidates.append(found)
+    for path in candidates:
+        try:
+            lib = ctypes.CDLL(path)
+            fn = lib.clEnqueueNDRangeKernel
+        except (OSError, AttributeError):
+            continue
+        fn.restype = ctypes.c_int32
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p,
+                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p,
+                       ctypes.c_void_p]
+        _lib = lib
+        break
+    return _lib
+
+
+def direct_enqueue_fn():
+    """The ctypes ``clEnqueueNDRangeKernel``, or None where launches should
+    go through pyopencl (setting off, or no library found)."""
+    if not config.get("DIRECT_ENQUEUE"):
+        return None
+    lib = opencl_library()
+    return None if lib is None else lib.clEnqueueNDRangeKernel
+
+
+class DirectEnqueue:
+    """One launch's ctypes arguments, made once: the sizes as size_t arrays
+    and the kernel handle. ``__call__(queue_ptr)`` returns the OpenCL status
+    (0 = CL_SUCCESS)."""
+    __slots__ = ("fn", "kernel_ptr", "dims", "gsize", "lsize")
+
+    def __init__(self, fn, kernel, gsize, lsize):
+        self.fn = fn
+        self.kernel_ptr = kernel.int_ptr
+        self.dims = len(gsize)
+        self.gsize = (ctypes.c_size_t * self.dims)(*gsize)
+        self.lsize = None if lsize is None else (ctypes.c_size_t * self.dims)(*lsize)
+
+    def __call__(self, queue_ptr):
+        return self.fn(queue_ptr, self.kernel_ptr, self.dims, None, self.gsize, self.lsize,
+                       0, None, None)
