@@ -187,6 +187,9 @@ _DECLARED = (
     Setting("CONV_SPLITK", "bool", True,
             "GPU implicit-GEMM convolution forwards whose output tiles cannot fill the "
             "device split K over work-groups (off: one pass)", internal=True),
+    Setting("CONV_SPLITK_MIN_KTILES", "int", 8,
+            "fewest 16-deep steps of the main loop per K slice of a split-K convolution "
+            "forward (CONV_SPLITK)", internal=True),
     Setting("DIRECT_ENQUEUE", "bool", True,
             "kernel launches call clEnqueueNDRangeKernel through ctypes without an event "
             "(pyopencl's call asks the driver for one each time; see cl_enqueue.py); "

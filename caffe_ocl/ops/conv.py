@@ -522,10 +522,9 @@ def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0, y_off=0, y_channel
 # idle (batch 1-4, small planes: ResNet's 7 x 7 x 512 layers at batch 1 are
 # 4 tiles of 128 x 128 on 132 compute units) split K = C/G*KH*KW over work-groups: about
 # FWD_SPLITK_PER_CU work-groups per compute unit, chunks of at least
-# FWD_SPLITK_MIN_KTILES steps of the main loop, partial outputs summed by
+# CAFFE_OCL_CONV_SPLITK_MIN_KTILES steps of the main loop, partial outputs summed by
 # kernels/splitk.cl conv_splitk_reduce (which applies bias, beta, act).
 FWD_SPLITK_PER_CU = 2
-FWD_SPLITK_MIN_KTILES = 8
 SPLITK_SRC = "splitk.cl"
 
 
@@ -545,7 +544,8 @@ def forward_splitk(dev, g):
         return 1, K
     ktiles = -(-K // t["TK"])
     total = g.num * g.out_channels * g.out_spatial
-    nsplit = min(-(-FWD_SPLITK_PER_CU * cus // tiles), ktiles // FWD_SPLITK_MIN_KTILES,
+    nsplit = min(-(-FWD_SPLITK_PER_CU * cus // tiles),
+                 ktiles // max(int(config.get("CONV_SPLITK_MIN_KTILES")), 1),
                  MAX_SPLITK_FLOATS // max(total, 1))
     if nsplit <= 1:
         return 1, K

@@ -45,8 +45,28 @@ def max_forward(dev, shape, out_hw, k, s, p, x, y, mask=None):
                    [x, y, mask if mask is not None else y, int(mask is not None)])
 
 
-def ave_forward(dev, shape, out_hw, k, s, p, x, y):
+# Global average pooling on GPUs: one work-group per plane
+# (pooling.cl ave_pool_global_fwd), 256 work-items from planes of
+# GLOBAL_WIDE_PLANE values up, else 64 (a 7 x 7 plane is 49 values).
+GLOBAL_WIDE_PLANE = 2048
+
+
+def is_global(shape, out_hw, k, p):
+    """The one window covers each whole plane, no padding."""
+    _, _, h, w = shape
+    return tuple(out_hw) == (1, 1) and tuple(k) == (h, w) and tuple(p) == (0, 0)
+
+
+def ave_forward(dev, shape, out_hw, k, s, p, x, y, impl=None):
+    """impl: None (by device), "global" (the GPU global-pooling kernel; tests
+    run it on CPU drivers) or "window"."""
     n, c, h, w = shape
+    if impl is None:
+        impl = "global" if not dev.is_cpu and is_global(shape, out_hw, k, p) else "window"
+    if impl == "global":
+        local = 256 if h * w >= GLOBAL_WIDE_PLANE else 64
+        return dev.launch(SRC, "ave_pool_global_fwd", (n * c * local,), (local,),
+                          [h * w, x, y], dict(GP_LOCAL=local))
     return _launch(dev, "ave_pool_fwd", shape, out_hw, n * c * out_hw[0] * out_hw[1],
                    _geom(n, c, h, w, *out_hw, *k, *s, *p), [x, y])
 

@@ -70,6 +70,23 @@ def test_gpu_max_and_ave_pool_forward(gpu, monkeypatch, rng, shape, k, s, p):
     assert names == ["max_pool_fwd", "ave_pool_fwd"]
 
 
+# global average pooling: planes under and over GLOBAL_WIDE_PLANE (64 and
+# 256 work-items per plane), one plane shorter than the work-group, batch 2
+@pytest.mark.parametrize("shape", [(2, 3, 7, 7), (1, 2, 48, 45), (1, 5, 3, 2)])
+def test_gpu_global_ave_pool_forward(gpu, monkeypatch, rng, shape):
+    names = launched(gpu, monkeypatch)
+    n, c, h, w = shape
+    x = (rng.standard_normal(shape) + 3.0).astype(np.float32)
+    xb, yb = gpu.buf(x), gpu.buf(np.zeros(n * c))
+    assert pool_ops.is_global(shape, (1, 1), (h, w), (0, 0))
+    gpu.run([pool_ops.ave_forward(gpu.dev, shape, (1, 1), (h, w), (1, 1), (0, 0), xb, yb)])
+    want = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    np.testing.assert_allclose(gpu.get(yb, (n, c, 1, 1)), want, rtol=1e-6)
+    assert names == ["ave_pool_global_fwd"]
+    # a padded whole-plane window is not global: Caffe divides by the padded size
+    assert not pool_ops.is_global(shape, (1, 1), (h, w), (1, 0))
+
+
 def test_gpu_stochastic_pool_test_forward(gpu, monkeypatch, rng):
     names = launched(gpu, monkeypatch)
     shape, k, s = (2, 2, 6, 5), (3, 2), (2, 1)

@@ -108,18 +108,18 @@ def test_conv_forward_split_k(d, rng, p, monkeypatch):
     (chunks not dividing K evenly), partial outputs summed with bias and
     the activation; beta 0 must overwrite a poisoned output."""
     monkeypatch.setattr(d.dev, "compute_units", 132)
-    monkeypatch.setattr(conv_ops, "FWD_SPLITK_MIN_KTILES", 1)
     g = conv_ops.ConvGeometry(*p)
-    nsplit, kchunk = conv_ops.forward_splitk(d.dev, g)
-    K = g.col_rows // g.groups
-    assert nsplit > 1 and (nsplit - 1) * kchunk < K <= nsplit * kchunk
     x = rng.standard_normal((g.num, g.channels, g.height, g.width))
     w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
     b = rng.standard_normal(g.out_channels)
     yshape = (g.num, g.out_channels, g.out_h, g.out_w)
     yb = d.buf(np.full(yshape, np.nan))
-    launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, bias=d.buf(b),
-                                act=("relu", 0.1), algo="igemm")
+    with config.override(CONV_SPLITK_MIN_KTILES=1):
+        nsplit, kchunk = conv_ops.forward_splitk(d.dev, g)
+        launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, bias=d.buf(b),
+                                    act=("relu", 0.1), algo="igemm")
+    K = g.col_rows // g.groups
+    assert nsplit > 1 and (nsplit - 1) * kchunk < K <= nsplit * kchunk
     assert [ln.name for ln in launches] == ["conv_fwd", "conv_splitk_reduce"]
     d.run(launches)
     v = _conv_ref(x, w, g) + b.reshape(1, -1, 1, 1)
@@ -129,11 +129,11 @@ def test_conv_forward_split_k(d, rng, p, monkeypatch):
 def test_forward_split_rule():
     """Split only where the tiles leave half the compute units idle (not
     ResNet's 7 x 7 layers at batch 64: 100 tiles on 132 units); never in
-    deterministic mode; chunks of at least FWD_SPLITK_MIN_KTILES steps."""
+    deterministic mode; chunks of at least CONV_SPLITK_MIN_KTILES steps."""
     G = conv_ops.ConvGeometry
     small = G(1, 512, 7, 7, 512, 3, 3, 1, 1)            # ResNet's last 3x3 at batch 1
     nsplit, kchunk = conv_ops.forward_splitk(H200, small)
-    assert nsplit > 8 and kchunk >= 16 * conv_ops.FWD_SPLITK_MIN_KTILES
+    assert nsplit > 8 and kchunk >= 16 * config.get("CONV_SPLITK_MIN_KTILES")
     assert conv_ops.forward_splitk(H200, G(64, 512, 7, 7, 512, 3, 3, 1, 1)) == (1, 4608)
     assert conv_ops.forward_splitk(H200, G(1, 3, 224, 224, 64, 7, 7, 3, 3, 2, 2)) == (1, 147)
     with config.override(DETERMINISTIC=True):
