@@ -38,6 +38,21 @@ UNINITIALIZED, AT_HOST, AT_DEVICE, SYNCED = range(4)
 _kept = weakref.WeakSet()       # SyncedMemory whose host array was handed to Python
 
 
+class _Layout:
+    """``epoch`` counts the changes of any blob's shape or of the memory
+    behind one (a reshape to another shape, share_data/share_diff,
+    use_diff_memory, adopt_buffer, a device buffer allocated): a check made
+    at one epoch (every layer's bottoms have the shapes it was set up for,
+    caffe_ocl/net.py) still holds while the epoch stays the same."""
+    __slots__ = ("epoch",)
+
+    def __init__(self):
+        self.epoch = 0
+
+
+LAYOUT = _Layout()
+
+
 def refresh_kept():
     """Bring the host arrays Python still holds (from ``.data``/``.diff``)
     up to date with the device; see the module doc."""
@@ -84,6 +99,7 @@ class SyncedMemory:
     def _device_buf(self):
         if self._buf is None:
             self._buf = self.device.alloc(self.capacity * 4)
+            LAYOUT.epoch += 1
         return self._buf
 
     # -- host side
@@ -127,6 +143,7 @@ class SyncedMemory:
             import pyopencl as cl
             cl.enqueue_copy(self.device.queue, buf, self._buf, byte_count=4 * self.capacity)
         self._buf = buf
+        LAYOUT.epoch += 1
 
     def zero_device(self):
         buf = self._device_buf()
@@ -175,15 +192,19 @@ class Blob:
         count = math.prod(shape)          # exact: np.prod wraps past int64
         if count > 2**31 - 1:
             raise ShapeError(f"blob {self.name!r}: shape {shape} exceeds 2^31 elements")
+        if shape != self._shape:
+            LAYOUT.epoch += 1
         self._shape = shape
         self._count = count
         if self._data is None or count > self._data.capacity:
+            LAYOUT.epoch += 1
             self._data = SyncedMemory(count, self._device)
             self._diff = SyncedMemory(count, self._device)
         elif count > self._diff.capacity:
             # a diff shared with a smaller blob (share_diff, or a memory plan's
             # buffer, caffe_ocl/plan/memory.py) no longer fits: own one again
             self._diff = SyncedMemory(count, self._device)
+            LAYOUT.epoch += 1
         return self
 
     def reshape_like(self, other):
@@ -282,12 +303,14 @@ class Blob:
             raise ShapeError(f"cannot share data of {other.name!r} {other.shape} "
                              f"with {self.name!r} {self._shape}: counts differ")
         self._data = other._data
+        LAYOUT.epoch += 1
 
     def share_diff(self, other):
         if other.count != self._count:
             raise ShapeError(f"cannot share diff of {other.name!r} {other.shape} "
                              f"with {self.name!r} {self._shape}: counts differ")
         self._diff = other._diff
+        LAYOUT.epoch += 1
 
     def use_diff_memory(self, mem):
         """Store the diff in ``mem`` (a ``SyncedMemory`` of at least ``count``
@@ -295,6 +318,7 @@ class Blob:
         (caffe_ocl/plan/memory.py) hands blobs with disjoint lifetimes one
         buffer."""
         self._diff = mem
+        LAYOUT.epoch += 1
 
     def __repr__(self):
         return f"<Blob {self.name!r} {self._shape}>"
