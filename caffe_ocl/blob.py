@@ -29,7 +29,7 @@ import weakref
 
 import numpy as np
 
-from .device import check_host_alloc, get_device, register_blob
+from .device import RECORDER, check_host_alloc, get_device, register_blob
 from .errors import ShapeError
 from .ops import pointwise
 
@@ -105,6 +105,8 @@ class SyncedMemory:
     # -- host side
     def host(self):
         """Host array, up to date, read-only intent."""
+        if RECORDER.ops is not None:
+            RECORDER.note("H")
         if self.head == AT_DEVICE:
             self.device.download(self._host_array(), self._buf)
             self.head = SYNCED
@@ -127,8 +129,10 @@ class SyncedMemory:
 
     def to_device(self):
         """Make the device copy current (upload if the host is newer)."""
+        if RECORDER.ops is not None:
+            RECORDER.note("R", self)
         if self.head == AT_HOST:
-            self.device.upload(self._device_buf(), self._host)
+            self.device.upload(self._device_buf(), self._host, blob_sync=True)
             self.head = SYNCED
         elif self.head == UNINITIALIZED:
             self.zero_device()
@@ -146,16 +150,22 @@ class SyncedMemory:
         LAYOUT.epoch += 1
 
     def zero_device(self):
+        if RECORDER.ops is not None:
+            RECORDER.note("W", self)
         buf = self._device_buf()
         pointwise.fill(self.device, buf, self.capacity, 0.0)
         self.head = AT_DEVICE
         self.version += 1
 
-    def device_written(self):
-        """A kernel wrote the device copy: it is now the only current one."""
+    def device_written(self, times=1):
+        """A kernel wrote the device copy: it is now the only current one.
+        ``times``: as many writes at once (a replayed forward, plan/trace.py,
+        moves versions as the pass it replays did)."""
+        if RECORDER.ops is not None:
+            RECORDER.note("W", self)
         self._device_buf()
         self.head = AT_DEVICE
-        self.version += 1
+        self.version += times
 
 
 # Caffe's kMaxBlobAxes (numpy itself stops at 64)

@@ -190,6 +190,10 @@ _DECLARED = (
     Setting("CONV_SPLITK_MIN_KTILES", "int", 8,
             "fewest 16-deep steps of the main loop per K slice of a split-K convolution "
             "forward (CONV_SPLITK)", internal=True),
+    Setting("FORWARD_TRACE", "bool", True,
+            "a TEST net's forward from its first layer, once two passes ran alike, is "
+            "replayed from the recorded launches while no shape, memory or weight changed "
+            "(plan/trace.py); off: every pass walks the layers"),
     Setting("DIRECT_ENQUEUE", "bool", True,
             "kernel launches call clEnqueueNDRangeKernel through ctypes without an event "
             "(pyopencl's call asks the driver for one each time; see cl_enqueue.py); "

@@ -573,6 +573,38 @@ class record_events:
         _event_sink = None
 
 
+class _Recorder:
+    """What the forward being traced (caffe_ocl/plan/trace.py) does: while
+    ``ops`` is a list, the recording thread's kernel launches ("L", launch),
+    device reads and writes of blob memories ("R"/"W", memory, from
+    blob.py), host reads ("H") and direct uploads ("U") are appended to it.
+    Other threads (data prefetch) are not recorded."""
+    __slots__ = ("ops", "thread")
+
+    def __init__(self):
+        self.ops = None
+        self.thread = None
+
+    def start(self):
+        self.ops, self.thread = [], threading.get_ident()
+
+    def stop(self):
+        ops, self.ops, self.thread = self.ops, None, None
+        return ops
+
+    def note(self, kind, obj=None):
+        if threading.get_ident() == self.thread:
+            self.ops.append((kind, obj))
+
+
+RECORDER = _Recorder()
+
+
+def recording_events():
+    """Whether ``record_events`` is on (caffe_ocl time)."""
+    return _event_sink is not None
+
+
 def note_event(event):
     """Record ``event`` while ``record_events`` is on (enqueues made outside
     Launch/Device, e.g. the data layers' uploads)."""
@@ -636,6 +668,8 @@ class Launch:
         self.kernel, self.pending = k, None
 
     def run(self, queue):
+        if RECORDER.ops is not None:
+            RECORDER.note("L", self)
         direct = self.direct
         if direct and _event_sink is None:
             # no event wanted: straight to clEnqueueNDRangeKernel (cl_enqueue.py);
@@ -948,7 +982,11 @@ class Device:
         layers already bound to one keep it alive)."""
         self._scratch = []
 
-    def upload(self, buf, host):
+    def upload(self, buf, host, blob_sync=False):
+        """blob_sync: a blob memory's own upload (SyncedMemory.to_device,
+        recorded there as a read), not one a forward trace must repeat."""
+        if RECORDER.ops is not None and not blob_sync:
+            RECORDER.note("U")
         if _event_sink is None:
             cl.enqueue_copy(self.queue, buf, np.ascontiguousarray(host), is_blocking=False)
             return
@@ -961,6 +999,8 @@ class Device:
         _event_sink.append(ev)
 
     def download(self, host, buf):
+        if RECORDER.ops is not None:
+            RECORDER.note("H")
         ev = cl.enqueue_copy(self.queue, host, buf, is_blocking=True)
         if _event_sink is not None:
             _event_sink.append(ev)

@@ -25,6 +25,7 @@ from .errors import LabelError, NetError, ShapeError, naming
 from .layers.base import create_layer
 from .plan import execution
 from .plan import memory as memory_plan
+from .plan import trace
 from .proto import caffe_pb2, read_net, read_net_prototxt, upgrade_net
 from .proto import blobproto_to_array, write_binary
 from .ops import pointwise
@@ -267,6 +268,7 @@ class Net(NetPycaffeMixin):
         # the planning stage: passes over self.graph -> the steps forward and
         # backward run (caffe_ocl/plan/execution.py)
         self.plan = execution.build(self, fold)
+        self._tracer = trace.ForwardTracer(self) if trace.ForwardTracer.enabled(self) else None
         if share_diffs:
             self.set_share_diffs(True)
 
@@ -570,24 +572,35 @@ class Net(NetPycaffeMixin):
 
     def forward_from_to(self, start, end):
         """Caffe's ForwardFromTo: run layers ``start``..``end`` (indices) as
-        the execution plan says; no inputs set, nothing read back."""
-        layers, bvecs, tvecs = self.layers, self._bottom_vecs, self._top_vecs
-        reshaped = False
-        hooks = self._net_hooks         # pycaffe's before_/after_forward (pycaffe_net.py)
-        for li, action in self.plan.forward_schedule(start, end):
-            layer = layers[li]
-            bottoms, tops = bvecs[li], tvecs[li]
-            if hooks is not None:
-                hooks.run(BEFORE_FORWARD, li)
-            reshaped |= layer.reshape_if_needed(bottoms, tops)
-            if action is execution.LAYER:
-                layer.forward(bottoms, tops)
-            elif action is not execution.SKIP:
-                action.run()                # a fused group, at its first layer
-            if hooks is not None:
-                hooks.run(AFTER_FORWARD, li)
+        the execution plan says; no inputs set, nothing read back. A TEST
+        net replays a recorded pass where nothing it depends on changed
+        (plan/trace.py)."""
+        if self._tracer is not None:
+            reshaped = self._tracer.forward(start, end, self._forward_step)
+        else:
+            reshaped = False
+            for li, action in self.plan.forward_schedule(start, end):
+                reshaped |= self._forward_step(li, action)
         if reshaped and self.memory_plan is not None:
             self.memory_plan.refresh()      # shapes changed: plan the diffs again
+
+    def _forward_step(self, li, action):
+        """One step of forward_schedule: layer ``li``'s own forward, a fused
+        group at its first layer, or nothing (SKIP); True if the layer
+        reshaped."""
+        layer = self.layers[li]
+        bottoms, tops = self._bottom_vecs[li], self._top_vecs[li]
+        hooks = self._net_hooks         # pycaffe's before_/after_forward (pycaffe_net.py)
+        if hooks is not None:
+            hooks.run(BEFORE_FORWARD, li)
+        reshaped = layer.reshape_if_needed(bottoms, tops)
+        if action is execution.LAYER:
+            layer.forward(bottoms, tops)
+        elif action is not execution.SKIP:
+            action.run()                # a fused group, at its first layer
+        if hooks is not None:
+            hooks.run(AFTER_FORWARD, li)
+        return reshaped
 
     def forward(self, blobs=None, start=None, end=None, **kwargs):
         """pycaffe's Net.forward: set inputs from kwargs, run, return

@@ -28,6 +28,7 @@ class InputLayer(Layer):
     exact_num_bottom = 0
     min_top = 1
     has_backward = False
+    traceable = True        # its forward does nothing (plan/trace.py)
 
     def layer_setup(self, bottom, top):
         shapes = [tuple(s.dim) for s in self.param.input_param.shape]

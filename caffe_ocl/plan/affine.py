@@ -101,6 +101,7 @@ class AffineActChain(PendingTops):
     """BatchNorm (global statistics) [-> Scale] [-> activation] as one
     pass; the group interface of execution.py (``layers``, ``first``,
     ``last``, ``run``, ``describe``). Forward only."""
+    traceable = True          # its run replays from a recorded pass (plan/trace.py)
     fuses_backward = False
 
     def __init__(self, net, b, s, a):

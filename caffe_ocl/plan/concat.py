@@ -116,6 +116,20 @@ class SliceTarget:
         return (self.blob.compute_on_read is self._reader
                 and self.top.data_mem.version == self._top_version)
 
+    def trace_state(self):
+        """(plan/trace.py) A function that, after a replayed pass, sets the
+        state this pass left (the top's version at the last ``written()``,
+        as an offset from the top's version at the pass's end: a replay
+        moves versions as the pass did); called with False, forgets it."""
+        if self._top_version is None:
+            return None
+        mem = self.top.data_mem
+        off = mem.version - self._top_version
+
+        def restore(valid=True):
+            self._top_version = mem.version - off if valid else None
+        return restore
+
     def _read(self):
         """Compute the pending blob: its slice copied out of the top, or,
         when the top changed since, the unit run again into the blob."""
@@ -135,6 +149,7 @@ class SliceTarget:
 class ConvUnit:
     """A lone Convolution writing its top into a Concat's slice (a group
     of one layer; ``run_plain`` its own forward)."""
+    traceable = True          # its run replays from a recorded pass (plan/trace.py)
     fuses_backward = False
     loses_values = False
 
@@ -197,6 +212,7 @@ class ConcatInPlace:
     still holds their concatenation. The copies run several inputs per
     launch (ops.shape.multi_copy). Notes, after each run, the versions of
     its top and bottoms (``holds_inputs``: a later Concat's source)."""
+    traceable = True          # its run replays from a recorded pass (plan/trace.py)
     fuses_backward = False
     loses_values = False
 
@@ -303,6 +319,28 @@ class ConcatInPlace:
         self._noted = (self.top.data_mem, self.top.data_mem.version, self.layer.reshape_count,
                        mems, [m.version for m in mems])
 
+    def trace_state(self):
+        """(plan/trace.py) A function that, after a replayed pass, sets the
+        state this pass left (its slice targets', and the versions
+        ``holds_inputs`` compares, as offsets from the versions at the
+        pass's end); called with False, forgets it."""
+        parts = [f for f in (t.trace_state() for t in self.targets.values()) if f is not None]
+        noted = self._noted
+        if noted is not None:
+            top_mem, top_version, reshapes, mems, versions = noted
+            top_off = top_mem.version - top_version
+            offs = [m.version - v for m, v in zip(mems, versions)]
+
+            def restore_noted(valid=True):
+                self._noted = (top_mem, top_mem.version - top_off, reshapes, mems,
+                               [m.version - o for m, o in zip(mems, offs)]) if valid else None
+            parts.append(restore_noted)
+
+        def restore(valid=True):
+            for f in parts:
+                f(valid)
+        return restore
+
     def before_backward(self):
         for t in self.targets.values():
             t.blob.compute_pending()
@@ -315,6 +353,7 @@ class SliceRun:
     of them in one set of launches (ops.shape.multi_copy) instead of one
     per Slice. Falls back to the layers one by one when their bottoms'
     buffers or row layouts differ (shapes changed)."""
+    traceable = True          # its run replays from a recorded pass (plan/trace.py)
     fuses_backward = False
     loses_values = False
 

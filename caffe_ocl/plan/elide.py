@@ -76,6 +76,7 @@ class PendingPair(LayerPair):
     (by the first layer's own forward); the group interface of
     execution.py plus ``run_member`` (a range cutting the pair) and
     ``before_backward``. Subclasses give ``run``."""
+    traceable = True          # its run replays from a recorded pass (plan/trace.py)
     fuses_backward = False
     loses_values = False          # the pending top is computed before a backward
 

@@ -81,6 +81,7 @@ def fold_enabled(fold, phase, net_param=None):
 
 class Chain:
     """One producer plus the in-place layers folded into it."""
+    traceable = True          # its run replays from a recorded pass (plan/trace.py)
 
     def __init__(self, net, p, members, bn, scale, act):
         self.net = net

@@ -84,6 +84,7 @@ def _match(g, li):
 class PermutationGather:
     """The layer at ``li``, run as ``y[:, c] = x[:, perm[c]]`` while its
     weight is a permutation matrix (``gathers``), else as itself."""
+    traceable = True          # its run replays from a recorded pass (plan/trace.py)
     fuses_backward = False
     loses_values = False
 

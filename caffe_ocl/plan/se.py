@@ -70,6 +70,7 @@ def _match(g, li, outputs):
 class SEScaleConv:
     """Scale(x, gate) -> 1x1 Convolution run as the convolution on ``x``
     with per-image weights scaled by the gate."""
+    traceable = True          # its run replays from a recorded pass (plan/trace.py)
     fuses_backward = False
     loses_values = False          # the pending top is computed before a backward
 

@@ -138,6 +138,7 @@ class SwishGroup(PendingTops):
     """A producer and the layers after it that compute act(its output)
     (``act``: swish, hard swish, hard sigmoid), run as the producer with
     ``act`` in its epilogue writing the last layer's top."""
+    traceable = True          # its run replays from a recorded pass (plan/trace.py)
     fuses_backward = False
     loses_values = False          # the pending blobs are computed before a backward
 

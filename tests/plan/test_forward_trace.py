@@ -1,0 +1,174 @@
+"""Forward traces (caffe_ocl/plan/trace.py): a TEST net's forward replayed
+from the recorded launches. Every blob must read as with an ordinary
+forward (the same net with CAFFE_OCL_FORWARD_TRACE off, so the same kernels:
+bit-identical), across new inputs, weights written from Python, reshapes,
+forward ranges, pending blobs of the plan's groups (Concat in place, SiLU
+and BatchNorm chains, SE blocks), a Python layer in the middle, and kept
+host views."""
+import numpy as np
+import pytest
+
+import caffe_ocl
+from caffe_ocl import config
+from caffe_ocl.net import Net, TEST
+from caffe_ocl.plan import trace
+from caffe_ocl.proto import parse_net_text
+from test_concat_in_place import DENSE, INCEPTION
+from test_swish_fusion import CAFFE, CONVERTED, MOBILENET_V3
+
+NETS = {"inception": INCEPTION, "dense": DENSE, "silu_se": CONVERTED,
+        "mobilenet_v3": MOBILENET_V3, "caffe_swish_bn": CAFFE}
+
+
+def _pair(text, rng):
+    """(traced, ordinary) nets with the same weights; the SE fold on, as
+    in test_swish_fusion, so its group is among the traced ones."""
+    with config.override(FUSE_SE_SCALE=True):
+        traced = Net(parse_net_text(text), TEST, fold=True)
+        with config.override(FORWARD_TRACE=False):
+            plain = Net(parse_net_text(text), TEST, fold=True)
+    assert traced._tracer is not None and plain._tracer is None
+    for name, blobs in traced.params.items():
+        for t, p in zip(blobs, plain.params[name]):
+            v = rng.normal(0, 0.5, t.shape)
+            if name.startswith("bn") and len(t.shape) == 1:
+                v = np.abs(v) + 0.5
+            t.data[...] = v
+            p.data[...] = v
+    return traced, plain
+
+
+def _input_shape(net):
+    return net.blobs[net.inputs[0]].shape
+
+
+def _same(a, b, names=None):
+    for name in names or b.blobs:
+        np.testing.assert_array_equal(a.blobs[name].data, b.blobs[name].data, err_msg=name)
+
+
+def _forward(nets, x, **kw):
+    return [net.forward(**{net.inputs[0]: x}, **kw) for net in nets]
+
+
+@pytest.mark.parametrize("name", sorted(NETS))
+def test_replayed_passes_equal_ordinary_ones(name, rng):
+    traced, plain = _pair(NETS[name], rng)
+    shape = _input_shape(traced)
+    for k in range(6):
+        x = rng.normal(0, 1, shape).astype(np.float32)
+        _forward((traced, plain), x)
+        if k % 2:
+            _same(traced, plain)            # pending blobs computed on read too
+    assert traced._tracer.replays >= 2
+    # every launch of the steady pass is in the trace (nothing live but
+    # the input layer's empty step here)
+    active = traced._tracer.active[(0, len(traced.layers) - 1)]
+    assert active.launches > 0
+
+
+def test_weights_written_from_python_end_the_replay(rng):
+    traced, plain = _pair(CONVERTED, rng)
+    x = rng.normal(0, 1, _input_shape(traced)).astype(np.float32)
+    for _ in range(4):
+        _forward((traced, plain), x)
+    replays = traced._tracer.replays
+    assert replays >= 1
+    for net in (traced, plain):
+        net.params["stem"][0].data[...] *= -1.5     # a fold and an epilogue to redo
+    _forward((traced, plain), x)
+    assert traced._tracer.replays == replays        # recorded again, not replayed
+    _same(traced, plain)
+    for _ in range(4):
+        _forward((traced, plain), x)
+    assert traced._tracer.replays > replays
+    _same(traced, plain)
+
+
+def test_reshape_and_ranges_after_replays(rng):
+    traced, plain = _pair(INCEPTION, rng)
+    nets = (traced, plain)
+    x = rng.normal(0, 1, _input_shape(traced)).astype(np.float32)
+    for _ in range(4):
+        _forward(nets, x)
+    assert traced._tracer.replays >= 1
+    # ranges cutting the units after replayed passes: a blob a cut unit does
+    # not reach keeps its value of the last full forward (state the groups
+    # keep between passes must survive a replay)
+    for net in nets:
+        net.blobs["data"].data[...] = 2 * x
+        net.forward(end="b2")
+    _same(traced, plain, ["b2r", "b2", "cat"])
+    for net in nets:
+        net.forward(start="b2r", end="b3")
+    _same(traced, plain)
+    # a new batch and plane
+    y = rng.normal(0, 1, (3, 3, 5, 8)).astype(np.float32)
+    for net in nets:
+        net.blobs["data"].reshape(*y.shape)
+    for _ in range(5):
+        _forward(nets, y)
+    _same(traced, plain)
+    assert traced.blobs["cat"].shape[0] == 3
+
+
+def test_kept_views_and_host_writes_of_intermediate_blobs(rng):
+    traced, plain = _pair(DENSE, rng)
+    nets = (traced, plain)
+    views = [net.blobs["cat2"].data for net in nets]      # kept: refreshed each forward
+    for k in range(5):
+        x = rng.normal(0, 1, _input_shape(traced)).astype(np.float32)
+        _forward(nets, x)
+        np.testing.assert_array_equal(views[0], views[1])
+        # a script writing an intermediate blob: the next forward overwrites it
+        for net in nets:
+            net.blobs["a2"].data[...] = 7.0
+    _same(traced, plain)
+    assert traced._tracer.replays >= 1
+
+
+class Doubler(caffe_ocl.Layer):
+    """A Python layer: a live step among the recorded ones."""
+
+    def setup(self, bottom, top):
+        pass
+
+    def reshape(self, bottom, top):
+        top[0].reshape(*bottom[0].shape)
+
+    def forward(self, bottom, top):
+        top[0].data[...] = 2 * bottom[0].data
+
+
+def test_a_python_layer_runs_live_between_replayed_segments(rng):
+    text = INCEPTION.replace(
+        'layer { name: "cat" type: "Concat"',
+        'layer { name: "dbl" type: "TestTraceDoubler" bottom: "b3" top: "b3d" }\n'
+        'layer { name: "cat" type: "Concat"').replace('bottom: "b3" top: "cat"',
+                                                      'bottom: "b3d" top: "cat"')
+    caffe_ocl.register_layer("TestTraceDoubler", Doubler)
+    try:
+        traced, plain = _pair(text, rng)
+        for _ in range(5):
+            x = rng.normal(0, 1, _input_shape(traced)).astype(np.float32)
+            _forward((traced, plain), x)
+        _same(traced, plain)
+        active = traced._tracer.active[(0, len(traced.layers) - 1)]
+        lives = [e for e in active.entries if isinstance(e, trace._Live)]
+        assert [traced.graph.layer_names[e.li] for e in lives] == ["dbl"]
+        assert traced._tracer.replays >= 1
+    finally:
+        caffe_ocl.unregister_layer("TestTraceDoubler")
+
+
+def test_not_traced_with_hooks_or_timing_or_setting_off(rng):
+    with config.override(FORWARD_TRACE=False):
+        assert Net(parse_net_text(INCEPTION), TEST)._tracer is None
+    traced, _ = _pair(INCEPTION, rng)
+    x = rng.normal(0, 1, _input_shape(traced)).astype(np.float32)
+    from caffe_ocl import device as devmod
+    sink = []
+    with devmod.record_events(sink):
+        for _ in range(4):
+            traced.forward(data=x)
+    assert traced._tracer.replays == 0 and sink     # caffe_ocl time sees every launch
