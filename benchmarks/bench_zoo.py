@@ -170,13 +170,25 @@ def mean_ms(fn, warmup, runs):
     return (time.perf_counter() - t0) / runs * 1e3
 
 
-def interleave(timers, rounds, warmup, runs):
+# pause between two timers of a round: ONNX Runtime's pool threads spin for
+# a while after a run (its default), and on 2 cores they took the CPU from
+# whatever ran next (the timer after "ort" measured up to 1.5x slower)
+SETTLE_S = 0.2
+
+
+def interleave(timers, rounds, warmup, runs, settle=SETTLE_S):
     """{name: median over ``rounds`` of its mean ms}; each round times every
-    timer in turn, so a slow spell of the machine falls on all of them."""
+    timer in turn, so a slow spell of the machine falls on all of them. The
+    order rotates from round to round (no timer always runs right after the
+    same other one) and each timer starts after a ``settle`` s pause."""
     samples = {k: [] for k in timers}
+    names = list(timers)
     for r in range(rounds):
-        for k, fn in timers.items():
-            samples[k].append(mean_ms(fn, warmup if r == 0 else max(1, warmup // 3), runs))
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            if settle:
+                time.sleep(settle)
+            samples[k].append(mean_ms(timers[k], warmup if r == 0 else max(1, warmup // 3),
+                                      runs))
     return {k: statistics.median(v) for k, v in samples.items()}, samples
 
 
