@@ -70,6 +70,9 @@
 #ifndef PACKED_A
 #define PACKED_A 0
 #endif
+#ifndef NTAIL8
+#define NTAIL8 1
+#endif
 #if PACKED_A && TRANS_A
 #error "PACKED_A is op(A) = A packed"
 #endif
@@ -450,6 +453,21 @@ void gemm(int M, int N, int K, float alpha,
             float8 c00 = 0.0f, c01 = 0.0f, c10 = 0.0f, c11 = 0.0f;
             float8 c20 = 0.0f, c21 = 0.0f, c30 = 0.0f, c31 = 0.0f;
             float8 c40 = 0.0f, c41 = 0.0f, c50 = 0.0f, c51 = 0.0f;
+            if (NTAIL8 && cols <= 8) {
+                /* a tile of at most 8 columns (N's edge: 49-pixel planes end
+                 * in a 1-column panel): the left half only */
+                for (int k = 0; k < kb; ++k) {
+                    const float8 b0 = vload8(0, bp + k * NR);
+#if PACKED_A
+                    __global const float* a = ap + k * MR;
+#else
+                    __local const float* a = ap + k * MR;
+#endif
+                    c00 = fma((float8)a[0], b0, c00); c10 = fma((float8)a[1], b0, c10);
+                    c20 = fma((float8)a[2], b0, c20); c30 = fma((float8)a[3], b0, c30);
+                    c40 = fma((float8)a[4], b0, c40); c50 = fma((float8)a[5], b0, c50);
+                }
+            } else
             for (int k = 0; k < kb; ++k) {
                 const float8 b0 = vload8(0, bp + k * NR), b1 = vload8(1, bp + k * NR);
 #if PACKED_A
