@@ -42,6 +42,7 @@ from . import pointwise
 from .channel import channel_sum
 from .gemm import (act_defines, async_tiles, cpu_full_blocks, deterministic, gemm, gpu_tiles,
                    pack_a, packed_a_floats, use_tf32)
+from .gemm_splitk import small_m, use_small_m
 
 log = logging.getLogger("caffe_ocl")
 
@@ -761,6 +762,19 @@ def packs_weights(dev, g, algo=None):
             and algorithm(dev, g, algo, "forward") == "im2col")
 
 
+def fully_connected(dev, g, algo=None):
+    """Whether ``forward`` of ``g`` runs as a fully-connected product (CPU
+    drivers' small-M kernel, gemm_small_m.cl, which streams the weights
+    once): a 1x1 stride-1 convolution of 1 x 1 planes (an SE block's
+    squeeze and excitation, a classifier written as a convolution) at a
+    batch the kernel takes. The GEMM path made one panel of 16 columns
+    for each image's single column and split the weights over a few
+    work-items (MobileNet v3 large at batch 1: its 16 SE convolutions)."""
+    return (dev.is_cpu and g.is_1x1 and g.height == 1 and g.width == 1 and g.groups == 1
+            and not deterministic() and algorithm(dev, g, algo, "forward") == "im2col"
+            and use_small_m(dev, g.num, g.out_channels, g.channels, False, True))
+
+
 def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
             y_channels=None, weight_version=None):
     """y[n, Co, Ho, Wo] = act(conv(x[n, C, H, W], weight[Co, C/G, KH, KW]) (+ bias)).
@@ -789,6 +803,9 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
         return _igemm_forward(dev, g, x, weight, y, bias, act, y_off=y_off,
                               y_channels=y_channels)
     ych = y_channels or g.out_channels
+    if fully_connected(dev, g, algo):     # y[n, :] = W x[n, :] + bias
+        return [small_m(dev, g.num, g.out_channels, g.channels, x, weight, y, ldc=ych,
+                        off_c=y_off, bias=bias, bias_axis=1, act=act)]
     M = g.out_channels // g.groups
     K = g.col_rows // g.groups
     N = g.out_spatial

@@ -157,3 +157,30 @@ def test_net_reads_new_weights(rng):
     for k in plain2:
         assert np.abs(plain2[k] - plain[k]).max() > 1e-3      # the weights did change
         np.testing.assert_allclose(packed2[k], plain2[k], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("act", [None, ("relu", 0.0), ("hardsigmoid", 1 / 6, 0.5)])
+def test_conv_on_1x1_planes_as_fully_connected(d, rng, act):
+    """A 1x1 convolution of 1 x 1 planes (an SE block's) at a small batch
+    runs as a fully-connected product, also into a slice of a bigger top."""
+    n, c, co = 3, 70, 20
+    g = conv_ops.ConvGeometry(num=n, channels=c, height=1, width=1, out_channels=co,
+                              kh=1, kw=1)
+    assert conv_ops.fully_connected(d.dev, g)
+    x = rng.standard_normal((n, c))
+    w = rng.standard_normal((co, c))
+    bias = rng.standard_normal(co)
+    v = x @ w.T + bias
+    if act is not None and act[0] == "relu":
+        v = np.maximum(v, 0)
+    elif act is not None:
+        v = np.clip(act[1] * v + act[2], 0, 1)
+    ych, off = co + 5, 2
+    yb = d.buf(np.zeros((n, ych)))
+    launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, d.buf(bias), act=act,
+                                y_off=off, y_channels=ych, weight_version=lambda: 0)
+    assert len(launches) == 1
+    d.run(launches)
+    got = d.get(yb, (n, ych))
+    assert rel_err(got[:, off:off + co], v) < 1e-5
+    assert not got[:, :off].any() and not got[:, off + co:].any()
