@@ -364,6 +364,6 @@ def pack_a(dev, M, K, src, dst, groups=1, off_src=0):
     one after another) into ``dst`` as kernels/gemm_cpu.cl reads a packed
     op(A) (``gemm(..., packed_a=True)``; kernels/gemm_cpu_pack.cl)."""
     mp = -(-int(M) // CPU_MR) * CPU_MR
-    total = int(groups) * mp * int(K)
-    return dev.launch("gemm_cpu_pack.cl", "pack_a_panels", (max(total, 1),), None,
-                      [total, int(M), int(K), mp, src, int(off_src), dst])
+    panels = int(groups) * mp // CPU_MR
+    return dev.launch("gemm_cpu_pack.cl", "pack_a_panels", (max(panels, 1),), (1,),
+                      [panels, int(M), int(K), mp, src, int(off_src), dst])
