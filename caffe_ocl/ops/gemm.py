@@ -219,6 +219,12 @@ def cpu_blocks(dev, M, N, nz=1, bm_max=None, bn_max=None, packed_a=False):
             bn = _split(N, bn // 2, CPU_NR)
         else:
             break
+    # packed A: N split further until the cores get as many blocks each
+    # (9 or 13 blocks of a 7 x 7 or 56 x 56 batch-1 layer left one core a
+    # block longer: 1.10-1.17x on those, min of 31 interleaved rounds)
+    cores = max(int(dev.compute_units), 1)
+    while packed_a and blocks() % cores and blocks() < 8 * cores and bn > CPU_NR:
+        bn = _split(N, bn // 2, CPU_NR)
     return bm, bn
 
 
