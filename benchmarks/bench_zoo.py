@@ -172,10 +172,16 @@ def mean_ms(fn, warmup, runs):
 
 def interleave(timers, rounds, warmup, runs):
     """{name: median over ``rounds`` of its mean ms}; each round times every
-    timer in turn, so a slow spell of the machine falls on all of them."""
+    timer in turn, so a slow spell of the machine falls on all of them, and
+    each round starts one timer later than the one before: on the 2-core
+    CPU the timer run right after ONNX Runtime read 23-30% slower than the
+    same net timed after it (an A/A run, both nets caffe_ocl's; ORT's
+    worker threads spin on after a run), which the fixed order (caffe_ocl
+    first, ORT last) put on caffe_ocl in every round."""
     samples = {k: [] for k in timers}
+    items = list(timers.items())
     for r in range(rounds):
-        for k, fn in timers.items():
+        for k, fn in items[r % len(items):] + items[:r % len(items)]:
             samples[k].append(mean_ms(fn, warmup if r == 0 else max(1, warmup // 3), runs))
     return {k: statistics.median(v) for k, v in samples.items()}, samples
 
