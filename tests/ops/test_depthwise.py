@@ -247,10 +247,12 @@ def test_cpu_forward_wide_rows(d, rng, p):
 FLAT_GEOMS = [
     (2, 3, 5, 9, 3, 5, 1, 2, 1, 1, 1, 1),
     (1, 2, 4, 2, 3, 3, 2, 2, 1, 1, 2, 2),
+    (1, 3, 7, 7, 5, 5, 2, 2, 1, 1, 1, 1),
 ]
 
 
-@pytest.mark.parametrize("p", FLAT_GEOMS, ids=["kernel3x5", "dilated-8-outputs"])
+# 7 x 7 under 5 x 5: seven 8-output steps, three pairs and one alone
+@pytest.mark.parametrize("p", FLAT_GEOMS, ids=["kernel3x5", "dilated-8-outputs", "7x7-k5"])
 def test_cpu_forward_flat_planes(d, rng, p):
     g = _geom(p)
     assert dw_ops.flat_fits(g)
