@@ -184,3 +184,42 @@ def test_conv_on_1x1_planes_as_fully_connected(d, rng, act):
     got = d.get(yb, (n, ych))
     assert rel_err(got[:, off:off + co], v) < 1e-5
     assert not got[:, :off].any() and not got[:, off + co:].any()
+
+
+SOLVER_NET = """
+layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 2 dim: 3 dim: 4 dim: 4 } } }
+layer { name: "conv" type: "Convolution" bottom: "x" top: "z"
+  convolution_param { num_output: 5 kernel_size: 1 weight_filler { type: "gaussian" std: 0.5 }
+                      bias_filler { type: "constant" value: 0.1 } } }
+layer { name: "t" type: "TanH" bottom: "z" top: "t" loss_weight: 1 }
+"""
+
+
+def test_test_net_follows_solver_updates(rng):
+    """The TEST net shares the TRAIN net's weights; after solver steps its
+    packed copy is rewritten (solver updates bump the weights' version)."""
+    from caffe_ocl.proto import parse_solver_text
+    from caffe_ocl.solvers import solver_class
+    p = parse_solver_text('type: "SGD" base_lr: 0.5 lr_policy: "fixed" max_iter: 10 '
+                          'test_iter: 1 test_interval: 100')
+    p.net_param.CopyFrom(parse_net_text(SOLVER_NET))
+    solver = solver_class(p.type)(p)
+    x = rng.standard_normal((2, 3, 4, 4))
+    solver.net.blobs["x"].data[...] = x
+    tn = solver.test_nets[0]
+    tn.blobs["x"].data[...] = x
+    assert tn.params["conv"][0].data_mem is solver.net.params["conv"][0].data_mem
+
+    def expected():
+        w = solver.net.params["conv"][0].data.reshape(5, 3).astype(np.float64)
+        b = solver.net.params["conv"][1].data.astype(np.float64)
+        return np.tanh(np.einsum("oc,nchw->nohw", w, x) + b.reshape(1, 5, 1, 1))
+
+    tn.forward()
+    first = tn.blobs["t"].data.copy()
+    np.testing.assert_allclose(first, expected(), rtol=1e-5, atol=1e-6)
+    solver.step(2)
+    tn.forward()
+    now = tn.blobs["t"].data.copy()
+    assert np.abs(now - first).max() > 1e-3
+    np.testing.assert_allclose(now, expected(), rtol=1e-5, atol=1e-6)
