@@ -159,14 +159,13 @@ class Chain:
         else:
             w = prod.blobs[0].data_buffer()
             b = prod.blobs[1].data_buffer() if prod.bias_term else None
-        if prod.type == "InnerProduct":
-            self.fwd = prod.forward_launches(bottom, top, w, b, act=self.act)
-            return self._drop_if_empty(bottom, top)
         # the folded weights change when the fold runs again (its versions)
-        version = prod.weight_version()
+        version = None if prod.type == "InnerProduct" else prod.weight_version()
         if self.affine and version is not None:
             version = lambda: self._versions   # noqa: E731
-        if self._layout is not None:     # into a slice of a Concat's top
+        if prod.type == "InnerProduct":
+            self.fwd = prod.forward_launches(bottom, top, w, b, act=self.act)
+        elif self._layout is not None:     # into a slice of a Concat's top
             y, y_off, y_channels = self._layout
             self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w, y, prod.col,
                                         b, act=self.act, y_off=y_off, y_channels=y_channels,
@@ -176,9 +175,6 @@ class Chain:
             self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w,
                                         top.data_buffer(), col, b, act=self.act,
                                         weight_version=version)
-        self._drop_if_empty(bottom, top)
-
-    def _drop_if_empty(self, bottom, top):
         if bottom.count == 0 or top.count == 0:
             self.fwd = []
 
