@@ -26,7 +26,10 @@ import bench_zoo  # noqa: E402
 
 
 def step_launches(net):
-    """[(label, launch)] of one forward, in order."""
+    """[(label, launch)] of one forward, in order; without the launches
+    that run only when a weight changed (ops.conv.OnChange: the CPU's packed
+    copies of convolution weights)."""
+    from caffe_ocl.ops.conv import OnChange
     from caffe_ocl.plan import execution
     out = []
     names = net.graph.layer_names
@@ -36,7 +39,8 @@ def step_launches(net):
         src = net.layers[li] if action is execution.LAYER else action
         fwd = getattr(src, "fwd", None) or ()
         for ln in (fwd if isinstance(fwd, (list, tuple)) else [fwd]):
-            out.append((names[li], ln))
+            if not isinstance(ln, OnChange):
+                out.append((names[li], ln))
     return out
 
 

@@ -210,6 +210,12 @@ _DECLARED = (
             "store compiled kernel binaries in CAFFE_OCL_CACHE (1) or not (0); unset: "
             "not on PoCL while its own kernel cache is on (fetching a PoCL binary "
             "generates code for every kernel of the program), yes elsewhere"),
+    # cpu: CPU kernel choices (issue #27 item 4)
+    Setting("CPU_PACKED_WEIGHTS", "bool", True,
+            "CPU drivers, inference (TEST) nets: convolution weights are packed once "
+            "into the CPU GEMM's panel layout, again only after they change (one more "
+            "copy of each such convolution's weights in memory); off: every GEMM "
+            "packs them in each block"),
     # fork layers and real-model checks (issue #23)
     Setting("TEST_MODELS", "path", None,
             "folder of real published models (NAME.prototxt + NAME.caffemodel) that "

@@ -58,6 +58,10 @@
 #define DW_BAND_FLOATS 8
 #endif
 #define DW_SLACK (8 * SW + (KW - 1) * DW)
+/* dw_forward_band: output chunks of 8 computed together (4, 2 or 1) */
+#ifndef DW_CHUNKS
+#define DW_CHUNKS 4
+#endif
 
 /* the CPU forward kernels' per-plane constants: channel c's taps (wv) and
  * bias (b; 0 without BIAS) */
@@ -216,7 +220,47 @@ __kernel void dw_forward_band(int units, int C, int H, int W, int HO, int WO,
             for (int r = 0; r < nr; ++r) {
                 __local const float* xr = buf + r * SH * wp;
                 __global float* yr = yp + (oh0 + r) * WO;
-                for (int ow = 0; ow < WO; ow += 8) {
+                int ow0 = 0;
+#if DW_CHUNKS >= 4
+                /* 32 outputs at a time: four independent fma chains (one
+                 * chain of KH * KW dependent fmas per 8 outputs waited on
+                 * the fma latency) */
+                for (; ow0 + 32 <= WO; ow0 += 32) {
+                    float8 a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+#pragma unroll
+                    for (int kh = 0; kh < KH; ++kh)
+#pragma unroll
+                        for (int kw = 0; kw < KW; ++kw) {
+                            __local const float* xk = xr + kh * DH * wp;
+                            const float8 t = (float8)wv[kh * KW + kw];
+                            a0 = fma(dw_row8(xk, ow0, kw DW_GEO), t, a0);
+                            a1 = fma(dw_row8(xk, ow0 + 8, kw DW_GEO), t, a1);
+                            a2 = fma(dw_row8(xk, ow0 + 16, kw DW_GEO), t, a2);
+                            a3 = fma(dw_row8(xk, ow0 + 24, kw DW_GEO), t, a3);
+                        }
+                    vstore8(APPLY_ACT8(a0 + b), 0, yr + ow0);
+                    vstore8(APPLY_ACT8(a1 + b), 0, yr + ow0 + 8);
+                    vstore8(APPLY_ACT8(a2 + b), 0, yr + ow0 + 16);
+                    vstore8(APPLY_ACT8(a3 + b), 0, yr + ow0 + 24);
+                }
+#endif
+#if DW_CHUNKS >= 2
+                for (; ow0 + 16 <= WO; ow0 += 16) {
+                    float8 a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+                    for (int kh = 0; kh < KH; ++kh)
+#pragma unroll
+                        for (int kw = 0; kw < KW; ++kw) {
+                            __local const float* xk = xr + kh * DH * wp;
+                            const float8 t = (float8)wv[kh * KW + kw];
+                            a0 = fma(dw_row8(xk, ow0, kw DW_GEO), t, a0);
+                            a1 = fma(dw_row8(xk, ow0 + 8, kw DW_GEO), t, a1);
+                        }
+                    vstore8(APPLY_ACT8(a0 + b), 0, yr + ow0);
+                    vstore8(APPLY_ACT8(a1 + b), 0, yr + ow0 + 8);
+                }
+#endif
+                for (int ow = ow0; ow < WO; ow += 8) {
                     const int o = max(0, min(ow, WO - 8));
                     float8 acc = 0.0f;
 #pragma unroll

@@ -30,6 +30,11 @@
  * ksplit = HO*WO, TRANS_B): op(B)[k][n] is column row n of pixel k.
  * Geometry in the trailing ints (cv_*); Wp, Hp*Wp of the padded image.
  *
+ * PACKED_A: op(A) comes packed already ([group][ceil(M/6)][K][6], rows
+ * past M zero; ops.gemm.pack_a writes it once per weight change): the
+ * micro-kernel reads its 6-row panels straight from there instead of
+ * packing them in every block. Not with TRANS_A or ksplit.
+ *
  * Epilogue as in gemm.cl: C = act(alpha*op(A)*op(B) + bias + beta*C); the
  * bias, beta and activation are applied when the first / last K panel is
  * stored (in between C holds the partial sums). */
@@ -61,6 +66,15 @@
 #endif
 #ifndef CONV_B
 #define CONV_B 0
+#endif
+#ifndef PACKED_A
+#define PACKED_A 0
+#endif
+#ifndef NTAIL8
+#define NTAIL8 1
+#endif
+#if PACKED_A && TRANS_A
+#error "PACKED_A is op(A) = A packed"
 #endif
 #if CONV_B == 1 && TRANS_B || CONV_B == 2 && !TRANS_B
 #error "CONV_B 1 packs op(B) = B, CONV_B 2 op(B) = B^T"
@@ -283,7 +297,7 @@ void gemm(int M, int N, int K, float alpha,
         const int last = (k0 + kb >= K);
         /* pack op(A) into [k][6] micro-panels; rows past M repeat row M-1
          * (their results are never stored) */
-        for (int mi = 0; mi < mb; mi += MR) {
+        for (int mi = 0; mi < (PACKED_A ? 0 : mb); mi += MR) {
             __local float* ap = Ap + mi * KC;
             const int m = m0 + mi, rl = mb - mi - 1;
 #if TRANS_A
@@ -430,13 +444,37 @@ void gemm(int M, int N, int K, float alpha,
             if (nsplit > 0) { img = n / nsplit; p = n - img * nsplit; }
             const int cols = min(NR, nb - ni);
             const int cvec = cols == NR && (nsplit <= 0 || p + NR <= nsplit);
+#if PACKED_A
+            /* panel (m0 + mi) / 6 of the packed op(A), from k0 (m0, mi: multiples of 6) */
+            __global const float* ap = A0 + (m0 + mi) * K + k0 * MR;
+#else
             __local const float* ap = Ap + mi * KC;
+#endif
             float8 c00 = 0.0f, c01 = 0.0f, c10 = 0.0f, c11 = 0.0f;
             float8 c20 = 0.0f, c21 = 0.0f, c30 = 0.0f, c31 = 0.0f;
             float8 c40 = 0.0f, c41 = 0.0f, c50 = 0.0f, c51 = 0.0f;
+            if (NTAIL8 && cols <= 8) {
+                /* a tile of at most 8 columns (N's edge: 49-pixel planes end
+                 * in a 1-column panel): the left half only */
+                for (int k = 0; k < kb; ++k) {
+                    const float8 b0 = vload8(0, bp + k * NR);
+#if PACKED_A
+                    __global const float* a = ap + k * MR;
+#else
+                    __local const float* a = ap + k * MR;
+#endif
+                    c00 = fma((float8)a[0], b0, c00); c10 = fma((float8)a[1], b0, c10);
+                    c20 = fma((float8)a[2], b0, c20); c30 = fma((float8)a[3], b0, c30);
+                    c40 = fma((float8)a[4], b0, c40); c50 = fma((float8)a[5], b0, c50);
+                }
+            } else
             for (int k = 0; k < kb; ++k) {
                 const float8 b0 = vload8(0, bp + k * NR), b1 = vload8(1, bp + k * NR);
+#if PACKED_A
+                __global const float* a = ap + k * MR;
+#else
                 __local const float* a = ap + k * MR;
+#endif
                 c00 = fma((float8)a[0], b0, c00); c01 = fma((float8)a[0], b1, c01);
                 c10 = fma((float8)a[1], b0, c10); c11 = fma((float8)a[1], b1, c11);
                 c20 = fma((float8)a[2], b0, c20); c21 = fma((float8)a[2], b1, c21);

@@ -34,13 +34,15 @@ import logging
 from dataclasses import dataclass, replace
 
 from .. import config
+from ..device import Launch
 from . import cpu_chunks, tuned, work_size
 from . import depthwise as dw_ops
 from . import winograd as wino_ops
 from . import pointwise
 from .channel import channel_sum
 from .gemm import (act_defines, async_tiles, cpu_full_blocks, deterministic, gemm, gpu_tiles,
-                   use_tf32)
+                   pack_a, packed_a_floats, use_tf32)
+from .gemm_splitk import small_m, use_small_m
 
 log = logging.getLogger("caffe_ocl")
 
@@ -734,14 +736,61 @@ def writes_slices(dev, g, algo=None):
                              and _igemm_forward_plan(dev, g) is not None)
 
 
+class OnChange(Launch):
+    """A launch that runs only when ``token()`` differs from its value at
+    the last run (a derived copy of a weight, rewritten after the weight
+    changed). Tools that enqueue a launch list's kernels themselves run it
+    every time, which only repeats the same copy."""
+    __slots__ = ("token", "seen")
+
+    def __init__(self, launch, token):
+        super().__init__(launch.kernel, launch.gsize, launch.lsize, launch.name,
+                         launch.dtypes, launch.buffers, launch.pending)
+        self.token, self.seen = token, None
+
+    def run(self, queue):
+        now = self.token()
+        if now != self.seen:
+            super().run(queue)
+            self.seen = now
+
+
+def packs_weights(dev, g, algo=None):
+    """Whether ``forward`` of ``g`` given a ``weight_version`` reads the
+    weights packed once (CPU drivers, the GEMM path, CAFFE_OCL_CPU_PACKED_WEIGHTS)."""
+    return (dev.is_cpu and bool(config.get("CPU_PACKED_WEIGHTS"))
+            and algorithm(dev, g, algo, "forward") == "im2col")
+
+
+def fully_connected(dev, g, algo=None):
+    """Whether ``forward`` of ``g`` runs as a fully-connected product (CPU
+    drivers' small-M kernel, gemm_small_m.cl, which streams the weights
+    once): a 1x1 stride-1 convolution of 1 x 1 planes (an SE block's
+    squeeze and excitation, a classifier written as a convolution) at a
+    batch the kernel takes. The GEMM path made one panel of 16 columns
+    for each image's single column and split the weights over a few
+    work-items (MobileNet v3 large at batch 1: its 16 SE convolutions)."""
+    return (dev.is_cpu and g.is_1x1 and g.height == 1 and g.width == 1 and g.groups == 1
+            and not deterministic() and algorithm(dev, g, algo, "forward") == "im2col"
+            and use_small_m(dev, g.num, g.out_channels, g.channels, False, True))
+
+
 def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
-            y_channels=None):
+            y_channels=None, weight_version=None):
     """y[n, Co, Ho, Wo] = act(conv(x[n, C, H, W], weight[Co, C/G, KH, KW]) (+ bias)).
 
     ``act``: None, ("relu", negative_slope) or ("clip", lo, hi), applied in
     the GEMM epilogue (see ops.gemm.gemm). ``y_off``, ``y_channels``: the
     output images lie ``y_channels * Ho * Wo`` floats apart from ``y_off``
-    on (a slice of a Concat's top; only where ``writes_slices``)."""
+    on (a slice of a Concat's top; only where ``writes_slices``).
+    ``weight_version``: None, or a function returning a value that changes
+    whenever ``weight``'s contents may have (an inference net's weight blob
+    memory and its version): where ``packs_weights``, the launches then
+    start with a copy of the weights packed into the CPU GEMM's panel
+    layout (ops.gemm.pack_a), which runs only when that value changed, and
+    the GEMMs read it instead of packing the weights in every block of
+    their output (batch-1 1x1 products on 7 x 7 to 28 x 28 planes: 1.1-1.4x,
+    BENCHMARKS.md)."""
     a = algorithm(dev, g, algo, "forward")
     sliced = bool(y_off) or y_channels not in (None, g.out_channels)
     if sliced and not writes_slices(dev, g, algo):
@@ -754,20 +803,30 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
         return _igemm_forward(dev, g, x, weight, y, bias, act, y_off=y_off,
                               y_channels=y_channels)
     ych = y_channels or g.out_channels
+    if fully_connected(dev, g, algo):     # y[n, :] = W x[n, :] + bias
+        return [small_m(dev, g.num, g.out_channels, g.channels, x, weight, y, ldc=ych,
+                        off_c=y_off, bias=bias, bias_axis=1, act=act)]
     M = g.out_channels // g.groups
     K = g.col_rows // g.groups
     N = g.out_spatial
     out = []
+    a_buf, a_group, packed = weight, M * K, {}
+    if weight_version is not None and packs_weights(dev, g, algo) and M * K > 0:
+        a_group = packed_a_floats(M, K)
+        a_buf = dev.alloc(4 * g.groups * a_group)
+        out.append(OnChange(pack_a(dev, M, K, weight, a_buf, groups=g.groups),
+                            weight_version))
+        packed = dict(packed_a=True)
     # images folded into N (nsplit): one GEMM per chunk of images
     for n0, nc in _column_chunks(dev, g):
         pre, src = _columns(dev, g, x, col, n0, nc)
         out += pre
-        out += _image_gemm(dev, M, nc * N, K, weight, src.buf, y, off_b=src.off,
+        out += _image_gemm(dev, M, nc * N, K, a_buf, src.buf, y, off_b=src.off,
                            off_c=y_off + n0 * ych * N, ldb=N, ldc=N, groups=g.groups,
-                           stride_a=(0, M * K), stride_b=(0, src.group_stride),
+                           stride_a=(0, a_group), stride_b=(0, src.group_stride),
                            stride_c=(0, M * N), nsplit=N,
                            nstride=(src.image_stride, ych * N),
-                           bias=bias, bias_axis=0, act=act, conv=src.conv)
+                           bias=bias, bias_axis=0, act=act, conv=src.conv, **packed)
     return out
 
 

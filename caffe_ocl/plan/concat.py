@@ -191,7 +191,8 @@ class ConvUnit:
             y, y_off, y_channels = layout
             bias = params[1] if conv.bias_term else None
             self.fwd = conv_ops.forward(conv.device, conv.geom, x.data_buffer(), params[0], y,
-                                        conv.col, bias, y_off=y_off, y_channels=y_channels)
+                                        conv.col, bias, y_off=y_off, y_channels=y_channels,
+                                        weight_version=conv.weight_version())
             if x.count == 0:
                 self.fwd = []
             self._key = key

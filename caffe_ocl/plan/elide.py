@@ -134,10 +134,12 @@ class ProducerActPair(PendingPair):
             y, y_off, y_channels = layout
             self.fwd = conv_ops.forward(prod.device, prod.geom, self.x.data_buffer(), w, y,
                                         prod.col, b, act=self.act, y_off=y_off,
-                                        y_channels=y_channels)
+                                        y_channels=y_channels,
+                                        weight_version=prod.weight_version())
         else:
             self.fwd = conv_ops.forward(prod.device, prod.geom, self.x.data_buffer(), w,
-                                        self.r.data_buffer(), prod.col, b, act=self.act)
+                                        self.r.data_buffer(), prod.col, b, act=self.act,
+                                        weight_version=prod.weight_version())
         if self.x.count == 0 or self.r.count == 0:
             self.fwd = []
 

@@ -160,16 +160,22 @@ class Chain:
         else:
             w = prod.blobs[0].data_buffer()
             b = prod.blobs[1].data_buffer() if prod.bias_term else None
+        # the folded weights change when the fold runs again (its versions)
+        version = None if prod.type == "InnerProduct" else prod.weight_version()
+        if self.affine and version is not None:
+            version = lambda: self._versions   # noqa: E731
         if prod.type == "InnerProduct":
             self.fwd = prod.forward_launches(bottom, top, w, b, act=self.act)
         elif self._layout is not None:     # into a slice of a Concat's top
             y, y_off, y_channels = self._layout
             self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w, y, prod.col,
-                                        b, act=self.act, y_off=y_off, y_channels=y_channels)
+                                        b, act=self.act, y_off=y_off, y_channels=y_channels,
+                                        weight_version=version)
         else:
             col = prod.col       # a device buffer or None (shared scratch)
             self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w,
-                                        top.data_buffer(), col, b, act=self.act)
+                                        top.data_buffer(), col, b, act=self.act,
+                                        weight_version=version)
         if bottom.count == 0 or top.count == 0:
             self.fwd = []
 

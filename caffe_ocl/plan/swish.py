@@ -176,7 +176,8 @@ class SwishGroup(PendingTops):
                 self.fwd = prod.forward_launches(self.x, self.y, w, b, act=self.act)
             else:
                 self.fwd = conv_ops.forward(prod.device, prod.geom, self.x.data_buffer(), w,
-                                            self.y.data_buffer(), prod.col, b, act=self.act)
+                                            self.y.data_buffer(), prod.col, b, act=self.act,
+                                            weight_version=prod.weight_version())
             if self.x.count == 0 or self.y.count == 0:
                 self.fwd = []
             self._key = key

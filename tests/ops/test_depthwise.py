@@ -192,15 +192,18 @@ def test_backward_weight_split_over_work_groups(d, rng):
 # (stride 1: unaligned loads; 2: even lanes; 3: gathered), with edges, a
 # tail after the last run, and (stride 3, pad 3 > kernel reach) output
 # rows and columns that read only padding.
+# s1-wide: rows of 61 outputs take the 32-, 16- and 8-output steps and the
+# overlapping tail.
 CPU_VECTOR_GEOMS = [
     (2, 3, 5, 29, 3, 3, 1, 1, 1, 1, 1, 1),
     (1, 2, 6, 37, 3, 3, 1, 1, 2, 2, 1, 1),
     (1, 2, 7, 52, 3, 3, 3, 3, 3, 3, 1, 1),
+    (1, 2, 5, 61, 3, 3, 1, 1, 1, 1, 1, 1),
 ]
 
 
 @pytest.mark.parametrize("band_floats", [None, 200, 20], ids=["one-band", "bands", "no-band"])
-@pytest.mark.parametrize("p", CPU_VECTOR_GEOMS, ids=["s1", "s2", "s3pad3"])
+@pytest.mark.parametrize("p", CPU_VECTOR_GEOMS, ids=["s1", "s2", "s3pad3", "s1-wide"])
 def test_cpu_forward_vector_runs(d, rng, monkeypatch, p, band_floats):
     """band_floats: a smaller host budget cuts planes into several bands of
     rows, or (too small for one row) falls back to the element kernel."""
@@ -219,6 +222,23 @@ def test_cpu_forward_vector_runs(d, rng, monkeypatch, p, band_floats):
     assert _rel(d.get(yb, yshape), ref) < 1e-5
 
 
+@pytest.mark.parametrize("p", [(1, 3, 6, 77, 5, 5, 2, 2, 2, 2, 1, 1),
+                               (2, 2, 4, 70, 3, 3, 2, 2, 1, 1, 2, 2)],
+                         ids=["5x5-s2-wide", "dilated-wide"])
+def test_cpu_forward_wide_rows(d, rng, p):
+    """Output rows of 39 and 70: dw_forward_band's 32-output step (four
+    chains of fmas) with a 5 x 5 stride-2 and a dilated kernel."""
+    g = _geom(p)
+    assert g.out_w >= 32 and dw_ops.band_rows(d.dev, g) > 0
+    x, w, b, _ = _case(g, rng)
+    yshape = (g.num, g.channels, g.out_h, g.out_w)
+    ref = np.clip(conv2d(x, w, **_kw(g)) + b.reshape(1, -1, 1, 1), -0.5, 0.7)
+    yb = d.buf(np.full(yshape, np.nan))
+    d.run(dw_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, bias=d.buf(b),
+                         act=("clip", -0.5, 0.7), impl="cpu"))
+    assert _rel(d.get(yb, yshape), ref) < 1e-5
+
+
 # CPU forward of small same-size planes as one flattened run
 # (dw_forward_flat): a 5 x 9 plane under a 3 x 5 kernel (column masks for
 # five taps, two columns of padding), and a 4 x 2 plane of exactly 8
@@ -227,10 +247,12 @@ def test_cpu_forward_vector_runs(d, rng, monkeypatch, p, band_floats):
 FLAT_GEOMS = [
     (2, 3, 5, 9, 3, 5, 1, 2, 1, 1, 1, 1),
     (1, 2, 4, 2, 3, 3, 2, 2, 1, 1, 2, 2),
+    (1, 3, 7, 7, 5, 5, 2, 2, 1, 1, 1, 1),
 ]
 
 
-@pytest.mark.parametrize("p", FLAT_GEOMS, ids=["kernel3x5", "dilated-8-outputs"])
+# 7 x 7 under 5 x 5: seven 8-output steps, three pairs and one alone
+@pytest.mark.parametrize("p", FLAT_GEOMS, ids=["kernel3x5", "dilated-8-outputs", "7x7-k5"])
 def test_cpu_forward_flat_planes(d, rng, p):
     g = _geom(p)
     assert dw_ops.flat_fits(g)
