@@ -315,6 +315,9 @@ def check_step(solver, model, x, y, tdev, tol, kink_tol, loss_tol):
                                     f"{v['upd']:.1e} (relative) off -lr*(grad + decay*w)"))
     if not matched:
         fails.append((1.0, "no parameter matched a torch parameter"))
+    elif unmatched:      # the solver would train weights that PyTorch's model has not
+        fails.append((1.0, f"{len(unmatched)} trained blobs equal no torch parameter: "
+                           f"{', '.join(unmatched[:4])}"))
     convs = [k for k, v in errs.items() if v["type"] == "Convolution"]
     ips = [k for k, v in errs.items() if v["type"] == "InnerProduct"]
     named = {}
