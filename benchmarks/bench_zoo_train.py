@@ -18,18 +18,17 @@ statistics) exported to ONNX (opset 13) with its BatchNorm layers kept
 
 Correctness check, before timing, per net/batch/precision: one step on both
 sides from the same weights, input and labels: the loss, the gradient of
-every parameter that has a PyTorch counterpart (matched by value: the
-converted blob equals the torch parameter bit for bit), and the weight
-change made by one ``solver.step(1)`` against ``optimizer.step()``.
-Relative error = max |ours - torch| / max |torch| per parameter; printed
-for the first convolution, a middle one and the last InnerProduct, and
-the worst over all parameters. A parameter above the tolerance is checked
-once more against PyTorch in float64 (the same step run in double
-precision): it passes when ours is no further from that than twice
-PyTorch's float32 distance (a gradient that is exactly zero in exact
-arithmetic, e.g. a conv bias before a BatchNorm, is rounding noise in
-both frameworks). A failed check is marked in the table (and the ratio put
-in parentheses).
+every parameter (each trained blob must equal a torch parameter bit for
+bit before the step: that is how they are matched, and a trained blob
+without one fails), the weight change made by one ``solver.step(1)``
+(against PyTorch's first SGD step, -lr * (grad + weight_decay * w)), and
+every BatchNorm's running mean and variance after the step. Gradient
+error = ||ours - torch|| / ||torch|| per parameter (2-norms), printed for
+the first convolution, a middle one and the last InnerProduct, and the
+worst over all parameters; ``check_step`` says how a parameter above the
+tolerance is judged against the same step in float64 (float32 ReLU
+"kinks"). A failed check is marked in the table (and the ratio put in
+parentheses).
 
 Timing: ours ``solver.step(1)`` (SGD, momentum 0.9, weight_decay as
 PyTorch's) then the device drained; PyTorch eager: zero_grad(set_to_none),
@@ -182,7 +181,8 @@ def match_params(net, model):
 
 
 def torch_step(model, x, y, tdev, dtype=None):
-    """(loss, {param name: grad}) of one forward/backward of ``model``
+    """(loss, {param name: grad}, {BatchNorm module: [running mean, var
+    before, running mean, var after]}) of one forward/backward of ``model``
     (train mode) on x, y, in ``dtype`` (a copy of the model) if given; the
     model's state (weights, BatchNorm statistics) is put back afterwards."""
     import torch
@@ -195,7 +195,13 @@ def torch_step(model, x, y, tdev, dtype=None):
     yt = torch.from_numpy(y.astype(np.int64)).to(tdev)
     for p in m.parameters():
         p.grad = None
+    bns = [(n, b) for n, b in m.named_modules() if getattr(b, "running_mean", None) is not None]
+    stats = {n: [b.running_mean.double().cpu().numpy().copy(),
+                 b.running_var.double().cpu().numpy().copy()] for n, b in bns}
     loss = torch.nn.functional.cross_entropy(m(xt), yt)
+    for n, b in bns:
+        stats[n] += [b.running_mean.double().cpu().numpy().copy(),
+                     b.running_var.double().cpu().numpy().copy()]
     loss.backward()
     grads = {n: p.grad.detach().double().cpu().numpy().copy()
              for n, p in m.named_parameters() if p.grad is not None}
@@ -205,12 +211,13 @@ def torch_step(model, x, y, tdev, dtype=None):
     if dtype is None:
         model.load_state_dict(state)
     model.eval()
-    return loss, grads
+    return loss, grads, stats
 
 
 def ours_step(solver, x, y):
     """(loss, {(layer, blob index): grad}, {(layer, blob index): update
-    error}): forward/backward of the solver's net, then one
+    error}, {BatchNorm layer: [running mean, var before, after]}):
+    forward/backward of the solver's net, then one
     ``solver.step(1)`` from the same weights on the same blobs; the update
     error is the weight change's relative distance from PyTorch's first SGD
     step, -lr * (grad + weight_decay * w), computed from our gradient."""
@@ -218,7 +225,17 @@ def ours_step(solver, x, y):
     net.blobs["data"].data[...] = x
     net.blobs["label"].data[...] = y
     net.clear_param_diffs()
+    bns = [(n, lay) for n, lay in zip(net.layer_dict.keys(), net.layers)
+           if lay.type == "BatchNorm"]
+
+    def running(lay):
+        b = [np.array(blob.data, np.float64) for blob in lay.blobs]
+        f = b[2].ravel()[0]
+        return [b[0] / f, b[1] / f] if f else [b[0] * 0, b[1] * 0]
+    stats = {n: running(lay) for n, lay in bns}
     loss = float(net.forward()["loss"])
+    for n, lay in bns:
+        stats[n] += running(lay)
     net.backward()
     grads, before = {}, {}
     learn = trained_blobs(net)
@@ -239,7 +256,7 @@ def ours_step(solver, x, y):
                 off = np.maximum(np.abs(got - want) - 4 * np.spacing(
                     np.abs(before[k]).astype(np.float32)).astype(np.float64), 0.0)
                 upd[k] = _norm(off) / max(_norm(want), 1e-30)
-    return loss, grads, upd
+    return loss, grads, upd, stats
 
 
 def _norm(a):
@@ -279,8 +296,8 @@ def check_step(solver, model, x, y, tdev, tol, kink_tol, loss_tol):
     ``solver.step(1)`` within 1e-4 of -lr * (grad + weight_decay * w)."""
     import torch
     matched, unmatched = match_params(solver.net, model)
-    t_loss, t_grads = torch_step(model, x, y, tdev)
-    o_loss, o_grads, o_upd = ours_step(solver, x, y)
+    t_loss, t_grads, t_stats = torch_step(model, x, y, tdev)
+    o_loss, o_grads, o_upd, o_stats = ours_step(solver, x, y)
     rec = dict(loss_ours=o_loss, loss_torch=t_loss,
                loss_rel=abs(o_loss - t_loss) / max(abs(t_loss), 1e-30),
                params_matched=len(matched), params_unmatched=unmatched[:20],
@@ -296,7 +313,7 @@ def check_step(solver, model, x, y, tdev, tol, kink_tol, loss_tol):
     over = [k for k, v in errs.items() if v["e"] > tol]
     fails, kinks = [], []
     if over:
-        _, g64 = torch_step(model, x, y, tdev, dtype=torch.float64)
+        _, g64, _ = torch_step(model, x, y, tdev, dtype=torch.float64)
         floor64 = 1e-3 * float(np.median([_norm(g64[t]) for _, _, _, t in matched]))
         for k in over:
             v = errs[k]
@@ -313,6 +330,25 @@ def check_step(solver, model, x, y, tdev, tol, kink_tol, loss_tol):
         if v["upd"] > 1e-4:
             fails.append((v["upd"], f"{k[0]}[{k[1]}] solver.step(1) changed the weights by "
                                     f"{v['upd']:.1e} (relative) off -lr*(grad + decay*w)"))
+    # running averages after the one forward, BatchNorm layers matched by
+    # their statistics before it
+    stat_errs, n_bn = [], 0
+    for lname, (m0, v0, m1, v1) in o_stats.items():
+        n_bn += 1
+        hit = [t for t, (tm0, tv0, _, _) in t_stats.items()
+               if tm0.shape == m0.shape and np.allclose(m0, tm0, rtol=1e-5, atol=1e-7)
+               and np.allclose(v0, tv0, rtol=1e-5, atol=1e-7)]
+        if not hit:
+            fails.append((1.0, f"{lname}: running statistics equal no torch BatchNorm's"))
+            continue
+        _, _, tm1, tv1 = t_stats[hit[0]]
+        e = max(norm_err(m1, tm1), norm_err(v1, tv1))
+        stat_errs.append(e)
+        if e > tol:
+            fails.append((e, f"{lname}: running mean/var after one step {e:.1e} off "
+                             f"PyTorch's ({hit[0]})"))
+    rec["bn_layers"] = n_bn
+    rec["worst_running_stat_rel"] = max(stat_errs) if stat_errs else None
     if not matched:
         fails.append((1.0, "no parameter matched a torch parameter"))
     elif unmatched:      # the solver would train weights that PyTorch's model has not

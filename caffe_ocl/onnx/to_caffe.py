@@ -25,7 +25,9 @@ notices are listed in README.md next to this file; in short:
   transpose is reported as unsupported. Such constants of the conversion
   (the permutation, the pooling divisor) get lr_mult 0 and decay_mult 0, so
   a solver training the converted net does not change them.
-- BatchNormalization -> BatchNorm (use_global_stats, scale factor 1) + Scale
+- BatchNormalization -> BatchNorm (use_global_stats; moving_average_fraction =
+  ONNX momentum, statistics stored with the scale factor 1/(1-momentum), so a
+  TRAIN net's running averages update as PyTorch's) + Scale
   (bias_term). Gemm/MatMul with constant weights -> InnerProduct (alpha
   folded into the weights, beta into the bias). Scalar Add/Mul/Sub/Div with a
   constant -> Power; tensor constants -> Scale/Bias with the constant as a
@@ -630,8 +632,18 @@ class Converter:
         gamma, beta, mean, var = (self.const(n) for n in node.input[1:5])
         x = self.blob(node.input[0])
         mid = self.new_blob(node.output[0] + "_bn")
+        # ONNX's momentum m (PyTorch's 1 - momentum) as Caffe's
+        # moving_average_fraction, the statistics stored as sums with the
+        # scale factor 1 / (1 - m): Caffe's update (sum = m * sum + batch
+        # stat, factor = m * factor + 1) then keeps the factor and gives
+        # m * old + (1 - m) * batch, as ONNX/PyTorch do when the net trains.
+        m = float(a.get("momentum", 0.9))
+        factor = np.float32(1.0 / (1.0 - m)) if 0.0 < m < 1.0 else np.float32(1.0)
         lp = self.layer("BatchNorm", self.lname(), [x], [mid],
-                        [mean, var, np.ones(1, np.float32)])
+                        [np.asarray(mean, np.float32) * factor,
+                         np.asarray(var, np.float32) * factor, np.full(1, factor, np.float32)])
+        if 0.0 < m < 1.0:
+            lp.batch_norm_param.moving_average_fraction = m
         lp.batch_norm_param.use_global_stats = True
         lp.batch_norm_param.eps = float(a.get("epsilon", 1e-5))
         lp = self.layer("Scale", self.lname() + "_scale", [mid], [self.out()], [gamma, beta])

@@ -37,6 +37,8 @@ def test_bench_zoo_train_smoke(tmp_path):
     assert 0 <= rec["loss_rel"] <= 1e-5 and rec["loss_ours"] > 1.0
     assert 0 < rec["worst_grad_rel"] <= 1e-3
     assert rec["worst_update_rel"] <= 1e-4
+    # both BatchNorms' running averages after one step equal PyTorch's
+    assert rec["bn_layers"] == 2 and 0 <= rec["worst_running_stat_rel"] <= 1e-4
     assert rec["ours_ms"] > 0 and rec["torch_ms"] > 0
     assert "| tiny | 2 | fp32 |" in p.stdout and "**geomean fp32**" in p.stdout
 
