@@ -41,6 +41,7 @@ the rounds; ratio = PyTorch ms / ours ms (>= 1: caffe_ocl ahead).
         [--precisions fp32,tf32] [--size 224] [--rounds 5] [--runs 5]
         [--warmup 3] [--json OUT.json] [--check-only] [--tol 1e-3]
     python benchmarks/bench_zoo_train.py --smoke   # bench_zoo's tiny net, CPU
+    python benchmarks/bench_zoo_train.py --report A.json B.json   # one table
     python benchmarks/bench_zoo_train.py --device cpu --check-only --size 64 \\
         --batches 2 --nets resnet50,densenet121,efficientnet_b0
 
@@ -578,6 +579,8 @@ def parse(argv=None):
     ap.add_argument("--export-dir", help="keep/reuse the exported ONNX files here")
     ap.add_argument("--smoke", action="store_true",
                     help="bench_zoo's tiny net, CPU, batch 2, 16x16, one short round")
+    ap.add_argument("--report", nargs="+", metavar="JSON",
+                    help="measure nothing: print the table of these --json files together")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -597,8 +600,23 @@ def parse(argv=None):
     return args
 
 
+def report_files(paths):
+    """The table of several --json files' records together."""
+    records = []
+    for p in paths:
+        with open(p) as f:
+            data = json.load(f)
+        print(f"# {p}: {data.get('date')} {data.get('device')} ({data.get('platform')}), "
+              f"torch {data.get('torch')}, args {' '.join(data.get('argv', []))}")
+        records += data["records"]
+    print(table(records), flush=True)
+
+
 def main(argv=None):
     args = parse(argv)
+    if args.report:
+        report_files(args.report)
+        return 0
     import caffe_ocl
     import torch
     if args.device == "gpu":
