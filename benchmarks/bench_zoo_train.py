@@ -65,7 +65,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 import numpy as np  # noqa: E402
 
 import bench_zoo  # noqa: E402
-from bench_zoo import build_model, export_onnx, geomean, interleave, log, set_torch_tf32  # noqa: E402,E501
+from bench_zoo import (build_model, export_onnx, geomean, interleave, log,  # noqa: E402
+                       set_torch_tf32)
 from common import solver_for  # noqa: E402
 
 NETS = ["resnet50", "densenet121", "efficientnet_b0"]
@@ -518,7 +519,8 @@ def table(records):
         if o and t:
             if r.get("status") == "ok":
                 ratio = f"{t / o:.2f}"
-                ratios.setdefault(r.get("precision"), []).append((t / o, f"{r['net']} b{r['batch']}"))
+                ratios.setdefault(r.get("precision"), []).append(
+                    (t / o, f"{r['net']} b{r['batch']}"))
             else:
                 ratio = f"({t / o:.2f})"
         if "loss_rel" in r:
@@ -645,7 +647,8 @@ def main(argv=None):
         chk = ""
         if "loss_rel" in rec:
             chk = (f" loss {rec['loss_ours']:.5f}/{rec['loss_torch']:.5f} "
-                   f"rel {rec['loss_rel']:.1e} worst grad {rec.get('worst_grad_rel', math.nan):.1e} "
+                   f"rel {rec['loss_rel']:.1e} "
+                   f"worst grad {rec.get('worst_grad_rel', math.nan):.1e} "
                    f"({rec.get('worst_param')}) {rec['params_matched']} params")
         why = f" {rec['error'][:300]}" if rec.get("error") else ""
         fails = (f" FAILS ({len(rec['fails'])}): {'; '.join(rec['fails'][:3])}"
