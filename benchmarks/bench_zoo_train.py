@@ -11,9 +11,10 @@ statistics) exported to ONNX (opset 13) with its BatchNorm layers kept
   for inference): batch statistics in TRAIN, as PyTorch's model.train();
 - Dropout: none on either side. An eval-mode export has no Dropout node;
   a converted Dropout layer is removed from the TRAIN net, and PyTorch's
-  Dropout modules are kept in eval mode (identity) while the rest of the
-  model trains. Dropout's cost (one pass over the classifier input) is
-  left out of both.
+  Dropout and StochasticDepth modules (EfficientNet has both) are kept in
+  eval mode (identity) while the rest of the model trains. Their cost (a
+  pass over the classifier input; a per-sample scale of residual
+  branches) is left out of PyTorch's time, so it is timed without them.
 - the converted weights loaded with ``net.copy_from``.
 
 Correctness check, before timing, per net/batch/precision: one step on both
@@ -30,8 +31,8 @@ tolerance is judged against the same step in float64 (float32 ReLU
 "kinks"). A failed check is marked in the table (and the ratio put in
 parentheses).
 
-Timing: ours ``solver.step(1)`` (SGD, momentum 0.9, weight_decay as
-PyTorch's) then the device drained; PyTorch eager: zero_grad(set_to_none),
+Timing: ours ``solver.step(1)`` (SGD, lr 1e-3, momentum 0.9,
+weight_decay 1e-4 as PyTorch's) then the device drained; PyTorch eager: zero_grad(set_to_none),
 forward, CrossEntropyLoss, backward, ``torch.optim.SGD(momentum=0.9)``
 step, synchronised. Interleaved rounds (bench_zoo.interleave), median of
 the rounds; ratio = PyTorch ms / ours ms (>= 1: caffe_ocl ahead).
