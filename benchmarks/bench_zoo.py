@@ -137,11 +137,13 @@ def build_model(name, seed=0):
     return model.eval()
 
 
-def export_onnx(model, name, batch, size, export_dir):
+def export_onnx(model, name, batch, size, export_dir, keep_bn=False):
     """Path of ``name`` exported at ``batch`` x 3 x size x size (opset 13,
-    static shapes); an existing file in ``export_dir`` is reused."""
+    static shapes); an existing file in ``export_dir`` is reused.
+    ``keep_bn``: without constant folding, so that BatchNorm is not folded
+    into the convolution before it (training nets, bench_zoo_train.py)."""
     import torch
-    path = os.path.join(export_dir, f"{name}_b{batch}_s{size}_op13.onnx")
+    path = os.path.join(export_dir, f"{name}_b{batch}_s{size}_op13{'_bn' if keep_bn else ''}.onnx")
     if os.path.exists(path) and os.path.getsize(path) > 0:
         return path
     # on the model's device (a GPU run has moved it there after the first batch)
@@ -150,7 +152,8 @@ def export_onnx(model, name, batch, size, export_dir):
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")   # the TorchScript exporter's deprecation notice
         torch.onnx.export(model, (x,), tmp, opset_version=13, dynamo=False,
-                          input_names=["data"], output_names=["logits"])
+                          input_names=["data"], output_names=["logits"],
+                          do_constant_folding=not keep_bn)
     os.replace(tmp, path)
     return path
 

@@ -22,8 +22,12 @@ notices are listed in README.md next to this file; in short:
   only written when a real layer needs the tensor: a pure reshape becomes
   Flatten/Reshape, a channel permutation (ShuffleNet's channel shuffle)
   becomes a 1x1 Convolution with a 0/1 permutation matrix; any other
-  transpose is reported as unsupported.
-- BatchNormalization -> BatchNorm (use_global_stats, scale factor 1) + Scale
+  transpose is reported as unsupported. Such constants of the conversion
+  (the permutation, the pooling divisor) get lr_mult 0 and decay_mult 0, so
+  a solver training the converted net does not change them.
+- BatchNormalization -> BatchNorm (use_global_stats; moving_average_fraction =
+  ONNX momentum, statistics stored with the scale factor 1/(1-momentum), so a
+  TRAIN net's running averages update as PyTorch's) + Scale
   (bias_term). Gemm/MatMul with constant weights -> InnerProduct (alpha
   folded into the weights, beta into the bias). Scalar Add/Mul/Sub/Div with a
   constant -> Power; tensor constants -> Scale/Bias with the constant as a
@@ -128,6 +132,17 @@ class Converter:
             lp.blobs.add().CopyFrom(array_to_blobproto(np.asarray(arr, np.float32)))
         return lp
 
+    @staticmethod
+    def fixed(lp):
+        """Mark ``lp``'s blobs as constants of the conversion, not weights:
+        lr_mult 0 and decay_mult 0, so that a solver training the converted
+        net leaves them alone (a channel permutation, a pooling divisor)."""
+        del lp.param[:]
+        for _ in lp.blobs:
+            ps = lp.param.add()
+            ps.lr_mult, ps.decay_mult = 0.0, 0.0
+        return lp
+
     def lname(self):
         n = self.node
         return n.name or n.output[0]
@@ -212,14 +227,14 @@ class Converter:
         w[np.arange(c), perm] = 1.0
         top = r.name if r.name not in self.tops else self.new_blob(r.name)
         if len(r.shape) == 4:
-            lp = self.layer("Convolution", top + "_permute", [src], [top],
-                            [w.reshape(c, c, 1, 1)])
+            lp = self.fixed(self.layer("Convolution", top + "_permute", [src], [top],
+                                       [w.reshape(c, c, 1, 1)]))
             cp = lp.convolution_param
             cp.num_output = c
             cp.kernel_size.append(1)
             cp.bias_term = False
         else:
-            lp = self.layer("InnerProduct", top + "_permute", [src], [top], [w])
+            lp = self.fixed(self.layer("InnerProduct", top + "_permute", [src], [top], [w]))
             lp.inner_product_param.num_output = c
             lp.inner_product_param.bias_term = False
         r.materialized = top
@@ -488,7 +503,7 @@ class Converter:
                                     top=final if last else None)
                     cshape[2 + i] = want[i]
         if fix is not None:
-            lp = self.layer("Scale", base + "_divisor", [cur], [final], [fix])
+            lp = self.fixed(self.layer("Scale", base + "_divisor", [cur], [final], [fix]))
             lp.scale_param.axis = 2
             lp.scale_param.num_axes = 2
             cur = final
@@ -617,8 +632,18 @@ class Converter:
         gamma, beta, mean, var = (self.const(n) for n in node.input[1:5])
         x = self.blob(node.input[0])
         mid = self.new_blob(node.output[0] + "_bn")
+        # ONNX's momentum m (PyTorch's 1 - momentum) as Caffe's
+        # moving_average_fraction, the statistics stored as sums with the
+        # scale factor 1 / (1 - m): Caffe's update (sum = m * sum + batch
+        # stat, factor = m * factor + 1) then keeps the factor and gives
+        # m * old + (1 - m) * batch, as ONNX/PyTorch do when the net trains.
+        m = float(a.get("momentum", 0.9))
+        factor = np.float32(1.0 / (1.0 - m)) if 0.0 < m < 1.0 else np.float32(1.0)
         lp = self.layer("BatchNorm", self.lname(), [x], [mid],
-                        [mean, var, np.ones(1, np.float32)])
+                        [np.asarray(mean, np.float32) * factor,
+                         np.asarray(var, np.float32) * factor, np.full(1, factor, np.float32)])
+        if 0.0 < m < 1.0:
+            lp.batch_norm_param.moving_average_fraction = m
         lp.batch_norm_param.use_global_stats = True
         lp.batch_norm_param.eps = float(a.get("epsilon", 1e-5))
         lp = self.layer("Scale", self.lname() + "_scale", [mid], [self.out()], [gamma, beta])

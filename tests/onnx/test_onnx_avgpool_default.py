@@ -37,3 +37,6 @@ def test_average_pool_default_attributes(k, s, p):
     assert not np.allclose(y_ort[:, :, 0, 0], x[:, :, :k - p, :k - p].sum(axis=(2, 3)) / k ** 2)
     net = check_onnx(m, tol=1e-5, inputs={"x": x})     # caffe_ocl vs onnxruntime
     assert "Scale" in [lp.type for lp in net.layer]    # the per-window divisor fix
+    # a constant of the conversion: training the net leaves it alone
+    (fix,) = [lp for lp in net.layer if lp.type == "Scale"]
+    assert [(ps.lr_mult, ps.decay_mult) for ps in fix.param] == [(0.0, 0.0)]

@@ -319,6 +319,9 @@ def test_layer_choices(converted):
     shufflenet_perm = [lp for lp in converted["shufflenet_v2"][1].layer
                        if lp.name.endswith("_permute")]
     assert len(shufflenet_perm) == 2
+    # ... which a solver must not train: PyTorch's channel shuffle has no weights
+    assert all([(ps.lr_mult, ps.decay_mult) for ps in lp.param] == [(0.0, 0.0)]
+               for lp in shufflenet_perm)
     # googlenet ceil pooling keeps Caffe's CEIL; densenet's floor pooling uses FLOOR
     pools = [lp.pooling_param for lp in converted["densenet121"][1].layer
              if lp.type == "Pooling" and not lp.pooling_param.global_pooling]

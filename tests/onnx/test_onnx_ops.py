@@ -102,7 +102,12 @@ def test_batchnorm_to_batchnorm_scale():
     net = check_onnx(m)
     assert types(net)[1:] == ["BatchNorm", "Scale"]
     bn = net.layer[1]
-    assert len(bn.blobs) == 3 and list(bn.blobs[2].data) == [1.0]
+    # Caffe's stored sums: ONNX's default momentum 0.9 -> factor 10, and the
+    # moving_average_fraction that keeps it there (PyTorch's running-average update)
+    assert len(bn.blobs) == 3 and list(bn.blobs[2].data) == [np.float32(10.0)]
+    np.testing.assert_allclose(np.array(bn.blobs[0].data) / 10, inits["mu"], rtol=1e-6)
+    np.testing.assert_allclose(np.array(bn.blobs[1].data) / 10, inits["var"], rtol=1e-6)
+    assert bn.batch_norm_param.moving_average_fraction == pytest.approx(0.9)
 
 
 @pytest.mark.parametrize("opset", [9, 11, 13])
