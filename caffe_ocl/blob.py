@@ -53,9 +53,22 @@ class _Layout:
 LAYOUT = _Layout()
 
 
+_kept_blobs = weakref.WeakSet()  # Blobs whose .data was handed to Python
+
+
 def refresh_kept():
     """Bring the host arrays Python still holds (from ``.data``/``.diff``)
-    up to date with the device; see the module doc."""
+    up to date with the device; see the module doc. A blob an execution
+    plan left to be computed on read (``compute_on_read``) whose array is
+    still held is computed first: the array would show an older value."""
+    if _kept_blobs:
+        for blob in list(_kept_blobs):
+            host = blob._data._host if blob._data is not None else None
+            # references: the attribute, ``host`` and getrefcount's argument
+            if host is None or sys.getrefcount(host) <= 3:
+                _kept_blobs.discard(blob)
+            elif blob.compute_on_read is not None:
+                blob.compute_pending()
     if not _kept:
         return
     for mem in list(_kept):
@@ -268,6 +281,7 @@ class Blob:
         if self.compute_on_read is not None:
             self.compute_pending()
         _kept.add(self._data)
+        _kept_blobs.add(self)
         return self._data.mutable_host()[:self._count].reshape(self._shape)
 
     @data.setter

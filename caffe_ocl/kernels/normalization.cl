@@ -156,11 +156,25 @@ typedef float4 floatv;
 #define VSTORE(v, k, p) ((p)[k] = (v))
 typedef float floatv;
 #endif
+#ifndef SNAP
+#define SNAP 0
+#endif
+/* SNAP: also copy gamma and beta to gsnap/bsnap (a TRAIN chain writing new
+ * tops, plan/train.py NewTopTrainChain: the Scale's top is computed when
+ * read, with the parameters of this forward, not the solver's update);
+ * without SNAP they are not touched (the callers pass gamma and beta). */
 __kernel void bn_scale_act_fwd(int n, int C, int I, __global const float* x,
                                __global const float* mean, __global const float* stdv,
                                __global const float* gamma, __global const float* beta,
                                __global float* xnorm, __global float* y,
-                               float act_a, float act_b) {
+                               float act_a, float act_b,
+                               __global float* gsnap, __global float* bsnap) {
+#if SNAP
+    for (int c = get_global_id(0); c < C; c += get_global_size(0)) {
+        gsnap[c] = gamma[c];
+        bsnap[c] = beta[c];
+    }
+#endif
     const int IV = I / VEC;
     GLOBAL_LOOP(k, n / VEC) {
         const int c = (k / IV) % C;

@@ -79,16 +79,22 @@ def _act_args(act):
     return {"ACT": kind}, [a, b]
 
 
-def bn_scale_act_forward(dev, O, C, I, x, mean, stdv, gamma, beta, xnorm, y, act=None):
+def bn_scale_act_forward(dev, O, C, I, x, mean, stdv, gamma, beta, xnorm, y, act=None,
+                         snap=None):
     """TRAIN BatchNorm -> Scale -> act after the statistics (bn_train_stats):
-    xnorm = (x - mean) / stdv, y = act(gamma * xnorm + beta), one pass."""
+    xnorm = (x - mean) / stdv, y = act(gamma * xnorm + beta), one pass.
+    ``snap``: (gamma copy, beta copy) buffers the pass also fills."""
     n = O * C * I
     vec = vec_of(I)
     g, l = vec_work_size(dev, n // vec, vec)
     defs, aa = _act_args(act)
     defs["VEC"] = vec
+    extra = [gamma, beta]           # not written without SNAP (normalization.cl)
+    if snap is not None:
+        defs["SNAP"] = 1
+        extra = list(snap)
     return dev.launch(SRC, "bn_scale_act_fwd", g, l,
-                      [n, C, I, x, mean, stdv, gamma, beta, xnorm, y] + aa, defs)
+                      [n, C, I, x, mean, stdv, gamma, beta, xnorm, y] + aa + extra, defs)
 
 
 def bn_scale_act_backward(dev, O, C, I, dy, xnorm, gamma, beta, stdv, dx, dgamma, dbeta,

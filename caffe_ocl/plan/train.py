@@ -41,7 +41,8 @@ import logging
 from .. import config
 from . import concat as concat_plan
 from . import eltwise as fusion_eltwise
-from .patterns import LayerPair, act_of, consumers, in_place_on
+from .patterns import LayerPair, act_of, consumers, in_place_on, one_in_one_out
+from ..ops import channel as channel_ops
 from ..ops import conv as conv_ops
 from ..ops import normalization as norm_ops
 from ..ops import pointwise
@@ -58,9 +59,17 @@ def enabled():
 
 
 
-def _scale_ok(net, li, blob):
+def _scale_ok(net, li, blob, bottom=None):
+    """The Scale at ``li`` is per-channel on axis 1, learned, and in place
+    on ``blob`` (or, with ``bottom``, reads ``bottom`` and writes ``blob``)."""
     sc = net.layers[li]
-    if sc.type != "Scale" or not in_place_on(net.graph, li, blob) or not sc.blobs:
+    g = net.graph
+    if bottom is None:
+        placed = in_place_on(g, li, blob)
+    else:
+        placed = (len(g.bottoms[li]) == 1 and len(g.tops[li]) == 1
+                  and g.bottoms[li][0] is bottom and g.tops[li][0] is blob)
+    if sc.type != "Scale" or not placed or not sc.blobs:
         return False
     C = blob.shape[1] if blob.num_axes > 1 else 1
     if sc.blobs[0].shape != (C,) or sc.dims[1] != C:
@@ -104,6 +113,9 @@ class TrainChain:
         self.bn, self.scale = net.layers[b], net.layers[s]
         self.act = act_of(net.layers[a]) if a is not None else None
         self.blob = net.graph.tops[b][0]
+        # the chain reads x and writes y: both the blob in Caffe's in-place
+        # form; NewTopTrainChain (ONNX's form) sets them apart
+        self.x = self.y = self.blob
         self._key = None
         self._zero_beta = None
         self.fwd, self.bwd = [], []
@@ -114,18 +126,23 @@ class TrainChain:
     def _build(self):
         """Launches bound to the current shapes and buffers (the diff memory
         plan may hand the blob another diff buffer after a reshape)."""
-        dev, blob = self.bn.device, self.blob
+        dev = self.bn.device
         O, C, I = self.bn.dims
-        x, dx = blob.data_buffer(), blob.diff_buffer()
+        x, dx = self.x.data_buffer(), self.x.diff_buffer()
+        y, dy = self.y.data_buffer(), self.y.diff_buffer()
         stats, gamma, beta, dbeta, mean, std, xnorm = self._operands()
         self.fwd = stats + [
             norm_ops.bn_scale_act_forward(dev, O, C, I, x, mean, std, gamma.data_buffer(),
-                                          beta, xnorm, x, self.act)]
-        self.bwd = norm_ops.bn_scale_act_backward(dev, O, C, I, dx, xnorm, gamma.data_buffer(),
+                                          beta, xnorm, y, self.act, snap=self._snapshot())]
+        self.bwd = norm_ops.bn_scale_act_backward(dev, O, C, I, dy, xnorm, gamma.data_buffer(),
                                                   beta, std, dx, gamma.diff_buffer(), dbeta,
                                                   self.act)
-        if blob.count == 0:
+        if self.x.count == 0:
             self.fwd, self.bwd = [], []
+
+    def _snapshot(self):
+        """(gamma copy, beta copy) buffers the forward fills, or None."""
+        return None
 
     def _operands(self):
         """(the batch statistics' launches, gamma blob, beta, its diff or
@@ -134,7 +151,7 @@ class TrainChain:
         O, C, I = bn.dims
         mean, std = bn.mean.data_buffer(), bn.stdv.data_buffer()
         run = [b.data_buffer() for b in bn.blobs]
-        stats = norm_ops.bn_train_stats(bn.device, O, C, I, self.blob.data_buffer(), mean, std,
+        stats = norm_ops.bn_train_stats(bn.device, O, C, I, self.x.data_buffer(), mean, std,
                                         bn.eps, *run, bn.maf)
         return (stats, self.scale.blobs[0]) + self._beta() + (mean, std,
                                                              bn.x_norm.data_buffer())
@@ -153,7 +170,8 @@ class TrainChain:
 
     def _build_key(self):
         """What the launches were built for: shapes and buffers."""
-        return (self.bn.reshape_count, self.blob.data_buffer(), self.blob.diff_buffer(),
+        return (self.bn.reshape_count, self.x.data_buffer(), self.x.diff_buffer(),
+                self.y.data_buffer(), self.y.diff_buffer(),
                 tuple(p.data_buffer() for p in self.scale.blobs),
                 tuple(p.diff_buffer() for p in self.scale.blobs))
 
@@ -169,28 +187,131 @@ class TrainChain:
         for li in self.layers[1:]:      # the first was reshaped by the net's loop
             net.layers[li].reshape_if_needed(net.graph.bottoms[li], net.graph.tops[li])
         self._ensure_built()
-        self.blob.data_mem.to_device()
+        self.x.data_mem.to_device()
         for p in self.bn.blobs + self.scale.blobs:
             p.data_mem.to_device()
         q = self.bn.device.queue
         for launch in self.fwd:
             launch.run(q)
-        self.blob.data_mem.device_written()
+        self.y.data_mem.device_written()
+        self.bn.x_norm.data_mem.device_written()
         for p in self.bn.blobs:          # moving averages
             p.data_mem.device_written()
 
     def backward(self):
         self._ensure_built()
-        self.blob.diff_mem.to_device()
+        self.y.diff_mem.to_device()
         for p in self.scale.blobs:
             p.data_mem.to_device()
             p.diff_mem.to_device()
         q = self.bn.device.queue
         for launch in self.bwd:
             launch.run(q)
-        self.blob.diff_mem.device_written()
+        self.x.diff_mem.device_written()
         for p in self.scale.blobs:
             p.diff_mem.device_written()
+
+
+def find_new_top_chains(net, taken=()):
+    """[(bn, scale, activation or None)]: ONNX's form of the chains above
+    (onnx2caffe writes it): BatchNorm (batch statistics) x -> t1, Scale
+    t1 -> t2, optionally ReLU/ReLU6/Clip t2 -> t3, each a new top; every
+    blob before the chain's last top read only by the next member and not
+    a net output; every member and BatchNorm's bottom need backward. No
+    layer of ``taken``."""
+    g, n = net.graph, len(net.layers)
+    outputs = set(g.outputs)
+    out, li = [], 0
+    while li < n - 1:
+        found = _new_top_chain(net, li, taken, outputs)
+        if found is None:
+            li += 1
+            continue
+        out.append(found)
+        li = (found[2] if found[2] is not None else found[1]) + 1
+    return out
+
+
+def _new_top_chain(net, li, taken, outputs):
+    g, n = net.graph, len(net.layers)
+    bn, s = net.layers[li], li + 1
+    if (li in taken or s in taken or bn.type != "BatchNorm" or bn.use_global_stats
+            or not one_in_one_out(g, li) or g.bottoms[li][0] is g.tops[li][0]
+            or getattr(bn, "x_norm", None) is None or g.tops[li][0].num_axes < 2
+            or not one_in_one_out(g, s) or g.bottoms[s][0] is not g.tops[li][0]):
+        return None
+    t1, t2 = g.tops[li][0], g.tops[s][0]
+    # members in place on the chain's last top would leave its diff as the
+    # gradient of their input (Caffe's in-place backward); the fused
+    # backward leaves it alone: new tops only
+    if t2 is t1 or not (_scale_ok(net, s, t2, bottom=t1) and g.layer_need_backward[li]
+            and g.layer_need_backward[s] and g.bottom_need_backward[li][0]):
+        return None
+    a = s + 1
+    act = a if (a < n and a not in taken and net.layers[a].type in _ACTS
+                and one_in_one_out(g, a) and g.bottoms[a][0] is t2 and g.tops[a][0] is not t2
+                and act_of(net.layers[a]) is not None and g.layer_need_backward[a]) else None
+    members = [s] + ([act] if act is not None else [])
+    y = g.tops[members[-1]][0]
+    for t in {id(t1): t1, id(t2): t2}.values():
+        if t is y:
+            continue
+        # a blob the chain leaves pending: read by its members only
+        if t.name in outputs or any(lj not in members for lj, _ in consumers(g, t)):
+            return None
+    return (li, s, act)
+
+
+class NewTopTrainChain(TrainChain):
+    """A chain of ``find_new_top_chains``: the same fused passes, reading
+    BatchNorm's bottom and writing the last member's top. The blobs in
+    between (BatchNorm's and Scale's tops where they are new blobs) are
+    computed when read, with this forward's values: BatchNorm's top is its
+    x_norm, the Scale's top gamma * x_norm + beta with the gamma and beta
+    the forward used (copied by the forward pass itself: a solver's update
+    changes them before a script reads the blob). Their diffs are not
+    computed (as with a Solver net's shared diffs, plan/memory.py); every
+    other blob and every parameter gradient is the unfused one."""
+
+    def __init__(self, net, b, s, a):
+        super().__init__(net, b, s, a)
+        g = net.graph
+        self.x = g.bottoms[b][0]
+        self.y = g.tops[self.last][0]
+        self.t1, self.t2 = g.tops[b][0], g.tops[s][0]
+        self.pending = [t for t in (self.t1, self.t2) if t is not self.y]
+        self._reader = self._compute        # one bound method: compared by identity
+        self._snap = None
+
+    def _snapshot(self):
+        C = self.bn.dims[1]
+        if self._snap is None or self._snap[0] != C:
+            dev = self.bn.device
+            self._snap = (C, dev.alloc(4 * C), dev.alloc(4 * C))
+        return self._snap[1:]
+
+    def _compute(self):
+        """The pending blobs of the last forward (see the class doc)."""
+        for t in self.pending:
+            if t.compute_on_read is self._reader:
+                t.compute_on_read = None
+        bn, dev = self.bn, self.bn.device
+        O, C, I = bn.dims
+        q = dev.queue
+        if self.t1 is not self.y:
+            pointwise.copy(dev, self.t1.count, bn.x_norm.data_buffer(),
+                           self.t1.data_buffer()).run(q)
+            self.t1.data_mem.device_written()
+        if self.t2 is not self.y:
+            gsnap, bsnap = self._snap[1:]
+            channel_ops.affine(dev, O, C, I, bn.x_norm.data_buffer(), self.t2.data_buffer(),
+                               scale=gsnap, bias=bsnap).run(q)
+            self.t2.data_mem.device_written()
+
+    def run(self):
+        super().run()
+        for t in self.pending:
+            t.compute_on_read = self._reader
 
 
 def find_residual_tails(net, bn_chains):
@@ -536,6 +657,9 @@ def find_groups(net):
               [ResidualTailChain(net, *t) for t in tails]),
              ("BatchNorm/Scale/activation chains",
               [TrainChain(net, *t) for t in bn_chains if t[0] not in in_tails]),
+             ("BatchNorm/Scale/activation chains writing new tops",
+              [NewTopTrainChain(net, *t) for t in find_new_top_chains(
+                  net, {li for t in bn_chains for li in t if li is not None})]),
              ("Eltwise/activation chains",
               [c for c in fusion_eltwise.chains_of(net, train=True) if c.first not in in_tails])]
     taken = {li for _, found in kinds for c in found for li in c.layers}
