@@ -57,6 +57,19 @@ class _Member:
         self.group.run_member(self.li)
 
 
+class _BackwardMember:
+    """A layer of a TRAIN group that a backward range cuts, run through the
+    group (``backward_member``: e.g. compute a blob the group's forward
+    left pending, which the layer's own backward reads)."""
+    __slots__ = ("group", "li")
+
+    def __init__(self, group, li):
+        self.group, self.li = group, li
+
+    def backward(self):
+        self.group.backward_member(self.li)
+
+
 class ExecutionPlan:
     """Steps of one net's forward and backward. ``fold_groups``: the TEST
     folding's groups (their forward only; backward through values they do
@@ -155,7 +168,10 @@ class ExecutionPlan:
             for li in range(start, end - 1, -1):
                 c = self._bwd_of.get(li)
                 if c is None or start < c.last or end > c.first:
-                    out.append((li, LAYER if need[li] else SKIP))
+                    if c is not None and need[li] and hasattr(c, "backward_member"):
+                        out.append((li, _BackwardMember(c, li)))
+                    else:
+                        out.append((li, LAYER if need[li] else SKIP))
                 else:
                     out.append((li, c if li == c.last else SKIP))
             sched = self._remember(self._bwd_cache, key, tuple(out))

@@ -313,6 +313,24 @@ class NewTopTrainChain(TrainChain):
         for t in self.pending:
             t.compute_on_read = self._reader
 
+    def _compute_pending(self):
+        if any(t.compute_on_read is self._reader for t in self.pending):
+            self._compute()
+
+    def run_member(self, li):
+        """Layer ``li``'s own forward in a range that cuts the chain (its
+        input may be a blob the last fused forward left pending)."""
+        self._compute_pending()
+        g = self.net.graph
+        self.net.layers[li].forward(g.bottoms[li], g.tops[li])
+
+    def backward_member(self, li):
+        """Layer ``li``'s own backward in a range that cuts the chain (the
+        Scale's reads its input, which may be pending)."""
+        self._compute_pending()
+        g = self.net.graph
+        self.net.layers[li].backward(g.tops[li], g.bottom_need_backward[li], g.bottoms[li])
+
 
 def find_residual_tails(net, bn_chains):
     """[(bn, scale, eltwise, relu)]: a BatchNorm -> Scale chain of
