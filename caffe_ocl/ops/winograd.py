@@ -202,6 +202,8 @@ def balanced_chunk(num, most, tiles_per_image):
 
 # kernels/winograd.cl wino_input_rows: the widest strip of tiles it holds
 ROWMAX = 1030
+# CPU drivers: fewest strips per work-item of wino_input_rows
+STRIPS_MIN_CHUNK = 8
 
 
 # GPU transforms: one work-item per tile, filter or output position, no
@@ -230,7 +232,15 @@ def _input_launch(dev, nimg, cin, h, w, th, tw, ph, pw, Tp, ks, x, off_x, ws, of
     if strips is None:
         strips = dev.is_cpu
     if strips and defs["WM"] * tw + 2 <= ROWMAX:
-        gs, ls = work_size(dev, cin * nimg * th, cap_per_cu=TRANSFORM_CAP_PER_CU)
+        n = cin * nimg * th
+        if dev.is_cpu:
+            # a strip is a whole row of tiles (hundreds of floats read and
+            # 36 x as many written): the element-wise chunking (thousands of
+            # items per work-item) gave DenseNet-121's batch-1 layers (1792
+            # strips) one work-item, one core of two
+            gs, ls = (cpu_chunks(dev, n, min_chunk=STRIPS_MIN_CHUNK),), (1,)
+        else:
+            gs, ls = work_size(dev, n, cap_per_cu=TRANSFORM_CAP_PER_CU)
         return dev.launch(SRC, "wino_input_rows", gs, ls,
                           [nimg, cin, h, w, th, tw, ph, pw, Tp, ks, x, off_x, ws, off_v], defs)
     gs, ls = work_size(dev, cin * Tp, cap_per_cu=TRANSFORM_CAP_PER_CU)
