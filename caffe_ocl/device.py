@@ -600,11 +600,6 @@ class _Recorder:
 RECORDER = _Recorder()
 
 
-def recording_events():
-    """Whether ``record_events`` is on (caffe_ocl time)."""
-    return _event_sink is not None
-
-
 def note_event(event):
     """Record ``event`` while ``record_events`` is on (enqueues made outside
     Launch/Device, e.g. the data layers' uploads)."""

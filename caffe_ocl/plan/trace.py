@@ -31,8 +31,10 @@ When a recording is used (``_RangeTrace.valid``):
   step that changes it ends the replay there, the ordinary loop goes on);
 - every layer parameter's memory has the version it had (a weight written
   from Python, a fold to redo);
-- the same execution plan, no pycaffe hooks, no ``caffe_ocl time``
-  recording, and the net is a TEST net (CAFFE_OCL_FORWARD_TRACE).
+- the same execution plan, no pycaffe hooks, and the net is a TEST net
+  (CAFFE_OCL_FORWARD_TRACE). ``caffe_ocl time``'s event recording
+  (device.record_events) still sees every command of a replayed pass:
+  its launches and uploads go through Launch.run / Device.upload.
 
 Replay of a segment: make the memories it reads first current on the
 device (an input written from Python is uploaded here), enqueue its
@@ -46,7 +48,7 @@ pass finds it stale and copies or recomputes (the right values, once
 slower)."""
 from .. import config
 from ..blob import LAYOUT
-from ..device import RECORDER, recording_events
+from ..device import RECORDER
 from ..layers.base import Layer
 from ..proto import caffe_pb2
 from . import execution
@@ -198,7 +200,7 @@ class ForwardTracer:
         ``run_step(li, action)`` runs one step as the ordinary loop does
         (returns whether the layer reshaped)."""
         net = self.net
-        if net._net_hooks is not None or recording_events() or RECORDER.ops is not None:
+        if net._net_hooks is not None or RECORDER.ops is not None:
             return self._ordinary(start, end, run_step, 0)
         if start != 0:
             # a range from a later layer may depend on state an earlier
