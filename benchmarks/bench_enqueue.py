@@ -19,6 +19,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import numpy as np  # noqa: E402
 import pyopencl as cl  # noqa: E402
 
 from caffe_ocl import cl_enqueue, device as devmod  # noqa: E402
@@ -42,7 +43,6 @@ def main():
     prg = cl.Program(ctx, SRC).build()
     buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * 256)
     k = prg.tiny
-    import numpy as np
     k.set_args(buf, np.int32(256))
     fast = cl_enqueue.direct_enqueue_fn()
     print(f"device: {dev.name}; direct enqueue: {fast is not None}")
