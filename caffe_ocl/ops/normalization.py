@@ -3,7 +3,7 @@
 Blobs are viewed as ``O x C x I``; statistics of channel c run over (o, i)
 by one work-group per channel (BatchNorm: O=num, I=spatial; MVN: O=1,
 C=rows, I=row length)."""
-from . import vec_work_size, work_size
+from . import cpu_chunks, vec_work_size, work_size
 from .gemm import act_defines
 from .channel import channel_partials, partial_finish, reduce_groups, reduce_wg, vec_of
 
@@ -85,16 +85,20 @@ def bn_scale_act_forward(dev, O, C, I, x, mean, stdv, gamma, beta, xnorm, y, act
     xnorm = (x - mean) / stdv, y = act(gamma * xnorm + beta), one pass.
     ``snap``: (gamma copy, beta copy) buffers the pass also fills."""
     n = O * C * I
-    vec = vec_of(I)
-    g, l = vec_work_size(dev, n // vec, vec)
     defs, aa = _act_args(act)
-    defs["VEC"] = vec
     extra = [gamma, beta]           # not written without SNAP (normalization.cl)
     if snap is not None:
         defs["SNAP"] = 1
         extra = list(snap)
-    return dev.launch(SRC, "bn_scale_act_fwd", g, l,
-                      [n, C, I, x, mean, stdv, gamma, beta, xnorm, y] + aa + extra, defs)
+    args = [n, C, I, x, mean, stdv, gamma, beta, xnorm, y] + aa + extra
+    if dev.is_cpu:
+        # contiguous chunks walked by channel runs (bn_scale_act_fwd_runs)
+        return dev.launch(SRC, "bn_scale_act_fwd_runs", (cpu_chunks(dev, n),), (1,), args,
+                          defs)
+    vec = vec_of(I)
+    g, l = vec_work_size(dev, n // vec, vec)
+    defs["VEC"] = vec
+    return dev.launch(SRC, "bn_scale_act_fwd", g, l, args, defs)
 
 
 def bn_scale_act_backward(dev, O, C, I, dy, xnorm, gamma, beta, stdv, dx, dgamma, dbeta,

@@ -201,3 +201,34 @@ def test_gpu_lrn_across(gpu, monkeypatch, rng, beta):
                                      dyb, dxb)])
     np.testing.assert_allclose(gpu.get(dxb, x.shape), dx, rtol=1e-4, atol=1e-5)
     assert names == ["lrn_across_fwd", "lrn_across_bwd"]
+
+
+@pytest.mark.parametrize("I,act", [(12, ("relu", 0.1)), (7, ("clip", 0.0, 6.0)), (8, None)])
+def test_bn_scale_act_forward_gpu_and_cpu_forms(d, monkeypatch, rng, I, act):
+    """ops.normalization.bn_scale_act_forward: the GPU kernel (float4 when 4
+    divides I) and the CPU drivers' channel-run kernel give the float64
+    values, and the SNAP copies of gamma/beta."""
+    from caffe_ocl.ops import normalization as norm_ops
+    O, C = 3, 5
+    x = rng.standard_normal((O, C, I)).astype(np.float32)
+    mean, std = rng.standard_normal(C).astype(np.float32), rng.uniform(0.5, 2, C).astype(np.float32)
+    g, b = rng.standard_normal(C).astype(np.float32), rng.standard_normal(C).astype(np.float32)
+    xn = (x.astype(np.float64) - mean[None, :, None]) / std[None, :, None]
+    v = g[None, :, None] * xn + b[None, :, None]
+    if act is not None and act[0] == "relu":
+        v = np.where(v > 0, v, act[1] * v)
+    elif act is not None:
+        v = np.clip(v, act[1], act[2])
+    for cpu in (True, False):
+        monkeypatch.setattr(d.dev, "is_cpu", cpu)
+        bufs = [d.buf(a) for a in (x, mean, std, g, b)]
+        xnb, yb = d.buf(np.zeros(x.size)), d.buf(np.zeros(x.size))
+        gs, bs = d.buf(np.zeros(C)), d.buf(np.zeros(C))
+        launch = norm_ops.bn_scale_act_forward(d.dev, O, C, I, *bufs, xnb, yb, act=act,
+                                               snap=(gs, bs))
+        assert launch.name == ("bn_scale_act_fwd_runs" if cpu else "bn_scale_act_fwd")
+        d.run([launch])
+        np.testing.assert_allclose(d.get(xnb, x.shape), xn, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(d.get(yb, x.shape), v, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(d.get(gs, (C,)), g)
+        np.testing.assert_array_equal(d.get(bs, (C,)), b)
