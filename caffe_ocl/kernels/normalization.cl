@@ -163,6 +163,14 @@ typedef float floatv;
  * tops, plan/train.py NewTopTrainChain: the Scale's top is computed when
  * read, with the parameters of this forward, not the solver's update);
  * without SNAP they are not touched (the callers pass gamma and beta). */
+inline void bn_snap_params(int C, __global const float* gamma, __global const float* beta,
+                           __global float* gsnap, __global float* bsnap) {
+    for (int c = get_global_id(0); c < C; c += get_global_size(0)) {
+        gsnap[c] = gamma[c];
+        bsnap[c] = beta[c];
+    }
+}
+
 __kernel void bn_scale_act_fwd(int n, int C, int I, __global const float* x,
                                __global const float* mean, __global const float* stdv,
                                __global const float* gamma, __global const float* beta,
@@ -170,10 +178,7 @@ __kernel void bn_scale_act_fwd(int n, int C, int I, __global const float* x,
                                float act_a, float act_b,
                                __global float* gsnap, __global float* bsnap) {
 #if SNAP
-    for (int c = get_global_id(0); c < C; c += get_global_size(0)) {
-        gsnap[c] = gamma[c];
-        bsnap[c] = beta[c];
-    }
+    bn_snap_params(C, gamma, beta, gsnap, bsnap);
 #endif
     const int IV = I / VEC;
     GLOBAL_LOOP(k, n / VEC) {
@@ -202,10 +207,7 @@ __kernel void bn_scale_act_fwd_runs(int n, int C, int I, __global const float* x
                                     float act_a, float act_b,
                                     __global float* gsnap, __global float* bsnap) {
 #if SNAP
-    for (int c = get_global_id(0); c < C; c += get_global_size(0)) {
-        gsnap[c] = gamma[c];
-        bsnap[c] = beta[c];
-    }
+    bn_snap_params(C, gamma, beta, gsnap, bsnap);
 #endif
     const int chunk = _gl_chunk(n);
     int k = (int)get_global_id(0) * chunk;
@@ -222,13 +224,8 @@ __kernel void bn_scale_act_fwd_runs(int n, int C, int I, __global const float* x
         for (int j = 0; j < len; ++j) {
             const float xn = (xs[j] - m) / sd;
             xn_[j] = xn;
-            float v = fma(g, xn, b);
-#if ACT == 1
-            v = v > 0.0f ? v : act_a * v;
-#elif ACT == 2
-            v = fmax(act_a, fmin(act_b, v));
-#endif
-            ys[j] = v;
+            const float v = fma(g, xn, b);
+            ys[j] = APPLY_ACT(v);
         }
         k += len;
         i = 0;

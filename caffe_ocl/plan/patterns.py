@@ -98,11 +98,15 @@ class PendingTops:
         self.pending_layers = pending_layers
         self._reader = self._compute        # one bound method: compared by identity
 
-    def _compute(self):
-        """The pending blobs, by their layers' own forwards."""
+    def _unmark_pending(self):
+        """The pending blobs are being computed: no longer computed on read."""
         for b in self.pending:
             if b.compute_on_read is self._reader:
                 b.compute_on_read = None
+
+    def _compute(self):
+        """The pending blobs, by their layers' own forwards."""
+        self._unmark_pending()
         g = self.net.graph
         for li in self.pending_layers:
             self.net.layers[li].forward(g.bottoms[li], g.tops[li])

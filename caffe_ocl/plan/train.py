@@ -41,7 +41,7 @@ import logging
 from .. import config
 from . import concat as concat_plan
 from . import eltwise as fusion_eltwise
-from .patterns import LayerPair, act_of, consumers, in_place_on, one_in_one_out
+from .patterns import LayerPair, PendingTops, act_of, consumers, in_place_on, one_in_one_out
 from ..ops import channel as channel_ops
 from ..ops import conv as conv_ops
 from ..ops import normalization as norm_ops
@@ -262,7 +262,7 @@ def _new_top_chain(net, li, taken, outputs):
     return (li, s, act)
 
 
-class NewTopTrainChain(TrainChain):
+class NewTopTrainChain(PendingTops, TrainChain):
     """A chain of ``find_new_top_chains``: the same fused passes, reading
     BatchNorm's bottom and writing the last member's top. The blobs in
     between (BatchNorm's and Scale's tops where they are new blobs) are
@@ -279,8 +279,9 @@ class NewTopTrainChain(TrainChain):
         self.x = g.bottoms[b][0]
         self.y = g.tops[self.last][0]
         self.t1, self.t2 = g.tops[b][0], g.tops[s][0]
-        self.pending = [t for t in (self.t1, self.t2) if t is not self.y]
-        self._reader = self._compute        # one bound method: compared by identity
+        # computed by _compute below, not by the layers' own forwards (a
+        # TRAIN BatchNorm's would update its running statistics again)
+        self._init_pending([t for t in (self.t1, self.t2) if t is not self.y], [])
         self._snap = None
 
     def _snapshot(self):
@@ -292,9 +293,7 @@ class NewTopTrainChain(TrainChain):
 
     def _compute(self):
         """The pending blobs of the last forward (see the class doc)."""
-        for t in self.pending:
-            if t.compute_on_read is self._reader:
-                t.compute_on_read = None
+        self._unmark_pending()
         bn, dev = self.bn, self.bn.device
         O, C, I = bn.dims
         q = dev.queue
@@ -310,19 +309,7 @@ class NewTopTrainChain(TrainChain):
 
     def run(self):
         super().run()
-        for t in self.pending:
-            t.compute_on_read = self._reader
-
-    def _compute_pending(self):
-        if any(t.compute_on_read is self._reader for t in self.pending):
-            self._compute()
-
-    def run_member(self, li):
-        """Layer ``li``'s own forward in a range that cuts the chain (its
-        input may be a blob the last fused forward left pending)."""
-        self._compute_pending()
-        g = self.net.graph
-        self.net.layers[li].forward(g.bottoms[li], g.tops[li])
+        self._mark_pending()
 
     def backward_member(self, li):
         """Layer ``li``'s own backward in a range that cuts the chain (the

@@ -36,11 +36,12 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "
 """
 
 
-def _net(monkeypatch, fuse, seed=3):
+def _net(monkeypatch, fuse, seed=3, text=NET, data_seed=0):
+    """The TRAIN net of ``text`` (fusion on or off), its x and labels set."""
     monkeypatch.setenv(fusion_train.ENV, "1" if fuse else "0")
     caffe_ocl.set_random_seed(seed)
-    net = caffe_ocl.Net(parse_net_text(NET), caffe_ocl.TRAIN)
-    rng = np.random.default_rng(0)
+    net = caffe_ocl.Net(parse_net_text(text), caffe_ocl.TRAIN)
+    rng = np.random.default_rng(data_seed)
     net.blobs["x"].data[...] = rng.standard_normal(net.blobs["x"].shape) * 2 + 1
     net.blobs["label"].data[...] = [0, 2, 1]
     return net

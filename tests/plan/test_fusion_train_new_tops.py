@@ -10,6 +10,7 @@ import numpy as np
 import caffe_ocl
 from caffe_ocl.plan import train as fusion_train
 from caffe_ocl.proto import caffe_pb2, parse_net_text
+from test_fusion_train import _net as fused_net
 
 NET = """
 name: "nt" force_backward: true
@@ -40,14 +41,8 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "
 """
 
 
-def _net(monkeypatch, fuse, seed=5):
-    monkeypatch.setenv(fusion_train.ENV, "1" if fuse else "0")
-    caffe_ocl.set_random_seed(seed)
-    net = caffe_ocl.Net(parse_net_text(NET), caffe_ocl.TRAIN)
-    rng = np.random.default_rng(1)
-    net.blobs["x"].data[...] = rng.standard_normal(net.blobs["x"].shape) * 2 + 1
-    net.blobs["label"].data[...] = [0, 2, 1]
-    return net
+def _net(monkeypatch, fuse):
+    return fused_net(monkeypatch, fuse, seed=5, text=NET, data_seed=1)
 
 
 def test_new_top_chains_found(monkeypatch):
