@@ -586,16 +586,82 @@ def parse(argv=None):
     return args
 
 
-def report_files(paths):
-    """The tables of several --json files (records of one device together)."""
-    by_dev = {}
+def read_reports(paths):
+    """The records of several --json files, each file's run printed first."""
+    records = []
     for p in paths:
         with open(p) as f:
             data = json.load(f)
         print(f"# {p}: {data.get('date')} {data.get('device')} ({data.get('platform')}), "
               f"torch {data.get('torch')}, args {' '.join(data.get('argv', []))}")
-        for r in data["records"]:
-            by_dev.setdefault(r.get("device", "gpu"), []).append(r)
+        records += data["records"]
+    return records
+
+
+def start_device(device, who):
+    """caffe_ocl on ``device`` ("gpu": needs PyTorch with CUDA; cudnn.benchmark
+    on) and PyTorch on every core: (the caffe_ocl device, its platform's
+    name, the torch module). ``who``: the script, for the error."""
+    import caffe_ocl
+    import torch
+    if device == "gpu":
+        if not torch.cuda.is_available():
+            sys.exit(f"{who}: --device gpu needs PyTorch with CUDA (use --device cpu)")
+        torch.backends.cudnn.benchmark = True
+        caffe_ocl.set_mode_gpu()
+    else:
+        caffe_ocl.set_mode_cpu()
+    torch.set_num_threads(os.cpu_count())
+    dev = caffe_ocl.get_device()
+    platform = dev.info.get("platform_name", "") if hasattr(dev, "info") else ""
+    return dev, platform, torch
+
+
+def record_emitter(records, dev, platform, torch, json_path, describe):
+    """``emit(rec)``: append the record, log ``describe(rec)``, and rewrite
+    ``json_path`` (if any) with every record so far and the run's facts (a
+    run cut short keeps what it measured)."""
+    meta = dict(device=dev.name, platform=platform, torch=torch.__version__,
+                argv=sys.argv[1:], date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                cpu_count=os.cpu_count())
+
+    def emit(rec):
+        records.append(rec)
+        log(describe(rec))
+        if json_path:
+            with open(json_path + ".part", "w") as f:
+                json.dump(dict(meta, records=records), f, indent=1)
+            os.replace(json_path + ".part", json_path)
+    return emit
+
+
+def run_each_net(args, prefix, run, emit):
+    """``run(name, export_dir)`` for each of ``args.nets``, the exports in
+    ``args.export_dir`` or a temporary folder; a net that raises is emitted
+    as a failed record and the others go on."""
+    tmp = None
+    export_dir = args.export_dir
+    if export_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix=prefix)
+        export_dir = tmp.name
+    os.makedirs(export_dir, exist_ok=True)
+    try:
+        for name in args.nets:
+            try:
+                run(name, export_dir)
+            except Exception as e:  # noqa: BLE001 -- one net's failure ends only that net
+                emit(dict(net=name, batch=args.batches[0], precision=args.precisions[0],
+                          status="failed", error=f"{type(e).__name__}: {e}"))
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def report_files(paths):
+    """The tables of several --json files (records of one device together)."""
+    by_dev = {}
+    for r in read_reports(paths):
+        by_dev.setdefault(r.get("device", "gpu"), []).append(r)
     for dev, recs in by_dev.items():
         refs = ["eager", "graph"] if dev == "gpu" else ["ort"]
         refs += ["base"] if any("base_ms" in r for r in recs) else []
@@ -608,19 +674,7 @@ def main(argv=None):
     if args.report:
         report_files(args.report)
         return 0
-    import caffe_ocl
-    if args.device == "gpu":
-        import torch
-        if not torch.cuda.is_available():
-            sys.exit("bench_zoo: --device gpu needs PyTorch with CUDA (use --device cpu)")
-        torch.backends.cudnn.benchmark = True
-        caffe_ocl.set_mode_gpu()
-    else:
-        caffe_ocl.set_mode_cpu()
-    import torch
-    torch.set_num_threads(os.cpu_count())
-    dev = caffe_ocl.get_device()
-    platform = dev.info.get("platform_name", "") if hasattr(dev, "info") else ""
+    dev, platform, torch = start_device(args.device, "bench_zoo")
     refs = ["eager", "graph"] if args.device == "gpu" else ["ort"]
     refs += ["base"] if args.ab else []
     log(f"# device: {dev.name} ({platform}); torch {torch.__version__}; "
@@ -629,38 +683,17 @@ def main(argv=None):
         f"rounds {args.rounds} x runs {args.runs} (warmup {args.warmup}); "
         f"{'ORT threads ' + str(args.threads) if args.device == 'cpu' else ''}")
     records = []
-    meta = dict(device=dev.name, platform=platform, torch=torch.__version__,
-                argv=sys.argv[1:], date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                cpu_count=os.cpu_count())
 
-    def emit(rec):
-        records.append(rec)
+    def describe(rec):
         ms = " ".join(f"{k[:-3]} {rec[k]:.2f} ms" for k in rec if k.endswith("_ms"))
         err = (f" err {rec['err_abs']:.1e}/{rec['err_rel']:.1e}" if "err_abs" in rec else "")
         why = f" {rec['error'][:200]}" if rec.get("error") else ""
-        log(f"{rec['net']} b{rec['batch']} {rec.get('precision', '')}: "
-            f"{rec.get('status')}{err} {ms}{why}")
-        if args.json:
-            with open(args.json + ".part", "w") as f:
-                json.dump(dict(meta, records=records), f, indent=1)
-            os.replace(args.json + ".part", args.json)
+        return f"{rec['net']} b{rec['batch']} {rec.get('precision', '')}: " \
+               f"{rec.get('status')}{err} {ms}{why}"
 
-    tmp = None
-    export_dir = args.export_dir
-    if export_dir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="bench_zoo_")
-        export_dir = tmp.name
-    os.makedirs(export_dir, exist_ok=True)
-    try:
-        for name in args.nets:
-            try:
-                run_one(name, args, export_dir, records, emit)
-            except Exception as e:  # noqa: BLE001 -- one net's failure ends only that net
-                emit(dict(net=name, batch=args.batches[0], precision=args.precisions[0],
-                          status="failed", error=f"{type(e).__name__}: {e}"))
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
+    emit = record_emitter(records, dev, platform, torch, args.json, describe)
+    run_each_net(args, "bench_zoo_",
+                 lambda name, export_dir: run_one(name, args, export_dir, records, emit), emit)
     print(table(records, args.device, refs), flush=True)
     print(host_table(records), flush=True)
     bad = [r for r in records if r.get("status") != "ok"]

@@ -51,11 +51,9 @@ On the CPU the reference is PyTorch on the CPU (fp32 only).
 import argparse
 import copy
 import gc
-import json
 import math
 import os
 import sys
-import tempfile
 import time
 import traceback
 
@@ -605,14 +603,7 @@ def parse(argv=None):
 
 def report_files(paths):
     """The table of several --json files' records together."""
-    records = []
-    for p in paths:
-        with open(p) as f:
-            data = json.load(f)
-        print(f"# {p}: {data.get('date')} {data.get('device')} ({data.get('platform')}), "
-              f"torch {data.get('torch')}, args {' '.join(data.get('argv', []))}")
-        records += data["records"]
-    print(table(records), flush=True)
+    print(table(bench_zoo.read_reports(paths)), flush=True)
 
 
 def main(argv=None):
@@ -620,30 +611,15 @@ def main(argv=None):
     if args.report:
         report_files(args.report)
         return 0
-    import caffe_ocl
-    import torch
-    if args.device == "gpu":
-        if not torch.cuda.is_available():
-            sys.exit("bench_zoo_train: --device gpu needs PyTorch with CUDA (use --device cpu)")
-        torch.backends.cudnn.benchmark = True
-        caffe_ocl.set_mode_gpu()
-    else:
-        caffe_ocl.set_mode_cpu()
-    torch.set_num_threads(os.cpu_count())
-    dev = caffe_ocl.get_device()
-    platform = dev.info.get("platform_name", "") if hasattr(dev, "info") else ""
+    dev, platform, torch = bench_zoo.start_device(args.device, "bench_zoo_train")
     log(f"# device: {dev.name} ({platform}); torch {torch.__version__}; "
         f"nets {','.join(args.nets)}; batches {args.batches}; size {args.size}; "
         f"{','.join(args.precisions) if args.device == 'gpu' else 'fp32'}; "
         + ("check only" if args.check_only else
            f"rounds {args.rounds} x runs {args.runs} (warmup {args.warmup})"))
     records = []
-    meta = dict(device=dev.name, platform=platform, torch=torch.__version__,
-                argv=sys.argv[1:], date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                cpu_count=os.cpu_count())
 
-    def emit(rec):
-        records.append(rec)
+    def describe(rec):
         ms = " ".join(f"{k[:-3]} {rec[k]:.2f} ms" for k in rec if k.endswith("_ms"))
         chk = ""
         if "loss_rel" in rec:
@@ -657,29 +633,12 @@ def main(argv=None):
         if rec.get("kinks"):
             fails += (f" kink noise ({len(rec['kinks'])} params over --tol, within "
                       f"--kink-tol of float64; worst: {rec['kinks'][0]})")
-        log(f"{rec['net']} b{rec['batch']} {rec.get('precision', '')}: "
-            f"{rec.get('status')}{chk} {ms}{why}{fails}")
-        if args.json:
-            with open(args.json + ".part", "w") as f:
-                json.dump(dict(meta, records=records), f, indent=1)
-            os.replace(args.json + ".part", args.json)
+        return (f"{rec['net']} b{rec['batch']} {rec.get('precision', '')}: "
+                f"{rec.get('status')}{chk} {ms}{why}{fails}")
 
-    tmp = None
-    export_dir = args.export_dir
-    if export_dir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="bench_zoo_train_")
-        export_dir = tmp.name
-    os.makedirs(export_dir, exist_ok=True)
-    try:
-        for name in args.nets:
-            try:
-                run_one(name, args, export_dir, emit)
-            except Exception as e:  # noqa: BLE001 -- one net's failure ends only that net
-                emit(dict(net=name, batch=args.batches[0], precision=args.precisions[0],
-                          status="failed", error=f"{type(e).__name__}: {e}"))
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
+    emit = bench_zoo.record_emitter(records, dev, platform, torch, args.json, describe)
+    bench_zoo.run_each_net(args, "bench_zoo_train_",
+                           lambda name, export_dir: run_one(name, args, export_dir, emit), emit)
     print(table(records), flush=True)
     bad = [r for r in records if r.get("status") != "ok"]
     return 1 if bad else 0
