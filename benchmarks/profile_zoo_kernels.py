@@ -136,9 +136,11 @@ def main():
                   f"({len(rows)} launches), host enqueue {host:.3f} ms")
             by_kernel = {}
             for us, lab, ln in rows:
-                by_kernel[ln.name] = by_kernel.get(ln.name, 0.0) + us
-            print("by kernel: " + ", ".join(f"{k} {v / 1e3:.3f}" for k, v in
-                                            sorted(by_kernel.items(), key=lambda e: -e[1])))
+                t, c = by_kernel.get(ln.name, (0.0, 0))
+                by_kernel[ln.name] = (t + us, c + 1)
+            print("by kernel (ms, launches): " + ", ".join(
+                f"{k} {v[0] / 1e3:.3f}/{v[1]}"
+                for k, v in sorted(by_kernel.items(), key=lambda e: -e[1][0])))
             for us, lab, ln in sorted(rows, key=lambda r: -r[0])[:args.top]:
                 print(f"  {us:8.1f} us  {lab:28s} {ln.name:22s} g{ln.gsize} l{ln.lsize}")
             del net, fwd

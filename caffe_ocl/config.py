@@ -187,6 +187,10 @@ _DECLARED = (
     Setting("CONV_SPLITK", "bool", True,
             "GPU implicit-GEMM convolution forwards whose output tiles cannot fill the "
             "device split K over work-groups (off: one pass)", internal=True),
+    Setting("CONV_SMALL_TILES", "bool", True,
+            "GPU implicit-GEMM convolution forwards in FP32 whose tiles leave most compute "
+            "units idle run 64 x 64 tiles of 4 x 4 results per work-item (off: always "
+            "128-column tiles of 8 x 8)", internal=True),
     Setting("CONV_SPLITK_MIN_KTILES", "int", 8,
             "fewest 16-deep steps of the main loop per K slice of a split-K convolution "
             "forward (CONV_SPLITK)", internal=True),

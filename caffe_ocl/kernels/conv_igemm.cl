@@ -30,6 +30,10 @@
 #ifndef TF32
 #define TF32 0
 #endif
+#ifndef MICRO
+#define MICRO 8     /* results per work-item a side (tile_mainloop.h) */
+#endif
+#define IG_THREADS (TM * TN / (MICRO * MICRO))
 #ifndef GROUPS
 #define GROUPS 1
 #endif
@@ -66,7 +70,7 @@ inline float im2col_at(__global const float* xb, int k, int kend, int ok,
 
 #define A_KFAST 1
 #define B_KFAST 0
-__kernel __attribute__((reqd_work_group_size(TM * TN / 64, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(IG_THREADS, 1, 1)))
 void conv_fwd(int NIMG, int C, int H, int W, int CO, int HO, int WO, float alpha,
               __global const float* X, int offX, __global const float* Wt, float beta,
               __global float* Y, int offY, __global const float* bias, int offBias,
@@ -134,7 +138,7 @@ inline float col2im_at(__global const float* dyb, int k, int kend, int ok,
 
 #define A_KFAST 1
 #define B_KFAST 0
-__kernel __attribute__((reqd_work_group_size(TM * TN / 64, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(IG_THREADS, 1, 1)))
 void conv_bwd_data(int NIMG, int C, int H, int W, int CO, int HO, int WO,
                    __global const float* DY, int offDY, __global const float* Wt,
                    float beta, __global float* DX, int offDX) {
@@ -187,7 +191,7 @@ inline float col2im_phase(__global const float* dyb, int k, int kend, int ok,
 
 #define A_KFAST 1
 #define B_KFAST 0
-__kernel __attribute__((reqd_work_group_size(TM * TN / 64, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(IG_THREADS, 1, 1)))
 void conv_bwd_data_phase(int NIMG, int C, int H, int W, int CO, int HO, int WO,
                          int rh, int rw, int h0, int w0, int HP, int WP,
                          __global const float* DY, int offDY, __global const float* Wt,
@@ -243,7 +247,7 @@ inline float im2col_t(__global const float* X, int k, int n, int kend, int N,
 
 #define A_KFAST 1
 #define B_KFAST 1
-__kernel __attribute__((reqd_work_group_size(TM * TN / 64, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(IG_THREADS, 1, 1)))
 void conv_bwd_weight(int NIMG, int C, int H, int W, int CO, int HO, int WO,
                      int nsplit, int kchunk,
                      __global const float* X, int offX, __global const float* DY, int offDY,

@@ -13,13 +13,17 @@
  *   A_KFAST / B_KFAST  1 when consecutive k are adjacent in memory for that
  *       operand (the fetch mapping then walks k across work-items);
  *   variables lid (local id), m0, n0 (tile origin), kbeg, kend.
- * After it: float acc[8][8] holds this work-item's 8 x 8 results, the
+ * After it: float acc[MICRO][MICRO] holds this work-item's results, the
  * element acc[i][j] being C[m0 + ROW_OF(i)][n0 + COL_OF(j)]; tile_store.h
  * writes them out coalesced.
  *
  * Compute: TF32 == 0: strict FP32, each work-item an 8 x 8 register tile
  * (rows ty*4 + 0..3 and TM/2 + ty*4 + 0..3, likewise columns), float4 reads
- * of local memory. TF32 == 1 (NVIDIA only): tensor cores through inline
+ * of local memory; or, with MICRO == 4 (ops/conv.py small_tiles: batch-1
+ * forwards whose few tiles leave most compute units idle), a 4 x 4 tile
+ * (rows ty*4 + 0..3, columns tx*4 + 0..3) on 64 x 64 blocks: four times the
+ * work-items per result, so a tile's main loop takes a quarter of the
+ * time when the device has compute units to spare. TF32 == 1 (NVIDIA only): tensor cores through inline
  * PTX mma.sync.m16n8k8 tf32 (operands rounded to TF32 when stored to local
  * memory, FP32 accumulation); each warp owns a 64 x 32 block. */
 #ifndef TK
@@ -28,15 +32,25 @@
 #ifndef TF32
 #define TF32 0
 #endif
-#define NT (TM * TN / 64)
+#ifndef MICRO
+#define MICRO 8
+#endif
+#define NT (TM * TN / (MICRO * MICRO))
 #define LDA_ (TM + 8)   /* +8: conflict-free TF32 fragment reads, float4-aligned */
 #define LDB_ (TN + 8)
 #define A_PER (TM * TK / NT)
 #define B_PER (TN * TK / NT)
-#define ACC_N 8                      /* for tile_store.h */
+#define ACC_N MICRO                  /* for tile_store.h */
+#define ACC_M MICRO
 #define TILE_FLOATS_ (2 * TK * LDB_)
-#if (TM != 64 && TM != 128) || TN != 128 || TK % 8
+#if MICRO == 8 && ((TM != 64 && TM != 128) || TN != 128) || TK % 8
 #error "tile_mainloop.h: TM must be 64 or 128, TN 128, TK a multiple of 8"
+#endif
+#if MICRO == 4 && (TM != 64 || TN != 64 || TF32)
+#error "tile_mainloop.h: MICRO 4 is FP32 on 64 x 64 tiles"
+#endif
+#if MICRO != 8 && MICRO != 4
+#error "tile_mainloop.h: MICRO must be 8 or 4"
 #endif
 
 /* Fetch mapping. A k-fast operand is read by runs of 4 work-items along k
@@ -80,11 +94,11 @@
     __local float mma_xch_[NT * 6];       /* mma_tf32.h's emulation */
 #endif
 
-    float acc[8][8];
+    float acc[MICRO][MICRO];
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < MICRO; ++i)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+        for (int j = 0; j < MICRO; ++j) acc[i][j] = 0.0f;
 
 #if TF32
     const int lane_ = lid & 31, warp_ = lid >> 5;
@@ -92,6 +106,10 @@
     const int gid_ = lane_ >> 2, tig_ = lane_ & 3;
 #define ROW_OF(i) (wm_ * 64 + ((i) >> 1) * 16 + gid_ + ((i) & 1) * 8)
 #define COL_OF(j) (wn_ * 32 + ((j) >> 1) * 8 + tig_ * 2 + ((j) & 1))
+#elif MICRO == 4
+    const int tx_ = lid % (TN / 4), ty_ = lid / (TN / 4);
+#define ROW_OF(i) (ty_ * 4 + (i))
+#define COL_OF(j) (tx_ * 4 + (j))
 #else
     const int tx_ = lid % (TN / 8), ty_ = lid / (TN / 8);
 #define ROW_OF(i) (((i) >> 2) * (TM / 2) + ty_ * 4 + ((i) & 3))
@@ -158,6 +176,18 @@
                     MMA_TF32(acc[2 * mt][2 * nt], acc[2 * mt][2 * nt + 1],
                              acc[2 * mt + 1][2 * nt], acc[2 * mt + 1][2 * nt + 1],
                              af[mt], bf[nt]);
+        }
+#elif MICRO == 4
+#pragma unroll
+        for (int kk = 0; kk < TK; ++kk) {
+            const float4 a0 = *(__local const float4*)(as_ + kk * LDA_ + ty_ * 4);
+            const float4 b0 = *(__local const float4*)(bs_ + kk * LDB_ + tx_ * 4);
+            const float a[4] = {a0.x, a0.y, a0.z, a0.w};
+            const float b[4] = {b0.x, b0.y, b0.z, b0.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = mad(a[i], b[j], acc[i][j]);
         }
 #else
 #pragma unroll

@@ -44,6 +44,7 @@
 #endif
 #define NT ((TM / 64) * (TN / WN) * 32)
 #define ACC_N (WN / 4)
+#define ACC_M 8
 #if TK != 16 || (TM != 64 && TM != 128) || TN != 128 || (WN != 32 && WN != 64) || NT % TN
 #error "tile_mainloop_async.h: TK 16, TM 64 or 128, TN 128, WN 32 or 64, NT a multiple of TN"
 #endif

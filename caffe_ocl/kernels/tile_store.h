@@ -22,8 +22,9 @@
  *   STORE_ROW(m, n, v)   statements storing result v of row m (< M) and
  *                        column n (< N), after alpha / bias / beta / act as
  *                        the kernel needs;
- * and has M, N, m0, n0, lid in scope; the main loop header defines ACC_N
- * (columns of acc) and TILE_FLOATS_ (floats of its B tiles, Bs).
+ * and has M, N, m0, n0, lid in scope; the main loop header defines ACC_M,
+ * ACC_N (rows and columns of acc) and TILE_FLOATS_ (floats of its B tiles,
+ * Bs).
  * An includer whose store adds beta times the old value (gemm.cl, the
  * implicit-GEMM backward-data) may define, instead of reading it in
  * STORE_ROW:
@@ -66,7 +67,7 @@
         for (int h_ = 0; h_ < TM / EPI_ROWS_; ++h_) {
             barrier(CLK_LOCAL_MEM_FENCE);    /* previous readers of the local tiles are done */
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
+            for (int i = 0; i < ACC_M; ++i) {
                 const int r_ = ROW_OF(i);
                 if (r_ / EPI_ROWS_ != h_) continue;
                 __local float* crow_ = cs_ + (r_ - h_ * EPI_ROWS_) * LDC_;
@@ -103,15 +104,15 @@
         if (en_ >= N) continue;
         STORE_COL(en_)
 #ifdef PRIOR_AT
-        float prior_[8];
+        float prior_[ACC_M];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
+        for (int i = 0; i < ACC_M; ++i) {
             const int em_ = m0 + ROW_OF(i);
             prior_[i] = (beta != 0.0f && em_ < M) ? PRIOR_AT(em_, en_) : 0.0f;
         }
 #endif
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
+        for (int i = 0; i < ACC_M; ++i) {
             const int em_ = m0 + ROW_OF(i);
             if (em_ >= M) continue;
             ROW_STORE_(em_, en_, acc[i][j], i)

@@ -40,8 +40,8 @@ from . import depthwise as dw_ops
 from . import winograd as wino_ops
 from . import pointwise
 from .channel import channel_sum
-from .gemm import (act_defines, async_tiles, cpu_full_blocks, deterministic, gemm, gpu_tiles,
-                   pack_a, packed_a_floats, use_tf32)
+from .gemm import (STAGED_MAX_K, act_defines, async_tiles, cpu_full_blocks, deterministic,
+                   gemm, gpu_tiles, pack_a, packed_a_floats, use_tf32)
 from .gemm_splitk import small_m, use_small_m
 
 log = logging.getLogger("caffe_ocl")
@@ -354,13 +354,14 @@ def _columns(dev, g, x, col, n0, nc):
 # implicit GEMM (GPU)
 # ---------------------------------------------------------------------------
 
-def _igemm_launch(dev, g, kernel, mode, M, N, gz, args, K=None, **extra):
+def _igemm_launch(dev, g, kernel, mode, M, N, gz, args, K=None, tiles=None, **extra):
     """K: the product's depth, for the staged store (None: direct stores;
-    weight gradients, whose outputs are small)."""
-    d = gpu_tiles(dev, M, K)
+    weight gradients, whose outputs are small). tiles: the tile (gpu_tiles'
+    form, MICRO included) when not gpu_tiles(dev, M, K)'s."""
+    d = dict(tiles) if tiles else gpu_tiles(dev, M, K)
     d.update(MODE=mode, KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, PH=g.ph, PW=g.pw,
              DH=g.dh, DW=g.dw, GROUPS=g.groups, **extra)
-    nt = d["TM"] * d["TN"] // 64
+    nt = d["TM"] * d["TN"] // d.get("MICRO", 8) ** 2
     gsize = (-(-N // d["TN"]) * nt, -(-M // d["TM"]), gz)
     return dev.launch(IGEMM_SRC, kernel, gsize, (nt, 1, 1), args, d)
 
@@ -503,12 +504,14 @@ def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0, y_off=0, y_channel
     act_kind, act_a, act_b = act_defines(act)
     N = g.num * g.out_spatial
     nsplit, kchunk = forward_splitk(dev, g)
+    tiles = forward_tiles(dev, g)
     if nsplit > 1:
         total = g.num * g.out_channels * g.out_spatial
         ws = dev.shared_scratch(nsplit * total)
         args = _sizes(g) + [1.0, x, 0, weight, 0.0, ws, 0, weight, 0, 0.0, 0.0]
         gs, ls = work_size(dev, total)
-        return [_igemm_launch(dev, g, "conv_fwd", 0, M, N, g.groups * nsplit, args, K=kchunk,
+        return [_igemm_launch(dev, g, "conv_fwd", 0, M, N, g.groups * nsplit, args,
+                              tiles=dict(tiles, STAGED=int(kchunk <= STAGED_MAX_K)),
                               FWD_NSPLIT=nsplit, FWD_KCHUNK=kchunk),
                 dev.launch(SPLITK_SRC, "conv_splitk_reduce", gs, ls,
                            [total, g.out_spatial, g.out_channels, nsplit, ws, float(beta), y,
@@ -516,8 +519,29 @@ def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0, y_off=0, y_channel
                            dict(BIAS=int(bias is not None), ACT=act_kind))]
     args = _sizes(g) + [1.0, x, 0, weight, float(beta), y, 0,
                         bias if bias is not None else weight, 0, act_a, act_b]
-    return [_igemm_launch(dev, g, "conv_fwd", 0, M, N, g.groups, args,
-                          K=g.col_rows // g.groups, BIAS=int(bias is not None), ACT=act_kind)]
+    return [_igemm_launch(dev, g, "conv_fwd", 0, M, N, g.groups, args, tiles=tiles,
+                          BIAS=int(bias is not None), ACT=act_kind)]
+
+
+def forward_tiles(dev, g):
+    """Tile of an implicit-GEMM forward of ``g`` (gpu_tiles' form): the
+    usual 128-column tiles with 8 x 8 results per work-item, or, on GPUs in
+    FP32 where even four times as many tiles would not fill the compute
+    units (batch 1-4 on small planes: a 1 x 1 convolution of 116 channels
+    on 14 x 14 is 2 tiles of 128 x 128 on 132 units), 64 x 64 tiles of 4 x 4
+    results per work-item (tile_mainloop.h MICRO 4): a tile's main loop
+    then takes a quarter of the time. Each result is still one work-item's
+    sum over K in order, so the values are the same bits either way.
+    Setting CONV_SMALL_TILES off: always the usual tiles."""
+    M, K = g.out_channels // g.groups, g.col_rows // g.groups
+    t = gpu_tiles(dev, M, K)
+    if dev.is_cpu or t["TF32"] or not config.get("CONV_SMALL_TILES"):
+        return t
+    N = g.num * g.out_spatial
+    small = -(-M // 64) * -(-N // 64) * g.groups
+    if small > max(int(dev.compute_units), 1):
+        return t
+    return dict(t, TM=64, TN=64, MICRO=4)
 
 
 # Forward passes whose output tiles leave at least half the compute units
@@ -539,7 +563,7 @@ def forward_splitk(dev, g):
     N = g.num * g.out_spatial
     if deterministic() or not config.get("CONV_SPLITK"):
         return 1, K
-    t = gpu_tiles(dev, M, K)
+    t = forward_tiles(dev, g)
     tiles = -(-M // t["TM"]) * -(-N // t["TN"]) * g.groups
     cus = max(int(dev.compute_units), 1)
     if 2 * tiles > cus:

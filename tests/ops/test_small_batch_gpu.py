@@ -171,3 +171,73 @@ def test_tf32_1x1_forward_with_few_tiles_splits(d, rng, monkeypatch):
     assert [ln.name for ln in launches] == ["conv_fwd", "conv_splitk_reduce"]
     d.run(launches)
     assert rel_err(d.get(yb, (1, 128, 4, 4)), _conv_ref(x, w, g)) < 2e-3
+
+
+@pytest.mark.parametrize("p", [(1, 116, 14, 14, 116, 1, 1),                    # 1x1, 2 x 4 tiles
+                               (1, 20, 9, 7, 70, 3, 3, 1, 1, 1, 1, 1, 1, 2),   # 3x3, 2 groups
+                               (2, 24, 5, 5, 50, 3, 3, 1, 1, 2, 2)],           # strided, 2 images
+                         ids=["1x1", "3x3-groups", "stride2-batch2"])
+def test_small_tiles_forward(d, rng, p, monkeypatch):
+    """GPU forwards with few tiles take 64 x 64 tiles of 4 x 4 results per
+    work-item (tile_mainloop.h MICRO 4): right against float64 with bias
+    and activation (edges of M and N inside a tile), and the same bits as
+    the usual tiles (each result is the same sum in the same order). Built
+    as for a GPU of 132 compute units (is_cpu off while the launches are
+    made), run by the CPU driver."""
+    monkeypatch.setattr(d.dev, "compute_units", 132)
+    g = conv_ops.ConvGeometry(*p)
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
+    b = rng.standard_normal(g.out_channels)
+    yshape = (g.num, g.out_channels, g.out_h, g.out_w)
+    xb, wb, bb = d.buf(x), d.buf(w), d.buf(b)
+    got = {}
+    for small in (True, False):
+        yb = d.buf(np.full(yshape, np.nan))
+        with config.override(CONV_SMALL_TILES=small, CONV_SPLITK=False):
+            monkeypatch.setattr(d.dev, "is_cpu", False)
+            assert conv_ops.forward_tiles(d.dev, g).get("MICRO", 8) == (4 if small else 8)
+            launches = conv_ops.forward(d.dev, g, xb, wb, yb, None, bias=bb,
+                                        act=("relu", 0.1), algo="igemm")
+            monkeypatch.setattr(d.dev, "is_cpu", True)
+        assert [ln.name for ln in launches] == ["conv_fwd"]
+        d.run(launches)
+        got[small] = d.get(yb, yshape)
+    v = _conv_ref(x, w, g) + b.reshape(1, -1, 1, 1)
+    assert rel_err(got[True], np.where(v > 0, v, 0.1 * v)) < 1e-5
+    np.testing.assert_array_equal(got[True], got[False])
+
+
+def test_small_tiles_split_k(d, rng, monkeypatch):
+    """Small tiles and a K split together (ResNet's 3 x 3 512 -> 512 on 7 x 7
+    at batch 1, shrunk): the slices of 64 x 64 tiles summed right."""
+    monkeypatch.setattr(d.dev, "compute_units", 132)
+    g = conv_ops.ConvGeometry(1, 96, 5, 5, 80, 3, 3, 1, 1)
+    x = rng.standard_normal((1, 96, 5, 5))
+    w = rng.standard_normal((80, 96, 3, 3))
+    yb = d.buf(np.full((1, 80, 5, 5), np.nan))
+    with config.override(CONV_SPLITK_MIN_KTILES=1):
+        monkeypatch.setattr(d.dev, "is_cpu", False)
+        assert conv_ops.forward_tiles(d.dev, g)["MICRO"] == 4
+        nsplit = conv_ops.forward_splitk(d.dev, g)[0]
+        launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, algo="igemm")
+        monkeypatch.setattr(d.dev, "is_cpu", True)
+    assert nsplit > 1 and [ln.name for ln in launches] == ["conv_fwd", "conv_splitk_reduce"]
+    d.run(launches)
+    assert rel_err(d.get(yb, (1, 80, 5, 5)), _conv_ref(x, w, g)) < 1e-5
+
+
+def test_small_tiles_rule():
+    """Small tiles where four times the usual tiles still fit the compute
+    units, FP32 only, not on CPU drivers, not with the setting off."""
+    G = conv_ops.ConvGeometry
+    dev = types.SimpleNamespace(**vars(H200))
+    assert conv_ops.forward_tiles(dev, G(1, 116, 14, 14, 116, 1, 1))["MICRO"] == 4
+    assert conv_ops.forward_tiles(dev, G(1, 512, 7, 7, 512, 3, 3, 1, 1))["MICRO"] == 4
+    big = conv_ops.forward_tiles(dev, G(16, 64, 56, 56, 64, 3, 3, 1, 1))   # 12544 x 64
+    assert big.get("MICRO", 8) == 8 and big["TN"] == 128
+    with config.override(CONV_SMALL_TILES=False):
+        assert conv_ops.forward_tiles(dev, G(1, 116, 14, 14, 116, 1, 1)).get("MICRO", 8) == 8
+    with config.override(TF32=True):
+        nv = types.SimpleNamespace(**vars(H200), is_nvidia=True)
+        assert conv_ops.forward_tiles(nv, G(1, 116, 14, 14, 116, 1, 1)).get("MICRO", 8) == 8
