@@ -827,6 +827,8 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
         return _igemm_forward(dev, g, x, weight, y, bias, act, y_off=y_off,
                               y_channels=y_channels)
     ych = y_channels or g.out_channels
+    if a == "im2col" and algo is None and direct_forward(dev, g):
+        return [_direct_forward(dev, g, x, weight, y, bias, act, y_off, ych)]
     if fully_connected(dev, g, algo):     # y[n, :] = W x[n, :] + bias
         return [small_m(dev, g.num, g.out_channels, g.channels, x, weight, y, ldc=ych,
                         off_c=y_off, bias=bias, bias_axis=1, act=act)]
@@ -852,6 +854,39 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
                            nstride=(src.image_stride, ych * N),
                            bias=bias, bias_axis=0, act=act, conv=src.conv, **packed)
     return out
+
+
+# CPU drivers: forwards of at most DIRECT_MAX_CHANNELS input channels (a
+# net's first layer) run kernels/conv_direct.cl instead of the GEMM. PoCL,
+# MobileNet v2's first layer (3 -> 32, 3 x 3 stride 2, 224 x 224): GEMM
+# 0.40-0.56 ms at batch 1 (pad copy, column packing for K = 27), direct
+# 0.36; 3 -> 16 0.29 -> 0.20; batch 16 6.4 -> 5.3. Kernels of at most
+# DIRECT_MAX_TAPS taps: ResNet's 7 x 7 (K = 147) is a good GEMM (1.8 ms
+# against 4.0 direct).
+DIRECT_SRC = "conv_direct.cl"
+DIRECT_MAX_CHANNELS = 4
+DIRECT_MAX_TAPS = 9
+
+
+def direct_forward(dev, g):
+    """Whether ``forward`` of ``g`` (automatic algorithm) runs the direct
+    kernel: CPU drivers, one group, at most DIRECT_MAX_CHANNELS input
+    channels and DIRECT_MAX_TAPS kernel taps, output rows of at least 8
+    pixels; setting CPU_DIRECT_CONV off: never."""
+    return (dev.is_cpu and g.groups == 1 and 0 < g.channels <= DIRECT_MAX_CHANNELS
+            and g.kh * g.kw <= DIRECT_MAX_TAPS and g.out_w >= 8 and g.out_channels > 0
+            and config.get("CPU_DIRECT_CONV"))
+
+
+def _direct_forward(dev, g, x, weight, y, bias, act, y_off, ych):
+    act_kind, act_a, act_b = act_defines(act)
+    items = g.num * -(-g.out_channels // 8) * g.out_h
+    defs = dict(C_IN=g.channels, KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, PH=g.ph, PW=g.pw,
+                DH=g.dh, DW=g.dw, BIAS=int(bias is not None), ACT=act_kind)
+    return dev.launch(DIRECT_SRC, "conv_direct_fwd", (cpu_chunks(dev, items, min_chunk=1),),
+                      (1,), [g.num, g.height, g.width, g.out_channels, g.out_h, g.out_w,
+                             x, weight, bias if bias is not None else weight, y, y_off, ych,
+                             act_a, act_b], defs)
 
 
 def gates_backward_data(dev, g, algo=None):
