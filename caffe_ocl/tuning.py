@@ -14,9 +14,12 @@ shapes (a pass that only one algorithm can compute is listed, not timed),
 interleaved -- A, B, C, A, B, C, ... -- for R rounds (default 5),
 each round long enough to dwarf the queue's synchronisation; the median
 decides (the rules' own choice unless another is more than 3% faster).
-Choices are stored per device, geometry (batch size included),
-pass and TF32 setting. The table printed shows every time, the choice and
-what the rules would run.
+Where the implicit GEMM is chosen for a forward on a GPU, its variants
+are timed the same way (ops/conv.py FORWARD_VARIANTS: the usual or the
+small tiles, FP32 only; the K split of forward_splitk or none) and the
+fastest stored too (pass "forward-igemm"). Choices are stored per device,
+geometry (batch size included), pass and TF32 setting. The table printed
+shows every time, the choice and what the rules would run.
 
 What it does not see: a fusion's extra work (the activation or ReLU
 backward that a layer fused with a convolution adds to it is not timed),
@@ -123,6 +126,14 @@ def measure(dev, g, pass_, algos=None, rounds=5, clock=None):
             first_line = (str(e).splitlines() or [type(e).__name__])[0]
             failed[a] = f"failed: {first_line[:120]}"
             built.pop(a, None)
+    result = _interleaved(dev, built, rounds, clock)
+    result.update(failed)
+    return result
+
+
+def _interleaved(dev, built, rounds, clock):
+    """{name: median ms} of the launch lists ``built`` (name -> launches),
+    each round long enough (ROUND_SECONDS), interleaved round by round."""
     clock = clock or (lambda dev, a, launches, n: _run(dev, launches, n))
     target = ROUND_SECONDS["cpu" if dev.is_cpu else "gpu"]
     repeats = {}
@@ -133,9 +144,7 @@ def measure(dev, g, pass_, algos=None, rounds=5, clock=None):
     for _ in range(rounds):
         for a, launches in built.items():
             samples[a].append(clock(dev, a, launches, repeats[a]) / repeats[a])
-    result = {a: statistics.median(s) * 1000.0 for a, s in samples.items()}
-    result.update(failed)
-    return result
+    return {a: statistics.median(s) * 1000.0 for a, s in samples.items()}
 
 
 def tune_passes(dev, items, rounds=5, store=True, out=print, clock=None):
@@ -168,11 +177,62 @@ def tune_passes(dev, items, rounds=5, store=True, out=print, clock=None):
         if row["choice"] is not None:
             new[key] = {"choice": row["choice"], "ms": {a: round(t, 4) for a, t in ok.items()},
                         "layers": names[:4]}
+        if p == "forward" and choice == "igemm":
+            vrow = tune_forward_variants(dev, g, names, rounds=rounds, out=out, clock=clock)
+            if vrow is not None:
+                rows.append(vrow)
+                new[vrow["key"]] = {"choice": vrow["choice"], "layers": names[:4],
+                                    "ms": {v: round(t, 4) for v, t in vrow["times"].items()
+                                           if isinstance(t, float)}}
     _print_summary(rows, out)
     path = tuned.save(dev, new) if store and new else None
     if path:
         out(f"stored {len(new)} choices in {path}")
     return rows, path
+
+
+def rule_variant(dev, g):
+    """The implicit-GEMM forward variant (ops/conv.py FORWARD_VARIANTS) the
+    rules give ``g`` (no stored choice)."""
+    with conv_ops.forced_forward_variant(None):
+        small = conv_ops.forward_tiles(dev, g).get("MICRO", 8) == 4
+        split = conv_ops.forward_splitk(dev, g)[0] > 1
+    return f"{'small' if small else 'usual'}/{'split' if split else 'nosplit'}"
+
+
+def tune_forward_variants(dev, g, names, rounds=5, out=print, clock=None):
+    """Time the implicit-GEMM forward variants of ``g`` (tiles x K split,
+    ops/conv.py forward_variants) as ``measure`` times algorithms; a row
+    (pass_ "forward-igemm") with the fastest, the rules' kept within
+    KEEP_RULE_WITHIN, or None where there is nothing to choose. A variant
+    that builds the same launches as another (no split to drop, say) is
+    timed anyway: the table shows it."""
+    variants = conv_ops.forward_variants(dev, g)
+    if len(variants) < 2:
+        return None
+    rule = rule_variant(dev, g)
+    bufs = _Buffers(dev, g, 0)
+    built, failed = {}, {}
+    for v in variants:
+        try:
+            with conv_ops.forced_forward_variant(v):
+                built[v] = _launches(dev, g, "forward", "igemm", bufs)
+            _run(dev, built[v], 1)
+        except Exception as e:                       # noqa: BLE001 -- reported, not fatal
+            failed[v] = f"failed: {(str(e).splitlines() or [type(e).__name__])[0][:120]}"
+            built.pop(v, None)
+    times = _interleaved(dev, built, rounds, clock)
+    times.update(failed)
+    ok = {v: t for v, t in times.items() if isinstance(t, float)}
+    if not ok:
+        return None
+    choice = min(ok, key=ok.get)
+    if rule in ok and ok[rule] <= ok[choice] * (1 + KEEP_RULE_WITHIN):
+        choice = rule
+    row = dict(layers=names, key=tuned.conv_key(g, "forward-igemm", use_tf32(dev)),
+               pass_="forward-igemm", times=times, rule=rule, choice=choice)
+    _print_row(row, out)
+    return row
 
 
 def _print_row(row, out):
@@ -192,7 +252,8 @@ def _print_summary(rows, out):
     rules = chosen = 0.0
     for r in rows:
         t = r["times"]
-        if r["choice"] is None or not isinstance(t.get(r["rule"]), float):
+        if r["choice"] is None or not isinstance(t.get(r["rule"]), float) \
+                or r["pass_"] == "forward-igemm":     # a refinement of a forward row
             continue
         k = len(r["layers"])
         rules += k * t[r["rule"]]

@@ -31,6 +31,7 @@ images at a time so memory stays bounded whatever the batch size.
 Every function takes ``algo=None`` (by device, see ``algorithm``).
 """
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from .. import config
@@ -523,6 +524,55 @@ def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0, y_off=0, y_channel
                           BIAS=int(bias is not None), ACT=act_kind)]
 
 
+# Implicit-GEMM forward variants `caffe_ocl tune` times on GPUs (tuning.py
+# tune_passes): "tiles/split", tiles "usual" (gpu_tiles) or "small"
+# (64 x 64, 4 x 4 per work-item; FP32 only), split "split" (forward_splitk's
+# rule) or "nosplit" (one pass over K). A stored choice for a geometry
+# replaces the rules' (forward_tiles, forward_splitk) for it.
+FORWARD_VARIANTS = ("usual/split", "small/split", "usual/nosplit", "small/nosplit")
+_forced_variant = [None]       # tuning.py's measurements (forced_forward_variant)
+
+
+@contextmanager
+def forced_forward_variant(variant):
+    """Within the block, implicit-GEMM forwards use ``variant`` (one of
+    FORWARD_VARIANTS; None: the rules, no stored choice) -- how the tuner
+    builds each variant's launches."""
+    old = _forced_variant[0]
+    _forced_variant[0] = variant or "rules"
+    try:
+        yield
+    finally:
+        _forced_variant[0] = old
+
+
+def forward_variants(dev, g):
+    """The FORWARD_VARIANTS that can differ for ``g`` on ``dev``: none on CPU
+    drivers or in deterministic mode; the usual tiles only in TF32."""
+    if dev.is_cpu or deterministic():
+        return []
+    small = not gpu_tiles(dev, g.out_channels // g.groups)["TF32"]
+    return [v for v in FORWARD_VARIANTS if small or v.startswith("usual")]
+
+
+def _forward_variant(dev, g):
+    """(tiles, split) of the stored or forced variant for ``g``'s implicit-
+    GEMM forward, or (None, None) for the rules."""
+    v = _forced_variant[0]
+    if v is None and not deterministic():
+        v = tuned.lookup(dev, tuned.conv_key(g, "forward-igemm", use_tf32(dev)))
+        if v is not None and v not in forward_variants(dev, g):
+            key = ("variant", v, g)
+            if key not in _warned_stale:
+                _warned_stale.add(key)
+                log.warning("ignoring tuned forward variant %r for %s: it does not apply",
+                            v, g)
+            v = None
+    if v is None or v == "rules":
+        return None, None
+    return tuple(v.split("/"))
+
+
 def forward_tiles(dev, g):
     """Tile of an implicit-GEMM forward of ``g`` (gpu_tiles' form): the
     usual 128-column tiles with 8 x 8 results per work-item, or, on GPUs in
@@ -532,10 +582,16 @@ def forward_tiles(dev, g):
     results per work-item (tile_mainloop.h MICRO 4): a tile's main loop
     then takes a quarter of the time. Each result is still one work-item's
     sum over K in order, so the values are the same bits either way.
-    Setting CONV_SMALL_TILES off: always the usual tiles."""
+    Setting CONV_SMALL_TILES off: always the usual tiles. A variant stored
+    by `caffe_ocl tune` for ``g`` decides instead of the rule."""
     M, K = g.out_channels // g.groups, g.col_rows // g.groups
     t = gpu_tiles(dev, M, K)
-    if dev.is_cpu or t["TF32"] or not config.get("CONV_SMALL_TILES"):
+    if dev.is_cpu or t["TF32"]:
+        return t
+    tiles = _forward_variant(dev, g)[0]
+    if tiles is not None:
+        return dict(t, TM=64, TN=64, MICRO=4) if tiles == "small" else t
+    if not config.get("CONV_SMALL_TILES"):
         return t
     N = g.num * g.out_spatial
     small = -(-M // 64) * -(-N // 64) * g.groups
@@ -561,7 +617,8 @@ def forward_splitk(dev, g):
     batch: the rounding of each sum would too)."""
     M, K = g.out_channels // g.groups, g.col_rows // g.groups
     N = g.num * g.out_spatial
-    if deterministic() or not config.get("CONV_SPLITK"):
+    if deterministic() or not config.get("CONV_SPLITK") \
+            or _forward_variant(dev, g)[1] == "nosplit":
         return 1, K
     t = forward_tiles(dev, g)
     tiles = -(-M // t["TM"]) * -(-N // t["TN"]) * g.groups

@@ -8,6 +8,7 @@ import logging
 import os
 
 import numpy as np
+import pyopencl as cl
 import pytest
 
 import caffe_ocl
@@ -296,3 +297,84 @@ def test_no_cache_directory(store, monkeypatch, tmp_path, capsys):
     model.write_text(NET)
     assert cli.main(["tune", "--model", str(model), "--phase", "TEST"]) == 1
     assert "--store=false" in capsys.readouterr().err
+
+
+# a batch-1 layer whose implicit-GEMM forward the rules run on small tiles
+# with a K split on a 132-unit GPU (ResNet's 3 x 3 512 on 7 x 7, shrunk)
+SMALL = conv_ops.ConvGeometry(1, 96, 5, 5, 80, 3, 3, 1, 1)
+
+
+@pytest.fixture
+def as_gpu(store, monkeypatch, gpu_kernels_unoptimized_on_cpu):
+    """The store's device described as a GPU of 132 compute units (the GPU
+    kernels built unoptimised when a CPU driver runs them)."""
+    dev = store
+    monkeypatch.setattr(dev, "is_cpu", False)
+    monkeypatch.setattr(dev, "compute_units", 132)
+    with caffe_ocl.config.override(TF32=False, CONV_SPLITK_MIN_KTILES=1):
+        yield dev
+
+
+def test_stored_forward_variant_replaces_the_rules(as_gpu, monkeypatch, caplog):
+    """A "forward-igemm" choice decides the tiles and the K split of that
+    geometry's implicit-GEMM forward; switched off, or one that cannot apply
+    (small tiles in TF32), the rules again."""
+    dev = as_gpu
+    K = SMALL.col_rows
+    assert tuning.rule_variant(dev, SMALL) == "small/split"
+    key = tuned.conv_key(SMALL, "forward-igemm", conv_ops.use_tf32(dev))
+    tuned.save(dev, {key: {"choice": "usual/nosplit"}})
+    assert conv_ops.forward_tiles(dev, SMALL).get("MICRO", 8) == 8
+    assert conv_ops.forward_splitk(dev, SMALL) == (1, K)
+    tuned.save(dev, {key: {"choice": "small/nosplit"}})
+    assert conv_ops.forward_tiles(dev, SMALL)["MICRO"] == 4
+    assert conv_ops.forward_splitk(dev, SMALL) == (1, K)
+    other = conv_ops.ConvGeometry(2, 96, 5, 5, 80, 3, 3, 1, 1)     # not stored
+    assert conv_ops.forward_splitk(dev, other)[0] > 1
+    monkeypatch.setenv(tuned.ENV, "0")
+    assert conv_ops.forward_splitk(dev, SMALL)[0] > 1
+    monkeypatch.setenv(tuned.ENV, "1")
+    with caffe_ocl.config.override(DETERMINISTIC=True):
+        assert conv_ops.forward_variants(dev, SMALL) == []
+    monkeypatch.setattr(dev, "is_nvidia", True, raising=False)
+    monkeypatch.setattr(dev, "is_gpu", True, raising=False)
+    with caffe_ocl.config.override(TF32=True), caplog.at_level(logging.WARNING, "caffe_ocl"):
+        tuned.save(dev, {tuned.conv_key(SMALL, "forward-igemm", conv_ops.use_tf32(dev)):
+                         {"choice": "small/split"}})
+        assert conv_ops.forward_variants(dev, SMALL) == ["usual/split", "usual/nosplit"]
+        assert conv_ops.forward_splitk(dev, SMALL)[0] > 1          # the rules
+    assert "does not apply" in caplog.text
+
+
+def test_tuner_times_forward_variants(as_gpu, rng):
+    """`caffe_ocl tune` on a GPU: after the algorithms, the implicit GEMM's
+    forward variants, interleaved; the fastest stored and then run by a
+    forward built afterwards, with the same values as the rules' launches."""
+    dev = as_gpu
+    clock, calls = _fake_clock({"igemm": 1.0, "im2col": 2.0, "winograd": 3.0, "usual/split": 0.5,
+                                "small/split": 0.4, "usual/nosplit": 0.2,
+                                "small/nosplit": 0.3})
+    lines = []
+    x = rng.standard_normal((1, 96, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((80, 96, 3, 3)).astype(np.float32)
+    bufs = [dev.alloc(4 * a.size) for a in (x, w)] + [dev.alloc(4 * 80 * 25) for _ in range(2)]
+    dev.upload(bufs[0], x)
+    dev.upload(bufs[1], w)
+    rule_launches = conv_ops.forward(dev, SMALL, bufs[0], bufs[1], bufs[2], None)
+    rows, path = tuning.tune_passes(dev, [("c", SMALL, "forward")], rounds=2,
+                                    out=lines.append, clock=clock)
+    assert [r["pass_"] for r in rows] == ["forward", "forward-igemm"]
+    assert rows[1]["choice"] == "usual/nosplit" and rows[1]["rule"] == "small/split"
+    assert [a for a, _ in calls[-8:]] == list(conv_ops.FORWARD_VARIANTS) * 2
+    assert any("forward-igemm: usual/split 0.500 ms" in s and "-> usual/nosplit" in s
+               for s in lines)
+    assert lines[-1] == f"stored 2 choices in {path}"
+    tuned_launches = conv_ops.forward(dev, SMALL, bufs[0], bufs[1], bufs[3], None)
+    assert [ln.name for ln in rule_launches] == ["conv_fwd", "conv_splitk_reduce"]
+    assert [ln.name for ln in tuned_launches] == ["conv_fwd"]
+    for ln in rule_launches + tuned_launches:
+        ln.run(dev.queue)
+    a, b = np.empty(80 * 25, np.float32), np.empty(80 * 25, np.float32)
+    cl.enqueue_copy(dev.queue, a, bufs[2])
+    cl.enqueue_copy(dev.queue, b, bufs[3])
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
