@@ -43,7 +43,7 @@ from . import pointwise
 from .channel import channel_sum
 from .gemm import (STAGED_MAX_K, act_defines, async_tiles, cpu_full_blocks, deterministic,
                    gemm, gpu_tiles, pack_a, packed_a_floats, use_tf32)
-from .gemm_splitk import small_m, use_small_m
+from .gemm_splitk import gemv, small_m, use_gemv, use_small_m
 
 log = logging.getLogger("caffe_ocl")
 
@@ -844,16 +844,26 @@ def packs_weights(dev, g, algo=None):
 
 
 def fully_connected(dev, g, algo=None):
-    """Whether ``forward`` of ``g`` runs as a fully-connected product (CPU
-    drivers' small-M kernel, gemm_small_m.cl, which streams the weights
-    once): a 1x1 stride-1 convolution of 1 x 1 planes (an SE block's
-    squeeze and excitation, a classifier written as a convolution) at a
-    batch the kernel takes. The GEMM path made one panel of 16 columns
-    for each image's single column and split the weights over a few
-    work-items (MobileNet v3 large at batch 1: its 16 SE convolutions)."""
-    return (dev.is_cpu and g.is_1x1 and g.height == 1 and g.width == 1 and g.groups == 1
-            and not deterministic() and algorithm(dev, g, algo, "forward") == "im2col"
-            and use_small_m(dev, g.num, g.out_channels, g.channels, False, True))
+    """Whether ``forward`` of ``g`` runs as a fully-connected product: a
+    1x1 stride-1 convolution of 1 x 1 planes (an SE block's squeeze and
+    excitation, a classifier written as a convolution) at a batch the
+    kernel takes, as an InnerProduct of the same shape runs -- CPU drivers'
+    small-M kernel (gemm_small_m.cl, which streams the weights once; the
+    GEMM path made one panel of 16 columns for each image's single column
+    and split the weights over a few work-items: MobileNet v3 large at
+    batch 1, its 16 SE convolutions), GPUs' matrix-vector kernel at batch
+    1-8 (gemv.cl; the implicit GEMM ran one tile column, 1 of its 64-128
+    columns used, on 1-9 work-groups: 20-30 us per SE convolution of
+    MobileNet v3 small on the H200). Not in deterministic mode (the kernel
+    depends on the batch)."""
+    if not (g.is_1x1 and g.height == 1 and g.width == 1 and g.groups == 1
+            and not deterministic()):
+        return False
+    a = algorithm(dev, g, algo, "forward")
+    if dev.is_cpu:
+        return a == "im2col" and use_small_m(dev, g.num, g.out_channels, g.channels,
+                                             False, True)
+    return a == "igemm" and use_gemv(dev, g.num, g.out_channels, g.channels, False, True)
 
 
 def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
@@ -880,6 +890,9 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
         return wino_ops.forward(dev, g, x, weight, y, bias, act)
     if a == "depthwise":
         return dw_ops.forward(dev, g, x, weight, y, bias, act)
+    if a == "igemm" and not sliced and fully_connected(dev, g, algo):
+        return [gemv(dev, g.num, g.out_channels, g.channels, x, weight, y, bias=bias,
+                     bias_axis=1, act=act)]
     if a == "igemm":
         return _igemm_forward(dev, g, x, weight, y, bias, act, y_off=y_off,
                               y_channels=y_channels)

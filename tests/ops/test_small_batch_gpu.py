@@ -241,3 +241,43 @@ def test_small_tiles_rule():
     with config.override(TF32=True):
         nv = types.SimpleNamespace(**vars(H200), is_nvidia=True)
         assert conv_ops.forward_tiles(nv, G(1, 116, 14, 14, 116, 1, 1)).get("MICRO", 8) == 8
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_conv_on_1x1_planes_as_gemv(d, rng, n, monkeypatch):
+    """GPUs run a 1x1 convolution of 1 x 1 planes at batch 1-8 (an SE
+    block's excitation) as the InnerProduct of the same shape does, by the
+    matrix-vector kernel; right with bias and activation. Built as for a
+    GPU, run by whatever driver runs the tests."""
+    g = conv_ops.ConvGeometry(n, 72, 1, 1, 40, 1, 1)
+    x = rng.standard_normal((n, 72, 1, 1))
+    w = rng.standard_normal((40, 72, 1, 1))
+    b = rng.standard_normal(40)
+    yb = d.buf(np.full((n, 40, 1, 1), np.nan))
+    monkeypatch.setattr(d.dev, "is_cpu", False)
+    monkeypatch.setattr(d.dev, "is_gpu", True)
+    launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, bias=d.buf(b),
+                                act=("relu", 0.1))
+    monkeypatch.undo()
+    assert [ln.name for ln in launches] == ["gemv_t"]
+    d.run(launches)
+    v = _conv_ref(x, w, g) + b.reshape(1, -1, 1, 1)
+    assert rel_err(d.get(yb, (n, 40, 1, 1)), np.where(v > 0, v, 0.1 * v)) < 1e-5
+
+
+def test_conv_on_1x1_planes_rule():
+    """The matrix-vector kernel for 1x1 convolutions of 1 x 1 planes at batch
+    1-8 and K >= 32 on GPUs; not bigger planes, batches or kernels, not in
+    deterministic mode; CPU drivers their own small-M kernel."""
+    G = conv_ops.ConvGeometry
+    dev = types.SimpleNamespace(**vars(H200))
+    assert conv_ops.fully_connected(dev, G(1, 576, 1, 1, 144, 1, 1))
+    assert conv_ops.fully_connected(dev, G(8, 576, 1, 1, 144, 1, 1))
+    assert not conv_ops.fully_connected(dev, G(9, 576, 1, 1, 144, 1, 1))
+    assert not conv_ops.fully_connected(dev, G(1, 16, 1, 1, 8, 1, 1))        # K < 32
+    assert not conv_ops.fully_connected(dev, G(1, 576, 2, 2, 144, 1, 1))
+    assert not conv_ops.fully_connected(dev, G(1, 576, 3, 3, 144, 3, 3, 1, 1))
+    with config.override(DETERMINISTIC=True):
+        assert not conv_ops.fully_connected(dev, G(1, 576, 1, 1, 144, 1, 1))
+    with config.override(GEMV=False):
+        assert not conv_ops.fully_connected(dev, G(1, 576, 1, 1, 144, 1, 1))
