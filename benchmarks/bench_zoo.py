@@ -336,42 +336,63 @@ def make_net(net_param, x, tf32):
     return net
 
 
-def run_one(name, args, export_dir, records, emit):
-    """Every (batch, precision) record of net ``name``; a failure at a step
-    is recorded with its reason and ends only that net (or that batch)."""
-    import torch
-    from caffe_ocl.onnx import to_caffe
-    gpu = args.device == "gpu"
-    tdev = torch.device("cuda" if gpu else "cpu")
-    precisions = args.precisions if gpu else ["fp32"]
-    t_net = time.time()
+def build_or_report(name, args, precisions, emit):
+    """The seeded model ``name``, or None after a "build failed" record for
+    each batch and precision (the net's other records never come)."""
     try:
-        model = build_model(name, args.seed)
+        return build_model(name, args.seed)
     except Exception as e:  # noqa: BLE001 -- reported in the table
         for b in args.batches:
             for p in precisions:
                 emit(dict(net=name, batch=b, precision=p, status="build failed",
                           error=f"{type(e).__name__}: {e}"))
+        return None
+
+
+def export_and_convert(model, name, batch, args, export_dir, base, precisions, emit,
+                       keep_bn=False):
+    """``model`` exported at ``batch`` (export_onnx) and converted: (the
+    ONNX file's path, the NetParameter), ``base`` given export_s and
+    convert_s; or (None, None) after a record of the step that failed for
+    each precision."""
+    from caffe_ocl.onnx import to_caffe
+    step = "export failed"
+    try:
+        t0 = time.time()
+        path = export_onnx(model, name, batch, args.size, export_dir, keep_bn=keep_bn)
+        t_export = time.time() - t0
+        step = "convert failed"
+        t0 = time.time()
+        net_param = to_caffe.convert(path, batch=batch)
+        t_convert = time.time() - t0
+    except Exception as e:  # noqa: BLE001
+        for p in precisions:
+            emit(dict(base, precision=p, status=step, error=f"{type(e).__name__}: {e}"))
+        return None, None
+    base.update(export_s=round(t_export, 2), convert_s=round(t_convert, 2))
+    return path, net_param
+
+
+def run_one(name, args, export_dir, records, emit):
+    """Every (batch, precision) record of net ``name``; a failure at a step
+    is recorded with its reason and ends only that net (or that batch)."""
+    import torch
+    gpu = args.device == "gpu"
+    tdev = torch.device("cuda" if gpu else "cpu")
+    precisions = args.precisions if gpu else ["fp32"]
+    t_net = time.time()
+    model = build_or_report(name, args, precisions, emit)
+    if model is None:
         return
     for batch in args.batches:
         base = dict(net=name, batch=batch, device=args.device, size=args.size)
         rng = np.random.default_rng(args.seed + 2)
         x = rng.standard_normal((batch, 3, args.size, args.size)).astype(np.float32)
-        step = "export failed"
-        try:
-            t0 = time.time()
-            path = export_onnx(model, name, batch, args.size, export_dir)
-            t_export = time.time() - t0
-            step = "convert failed"
-            t0 = time.time()
-            net_param = to_caffe.convert(path, batch=batch)
-            t_convert = time.time() - t0
-        except Exception as e:  # noqa: BLE001
-            for p in precisions:
-                emit(dict(base, precision=p, status=step, error=f"{type(e).__name__}: {e}"))
+        path, net_param = export_and_convert(model, name, batch, args, export_dir, base,
+                                             precisions, emit)
+        if net_param is None:
             continue
-        base.update(export_s=round(t_export, 2), convert_s=round(t_convert, 2),
-                    layers=len(net_param.layer))
+        base["layers"] = len(net_param.layer)
         mdl = model.to(tdev)
         xt = torch.from_numpy(x).to(tdev)
         ref64 = None          # the float64 output, once per batch

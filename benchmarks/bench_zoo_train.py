@@ -64,8 +64,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import numpy as np  # noqa: E402
 
 import bench_zoo  # noqa: E402
-from bench_zoo import (build_model, export_onnx, geomean, interleave, log,  # noqa: E402
-                       set_torch_tf32)
+from bench_zoo import geomean, interleave, log, set_torch_tf32  # noqa: E402
 from common import solver_for  # noqa: E402
 
 NETS = ["resnet50", "densenet121", "efficientnet_b0"]
@@ -416,18 +415,12 @@ def torch_timer(model, x, y, tdev):
 def run_one(name, args, export_dir, emit):
     import torch
     from caffe_ocl import config
-    from caffe_ocl.onnx import to_caffe
     gpu = args.device == "gpu"
     tdev = torch.device("cuda" if gpu else "cpu")
     precisions = args.precisions if gpu else ["fp32"]
     t_net = time.time()
-    try:
-        model = build_model(name, args.seed)
-    except Exception as e:  # noqa: BLE001 -- reported in the table
-        for b in args.batches:
-            for p in precisions:
-                emit(dict(net=name, batch=b, precision=p, status="build failed",
-                          error=f"{type(e).__name__}: {e}"))
+    model = bench_zoo.build_or_report(name, args, precisions, emit)
+    if model is None:
         return
     state0 = copy.deepcopy(model.state_dict())
     for batch in args.batches:
@@ -435,22 +428,13 @@ def run_one(name, args, export_dir, emit):
         rng = np.random.default_rng(args.seed + 2)
         x = rng.standard_normal((batch, 3, args.size, args.size)).astype(np.float32)
         y = rng.integers(0, 1000 if name != bench_zoo.SMOKE_NET else 10, batch).astype(np.float32)
-        step = "export failed"
-        try:
-            t0 = time.time()
-            model.load_state_dict(state0)
-            model.eval()
-            path = export_onnx(model, name, batch, args.size, export_dir, keep_bn=True)
-            base["export_s"] = round(time.time() - t0, 2)
-            step = "convert failed"
-            t0 = time.time()
-            weights = to_caffe.convert(path, batch=batch)
-            base["convert_s"] = round(time.time() - t0, 2)
-            base["layers"] = len(weights.layer) + 2
-        except Exception as e:  # noqa: BLE001
-            for p in precisions:
-                emit(dict(base, precision=p, status=step, error=f"{type(e).__name__}: {e}"))
+        model.load_state_dict(state0)
+        model.eval()
+        path, weights = bench_zoo.export_and_convert(model, name, batch, args, export_dir,
+                                                     base, precisions, emit, keep_bn=True)
+        if weights is None:
             continue
+        base["layers"] = len(weights.layer) + 2
         model.to(tdev)
         for prec in precisions:
             rec = dict(base, precision=prec)
