@@ -117,15 +117,24 @@ def measure(dev, g, pass_, algos=None, rounds=5, clock=None):
     algos = list(algos or conv_ops.candidates(dev, g))
     col = max(conv_ops.workspace_floats(dev, g, a) for a in algos)
     bufs = _Buffers(dev, g, col)
+    return _timed(dev, {a: (lambda a=a: _launches(dev, g, pass_, a, bufs)) for a in algos},
+                  rounds, clock)
+
+
+def _timed(dev, builders, rounds, clock):
+    """{name: median ms} of the launch lists ``builders`` (name -> function
+    making them), each built and run once first (programs built, warmed up),
+    then timed interleaved; one that cannot be built or run maps to the
+    error's first line instead."""
     built, failed = {}, {}
-    for a in algos:
+    for name, build in builders.items():
         try:
-            built[a] = _launches(dev, g, pass_, a, bufs)
-            _run(dev, built[a], 1)                   # builds programs, warms up
+            built[name] = build()
+            _run(dev, built[name], 1)
         except Exception as e:                       # noqa: BLE001 -- reported, not fatal
             first_line = (str(e).splitlines() or [type(e).__name__])[0]
-            failed[a] = f"failed: {first_line[:120]}"
-            built.pop(a, None)
+            failed[name] = f"failed: {first_line[:120]}"
+            built.pop(name, None)
     result = _interleaved(dev, built, rounds, clock)
     result.update(failed)
     return result
@@ -212,17 +221,13 @@ def tune_forward_variants(dev, g, names, rounds=5, out=print, clock=None):
         return None
     rule = rule_variant(dev, g)
     bufs = _Buffers(dev, g, 0)
-    built, failed = {}, {}
-    for v in variants:
-        try:
+
+    def builder(v):
+        def build():
             with conv_ops.forced_forward_variant(v):
-                built[v] = _launches(dev, g, "forward", "igemm", bufs)
-            _run(dev, built[v], 1)
-        except Exception as e:                       # noqa: BLE001 -- reported, not fatal
-            failed[v] = f"failed: {(str(e).splitlines() or [type(e).__name__])[0][:120]}"
-            built.pop(v, None)
-    times = _interleaved(dev, built, rounds, clock)
-    times.update(failed)
+                return _launches(dev, g, "forward", "igemm", bufs)
+        return build
+    times = _timed(dev, {v: builder(v) for v in variants}, rounds, clock)
     ok = {v: t for v, t in times.items() if isinstance(t, float)}
     if not ok:
         return None
