@@ -8,7 +8,6 @@ ms per forward, the best of --rounds interleaved rounds of --runs each.
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -16,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from caffe_ocl import config  # noqa: E402
 from caffe_ocl.device import get_device  # noqa: E402
 from caffe_ocl.ops import conv as conv_ops  # noqa: E402
-from common import random_buffers  # noqa: E402
+from common import random_buffers, time_launches  # noqa: E402
 
 G = conv_ops.ConvGeometry
 # (name, geometry, activation): the zoo nets' first layers
@@ -50,18 +49,11 @@ def main():
         for direct in (True, False):
             with config.override(CPU_DIRECT_CONV=direct):
                 launches[direct] = conv_ops.forward(dev, g, x, w, y, col, bias=b, act=act)
-            for ln in launches[direct]:
-                ln.run(dev.queue)
-        dev.finish()
         best = {True: float("inf"), False: float("inf")}
         for _ in range(args.rounds):
             for direct in (True, False):
-                t0 = time.perf_counter()
-                for _ in range(args.runs):
-                    for ln in launches[direct]:
-                        ln.run(dev.queue)
-                dev.finish()
-                best[direct] = min(best[direct], (time.perf_counter() - t0) / args.runs * 1e3)
+                best[direct] = min(best[direct],
+                                   time_launches(dev, launches[direct], runs=args.runs))
         print(f"| {name} | {best[True]:.3f} | {best[False]:.3f} | {best[False] / best[True]:.2f} |")
     return 0
 

@@ -551,8 +551,7 @@ def forward_variants(dev, g):
     drivers or in deterministic mode; the usual tiles only in TF32."""
     if dev.is_cpu or deterministic():
         return []
-    small = not gpu_tiles(dev, g.out_channels // g.groups)["TF32"]
-    return [v for v in FORWARD_VARIANTS if small or v.startswith("usual")]
+    return [v for v in FORWARD_VARIANTS if not use_tf32(dev) or v.startswith("usual")]
 
 
 def _forward_variant(dev, g):
@@ -588,16 +587,15 @@ def forward_tiles(dev, g):
     t = gpu_tiles(dev, M, K)
     if dev.is_cpu or t["TF32"]:
         return t
+    small = dict(t, TM=64, TN=64, MICRO=4)
     tiles = _forward_variant(dev, g)[0]
     if tiles is not None:
-        return dict(t, TM=64, TN=64, MICRO=4) if tiles == "small" else t
+        return small if tiles == "small" else t
     if not config.get("CONV_SMALL_TILES"):
         return t
     N = g.num * g.out_spatial
-    small = -(-M // 64) * -(-N // 64) * g.groups
-    if small > max(int(dev.compute_units), 1):
-        return t
-    return dict(t, TM=64, TN=64, MICRO=4)
+    fills = -(-M // 64) * -(-N // 64) * g.groups > max(int(dev.compute_units), 1)
+    return t if fills else small
 
 
 # Forward passes whose output tiles leave at least half the compute units
