@@ -109,6 +109,11 @@ _DECLARED = (
     Setting("PERMUTE_GATHER", "bool", True,
             "at TEST, a 1x1 convolution / InnerProduct whose weight is a permutation "
             "matrix (converted channel shuffles) runs as a channel gather (with CAFFE_OCL_FOLD)"),
+    Setting("CONCAT_GATHER", "bool", True,
+            "a Concat along channels whose top only a channel permutation reads (ShuffleNet's "
+            "concat -> shuffle) runs with it as one gather from the Concat's inputs, the "
+            "Concat's top computed when read (plan/permute.py); off: the Concat writes its "
+            "top and the gather reads it"),
     Setting("FUSE_SWISH", "bool", True,
             "at TEST, Swish / ONNX's Sigmoid * x / Sigmoid after a convolution or "
             "InnerProduct run in its epilogue (with CAFFE_OCL_FOLD)"),

@@ -158,6 +158,59 @@ __kernel void gather_channels_runs(int n, int C, int S, __global const int* perm
     }
 }
 
+/* A channel gather from up to four sources (a Concat's inputs read in place
+ * of its top, plan/permute.py ConcatGather): output channel c of image o is
+ * channel table[2c + 1] of source table[2c] (x0..x3, whose images hold
+ * c0..c3 channels of S values); unused sources repeat x0. (The host's
+ * signature parser reads each kernel's arguments, so they are spelled out.) */
+/* the first value of plane (image o, source channel) of source t */
+inline __global const float* gather_multi_plane(int t, int o, int ch, int S,
+        __global const float* x0, int c0, __global const float* x1, int c1,
+        __global const float* x2, int c2, __global const float* x3, int c3) {
+    __global const float* x = t == 0 ? x0 : t == 1 ? x1 : t == 2 ? x2 : x3;
+    const int cs = t == 0 ? c0 : t == 1 ? c1 : t == 2 ? c2 : c3;
+    return x + ((size_t)o * cs + ch) * S;
+}
+
+__kernel void gather_channels_multi(int n, int C, int S, __global const int* table,
+                                    __global const float* x0, int c0,
+                                    __global const float* x1, int c1,
+                                    __global const float* x2, int c2,
+                                    __global const float* x3, int c3, __global float* y) {
+    GLOBAL_LOOP(i, n) {
+        const int r = i / S, s = i - r * S;
+        const int o = r / C, c = r - o * C;
+        y[i] = gather_multi_plane(table[2 * c], o, table[2 * c + 1], S,
+                                  x0, c0, x1, c1, x2, c2, x3, c3)[s];
+    }
+}
+
+/* CPU drivers: each work-item's contiguous chunk as runs within one plane
+ * (gather_channels_runs) */
+__kernel void gather_channels_multi_runs(int n, int C, int S, __global const int* table,
+                                         __global const float* x0, int c0,
+                                         __global const float* x1, int c1,
+                                         __global const float* x2, int c2,
+                                         __global const float* x3, int c3, __global float* y) {
+    const int chunk = _gl_chunk(n);
+    int k = (int)get_global_id(0) * chunk;
+    const int end = min(n, k + chunk);
+    if (k >= end) return;
+    int r = k / S;
+    int s = k - r * S;
+    while (k < end) {
+        const int len = min(S - s, end - k);
+        const int o = r / C, c = r - o * C;
+        __global const float* src = gather_multi_plane(table[2 * c], o, table[2 * c + 1], S,
+                                                       x0, c0, x1, c1, x2, c2, x3, c3) + s;
+        __global float* dst = y + k;
+        for (int j = 0; j < len; ++j) dst[j] = src[j];
+        k += len;
+        s = 0;
+        ++r;
+    }
+}
+
 /* dx[idx[r]][k] = dy[r][k] (idx unique) */
 __kernel void scatter_rows(int rows, int dim, __global const int* idx,
                            __global const float* dy, __global float* dx) {

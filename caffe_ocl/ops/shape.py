@@ -92,6 +92,26 @@ def gather_channels(dev, outer, channels, spatial, perm, x, y):
     return dev.launch(SRC, kernel, g, l, [n, channels, spatial, perm, x, y])
 
 
+GATHER_SOURCES_MAX = 4      # sources gather_channels_multi takes
+
+
+def gather_channels_multi(dev, outer, channels, spatial, table, sources, y):
+    """y[o, c, s] = source t's [o, ch, s] for (t, ch) = (table[2c],
+    table[2c + 1]) (``table``: an int buffer of 2 * ``channels`` entries;
+    ``sources``: 1 to GATHER_SOURCES_MAX (buffer, channels per image)
+    pairs; y must alias none of them)."""
+    if not 1 <= len(sources) <= GATHER_SOURCES_MAX:
+        raise ValueError(f"gather_channels_multi: {len(sources)} sources")
+    n = outer * channels * spatial
+    g, l = work_size(dev, n)
+    args = [n, channels, spatial, table]
+    for buf, c in list(sources) + [sources[0]] * (GATHER_SOURCES_MAX - len(sources)):
+        args += [buf, c]
+    args.append(y)
+    kernel = "gather_channels_multi_runs" if dev.is_cpu else "gather_channels_multi"
+    return dev.launch(SRC, kernel, g, l, args)
+
+
 def scatter_rows(dev, rows, dim, idx, dy, dx):
     """dx[idx[r]] = dy[r] (idx unique)."""
     return _launch(dev, rows * dim, "scatter_rows", [rows, dim, idx, dy, dx])

@@ -304,10 +304,11 @@ def find_groups(net):
     -> activation chains that cannot fold into a producer (affine.py), the
     producer -> activation pairs writing a new top (elide.py), ONNX's
     Sigmoid * x after a producer (swish.py), SE channel scales folded into
-    the 1x1 convolution after them (se.py), the Concats whose inputs their
-    convolutions write in place (concat.py), the other convolutions whose
-    weight may be a permutation matrix (permute.py: a channel gather while
-    it is)."""
+    the 1x1 convolution after them (se.py), a Concat whose top only a
+    permutation layer reads, as one gather from its inputs (permute.py),
+    the Concats whose inputs their convolutions write in place
+    (concat.py), the other convolutions whose weight may be a permutation
+    matrix (permute.py: a channel gather while it is)."""
     chains = find_chains(net) + eltwise.chains_of(net, train=False)
     taken = {li for c in chains for li in c.layers}
     chains += affine.chains_of(net, taken)
@@ -317,6 +318,8 @@ def find_groups(net):
     chains += swish.find(net, taken)
     taken = {li for c in chains for li in c.layers}
     chains += se.find(net, taken)
+    taken = {li for c in chains for li in c.layers}
+    chains += permute.concat_gathers(net, taken)
     taken = {li for c in chains for li in c.layers}
     chains += concat.find(net, chains, taken)
     taken = {li for c in chains for li in c.layers}

@@ -42,8 +42,9 @@ import numpy as np
 
 from .. import config
 from ..ops import shape as shape_ops
+from .concat import concat_axis
 from .elide import producer_ok
-from .patterns import one_in_one_out
+from .patterns import PendingTops, consumers, one_in_one_out, writers
 
 log = logging.getLogger("caffe_ocl")
 
@@ -179,3 +180,132 @@ def find(net, taken=()):
     return [PermutationGather(net, li) for li in range(len(g.layers))
             if li not in taken and g.layer_types[li] in ("Convolution", "InnerProduct")
             and _match(g, li)]
+
+
+class ConcatGather(PendingTops, PermutationGather):
+    """A Concat along channels whose top only a permutation layer reads
+    (ShuffleNet's concat -> channel shuffle), run while the weight is a
+    permutation as one gather from the Concat's inputs: ``y[:, c]`` is
+    channel ``perm[c]`` of the concatenation, read from the input holding
+    it (kernels/shape.cl ``gather_channels_multi``), so the Concat's top is
+    not written. It is computed when read (``Blob.compute_on_read``) by
+    the Concat's own forward from its inputs, which nothing writes after
+    the Concat (``match_concat``); a forward range cutting the group and a
+    backward compute it first (patterns.PendingTops). Otherwise (not a
+    permutation, shapes that do not line up) both layers run as
+    themselves. ``CAFFE_OCL_CONCAT_GATHER=0`` turns it off."""
+
+    def __init__(self, net, ci, li):
+        PermutationGather.__init__(self, net, li)
+        self.ci = ci
+        self.layers = [ci, li]
+        self.first = ci
+        self.sources = list(net.graph.bottoms[ci])
+        self._init_pending([self.x], [ci])
+        self._table = None            # (entries, device int buffer)
+
+    def describe(self):
+        names = self.net.graph.layer_names
+        return (f"{names[self.ci]} -> {names[self.li]} (one channel gather from the "
+                "Concat's inputs while the weight is a permutation)")
+
+    def _sources_layout(self):
+        """[(buffer, channels)] of the inputs when they and the Concat's top
+        line up along channels for the current shapes, else None."""
+        x = self.x
+        if x.num_axes != 4 or x.count == 0:
+            return None
+        n, c, h, w = x.shape
+        out = []
+        for b in self.sources:
+            if b.num_axes != 4 or b.shape[0] != n or tuple(b.shape[2:]) != (h, w):
+                return None
+            out.append((b.data_buffer(), b.shape[1]))
+        return out if sum(ch for _, ch in out) == c else None
+
+    def _table_buffer(self, layout):
+        """The (source, channel) of each output channel, on the device."""
+        starts = np.cumsum([0] + [ch for _, ch in layout])
+        src = np.searchsorted(starts, self.perm, side="right") - 1
+        table = np.stack([src, self.perm - starts[src]], axis=1).astype(np.int32).ravel()
+        dev = self.layer.device
+        if self._table is None or self._table[0] != table.size:
+            self._table = (table.size, dev.alloc(4 * table.size))
+        dev.upload(self._table[1], table)
+        return self._table[1]
+
+    def _run_layers(self):
+        self._unmark_pending()
+        g, net = self.net.graph, self.net
+        net.layers[self.ci].forward(g.bottoms[self.ci], g.tops[self.ci])
+        self.layer.forward(g.bottoms[self.li], g.tops[self.li])
+
+    def run(self):
+        g, layer = self.net.graph, self.layer
+        # the net's loop reshaped the Concat (the group's first layer) only
+        layer.reshape_if_needed(g.bottoms[self.li], g.tops[self.li])
+        self._check_weights()
+        layout = None if self.perm is None else self._sources_layout()
+        if layout is None:
+            self._run_layers()
+            return
+        for b in self.sources:
+            b.compute_pending()
+            b.data_mem.to_device()
+        y = self.y
+        key = (self.net.layers[self.ci].reshape_count, layer.reshape_count,
+               tuple(buf for buf, _ in layout), y.data_buffer(), self._perm_buf[1])
+        if key != self._key:
+            n, c, h, w = self.x.shape
+            table = self._table_buffer(layout)
+            self.fwd = [shape_ops.gather_channels_multi(layer.device, n, c, h * w, table,
+                                                        layout, y.data_buffer())]
+            self._key = key
+        q = layer.device.queue
+        for launch in self.fwd:
+            launch.run(q)
+        y.data_mem.device_written()
+        self._mark_pending()
+
+
+def match_concat(g, li, outputs):
+    """Index of the Concat whose top the candidate layer ``li`` alone reads,
+    directly before it, along channels, with 2 to GATHER_SOURCES_MAX
+    distinct 4-D inputs that no layer writes after it; else None."""
+    ci = li - 1
+    x = g.bottoms[li][0]
+    if ci < 0 or g.layer_types[ci] != "Concat" or len(g.tops[ci]) != 1 \
+            or g.tops[ci][0] is not x or x.name in outputs:
+        return None
+    bots = g.bottoms[ci]
+    if not 2 <= len(bots) <= shape_ops.GATHER_SOURCES_MAX \
+            or len({id(b) for b in bots}) != len(bots) or any(b is x for b in bots):
+        return None
+    if any(b.num_axes != 4 for b in bots) or x.num_axes != 4 \
+            or concat_axis(g.layers[ci], bots[0]) != 1:
+        return None
+    if writers(g, x) != [ci] or consumers(g, x) != [(li, 0)]:
+        return None
+    if any(writers(g, b, ci) for b in bots):
+        return None
+    return ci
+
+
+def concat_gathers(net, taken=()):
+    """[ConcatGather] of ``net`` (TEST plan): candidate permutation layers
+    (as ``find``) reading a Concat's top (``match_concat``), neither layer
+    in a group of ``taken``. Found before the Concats in place (concat.py),
+    which would otherwise write this Concat's top."""
+    if not (config.get("PERMUTE_GATHER") and config.get("CONCAT_GATHER")):
+        return []
+    g = net.graph
+    outputs = set(g.outputs)
+    out = []
+    for li in range(len(g.layers)):
+        if li in taken or g.layer_types[li] not in ("Convolution", "InnerProduct") \
+                or not _match(g, li):
+            continue
+        ci = match_concat(g, li, outputs)
+        if ci is not None and ci not in taken:
+            out.append(ConcatGather(net, ci, li))
+    return out
