@@ -74,7 +74,7 @@ __kernel __attribute__((reqd_work_group_size(IG_THREADS, 1, 1)))
 void conv_fwd(int NIMG, int C, int H, int W, int CO, int HO, int WO, float alpha,
               __global const float* X, int offX, __global const float* Wt, float beta,
               __global float* Y, int offY, __global const float* bias, int offBias,
-              float act_a, float act_b) {
+              float act_a, float act_b, __global const float* R, int offR) {
     const int Cg = C / GROUPS, M = CO / GROUPS;
     const int HW = H * W, HOWO = HO * WO;
     const int N = NIMG * HOWO, K = Cg * KHKW;
@@ -108,7 +108,14 @@ void conv_fwd(int NIMG, int C, int H, int W, int CO, int HO, int WO, float alpha
 
 #define STORE_COL(n)                                                      \
     const int img_ = (n) / HOWO, p_ = (n) - img_ * HOWO;                  \
-    __global float* yb = Y + offY + (img_ * CO + g * M) * HOWO + p_;
+    __global float* yb = Y + offY + (img_ * CO + g * M) * HOWO + p_;      \
+    __global const float* rb_ = R + offR + (img_ * CO + g * M) * HOWO + p_;
+/* RESIDUAL: + R (laid out as y) before the activation (plan/residual.py) */
+#if RESIDUAL
+#define RES_AT(m) rb_[(m) * HOWO]
+#else
+#define RES_AT(m) 0.0f
+#endif
 #if BIAS
 #define BIAS_AT(m) bias[offBias + g * M + (m)]
 #else
@@ -117,6 +124,7 @@ void conv_fwd(int NIMG, int C, int H, int W, int CO, int HO, int WO, float alpha
 #define STORE_ROW(m, n, acc_v) {                                          \
         float v = alpha * (acc_v) + BIAS_AT(m);                           \
         if (beta != 0.0f) v += beta * yb[(m) * HOWO];                     \
+        v += RES_AT(m);                                                   \
         yb[(m) * HOWO] = APPLY_ACT(v);                                    \
     }
 #include "tile_store.h"

@@ -107,12 +107,14 @@ void gemm(int M, int N, int K, float alpha,
           __global float* C, int offC, int ldc, int sC_n, int sC_g,
           __global const float* bias, int offBias, float act_a, float act_b,
           int kstride_a, int kstride_b, int kchunk,       /* KFOLD only */
-          int nstride_b, int nstride_c) {                 /* NFOLD only */
+          int nstride_b, int nstride_c,                   /* NFOLD only */
+          __global const float* R, int offR) {            /* RESIDUAL only */
     const int z = get_group_id(2);
     const int zn = z / GROUPS, zg = z - zn * GROUPS;
     A += offA + zn * sA_n + zg * sA_g;
     B += offB + zn * sB_n + zg * sB_g;
     C += offC + zn * sC_n + zg * sC_g;
+    R += offR + zn * sC_n + zg * sC_g;      /* laid out as C */
     const int lid = get_local_id(0);
     const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
 #if KFOLD
@@ -141,6 +143,12 @@ void gemm(int M, int N, int K, float alpha,
 #else
 #define BIAS_AT(m, n) 0.0f
 #endif
+/* RESIDUAL: + R at C's place before the activation (gemm_cpu.cl) */
+#if RESIDUAL
+#define RES_AT(m, n) R[&C_AT(m, n) - C]
+#else
+#define RES_AT(m, n) 0.0f
+#endif
 #if READ_AHEAD
 /* beta's old values read ahead of the stores (tile_store.h PRIOR_AT): a
  * weight gradient accumulating into a large dW (VGG-16's fc6, K = 64) is
@@ -149,12 +157,14 @@ void gemm(int M, int N, int K, float alpha,
 #define STORE_ROW_PRIOR(m, n, acc_v, old) {                         \
         float v = alpha * (acc_v) + BIAS_AT(m, n);                  \
         if (beta != 0.0f) v += beta * (old);                        \
+        v += RES_AT(m, n);                                          \
         C_AT(m, n) = APPLY_ACT(v);                                  \
     }
 #else
 #define STORE_ROW(m, n, acc_v) {                                    \
         float v = alpha * (acc_v) + BIAS_AT(m, n);                  \
         if (beta != 0.0f) v += beta * C_AT(m, n);                   \
+        v += RES_AT(m, n);                                          \
         C_AT(m, n) = APPLY_ACT(v);                                  \
     }
 #endif

@@ -35,9 +35,13 @@
  * micro-kernel reads its 6-row panels straight from there instead of
  * packing them in every block. Not with TRANS_A or ksplit.
  *
- * Epilogue as in gemm.cl: C = act(alpha*op(A)*op(B) + bias + beta*C); the
- * bias, beta and activation are applied when the first / last K panel is
- * stored (in between C holds the partial sums). */
+ * Epilogue as in gemm.cl: C = act(alpha*op(A)*op(B) + bias + beta*C
+ * (+ R)); the bias and beta are applied when the first K panel is stored,
+ * the residual and the activation when the last is (in between C holds the
+ * partial sums). RESIDUAL: R (+offR) is a tensor laid out as C whose value
+ * is added before the activation (a convolution's output summed with a
+ * shortcut by an Eltwise, plan/residual.py), in the order an Eltwise after
+ * the product would add it. */
 #include "common.h"
 
 #ifndef TRANS_A
@@ -109,6 +113,14 @@ inline int split_off(int n, int nsplit, int stride) {
 #else
 #define ACT_IF_LAST(v)
 #endif
+#ifndef RESIDUAL
+#define RESIDUAL 0
+#endif
+#if RESIDUAL
+#define RES_IF_LAST(v, cp) if (last) v += vload8(0, R + ((cp) - C))
+#else
+#define RES_IF_LAST(v, cp)
+#endif
 
 #define STORE8(acc, m, col, cp)                                  \
     do {                                                          \
@@ -119,6 +131,7 @@ inline int split_off(int n, int nsplit, int stride) {
         } else {                                                  \
             v_ += vload8(0, cp);                                  \
         }                                                         \
+        RES_IF_LAST(v_, cp);                                      \
         ACT_IF_LAST(v_);                                          \
         vstore8(v_, 0, cp);                                       \
     } while (0)
@@ -251,12 +264,13 @@ void gemm(int M, int N, int K, float alpha,
           __global const float* bias, int offBias, float act_a, float act_b,
           int bm, int bn, int nsplit, int nsB, int nsC, int ksplit, int ksA, int ksB,
           int cv_kh, int cv_kw, int cv_sh, int cv_sw, int cv_dh, int cv_dw,
-          int cv_wp, int cv_hwp, int cv_wo) {
+          int cv_wp, int cv_hwp, int cv_wo, __global const float* R, int offR) {
     const int z = get_global_id(2);
     const int zn = z / GROUPS, zg = z - zn * GROUPS;
     __global const float* A0 = A + offA + zn * sA_n + zg * sA_g;
     __global const float* B0 = B + offB + zn * sB_n + zg * sB_g;
     C += offC + zn * sC_n + zg * sC_g;
+    R += offR + zn * sC_n + zg * sC_g;      /* laid out as C */
     const int n0 = get_global_id(0) * bn, m0 = get_global_id(1) * bm;
     if (n0 >= N || m0 >= M) return;
     const int nb = min(bn, N - n0), mb = min(bm, M - m0);
@@ -271,6 +285,9 @@ void gemm(int M, int N, int K, float alpha,
                 v += bias[offBias + zg * M + m];
 #elif BIAS == 2
                 v += bias[offBias + n];
+#endif
+#if RESIDUAL
+                v += R[cp - C];
 #endif
                 *cp = APPLY_ACT(v);
             }
@@ -536,6 +553,9 @@ void gemm(int M, int N, int K, float alpha,
                     } else {
                         v += *cp;
                     }
+#if RESIDUAL
+                    if (last) v += R[cp - C];
+#endif
 #if ACT
                     if (last) v = APPLY_ACT(v);
 #endif

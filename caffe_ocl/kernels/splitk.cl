@@ -32,10 +32,14 @@ __kernel void gemm_splitk_reduce(int M, int N, int nsplit, __global const float*
 /* Second step of a convolution forward split along K (ops/conv.py,
  * conv_igemm.cl FWD_KCHUNK): the nsplit partial outputs ws[s][n][CO][HOWO]
  * summed into y with conv_fwd's epilogue: + bias[channel] (BIAS 1), +
- * beta*y, then the activation. */
+ * beta*y, + R[i] (RESIDUAL: a tensor laid out as y), then the activation. */
+#ifndef RESIDUAL
+#define RESIDUAL 0
+#endif
 __kernel void conv_splitk_reduce(int total, int HOWO, int CO, int nsplit,
                                  __global const float* ws, float beta, __global float* Y,
-                                 __global const float* bias, float act_a, float act_b) {
+                                 __global const float* bias, float act_a, float act_b,
+                                 __global const float* R) {
     GLOBAL_LOOP(i, total) {
         float v = 0.0f;
         for (int s = 0; s < nsplit; ++s) v += ws[s * total + i];
@@ -43,6 +47,9 @@ __kernel void conv_splitk_reduce(int total, int HOWO, int CO, int nsplit,
         v += bias[(i / HOWO) % CO];
 #endif
         if (beta != 0.0f) v += beta * Y[i];
+#if RESIDUAL
+        v += R[i];
+#endif
         Y[i] = APPLY_ACT(v);
     }
 }

@@ -494,34 +494,39 @@ def _igemm_forward_plan(dev, g):
             else None)
 
 
-def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0, y_off=0, y_channels=None):
+def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0, y_off=0, y_channels=None,
+                   residual=None):
     M, K = g.out_channels // g.groups, g.channels // g.groups
     plan = _igemm_forward_plan(dev, g)
     if plan:
         return _gemm_1x1(dev, g, plan, M, K, weight, x, g.channels, y,
                          y_channels or g.out_channels, beta=float(beta),
-                         stride_a=(0, M * K), bias=bias, act=act, off_c=y_off)
+                         stride_a=(0, M * K), bias=bias, act=act, off_c=y_off,
+                         residual=residual)
     assert not y_off and y_channels in (None, g.out_channels), "see writes_slices"
     act_kind, act_a, act_b = act_defines(act)
+    res = dict(RESIDUAL=1) if residual is not None else {}
     N = g.num * g.out_spatial
     nsplit, kchunk = forward_splitk(dev, g)
     tiles = forward_tiles(dev, g)
     if nsplit > 1:
         total = g.num * g.out_channels * g.out_spatial
         ws = dev.shared_scratch(nsplit * total)
-        args = _sizes(g) + [1.0, x, 0, weight, 0.0, ws, 0, weight, 0, 0.0, 0.0]
+        args = _sizes(g) + [1.0, x, 0, weight, 0.0, ws, 0, weight, 0, 0.0, 0.0, ws, 0]
         gs, ls = work_size(dev, total)
         return [_igemm_launch(dev, g, "conv_fwd", 0, M, N, g.groups * nsplit, args,
                               tiles=dict(tiles, STAGED=int(kchunk <= STAGED_MAX_K)),
                               FWD_NSPLIT=nsplit, FWD_KCHUNK=kchunk),
                 dev.launch(SPLITK_SRC, "conv_splitk_reduce", gs, ls,
                            [total, g.out_spatial, g.out_channels, nsplit, ws, float(beta), y,
-                            bias if bias is not None else ws, act_a, act_b],
-                           dict(BIAS=int(bias is not None), ACT=act_kind))]
+                            bias if bias is not None else ws, act_a, act_b,
+                            ws if residual is None else residual],
+                           dict(BIAS=int(bias is not None), ACT=act_kind, **res))]
     args = _sizes(g) + [1.0, x, 0, weight, float(beta), y, 0,
-                        bias if bias is not None else weight, 0, act_a, act_b]
+                        bias if bias is not None else weight, 0, act_a, act_b,
+                        weight if residual is None else residual, 0]
     return [_igemm_launch(dev, g, "conv_fwd", 0, M, N, g.groups, args, tiles=tiles,
-                          BIAS=int(bias is not None), ACT=act_kind)]
+                          BIAS=int(bias is not None), ACT=act_kind, **res)]
 
 
 # Implicit-GEMM forward variants `caffe_ocl tune` times on GPUs (tuning.py
@@ -805,6 +810,18 @@ def fuses_act(dev, g, act, algo=None):
             or algorithm(dev, g, algo, "forward") != "winograd")
 
 
+def writes_residual(dev, g, algo=None):
+    """Whether ``forward`` of ``g`` can add a residual tensor before its
+    activation (``residual``): the GEMM paths (im2col, 1x1 GEMMs) and the
+    implicit-GEMM kernel with its K split; not the Winograd, depthwise,
+    direct and matrix-vector kernels."""
+    a = algorithm(dev, g, algo, "forward")
+    if a == "igemm":
+        return not fully_connected(dev, g, algo)
+    return a == "im2col" and not fully_connected(dev, g, algo) and not (
+        algo is None and direct_forward(dev, g))
+
+
 def writes_slices(dev, g, algo=None):
     """Whether ``forward`` of ``g`` can write its output into a slice of a
     bigger blob (``y_off``, ``y_channels``: a Concat's top along channels,
@@ -865,7 +882,7 @@ def fully_connected(dev, g, algo=None):
 
 
 def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
-            y_channels=None, weight_version=None):
+            y_channels=None, weight_version=None, residual=None):
     """y[n, Co, Ho, Wo] = act(conv(x[n, C, H, W], weight[Co, C/G, KH, KW]) (+ bias)).
 
     ``act``: None, ("relu", negative_slope) or ("clip", lo, hi), applied in
@@ -879,11 +896,16 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
     layout (ops.gemm.pack_a), which runs only when that value changed, and
     the GEMMs read it instead of packing the weights in every block of
     their output (batch-1 1x1 products on 7 x 7 to 28 x 28 planes: 1.1-1.4x,
-    BENCHMARKS.md)."""
+    BENCHMARKS.md).
+    ``residual``: None, or a buffer shaped as y added before ``act``
+    (y = act(conv + bias + residual): an Eltwise SUM with a shortcut after
+    the convolution, plan/residual.py); only where ``writes_residual``."""
     a = algorithm(dev, g, algo, "forward")
     sliced = bool(y_off) or y_channels not in (None, g.out_channels)
     if sliced and not writes_slices(dev, g, algo):
         raise ValueError(f"convolution {g}: algorithm {a!r} cannot write into a slice")
+    if residual is not None and (sliced or not writes_residual(dev, g, algo)):
+        raise ValueError(f"convolution {g}: algorithm {a!r} cannot add a residual here")
     if a == "winograd":
         return wino_ops.forward(dev, g, x, weight, y, bias, act)
     if a == "depthwise":
@@ -893,7 +915,7 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
                      bias_axis=1, act=act)]
     if a == "igemm":
         return _igemm_forward(dev, g, x, weight, y, bias, act, y_off=y_off,
-                              y_channels=y_channels)
+                              y_channels=y_channels, residual=residual)
     ych = y_channels or g.out_channels
     if a == "im2col" and algo is None and direct_forward(dev, g):
         return [_direct_forward(dev, g, x, weight, y, bias, act, y_off, ych)]
@@ -920,7 +942,8 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
                            stride_a=(0, a_group), stride_b=(0, src.group_stride),
                            stride_c=(0, M * N), nsplit=N,
                            nstride=(src.image_stride, ych * N),
-                           bias=bias, bias_axis=0, act=act, conv=src.conv, **packed)
+                           bias=bias, bias_axis=0, act=act, conv=src.conv,
+                           residual=residual, off_residual=n0 * ych * N, **packed)
     return out
 
 

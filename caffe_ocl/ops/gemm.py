@@ -254,7 +254,7 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
          stride_a=(0, 0), stride_b=(0, 0), stride_c=(0, 0),
          bias=None, bias_axis=0, off_bias=0, act=None, impl=None,
          nsplit=0, nstride=(0, 0), nsplit_b=True, ksplit=0, kstride=(0, 0), kchunk=0,
-         conv=None, packed_a=False):
+         conv=None, packed_a=False, residual=None, off_residual=0):
     """One launch over batch*groups problems.
 
     stride_x = (per batch index, per group index), in elements.
@@ -281,7 +281,11 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
     (forward), or op(B) = col^T with ksplit = HO*WO (weight gradient).
     packed_a: A is op(A) packed by ``pack_a`` (CPU kernel only, op(A) = A,
     no ksplit; a group's A then starts stride_a[1] = packed_a_floats(M, K)
-    floats after the previous one's)."""
+    floats after the previous one's).
+    residual: a buffer laid out as C (from ``off_residual``, moving with C's
+    strides) added before the activation: C = act(alpha*op(A)*op(B) + bias
+    + beta*C + residual), the sum an Eltwise after the product would make
+    (plan/residual.py). Not with ksplit (C then holds partial sums)."""
     act_kind, act_a, act_b = act_defines(act)
     if lda is None:
         lda = M if trans_a else K
@@ -315,6 +319,10 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
             raise ValueError("gemm: conv needs the CPU kernel and nsplit (op(B) = B) "
                              "or ksplit (op(B) = B^T)")
         common["CONV_B"] = 2 if trans_b else 1
+    if residual is not None:
+        if ksplit:
+            raise ValueError("gemm: residual with ksplit (partial sums)")
+        common["RESIDUAL"] = 1
     if packed_a:
         if impl != "cpu" or trans_a or ksplit:
             raise ValueError("gemm: packed_a needs the CPU kernel, op(A) = A and no ksplit")
@@ -356,6 +364,7 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
             beta,
             C, off_c, ldc, stride_c[0], stride_c[1],
             bias if bias is not None else A, off_bias, act_a, act_b] + extra
+    args += [C, off_c] if residual is None else [residual, off_residual]
     return dev.launch(src, "gemm", (gx, gy, gz), (lx, ly, 1), args, defines)
 
 

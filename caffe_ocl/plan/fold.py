@@ -58,7 +58,7 @@ from ..errors import NetError
 from ..ops import conv as conv_ops
 from ..ops import work_size
 from ..proto import caffe_pb2
-from . import affine, concat, eltwise, elide, permute, se, swish
+from . import affine, concat, eltwise, elide, permute, residual, se, swish
 from .patterns import act_of, inference_act_of, producer_fuses
 
 log = logging.getLogger("caffe_ocl")
@@ -300,7 +300,8 @@ def find_chains(net):
 
 def find_groups(net):
     """The groups the TEST folding runs fused: the folded chains, the
-    Eltwise SUM -> activation pairs (eltwise.py) and the BatchNorm -> Scale
+    convolutions adding an Eltwise's shortcut in their epilogue
+    (residual.py), the Eltwise SUM -> activation pairs (eltwise.py) and the BatchNorm -> Scale
     -> activation chains that cannot fold into a producer (affine.py), the
     producer -> activation pairs writing a new top (elide.py), ONNX's
     Sigmoid * x after a producer (swish.py), SE channel scales folded into
@@ -309,7 +310,11 @@ def find_groups(net):
     the Concats whose inputs their convolutions write in place
     (concat.py), the other convolutions whose weight may be a permutation
     matrix (permute.py: a channel gather while it is)."""
-    chains = find_chains(net) + eltwise.chains_of(net, train=False)
+    chains = find_chains(net)
+    taken = {li for c in chains for li in c.layers}
+    chains += residual.find(net, taken)
+    taken = {li for c in chains for li in c.layers}
+    chains += [c for c in eltwise.chains_of(net, train=False) if not taken.intersection(c.layers)]
     taken = {li for c in chains for li in c.layers}
     chains += affine.chains_of(net, taken)
     taken = {li for c in chains for li in c.layers}

@@ -1,0 +1,187 @@
+"""TEST-phase rewrite: a convolution whose output an Eltwise SUM adds to a
+shortcut, run as the convolution with the shortcut added in its epilogue.
+
+A residual block ends with ``y = act(conv(x) + r)``: ONNX's Add (-> Relu)
+after the block's last convolution (every converted ResNet, MobileNet v2/v3,
+EfficientNet, MnasNet, RegNet block), Caffe's Eltwise SUM after a
+Convolution. Layer by layer that is the convolution's write of ``c``, then
+a pass reading ``c`` and ``r`` and writing the sum (with the activation,
+eltwise.py / elide.py): one launch and two passes over the block's output
+more than needed. Here the convolution's GEMM reads ``r`` where it stores
+its result and writes ``act(conv + bias + r)`` straight into the sum's
+blob (``ops.conv.forward(residual=...)``; kernels gemm_cpu.cl, gemm.cl,
+conv_igemm.cl, splitk.cl). The sum is made after the product as the
+Eltwise would (``c + r`` rounded once, then the activation), so the values
+are the layers' own bit for bit.
+
+What matches (``find``): a 2-D Convolution (one bottom, one top, not in
+place, in no other group) directly followed by an Eltwise SUM of two
+distinct blobs, one of them the convolution's top ``c`` and both
+coefficients 1; ``c`` is read by the Eltwise alone and is no net output;
+optionally followed by an activation (ReLU, ReLU6, Clip) in place on the
+sum or writing a new top that alone reads the sum. The convolution's
+algorithm must take a residual (``ops.conv.writes_residual``: the GEMM
+and implicit-GEMM paths; not Winograd, depthwise, the direct first-layer
+kernel or the matrix-vector kernel): otherwise the layers keep their
+other groups.
+
+Every blob still reads Caffe's value: ``c`` (and the sum's own top when an
+activation writes a new one) is computed when read, by the layers' own
+forwards (patterns.PendingTops); a forward range cutting the group and a
+backward compute them first. A shortcut of another shape (a reshape since
+the net was planned) runs the convolution and then one summing pass.
+``CAFFE_OCL_FUSE_RESIDUAL=0`` turns it off.
+"""
+from .. import config
+from ..ops import conv as conv_ops
+from ..ops import pointwise
+from .elide import producer_ok
+from .patterns import PendingTops, consumers, inference_act_of, one_in_one_out
+
+_ACTS = ("ReLU", "ReLU6", "Clip")
+
+
+def _act_after(g, ai, z, outputs):
+    """(activation, writes a new top) of layer ``ai`` acting on the sum
+    ``z``, or None."""
+    if ai >= len(g.layers) or g.layer_types[ai] not in _ACTS or not one_in_one_out(g, ai):
+        return None
+    act = inference_act_of(g.layers[ai])
+    if act is None or g.bottoms[ai][0] is not z:
+        return None
+    top = g.tops[ai][0]
+    if top is z:
+        return act, False
+    if z.name in outputs or consumers(g, z) != [(ai, 0)]:
+        return None
+    return act, True
+
+
+def match(net, ci, outputs, taken=()):
+    """(eltwise index, activation index or None, act, new top) of a
+    residual group starting at convolution ``ci``, or None."""
+    g = net.graph
+    ei = ci + 1
+    if ei >= len(g.layers) or ci in taken or ei in taken:
+        return None
+    conv, elt = g.layers[ci], g.layers[ei]
+    if g.layer_types[ci] != "Convolution" or not producer_ok(conv) \
+            or not one_in_one_out(g, ci):
+        return None
+    c = g.tops[ci][0]
+    if c is g.bottoms[ci][0] or c.name in outputs:
+        return None
+    if g.layer_types[ei] != "Eltwise" or elt.op != elt.SUM or list(elt.coeffs) != [1.0, 1.0]:
+        return None
+    bots, tops = g.bottoms[ei], g.tops[ei]
+    if len(bots) != 2 or len(tops) != 1 or bots[0] is bots[1] or c not in bots:
+        return None
+    z = tops[0]
+    if z in bots or consumers(g, c) != [(ei, bots.index(c))]:
+        return None
+    r = bots[1] if bots[0] is c else bots[0]
+    if r.shape != c.shape or not conv_ops.writes_residual(conv.device, conv.geom):
+        return None
+    found = _act_after(g, ei + 1, z, outputs) if ei + 1 not in taken else None
+    if found is None:
+        return ei, None, None, False
+    return ei, ei + 1, found[0], found[1]
+
+
+class ConvResidual(PendingTops):
+    """Convolution -> Eltwise SUM with a shortcut (-> activation), run as
+    the convolution adding the shortcut in its epilogue."""
+    traceable = True          # its run replays from a recorded pass (plan/trace.py)
+    fuses_backward = False
+    loses_values = False          # the pending blobs are computed before a backward
+
+    def __init__(self, net, ci, ei, ai, act, new_top):
+        g = net.graph
+        self.net = net
+        self.ci, self.ei = ci, ei
+        self.layers = [ci, ei] + ([ai] if ai is not None else [])
+        self.first, self.last = ci, self.layers[-1]
+        self.conv = net.layers[ci]
+        self.x, self.c = g.bottoms[ci][0], g.tops[ci][0]
+        bots = g.bottoms[ei]
+        self.r = bots[1] if bots[0] is self.c else bots[0]
+        self.z = g.tops[ei][0]
+        self.act = act
+        self.out = g.tops[ai][0] if ai is not None else self.z
+        pending, layers = [self.c], [ci]
+        if new_top:                    # the sum itself, before the activation
+            pending.append(self.z)
+            layers.append(ei)
+        self._init_pending(pending, layers)
+        self._key = None
+        self.fwd = []
+
+    def describe(self):
+        names = self.net.graph.layer_names
+        return " -> ".join(names[li] for li in self.layers) + " (shortcut added in the " \
+            "convolution's epilogue)"
+
+    def _build(self, params, fused):
+        conv, dev = self.conv, self.conv.device
+        w = params[0]
+        b = params[1] if conv.bias_term else None
+        x, out = self.x.data_buffer(), self.out.data_buffer()
+        if fused:
+            self.fwd = conv_ops.forward(dev, conv.geom, x, w, out, conv.col, b, act=self.act,
+                                        weight_version=conv.weight_version(),
+                                        residual=self.r.data_buffer())
+        else:       # the convolution into c, then one summing pass
+            self.fwd = conv_ops.forward(dev, conv.geom, x, w, self.c.data_buffer(), conv.col, b,
+                                        weight_version=conv.weight_version())
+            self.fwd.append(pointwise.sum2(dev, self.out.count, 1.0, self.c.data_buffer(), 1.0,
+                                           self.r.data_buffer(), out, self.act))
+        if self.x.count == 0 or self.out.count == 0:
+            self.fwd = []
+
+    def run(self):
+        net, g = self.net, self.net.graph
+        for li in self.layers[1:]:     # the net's loop reshaped the first only
+            net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
+        conv = self.conv
+        fused = self.r.shape == self.c.shape and conv_ops.writes_residual(conv.device,
+                                                                         conv.geom)
+        for b in (self.x, self.r):
+            b.compute_pending()
+            b.data_mem.to_device()
+        for p in conv.blobs:            # the user may have written them on the host
+            p.data_mem.to_device()
+        params = tuple(p.data_buffer() for p in conv.blobs)
+        key = (conv.reshape_count, net.layers[self.ei].reshape_count, fused,
+               self.x.data_buffer(), self.r.data_buffer(), self.c.data_buffer(),
+               self.out.data_buffer(), params)
+        if key != self._key:
+            self._build(params, fused)
+            self._key = key
+        q = conv.device.queue
+        for launch in self.fwd:
+            launch.run(q)
+        if not fused:
+            self.c.data_mem.device_written()
+        self.out.data_mem.device_written()
+        self._unmark_pending()
+        if fused:
+            self._mark_pending()
+        elif len(self.pending) > 1:     # c written; the sum before the activation is not
+            self.z.compute_on_read = self._reader
+
+
+def find(net, taken=()):
+    """[ConvResidual] of ``net`` (TEST plan), none of their layers in ``taken``."""
+    if not config.get("FUSE_RESIDUAL"):
+        return []
+    g = net.graph
+    outputs = set(g.outputs)
+    out, used = [], set(taken)
+    for ci in range(len(g.layers) - 1):
+        found = match(net, ci, outputs, used)
+        if found is None:
+            continue
+        group = ConvResidual(net, ci, *found)
+        used.update(group.layers)
+        out.append(group)
+    return out

@@ -1,0 +1,168 @@
+"""TEST rewrite of Convolution -> Eltwise SUM with a shortcut (->
+activation) into the convolution adding the shortcut in its epilogue
+(caffe_ocl/plan/residual.py): every blob equals the unrewritten net's bit
+for bit, across passes (forward traces), reshapes and forward ranges; the
+convolution's top (and the sum before a new-top activation) is computed
+when read."""
+import numpy as np
+import pytest
+
+from caffe_ocl import config
+from caffe_ocl.net import Net, TEST
+from caffe_ocl.plan import residual
+from caffe_ocl.proto import parse_net_text
+
+HEAD = """
+layer { name: "data" type: "Input" top: "data"
+        input_param { shape { dim: 2 dim: 6 dim: 5 dim: 4 } } }
+layer { name: "c1" type: "Convolution" bottom: "data" top: "h"
+        convolution_param { num_output: 8 kernel_size: 1 } }
+layer { name: "r1" type: "ReLU" bottom: "h" top: "h" }
+layer { name: "proj" type: "Convolution" bottom: "h" top: "c"
+        convolution_param { num_output: 6 kernel_size: 1 } }
+"""
+TAIL = """
+layer { name: "post" type: "Convolution" bottom: "%s" top: "out"
+        convolution_param { num_output: 3 kernel_size: 1 } }
+"""
+ENDS = {
+    "sum": ('layer { name: "sum" type: "Eltwise" bottom: "c" bottom: "data" top: "z" }', "z"),
+    "shortcut-first": ('layer { name: "sum" type: "Eltwise" bottom: "data" bottom: "c" '
+                       'top: "z" }', "z"),
+    "relu-in-place": ('layer { name: "sum" type: "Eltwise" bottom: "c" bottom: "data" top: "z" }'
+                      '\nlayer { name: "act" type: "ReLU" bottom: "z" top: "z" }', "z"),
+    "relu-new-top": ('layer { name: "sum" type: "Eltwise" bottom: "c" bottom: "data" top: "z" }'
+                     '\nlayer { name: "act" type: "ReLU" bottom: "z" top: "a" '
+                     'relu_param { negative_slope: 0.1 } }', "a"),
+    "clip-new-top": ('layer { name: "sum" type: "Eltwise" bottom: "c" bottom: "data" top: "z" }'
+                     '\nlayer { name: "act" type: "Clip" bottom: "z" top: "a" '
+                     'clip_param { min: -0.5 max: 0.7 } }', "a"),
+}
+
+
+def _text(end):
+    body, out = ENDS[end]
+    return HEAD + body + TAIL % out
+
+
+def _nets(text, **kw):
+    fused = Net(parse_net_text(text), TEST, **kw)
+    plain = Net(parse_net_text(text), TEST, fold=False)
+    rng = np.random.default_rng(4)
+    for name, blobs in fused.params.items():
+        for k, b in enumerate(blobs):
+            v = rng.normal(0, 0.5, b.shape)
+            b.data[...] = v
+            plain.params[name][k].data[...] = v
+    return fused, plain
+
+
+def _groups(net):
+    return [c for c in net.plan.fold_groups if isinstance(c, residual.ConvResidual)]
+
+
+def _assert_same(a, b):
+    for name in b.blobs:
+        x, y = a.blobs[name].data, b.blobs[name].data
+        assert x.shape == y.shape, name
+        np.testing.assert_array_equal(x.view(np.int32), y.view(np.int32), err_msg=name)
+
+
+def _x(rng, n=2):
+    return rng.normal(0, 1, (n, 6, 5, 4)).astype(np.float32)
+
+
+@pytest.mark.parametrize("end", sorted(ENDS))
+def test_shortcut_added_in_the_epilogue(rng, end):
+    fused, plain = _nets(_text(end))
+    groups = _groups(fused)
+    names = fused.graph.layer_names
+    want = ["proj", "sum"] + (["act"] if "act" in names else [])
+    assert len(groups) == 1 and [names[li] for li in groups[0].layers] == want
+    new_top = end.endswith("new-top")
+    for k in range(5):          # passes 3-5 replay the recorded trace
+        x = _x(rng)
+        fused.forward(data=x)
+        plain.forward(data=x)
+        # neither the convolution's top nor a sum before a new-top
+        # activation was written: computed when read
+        assert fused.blobs["c"].compute_on_read is not None, k
+        assert (fused.blobs["z"].compute_on_read is not None) == new_top, k
+        _assert_same(fused, plain)
+    assert fused._tracer.replays >= 2
+    # one launch fewer than the plan without the rewrite (its summing pass)
+    with config.override(FUSE_RESIDUAL=False):
+        base = Net(parse_net_text(_text(end)), TEST)
+    for _ in range(3):
+        base.forward(data=x)
+    count = [list(net._tracer.active.values())[0].launches for net in (fused, base)]
+    assert count[0] == count[1] - 1
+
+
+def test_reshape_and_forward_ranges(rng):
+    fused, plain = _nets(_text("relu-new-top"))
+    for n in (3, 1):
+        x = _x(rng, n)
+        for net in (fused, plain):
+            net.blobs["data"].reshape(*x.shape)
+            net.reshape()
+            net.forward(data=x)
+        _assert_same(fused, plain)
+    # ranges cutting the group run its layers one by one, computing the
+    # blobs a full pass left pending first
+    x = _x(rng, 1)
+    for net in (fused, plain):
+        net.forward(data=x)
+        net.forward(end="sum")
+    _assert_same(fused, plain)
+    for net in (fused, plain):
+        net.forward(data=x)
+        net.forward(start="act")
+    _assert_same(fused, plain)
+
+
+def test_host_write_to_the_shortcut_between_passes(rng):
+    """The shortcut written from Python is read by the next fused pass."""
+    fused, plain = _nets(_text("relu-in-place"))
+    x = _x(rng)
+    for net in (fused, plain):
+        net.forward(data=x)
+        net.blobs["data"].data[...] = 2.0 * x
+        net.forward()
+    _assert_same(fused, plain)
+
+
+@pytest.mark.parametrize("change", [
+    # coefficients other than 1
+    ('bottom: "c" bottom: "data" top: "z" }',
+     'bottom: "c" bottom: "data" top: "z" eltwise_param { coeff: 1 coeff: 2 } }'),
+    # a product, not a sum
+    ('bottom: "c" bottom: "data" top: "z" }',
+     'bottom: "c" bottom: "data" top: "z" eltwise_param { operation: PROD } }'),
+    # a depthwise convolution (its kernel adds no residual)
+    ('convolution_param { num_output: 6 kernel_size: 1 }',
+     'convolution_param { num_output: 6 kernel_size: 3 pad: 1 group: 6 }'),
+])
+def test_not_matched(rng, change):
+    text = _text("relu-in-place")
+    if "group: 6" in change[1]:      # the depthwise one reads 6 channels
+        text = text.replace('num_output: 8 kernel_size: 1 }', 'num_output: 6 kernel_size: 1 }')
+    assert change[0] in text
+    fused, plain = _nets(text.replace(change[0], change[1]))
+    assert _groups(fused) == []
+    x = _x(rng)
+    fused.forward(data=x)
+    plain.forward(data=x)
+    _assert_same(fused, plain)
+
+
+def test_conv_top_read_elsewhere_not_matched(rng):
+    text = _text("sum") + ('layer { name: "gap" type: "Pooling" bottom: "c" top: "g" '
+                           'pooling_param { pool: AVE global_pooling: true } }')
+    fused, plain = _nets(text)
+    assert _groups(fused) == []
+
+
+def test_off_by_setting(settings):
+    settings(FUSE_RESIDUAL=False)
+    assert _groups(Net(parse_net_text(_text("sum")), TEST)) == []
