@@ -60,6 +60,7 @@ class EltwiseActChain(LayerPair):
     ReLU every blob holds what the unfused layers would leave in it, so a
     TEST net folding only such chains can still run backward layer by
     layer; a Clip's saved input (its backward's gate) is not made."""
+    traceable = True          # its run replays from a recorded pass (plan/trace.py)
 
     def __init__(self, net, e, a):
         super().__init__(net, e, a)

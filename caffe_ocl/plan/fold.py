@@ -107,6 +107,10 @@ class Chain:
         # Concat's top), or None
         self.slice_target = None
         self._layout = None               # the slice layout the launches write
+        # residual.py: (shortcut blob, output blob, activation) when the
+        # chain adds an Eltwise's shortcut and writes the sum instead of its
+        # top, or None
+        self.residual_target = None
 
     @property
     def out_blob(self):
@@ -171,6 +175,11 @@ class Chain:
             self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w, y, prod.col,
                                         b, act=self.act, y_off=y_off, y_channels=y_channels,
                                         weight_version=version)
+        elif self.residual_target is not None:     # the sum with a shortcut
+            r, out, act = self.residual_target
+            self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w,
+                                        out.data_buffer(), prod.col, b, act=act,
+                                        weight_version=version, residual=r.data_buffer())
         else:
             col = prod.col       # a device buffer or None (shared scratch)
             self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w,
@@ -223,6 +232,9 @@ class Chain:
             return
         if self.slice_target is not None:
             self.slice_target.release()
+        if self.residual_target is not None:
+            self.residual_target[1].data_mem.device_written()
+            return
         for t in tops:
             t.data_mem.device_written()
 
@@ -312,7 +324,9 @@ def find_groups(net):
     matrix (permute.py: a channel gather while it is)."""
     chains = find_chains(net)
     taken = {li for c in chains for li in c.layers}
-    chains += residual.find(net, taken)
+    sums = residual.find(net, chains, taken)
+    absorbed = {id(s.chain) for s in sums if s.chain is not None}
+    chains = [c for c in chains if id(c) not in absorbed] + sums
     taken = {li for c in chains for li in c.layers}
     chains += [c for c in eltwise.chains_of(net, train=False) if not taken.intersection(c.layers)]
     taken = {li for c in chains for li in c.layers}

@@ -15,7 +15,9 @@ Eltwise would (``c + r`` rounded once, then the activation), so the values
 are the layers' own bit for bit.
 
 What matches (``find``): a 2-D Convolution (one bottom, one top, not in
-place, in no other group) directly followed by an Eltwise SUM of two
+place, in no other group), or a folded chain of one (fold.Chain: the
+convolution with BatchNorm / Scale in place, no activation; Caffe's
+ResNets), directly followed by an Eltwise SUM of two
 distinct blobs, one of them the convolution's top ``c`` and both
 coefficients 1; ``c`` is read by the Eltwise alone and is no net output;
 optionally followed by an activation (ReLU, ReLU6, Clip) in place on the
@@ -57,12 +59,13 @@ def _act_after(g, ai, z, outputs):
     return act, True
 
 
-def match(net, ci, outputs, taken=()):
-    """(eltwise index, activation index or None, act, new top) of a
-    residual group starting at convolution ``ci``, or None."""
+def match(net, ci, ei, outputs, taken=(), members=()):
+    """(activation index or None, act, new top) of a residual group of
+    convolution ``ci`` (alone or with the chain up to ``ei`` - 1) and the
+    Eltwise at ``ei``, or None. ``members``: the chain's in-place layers
+    (readers of the convolution's top besides the Eltwise)."""
     g = net.graph
-    ei = ci + 1
-    if ei >= len(g.layers) or ci in taken or ei in taken:
+    if ei >= len(g.layers) or ei in taken:
         return None
     conv, elt = g.layers[ci], g.layers[ei]
     if g.layer_types[ci] != "Convolution" or not producer_ok(conv) \
@@ -77,15 +80,16 @@ def match(net, ci, outputs, taken=()):
     if len(bots) != 2 or len(tops) != 1 or bots[0] is bots[1] or c not in bots:
         return None
     z = tops[0]
-    if z in bots or consumers(g, c) != [(ei, bots.index(c))]:
+    readers = [(lj, k) for lj, k in consumers(g, c) if lj not in members]
+    if z in bots or readers != [(ei, bots.index(c))]:
         return None
     r = bots[1] if bots[0] is c else bots[0]
     if r.shape != c.shape or not conv_ops.writes_residual(conv.device, conv.geom):
         return None
     found = _act_after(g, ei + 1, z, outputs) if ei + 1 not in taken else None
     if found is None:
-        return ei, None, None, False
-    return ei, ei + 1, found[0], found[1]
+        return None, None, False
+    return ei + 1, found[0], found[1]
 
 
 class ConvResidual(PendingTops):
@@ -95,11 +99,13 @@ class ConvResidual(PendingTops):
     fuses_backward = False
     loses_values = False          # the pending blobs are computed before a backward
 
-    def __init__(self, net, ci, ei, ai, act, new_top):
+    def __init__(self, net, ci, ei, ai, act, new_top, chain=None):
         g = net.graph
         self.net = net
         self.ci, self.ei = ci, ei
-        self.layers = [ci, ei] + ([ai] if ai is not None else [])
+        self.chain = chain              # fold.Chain of the convolution, or None
+        producer = chain.layers if chain is not None else [ci]
+        self.layers = producer + [ei] + ([ai] if ai is not None else [])
         self.first, self.last = ci, self.layers[-1]
         self.conv = net.layers[ci]
         self.x, self.c = g.bottoms[ci][0], g.tops[ci][0]
@@ -108,7 +114,7 @@ class ConvResidual(PendingTops):
         self.z = g.tops[ei][0]
         self.act = act
         self.out = g.tops[ai][0] if ai is not None else self.z
-        pending, layers = [self.c], [ci]
+        pending, layers = [self.c], list(producer)
         if new_top:                    # the sum itself, before the activation
             pending.append(self.z)
             layers.append(ei)
@@ -138,6 +144,26 @@ class ConvResidual(PendingTops):
         if self.x.count == 0 or self.out.count == 0:
             self.fwd = []
 
+    def _run_chain(self, fused):
+        """The folded chain's forward: into the sum with the shortcut
+        (``fused``), or into its own top."""
+        chain = self.chain
+        target = (self.r, self.out, self.act) if fused else None
+        key = None if target is None else (target, self.r.data_buffer(),
+                                           self.out.data_buffer())
+        if key != self._key:
+            chain.residual_target = target
+            chain._built_for = None         # its launches rebuilt for the new target
+            self._key = key
+        chain.run()
+        if not fused:
+            self.fwd = [pointwise.sum2(self.conv.device, self.out.count, 1.0,
+                                       self.c.data_buffer(), 1.0, self.r.data_buffer(),
+                                       self.out.data_buffer(), self.act)]
+            for launch in self.fwd:
+                launch.run(self.conv.device.queue)
+            self.out.data_mem.device_written()
+
     def run(self):
         net, g = self.net, self.net.graph
         for li in self.layers[1:]:     # the net's loop reshaped the first only
@@ -148,6 +174,10 @@ class ConvResidual(PendingTops):
         for b in (self.x, self.r):
             b.compute_pending()
             b.data_mem.to_device()
+        if self.chain is not None:
+            self._run_chain(fused)
+            self._finish(fused)
+            return
         for p in conv.blobs:            # the user may have written them on the host
             p.data_mem.to_device()
         params = tuple(p.data_buffer() for p in conv.blobs)
@@ -163,6 +193,10 @@ class ConvResidual(PendingTops):
         if not fused:
             self.c.data_mem.device_written()
         self.out.data_mem.device_written()
+        self._finish(fused)
+
+    def _finish(self, fused):
+        """Mark what the pass left to be computed on read."""
         self._unmark_pending()
         if fused:
             self._mark_pending()
@@ -170,18 +204,27 @@ class ConvResidual(PendingTops):
             self.z.compute_on_read = self._reader
 
 
-def find(net, taken=()):
-    """[ConvResidual] of ``net`` (TEST plan), none of their layers in ``taken``."""
+def find(net, chains=(), taken=()):
+    """[ConvResidual] of ``net`` (TEST plan): lone convolutions (in no group
+    of ``taken``) and the folded ``chains`` of one without an activation;
+    the caller drops the chains the groups took (``group.chain``)."""
     if not config.get("FUSE_RESIDUAL"):
         return []
     g = net.graph
     outputs = set(g.outputs)
+    by_first = {c.first: c for c in chains
+                if c.act is None and g.layer_types[c.first] == "Convolution"}
     out, used = [], set(taken)
     for ci in range(len(g.layers) - 1):
-        found = match(net, ci, outputs, used)
+        chain = by_first.get(ci)
+        if chain is None and ci in used:
+            continue
+        ei = (chain.last if chain is not None else ci) + 1
+        found = match(net, ci, ei, outputs, used,
+                      chain.members if chain is not None else ())
         if found is None:
             continue
-        group = ConvResidual(net, ci, *found)
+        group = ConvResidual(net, ci, ei, *found, chain=chain)
         used.update(group.layers)
         out.append(group)
     return out

@@ -129,9 +129,12 @@ def test_test_phase_folds(monkeypatch):
     assert fused.plan.fold_groups != [] and ref.plan.fold_groups == []
     # (the 1x1 convolutions c, ... are permute.py's candidates too: their
     # random weights are no permutation, they run as convolutions)
+    # (sum2's and sum4's inputs c and e come straight from convolutions,
+    # which add the shortcut in their epilogue: residual.py)
     assert [c.describe() for c in fused.plan.fold_groups
-            if not isinstance(c, permute.PermutationGather)] == ["sum1 -> r1", "sum2 -> r2",
-                                                                 "sum4 -> r5"]
+            if not isinstance(c, permute.PermutationGather)] == [
+        "c -> sum2 -> r2 (shortcut added in the convolution's epilogue)",
+        "e -> sum4 -> r5 (shortcut added in the convolution's epilogue)", "sum1 -> r1"]
     for net in (ref, fused):
         net.forward()
     for name in ("s1", "s2", "p", "s4", "loss"):

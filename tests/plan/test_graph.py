@@ -167,9 +167,11 @@ def test_plan_of_a_resnet_block_at_test():
     n = g.layer_names
     assert _steps(plan.forward_steps, n) == [
         ("data",), ("data_data_0_split",), ("conv1", "bn1", "scale1", "relu1"),
-        ("conv2", "bn2", "scale2"), ("short",), ("sum", "relu2"), ("fc",), ("loss",)]
+        ("conv2", "bn2", "scale2"), ("short", "sum", "relu2"), ("fc",), ("loss",)]
+    # the shortcut convolution next to the sum adds its result in the epilogue
     assert plan.describe() == ["conv1 <- bn1, scale1, relu1", "conv2 <- bn2, scale2",
-                               "sum -> relu2"]
+                               "short -> sum -> relu2 (shortcut added in the convolution's "
+                               "epilogue)"]
     # TEST: backward is never fused
     assert all(s.group is None for s in plan.backward_steps)
     assert [s.layers[0] for s in plan.backward_steps] == list(range(len(g) - 1, -1, -1))
