@@ -97,7 +97,7 @@ class ConvResidual(PendingTops):
     the convolution adding the shortcut in its epilogue."""
     traceable = True          # its run replays from a recorded pass (plan/trace.py)
     fuses_backward = False
-    loses_values = False          # the pending blobs are computed before a backward
+    # the pending blobs are computed before a backward (see also __init__)
 
     def __init__(self, net, ci, ei, ai, act, new_top, chain=None):
         g = net.graph
@@ -114,6 +114,9 @@ class ConvResidual(PendingTops):
         self.z = g.tops[ei][0]
         self.act = act
         self.out = g.tops[ai][0] if ai is not None else self.z
+        # an in-place Clip / ReLU6 gates its backward by a copy of its input
+        # (layers/neuron_ext.py) that the fused pass does not make
+        self.loses_values = ai is not None and not new_top and act[0] != "relu"
         pending, layers = [self.c], list(producer)
         if new_top:                    # the sum itself, before the activation
             pending.append(self.z)
