@@ -822,6 +822,20 @@ def writes_residual(dev, g, algo=None):
         algo is None and direct_forward(dev, g))
 
 
+def residual_pays(dev, g):
+    """Whether the TEST plan should have ``forward`` of ``g`` (automatic
+    algorithm) add an Eltwise's shortcut (plan/residual.py): where it
+    can, except a GPU's folded 1x1 GEMM (gemm.cl, ``_igemm_forward_plan``).
+    There the residual read in the staged store made ResNet-50 at batch 64
+    0.87x as fast as the separate summing pass (ResNeXt-50 0.91x,
+    Wide-ResNet-50 0.93x; H200, BENCHMARKS.md), while at batch 1 (the
+    implicit-GEMM kernel, a host-bound forward) the launch saved counts."""
+    if not writes_residual(dev, g):
+        return False
+    return dev.is_cpu or algorithm(dev, g, None, "forward") != "igemm" \
+        or _igemm_forward_plan(dev, g) is None
+
+
 def writes_slices(dev, g, algo=None):
     """Whether ``forward`` of ``g`` can write its output into a slice of a
     bigger blob (``y_off``, ``y_channels``: a Concat's top along channels,

@@ -24,8 +24,9 @@ optionally followed by an activation (ReLU, ReLU6, Clip) in place on the
 sum or writing a new top that alone reads the sum. The convolution's
 algorithm must take a residual (``ops.conv.writes_residual``: the GEMM
 and implicit-GEMM paths; not Winograd, depthwise, the direct first-layer
-kernel or the matrix-vector kernel): otherwise the layers keep their
-other groups.
+kernel or the matrix-vector kernel), and on GPUs not the folded 1x1 GEMM
+(``ops.conv.residual_pays``: slower there at batch 64 than the summing
+pass): otherwise the layers keep their other groups.
 
 Every blob still reads Caffe's value: ``c`` (and the sum's own top when an
 activation writes a new one) is computed when read, by the layers' own
@@ -84,7 +85,7 @@ def match(net, ci, ei, outputs, taken=(), members=()):
     if z in bots or readers != [(ei, bots.index(c))]:
         return None
     r = bots[1] if bots[0] is c else bots[0]
-    if r.shape != c.shape or not conv_ops.writes_residual(conv.device, conv.geom):
+    if r.shape != c.shape or not conv_ops.residual_pays(conv.device, conv.geom):
         return None
     found = _act_after(g, ei + 1, z, outputs) if ei + 1 not in taken else None
     if found is None:
@@ -172,7 +173,7 @@ class ConvResidual(PendingTops):
         for li in self.layers[1:]:     # the net's loop reshaped the first only
             net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
         conv = self.conv
-        fused = self.r.shape == self.c.shape and conv_ops.writes_residual(conv.device,
+        fused = self.r.shape == self.c.shape and conv_ops.residual_pays(conv.device,
                                                                          conv.geom)
         for b in (self.x, self.r):
             b.compute_pending()

@@ -103,3 +103,21 @@ def test_paths_without_a_residual(d, rng):
     buf = d.buf(np.zeros(8 * 36))
     with pytest.raises(ValueError, match="residual"):
         conv_ops.forward(d.dev, g3, buf, buf, buf, None, algo="winograd", residual=buf)
+
+
+def test_residual_pays_rule(d, monkeypatch):
+    """The plan adds shortcuts where a path can, but not through a GPU's
+    folded 1x1 GEMM (slower there than the summing pass at batch 64)."""
+    g = conv_ops.ConvGeometry(3, 16, 4, 5, 24, 1, 1)
+    assert conv_ops.residual_pays(d.dev, g) == conv_ops.writes_residual(d.dev, g)
+    monkeypatch.setattr(conv_ops, "async_tiles", lambda *a: {"ASYNC": 1})
+    for name in ("GEMM_1X1_MIN_K", "GEMM_1X1_MIN_K_64_ROWS"):
+        monkeypatch.setattr(conv_ops, name, 1)
+    monkeypatch.setattr(d.dev, "is_cpu", False)
+    try:
+        assert conv_ops.algorithm(d.dev, g, None, "forward") == "igemm"
+        assert conv_ops._igemm_forward_plan(d.dev, g) is not None
+        assert conv_ops.writes_residual(d.dev, g)
+        assert not conv_ops.residual_pays(d.dev, g)
+    finally:
+        monkeypatch.setattr(d.dev, "is_cpu", True)
