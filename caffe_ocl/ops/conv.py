@@ -822,18 +822,28 @@ def writes_residual(dev, g, algo=None):
         algo is None and direct_forward(dev, g))
 
 
+# GPUs add a shortcut in the epilogue only up to this many output floats
+# (batch-1 sized): on the H200 whole ResNet-50 forwards with the shortcuts
+# fused ran 0.87-0.89x at batch 16 and 64 (ResNeXt-50 0.91-0.93x,
+# Wide-ResNet-50 0.93-0.95x), first through the folded 1x1 GEMM, and again
+# with that path left out; at batch 1, where the forward waits on the
+# host, the launch saved counts (BENCHMARKS.md). The threshold is not swept.
+RESIDUAL_GPU_MAX_OUTPUT = 1 << 20
+
+
 def residual_pays(dev, g):
     """Whether the TEST plan should have ``forward`` of ``g`` (automatic
-    algorithm) add an Eltwise's shortcut (plan/residual.py): where it
-    can, except a GPU's folded 1x1 GEMM (gemm.cl, ``_igemm_forward_plan``).
-    There the residual read in the staged store made ResNet-50 at batch 64
-    0.87x as fast as the separate summing pass (ResNeXt-50 0.91x,
-    Wide-ResNet-50 0.93x; H200, BENCHMARKS.md), while at batch 1 (the
-    implicit-GEMM kernel, a host-bound forward) the launch saved counts."""
+    algorithm) add an Eltwise's shortcut (plan/residual.py): where it can
+    -- on GPUs only for outputs of at most RESIDUAL_GPU_MAX_OUTPUT floats
+    and not through the folded 1x1 GEMM (gemm.cl, ``_igemm_forward_plan``).
+    CPU drivers: always (whole nets measured level, one launch fewer)."""
     if not writes_residual(dev, g):
         return False
-    return dev.is_cpu or algorithm(dev, g, None, "forward") != "igemm" \
-        or _igemm_forward_plan(dev, g) is None
+    if dev.is_cpu:
+        return True
+    if g.num * g.out_channels * g.out_spatial > RESIDUAL_GPU_MAX_OUTPUT:
+        return False
+    return algorithm(dev, g, None, "forward") != "igemm" or _igemm_forward_plan(dev, g) is None
 
 
 def writes_slices(dev, g, algo=None):

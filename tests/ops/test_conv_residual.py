@@ -121,3 +121,18 @@ def test_residual_pays_rule(d, monkeypatch):
         assert not conv_ops.residual_pays(d.dev, g)
     finally:
         monkeypatch.setattr(d.dev, "is_cpu", True)
+
+
+def test_residual_pays_only_small_outputs_on_gpus(d, monkeypatch):
+    monkeypatch.setattr(d.dev, "is_cpu", False)
+    try:
+        small = conv_ops.ConvGeometry(1, 64, 14, 14, 256, 3, 3, 1, 1)
+        big = conv_ops.ConvGeometry(64, 64, 14, 14, 256, 3, 3, 1, 1)
+        for g in (small, big):
+            assert conv_ops.writes_residual(d.dev, g, "igemm")
+        assert big.num * big.out_channels * big.out_spatial > conv_ops.RESIDUAL_GPU_MAX_OUTPUT
+        assert not conv_ops.residual_pays(d.dev, big)
+        assert conv_ops.algorithm(d.dev, small, None, "forward") == "igemm"
+        assert conv_ops.residual_pays(d.dev, small)
+    finally:
+        monkeypatch.setattr(d.dev, "is_cpu", True)
