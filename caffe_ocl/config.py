@@ -112,7 +112,8 @@ _DECLARED = (
     Setting("FUSE_RESIDUAL", "bool", True,
             "at TEST, a convolution whose output an Eltwise SUM adds to a shortcut (a "
             "residual block's end, -> activation) adds it in its own epilogue, writing the "
-            "sum (plan/residual.py; with CAFFE_OCL_FOLD)"),
+            "sum (plan/residual.py; on GPUs only for outputs of batch-1 size; with "
+            "CAFFE_OCL_FOLD)"),
     Setting("CONCAT_GATHER", "bool", True,
             "a Concat along channels whose top only a channel permutation reads (ShuffleNet's "
             "concat -> shuffle) runs with it as one gather from the Concat's inputs, the "
