@@ -13,6 +13,7 @@ from caffe_ocl.ops import shape as shape_ops
 from caffe_ocl.ops import work_size
 from caffe_ocl.plan import permute
 from caffe_ocl.proto import parse_net_text
+from plan_pairs import assert_same_bits, forward_reshaped
 
 # data -> Slice (a, b) -> conv + ReLU on b (r) -> Concat(a, r[, data]) ->
 # 1x1 permutation conv (shuf) -> a 3x3 conv reading the shuffled channels
@@ -68,14 +69,8 @@ def _groups(net):
 
 
 def _assert_same(a, b):
-    """Every blob the same bits, but for the sign of zeros a GEMM makes
-    +0.0 (a ReLU's -0.0 through the unrewritten 1x1 convolution; the
-    gather moves it as it is, permute.py)."""
-    for name in b.blobs:
-        x, y = a.blobs[name].data, b.blobs[name].data
-        assert x.shape == y.shape, name
-        x, y = np.where(x == 0, 0, x), np.where(y == 0, 0, y)
-        np.testing.assert_array_equal(x.view(np.int32), y.view(np.int32), err_msg=name)
+    # the GEMM of the unrewritten permutation turns a ReLU's -0.0 into +0.0
+    assert_same_bits(a, b, zero_sign=False)
 
 
 def _x(rng, n=2):
@@ -112,11 +107,7 @@ def test_reshape_and_forward_ranges(rng):
     perm = _shuffle(4)
     fused, plain = _nets(_text(2), perm)
     for n in (3, 1):
-        x = _x(rng, n)
-        for net in (fused, plain):
-            net.blobs["data"].reshape(*x.shape)
-            net.reshape()
-            net.forward(data=x)
+        forward_reshaped((fused, plain), _x(rng, n))
         _assert_same(fused, plain)
     # a range stopping at the Concat writes its top; one starting at the
     # permutation layer reads the Concat's top left pending by a full pass

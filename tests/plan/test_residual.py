@@ -12,6 +12,7 @@ from caffe_ocl.device import record_events
 from caffe_ocl.net import Net, TEST
 from caffe_ocl.plan import residual
 from caffe_ocl.proto import parse_net_text
+from plan_pairs import assert_same_bits, forward_reshaped
 
 HEAD = """
 layer { name: "data" type: "Input" top: "data"
@@ -62,13 +63,7 @@ def _groups(net):
     return [c for c in net.plan.fold_groups if isinstance(c, residual.ConvResidual)]
 
 
-def _assert_same(a, b, skip=()):
-    for name in b.blobs:
-        if name in skip:
-            continue
-        x, y = a.blobs[name].data, b.blobs[name].data
-        assert x.shape == y.shape, name
-        np.testing.assert_array_equal(x.view(np.int32), y.view(np.int32), err_msg=name)
+_assert_same = assert_same_bits
 
 
 def _x(rng, n=2):
@@ -110,11 +105,7 @@ def test_shortcut_added_in_the_epilogue(rng, end):
 def test_reshape_and_forward_ranges(rng):
     fused, plain = _nets(_text("relu-new-top"))
     for n in (3, 1):
-        x = _x(rng, n)
-        for net in (fused, plain):
-            net.blobs["data"].reshape(*x.shape)
-            net.reshape()
-            net.forward(data=x)
+        forward_reshaped((fused, plain), _x(rng, n))
         _assert_same(fused, plain)
     # ranges cutting the group run its layers one by one, computing the
     # blobs a full pass left pending first
@@ -222,9 +213,5 @@ def test_caffe_style_chain(rng):
                                        nets["plain"].blobs[name].data, rtol=1e-5, atol=1e-5,
                                        err_msg=name)
     # a reshape rebuilds the chain's launches for the new buffers
-    x = _x(rng, 3)
-    for net in nets.values():
-        net.blobs["data"].reshape(*x.shape)
-        net.reshape()
-        net.forward(data=x)
+    forward_reshaped(nets.values(), _x(rng, 3))
     _assert_same(nets["fused"], nets["base"], skip=("c",))

@@ -1,0 +1,25 @@
+"""Helpers shared by the tests that compare a net run through a plan
+rewrite with the same net unrewritten (test_concat_gather, test_residual)."""
+import numpy as np
+
+
+def assert_same_bits(a, b, skip=(), zero_sign=True):
+    """Every blob of ``b`` (but ``skip``) has the same bits in ``a``;
+    ``zero_sign=False``: -0.0 and +0.0 count as the same (a GEMM turns a
+    -0.0 input into +0.0 where a copy keeps it)."""
+    for name in b.blobs:
+        if name in skip:
+            continue
+        x, y = a.blobs[name].data, b.blobs[name].data
+        assert x.shape == y.shape, name
+        if not zero_sign:
+            x, y = np.where(x == 0, 0, x), np.where(y == 0, 0, y)
+        np.testing.assert_array_equal(x.view(np.int32), y.view(np.int32), err_msg=name)
+
+
+def forward_reshaped(nets, x):
+    """Each net's "data" reshaped to ``x``'s shape, then a forward on ``x``."""
+    for net in nets:
+        net.blobs["data"].reshape(*x.shape)
+        net.reshape()
+        net.forward(data=x)
