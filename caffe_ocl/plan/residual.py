@@ -124,6 +124,7 @@ class ConvResidual(PendingTops):
             layers.append(ei)
         self._init_pending(pending, layers)
         self._key = None
+        self._sum_key = None            # the chain's fallback summing pass (_run_chain)
         self.fwd = []
 
     def describe(self):
@@ -161,9 +162,12 @@ class ConvResidual(PendingTops):
             self._key = key
         chain.run()
         if not fused:
-            self.fwd = [pointwise.sum2(self.conv.device, self.out.count, 1.0,
-                                       self.c.data_buffer(), 1.0, self.r.data_buffer(),
-                                       self.out.data_buffer(), self.act)]
+            bufs = (self.out.count, self.c.data_buffer(), self.r.data_buffer(),
+                    self.out.data_buffer())
+            if self._sum_key != bufs:           # the summing pass, built once per layout
+                self.fwd = [pointwise.sum2(self.conv.device, bufs[0], 1.0, bufs[1], 1.0,
+                                           bufs[2], bufs[3], self.act)]
+                self._sum_key = bufs
             for launch in self.fwd:
                 launch.run(self.conv.device.queue)
             self.out.data_mem.device_written()

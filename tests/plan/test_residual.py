@@ -215,3 +215,33 @@ def test_caffe_style_chain(rng):
     # a reshape rebuilds the chain's launches for the new buffers
     forward_reshaped(nets.values(), _x(rng, 3))
     _assert_same(nets["fused"], nets["base"], skip=("c",))
+
+
+def test_chain_where_the_shortcut_does_not_pay(rng, monkeypatch):
+    """A chain whose convolution should not add the shortcut (here: the
+    rule says no after the plan was made, as a GPU's does for a batch
+    grown past its threshold) runs its fold and one summing pass, built
+    once: the same bits as the plan without the rewrite, and the launches
+    are not rebuilt from pass to pass."""
+    from caffe_ocl.ops import conv as conv_ops
+    nets = {}
+    for key, on in (("fused", True), ("base", False)):
+        with config.override(FUSE_RESIDUAL=on):
+            nets[key] = Net(parse_net_text(CAFFE_BLOCK), TEST)
+    vals = np.random.default_rng(7)
+    for name, blobs in nets["fused"].params.items():
+        for k, b in enumerate(blobs):
+            v = vals.uniform(0.5, 2, b.shape) if name == "bn" and k == 1 else \
+                np.ones(b.shape) if name == "bn" and k == 2 else vals.normal(0, 0.5, b.shape)
+            for net in nets.values():
+                net.params[name][k].data[...] = v
+    group = _groups(nets["fused"])[0]
+    monkeypatch.setattr(conv_ops, "residual_pays", lambda dev, g: False)
+    launches = []
+    for _ in range(3):
+        x = _x(rng)
+        for net in nets.values():
+            net.forward(data=x)
+        launches.append(tuple(map(id, group.fwd)))
+        _assert_same(nets["fused"], nets["base"])
+    assert len(set(launches)) == 1 and [ln.name for ln in group.fwd] == ["sum2_act"]
