@@ -123,8 +123,8 @@ class ConvResidual(PendingTops):
             pending.append(self.z)
             layers.append(ei)
         self._init_pending(pending, layers)
-        self._key = None
-        self._sum_key = None            # the chain's fallback summing pass (_run_chain)
+        self._key = None                # what the launches (or the chain's target) were built for
+        self._fused = None              # (shapes it was decided for, whether to fuse)
         self.fwd = []
 
     def describe(self):
@@ -144,41 +144,49 @@ class ConvResidual(PendingTops):
         else:       # the convolution into c, then one summing pass
             self.fwd = conv_ops.forward(dev, conv.geom, x, w, self.c.data_buffer(), conv.col, b,
                                         weight_version=conv.weight_version())
-            self.fwd.append(pointwise.sum2(dev, self.out.count, 1.0, self.c.data_buffer(), 1.0,
-                                           self.r.data_buffer(), out, self.act))
+            self.fwd.append(self._summing_pass())
         if self.x.count == 0 or self.out.count == 0:
             self.fwd = []
 
+    def _summing_pass(self):
+        """The launch the Eltwise (-> activation) would make: out = act(c + r)."""
+        return pointwise.sum2(self.conv.device, self.out.count, 1.0, self.c.data_buffer(), 1.0,
+                              self.r.data_buffer(), self.out.data_buffer(), self.act)
+
     def _run_chain(self, fused):
         """The folded chain's forward: into the sum with the shortcut
-        (``fused``), or into its own top."""
+        (``fused``), or into its own top and then the summing pass."""
         chain = self.chain
         target = (self.r, self.out, self.act) if fused else None
-        key = None if target is None else (target, self.r.data_buffer(),
-                                           self.out.data_buffer())
+        key = (target, self.c.data_buffer(), self.r.data_buffer(), self.out.data_buffer())
         if key != self._key:
             chain.residual_target = target
             chain._built_for = None         # its launches rebuilt for the new target
+            self.fwd = [] if fused else [self._summing_pass()]
             self._key = key
         chain.run()
         if not fused:
-            bufs = (self.out.count, self.c.data_buffer(), self.r.data_buffer(),
-                    self.out.data_buffer())
-            if self._sum_key != bufs:           # the summing pass, built once per layout
-                self.fwd = [pointwise.sum2(self.conv.device, bufs[0], 1.0, bufs[1], 1.0,
-                                           bufs[2], bufs[3], self.act)]
-                self._sum_key = bufs
             for launch in self.fwd:
                 launch.run(self.conv.device.queue)
             self.out.data_mem.device_written()
+
+    def _fuses(self):
+        """Whether this pass adds the shortcut in the epilogue, decided
+        again only when the shapes change (``residual_pays`` asks the
+        algorithm rules: not a per-pass cost)."""
+        shapes = (self.conv.reshape_count, self.r.shape, self.c.shape)
+        if self._fused is None or self._fused[0] != shapes:
+            fused = self.r.shape == self.c.shape and conv_ops.residual_pays(
+                self.conv.device, self.conv.geom)
+            self._fused = (shapes, fused)
+        return self._fused[1]
 
     def run(self):
         net, g = self.net, self.net.graph
         for li in self.layers[1:]:     # the net's loop reshaped the first only
             net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
         conv = self.conv
-        fused = self.r.shape == self.c.shape and conv_ops.residual_pays(conv.device,
-                                                                         conv.geom)
+        fused = self._fuses()
         for b in (self.x, self.r):
             b.compute_pending()
             b.data_mem.to_device()
