@@ -17,6 +17,24 @@ def assert_same_bits(a, b, skip=(), zero_sign=True):
         np.testing.assert_array_equal(x.view(np.int32), y.view(np.int32), err_msg=name)
 
 
+def same_random_weights(nets, seed, batchnorm=()):
+    """The same random parameters in every net of ``nets`` (built from one
+    prototxt): N(0, 0.5), but for the BatchNorm layers named in
+    ``batchnorm`` a random mean, a variance in [0.5, 2) and a scale factor
+    of 1."""
+    nets = list(nets)
+    rng = np.random.default_rng(seed)
+    for name, blobs in nets[0].params.items():
+        for k, b in enumerate(blobs):
+            if name in batchnorm:
+                v = [rng.normal(0, 0.5, b.shape), rng.uniform(0.5, 2, b.shape),
+                     np.ones(b.shape)][k]
+            else:
+                v = rng.normal(0, 0.5, b.shape)
+            for net in nets:
+                net.params[name][k].data[...] = v
+
+
 def forward_reshaped(nets, x):
     """Each net's "data" reshaped to ``x``'s shape, then a forward on ``x``."""
     for net in nets:

@@ -13,7 +13,7 @@ from caffe_ocl.ops import shape as shape_ops
 from caffe_ocl.ops import work_size
 from caffe_ocl.plan import permute
 from caffe_ocl.proto import parse_net_text
-from plan_pairs import assert_same_bits, forward_reshaped
+from plan_pairs import assert_same_bits, forward_reshaped, same_random_weights
 
 # data -> Slice (a, b) -> conv + ReLU on b (r) -> Concat(a, r[, data]) ->
 # 1x1 permutation conv (shuf) -> a 3x3 conv reading the shuffled channels
@@ -53,12 +53,7 @@ def _shuffle(c, groups=2):
 def _nets(text, perm, **fused_kw):
     fused = Net(parse_net_text(text), TEST, **fused_kw)
     plain = Net(parse_net_text(text), TEST, fold=False)
-    rng = np.random.default_rng(3)
-    for name, blobs in fused.params.items():
-        for k, b in enumerate(blobs):
-            v = rng.normal(0, 0.5, b.shape)
-            b.data[...] = v
-            plain.params[name][k].data[...] = v
+    same_random_weights((fused, plain), 3)
     for net in (fused, plain):
         net.params["perm"][0].data[...] = _perm_matrix(perm)
     return fused, plain

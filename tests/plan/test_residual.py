@@ -12,7 +12,7 @@ from caffe_ocl.device import record_events
 from caffe_ocl.net import Net, TEST
 from caffe_ocl.plan import residual
 from caffe_ocl.proto import parse_net_text
-from plan_pairs import assert_same_bits, forward_reshaped
+from plan_pairs import assert_same_bits, forward_reshaped, same_random_weights
 
 HEAD = """
 layer { name: "data" type: "Input" top: "data"
@@ -50,12 +50,7 @@ def _text(end):
 def _nets(text, **kw):
     fused = Net(parse_net_text(text), TEST, **kw)
     plain = Net(parse_net_text(text), TEST, fold=False)
-    rng = np.random.default_rng(4)
-    for name, blobs in fused.params.items():
-        for k, b in enumerate(blobs):
-            v = rng.normal(0, 0.5, b.shape)
-            b.data[...] = v
-            plain.params[name][k].data[...] = v
+    same_random_weights((fused, plain), 4)
     return fused, plain
 
 
@@ -177,6 +172,18 @@ CAFFE_BLOCK = HEAD.replace(
 ) + ENDS["relu-in-place"][0] + TAIL % "z"
 
 
+def _caffe_block_nets(seed, **variants):
+    """{name: Net of CAFFE_BLOCK} with the same random weights; each
+    variant's Net keyword arguments, None for the plan without the
+    rewrite."""
+    nets = {}
+    for key, kw in variants.items():
+        with config.override(FUSE_RESIDUAL=kw is not None):
+            nets[key] = Net(parse_net_text(CAFFE_BLOCK), TEST, **(kw or {}))
+    same_random_weights(nets.values(), seed, batchnorm=("bn",))
+    return nets
+
+
 def test_caffe_style_chain(rng):
     """Caffe's ResNet form: convolution -> BatchNorm -> Scale in place (a
     folded chain) -> Eltwise -> ReLU in place: the chain's folded
@@ -185,18 +192,7 @@ def test_caffe_style_chain(rng):
     chain's own top, computed when read by the layers' own forwards, has
     the unfolded layers' bits."""
     assert "BatchNorm" in CAFFE_BLOCK
-    nets = {}
-    for key, kw in (("fused", {}), ("base", None), ("plain", dict(fold=False))):
-        with config.override(FUSE_RESIDUAL=kw is not None):
-            nets[key] = Net(parse_net_text(CAFFE_BLOCK), TEST, **(kw or {}))
-    vals = np.random.default_rng(6)
-    for name, blobs in nets["fused"].params.items():
-        for k, b in enumerate(blobs):
-            v = vals.normal(0, 0.5, b.shape)
-            if name == "bn":
-                v = [vals.normal(0, 0.5, b.shape), vals.uniform(0.5, 2, b.shape), [1.0]][k]
-            for net in nets.values():
-                net.params[name][k].data[...] = v
+    nets = _caffe_block_nets(6, fused={}, base=None, plain=dict(fold=False))
     groups = _groups(nets["fused"])
     names = nets["fused"].graph.layer_names
     assert len(groups) == 1 and groups[0].chain is not None
@@ -224,17 +220,7 @@ def test_chain_where_the_shortcut_does_not_pay(rng, monkeypatch):
     once: the same bits as the plan without the rewrite, and the launches
     are not rebuilt from pass to pass."""
     from caffe_ocl.ops import conv as conv_ops
-    nets = {}
-    for key, on in (("fused", True), ("base", False)):
-        with config.override(FUSE_RESIDUAL=on):
-            nets[key] = Net(parse_net_text(CAFFE_BLOCK), TEST)
-    vals = np.random.default_rng(7)
-    for name, blobs in nets["fused"].params.items():
-        for k, b in enumerate(blobs):
-            v = vals.uniform(0.5, 2, b.shape) if name == "bn" and k == 1 else \
-                np.ones(b.shape) if name == "bn" and k == 2 else vals.normal(0, 0.5, b.shape)
-            for net in nets.values():
-                net.params[name][k].data[...] = v
+    nets = _caffe_block_nets(7, fused={}, base=None)
     group = _groups(nets["fused"])[0]
     monkeypatch.setattr(conv_ops, "residual_pays", lambda dev, g: False)
     launches = []
