@@ -64,6 +64,33 @@ def profile(net, iters):
     return rows
 
 
+def torch_profile(model, x, tf32, top):
+    """PyTorch eager's own kernels for the same forward (cuDNN, cuBLAS and
+    its elementwise kernels), from torch.profiler, summed per kernel name:
+    the reference that a net's slow launches are set against."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile as tprofile
+    bench_zoo.set_torch_tf32(tf32)
+    torch.backends.cudnn.benchmark = True
+    model = model.cuda().eval()
+    x = torch.from_numpy(x).cuda()
+    with torch.no_grad():
+        for _ in range(5):
+            model(x)
+        torch.cuda.synchronize()
+        iters = 5
+        with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(iters):
+                model(x)
+            torch.cuda.synchronize()
+    rows = [(e.device_time_total / iters, e.count // iters, e.key)
+            for e in prof.key_averages() if e.device_time_total > 0]
+    total = sum(r[0] for r in rows)
+    print(f"torch eager kernels {total / 1e3:.3f} ms ({sum(r[1] for r in rows)} launches)")
+    for us, n, key in sorted(rows, reverse=True)[:top]:
+        print(f"  {us:8.1f} us  x{n:<3d} {key[:90]}")
+
+
 def host_split(net, runs=20):
     """(ms of the full layer walk, ms of enqueueing the same launches from a
     flat list, ms of as many enqueues of one tiny kernel): how much of the
@@ -102,12 +129,20 @@ def main():
     ap.add_argument("--host-only", action="store_true",
                     help="no kernel profile (run without CAFFE_OCL_PROFILE): only how the "
                          "host cost splits between the layer walk and the enqueues")
+    ap.add_argument("--torch", action="store_true",
+                    help="also PyTorch eager's kernels for the same net (GPU)")
+    ap.add_argument("--residual-max", type=int,
+                    help="GPU output size (floats) up to which convolutions add a "
+                         "shortcut in their epilogue (ops.conv.RESIDUAL_GPU_MAX_OUTPUT)")
     args = ap.parse_args()
     import tempfile
 
     import caffe_ocl
     from caffe_ocl.onnx import to_caffe
     caffe_ocl.set_mode_cpu() if args.cpu else caffe_ocl.set_mode_gpu()
+    if args.residual_max is not None:
+        from caffe_ocl.ops import conv
+        conv.RESIDUAL_GPU_MAX_OUTPUT = args.residual_max
     dev = caffe_ocl.get_device()
     ext = dev.cl_device.extensions.split()
     print(f"# {dev.name}: {len(ext)} extensions; command buffers: "
@@ -144,6 +179,8 @@ def main():
             for us, lab, ln in sorted(rows, key=lambda r: -r[0])[:args.top]:
                 print(f"  {us:8.1f} us  {lab:28s} {ln.name:22s} g{ln.gsize} l{ln.lsize}")
             del net, fwd
+            if args.torch:
+                torch_profile(model, x, args.tf32, args.top)
     return 0
 
 

@@ -110,9 +110,11 @@ void conv_fwd(int NIMG, int C, int H, int W, int CO, int HO, int WO, float alpha
     const int img_ = (n) / HOWO, p_ = (n) - img_ * HOWO;                  \
     __global float* yb = Y + offY + (img_ * CO + g * M) * HOWO + p_;      \
     __global const float* rb_ = R + offR + (img_ * CO + g * M) * HOWO + p_;
-/* RESIDUAL: + R (laid out as y) before the activation (plan/residual.py) */
+/* RESIDUAL: + R (laid out as y) before the activation (plan/residual.py),
+ * read ahead of the stores (tile_store.h ADDEND_AT) */
 #if RESIDUAL
-#define RES_AT(m) rb_[(m) * HOWO]
+#define ADDEND_AT(m, n) rb_[(m) * HOWO]
+#define RES_AT(m) addend_v
 #else
 #define RES_AT(m) 0.0f
 #endif

@@ -143,9 +143,11 @@ void gemm(int M, int N, int K, float alpha,
 #else
 #define BIAS_AT(m, n) 0.0f
 #endif
-/* RESIDUAL: + R at C's place before the activation (gemm_cpu.cl) */
+/* RESIDUAL: + R at C's place before the activation (gemm_cpu.cl), read
+ * ahead of the stores (tile_store.h ADDEND_AT) */
 #if RESIDUAL
-#define RES_AT(m, n) R[&C_AT(m, n) - C]
+#define ADDEND_AT(m, n) R[&C_AT(m, n) - C]
+#define RES_AT(m, n) addend_v
 #else
 #define RES_AT(m, n) 0.0f
 #endif

@@ -35,11 +35,23 @@
  * previous row's store cannot be moved above it (the same buffer), so each
  * row waited a full memory latency (on the H200, ResNet-50's accumulating
  * 1x1 backward-data ran slower than a separate summing pass, and VGG-16's
- * fc6 weight gradient, K = 64 into a 4096 x 25088 dW, at ~9.5 TFLOP/s). */
+ * fc6 weight gradient, K = 64 into a 4096 x 25088 dW, at ~9.5 TFLOP/s).
+ * An includer that adds a tensor to every result (a shortcut summed by an
+ * Eltwise, plan/residual.py) defines, for the same reason:
+ *   ADDEND_AT(m, n)          that tensor's value at (m, n) (a read);
+ * its values are read ahead of the stores as the old values are, and
+ * STORE_ROW / STORE_ROW_PRIOR find the one of their (m, n) in ``addend_v``.
+ * Read inside STORE_ROW, ResNet-50's fused 1x1 convolutions at batch 64
+ * took 1.75x as long as the same convolution plus a summing pass. */
 #ifdef PRIOR_AT
 #define ROW_STORE_(m, n, v, i) STORE_ROW_PRIOR(m, n, v, prior_[i])
 #else
 #define ROW_STORE_(m, n, v, i) STORE_ROW(m, n, v)
+#endif
+#ifdef ADDEND_AT
+#define ADDEND_V_(i) const float addend_v = addend_[i];
+#else
+#define ADDEND_V_(i)
 #endif
 #ifndef STAGED
 #define STAGED 0
@@ -84,12 +96,21 @@
                     prior_[pi_] = (beta != 0.0f && em_ < M) ? PRIOR_AT(em_, en_) : 0.0f;
                 }
 #endif
+#ifdef ADDEND_AT
+                float addend_[EPI_ROWS_ / (NT / TN)];
+#pragma unroll
+                for (int pi_ = 0; pi_ < EPI_ROWS_ / (NT / TN); ++pi_) {
+                    const int em_ = m0 + h_ * EPI_ROWS_ + lid / TN + pi_ * (NT / TN);
+                    addend_[pi_] = em_ < M ? ADDEND_AT(em_, en_) : 0.0f;
+                }
+#endif
 #pragma unroll
                 for (int pi_ = 0; pi_ < EPI_ROWS_ / (NT / TN); ++pi_) {
                     const int r_ = lid / TN + pi_ * (NT / TN);
                     const int em_ = m0 + h_ * EPI_ROWS_ + r_;
                     if (em_ >= M) break;
                     const float ev_ = cs_[r_ * LDC_ + ec_];
+                    ADDEND_V_(pi_)
                     ROW_STORE_(em_, en_, ev_, pi_)
                 }
             }
@@ -111,12 +132,22 @@
             prior_[i] = (beta != 0.0f && em_ < M) ? PRIOR_AT(em_, en_) : 0.0f;
         }
 #endif
+#ifdef ADDEND_AT
+        float addend_[ACC_M];
+#pragma unroll
+        for (int i = 0; i < ACC_M; ++i) {
+            const int em_ = m0 + ROW_OF(i);
+            addend_[i] = em_ < M ? ADDEND_AT(em_, en_) : 0.0f;
+        }
+#endif
 #pragma unroll
         for (int i = 0; i < ACC_M; ++i) {
             const int em_ = m0 + ROW_OF(i);
             if (em_ >= M) continue;
+            ADDEND_V_(i)
             ROW_STORE_(em_, en_, acc[i][j], i)
         }
     }
 #endif
 #undef ROW_STORE_
+#undef ADDEND_V_
