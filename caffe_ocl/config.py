@@ -200,6 +200,10 @@ _DECLARED = (
     Setting("CPU_DIRECT_CONV", "bool", True,
             "CPU drivers: convolution forwards of at most 4 input channels (a net's first "
             "layer) run a direct kernel instead of the GEMM (off: the GEMM)", internal=True),
+    Setting("GROUPED_DIRECT", "bool", True,
+            "GPUs: forwards of grouped convolutions with at most 16 channels per group "
+            "(ResNeXt, RegNet) run a direct kernel instead of the implicit GEMM (off: the "
+            "implicit GEMM)", internal=True),
     Setting("CONV_SMALL_TILES", "bool", True,
             "GPU implicit-GEMM convolution forwards in FP32 whose tiles leave most compute "
             "units idle run 64 x 64 tiles of 4 x 4 results per work-item (off: always "

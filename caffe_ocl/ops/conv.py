@@ -38,6 +38,7 @@ from .. import config
 from ..device import Launch
 from . import cpu_chunks, tuned, work_size
 from . import depthwise as dw_ops
+from . import grouped as grouped_ops
 from . import winograd as wino_ops
 from . import pointwise
 from .channel import channel_sum
@@ -577,6 +578,12 @@ def _forward_variant(dev, g):
     return tuple(v.split("/"))
 
 
+# FP32 implicit-GEMM forwards take 64-row tiles instead of 128 where those
+# compute at most this part of the rows that 128-row tiles would (AlexNet's
+# 192-channel 5 x 5 layer: 192 of 256 rows, 0.75).
+ROW_TILE_WASTE = 0.8
+
+
 def forward_tiles(dev, g):
     """Tile of an implicit-GEMM forward of ``g`` (gpu_tiles' form): the
     usual 128-column tiles with 8 x 8 results per work-item, or, on GPUs in
@@ -592,6 +599,8 @@ def forward_tiles(dev, g):
     t = gpu_tiles(dev, M, K)
     if dev.is_cpu or t["TF32"]:
         return t
+    if t["TM"] == 128 and -(-M // 64) * 64 <= ROW_TILE_WASTE * -(-M // 128) * 128:
+        t = dict(t, TM=64)
     small = dict(t, TM=64, TN=64, MICRO=4)
     tiles = _forward_variant(dev, g)[0]
     if tiles is not None:
@@ -817,7 +826,8 @@ def writes_residual(dev, g, algo=None):
     direct and matrix-vector kernels."""
     a = algorithm(dev, g, algo, "forward")
     if a == "igemm":
-        return not fully_connected(dev, g, algo)
+        return not fully_connected(dev, g, algo) and not (
+            algo is None and grouped_ops.applies(dev, g))
     return a == "im2col" and not fully_connected(dev, g, algo) and not (
         algo is None and direct_forward(dev, g))
 
@@ -937,6 +947,8 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
     if a == "igemm" and not sliced and fully_connected(dev, g, algo):
         return [gemv(dev, g.num, g.out_channels, g.channels, x, weight, y, bias=bias,
                      bias_axis=1, act=act)]
+    if a == "igemm" and algo is None and not sliced and grouped_ops.applies(dev, g):
+        return [grouped_ops.forward(dev, g, x, weight, y, bias, act)]
     if a == "igemm":
         return _igemm_forward(dev, g, x, weight, y, bias, act, y_off=y_off,
                               y_channels=y_channels, residual=residual)

@@ -1,0 +1,54 @@
+"""Direct forward of grouped convolutions with few channels per group
+(kernels/conv_grouped.cl), GPUs only: ResNeXt's and RegNet's 3 x 3 groups
+of 4-16 channels, which the implicit GEMM ran as M = 4..16 row products in
+64-128 row tiles. ops.conv.forward takes it instead of the implicit GEMM
+for the automatic algorithm (``applies``); backward passes stay on the
+implicit GEMM.
+"""
+from .. import config
+from . import work_size
+from .gemm import act_defines
+
+SRC = "conv_grouped.cl"
+# Most input and output channels per group: beyond, a group is a GEMM big
+# enough for the implicit GEMM's tiles (measured in BENCHMARKS.md).
+MAX_GROUP_CHANNELS = 16
+# output pixels per work-item along a row
+PIXELS = 4
+
+
+def applies(dev, g):
+    """Whether ``ops.conv.forward`` (automatic algorithm) runs ``g`` here:
+    GPUs, grouped (not depthwise: ops/depthwise.py), at most
+    MAX_GROUP_CHANNELS input and output channels per group; setting
+    GROUPED_DIRECT off: never."""
+    if dev.is_cpu or g.groups <= 1 or g.channels % g.groups or g.out_channels % g.groups:
+        return False
+    cig, cog = g.channels // g.groups, g.out_channels // g.groups
+    if g.groups == g.channels == g.out_channels:
+        return False
+    return (cig <= MAX_GROUP_CHANNELS and cog <= MAX_GROUP_CHANNELS
+            and config.get("GROUPED_DIRECT"))
+
+
+def outputs_per_item(g):
+    """OB: the most output channels (8, 4, 2 or 1) dividing a group's."""
+    cog = g.out_channels // g.groups
+    return next(ob for ob in (8, 4, 2, 1) if cog % ob == 0)
+
+
+def forward(dev, g, x, weight, y, bias=None, act=None):
+    """y = act(conv(x, weight) (+ bias)) for grouped ``g``: one launch."""
+    act_kind, act_a, act_b = act_defines(act)
+    ob = outputs_per_item(g)
+    pb = min(PIXELS, g.out_w)
+    runs = -(-g.out_w // pb)
+    total = g.num * (g.out_channels // ob) * g.out_h * runs
+    defs = dict(KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, PH=g.ph, PW=g.pw, DH=g.dh, DW=g.dw,
+                CIG=g.channels // g.groups, OB=ob, PB=pb, BIAS=int(bias is not None),
+                ACT=act_kind)
+    gs, ls = work_size(dev, total)
+    return dev.launch(SRC, "grouped_fwd", gs, ls,
+                      [total, g.channels, g.height, g.width, g.out_channels, g.out_h,
+                       g.out_w, g.out_channels // g.groups, x, weight,
+                       bias if bias is not None else weight, y, act_a, act_b], defs)
