@@ -131,18 +131,12 @@ def main():
                          "host cost splits between the layer walk and the enqueues")
     ap.add_argument("--torch", action="store_true",
                     help="also PyTorch eager's kernels for the same net (GPU)")
-    ap.add_argument("--residual-max", type=int,
-                    help="GPU output size (floats) up to which convolutions add a "
-                         "shortcut in their epilogue (ops.conv.RESIDUAL_GPU_MAX_OUTPUT)")
     args = ap.parse_args()
     import tempfile
 
     import caffe_ocl
     from caffe_ocl.onnx import to_caffe
     caffe_ocl.set_mode_cpu() if args.cpu else caffe_ocl.set_mode_gpu()
-    if args.residual_max is not None:
-        from caffe_ocl.ops import conv
-        conv.RESIDUAL_GPU_MAX_OUTPUT = args.residual_max
     dev = caffe_ocl.get_device()
     ext = dev.cl_device.extensions.split()
     print(f"# {dev.name}: {len(ext)} extensions; command buffers: "

@@ -580,8 +580,22 @@ def _forward_variant(dev, g):
 
 # FP32 implicit-GEMM forwards take 64-row tiles instead of 128 where those
 # compute at most this part of the rows that 128-row tiles would (AlexNet's
-# 192-channel 5 x 5 layer: 192 of 256 rows, 0.75).
-ROW_TILE_WASTE = 0.8
+# 192-channel 5 x 5 layer: 192 of 256 rows, 0.75; 320 of 384, 0.83), unless the 128-row tiles
+# split K over work-groups and the 64-row ones would not. H200, 192 and 320
+# channels (bench_conv_epilogues.py): batch 16-64 1.08-1.46x; batch 1 where
+# the wider tiles lost their split (GoogLeNet's 56 x 56 layer) 0.72x.
+ROW_TILE_WASTE = 0.85
+
+
+def _splits(dev, g, t):
+    """Whether ``forward_splitk`` would split K for tiles ``t``: too few
+    tiles to give half the compute units work, splitting allowed."""
+    if deterministic() or not config.get("CONV_SPLITK") \
+            or _forward_variant(dev, g)[1] == "nosplit":
+        return False
+    M, N = g.out_channels // g.groups, g.num * g.out_spatial
+    tiles = -(-M // t["TM"]) * -(-N // t["TN"]) * g.groups
+    return 2 * tiles <= max(int(dev.compute_units), 1)
 
 
 def forward_tiles(dev, g):
@@ -599,7 +613,8 @@ def forward_tiles(dev, g):
     t = gpu_tiles(dev, M, K)
     if dev.is_cpu or t["TF32"]:
         return t
-    if t["TM"] == 128 and -(-M // 64) * 64 <= ROW_TILE_WASTE * -(-M // 128) * 128:
+    if t["TM"] == 128 and -(-M // 64) * 64 <= ROW_TILE_WASTE * -(-M // 128) * 128 \
+            and not (_splits(dev, g, t) and not _splits(dev, g, dict(t, TM=64))):
         t = dict(t, TM=64)
     small = dict(t, TM=64, TN=64, MICRO=4)
     tiles = _forward_variant(dev, g)[0]
@@ -629,14 +644,11 @@ def forward_splitk(dev, g):
     batch: the rounding of each sum would too)."""
     M, K = g.out_channels // g.groups, g.col_rows // g.groups
     N = g.num * g.out_spatial
-    if deterministic() or not config.get("CONV_SPLITK") \
-            or _forward_variant(dev, g)[1] == "nosplit":
-        return 1, K
     t = forward_tiles(dev, g)
+    if not _splits(dev, g, t):
+        return 1, K
     tiles = -(-M // t["TM"]) * -(-N // t["TN"]) * g.groups
     cus = max(int(dev.compute_units), 1)
-    if 2 * tiles > cus:
-        return 1, K
     ktiles = -(-K // t["TK"])
     total = g.num * g.out_channels * g.out_spatial
     nsplit = min(-(-FWD_SPLITK_PER_CU * cus // tiles),
@@ -832,28 +844,15 @@ def writes_residual(dev, g, algo=None):
         algo is None and direct_forward(dev, g))
 
 
-# GPUs add a shortcut in the epilogue only up to this many output floats
-# (batch-1 sized): on the H200 whole ResNet-50 forwards with the shortcuts
-# fused ran 0.87-0.89x at batch 16 and 64 (ResNeXt-50 0.91-0.93x,
-# Wide-ResNet-50 0.93-0.95x), first through the folded 1x1 GEMM, and again
-# with that path left out; at batch 1, where the forward waits on the
-# host, the launch saved counts (BENCHMARKS.md). The threshold is not swept.
-RESIDUAL_GPU_MAX_OUTPUT = 1 << 20
-
-
 def residual_pays(dev, g):
     """Whether the TEST plan should have ``forward`` of ``g`` (automatic
-    algorithm) add an Eltwise's shortcut (plan/residual.py): where it can
-    -- on GPUs only for outputs of at most RESIDUAL_GPU_MAX_OUTPUT floats
-    and not through the folded 1x1 GEMM (gemm.cl, ``_igemm_forward_plan``).
-    CPU drivers: always (whole nets measured level, one launch fewer)."""
-    if not writes_residual(dev, g):
-        return False
-    if dev.is_cpu:
-        return True
-    if g.num * g.out_channels * g.out_spatial > RESIDUAL_GPU_MAX_OUTPUT:
-        return False
-    return algorithm(dev, g, None, "forward") != "igemm" or _igemm_forward_plan(dev, g) is None
+    algorithm) add an Eltwise's shortcut (plan/residual.py): wherever it
+    can. H200, ResNet-50's block ends at batch 1-64 (bench_conv_epilogues.py):
+    1.0-1.6x against the convolution and a summing pass, once the epilogue
+    read the shortcut ahead of its stores (tile_store.h ADDEND_AT); read at
+    each store it had made them 1.75x slower at batch 64. CPU drivers: whole
+    nets measured level, one launch fewer."""
+    return writes_residual(dev, g)
 
 
 def writes_slices(dev, g, algo=None):

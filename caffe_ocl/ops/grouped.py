@@ -15,20 +15,37 @@ SRC = "conv_grouped.cl"
 MAX_GROUP_CHANNELS = 16
 # output pixels per work-item along a row
 PIXELS = 4
+# Fewest work-items that make the kernel pay: H200, batch 1, against the
+# implicit GEMM (whose K loop then splits over work-groups):
+# ResNeXt's 56 x 56 layer (25088 items) 2.5x, its 28 x 28 one (6272) 0.94x,
+# RegNet's 7 x 7 x 440 (770) 0.56x; at batch 16 the 12320 items of the
+# latter 1.34x (bench_conv_epilogues.py, BENCHMARKS.md).
+MIN_ITEMS = 8192
 
 
 def applies(dev, g):
     """Whether ``ops.conv.forward`` (automatic algorithm) runs ``g`` here:
     GPUs, grouped (not depthwise: ops/depthwise.py), at most
-    MAX_GROUP_CHANNELS input and output channels per group; setting
-    GROUPED_DIRECT off: never."""
+    MAX_GROUP_CHANNELS input and output channels per group, at least
+    MIN_ITEMS work-items; setting GROUPED_DIRECT off: never."""
     if dev.is_cpu or g.groups <= 1 or g.channels % g.groups or g.out_channels % g.groups:
         return False
     cig, cog = g.channels // g.groups, g.out_channels // g.groups
     if g.groups == g.channels == g.out_channels:
         return False
     return (cig <= MAX_GROUP_CHANNELS and cog <= MAX_GROUP_CHANNELS
-            and config.get("GROUPED_DIRECT"))
+            and _work_items(g) >= MIN_ITEMS and config.get("GROUPED_DIRECT"))
+
+
+def _pixels(g):
+    """PB: output pixels per work-item."""
+    return min(PIXELS, g.out_w)
+
+
+def _work_items(g):
+    """Work-items of the forward: one per output block and pixel run."""
+    return (g.num * (g.out_channels // outputs_per_item(g)) * g.out_h
+            * -(-g.out_w // _pixels(g)))
 
 
 def outputs_per_item(g):
@@ -40,10 +57,7 @@ def outputs_per_item(g):
 def forward(dev, g, x, weight, y, bias=None, act=None):
     """y = act(conv(x, weight) (+ bias)) for grouped ``g``: one launch."""
     act_kind, act_a, act_b = act_defines(act)
-    ob = outputs_per_item(g)
-    pb = min(PIXELS, g.out_w)
-    runs = -(-g.out_w // pb)
-    total = g.num * (g.out_channels // ob) * g.out_h * runs
+    ob, pb, total = outputs_per_item(g), _pixels(g), _work_items(g)
     defs = dict(KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, PH=g.ph, PW=g.pw, DH=g.dh, DW=g.dw,
                 CIG=g.channels // g.groups, OB=ob, PB=pb, BIAS=int(bias is not None),
                 ACT=act_kind)

@@ -24,9 +24,8 @@ optionally followed by an activation (ReLU, ReLU6, Clip) in place on the
 sum or writing a new top that alone reads the sum. The convolution's
 algorithm must take a residual (``ops.conv.writes_residual``: the GEMM
 and implicit-GEMM paths; not Winograd, depthwise, the direct first-layer
-kernel or the matrix-vector kernel), and on GPUs not the folded 1x1 GEMM
-(``ops.conv.residual_pays``: slower there at batch 64 than the summing
-pass): otherwise the layers keep their other groups.
+kernel or the matrix-vector kernel; ``ops.conv.residual_pays``):
+otherwise the layers keep their other groups.
 
 Every blob still reads Caffe's value: ``c`` (and the sum's own top when an
 activation writes a new one) is computed when read, by the layers' own

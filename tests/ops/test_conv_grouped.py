@@ -58,6 +58,7 @@ def test_gpu_forward_takes_it(d, rng, monkeypatch):
     channels per group is this kernel (not with the setting off, not for
     wider groups or depthwise); it adds no shortcut (writes_residual)."""
     monkeypatch.setattr(d.dev, "is_cpu", False)
+    monkeypatch.setattr(grouped_ops, "MIN_ITEMS", 1)      # a test-sized layer
     g = conv_ops.ConvGeometry(*CASES["resnext-like"])
     assert grouped_ops.applies(d.dev, g)
     assert not conv_ops.writes_residual(d.dev, g)
@@ -81,3 +82,14 @@ def test_cpu_drivers_keep_the_gemm(d):
     if not d.dev.is_cpu:
         pytest.skip("a CPU driver's rule")
     assert not grouped_ops.applies(d.dev, conv_ops.ConvGeometry(*CASES["resnext-like"]))
+
+
+def test_few_work_items_keep_the_implicit_gemm(d, monkeypatch):
+    """At batch 1 on small planes the kernel has too few work-items to pay
+    (MIN_ITEMS); a bigger batch of the same layer takes it."""
+    monkeypatch.setattr(d.dev, "is_cpu", False)
+    one = conv_ops.ConvGeometry(1, 440, 7, 7, 440, 3, 3, 1, 1, groups=55)
+    assert grouped_ops._work_items(one) < grouped_ops.MIN_ITEMS
+    assert not grouped_ops.applies(d.dev, one)
+    assert grouped_ops.applies(d.dev, conv_ops.ConvGeometry(16, 440, 7, 7, 440, 3, 3, 1, 1,
+                                                            groups=55))

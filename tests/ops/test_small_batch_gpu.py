@@ -243,6 +243,24 @@ def test_small_tiles_rule():
         assert conv_ops.forward_tiles(nv, G(1, 116, 14, 14, 116, 1, 1)).get("MICRO", 8) == 8
 
 
+def test_row_tiles_rule():
+    """64-row tiles where 128-row ones would compute a quarter more rows
+    than there are (192 channels, 320), not where 128 rows fit (256) or
+    waste as much (96); kept at 128 where those split K and 64-row tiles
+    would not (GoogLeNet's 192-channel 56 x 56 layer at batch 1)."""
+    G = conv_ops.ConvGeometry
+    dev = types.SimpleNamespace(**vars(H200))
+
+    def rows(n, c, h, co, k):
+        return conv_ops.forward_tiles(dev, G(n, c, h, h, co, k, k, k // 2, k // 2))["TM"]
+    assert rows(64, 64, 27, 192, 5) == 64
+    assert rows(16, 160, 14, 320, 3) == 64
+    assert rows(64, 64, 27, 256, 5) == 128
+    assert rows(64, 64, 27, 96, 5) == 128
+    assert rows(1, 64, 56, 192, 3) == 128
+    assert conv_ops.forward_splitk(dev, G(1, 64, 56, 56, 192, 3, 3, 1, 1))[0] > 1
+
+
 @pytest.mark.parametrize("n", [1, 3])
 def test_conv_on_1x1_planes_as_gemv(d, rng, n, monkeypatch):
     """GPUs run a 1x1 convolution of 1 x 1 planes at batch 1-8 (an SE
