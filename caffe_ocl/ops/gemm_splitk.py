@@ -15,7 +15,13 @@ from . import cpu_chunks, work_size
 from .gemm import act_defines, deterministic, gemm, gpu_tiles
 
 SRC = "splitk.cl"
-MIN_CHUNK = 256          # shortest K chunk worth a partial product
+# The split aims for SPLIT_WGS_PER_CU work-groups per compute unit, in
+# chunks of at least MIN_CHUNK of K. H200, fully-connected forwards at
+# batch 16-64 (bench_fc_splitk.py): 4 per CU took AlexNet's fc6 (K 9216)
+# and VGG-16's (K 25088) from 9 / 8 chunks to 16, 1.3-1.4x; fc7 (K 4096)
+# split in 16 chunks of 256 was 1.2x slower than in 8 of 512.
+MIN_CHUNK = 512
+SPLIT_WGS_PER_CU = 4
 
 
 def splitk_factor(dev, M, N, K):
@@ -29,7 +35,7 @@ def splitk_factor(dev, M, N, K):
     cus = max(dev.compute_units, 1)
     if tiles >= cus:
         return 1
-    want = -(-2 * cus // tiles)
+    want = -(-SPLIT_WGS_PER_CU * cus // tiles)
     best = 1
     for d in range(2, want + 1):
         kc = K // d

@@ -40,6 +40,8 @@ def test_split_factor_only_where_tiles_are_few():
     gpu = types.SimpleNamespace(is_gpu=True, compute_units=132, local_mem=48 << 10)
     f = splitk_factor(gpu, 64, 4096, 9216)        # AlexNet fc6 at batch 64: 32 tiles
     assert f > 1 and 9216 % f == 0 and (9216 // f) % 16 == 0
+    # about SPLIT_WGS_PER_CU work-groups per unit, chunks of at least MIN_CHUNK
+    assert (f, splitk_factor(gpu, 64, 4096, 4096)) == (16, 8)
     assert splitk_factor(gpu, 4096, 4096, 9216) == 1     # 1024 tiles fill the GPU
     assert splitk_factor(gpu, 64, 1000, 100) == 1         # K too short to split
     cpu = types.SimpleNamespace(is_gpu=False, compute_units=2)

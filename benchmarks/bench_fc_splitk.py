@@ -1,0 +1,75 @@
+"""Fully-connected forwards at batch 16-64 on a GPU (AlexNet's and
+VGG-16's classifiers: few rows, long K), ms per pass, by the K split's
+target of work-groups per compute unit (ops.gemm_splitk.SPLIT_WGS_PER_CU),
+and cuBLAS (torch.nn.functional.linear) on the same shape when PyTorch
+sees a CUDA device. Best of --rounds means of --runs back-to-back passes.
+
+    python3 benchmarks/bench_fc_splitk.py [--targets 2,4,8]
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from caffe_ocl.device import get_device  # noqa: E402
+from caffe_ocl.ops import gemm_splitk  # noqa: E402
+from common import cuda_ms, random_buffers, time_launches  # noqa: E402
+
+# (name, K inputs, N outputs)
+LAYERS = [("alexnet fc6", 9216, 4096), ("fc7", 4096, 4096), ("fc8", 4096, 1000),
+          ("vgg16 fc6", 25088, 4096)]
+
+
+def torch_ms(m, k, n, runs):
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return None
+    except ImportError:
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    x = torch.randn(m, k, device="cuda")
+    w = torch.randn(n, k, device="cuda")
+    b = torch.randn(n, device="cuda")
+    return min(cuda_ms(lambda: torch.relu(torch.nn.functional.linear(x, w, b)), runs=runs)
+               for _ in range(3))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batches", default="16,64")
+    ap.add_argument("--targets", default="2,4,8")
+    args = ap.parse_args()
+    dev = get_device()
+    buf = random_buffers(dev)
+    targets = [int(t) for t in args.targets.split(",")]
+    print(f"# {dev.name}; ms per pass (split factor)")
+    print("| layer | batch | " + " | ".join(f"{t} per CU" for t in targets)
+          + " | cuBLAS |\n|---|---|" + "---|" * (len(targets) + 1))
+    saved = gemm_splitk.SPLIT_WGS_PER_CU
+    for m in (int(b) for b in args.batches.split(",")):
+        for name, k, n in LAYERS:
+            x, w, b, y = buf(m * k), buf(n * k), buf(n), buf(m * n)
+            cells = []
+            try:
+                for t in targets:
+                    gemm_splitk.SPLIT_WGS_PER_CU = t
+                    ln = gemm_splitk.gemm_launches(dev, m, n, k, x, w, y, trans_b=True,
+                                                   bias=b, bias_axis=1, act=("relu", 0.0))
+                    ms = min(time_launches(dev, ln, warmup=3, runs=args.runs)
+                             for _ in range(args.rounds))
+                    cells.append(f"{ms:.4f} ({gemm_splitk.splitk_factor(dev, m, n, k)})")
+            finally:
+                gemm_splitk.SPLIT_WGS_PER_CU = saved
+            ref = torch_ms(m, k, n, args.runs)
+            print(f"| {name} | {m} | " + " | ".join(cells) + " | "
+                  + (f"{ref:.4f} |" if ref is not None else "- |"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
