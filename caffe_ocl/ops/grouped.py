@@ -5,9 +5,11 @@ of 4-16 channels, which the implicit GEMM ran as M = 4..16 row products in
 for the automatic algorithm (``applies``); backward passes stay on the
 implicit GEMM.
 """
+from dataclasses import replace
+
 from .. import config
 from . import work_size
-from .gemm import act_defines
+from .gemm import act_defines, deterministic
 
 SRC = "conv_grouped.cl"
 # Most input and output channels per group: beyond, a group is a GEMM big
@@ -27,14 +29,18 @@ def applies(dev, g):
     """Whether ``ops.conv.forward`` (automatic algorithm) runs ``g`` here:
     GPUs, grouped (not depthwise: ops/depthwise.py), at most
     MAX_GROUP_CHANNELS input and output channels per group, at least
-    MIN_ITEMS work-items; setting GROUPED_DIRECT off: never."""
+    MIN_ITEMS work-items (for one image in deterministic mode); setting
+    GROUPED_DIRECT off: never."""
     if dev.is_cpu or g.groups <= 1 or g.channels % g.groups or g.out_channels % g.groups:
         return False
     cig, cog = g.channels // g.groups, g.out_channels // g.groups
     if g.groups == g.channels == g.out_channels:
         return False
+    # deterministic mode: the choice (and so the rounding) may not depend
+    # on the batch, so it is made for one image
+    items = _work_items(replace(g, num=1) if deterministic() else g)
     return (cig <= MAX_GROUP_CHANNELS and cog <= MAX_GROUP_CHANNELS
-            and _work_items(g) >= MIN_ITEMS and config.get("GROUPED_DIRECT"))
+            and items >= MIN_ITEMS and config.get("GROUPED_DIRECT"))
 
 
 def _pixels(g):
