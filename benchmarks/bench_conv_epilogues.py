@@ -30,7 +30,7 @@ from caffe_ocl.device import get_device  # noqa: E402
 from caffe_ocl.ops import conv as conv_ops  # noqa: E402
 from caffe_ocl.ops import grouped as grouped_ops  # noqa: E402
 from caffe_ocl.ops import pointwise  # noqa: E402
-from common import cuda_ms, random_buffers, time_launches  # noqa: E402
+from common import cudnn_conv_ms, random_buffers, time_launches  # noqa: E402
 
 # (name, C, H, CO, k, stride, groups), pad k // 2
 GROUPED = [
@@ -67,23 +67,6 @@ def best(dev, launches, args):
                for _ in range(args.rounds))
 
 
-def torch_ms(n, c, h, co, k, stride, groups, runs):
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            return None
-    except ImportError:
-        return None
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = False
-    x = torch.randn(n, c, h, h, device="cuda")
-    w = torch.randn(co, c // groups, k, k, device="cuda")
-    b = torch.randn(co, device="cuda")
-    f = torch.nn.functional.conv2d
-    return min(cuda_ms(lambda: torch.relu(f(x, w, b, stride, k // 2, 1, groups)), runs=runs)
-               for _ in range(3))
-
-
 def grouped_rows(dev, buf, n, args):
     for name, c, h, co, k, stride, groups in GROUPED:
         g = conv_ops.ConvGeometry(n, c, h, h, co, k, k, k // 2, k // 2, stride, stride,
@@ -101,7 +84,7 @@ def grouped_rows(dev, buf, n, args):
             direct = best(dev, [grouped_ops.forward(dev, g, x, w, y, b, RELU)], args)
         finally:
             grouped_ops.MAX_GROUP_CHANNELS = saved
-        ref = torch_ms(n, c, h, co, k, stride, groups, args.runs)
+        ref = cudnn_conv_ms(n, c, h, co, k, stride, groups, args.runs, relu=True)
         print(f"| {name} | {n} | {gemm:.4f} | {direct:.4f}{'*' if widened else ''} | "
               f"{gemm / direct:.2f} | " + (f"{ref:.4f} |" if ref is not None else "- |"))
 

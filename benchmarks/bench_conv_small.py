@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from caffe_ocl import config  # noqa: E402
 from caffe_ocl.device import get_device  # noqa: E402
 from caffe_ocl.ops import conv as conv_ops  # noqa: E402
-from common import cuda_ms, random_buffers, time_launches  # noqa: E402
+from common import cudnn_conv_ms, random_buffers, time_launches  # noqa: E402
 
 # (name, C, H, CO, k, stride, groups) at batch 1, pad k // 2
 SHAPES = [
@@ -56,23 +56,6 @@ CONFIGS = [  # name, settings
 ]
 
 
-def torch_ms(c, h, co, k, stride, groups, runs):
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            return None
-    except ImportError:
-        return None
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = False
-    x = torch.randn(1, c, h, h, device="cuda")
-    w = torch.randn(co, c // groups, k, k, device="cuda")
-    b = torch.randn(co, device="cuda")
-    f = torch.nn.functional.conv2d
-    return min(cuda_ms(lambda: f(x, w, b, stride, k // 2, 1, groups), runs=runs)
-               for _ in range(3))
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=200)
@@ -105,7 +88,7 @@ def main():
                 ms = min(time_launches(dev, launches, warmup=5, runs=args.runs)
                          for _ in range(args.rounds))
             cells.append(f"{ms:.4f} ({len(launches)}, {nsplit})")
-        ref = torch_ms(c, h, co, k, stride, groups, args.runs)
+        ref = cudnn_conv_ms(1, c, h, co, k, stride, groups, args.runs)
         print(f"| {name} | " + " | ".join(cells) + f" | {ref:.4f} |" if ref is not None
               else f"| {name} | " + " | ".join(cells) + " | - |")
     return 0

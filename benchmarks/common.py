@@ -95,6 +95,29 @@ def cuda_ms(fn, runs=20, warmup=3):
     return start.elapsed_time(end) / runs
 
 
+def cudnn_conv_ms(n, c, h, co, k, stride, groups, runs, relu=False):
+    """Best of three CUDA-event means (ms) of PyTorch + cuDNN's F.conv2d
+    (FP32, bias, pad k // 2, optionally then ReLU) on an n x c x h x h
+    input, or None without a CUDA device."""
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return None
+    except ImportError:
+        return None
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    x = torch.randn(n, c, h, h, device="cuda")
+    w = torch.randn(co, c // groups, k, k, device="cuda")
+    b = torch.randn(co, device="cuda")
+    f = torch.nn.functional.conv2d
+
+    def conv():
+        y = f(x, w, b, stride, k // 2, 1, groups)
+        return torch.relu(y) if relu else y
+    return min(cuda_ms(conv, runs=runs) for _ in range(3))
+
+
 def time_launches(dev, launches, warmup=1, runs=10):
     """Mean milliseconds of one pass over a list of ``Launch`` objects."""
     def once():
