@@ -580,10 +580,11 @@ def _forward_variant(dev, g):
 
 # FP32 implicit-GEMM forwards take 64-row tiles instead of 128 where those
 # compute at most this part of the rows that 128-row tiles would (AlexNet's
-# 192-channel 5 x 5 layer: 192 of 256 rows, 0.75; 320 of 384, 0.83), unless the 128-row tiles
-# split K over work-groups and the 64-row ones would not. H200, 192 and 320
-# channels (bench_conv_epilogues.py): batch 16-64 1.08-1.46x; batch 1 where
-# the wider tiles lost their split (GoogLeNet's 56 x 56 layer) 0.72x.
+# 192-channel 5 x 5 layer: 192 of 256 rows, 0.75; 320 of 384, 0.83),
+# unless the 128-row tiles split K over work-groups and the 64-row ones
+# would not. H200, 192 and 320 channels (bench_conv_epilogues.py): batch
+# 16-64 1.08-1.46x; batch 1 where the wider tiles lost their split
+# (GoogLeNet's 56 x 56 layer) 0.72x, so that case keeps 128 rows.
 ROW_TILE_WASTE = 0.85
 
 
