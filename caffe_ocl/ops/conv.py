@@ -41,7 +41,7 @@ from . import depthwise as dw_ops
 from . import winograd as wino_ops
 from . import pointwise
 from .channel import channel_sum
-from .gemm import (STAGED_MAX_K, act_defines, async_tiles, cpu_full_blocks, deterministic,
+from .gemm import (STAGED_MAX_K, act_defines, async_tiles, cpu_full_blocks, cpu_nr, deterministic,
                    gemm, gpu_tiles, pack_a, packed_a_floats, use_tf32)
 from .gemm_splitk import gemv, small_m, use_gemv, use_small_m
 
@@ -1124,7 +1124,7 @@ def cpu_weight_split(dev, M, K, groups, nimg):
     (CIFAR-10 quick's conv1, 32 x 75: 10 blocks of 18 x 16, 22 ms); instead
     each group of images gets whole blocks and the partial weights are
     summed (kernels/conv_igemm.cl splitk_reduce)."""
-    bm, bn = cpu_full_blocks(M, K)
+    bm, bn = cpu_full_blocks(M, K, nr=cpu_nr(dev))
     blocks = -(-M // bm) * -(-K // bn)
     want = 4 * max(int(dev.compute_units), 1)
     return max(1, min(nimg, want // max(blocks * groups, 1)))
