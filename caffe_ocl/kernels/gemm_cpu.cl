@@ -170,13 +170,31 @@ inline int split_off(int n, int nsplit, int stride) {
 
 #if CONV_B == 1
 
+/* How 8 pixels at offsets o[0..7] are packed by pack_conv_fwd: 8, one run
+ * at stride sw (run8); L in 1..7, two runs, o[0..L-1] and o[L..7], split
+ * by a jump (an image row or image ends at L), blended from two run8
+ * loads; 0, gathered (three rows or more, or the repeated last pixel at
+ * N's edge). The two runs' reads stay inside o[0] .. o[7] (+ 14 at stride
+ * 2, as run8's). Gathered lane by lane, the 8-pixel groups of 7 x 7
+ * planes held ResNet's batch-1 3x3 512-channel layers at 140 GFLOP/s;
+ * two runs: 177 (2-core EPYC Zen 5, PoCL 3.1, VW 16, interleaved A/B). */
+inline int run_split(const int* o, int sw) {
+    int L = 1;
+    while (L < 8 && o[L] - o[L - 1] == sw) ++L;
+    if (L == 8) return 8;
+    if (o[L] - o[L - 1] <= sw) return 0;
+    for (int j = L + 1; j < 8; ++j)
+        if (o[j] - o[j - 1] != sw) return 0;
+    return L;
+}
+
 /* [kb][NR] panel of op(B) for column rows k0.. and the NR output pixels
  * from column n (``cols`` of them valid; the rest repeat the last one).
  * Each pixel's offset in the padded images is found once; per k the
- * (c, kh, kw) offset is stepped, and each run of 8 pixels lying along one
- * image row at stride 1 or 2 (rows of 8 or more) is packed by vector
- * loads (run8, common.h; by 8 also with VW 16, so that 14-pixel rows keep
- * theirs). Stride 2 by vectors: ResNet-50's stride-2 1x1
+ * (c, kh, kw) offset is stepped, and each group of 8 pixels lying along
+ * one or two image rows at stride 1 or 2 is packed by vector loads
+ * (run_split; groups of 8 also with VW 16, so that rows shorter than 16
+ * keep them). Stride 2 by vectors: ResNet-50's stride-2 1x1
  * convolutions packed by scalar gathers ran at 32-44 GFLOP/s against
  * 70-80 for their stride-1 neighbours. */
 inline void pack_conv_fwd(__local float* bp, __global const float* B, int k0, int kb,
@@ -190,20 +208,27 @@ inline void pack_conv_fwd(__local float* bp, __global const float* B, int k0, in
     }
     const int kk = cv_kh * cv_kw, c = k0 / kk, r = k0 - c * kk;
     int kh = r / cv_kw, kw = r - kh * cv_kw;
-    /* offsets grow by at least sw per pixel, so a span of 7 sw is a run */
-    const int vec = cols == NR && cv_sw <= 2;
-    int run[NR / 8];
+    int split[NR / 8];
     for (int q = 0; q < NR / 8; ++q)
-        run[q] = vec && off[8 * q + 7] - off[8 * q] == 7 * cv_sw;
+        split[q] = cv_sw <= 2 ? run_split(off + 8 * q, cv_sw) : 0;
     __global const float* s = B + c * cv_hwp + kh * cv_dh * cv_wp + kw * cv_dw;
     const int step_row = cv_dh * cv_wp - cv_kw * cv_dw;          /* kw wraps */
     const int step_chan = cv_hwp - cv_kh * cv_dh * cv_wp;        /* kh wraps */
+    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
     for (int k = 0; k < kb; ++k) {
         for (int q = 0; q < NR / 8; ++q) {
-            if (run[q])
-                vstore8(run8(s + off[8 * q], cv_sw), NR / 8 * k + q, bp);
-            else
+            const int L = split[q];
+            __global const float* s0 = s + off[8 * q];
+            if (L == 8) {
+                vstore8(run8(s0, cv_sw), NR / 8 * k + q, bp);
+            } else if (L > 0) {
+                /* lane j of the second run is pixel j from its start L back */
+                const float8 a = run8(s0, cv_sw);
+                const float8 b = run8(s + off[8 * q + L] - L * cv_sw, cv_sw);
+                vstore8(select(a, b, lane >= L), NR / 8 * k + q, bp);
+            } else {
                 for (int j = 8 * q; j < 8 * q + 8; ++j) bp[k * NR + j] = s[off[j]];
+            }
         }
         s += cv_dw;
         if (++kw == cv_kw) {
@@ -571,6 +596,13 @@ void gemm(int M, int N, int K, float alpha,
                     STOREV(vloadV(h, acc[i]), m + i, n + VW * h, cp);
                 j0 = VW - VW * h;
                 j1 = j0 + VW;
+            } else if (cols >= VW && (nsplit <= 0 || p + VW <= nsplit)) {
+                /* N's edge past the left half (49-pixel planes end in a
+                 * 17-column tile with VW 16): that half by vectors */
+                __global float* cp = C + m * ldc + img * nsC + p;
+                for (int i = 0; i < rows; ++i, cp += ldc)
+                    STOREV(vloadV(0, acc[i]), m + i, n, cp);
+                j0 = VW;
             }
             for (int j = j0; j < j1; ++j) {
                 __global float* cp = C + m * ldc + split_off(n + j, nsplit, nsC);

@@ -149,18 +149,23 @@ def test_thin_panels(d, rng, vw, ta, tb):
 
 # convolutions whose columns gemm_cpu.cl packs from the images (CONV_B 1
 # forward, CONV_B 2 weight gradient): output rows of 40 (runs of 8 across
-# a 32-column panel), 14 (runs inside rows shorter than a panel), 16 at
-# stride 2, rows of 8 (the transposed weight-gradient pack), groups
+# a 32-column panel), 14 (groups of 8 in one row or two), 7 (groups over
+# two rows and two images), 17 at stride 2 (two runs at stride 2), 3 (over
+# three rows: gathered), rows of 8 (the transposed weight-gradient pack),
+# groups
 # (n, c, h, w, co, kh, kw, ph, pw, sh, sw, dh, dw, groups)
 CONVS = [
     (2, 4, 9, 40, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1),
     (1, 5, 14, 14, 13, 3, 3, 1, 1, 1, 1, 1, 1, 1),
+    (3, 6, 7, 7, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1),
     (2, 3, 11, 33, 6, 3, 3, 1, 1, 2, 2, 1, 1, 1),
+    (4, 5, 3, 3, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1),
     (3, 8, 8, 8, 10, 3, 3, 1, 1, 1, 1, 1, 1, 2),
 ]
 
 
-@pytest.mark.parametrize("p", CONVS, ids=["rows40", "rows14", "stride2", "rows8-groups"])
+@pytest.mark.parametrize("p", CONVS, ids=["rows40", "rows14", "rows7", "stride2", "rows3",
+                                          "rows8-groups"])
 def test_conv_columns_from_images(d, rng, vw, settings, p):
     settings(CPU_PACKED_COLUMNS=True, CPU_PACKED_WEIGHTS=False, CPU_DIRECT_CONV=False)
     g = conv_ops.ConvGeometry(*p)
