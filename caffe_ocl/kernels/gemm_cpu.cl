@@ -15,7 +15,7 @@
  * VW, the vector width (host: ops.gemm.cpu_vw): 16 on devices with 512-bit
  * vectors (AVX-512: 12 float16 accumulators ran 1.9x the float8 rate in
  * the same loop on a 2-core EPYC Zen 5, PoCL 3.1; 6 x 32 tiles matched
- * 12 x 16 and 14 x 16 ones there, 8 x 32 was 5% faster, 12 x 32 spilled),
+ * 12 x 16, 14 x 16 and 8 x 32 ones there within the noise, 12 x 32 spilled),
  * 8 elsewhere (AVX2 has 16 registers of 8 floats; OpenCL emulates float16
  * on narrower hardware, so both variants run, and are tested, anywhere).
  *
