@@ -237,6 +237,11 @@ _DECLARED = (
             "into the CPU GEMM's panel layout, again only after they change (one more "
             "copy of each such convolution's weights in memory); off: every GEMM "
             "packs them in each block"),
+    Setting("CPU_GEMM_VW", "choice", "auto",
+            "CPU drivers: vector width of the CPU GEMM's micro-kernel, 16 (6 x 32 tiles, for "
+            "512-bit vector units) or 8 (6 x 16); auto: 16 where the device prefers "
+            "16-float vectors (AVX-512), else 8",
+            choices=("auto", "8", "16")),
     # fork layers and real-model checks (issue #23)
     Setting("TEST_MODELS", "path", None,
             "folder of real published models (NAME.prototxt + NAME.caffemodel) that "

@@ -700,6 +700,7 @@ class Device:
         self.max_work_group = self.cl_device.max_work_group_size
         self.local_mem = self.cl_device.local_mem_size
         self.compute_units = self.cl_device.max_compute_units
+        self.vector_width_float = self.cl_device.preferred_vector_width_float
         props = cl.command_queue_properties.PROFILING_ENABLE \
             if config.get("PROFILE") else 0
         try:

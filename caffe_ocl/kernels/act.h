@@ -57,21 +57,23 @@ inline float act_hardswish_grad(float v, float a, float b) {
 #define ACT_GRAD(v) 1.0f
 #endif
 
-/* APPLY_ACT on a float8 (the CPU kernels' vector epilogues) */
+/* APPLY_ACT on a vector of type T (the CPU kernels' vector epilogues:
+ * float8, or float16 in gemm_cpu.cl with VW 16) */
 #if ACT == 1
-#define APPLY_ACT8(v) select(act_a * (v), (v), (v) > (float8)0.0f)
+#define APPLY_ACT_VEC(v, T) select(act_a * (v), (v), (v) > (T)0.0f)
 #elif ACT == 2
-#define APPLY_ACT8(v) fmax((float8)act_a, fmin((float8)act_b, (v)))
+#define APPLY_ACT_VEC(v, T) fmax((T)act_a, fmin((T)act_b, (v)))
 #elif ACT == 3
-#define APPLY_ACT8(v) ((v) / ((float8)1.0f + exp(-act_a * (v))))
+#define APPLY_ACT_VEC(v, T) ((v) / ((T)1.0f + exp(-act_a * (v))))
 #elif ACT == 4
-#define APPLY_ACT8(v) ((float8)1.0f / ((float8)1.0f + exp(-(v))))
+#define APPLY_ACT_VEC(v, T) ((T)1.0f / ((T)1.0f + exp(-(v))))
 #elif ACT == 5
-#define APPLY_ACT8(v) ((v) * fmax((float8)0.0f, fmin((float8)1.0f, act_a * (v) + act_b)))
+#define APPLY_ACT_VEC(v, T) ((v) * fmax((T)0.0f, fmin((T)1.0f, act_a * (v) + act_b)))
 #elif ACT == 6
-#define APPLY_ACT8(v) fmax((float8)0.0f, fmin((float8)1.0f, act_a * (v) + act_b))
+#define APPLY_ACT_VEC(v, T) fmax((T)0.0f, fmin((T)1.0f, act_a * (v) + act_b))
 #else
-#define APPLY_ACT8(v) (v)
+#define APPLY_ACT_VEC(v, T) (v)
 #endif
+#define APPLY_ACT8(v) APPLY_ACT_VEC(v, float8)
 
 #endif

@@ -4,13 +4,20 @@
  *
  * One work-item (work-group of one; PoCL hands work-groups to its threads
  * dynamically) owns a bm x bn block of C (bm a multiple of MR = 6, at most
- * BM_MAX; bn a multiple of NR = 16, at most BN_MAX). For each panel of KC
- * values of K it packs op(A)[block rows, panel] into micro-panels of 6 rows
- * ([k][6]) and op(B)[panel, block cols] into micro-panels of 16 columns
- * ([k][16]), zero-padded (no edge tests in the inner loop), in __local
- * memory (the L2 of the core running it), then sweeps every 6 x 16 tile of
- * the block with 12 float8 accumulators and explicit fma() (mad() compiled
- * to separate multiplies and adds on PoCL: half the speed).
+ * BM_MAX; bn a multiple of NR = 2 * VW, at most BN_MAX). For each panel of
+ * KC values of K it packs op(A)[block rows, panel] into micro-panels of 6
+ * rows ([k][6]) and op(B)[panel, block cols] into micro-panels of NR
+ * columns ([k][NR]), zero-padded (no edge tests in the inner loop), in
+ * __local memory (the L2 of the core running it), then sweeps every 6 x NR
+ * tile of the block with 12 accumulators of VW floats and explicit fma()
+ * (mad() compiled to separate multiplies and adds on PoCL: half the speed).
+ *
+ * VW, the vector width (host: ops.gemm.cpu_vw): 16 on devices with 512-bit
+ * vectors (AVX-512: 12 float16 accumulators ran 1.9x the float8 rate in
+ * the same loop on a 2-core EPYC Zen 5, PoCL 3.1; 6 x 32 tiles matched
+ * 12 x 16, 14 x 16 and 8 x 32 ones there within the noise, 12 x 32 spilled),
+ * 8 elsewhere (AVX2 has 16 registers of 8 floats; OpenCL emulates float16
+ * on narrower hardware, so both variants run, and are tested, anywhere).
  *
  Images folded into a GEMM dimension (tensors [image][C][H*W] as they are,
  * no transpose; a convolution is one GEMM whatever the batch):
@@ -74,8 +81,11 @@
 #ifndef PACKED_A
 #define PACKED_A 0
 #endif
-#ifndef NTAIL8
-#define NTAIL8 1
+#ifndef VW
+#define VW 8
+#endif
+#ifndef NTAIL
+#define NTAIL 1
 #endif
 #if PACKED_A && TRANS_A
 #error "PACKED_A is op(A) = A packed"
@@ -84,11 +94,26 @@
 #error "CONV_B 1 packs op(B) = B, CONV_B 2 op(B) = B^T"
 #endif
 #include "act.h"
+#if VW == 16
+#define floatV float16
+#define intV int16
+#define vloadV vload16
+#define vstoreV vstore16
+#define LANES (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+#elif VW == 8
+#define floatV float8
+#define intV int8
+#define vloadV vload8
+#define vstoreV vstore8
+#define LANES (int8)(0, 1, 2, 3, 4, 5, 6, 7)
+#else
+#error "VW is 8 or 16"
+#endif
 #define MR 6
-#define NR 16
+#define NR (2 * VW)
 #define ROWS_OUTER_MAX_K 96
 #if (BM_MAX % MR) || (BN_MAX % NR)
-#error "BM_MAX must be a multiple of 6 and BN_MAX of 16"
+#error "BM_MAX must be a multiple of 6 and BN_MAX of NR"
 #endif
 
 /* offset of column n of op(B) / C inside its image (nsplit > 0) */
@@ -98,18 +123,18 @@ inline int split_off(int n, int nsplit, int stride) {
     return i * stride + (n - i * nsplit);
 }
 
-/* the epilogue of one row of 8 results: first/last K panel as above */
+/* the epilogue of one row of VW results: first/last K panel as above */
 #define BIAS_ROW_ADD(v, m, col)
 #if BIAS == 1
 #undef BIAS_ROW_ADD
 #define BIAS_ROW_ADD(v, m, col) v += bias[offBias + zg * M + (m)]
 #elif BIAS == 2
 #undef BIAS_ROW_ADD
-#define BIAS_ROW_ADD(v, m, col) v += vload8(0, bias + offBias + (col))
+#define BIAS_ROW_ADD(v, m, col) v += vloadV(0, bias + offBias + (col))
 #endif
 
 #if ACT
-#define ACT_IF_LAST(v) if (last) v = APPLY_ACT8(v)
+#define ACT_IF_LAST(v) if (last) v = APPLY_ACT_VEC(v, floatV)
 #else
 #define ACT_IF_LAST(v)
 #endif
@@ -117,23 +142,23 @@ inline int split_off(int n, int nsplit, int stride) {
 #define RESIDUAL 0
 #endif
 #if RESIDUAL
-#define RES_IF_LAST(v, cp) if (last) v += vload8(0, R + ((cp) - C))
+#define RES_IF_LAST(v, cp) if (last) v += vloadV(0, R + ((cp) - C))
 #else
 #define RES_IF_LAST(v, cp)
 #endif
 
-#define STORE8(acc, m, col, cp)                                  \
+#define STOREV(acc, m, col, cp)                                  \
     do {                                                          \
-        float8 v_ = alpha * (acc);                                \
+        floatV v_ = alpha * (acc);                                \
         if (first) {                                              \
             BIAS_ROW_ADD(v_, m, col);                             \
-            if (beta != 0.0f) v_ = fma((float8)beta, vload8(0, cp), v_); \
+            if (beta != 0.0f) v_ = fma((floatV)beta, vloadV(0, cp), v_); \
         } else {                                                  \
-            v_ += vload8(0, cp);                                  \
+            v_ += vloadV(0, cp);                                  \
         }                                                         \
         RES_IF_LAST(v_, cp);                                      \
         ACT_IF_LAST(v_);                                          \
-        vstore8(v_, 0, cp);                                       \
+        vstoreV(v_, 0, cp);                                       \
     } while (0)
 
 /* geometry of a CONV_B operand: kernel, stride, dilation, padded row
@@ -145,12 +170,31 @@ inline int split_off(int n, int nsplit, int stride) {
 
 #if CONV_B == 1
 
-/* [kb][16] panel of op(B) for column rows k0.. and the 16 output pixels
+/* How 8 pixels at offsets o[0..7] are packed by pack_conv_fwd: 8, one run
+ * at stride sw (run8); L in 1..7, two runs, o[0..L-1] and o[L..7], split
+ * by a jump (an image row or image ends at L), blended from two run8
+ * loads; 0, gathered (three rows or more, or the repeated last pixel at
+ * N's edge). The two runs' reads stay inside o[0] .. o[7] (+ 14 at stride
+ * 2, as run8's). Gathered lane by lane, the 8-pixel groups of 7 x 7
+ * planes held ResNet's batch-1 3x3 512-channel layers at 140 GFLOP/s;
+ * two runs: 177 (2-core EPYC Zen 5, PoCL 3.1, VW 16, interleaved A/B). */
+inline int run_split(const int* o, int sw) {
+    int L = 1;
+    while (L < 8 && o[L] - o[L - 1] == sw) ++L;
+    if (L == 8) return 8;
+    if (o[L] - o[L - 1] <= sw) return 0;
+    for (int j = L + 1; j < 8; ++j)
+        if (o[j] - o[j - 1] != sw) return 0;
+    return L;
+}
+
+/* [kb][NR] panel of op(B) for column rows k0.. and the NR output pixels
  * from column n (``cols`` of them valid; the rest repeat the last one).
  * Each pixel's offset in the padded images is found once; per k the
- * (c, kh, kw) offset is stepped, and each half of 8 pixels lying along one
- * image row at stride 1 or 2 (rows of 8 or more) is packed by vector
- * loads (run8, common.h). Stride 2 by vectors: ResNet-50's stride-2 1x1
+ * (c, kh, kw) offset is stepped, and each group of 8 pixels lying along
+ * one or two image rows at stride 1 or 2 is packed by vector loads
+ * (run_split; groups of 8 also with VW 16, so that rows shorter than 16
+ * keep them). Stride 2 by vectors: ResNet-50's stride-2 1x1
  * convolutions packed by scalar gathers ran at 32-44 GFLOP/s against
  * 70-80 for their stride-1 neighbours. */
 inline void pack_conv_fwd(__local float* bp, __global const float* B, int k0, int kb,
@@ -164,22 +208,28 @@ inline void pack_conv_fwd(__local float* bp, __global const float* B, int k0, in
     }
     const int kk = cv_kh * cv_kw, c = k0 / kk, r = k0 - c * kk;
     int kh = r / cv_kw, kw = r - kh * cv_kw;
-    /* offsets grow by at least sw per pixel, so a span of 7 sw is a run */
-    const int vec = cols == NR && cv_sw <= 2;
-    const int run0 = vec && off[7] - off[0] == 7 * cv_sw;
-    const int run1 = vec && off[NR - 1] - off[8] == 7 * cv_sw;
+    int split[NR / 8];
+    for (int q = 0; q < NR / 8; ++q)
+        split[q] = cv_sw <= 2 ? run_split(off + 8 * q, cv_sw) : 0;
     __global const float* s = B + c * cv_hwp + kh * cv_dh * cv_wp + kw * cv_dw;
     const int step_row = cv_dh * cv_wp - cv_kw * cv_dw;          /* kw wraps */
     const int step_chan = cv_hwp - cv_kh * cv_dh * cv_wp;        /* kh wraps */
+    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
     for (int k = 0; k < kb; ++k) {
-        if (run0)
-            vstore8(run8(s + off[0], cv_sw), 2 * k, bp);
-        else
-            for (int j = 0; j < 8; ++j) bp[k * NR + j] = s[off[j]];
-        if (run1)
-            vstore8(run8(s + off[8], cv_sw), 2 * k + 1, bp);
-        else
-            for (int j = 8; j < NR; ++j) bp[k * NR + j] = s[off[j]];
+        for (int q = 0; q < NR / 8; ++q) {
+            const int L = split[q];
+            __global const float* s0 = s + off[8 * q];
+            if (L == 8) {
+                vstore8(run8(s0, cv_sw), NR / 8 * k + q, bp);
+            } else if (L > 0) {
+                /* lane j of the second run is pixel j from its start L back */
+                const float8 a = run8(s0, cv_sw);
+                const float8 b = run8(s + off[8 * q + L] - L * cv_sw, cv_sw);
+                vstore8(select(a, b, lane >= L), NR / 8 * k + q, bp);
+            } else {
+                for (int j = 8 * q; j < 8 * q + 8; ++j) bp[k * NR + j] = s[off[j]];
+            }
+        }
         s += cv_dw;
         if (++kw == cv_kw) {
             kw = 0;
@@ -215,8 +265,8 @@ inline void store_transposed8(__local float* d, float8 r0, float8 r1, float8 r2,
     vstore8((float8)(b2.hi, b6.hi), 0, d + 6 * NR); vstore8((float8)(b3.hi, b7.hi), 0, d + 7 * NR);
 }
 
-/* [kb][16] panel of op(B) = col^T for output pixels k0.. of one image and
- * the 16 column rows (c, kh, kw) from n (``cols`` valid, the rest repeat
+/* [kb][NR] panel of op(B) = col^T for output pixels k0.. of one image and
+ * the NR column rows (c, kh, kw) from n (``cols`` valid, the rest repeat
  * the last): each row's offset is found once. Stride 1 with output rows
  * of a multiple of 8: 8 pixels of a row are contiguous for every column
  * row, so 8 x 8 blocks are loaded as vectors and transposed in registers
@@ -295,7 +345,7 @@ void gemm(int M, int N, int K, float alpha,
     }
 
     __local float Ap[KC * BM_MAX];   /* [bm / 6][KC][6]   */
-    __local float Bp[KC * BN_MAX];   /* [bn / 16][KC][16] */
+    __local float Bp[KC * BN_MAX];   /* [bn / NR][KC][NR] */
 
     for (int k0 = 0, kb; k0 < K; k0 += kb) {
         kb = min(KC, K - k0);
@@ -342,18 +392,18 @@ void gemm(int M, int N, int K, float alpha,
             }
 #endif
         }
-        /* pack op(B) into [k][16] micro-panels; columns past N repeat
+        /* pack op(B) into [k][NR] micro-panels; columns past N repeat
          * column N-1 (never stored) */
 #if !CONV_B && !TRANS_B && B_ROWS_FIRST
         /* B as it lies (row-major): each row's run of the block read
          * once, front to back, into all whole micro-panels (k outer). Panel
-         * by panel (k inner) took 16 floats of each of kb rows far apart
+         * by panel (k inner) took NR floats of each of kb rows far apart
          * in turn: 1x1 layers with few output rows (M 16, K 32, N 200704)
          * packed B at ~4 GB/s and ran at a third of their arithmetic
          * rate. Partial panels (N's edge, an image's edge) below. */
         {
             /* a whole panel inside one image: one run from poff. Across the
-             * end of an image (nsplit >= 16), in a second sweep: its first
+             * end of an image (nsplit >= NR), in a second sweep: its first
              * xsplit columns from xoff, the rest from image start xoff2 --
              * two vector loads blended (every lane read lies in image i's
              * row k .. image i+1's row k). Gathered lane by lane, column
@@ -380,19 +430,22 @@ void gemm(int M, int N, int K, float alpha,
             for (int k = 0; k < kb; ++k) {
                 __global const float* brow = B + (kk + k) * ldb;
                 for (int pi = 0; pi < np; ++pi)
-                    if (poff[pi] >= 0)
-                        vstore16(vload16(0, brow + poff[pi]), k, Bp + pi * NR * KC);
+                    if (poff[pi] >= 0) {
+                        __local float* d = Bp + pi * NR * KC + k * NR;
+                        vstoreV(vloadV(0, brow + poff[pi]), 0, d);
+                        vstoreV(vloadV(1, brow + poff[pi]), 1, d);
+                    }
             }
             if (nx > 0) {
-                const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+                const intV lane = LANES;
                 for (int k = 0; k < kb; ++k) {
                     __global const float* brow = B + (kk + k) * ldb;
-                    for (int x = 0; x < nx; ++x) {   /* 8-wide selects: AVX2's */
+                    for (int x = 0; x < nx; ++x) {   /* VW-wide selects: the vector unit's */
                         __local float* d = Bp + xpan[x] * NR * KC + k * NR;
                         __global const float* b1 = brow + xoff[x];
                         __global const float* b2 = brow + xoff2[x];
-                        vstore8(select(vload8(0, b2), vload8(0, b1), lane < xsplit[x]), 0, d);
-                        vstore8(select(vload8(1, b2), vload8(1, b1), lane < xsplit[x] - 8), 1, d);
+                        vstoreV(select(vloadV(0, b2), vloadV(0, b1), lane < xsplit[x]), 0, d);
+                        vstoreV(select(vloadV(1, b2), vloadV(1, b1), lane < xsplit[x] - VW), 1, d);
                     }
                 }
             }
@@ -416,19 +469,24 @@ void gemm(int M, int N, int K, float alpha,
                 const int off = img * nsB + p;
 #endif
 #if TRANS_B
-                __global const float* b0 = B + off * ldb + kk;
-                for (int k = 0; k < kb; ++k) {
-                    __local float* d = bp + k * NR;
-                    d[0] = b0[k]; d[1] = b0[ldb + k]; d[2] = b0[2 * ldb + k];
-                    d[3] = b0[3 * ldb + k]; d[4] = b0[4 * ldb + k]; d[5] = b0[5 * ldb + k];
-                    d[6] = b0[6 * ldb + k]; d[7] = b0[7 * ldb + k]; d[8] = b0[8 * ldb + k];
-                    d[9] = b0[9 * ldb + k]; d[10] = b0[10 * ldb + k]; d[11] = b0[11 * ldb + k];
-                    d[12] = b0[12 * ldb + k]; d[13] = b0[13 * ldb + k];
-                    d[14] = b0[14 * ldb + k]; d[15] = b0[15 * ldb + k];
+                for (int h = 0; h < NR; h += 16) {   /* 16 row streams at a time */
+                    __global const float* b0 = B + (off + h) * ldb + kk;
+                    for (int k = 0; k < kb; ++k) {
+                        __local float* d = bp + k * NR + h;
+                        d[0] = b0[k]; d[1] = b0[ldb + k]; d[2] = b0[2 * ldb + k];
+                        d[3] = b0[3 * ldb + k]; d[4] = b0[4 * ldb + k]; d[5] = b0[5 * ldb + k];
+                        d[6] = b0[6 * ldb + k]; d[7] = b0[7 * ldb + k]; d[8] = b0[8 * ldb + k];
+                        d[9] = b0[9 * ldb + k]; d[10] = b0[10 * ldb + k]; d[11] = b0[11 * ldb + k];
+                        d[12] = b0[12 * ldb + k]; d[13] = b0[13 * ldb + k];
+                        d[14] = b0[14 * ldb + k]; d[15] = b0[15 * ldb + k];
+                    }
                 }
 #elif !B_ROWS_FIRST
                 __global const float* brow = B + kk * ldb + off;
-                for (int k = 0; k < kb; ++k) vstore16(vload16(0, brow + k * ldb), k, bp);
+                for (int k = 0; k < kb; ++k) {
+                    vstoreV(vloadV(0, brow + k * ldb), 2 * k, bp);
+                    vstoreV(vloadV(1, brow + k * ldb), 2 * k + 1, bp);
+                }
 #endif
             } else {
                 for (int j = 0; j < NR; ++j) {
@@ -442,7 +500,7 @@ void gemm(int M, int N, int K, float alpha,
             }
 #endif
         }
-        /* the 6 x 16 tiles of the block, by 16-column strips (a B
+        /* the 6 x NR tiles of the block, by NR-column strips (a B
          * micro-panel stays in L1 while the A panel streams from L2) or,
          * for short products (K <= ROWS_OUTER_MAX_K), by 6-row strips: C is
          * then written 6 rows of bn at a time instead of 64 bytes of every
@@ -467,77 +525,84 @@ void gemm(int M, int N, int K, float alpha,
 #else
             __local const float* ap = Ap + mi * KC;
 #endif
-            float8 c00 = 0.0f, c01 = 0.0f, c10 = 0.0f, c11 = 0.0f;
-            float8 c20 = 0.0f, c21 = 0.0f, c30 = 0.0f, c31 = 0.0f;
-            float8 c40 = 0.0f, c41 = 0.0f, c50 = 0.0f, c51 = 0.0f;
-            if (NTAIL8 && cols <= 8) {
-                /* a tile of at most 8 columns (N's edge: 49-pixel planes end
-                 * in a 1-column panel): the left half only */
+            floatV c00 = 0.0f, c01 = 0.0f, c10 = 0.0f, c11 = 0.0f;
+            floatV c20 = 0.0f, c21 = 0.0f, c30 = 0.0f, c31 = 0.0f;
+            floatV c40 = 0.0f, c41 = 0.0f, c50 = 0.0f, c51 = 0.0f;
+            if (NTAIL && cols <= VW) {
+                /* a tile of at most VW columns (N's edge: 49-pixel planes
+                 * end in a 1-column panel with VW 8): the left half only */
                 for (int k = 0; k < kb; ++k) {
-                    const float8 b0 = vload8(0, bp + k * NR);
+                    const floatV b0 = vloadV(0, bp + k * NR);
 #if PACKED_A
                     __global const float* a = ap + k * MR;
 #else
                     __local const float* a = ap + k * MR;
 #endif
-                    c00 = fma((float8)a[0], b0, c00); c10 = fma((float8)a[1], b0, c10);
-                    c20 = fma((float8)a[2], b0, c20); c30 = fma((float8)a[3], b0, c30);
-                    c40 = fma((float8)a[4], b0, c40); c50 = fma((float8)a[5], b0, c50);
+                    c00 = fma((floatV)a[0], b0, c00); c10 = fma((floatV)a[1], b0, c10);
+                    c20 = fma((floatV)a[2], b0, c20); c30 = fma((floatV)a[3], b0, c30);
+                    c40 = fma((floatV)a[4], b0, c40); c50 = fma((floatV)a[5], b0, c50);
                 }
             } else
             for (int k = 0; k < kb; ++k) {
-                const float8 b0 = vload8(0, bp + k * NR), b1 = vload8(1, bp + k * NR);
+                const floatV b0 = vloadV(0, bp + k * NR), b1 = vloadV(1, bp + k * NR);
 #if PACKED_A
                 __global const float* a = ap + k * MR;
 #else
                 __local const float* a = ap + k * MR;
 #endif
-                c00 = fma((float8)a[0], b0, c00); c01 = fma((float8)a[0], b1, c01);
-                c10 = fma((float8)a[1], b0, c10); c11 = fma((float8)a[1], b1, c11);
-                c20 = fma((float8)a[2], b0, c20); c21 = fma((float8)a[2], b1, c21);
-                c30 = fma((float8)a[3], b0, c30); c31 = fma((float8)a[3], b1, c31);
-                c40 = fma((float8)a[4], b0, c40); c41 = fma((float8)a[4], b1, c41);
-                c50 = fma((float8)a[5], b0, c50); c51 = fma((float8)a[5], b1, c51);
+                c00 = fma((floatV)a[0], b0, c00); c01 = fma((floatV)a[0], b1, c01);
+                c10 = fma((floatV)a[1], b0, c10); c11 = fma((floatV)a[1], b1, c11);
+                c20 = fma((floatV)a[2], b0, c20); c21 = fma((floatV)a[2], b1, c21);
+                c30 = fma((floatV)a[3], b0, c30); c31 = fma((floatV)a[3], b1, c31);
+                c40 = fma((floatV)a[4], b0, c40); c41 = fma((floatV)a[4], b1, c41);
+                c50 = fma((floatV)a[5], b0, c50); c51 = fma((floatV)a[5], b1, c51);
             }
             const int m = m0 + mi;
-            /* whole 16-column rows by vectors, also in a block's last
+            /* whole NR-column rows by vectors, also in a block's last
              * row tile when M is not a multiple of 6 (the element path
              * below held MobileNet v2's M = 16 GEMM, a third of its
              * tiles partial, at 26 GFLOP/s) */
             const int rows = min(MR, mb - mi);
             if (cvec) {
                 __global float* cp = C + m * ldc + img * nsC + p;
-                STORE8(c00, m, n, cp); STORE8(c01, m, n + 8, cp + 8); cp += ldc;
-                if (rows > 1) { STORE8(c10, m + 1, n, cp); STORE8(c11, m + 1, n + 8, cp + 8); }
+                STOREV(c00, m, n, cp); STOREV(c01, m, n + VW, cp + VW); cp += ldc;
+                if (rows > 1) { STOREV(c10, m + 1, n, cp); STOREV(c11, m + 1, n + VW, cp + VW); }
                 cp += ldc;
-                if (rows > 2) { STORE8(c20, m + 2, n, cp); STORE8(c21, m + 2, n + 8, cp + 8); }
+                if (rows > 2) { STOREV(c20, m + 2, n, cp); STOREV(c21, m + 2, n + VW, cp + VW); }
                 cp += ldc;
-                if (rows > 3) { STORE8(c30, m + 3, n, cp); STORE8(c31, m + 3, n + 8, cp + 8); }
+                if (rows > 3) { STOREV(c30, m + 3, n, cp); STOREV(c31, m + 3, n + VW, cp + VW); }
                 cp += ldc;
-                if (rows > 4) { STORE8(c40, m + 4, n, cp); STORE8(c41, m + 4, n + 8, cp + 8); }
+                if (rows > 4) { STOREV(c40, m + 4, n, cp); STOREV(c41, m + 4, n + VW, cp + VW); }
                 cp += ldc;
-                if (rows > 5) { STORE8(c50, m + 5, n, cp); STORE8(c51, m + 5, n + 8, cp + 8); }
+                if (rows > 5) { STOREV(c50, m + 5, n, cp); STOREV(c51, m + 5, n + VW, cp + VW); }
                 continue;
             }
             float acc[MR][NR];
-            vstore8(c00, 0, acc[0]); vstore8(c01, 1, acc[0]);
-            vstore8(c10, 0, acc[1]); vstore8(c11, 1, acc[1]);
-            vstore8(c20, 0, acc[2]); vstore8(c21, 1, acc[2]);
-            vstore8(c30, 0, acc[3]); vstore8(c31, 1, acc[3]);
-            vstore8(c40, 0, acc[4]); vstore8(c41, 1, acc[4]);
-            vstore8(c50, 0, acc[5]); vstore8(c51, 1, acc[5]);
-            /* a tile across one image end (nsplit >= 16): the half of 8
+            vstoreV(c00, 0, acc[0]); vstoreV(c01, 1, acc[0]);
+            vstoreV(c10, 0, acc[1]); vstoreV(c11, 1, acc[1]);
+            vstoreV(c20, 0, acc[2]); vstoreV(c21, 1, acc[2]);
+            vstoreV(c30, 0, acc[3]); vstoreV(c31, 1, acc[3]);
+            vstoreV(c40, 0, acc[4]); vstoreV(c41, 1, acc[4]);
+            vstoreV(c50, 0, acc[5]); vstoreV(c51, 1, acc[5]);
+            /* a tile across one image end (nsplit >= NR): the half of VW
              * columns lying in one image by vectors, the other below */
             int j0 = 0, j1 = cols;
             if (cols == NR && nsplit >= NR) {
                 const int left = nsplit - p;        /* columns in image img */
-                const int h = left >= 8 ? 0 : 1;
+                const int h = left >= VW ? 0 : 1;
                 __global float* cp = C + m * ldc + (h == 0 ? img * nsC + p
-                                                          : (img + 1) * nsC + 8 - left);
+                                                          : (img + 1) * nsC + VW - left);
                 for (int i = 0; i < rows; ++i, cp += ldc)
-                    STORE8(vload8(h, acc[i]), m + i, n + 8 * h, cp);
-                j0 = 8 - 8 * h;
-                j1 = j0 + 8;
+                    STOREV(vloadV(h, acc[i]), m + i, n + VW * h, cp);
+                j0 = VW - VW * h;
+                j1 = j0 + VW;
+            } else if (cols >= VW && (nsplit <= 0 || p + VW <= nsplit)) {
+                /* N's edge past the left half (49-pixel planes end in a
+                 * 17-column tile with VW 16): that half by vectors */
+                __global float* cp = C + m * ldc + img * nsC + p;
+                for (int i = 0; i < rows; ++i, cp += ldc)
+                    STOREV(vloadV(0, acc[i]), m + i, n, cp);
+                j0 = VW;
             }
             for (int j = j0; j < j1; ++j) {
                 __global float* cp = C + m * ldc + split_off(n + j, nsplit, nsC);

@@ -42,8 +42,9 @@ from . import grouped as grouped_ops
 from . import winograd as wino_ops
 from . import pointwise
 from .channel import channel_sum
-from .gemm import (STAGED_MAX_K, act_defines, async_tiles, cpu_full_blocks, deterministic,
-                   gemm, gpu_tiles, pack_a, packed_a_floats, use_tf32)
+from .gemm import (STAGED_MAX_K, act_defines, async_tiles, cpu_blocks, cpu_full_blocks, cpu_nr,
+                   cpu_panels, deterministic, gemm, gpu_tiles, pack_a, packed_a_floats,
+                   use_tf32)
 from .gemm_splitk import gemv, small_m, use_gemv, use_small_m
 
 log = logging.getLogger("caffe_ocl")
@@ -885,11 +886,34 @@ class OnChange(Launch):
             self.seen = now
 
 
+# CPU drivers: convolution weights of more than this many bytes (per
+# group) whose GEMM spans one block of columns are read as they are, not
+# packed once (packs_weights).
+CPU_STREAMED_WEIGHT_BYTES = 2 << 20
+
+
 def packs_weights(dev, g, algo=None):
     """Whether ``forward`` of ``g`` given a ``weight_version`` reads the
-    weights packed once (CPU drivers, the GEMM path, CAFFE_OCL_CPU_PACKED_WEIGHTS)."""
-    return (dev.is_cpu and bool(config.get("CPU_PACKED_WEIGHTS"))
-            and algorithm(dev, g, algo, "forward") == "im2col")
+    weights packed once (CPU drivers, the GEMM path, CAFFE_OCL_CPU_PACKED_WEIGHTS).
+    Not for weights over CPU_STREAMED_WEIGHT_BYTES whose GEMM spans a
+    single block of columns: each block then packs its rows once, as the
+    packed copy would, from weights streamed from memory (a pass evicts
+    them from the caches), and that packing loop streamed them faster than
+    the micro-kernel reading the packed copy: ResNet's batch-1 7 x 7 layers
+    (49 columns, 4-9 MB of weights) ran 1.2-1.8x faster from the weights as
+    they are (2-core EPYC Zen 5, PoCL 3.1, weights cycled through 8 copies,
+    VW 16 and 8); ResNet-18 and -50 at batch 1 1.05x. Smaller weights stay
+    cached, and packing them in every pass cost MobileNet v2 at batch 1
+    6% (its 7 x 7 layers' weights are 0.6-1.6 MB)."""
+    if not (dev.is_cpu and bool(config.get("CPU_PACKED_WEIGHTS"))
+            and algorithm(dev, g, algo, "forward") == "im2col"):
+        return False
+    M, K = g.out_channels // g.groups, g.col_rows // g.groups
+    if 4 * M * K <= CPU_STREAMED_WEIGHT_BYTES:
+        return True
+    N = max(nc for _, nc in _column_chunks(dev, g)) * g.out_spatial
+    _, bm_max, bn_max = cpu_panels(dev, M, K)
+    return cpu_blocks(dev, M, N, g.groups, bm_max, bn_max)[1] < N
 
 
 def fully_connected(dev, g, algo=None):
@@ -1136,7 +1160,7 @@ def cpu_weight_split(dev, M, K, groups, nimg):
     (CIFAR-10 quick's conv1, 32 x 75: 10 blocks of 18 x 16, 22 ms); instead
     each group of images gets whole blocks and the partial weights are
     summed (kernels/conv_igemm.cl splitk_reduce)."""
-    bm, bn = cpu_full_blocks(M, K)
+    bm, bn = cpu_full_blocks(M, K, nr=cpu_nr(dev))
     blocks = -(-M // bm) * -(-K // bn)
     want = 4 * max(int(dev.compute_units), 1)
     return max(1, min(nimg, want // max(blocks * groups, 1)))

@@ -10,8 +10,6 @@ alpha, bias and beta, so C = act(alpha*op(A)*op(B) + bias + beta*C)).
 """
 from .. import config
 
-from .. import config
-
 SRC = "gemm.cl"
 
 # PyTorch's allow_tf32: let matrix products on NVIDIA GPUs use TF32 tensor
@@ -126,7 +124,7 @@ def _rows_aligned(ld, off, strides):
 # 512x784x4608 92 -> 101-106 GFLOP/s, 256x3136x2304 89 -> 103-107,
 # 256x2916x1200 79 -> 96-101, M <= 96 unchanged.
 CPU_KC, CPU_BM_MAX, CPU_BN_MAX = 256, 144, 256
-CPU_MR, CPU_NR = 6, 16
+CPU_MR = 6
 # Thin, short products (M <= 36 rows, K <= 32: MobileNet v2's 32 -> 16 1x1
 # layer and its conv1, LeNet's conv1) get a variant of their own with
 # blocks of up to 2048 columns: each work-item then streams 8 KiB runs of
@@ -137,6 +135,24 @@ CPU_MR, CPU_NR = 6, 16
 # 0.94x and M 32 x K 144-192 0.91x (those keep the usual panels).
 CPU_THIN_MAX_M, CPU_THIN_MAX_K = 36, 32
 CPU_THIN_PANELS = (32, 36, 2048)     # KC, BM_MAX, BN_MAX
+
+
+def cpu_vw(dev):
+    """Vector width VW of gemm_cpu.cl's micro-kernel on ``dev`` (its tiles
+    are 6 x 2*VW): setting CPU_GEMM_VW, or by default 16 where the driver
+    prefers 16-float vectors (PoCL on AVX-512 CPUs), 8 elsewhere (on AVX2,
+    float16 is emulated by pairs of registers and 12 accumulators would
+    spill)."""
+    v = config.get("CPU_GEMM_VW")
+    if v != "auto":
+        return int(v)
+    return 16 if int(getattr(dev, "vector_width_float", 8) or 8) >= 16 else 8
+
+
+def cpu_nr(dev):
+    """Columns of gemm_cpu.cl's micro-tile (and of its B micro-panels) on
+    ``dev``: bn is a multiple of it."""
+    return 2 * cpu_vw(dev)
 
 
 def cpu_kc(dev):
@@ -182,13 +198,13 @@ def _split(n, most, unit):
     return min(most, -(-(-(-n // nblk)) // unit) * unit)
 
 
-def cpu_full_blocks(M, N, bm_max=None, bn_max=None):
+def cpu_full_blocks(M, N, bm_max=None, bn_max=None, nr=16):
     """(bm, bn): the largest evenly sized blocks of an M x N product for
     kernels/gemm_cpu.cl (panels of at most bm_max x bn_max, by default
-    CPU_BM_MAX x CPU_BN_MAX), before cpu_blocks halves them to fill the
-    cores."""
+    CPU_BM_MAX x CPU_BN_MAX; bn a multiple of the micro-tile's ``nr``
+    columns, cpu_nr), before cpu_blocks halves them to fill the cores."""
     return (_split(max(M, 1), bm_max or CPU_BM_MAX, CPU_MR),
-            _split(max(N, 1), bn_max or CPU_BN_MAX, CPU_NR))
+            _split(max(N, 1), bn_max or CPU_BN_MAX, nr))
 
 
 def cpu_blocks(dev, M, N, nz=1, bm_max=None, bn_max=None, packed_a=False):
@@ -197,34 +213,35 @@ def cpu_blocks(dev, M, N, nz=1, bm_max=None, bn_max=None, packed_a=False):
     Blocks as large as the packed panels allow (packing costs 16/bn of the
     arithmetic for A and about 2/bm for B), evenly sized so that M = 64 or
     N = 784 waste little; then halved (bn first, down to 64; then bm, down
-    to 24; then bn down to 16) until there are 4 blocks per core, so PoCL's
-    dynamic scheduling keeps both cores busy. With op(A) packed once
-    (``packed_a``) narrow blocks cost no packing of A: bn is halved down to
-    16 before bm (2-core EPYC, PoCL 3.1, min of 31 interleaved rounds:
+    to 24; then bn down to one micro-tile, cpu_nr) until there are 4 blocks
+    per core, so PoCL's dynamic scheduling keeps both cores busy. With op(A)
+    packed once (``packed_a``) narrow blocks cost no packing of A: bn is
+    halved down to one micro-tile before bm (2-core EPYC, PoCL 3.1, min of 31 interleaved rounds:
     MobileNet v2's batch-1 1x1 products 1.06x over packed A with the usual
     blocks, 1.16x over the unpacked kernel)."""
-    bm, bn = cpu_full_blocks(M, N, bm_max, bn_max)
+    nr = cpu_nr(dev)
+    bm, bn = cpu_full_blocks(M, N, bm_max, bn_max, nr)
     want = 4 * max(int(dev.compute_units), 1)
 
     def blocks():
         return -(-M // bm) * -(-N // bn) * nz
     while blocks() < want:
-        if packed_a and bn > 16:
-            bn = _split(N, bn // 2, CPU_NR)
-        elif bn > 64:
-            bn = _split(N, bn // 2, CPU_NR)
+        if packed_a and bn > nr:
+            bn = _split(N, bn // 2, nr)
+        elif bn > max(64, nr):
+            bn = _split(N, bn // 2, nr)
         elif bm > 24:
             bm = _split(M, bm // 2, CPU_MR)
-        elif bn > 16:
-            bn = _split(N, bn // 2, CPU_NR)
+        elif bn > nr:
+            bn = _split(N, bn // 2, nr)
         else:
             break
     # packed A: N split further until the cores get as many blocks each
     # (9 or 13 blocks of a 7 x 7 or 56 x 56 batch-1 layer left one core a
     # block longer: 1.10-1.17x on those, min of 31 interleaved rounds)
     cores = max(int(dev.compute_units), 1)
-    while packed_a and blocks() % cores and blocks() < 8 * cores and bn > CPU_NR:
-        bn = _split(N, bn // 2, CPU_NR)
+    while packed_a and blocks() % cores and blocks() < 8 * cores and bn > nr:
+        bn = _split(N, bn // 2, nr)
     return bm, bn
 
 
@@ -332,7 +349,7 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
         # CPU drivers: one work-item per bm x bn block (kernels/gemm_cpu.cl)
         kc, bm_max, bn_max = cpu_panels(dev, M, K)
         bm, bn = cpu_blocks(dev, M, N, gz, bm_max, bn_max, packed_a)
-        t = dict(KC=kc, BM_MAX=bm_max, BN_MAX=bn_max)
+        t = dict(KC=kc, BM_MAX=bm_max, BN_MAX=bn_max, VW=cpu_vw(dev))
         src, lx, ly = "gemm_cpu.cl", 1, 1
         gx, gy = -(-N // bn), -(-M // bm)
         extra = [bm, bn, int(nsplit), int(nstride[0]), int(nstride[1]),

@@ -71,13 +71,14 @@ _INT_MAX = (1 << 31) - 1
 MIN_GROUP_CHANNELS = 4
 # CPU drivers: fewest output tiles (whole batch, GEMM N) for Winograd. Its A
 # GEMMs are Co x C x T: with fewer tiles than the CPU GEMM's column blocks
-# they run slower than im2col + one GEMM. PoCL, 2 cores, F(4x4), since the
-# transforms' streams are skewed across cache sets (_kstride), speed-up over
-# im2col forward / backward-data: 512 channels at 7x7, batch 16 (T = 64)
-# 1.35x / 1.10x, 256 at 14x14, batch 4 (T = 64) 1.14x / 0.94x, 256 at 7x7,
-# batch 16 (T = 64) 1.49x forward; T = 32: 0.71-0.85x, T = 16: 0.49-0.52x.
-# (128 before the skew, when 512 at 7x7, batch 16 was 1.00x / 0.85x.)
-CPU_MIN_TILES = 64
+# they run slower than im2col + one GEMM. PoCL, 2 cores, F(4x4), Winograd's
+# time over im2col's, forward (backward-data), with gemm_cpu.cl at VW 16 (2-core
+# EPYC Zen 5, AVX-512): T = 16 (512 at 7x7 batch 4, 256 at 14x14 batch 1)
+# 1.34-1.72, T = 24 1.30, T = 32 (512 at 7x7 batch 8, 256 at 14x14 batch 2)
+# 0.91-0.94 (0.36-0.43), T = 49 (128 at 28x28 batch 1) 0.75 (0.43), T = 64
+# 0.63-0.80 (0.51); at VW 8, T = 16 0.97-1.02, T = 24 0.84, T = 32 0.65-0.69.
+# (64 before: Winograd at T = 32 had measured 0.71-0.85x the speed of im2col.)
+CPU_MIN_TILES = 32
 BWD_WEIGHT_ENV = "CAFFE_OCL_WINOGRAD_BWD_WEIGHT"
 # Backward-weight split-K: work-groups aimed at per compute unit, and the
 # fewest tiles (GEMM K) per split.

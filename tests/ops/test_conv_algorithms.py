@@ -10,6 +10,7 @@ import types
 import numpy as np
 import pytest
 
+from caffe_ocl import config
 from caffe_ocl.ops import conv as conv_ops
 from caffe_ocl.ops import gemm as gemm_ops
 from refs import rel_err as _rel
@@ -288,12 +289,17 @@ def test_gemm_gpu_images_folded_into_k(d, rng, nsplit):
     assert _rel(d.get(cb, C.shape).sum(axis=1), ref) < 1e-5
 
 
-def test_cpu_blocks_cover_and_balance(d):
-    for M, N in [(1, 1), (64, 50176), (512, 784), (20, 25), (1000, 16), (64, 49)]:
-        bm, bn = gemm_ops.cpu_blocks(d.dev, M, N)
-        assert bm % 6 == 0 and bn % 16 == 0
-        assert 0 < bm <= gemm_ops.CPU_BM_MAX and 0 < bn <= gemm_ops.CPU_BN_MAX
-        assert bm < M + 6 and bn < N + 16      # no block wider than needed
+@pytest.mark.parametrize("vw", ["8", "16"])
+def test_cpu_blocks_cover_and_balance(d, vw):
+    with config.override(CPU_GEMM_VW=vw):
+        nr = gemm_ops.cpu_nr(d.dev)
+        assert nr == 2 * int(vw)
+        for M, N in [(1, 1), (64, 50176), (512, 784), (20, 25), (1000, 16), (64, 49)]:
+            for packed_a in (False, True):
+                bm, bn = gemm_ops.cpu_blocks(d.dev, M, N, packed_a=packed_a)
+                assert bm % 6 == 0 and bn % nr == 0
+                assert 0 < bm <= gemm_ops.CPU_BM_MAX and 0 < bn <= gemm_ops.CPU_BN_MAX
+                assert bm < M + 6 and bn < N + nr      # no block wider than needed
 
 
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1)])

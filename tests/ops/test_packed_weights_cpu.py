@@ -51,6 +51,20 @@ def test_packed_layout(d, rng):
     np.testing.assert_array_equal(got, full.reshape(2, 6, K).transpose(0, 2, 1).astype(np.float32))
 
 
+@pytest.mark.parametrize("num,packed", [(1, False), (4, True)])
+def test_streamed_weights_of_one_column_block_stay_unpacked(d, num, packed):
+    """ResNet's 3x3 512-channel layer on 7 x 7 planes: 9 MB of weights; at
+    batch 1 its 49 columns are one block (each block packs its rows once
+    anyway), at batch 4 several."""
+    g = conv_ops.ConvGeometry(num=num, channels=512, height=7, width=7, out_channels=512,
+                              kh=3, kw=3, sh=1, sw=1, ph=1, pw=1, dh=1, dw=1, groups=1)
+    assert 4 * 512 * 512 * 9 > conv_ops.CPU_STREAMED_WEIGHT_BYTES
+    assert conv_ops.packs_weights(d.dev, g, "im2col") == packed
+    small = conv_ops.ConvGeometry(num=1, channels=64, height=7, width=7, out_channels=64,
+                                  kh=3, kw=3, sh=1, sw=1, ph=1, pw=1, dh=1, dw=1, groups=1)
+    assert conv_ops.packs_weights(d.dev, small, "im2col")
+
+
 @pytest.mark.parametrize("kernel,stride,pad,groups", [(1, 1, 0, 1), (3, 1, 1, 2), (3, 2, 1, 1)])
 def test_conv_forward_repacks_on_version_change(d, rng, kernel, stride, pad, groups):
     g = conv_ops.ConvGeometry(num=2, channels=4, height=7, width=7, out_channels=6,

@@ -321,13 +321,17 @@ def test_automatic_choice(d, monkeypatch):
     assert conv_ops.algorithm(gpu, b1_7x7) == "igemm"
     assert conv_ops.algorithm(cpu, b1_7x7) == "im2col"
     assert conv_ops.algorithm(cpu, conv_ops.ConvGeometry(1, 128, 28, 28, 128, 3, 3, 1, 1)) \
-        == "im2col"                                         # 49 tiles
+        == "winograd"                                       # 49 tiles
+    assert conv_ops.algorithm(cpu, conv_ops.ConvGeometry(1, 256, 14, 14, 256, 3, 3, 1, 1)) \
+        == "im2col"                                         # 16 tiles
     assert conv_ops.algorithm(cpu, conv_ops.ConvGeometry(16, 256, 14, 14, 256, 3, 3, 1, 1)) \
         == "winograd"                                       # 256 tiles
     assert conv_ops.algorithm(cpu, conv_ops.ConvGeometry(16, 512, 7, 7, 512, 3, 3, 1, 1)) \
         == "winograd"                                       # 64 tiles: ResNet's last stage
     assert conv_ops.algorithm(cpu, conv_ops.ConvGeometry(8, 512, 7, 7, 512, 3, 3, 1, 1)) \
-        == "im2col"                                         # 32 tiles
+        == "winograd"                                       # 32 tiles
+    assert conv_ops.algorithm(cpu, conv_ops.ConvGeometry(6, 512, 7, 7, 512, 3, 3, 1, 1)) \
+        == "im2col"                                         # 24 tiles
     huge = conv_ops.ConvGeometry(512, 512, 112, 112, 512, 3, 3, 1, 1)   # > 2^31 floats
     assert not wino_ops.fits(huge) and conv_ops.algorithm(gpu, huge) == "igemm"
     assert wino_ops.estimated_speedup(wide) > wino_ops.estimated_speedup(narrow)
