@@ -7,6 +7,7 @@ device time summed over kernels, the forward's wall time through
 kernels (layer, kernel, global size, us).
 
     CAFFE_OCL_PROFILE=1 python benchmarks/profile_zoo_kernels.py --nets resnet18 --batch 1
+    ... --torch    # also PyTorch eager's kernels for the same net (torch.profiler, GPU)
 
 Steps whose run() does more than enqueue their ``fwd`` list are timed as
 their list only (the totals say how far that is from the real forward).
