@@ -252,22 +252,6 @@ def test_gemm_images_folded_into_n(d, rng, M, HW, K, nimg, impl):
     assert _rel(d.get(cb, C.shape), ref) < 1e-5
 
 
-@pytest.mark.parametrize("M,N,HW,nimg", [(13, 20, 37, 3), (5, 70, 300, 2)])
-def test_gemm_cpu_images_folded_into_k(d, rng, M, N, HW, nimg):
-    """ksplit: C += sum over images of A_i * B_i^T with A as [image][M][HW]
-    and B as [image][N][HW] (a weight gradient); HW above the K panel
-    splits panels inside an image."""
-    A = rng.standard_normal((nimg, M, HW))
-    B = rng.standard_normal((nimg, N, HW))
-    C = rng.standard_normal((M, N))
-    ref = C + np.einsum("imp,inp->mn", A, B)
-    cb = d.buf(C)
-    d.run([gemm_ops.gemm(d.dev, M, N, nimg * HW, d.buf(A), d.buf(B), cb, trans_b=True,
-                         beta=1.0, lda=HW, ldb=HW, ksplit=HW, kstride=(M * HW, N * HW),
-                         impl="cpu")])
-    assert _rel(d.get(cb, C.shape), ref) < 1e-5
-
-
 @pytest.mark.parametrize("nsplit", [1, 3])
 def test_gemm_gpu_images_folded_into_k(d, rng, nsplit):
     """The GPU kernel's ksplit (gemm.cl KFOLD): k = image * HW + pixel,

@@ -101,6 +101,9 @@ def test_images_folded_into_n_with_residual(d, rng, vw, M, HW, K, nimg):
 
 @pytest.mark.parametrize("M,N,HW,nimg", [(13, 40, 37, 3), (5, 70, 300, 2)])
 def test_images_folded_into_k(d, rng, vw, M, N, HW, nimg):
+    """ksplit: C += sum over images of A_i * B_i^T with A as [image][M][HW]
+    and B as [image][N][HW] (a weight gradient); HW above the K panel
+    splits panels inside an image."""
     A = rng.standard_normal((nimg, M, HW))
     B = rng.standard_normal((nimg, N, HW))
     C = rng.standard_normal((M, N))
