@@ -1007,15 +1007,28 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
     return out
 
 
-# CPU drivers: forwards of at most DIRECT_MAX_CHANNELS input channels (a
-# net's first layer) run kernels/conv_direct.cl instead of the GEMM. PoCL,
-# MobileNet v2's first layer (3 -> 32, 3 x 3 stride 2, 224 x 224): GEMM
-# 0.40-0.56 ms at batch 1 (pad copy, column packing for K = 27), direct
-# 0.36; 3 -> 16 0.29 -> 0.20; batch 16 6.4 -> 5.3. Kernels of at most
-# DIRECT_MAX_TAPS taps: ResNet's 7 x 7 (K = 147) is a good GEMM (1.8 ms
-# against 4.0 direct).
+# CPU drivers: forwards of at most DIRECT_MAX_CHANNELS input channels and
+# DIRECT_MAX_OUT_CHANNELS output channels (a mobile net's first layer) run
+# kernels/conv_direct.cl instead of the GEMM. When it came (8-float GEMM,
+# sixteenth session): MobileNet v2's first layer (3 -> 32, 3 x 3 stride 2,
+# 224 x 224) GEMM 0.40-0.56 ms at batch 1, direct 0.36. Since the GEMM's
+# column packing and 16-float micro-kernel (2-core EPYC Zen 5, PoCL 3.1,
+# interleaved, GEMM time / direct time at VW 16 and VW 8): 3 -> 64 at batch 1
+# 0.40 / 0.79, 3 -> 32 0.71 / 1.06, 3 -> 16 1.03 / 1.51, batch 16 3 -> 32
+# 0.57 / 0.83, 3 -> 64 0.47 / 0.72. In whole nets (interleaved, the same
+# build with the rule widened) batch 1 read level or for the direct kernel
+# (SqueezeNet 1.03, MobileNet v2 1.00, MNASNet 0.92, RegNet-Y 0.96: the
+# GEMM path's padded copy and column packing find the input out of cache
+# there), batch 16 for the GEMM (MobileNet v2 1.17, EfficientNet-B0 1.23,
+# SqueezeNet 1.02, RegNet-Y 1.01). So:
+# up to 16 output channels (MobileNet v3's first layers) at any batch,
+# more only up to DIRECT_MAX_IMAGES images (not measured between 1 and
+# 16). Kernels of at most DIRECT_MAX_TAPS taps: ResNet's 7 x 7 (K = 147) is
+# a good GEMM (1.8 ms against 4.0 direct).
 DIRECT_SRC = "conv_direct.cl"
 DIRECT_MAX_CHANNELS = 4
+DIRECT_MAX_OUT_CHANNELS = 16
+DIRECT_MAX_IMAGES = 4
 DIRECT_MAX_TAPS = 9
 
 
@@ -1023,9 +1036,14 @@ def direct_forward(dev, g):
     """Whether ``forward`` of ``g`` (automatic algorithm) runs the direct
     kernel: CPU drivers, one group, at most DIRECT_MAX_CHANNELS input
     channels and DIRECT_MAX_TAPS kernel taps, output rows of at least 8
-    pixels; setting CPU_DIRECT_CONV off: never."""
+    pixels, and at most DIRECT_MAX_OUT_CHANNELS output channels or
+    DIRECT_MAX_IMAGES images (in deterministic mode the rule sees one
+    image: the same kernel at every batch); setting CPU_DIRECT_CONV off:
+    never."""
+    num = 1 if deterministic() else g.num
     return (dev.is_cpu and g.groups == 1 and 0 < g.channels <= DIRECT_MAX_CHANNELS
             and g.kh * g.kw <= DIRECT_MAX_TAPS and g.out_w >= 8 and g.out_channels > 0
+            and (g.out_channels <= DIRECT_MAX_OUT_CHANNELS or num <= DIRECT_MAX_IMAGES)
             and config.get("CPU_DIRECT_CONV"))
 
 
