@@ -101,6 +101,18 @@ def bn_scale_act_forward(dev, O, C, I, x, mean, stdv, gamma, beta, xnorm, y, act
     return dev.launch(SRC, "bn_scale_act_fwd", g, l, args, defs)
 
 
+def bn_scale_act_inference(dev, O, C, I, x, mean, stdv, gamma, beta, y, act=None):
+    """y = act(gamma * (x - mean) / stdv + beta) without the normalized copy
+    (an inference chain, plan/affine.py): CPU drivers run
+    bn_scale_act_infer_runs; GPUs the TRAIN kernel with y as its xnorm."""
+    if not dev.is_cpu:
+        return bn_scale_act_forward(dev, O, C, I, x, mean, stdv, gamma, beta, y, y, act)
+    defs, aa = _act_args(act)
+    n = O * C * I
+    return dev.launch(SRC, "bn_scale_act_infer_runs", (cpu_chunks(dev, n),), (1,),
+                      [n, C, I, x, mean, stdv, gamma, beta, y] + aa, defs)
+
+
 def bn_scale_act_backward(dev, O, C, I, dy, xnorm, gamma, beta, stdv, dx, dgamma, dbeta,
                           act=None):
     """[launches]: the gradients of y = act(gamma * (x - mean)/stdv + beta)

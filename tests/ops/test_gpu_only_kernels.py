@@ -232,3 +232,33 @@ def test_bn_scale_act_forward_gpu_and_cpu_forms(d, monkeypatch, rng, I, act):
         np.testing.assert_allclose(d.get(yb, x.shape), v, rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(d.get(gs, (C,)), g)
         np.testing.assert_array_equal(d.get(bs, (C,)), b)
+
+
+@pytest.mark.parametrize("O,C,I,act", [(3, 5, 37, ("relu", 0.1)), (2, 4, 16, ("clip", 0.0, 6.0)),
+                                       (1, 3, 7, None), (2, 6, 50, ("relu", 0.0))],
+                         ids=["runs-and-tails", "whole-vectors", "short-runs", "relu"])
+def test_bn_scale_act_inference_forms(d, monkeypatch, rng, O, C, I, act):
+    """ops.normalization.bn_scale_act_inference (an inference chain's pass,
+    plan/affine.py): the CPU drivers' kernel without the normalized copy
+    (16-lane vectors along channel runs, scalar tails; chunks that start
+    and end inside runs) gives the same bits as the TRAIN kernel writing y
+    over its xnorm, which GPUs run; in place too."""
+    from caffe_ocl.ops import normalization as norm_ops
+    x = rng.standard_normal((O, C, I)).astype(np.float32)
+    mean, std = rng.standard_normal(C).astype(np.float32), rng.uniform(0.5, 2, C).astype(np.float32)
+    g, b = rng.standard_normal(C).astype(np.float32), rng.standard_normal(C).astype(np.float32)
+    bufs = [d.buf(a) for a in (x, mean, std, g, b)]
+    want = d.buf(np.zeros(x.size))
+    d.run([norm_ops.bn_scale_act_forward(d.dev, O, C, I, *bufs, want, want, act=act)])
+    want = d.get(want, x.shape)
+    for cpu in (True, False):
+        monkeypatch.setattr(d.dev, "is_cpu", cpu)
+        yb = d.buf(np.full(x.size, np.nan))
+        launch = norm_ops.bn_scale_act_inference(d.dev, O, C, I, *bufs, yb, act=act)
+        assert launch.name == ("bn_scale_act_infer_runs" if cpu else "bn_scale_act_fwd")
+        d.run([launch])
+        np.testing.assert_array_equal(d.get(yb, x.shape), want)
+    monkeypatch.setattr(d.dev, "is_cpu", True)
+    xb = d.buf(x)                                   # in place: y is x
+    d.run([norm_ops.bn_scale_act_inference(d.dev, O, C, I, xb, *bufs[1:], xb, act=act)])
+    np.testing.assert_array_equal(d.get(xb, x.shape), want)
