@@ -199,7 +199,15 @@ __kernel void bn_scale_act_fwd(int n, int C, int I, __global const float* x,
  * the n elements, walked channel run by channel run (no division per
  * element; the GPU form's k / IV per vector cost PoCL most of the pass:
  * DenseNet-121's BatchNorm/ReLU chains were 16 of its 85 ms at batch 1).
- * Same operations per element, so the same values. */
+ * Same operations per element, so the same values.
+ * XNORM 0 (inference chains, plan/affine.py; the host passes y as xnorm):
+ * no normalized copy, and each run 16 lanes at a time. With the copy aimed
+ * at y every element was stored twice, and the two pointers (may alias)
+ * kept PoCL from vectorising the loop: DenseNet-121's 62 chains at batch 1
+ * took ~12% of its forward at ~13 GB/s. */
+#ifndef XNORM
+#define XNORM 1
+#endif
 __kernel void bn_scale_act_fwd_runs(int n, int C, int I, __global const float* x,
                                     __global const float* mean, __global const float* stdv,
                                     __global const float* gamma, __global const float* beta,
@@ -221,48 +229,21 @@ __kernel void bn_scale_act_fwd_runs(int n, int C, int I, __global const float* x
         __global const float* xs = x + k;
         __global float* xn_ = xnorm + k;
         __global float* ys = y + k;
-        for (int j = 0; j < len; ++j) {
-            const float xn = (xs[j] - m) / sd;
-            xn_[j] = xn;
-            const float v = fma(g, xn, b);
-            ys[j] = APPLY_ACT(v);
-        }
-        k += len;
-        i = 0;
-        if (++c == C) c = 0;
-    }
-}
-
-/* bn_scale_act_fwd_runs without the normalized copy, for inference chains
- * (plan/affine.py): y = act(gamma * ((x - mean) / stdv) + beta), the same
- * operations per element (so the same values), 16 lanes at a time along
- * each channel run. Writing xnorm into y first (the shared kernel's form)
- * stored every element twice, and the two pointers (may alias) kept PoCL
- * from vectorising the loop: DenseNet-121's 62 chains at batch 1 took ~12%
- * of its forward at ~13 GB/s. */
-__kernel void bn_scale_act_infer_runs(int n, int C, int I, __global const float* x,
-                                      __global const float* mean,
-                                      __global const float* stdv,
-                                      __global const float* gamma,
-                                      __global const float* beta, __global float* y,
-                                      float act_a, float act_b) {
-    const int chunk = _gl_chunk(n);
-    int k = (int)get_global_id(0) * chunk;
-    const int end = min(n, k + chunk);
-    if (k >= end) return;
-    int i = k % I;
-    int c = (k / I) % C;
-    while (k < end) {
-        const int len = min(I - i, end - k);
-        const float m = mean[c], sd = stdv[c], g = gamma[c], b = beta[c];
-        __global const float* xs = x + k;
-        __global float* ys = y + k;
         int j = 0;
+#if !XNORM
         for (; j + 16 <= len; j += 16) {
             const float16 v = fma((float16)g, (vload16(0, xs + j) - m) / sd, (float16)b);
             vstore16(APPLY_ACT_VEC(v, float16), 0, ys + j);
         }
-        for (; j < len; ++j) ys[j] = APPLY_ACT(fma(g, (xs[j] - m) / sd, b));
+#endif
+        for (; j < len; ++j) {
+            const float xn = (xs[j] - m) / sd;
+#if XNORM
+            xn_[j] = xn;
+#endif
+            const float v = fma(g, xn, b);
+            ys[j] = APPLY_ACT(v);
+        }
         k += len;
         i = 0;
         if (++c == C) c = 0;

@@ -83,9 +83,16 @@ def bn_scale_act_forward(dev, O, C, I, x, mean, stdv, gamma, beta, xnorm, y, act
                          snap=None):
     """TRAIN BatchNorm -> Scale -> act after the statistics (bn_train_stats):
     xnorm = (x - mean) / stdv, y = act(gamma * xnorm + beta), one pass.
-    ``snap``: (gamma copy, beta copy) buffers the pass also fills."""
+    ``snap``: (gamma copy, beta copy) buffers the pass also fills.
+    ``xnorm`` None: no normalized copy (an inference chain, plan/affine.py;
+    on CPU drivers the kernel built without it, XNORM 0, stores each element
+    once and runs 16 lanes at a time; GPUs write y twice)."""
     n = O * C * I
     defs, aa = _act_args(act)
+    if xnorm is None:
+        xnorm = y
+        if dev.is_cpu:
+            defs["XNORM"] = 0
     extra = [gamma, beta]           # not written without SNAP (normalization.cl)
     if snap is not None:
         defs["SNAP"] = 1
@@ -99,18 +106,6 @@ def bn_scale_act_forward(dev, O, C, I, x, mean, stdv, gamma, beta, xnorm, y, act
     g, l = vec_work_size(dev, n // vec, vec)
     defs["VEC"] = vec
     return dev.launch(SRC, "bn_scale_act_fwd", g, l, args, defs)
-
-
-def bn_scale_act_inference(dev, O, C, I, x, mean, stdv, gamma, beta, y, act=None):
-    """y = act(gamma * (x - mean) / stdv + beta) without the normalized copy
-    (an inference chain, plan/affine.py): CPU drivers run
-    bn_scale_act_infer_runs; GPUs the TRAIN kernel with y as its xnorm."""
-    if not dev.is_cpu:
-        return bn_scale_act_forward(dev, O, C, I, x, mean, stdv, gamma, beta, y, y, act)
-    defs, aa = _act_args(act)
-    n = O * C * I
-    return dev.launch(SRC, "bn_scale_act_infer_runs", (cpu_chunks(dev, n),), (1,),
-                      [n, C, I, x, mean, stdv, gamma, beta, y] + aa, defs)
 
 
 def bn_scale_act_backward(dev, O, C, I, dy, xnorm, gamma, beta, stdv, dx, dgamma, dbeta,

@@ -156,8 +156,8 @@ class AffineActChain(PendingTops):
             else zeros
         y = self.y.data_buffer()
         self.fwd = [norm_ops.bn_global_stats(dev, C, *run, mean, std, bn.eps),
-                    norm_ops.bn_scale_act_inference(dev, O, C, I, self.x.data_buffer(), mean,
-                                                    std, gamma, beta, y, self.act)]
+                    norm_ops.bn_scale_act_forward(dev, O, C, I, self.x.data_buffer(), mean,
+                                                  std, gamma, beta, None, y, self.act)]
         if self.x.count == 0:
             self.fwd = []
 

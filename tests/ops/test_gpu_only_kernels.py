@@ -238,11 +238,11 @@ def test_bn_scale_act_forward_gpu_and_cpu_forms(d, monkeypatch, rng, I, act):
                                        (1, 3, 7, None), (2, 6, 50, ("relu", 0.0))],
                          ids=["runs-and-tails", "whole-vectors", "short-runs", "relu"])
 def test_bn_scale_act_inference_forms(d, monkeypatch, rng, O, C, I, act):
-    """ops.normalization.bn_scale_act_inference (an inference chain's pass,
-    plan/affine.py): the CPU drivers' kernel without the normalized copy
-    (16-lane vectors along channel runs, scalar tails; chunks that start
-    and end inside runs) gives the same bits as the TRAIN kernel writing y
-    over its xnorm, which GPUs run; in place too."""
+    """ops.normalization.bn_scale_act_forward without xnorm (an inference
+    chain's pass, plan/affine.py): the CPU drivers' kernel built without the
+    normalized copy (16-lane vectors along channel runs, scalar tails;
+    chunks that start and end inside runs) gives the same bits as the TRAIN
+    form writing y over its xnorm, which GPUs run; in place too."""
     from caffe_ocl.ops import normalization as norm_ops
     x = rng.standard_normal((O, C, I)).astype(np.float32)
     mean, std = rng.standard_normal(C).astype(np.float32), rng.uniform(0.5, 2, C).astype(np.float32)
@@ -251,14 +251,22 @@ def test_bn_scale_act_inference_forms(d, monkeypatch, rng, O, C, I, act):
     want = d.buf(np.zeros(x.size))
     d.run([norm_ops.bn_scale_act_forward(d.dev, O, C, I, *bufs, want, want, act=act)])
     want = d.get(want, x.shape)
+    launch_of = d.dev.launch
+    built = []
+
+    def recording(filename, name, gsize, lsize, args, defines=None):
+        built.append(dict(defines or {}))
+        return launch_of(filename, name, gsize, lsize, args, defines)
+    monkeypatch.setattr(d.dev, "launch", recording)
     for cpu in (True, False):
         monkeypatch.setattr(d.dev, "is_cpu", cpu)
         yb = d.buf(np.full(x.size, np.nan))
-        launch = norm_ops.bn_scale_act_inference(d.dev, O, C, I, *bufs, yb, act=act)
-        assert launch.name == ("bn_scale_act_infer_runs" if cpu else "bn_scale_act_fwd")
+        launch = norm_ops.bn_scale_act_forward(d.dev, O, C, I, *bufs, None, yb, act=act)
+        assert launch.name == ("bn_scale_act_fwd_runs" if cpu else "bn_scale_act_fwd")
+        assert built[-1].get("XNORM", 1) == (0 if cpu else 1)   # no copy on CPU drivers
         d.run([launch])
         np.testing.assert_array_equal(d.get(yb, x.shape), want)
     monkeypatch.setattr(d.dev, "is_cpu", True)
     xb = d.buf(x)                                   # in place: y is x
-    d.run([norm_ops.bn_scale_act_inference(d.dev, O, C, I, xb, *bufs[1:], xb, act=act)])
+    d.run([norm_ops.bn_scale_act_forward(d.dev, O, C, I, xb, *bufs[1:], None, xb, act=act)])
     np.testing.assert_array_equal(d.get(xb, x.shape), want)
