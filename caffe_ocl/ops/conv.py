@@ -1178,7 +1178,7 @@ def cpu_weight_split(dev, M, K, groups, nimg):
     (CIFAR-10 quick's conv1, 32 x 75: 10 blocks of 18 x 16, 22 ms); instead
     each group of images gets whole blocks and the partial weights are
     summed (kernels/conv_igemm.cl splitk_reduce)."""
-    bm, bn = cpu_full_blocks(M, K, nr=cpu_nr(dev))
+    bm, bn = cpu_full_blocks(M, K, cpu_nr(dev))
     blocks = -(-M // bm) * -(-K // bn)
     want = 4 * max(int(dev.compute_units), 1)
     return max(1, min(nimg, want // max(blocks * groups, 1)))

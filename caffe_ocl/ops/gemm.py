@@ -198,7 +198,7 @@ def _split(n, most, unit):
     return min(most, -(-(-(-n // nblk)) // unit) * unit)
 
 
-def cpu_full_blocks(M, N, bm_max=None, bn_max=None, nr=16):
+def cpu_full_blocks(M, N, nr, bm_max=None, bn_max=None):
     """(bm, bn): the largest evenly sized blocks of an M x N product for
     kernels/gemm_cpu.cl (panels of at most bm_max x bn_max, by default
     CPU_BM_MAX x CPU_BN_MAX; bn a multiple of the micro-tile's ``nr``
@@ -220,7 +220,7 @@ def cpu_blocks(dev, M, N, nz=1, bm_max=None, bn_max=None, packed_a=False):
     MobileNet v2's batch-1 1x1 products 1.06x over packed A with the usual
     blocks, 1.16x over the unpacked kernel)."""
     nr = cpu_nr(dev)
-    bm, bn = cpu_full_blocks(M, N, bm_max, bn_max, nr)
+    bm, bn = cpu_full_blocks(M, N, nr, bm_max, bn_max)
     want = 4 * max(int(dev.compute_units), 1)
 
     def blocks():
