@@ -227,6 +227,10 @@ _DECLARED = (
             "GPUs: the automatic Winograd choice weighs how much of the GEMM tiles "
             "Winograd and the implicit GEMM fill (off: the arithmetic model alone)",
             internal=True),
+    Setting("WINOGRAD_MIN_MFLOP", "int", 500,
+            "GPUs: fewest MFLOP of a convolution (direct count, whole batch) for the "
+            "automatic Winograd choice: below it the three extra launches cost more "
+            "than the arithmetic saves (0: no floor)", internal=True),
     # cold start: caffe_ocl's own binary cache (issue #23 item 6)
     Setting("BINARY_CACHE", "tristate", None,
             "store compiled kernel binaries in CAFFE_OCL_CACHE (1) or not (0); unset: "

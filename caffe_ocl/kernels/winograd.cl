@@ -1,5 +1,6 @@
-/* Winograd F(m x m, 3x3) convolution transforms (ops/winograd.py),
- * m = WM = 2 or 4 (compile-time), tile side WA = m + 2:
+/* Winograd F(m x m, r x r) convolution transforms (ops/winograd.py),
+ * (m, r) = (WM, WR) = (2, 3), (4, 3) or (2, 5) (compile-time), tile side
+ * WA = m + r - 1 (4 or 6):
  *
  *   U[k][.][.] = G g G^T        (filter transform, k = WA*a + b)
  *   V[k][c][t] = B^T d B        (input transform of the WA x WA patch of tile t)
@@ -8,11 +9,16 @@
  *
  * F(2x2, 3x3): B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],
  *              G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1], A^T = [1 1 1 0; 0 1 -1 -1].
- * F(4x4, 3x3) (Lavin & Gray, points 0, +-1, +-2, inf):
+ * WA = 6 (Lavin & Gray, points 0, +-1, +-2, inf), the same B^T for
+ * F(4x4, 3x3) and F(2x2, 5x5):
  *   B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0;
  *          0 2 -1 -2 1 0; 0 4 0 -5 0 1],
- *   G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1],
- *   A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1].
+ *   G row of point p = c_p [1 p .. p^(r-1)], c = 1/4, -1/6, -1/6, 1/24, 1/24
+ *   for p = 0, 1, -1, 2, -2; row of inf = [0 .. 0 1]:
+ *   F(4x4, 3x3): G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6;
+ *                     1/24 -1/12 1/6; 0 0 1],
+ *                A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1];
+ *   F(2x2, 5x5): A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 1].
  * Tiles t = (img * TH + ty) * TW + tx cover the output in m x m blocks
  * (TH = ceil(HO/m), TW = ceil(WO/m)); V and M are [WA*WA][channels][Tp]
  * row-major (Tp >= T: rows padded with zero tiles for the split-K GEMMs of
@@ -24,9 +30,8 @@
  *   dM[k][co][t] = A dy_tile A^T                    (wino_output_grad)
  *   dUp[k][s][co][c] = sum over the tiles of split s of dM[k] V[k]^T (ops.gemm)
  *   dW[co][c] += G^T (sum_s dUp[k][s][co][c]) G     (wino_filter_grad)
- * with A = (A^T)^T: m = 2: rows [1 0; 1 1; 1 -1; 0 -1]; m = 4: rows
- * [1 0 0 0; 1 1 1 1; 1 -1 1 -1; 1 2 4 8; 1 -2 4 -8; 0 0 0 1].
- * Every geometry value is a run-time argument: one program per tile size.
+ * with A = (A^T)^T.
+ * Every geometry value is a run-time argument: one program per (m, r).
  * Work-item i walks (channel, tile) with the tile fastest (coalesced
  * V/M accesses on GPUs, contiguous chunks on CPU drivers). */
 #include "common.h"
@@ -34,11 +39,18 @@
 #ifndef WM
 #define WM 2
 #endif
-#define WA (WM + 2)
+#ifndef WR
+#define WR 3
+#endif
+#define WA (WM + WR - 1)
+#define WRR (WR * WR)
+#if !((WM == 2 || WM == 4) && WR == 3) && !(WM == 2 && WR == 5)
+#error "winograd.cl: (WM, WR) must be (2, 3), (4, 3) or (2, 5)"
+#endif
 
 /* 1-D transforms; s is the stride between the vector's elements. */
 inline void bt1(const float* d, int s, float* v, int t) {     /* v = B^T d */
-#if WM == 2
+#if WA == 4
     v[0] = d[0] - d[2 * s];
     v[t] = d[s] + d[2 * s];
     v[2 * t] = d[2 * s] - d[s];
@@ -56,7 +68,7 @@ inline void bt1(const float* d, int s, float* v, int t) {     /* v = B^T d */
 }
 
 /* u = G g, for one filter (float) or eight (float8, wino_filter_lines) */
-#if WM == 2
+#if WA == 4
 #define DEFINE_G1(NAME, T)                                                \
     inline void NAME(const T* g, int s, T* u, int t) {                    \
         const T g0 = g[0], g1_ = g[s], g2 = g[2 * s];                     \
@@ -65,7 +77,7 @@ inline void bt1(const float* d, int s, float* v, int t) {     /* v = B^T d */
         u[2 * t] = 0.5f * (g0 - g1_ + g2);                                \
         u[3 * t] = g2;                                                    \
     }
-#else
+#elif WR == 3
 #define DEFINE_G1(NAME, T)                                                \
     inline void NAME(const T* g, int s, T* u, int t) {                    \
         const T g0 = g[0], g1_ = g[s], g2 = g[2 * s];                     \
@@ -76,12 +88,25 @@ inline void bt1(const float* d, int s, float* v, int t) {     /* v = B^T d */
         u[4 * t] = (1.0f / 24.0f) * g0 - (1.0f / 12.0f) * g1_ + (1.0f / 6.0f) * g2; \
         u[5 * t] = g2;                                                    \
     }
+#else   /* F(2x2, 5x5): G rows c_p [1 p p^2 p^3 p^4], even and odd parts */
+#define DEFINE_G1(NAME, T)                                                \
+    inline void NAME(const T* g, int s, T* u, int t) {                    \
+        const T g0 = g[0], g1_ = g[s], g2 = g[2 * s], g3 = g[3 * s], g4 = g[4 * s]; \
+        const T e1 = g0 + g2 + g4, o1 = g1_ + g3;                         \
+        const T e2 = g0 + 4.0f * g2 + 16.0f * g4, o2 = 2.0f * g1_ + 8.0f * g3; \
+        u[0] = 0.25f * g0;                                                \
+        u[t] = (-1.0f / 6.0f) * (e1 + o1);                                \
+        u[2 * t] = (-1.0f / 6.0f) * (e1 - o1);                            \
+        u[3 * t] = (1.0f / 24.0f) * (e2 + o2);                            \
+        u[4 * t] = (1.0f / 24.0f) * (e2 - o2);                            \
+        u[5 * t] = g4;                                                    \
+    }
 #endif
 DEFINE_G1(g1, float)
 DEFINE_G1(g1_8, float8)
 
 inline void at1(const float* m, int s, float* y, int t) {     /* y = A^T m */
-#if WM == 2
+#if WA == 4
     y[0] = m[0] + m[s] + m[2 * s];
     y[t] = m[s] - m[2 * s] - m[3 * s];
 #else
@@ -89,20 +114,24 @@ inline void at1(const float* m, int s, float* y, int t) {     /* y = A^T m */
                 m5 = m[5 * s];
     const float p12 = m1 + m2, n12 = m1 - m2, p34 = m3 + m4, n34 = m3 - m4;
     y[0] = m0 + p12 + p34;
+#if WM == 4
     y[t] = n12 + 2.0f * n34;
     y[2 * t] = p12 + 4.0f * p34;
     y[3 * t] = n12 + 8.0f * n34 + m5;
+#else                                                  /* F(2x2, 5x5) */
+    y[t] = n12 + 2.0f * n34 + m5;
+#endif
 #endif
 }
 
 inline void a1(const float* y, int s, float* m, int t) {      /* m = A y */
-#if WM == 2
+#if WA == 4
     const float y0 = y[0], y1 = y[s];
     m[0] = y0;
     m[t] = y0 + y1;
     m[2 * t] = y0 - y1;
     m[3 * t] = -y1;
-#else
+#elif WM == 4
     const float y0 = y[0], y1 = y[s], y2 = y[2 * s], y3 = y[3 * s];
     const float p02 = y0 + y2, p13 = y1 + y3, q02 = y0 + 4.0f * y2, q13 = y1 + 4.0f * y3;
     m[0] = y0;
@@ -111,11 +140,19 @@ inline void a1(const float* y, int s, float* m, int t) {      /* m = A y */
     m[3 * t] = q02 + 2.0f * q13;
     m[4 * t] = q02 - 2.0f * q13;
     m[5 * t] = y3;
+#else                                                  /* F(2x2, 5x5) */
+    const float y0 = y[0], y1 = y[s];
+    m[0] = y0;
+    m[t] = y0 + y1;
+    m[2 * t] = y0 - y1;
+    m[3 * t] = y0 + 2.0f * y1;
+    m[4 * t] = y0 - 2.0f * y1;
+    m[5 * t] = y1;
 #endif
 }
 
 inline void gt1(const float* u, int s, float* g, int t) {     /* g = G^T u */
-#if WM == 2
+#if WA == 4
     const float u0 = u[0], u1 = u[s], u2 = u[2 * s], u3 = u[3 * s];
     g[0] = u0 + 0.5f * (u1 + u2);
     g[t] = 0.5f * (u1 - u2);
@@ -126,7 +163,13 @@ inline void gt1(const float* u, int s, float* g, int t) {     /* g = G^T u */
     const float p12 = u1 + u2, n12 = u2 - u1, p34 = u3 + u4, n34 = u3 - u4;
     g[0] = 0.25f * u0 - (1.0f / 6.0f) * p12 + (1.0f / 24.0f) * p34;
     g[t] = (1.0f / 6.0f) * n12 + (1.0f / 12.0f) * n34;
+#if WR == 3
     g[2 * t] = (1.0f / 6.0f) * (p34 - p12) + u5;
+#else                                                  /* F(2x2, 5x5) */
+    g[2 * t] = (1.0f / 6.0f) * (p34 - p12);
+    g[3 * t] = (1.0f / 6.0f) * n12 + (1.0f / 3.0f) * n34;
+    g[4 * t] = (2.0f / 3.0f) * p34 - (1.0f / 6.0f) * p12 + u5;
+#endif
 #endif
 }
 
@@ -173,7 +216,7 @@ __kernel void wino_input(int nimg, int C, int H, int W, int TH, int TW, int ph, 
  * instead of once per overlapping tile, the column transform B^T runs once
  * per strip column, and no index is divided per tile. The strip's WA input
  * rows, transformed down the columns, are s[k][x] (x: padded column,
- * WM*TW + 2 <= ROWMAX, else the host uses wino_input); then B across each
+ * WM*TW + WR - 1 <= ROWMAX, else the host uses wino_input); then B across each
  * tile's WA columns. Padding tiles T <= t < Tp are written by the strip
  * that ends channel c. */
 #define ROWMAX 1030
@@ -182,7 +225,7 @@ __kernel void wino_input_rows(int nimg, int C, int H, int W, int TH, int TW, int
                               __global const float* X, int offX,
                               __global float* V, int offV) {
     const int strips = nimg * TH, T = nimg * TH * TW;
-    const int ncol = WM * TW + 2;
+    const int ncol = WM * TW + WR - 1;
     float s[WA * ROWMAX];                 /* s[k * ROWMAX + x] */
     GLOBAL_LOOP(i, C * strips) {
         const int c = i / strips, r = i - c * strips;
@@ -228,19 +271,19 @@ inline void wino_filter_one(int i, int CO, int C, int flip, __global const float
     int co, c;
     if (flip) { c = i / CO; co = i - c * CO; }
     else      { co = i / C; c = i - co * C; }
-    __global const float* wp = Wt + (co * C + c) * 9;
-    float g[9], s[WA * 3], v[WA * WA];
+    __global const float* wp = Wt + (co * C + c) * WRR;
+    float g[WRR], s[WA * WR], v[WA * WA];
 #pragma unroll
-    for (int j = 0; j < 9; ++j) g[j] = flip ? wp[8 - j] : wp[j];
+    for (int j = 0; j < WRR; ++j) g[j] = flip ? wp[WRR - 1 - j] : wp[j];
 #pragma unroll
-    for (int q = 0; q < 3; ++q) g1(g + q, 3, s + q, 3);            /* G g */
+    for (int q = 0; q < WR; ++q) g1(g + q, WR, s + q, WR);           /* G g */
 #pragma unroll
-    for (int a = 0; a < WA; ++a) g1(s + a * 3, 1, v + a * WA, 1);  /* (G g) G^T */
+    for (int a = 0; a < WA; ++a) g1(s + a * WR, 1, v + a * WA, 1);   /* (G g) G^T */
 #pragma unroll
     for (int k = 0; k < WA * WA; ++k) u[k * us] = v[k];
 }
 
-/* U[k] (+offU) from Wt[CO][C][3][3] (+offW).
+/* U[k] (+offU) from Wt[CO][C][WR][WR] (+offW).
  * flip == 0: U[k][co][c] = (G w[co][c] G^T)[k]          (forward)
  * flip != 0: U[k][c][co] = (G rot180(w[co][c]) G^T)[k]  (backward-data:
  *            the full correlation of dy with the rotated, transposed filter). */
@@ -261,23 +304,23 @@ __kernel void wino_filter(int CO, int C, int flip,
  * (lanes from nv on repeat filter i0 + nv - 1). */
 inline void wino_filter_8(int i0, int nv, int CO, int C, int flip, __global const float* Wt,
                           float* u, int us) {
-    float gl[9 * 8];                                              /* gl[tap * 8 + lane] */
+    float gl[WRR * 8];                                            /* gl[tap * 8 + lane] */
     for (int l = 0; l < 8; ++l) {
         const int i = i0 + min(l, nv - 1);
         int co, c;
         if (flip) { c = i / CO; co = i - c * CO; }
         else      { co = i / C; c = i - co * C; }
-        __global const float* wp = Wt + (co * C + c) * 9;
+        __global const float* wp = Wt + (co * C + c) * WRR;
 #pragma unroll
-        for (int j = 0; j < 9; ++j) gl[j * 8 + l] = flip ? wp[8 - j] : wp[j];
+        for (int j = 0; j < WRR; ++j) gl[j * 8 + l] = flip ? wp[WRR - 1 - j] : wp[j];
     }
-    float8 g[9], s[WA * 3], v[WA * WA];
+    float8 g[WRR], s[WA * WR], v[WA * WA];
 #pragma unroll
-    for (int j = 0; j < 9; ++j) g[j] = vload8(j, gl);
+    for (int j = 0; j < WRR; ++j) g[j] = vload8(j, gl);
 #pragma unroll
-    for (int q = 0; q < 3; ++q) g1_8(g + q, 3, s + q, 3);            /* G g */
+    for (int q = 0; q < WR; ++q) g1_8(g + q, WR, s + q, WR);           /* G g */
 #pragma unroll
-    for (int a = 0; a < WA; ++a) g1_8(s + a * 3, 1, v + a * WA, 1);  /* (G g) G^T */
+    for (int a = 0; a < WA; ++a) g1_8(s + a * WR, 1, v + a * WA, 1);   /* (G g) G^T */
 #pragma unroll
     for (int k = 0; k < WA * WA; ++k) vstore8(v[k], 0, u + k * us);
 }
@@ -432,7 +475,7 @@ __kernel void wino_output_grad(int nimg, int CO, int HO, int WO, int TH, int TW,
     }
 }
 
-/* DW[co][c][3][3] (+offW) += G^T S G, S[k] = sum over s < nsplit of
+/* DW[co][c][WR][WR] (+offW) += G^T S G, S[k] = sum over s < nsplit of
  * P[k][s][co][c] (+offP): the adjoint of wino_filter (flip == 0), which
  * also reduces the split-K partial sums of the backward-weight GEMMs. */
 __kernel void wino_filter_grad(int CO, int C, int nsplit,
@@ -441,7 +484,7 @@ __kernel void wino_filter_grad(int CO, int C, int nsplit,
     const int total = CO * C;
     GLOBAL_LOOP(i, total) {
         __global const float* pp = P + offP + i;
-        float u[WA * WA], s[3 * WA], g[9];
+        float u[WA * WA], s[WR * WA], g[WRR];
 #pragma unroll
         for (int k = 0; k < WA * WA; ++k) {
             float acc = 0.0f;
@@ -451,9 +494,9 @@ __kernel void wino_filter_grad(int CO, int C, int nsplit,
 #pragma unroll
         for (int b = 0; b < WA; ++b) gt1(u + b, WA, s + b, WA);         /* G^T u */
 #pragma unroll
-        for (int q = 0; q < 3; ++q) gt1(s + q * WA, 1, g + q * 3, 1);   /* (G^T u) G */
-        __global float* wp = DW + offW + i * 9;
+        for (int q = 0; q < WR; ++q) gt1(s + q * WA, 1, g + q * WR, 1);  /* (G^T u) G */
+        __global float* wp = DW + offW + i * WRR;
 #pragma unroll
-        for (int j = 0; j < 9; ++j) wp[j] += g[j];
+        for (int j = 0; j < WRR; ++j) wp[j] += g[j];
     }
 }

@@ -16,8 +16,9 @@
   == out_channels and the kernel is not 1x1): direct kernels of
   ops/depthwise.py (kernels/depthwise.cl); asking for it on another
   geometry gives the device's default.
-- "winograd" (3x3, stride 1, dilation 1, one group): F(4x4, 3x3) (or
-  F(2x2, 3x3)) of ops/winograd.py for forward, backward-data and
+- "winograd" (3x3 or 5x5, stride 1, dilation 1, one group or groups of
+  >= 4 channels): F(4x4, 3x3) (or F(2x2, 3x3)) and F(2x2, 5x5) of
+  ops/winograd.py for forward, backward-data and
   backward-weight (CAFFE_OCL_WINOGRAD_BWD_WEIGHT=0: the device's dense path
   for the weight gradient); chosen automatically, on GPUs and CPUs, where
   its cost model says it pays (env CAFFE_OCL_WINOGRAD=0/1 forces off/on);
@@ -135,14 +136,15 @@ def algorithm(dev, g, algo=None, pass_=None):
     det = deterministic()
     if algo is None and pass_ is not None and wino_ops.env_override() is None and not det:
         algo = _tuned_choice(dev, g, pass_)
-    # --- Winograd hook (ops/winograd.py): 3x3 stride 1; explicit on an
+    # --- Winograd hook (ops/winograd.py): 3x3/5x5 stride 1; explicit on an
     # ineligible geometry raises; automatic on GPUs where it pays / by env.
     if algo == "winograd":
         wino_ops.check_eligible(g)
         return algo
     gw = per_image(g) if det else g
     if algo is None and wino_ops.use_auto(dev, gw) and wino_ops.fits(g) and \
-            (wino_ops.env_override() or det or _winograd_fills_tiles(dev, g)):
+            (wino_ops.env_override() or det or
+             (_winograd_fills_tiles(dev, g) and _winograd_outweighs_launches(dev, g))):
         return "winograd"
     # --- end Winograd hook
     if algo in (None, "depthwise") and dw_ops.eligible(g):
@@ -173,9 +175,26 @@ def _winograd_fills_tiles(dev, g):
     if dev.is_cpu or not config.get("WINOGRAD_OCCUPANCY"):
         return True
     tn = gpu_tiles(dev, g.out_channels // g.groups)["TN"]
-    wino = _fill(wino_ops.batch_tiles(g, wino_ops.default_tile()), tn)
+    wino = _fill(wino_ops.batch_tiles(g, wino_ops.tile_for(g)), tn)
     direct = _fill(g.num * g.out_spatial, tn)
     return wino_ops.estimated_speedup(g) * wino / direct >= 1.0
+
+
+def _winograd_outweighs_launches(dev, g):
+    """GPUs: whether the convolution is big enough (setting
+    WINOGRAD_MIN_MFLOP, direct FLOPs of the whole batch) for Winograd's four
+    launches (filter, input, GEMM, output transforms) instead of one. At
+    batch 1 on the H200 the 231-MFLOP 3x3 layers (ResNet's 64 channels at
+    56 x 56, DenseNet's first block) and AlexNet's 448-MFLOP 5x5 ran
+    1.6-1.9x slower by Winograd alone, and converted DenseNet-121 took
+    6.28 ms against 4.78 without it (host-bound: ~15 us per launch); VGG's
+    1.85-GFLOP conv3_1 ran 1.76x faster (BENCHMARKS.md, nineteenth
+    session). Not in deterministic mode (its choice is per image); CPU
+    drivers: always True (CPU_MIN_TILES is theirs)."""
+    if dev.is_cpu:
+        return True
+    flops = 2.0 * g.num * g.out_spatial * g.out_channels * g.kh * g.kw * (g.channels // g.groups)
+    return flops >= 1e6 * config.get("WINOGRAD_MIN_MFLOP")
 
 
 def per_image(g):

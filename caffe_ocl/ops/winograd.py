@@ -1,32 +1,37 @@
-"""Winograd F(2x2, 3x3) / F(4x4, 3x3) convolution (kernels/winograd.cl +
-ops.gemm).
+"""Winograd F(2x2, 3x3) / F(4x4, 3x3) / F(2x2, 5x5) convolution
+(kernels/winograd.cl + ops.gemm).
 
-For 3x3, stride 1, dilation 1 (any padding), one group or groups of at
-least MIN_GROUP_CHANNELS input and output channels (AlexNet's two-group
-conv4/conv5): the transforms are per channel and ignore groups; only the
-GEMMs become per group (ops.gemm ``groups``). With output
-tiles of m x m (m = 2: 4x4 input patches, "A" = 16 GEMMs; m = 4: 6x6, A = 36)
-each tile costs A multiply-adds per (input, output) channel pair instead of
-9*m*m: the GEMM work is 2.25x (m = 2) or 4x (m = 4) smaller than direct
-convolution; the price is moving the transformed operands through memory:
+For r x r kernels, r = 3 or 5, stride 1, dilation 1 (any padding), one group
+or groups of at least MIN_GROUP_CHANNELS input and output channels
+(AlexNet's two-group conv4/conv5): the transforms are per channel and ignore
+groups; only the GEMMs become per group (ops.gemm ``groups``). With output
+tiles of m x m and (m + r - 1)^2 = A input points per tile (3x3: m = 2: 4x4
+input patches, A = 16 GEMMs; m = 4: 6x6, A = 36; 5x5: m = 2 only, 6x6, A =
+36) each tile costs A multiply-adds per (input, output) channel pair instead
+of r*r*m*m: the GEMM work is 2.25x (3x3, m = 2), 4x (3x3, m = 4) or 2.78x
+(5x5) smaller than direct convolution; the price is moving the transformed
+operands through memory:
 
-    filter transform   w[Co][C][3][3]  -> U[A][Co][C]            (every call:
+    filter transform   w[Co][C][r][r]  -> U[A][Co][C]            (every call:
                                           weights change each training step)
     input transform    x[N][C][H][W]   -> V[A][C][T]             T = tiles
     A batched GEMMs    M[k] = U[k] x V[k]  (ops.gemm, batch=A)   M[A][Co][T]
     output transform   M -> y[N][Co][HO][WO], + bias, + beta*y, + activation
 
-m = 4 (the default; env CAFFE_OCL_WINOGRAD_TILE=2 or ``tile=2`` for m = 2)
-does 4x less GEMM work; its transforms (1/6, 1/24, 8) cost some accuracy:
+3x3: m = 4 (the default; env CAFFE_OCL_WINOGRAD_TILE=2 or ``tile=2`` for m
+= 2) does 4x less GEMM work; its transforms (1/6, 1/24, 8) cost some accuracy:
 relative L2 errors of 1.4e-6..4.5e-6 against float64 on VGG-16/ResNet-50
 layer shapes, against 2e-7..7e-7 for m = 2 and for direct convolution
 (benchmarks/bench_winograd.py on an H200, 2026-11-29). There m = 4 ran
 1.5-3.1x faster than implicit GEMM on every VGG-16/ResNet-50 3x3 layer with
 at least 64 channels, m = 2 only 0.93-2.1x, so m = 4 is the default.
+5x5 always runs F(2x2, 5x5): it has the same 6 x 6 input points (0, +-1,
++-2, inf) and input transform as F(4x4, 3x3); F(4x4, 5x5) would need 8 x 8
+points, whose transforms lose too many bits in float32.
 
 Backward-data is the same pipeline on dy: the full correlation of dy with
 the filter rotated 180 degrees, channels swapped (U[k][C][Co]), padding
-2 - pad (negative = a crop), output transform with beta = 1 to accumulate.
+r - 1 - pad (negative = a crop), output transform with beta = 1 to accumulate.
 Backward-weight (``backward_weight``) is the adjoint of the forward
 pipeline: with dM = A dy_tile A^T per m x m tile of dy (zero outside the
 output) and V the forward input transform of x,
@@ -86,26 +91,46 @@ SPLIT_WAVES = 3
 SPLIT_MIN_T = 256
 
 
+# kernel sides r, and the output tile sides m there are transforms for
+KERNELS = {3: (2, 4), 5: (2,)}
+
+
 def eligible(g):
-    """True for a geometry this module computes: 3x3, stride 1, dilation 1,
-    one group or groups of >= MIN_GROUP_CHANNELS channels in and out (not
-    depthwise), non-empty output."""
+    """True for a geometry this module computes: 3x3 or 5x5, stride 1,
+    dilation 1, one group or groups of >= MIN_GROUP_CHANNELS channels in and
+    out (not depthwise), non-empty output."""
     grouped_ok = g.groups == 1 or (g.channels // g.groups >= MIN_GROUP_CHANNELS and
                                    g.out_channels // g.groups >= MIN_GROUP_CHANNELS)
-    return ((g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) == (3, 3, 1, 1, 1, 1) and grouped_ok
-            and g.out_h > 0 and g.out_w > 0)
+    return (g.kh == g.kw and g.kh in KERNELS and (g.sh, g.sw, g.dh, g.dw) == (1, 1, 1, 1)
+            and grouped_ok and g.out_h > 0 and g.out_w > 0)
 
 
 def default_tile():
-    """Output tile side m: setting WINOGRAD_TILE (2 or 4), default 4."""
+    """Output tile side m of 3x3 kernels: setting WINOGRAD_TILE (2 or 4),
+    default 4."""
     return int(config.get("WINOGRAD_TILE"))
 
 
-def _tile(tile):
-    tile = default_tile() if tile is None else int(tile)
-    if tile not in TILES:
-        raise ValueError(f"winograd: tile {tile}: expected one of {TILES}")
+def _tile(tile, r=3):
+    """Output tile side for an r x r kernel: ``tile``, or the setting's
+    (3x3) / 2 (5x5: the only one) when None."""
+    if tile is None:
+        tile = default_tile() if r == 3 else KERNELS[r][0]
+    tile = int(tile)
+    if tile not in KERNELS[r]:
+        raise ValueError(f"winograd: tile {tile} for a {r}x{r} kernel: expected one of "
+                         f"{KERNELS[r]}")
     return tile
+
+
+def tile_for(g, tile=None):
+    """Output tile side used for geometry ``g`` (``tile`` checked)."""
+    return _tile(tile, g.kh)
+
+
+def _points(m, r):
+    """Input points per tile, (m + r - 1)^2: the number of batched GEMMs."""
+    return (m + r - 1) ** 2
 
 
 def batch_tiles(g, m):
@@ -116,7 +141,7 @@ def batch_tiles(g, m):
 def estimated_speedup(g, tile=None):
     """Model of direct time / Winograd time for ``g`` on a GPU.
 
-    Per m x m tile (A = (m+2)^2) and (C, Co) pair direct does 9 m^2 MACs,
+    Per m x m tile (A = (m+r-1)^2) and (C, Co) pair direct does r^2 m^2 MACs,
     Winograd A (2.25x less GEMM work for m = 2, 4x for m = 4), wasting the
     part of the last tile row/column outside the output (odd HO, WO). The
     transforms move ~(2A + m^2) (C + Co) floats per tile (V and M written
@@ -124,19 +149,20 @@ def estimated_speedup(g, tile=None):
     to the 2*A*C*Co-FLOP GEMM is 4 (2A + m^2) FLOP_PER_BYTE / (2A) (1/C + 1/Co)
     (m = 2: 45 (1/C + 1/Co)). Grouped: C and Co per group (the GEMMs shrink
     by the group count, the transforms do not). The filter transform, done
-    once per call, reads 9 and writes A floats per (C, Co) pair against the
+    once per call, reads r^2 and writes A floats per (C, Co) pair against the
     GEMM's 2 A T FLOPs (T = tiles of the whole batch): 2 (9 + A)
     FLOP_PER_BYTE / (A T) more, which decides at batch 1 and small maps
     (ResNet-50's 512-channel 7x7 layers at batch 1: T = 4).
     m = 2: C = Co = 64: 0.93 (no gain; GEMMs with K = 64 are also below
     peak); C = Co = 128: 1.32; 256: 1.67; 512: 1.91; 512 at 7x7: 1.47."""
-    m = _tile(tile)
-    a = (m + 2) ** 2
+    r = g.kh
+    m = _tile(tile, r)
+    a = _points(m, r)
     waste = (m * (-(-g.out_h // m)) * m * (-(-g.out_w // m))) / float(g.out_h * g.out_w)
     k = 4.0 * (2 * a + m * m) * FLOP_PER_BYTE / (2.0 * a)
     mem = k * g.groups * (1.0 / g.channels + 1.0 / g.out_channels)
-    mem += 2.0 * (9 + a) * FLOP_PER_BYTE / (a * max(batch_tiles(g, m), 1))
-    return 9.0 * m * m / a / waste / (1.0 + mem)
+    mem += 2.0 * (r * r + a) * FLOP_PER_BYTE / (a * max(batch_tiles(g, m), 1))
+    return float(r * r * m * m) / a / waste / (1.0 + mem)
 
 
 def env_override():
@@ -156,7 +182,7 @@ def use_auto(dev, g):
     forced = env_override()
     if forced is not None:
         return forced
-    if getattr(dev, "is_cpu", False) and batch_tiles(g, default_tile()) < CPU_MIN_TILES:
+    if getattr(dev, "is_cpu", False) and batch_tiles(g, tile_for(g)) < CPU_MIN_TILES:
         return False
     return estimated_speedup(g) >= MIN_SPEEDUP
 
@@ -164,18 +190,18 @@ def use_auto(dev, g):
 def fits(g, tile=None):
     """True when ``g`` stays within the kernels' 32-bit indexing (one image
     per chunk at the least)."""
-    m = _tile(tile)
-    A = (m + 2) ** 2
+    m = tile_for(g, tile)
+    A = _points(m, g.kh)
     tiles = -(-g.out_h // m) * -(-g.out_w // m)
     ws = A * (g.channels * g.out_channels // g.groups + (g.channels + g.out_channels) * tiles)
     return max(ws, g.num * max(g.channels * g.height * g.width,
                                g.out_channels * g.out_spatial)) <= _INT_MAX
 
 
-def chunk_images(num, cin, cout, tiles_per_image, cap=None, tile=2):
+def chunk_images(num, cin, cout, tiles_per_image, cap=None, tile=2, r=3):
     """Images per chunk so that U + V + M <= cap floats (at least one)."""
     cap = MAX_WS_FLOATS if cap is None else cap
-    a = (tile + 2) ** 2
+    a = _points(tile, r)
     per = a * (cin + cout) * tiles_per_image
     room = cap - a * cin * cout
     return balanced_chunk(num, room // max(per, 1), tiles_per_image)
@@ -232,7 +258,7 @@ def _input_launch(dev, nimg, cin, h, w, th, tw, ph, pw, Tp, ks, x, off_x, ws, of
     strips: force (True) or forbid (False) the strip kernel (tests)."""
     if strips is None:
         strips = dev.is_cpu
-    if strips and defs["WM"] * tw + 2 <= ROWMAX:
+    if strips and defs["WM"] * tw + defs["WR"] - 1 <= ROWMAX:
         n = cin * nimg * th
         if dev.is_cpu:
             # a strip is a whole row of tiles (hundreds of floats read and
@@ -266,7 +292,7 @@ def _filter_launch(dev, wco, wc, flip, weight, ws, defs):
 
 
 def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
-              bias, act, beta, gemm_impl, tile, groups=1, gate=None):
+              bias, act, beta, gemm_impl, tile, groups=1, gate=None, r=3):
     """gate: (G, slope): y = y if G > 0 else slope * y elementwise (the
     gradient gate of an in-place ReLU whose output G is; instead of act)."""
     act_kind, act_a, act_b = act_defines(act)
@@ -275,14 +301,14 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
     gate_buf = y
     if gate is not None:
         gate_buf, act_kind, act_a, act_b = gate[0], 3, float(gate[1]), 0.0
-    m = _tile(tile)
-    A = (m + 2) ** 2
-    defs = dict(WM=m)
+    m = _tile(tile, r)
+    A = _points(m, r)
+    defs = dict(WM=m, WR=r)
     th, tw = -(-ho // m), -(-wo // m)
     tiles = th * tw
     G = groups
     cg, cog = cin // G, cout // G                  # channels per group, in and out
-    chunk = chunk_images(num, cin, cout, tiles, tile=m)
+    chunk = chunk_images(num, cin, cout, tiles, tile=m, r=r)
     tmax = chunk * tiles
     u_fl, v_fl, m_fl = A * cg * cout, A * _kstride(cin * tmax), A * _kstride(cout * tmax)
     if max(u_fl + v_fl + m_fl, num * max(cin * h * w, cout * ho * wo)) > _INT_MAX:
@@ -290,7 +316,7 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
                          "exceed 32-bit indexing")
     ws = dev.shared_scratch(u_fl + v_fl + m_fl)
     off_v, off_m = u_fl, u_fl + v_fl
-    # weight is [Co][C/G][3][3] of the convolution; backward-data (flip) runs
+    # weight is [Co][C/G][r][r] of the convolution; backward-data (flip) runs
     # from its Co channels (cin here) to its C channels (cout here).
     # U[k] is [cout][cin/G] (forward) or [cout/G][cin] (flip: transposed per
     # group): the A operand of group j starts at j*cog*cg or at column j*cg.
@@ -318,8 +344,8 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
 
 def check_eligible(g):
     if not eligible(g):
-        raise ValueError(f"convolution algorithm 'winograd' needs a 3x3 kernel, stride 1, "
-                         f"dilation 1 and one group or groups of at least "
+        raise ValueError(f"convolution algorithm 'winograd' needs a 3x3 or 5x5 kernel, "
+                         f"stride 1, dilation 1 and one group or groups of at least "
                          f"{MIN_GROUP_CHANNELS} channels; got kernel {g.kh}x{g.kw}, stride "
                          f"{g.sh}x{g.sw}, dilation {g.dh}x{g.dw}, {g.channels} -> "
                          f"{g.out_channels} channels in {g.groups} groups")
@@ -330,25 +356,26 @@ def forward(dev, g, x, weight, y, bias=None, act=None, beta=0.0, gemm_impl=None,
     """[launches]: y = act(conv(x, weight) + bias + beta * y) (signature of
     ops.conv._igemm_forward; ``act`` as ops.gemm.gemm). ``gemm_impl`` picks
     the GEMM kernel (tests run the GPU tiles on PoCL); ``tile``: output
-    tile side 2 or 4 (None: ``default_tile()``)."""
+    tile side 2 or 4 for 3x3 (None: ``default_tile()``), 2 for 5x5."""
     check_eligible(g)
     return _pipeline(dev, g.num, g.channels, g.height, g.width, g.out_channels,
                      g.out_h, g.out_w, g.ph, g.pw, x, weight, False, y,
-                     bias, act, beta, gemm_impl, tile, g.groups)
+                     bias, act, beta, gemm_impl, tile, g.groups, r=g.kh)
 
 
 def backward_data(dev, g, dy, weight, dx, accumulate=False, gemm_impl=None, tile=None,
                   gate=None):
     """[launches]: dx = conv^T(dy) (+ dx if accumulate): the full
     correlation of dy with rot180(weight)^T, padding 2 - pad. gate = (G,
-    slope): dx then passes an in-place ReLU's backward (G its output)."""
+    slope): dx then passes an in-place ReLU's backward (G its output).
+    Padding r - 1 - pad."""
     check_eligible(g)
     if gate is not None and accumulate:
         raise ValueError("winograd backward_data: a ReLU gate needs accumulate=False")
     return _pipeline(dev, g.num, g.out_channels, g.out_h, g.out_w, g.channels,
-                     g.height, g.width, 2 - g.ph, 2 - g.pw, dy, weight, True, dx,
-                     None, None, 1.0 if accumulate else 0.0, gemm_impl, tile, g.groups,
-                     gate=gate)
+                     g.height, g.width, g.kh - 1 - g.ph, g.kw - 1 - g.pw, dy, weight, True,
+                     dx, None, None, 1.0 if accumulate else 0.0, gemm_impl, tile, g.groups,
+                     gate=gate, r=g.kh)
 
 
 def bwd_weight_enabled():
@@ -357,13 +384,13 @@ def bwd_weight_enabled():
     return config.get("WINOGRAD_BWD_WEIGHT")
 
 
-def weight_split(dev, cin, cout, T, tile=None):
+def weight_split(dev, cin, cout, T, tile=None, r=3):
     """Split-K count of the backward-weight GEMMs (Co x C, K = T tiles):
     enough splits that A * nsplit * (GEMM tiles of Co x C) work-groups make
     ~SPLIT_WAVES per compute unit, at least SPLIT_MIN_T tiles per split,
     partials under a quarter of MAX_WS_FLOATS."""
-    m = _tile(tile)
-    A = (m + 2) ** 2
+    m = _tile(tile, r)
+    A = _points(m, r)
     t = gpu_tiles(dev, cout)
     wgs = A * -(-cout // t["TM"]) * -(-cin // t["TN"])
     want = -(-SPLIT_WAVES * max(int(dev.compute_units), 1) // wgs)
@@ -380,26 +407,27 @@ def _split_len(T, nsplit):
 
 def backward_weight(dev, g, x, dy, dweight, gemm_impl=None, tile=None):
     """[launches]: dweight += dW of conv(x, .) against dy (Caffe's
-    accumulating parameter gradient), by Winograd F(m x m, 3x3): forward
+    accumulating parameter gradient), by Winograd F(m x m, r x r): forward
     input transform of x, adjoint output transform of dy, split-K batched
     GEMMs into partials, filter back-transform (sums the partials, adds
     to dweight). Images in chunks under MAX_WS_FLOATS."""
     check_eligible(g)
-    m = _tile(tile)
-    A = (m + 2) ** 2
-    defs = dict(WM=m)
+    r = g.kh
+    m = _tile(tile, r)
+    A = _points(m, r)
+    defs = dict(WM=m, WR=r)
     num, cin, h, w = g.num, g.channels, g.height, g.width
     cout, ho, wo = g.out_channels, g.out_h, g.out_w
     G = g.groups
     cg, cog = cin // G, cout // G
     th, tw = -(-ho // m), -(-wo // m)
     tiles = th * tw
-    nsplit = weight_split(dev, cg, cout, num * tiles, m)
+    nsplit = weight_split(dev, cg, cout, num * tiles, m, r)
     p_fl = A * nsplit * cg * cout
     per = A * (cin + cout) * tiles
     room = MAX_WS_FLOATS - p_fl - A * (cin + cout) * nsplit * 16     # padding tiles
     chunk = balanced_chunk(num, room // max(per, 1), tiles)
-    nsplit = max(1, min(nsplit, weight_split(dev, cg, cout, chunk * tiles, m)))
+    nsplit = max(1, min(nsplit, weight_split(dev, cg, cout, chunk * tiles, m, r)))
     p_fl = A * nsplit * cg * cout
     tp_max = nsplit * _split_len(chunk * tiles, nsplit)
     v_fl, m_fl = A * _kstride(cin * tp_max), A * _kstride(cout * tp_max)

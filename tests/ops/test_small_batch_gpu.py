@@ -153,7 +153,9 @@ def test_winograd_rule_counts_empty_columns():
         assert conv_ops.algorithm(dev, G(n, c, hw, hw, c, 3, 3, 1, 1)) == "winograd"
     for n, hw, c in [(1, 28, 128), (1, 28, 256)]:                  # ResNet / VGG at batch 1
         assert conv_ops.algorithm(dev, G(n, c, hw, hw, c, 3, 3, 1, 1)) == "igemm"
-    with config.override(WINOGRAD_OCCUPANCY=False):
+    with config.override(WINOGRAD_OCCUPANCY=False):     # 924 MFLOP: over the launch floor
+        assert conv_ops.algorithm(dev, G(1, 256, 28, 28, 256, 3, 3, 1, 1)) == "winograd"
+    with config.override(WINOGRAD_OCCUPANCY=False, WINOGRAD_MIN_MFLOP=0):
         assert conv_ops.algorithm(dev, G(1, 128, 28, 28, 128, 3, 3, 1, 1)) == "winograd"
 
 

@@ -1,4 +1,4 @@
-"""Winograd F(2x2, 3x3) and F(4x4, 3x3) convolution (ops/winograd.py,
+"""Winograd F(2x2, 3x3), F(4x4, 3x3) and F(2x2, 5x5) convolution (ops/winograd.py,
 kernels/winograd.cl) against float64 references: forward (bias +
 activation epilogue, beta accumulate, poisoned output), backward-data
 (overwrite / accumulate) and backward-weight (accumulate; split-K forced)
@@ -36,31 +36,41 @@ GROUPED = [
     (2, 8, 7, 6, 12, 1, 1, 2),   # groups of 4 in, 6 out
     (1, 20, 5, 9, 20, 0, 1, 5),  # 5 groups of 4 (the fewest taken), pads 0/1
 ]
+# 5x5 kernels, F(2x2, 5x5): (n, c, h, w, co, ph, pw[, groups])
+GEOMS5 = [
+    (3, 5, 9, 8, 6, 2, 2),       # pad 2 (AlexNet's conv2 form), batch 3, odd H
+    (1, 4, 6, 7, 3, 0, 0),       # pad 0: 2x3 output, odd W
+    (2, 3, 5, 5, 4, 4, 1),       # pads 4/1: backward-data pads 0 / 3
+    (1, 3, 4, 6, 2, 1, 3),       # unequal pads, input smaller than the kernel's rows
+    (2, 33, 7, 6, 70, 2, 2),     # C, Co off the GEMM tiles
+    (2, 8, 9, 7, 12, 2, 2, 2),   # two groups (BVLC AlexNet's conv2)
+]
 
 
 def _id(p):
     return "n{}c{}h{}w{}co{}p{}{}".format(*p) + (f"g{p[7]}" if len(p) > 7 else "")
 
 
-def _geom(p):
+def _geom(p, k=3):
     n, c, h, w, co, ph, pw = p[:7]
-    return conv_ops.ConvGeometry(n, c, h, w, co, 3, 3, ph, pw,
+    return conv_ops.ConvGeometry(n, c, h, w, co, k, k, ph, pw,
                                  groups=p[7] if len(p) > 7 else 1)
 
 
 def _data(rng, g):
     x = rng.standard_normal((g.num, g.channels, g.height, g.width))
-    w = rng.standard_normal((g.out_channels, g.channels // g.groups, 3, 3))
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
     dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
     return x, w, dy
 
 
 # relative L2 error allowed: F(4x4)'s transforms (1/6, 1/24, 8) lose a few bits
+# (as do F(2x2, 5x5)'s, the same points: checked at TOL[4])
 TOL = {2: 1e-5, 4: 2e-5}
 
 
 def _check_fwd_bwd(d, rng, g, gemm_impl=None, tile=2):
-    tol = TOL[tile]
+    tol = TOL[tile if g.kh == 3 else 4]
     x, w, dy = _data(rng, g)
     b = rng.standard_normal(g.out_channels)
     y_ref, _, dx_ref = _refs(g, x, w, dy)
@@ -108,8 +118,9 @@ def _check_bwd_weight(d, rng, g, gemm_impl=None, tile=2):
                                   gemm_impl=gemm_impl, tile=tile)
     d.run(ls)
     got = d.get(dwb, w.shape)
-    assert _rel(got, dw0 + dw_ref) < TOL[tile]
-    assert _rel(got - dw0, dw_ref) < 2 * TOL[tile]       # the increment itself
+    tol = TOL[tile if g.kh == 3 else 4]
+    assert _rel(got, dw0 + dw_ref) < tol
+    assert _rel(got - dw0, dw_ref) < 2 * tol             # the increment itself
     return ls
 
 
@@ -119,6 +130,40 @@ def test_winograd_backward_weight_matches_reference(d, rng, p, tile):
     ls = _check_bwd_weight(d, rng, _geom(p), tile=tile)
     assert [ln.name for ln in ls] == [_input_kernel(d), "wino_output_grad", "gemm",
                                       "wino_filter_grad"]
+
+
+@pytest.mark.parametrize("p", GEOMS5, ids=_id)
+def test_winograd_5x5_matches_reference(d, rng, p):
+    """F(2x2, 5x5): forward (epilogues), backward-data (padding 4 - pad,
+    a crop where pad > 4), backward-weight, grouped or not."""
+    g = _geom(p, 5)
+    assert wino_ops.eligible(g) and wino_ops.tile_for(g) == 2
+    _check_fwd_bwd(d, rng, g)
+    ls = _check_bwd_weight(d, rng, g)
+    assert [ln.name for ln in ls].count("gemm") == g.groups
+
+
+@pytest.mark.parametrize("strips", [False, True], ids=["per-tile", "strips"])
+def test_winograd_5x5_both_input_kernels(d, rng, monkeypatch, strips):
+    """Both input transforms read the 6 x 6 patches of F(2x2, 5x5) (strips:
+    2 * TW + 4 columns per row of tiles)."""
+    orig = wino_ops._input_launch
+    monkeypatch.setattr(wino_ops, "_input_launch",
+                        lambda *a, **k: orig(*a, **dict(k, strips=strips)))
+    g = _geom((2, 3, 6, 19, 4, 2, 1), 5)
+    _check_fwd_bwd(d, rng, g)
+    ls = _check_bwd_weight(d, rng, g)
+    assert ls[0].name == ("wino_input_rows" if strips else "wino_input")
+
+
+def test_winograd_5x5_tiles():
+    """5x5 runs F(2x2, 5x5) whatever the 3x3 tile setting; other tiles and
+    kernel sides are refused."""
+    g5 = _geom(GEOMS5[0], 5)
+    assert wino_ops.tile_for(g5) == 2 and wino_ops._points(2, 5) == 36
+    with pytest.raises(ValueError, match="tile 4 for a 5x5"):
+        wino_ops.tile_for(g5, 4)
+    assert not wino_ops.eligible(_geom(GEOMS5[0], 7))
 
 
 def _input_kernel(d):
@@ -150,17 +195,18 @@ def test_winograd_both_input_kernels(d, rng, p, strips, monkeypatch):
     assert ls[0].name == ("wino_input_rows" if strips else "wino_input")
 
 
+@pytest.mark.parametrize("r,m", [(3, 4), (5, 2)])
 @pytest.mark.parametrize("flip", [0, 1])
-def test_filter_kernels_agree(d, rng, flip):
+def test_filter_kernels_agree(d, rng, flip, r, m):
     """wino_filter (GPUs) and wino_filter_lines (CPU drivers: blocks of
     FILTER_BLOCK filters, a partial last block of 6 here) write the same U."""
     co, c = 10, 7
-    w = d.buf(rng.standard_normal((co, c, 3, 3)))
+    w = d.buf(rng.standard_normal((co, c, r, r)))
     us = {}
     for name, gs in (("wino_filter", co * c), ("wino_filter_lines", 1)):
         ub = d.buf(np.full(36 * co * c, np.nan))
         d.run([d.dev.launch(wino_ops.SRC, name, (gs,), (1,), [co, c, flip, w, 0, ub, 0],
-                            dict(WM=4))])
+                            dict(WM=m, WR=r))])
         us[name] = d.get(ub, (36, co * c))
     assert np.isfinite(us["wino_filter"]).all()
     assert np.array_equal(us["wino_filter"], us["wino_filter_lines"])
@@ -275,10 +321,11 @@ def test_winograd_through_conv_dispatch(d, rng, monkeypatch):
         assert _rel(d.get(dwb, w.shape), dw0 + dw_ref) < 1e-5
 
 
-@pytest.mark.parametrize("kw", [dict(sh=2, sw=2), dict(kh=5, kw=5), dict(dh=2, dw=2),
-                                dict(groups=2), dict(groups=4), dict(kh=3, kw=1)],
-                         ids=["stride2", "5x5", "dilation2", "groups-of-2", "depthwise",
-                              "3x1"])
+@pytest.mark.parametrize("kw", [dict(sh=2, sw=2), dict(kh=7, kw=7), dict(dh=2, dw=2),
+                                dict(groups=2), dict(groups=4), dict(kh=3, kw=1),
+                                dict(kh=5, kw=3), dict(kh=5, kw=5, sh=2, sw=2)],
+                         ids=["stride2", "7x7", "dilation2", "groups-of-2", "depthwise",
+                              "3x1", "5x3", "5x5-stride2"])
 def test_winograd_rejects_ineligible_geometry(d, kw):
     base = dict(num=1, channels=4, height=9, width=9, out_channels=4, kh=3, kw=3, ph=1, pw=1)
     base.update(kw)
@@ -311,6 +358,27 @@ def test_automatic_choice(d, monkeypatch):
     assert conv_ops.algorithm(gpu, g(3, 64, hw=224)) == "igemm"
     assert conv_ops.algorithm(gpu, g(256, 256, sh=2, sw=2)) == "igemm"
     assert conv_ops.algorithm(gpu, g(384, 384, hw=13, groups=2)) == "winograd"  # AlexNet
+    # 5x5 (F(2x2, 5x5)): torchvision AlexNet's conv2 at batch 64; not
+    # narrow ones
+    assert conv_ops.algorithm(gpu, conv_ops.ConvGeometry(64, 64, 27, 27, 192, 5, 5, 2, 2)) \
+        == "winograd"
+    assert conv_ops.algorithm(gpu, conv_ops.ConvGeometry(64, 16, 14, 14, 32, 5, 5, 2, 2)) \
+        == "igemm"
+    # GPUs at batch 1: the small layers (231 MFLOP: ResNet's 64-channel 3x3
+    # at 56 x 56; AlexNet's 448-MFLOP 5x5) keep their one launch; VGG's
+    # conv3_1 (1.85 GFLOP) takes Winograd; setting WINOGRAD_MIN_MFLOP=0 lifts
+    # the floor
+    r64 = conv_ops.ConvGeometry(1, 64, 56, 56, 64, 3, 3, 1, 1)
+    alex2 = conv_ops.ConvGeometry(1, 64, 27, 27, 192, 5, 5, 2, 2)
+    vgg31 = conv_ops.ConvGeometry(1, 128, 56, 56, 256, 3, 3, 1, 1)
+    assert conv_ops.algorithm(gpu, r64) == "igemm"
+    assert conv_ops.algorithm(gpu, alex2) == "igemm"
+    assert conv_ops.algorithm(gpu, vgg31) == "winograd"
+    assert conv_ops.algorithm(cpu, alex2) == "winograd"         # 196 tiles, no floor on CPUs
+    monkeypatch.setenv("CAFFE_OCL_WINOGRAD_MIN_MFLOP", "0")
+    assert conv_ops.algorithm(gpu, r64) == "winograd"
+    assert conv_ops.algorithm(gpu, alex2) == "winograd"
+    monkeypatch.delenv("CAFFE_OCL_WINOGRAD_MIN_MFLOP")
     assert conv_ops.algorithm(gpu, g(64, 64, groups=64)) == "depthwise"
     assert conv_ops.algorithm(gpu, wide, "igemm") == "igemm"
     assert conv_ops.algorithm(cpu, wide) == "winograd"        # pays on CPUs too
@@ -370,6 +438,26 @@ def test_winograd_accuracy_realistic(d, rng, tile, tol):
     dwb = d.buf(np.zeros(w.shape))
     d.run(wino_ops.backward_weight(d.dev, g, d.buf(x), d.buf(dy), dwb, tile=tile))
     assert _rel(d.get(dwb, w.shape), dw_ref) < tol
+
+
+def test_winograd_5x5_accuracy_realistic(d, rng):
+    """AlexNet-like 5x5 layer (He-initialised weights, ReLU-like inputs):
+    float32 F(2x2, 5x5) close to float64 in all three passes."""
+    g = _geom((2, 24, 11, 11, 20, 2, 2), 5)
+    x = np.maximum(rng.standard_normal((g.num, g.channels, g.height, g.width)), 0)
+    w = rng.standard_normal((g.out_channels, g.channels, 5, 5)) * np.sqrt(2 / (25 * g.channels))
+    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w)) * 1e-3
+    y_ref, dw_ref, dx_ref = _refs(g, x, w, dy)
+    wb = d.buf(w)
+    yb = d.buf(np.zeros(dy.shape))
+    d.run(wino_ops.forward(d.dev, g, d.buf(x), wb, yb))
+    assert _rel(d.get(yb, dy.shape), y_ref) < 1e-5
+    dxb = d.buf(np.zeros(x.shape))
+    d.run(wino_ops.backward_data(d.dev, g, d.buf(dy), wb, dxb))
+    assert _rel(d.get(dxb, x.shape), dx_ref) < 1e-5
+    dwb = d.buf(np.zeros(w.shape))
+    d.run(wino_ops.backward_weight(d.dev, g, d.buf(x), d.buf(dy), dwb))
+    assert _rel(d.get(dwb, w.shape), dw_ref) < 1e-5
 
 
 @pytest.mark.parametrize("tile", ["2", "4"])
