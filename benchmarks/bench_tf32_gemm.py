@@ -4,6 +4,13 @@ the default), on a big square GEMM in every transpose case and two
 convolution-like shapes; milliseconds and TFLOP/s, ratio old / async.
 
     python benchmarks/bench_tf32_gemm.py [--runs 10]
+    python benchmarks/bench_tf32_gemm.py --conv-shapes     # short-K products
+
+--conv-shapes: the products of converted nets' 1x1 and Winograd layers
+at batch 64 (K 64-512, N up to 200704: Wide-ResNet-50's 1x1 at 56 x 56),
+the async loop as planned against variants of it: 2 stages instead of
+3 (more work-groups per compute unit), the results stored directly
+instead of through local memory (STAGED off), and tile_mainloop.h.
 """
 import argparse
 import os
@@ -23,9 +30,48 @@ SHAPES = [(4096, 4096, 4096, ta, tb) for ta in (False, True) for tb in (False, T
 ]
 
 
+CONV_SHAPES = [  # M x N x K (no transposes)
+    (256, 200704, 128),   # Wide-ResNet-50 layer1 conv3 1x1, 64 images of 56x56
+    (128, 200704, 256),   # Wide-ResNet-50 layer1 conv1 1x1
+    (256, 12544, 256),    # ResNet-50 1x1, 64 images of 14x14 folded
+    (192, 6272, 64),      # one of the 36 GEMMs of AlexNet's 5x5 by Winograd (half the batch)
+    (1024, 3136, 512),    # Wide-ResNet-50 layer4 1x1
+]
+
+
+def conv_shapes(dev, buf, runs):
+    """--conv-shapes: the async loop against its variants (module docstring)."""
+    variants = [
+        ("async 3 stages", dict(), {}),
+        ("async 2 stages", dict(), {"ASYNC_MAX_STAGES": 2}),
+        ("async, store direct", dict(), {"STAGED_MAX_K": 0}),
+        ("register-staged", dict(TF32_ASYNC=False), {}),
+    ]
+    print("| M x N x K | " + " | ".join(f"{v[0]} ms (TFLOP/s)" for v in variants) + " |")
+    print("|---|" + "---|" * len(variants))
+    for M, N, K in CONV_SHAPES:
+        A, B, C = buf(M * K), buf(K * N), buf(M * N)
+        row = []
+        for _, settings, attrs in variants:
+            old = {k: getattr(gemm_ops, k) for k in attrs}
+            for k, v in attrs.items():
+                setattr(gemm_ops, k, v)
+            try:
+                with config.override(**settings):
+                    ln = gemm_ops.gemm(dev, M, N, K, A, B, C)
+                t = time_launches(dev, [ln], 2, runs)
+            finally:
+                for k, v in old.items():
+                    setattr(gemm_ops, k, v)
+            row.append(f"{t:.3f} ({2 * M * N * K / (t / 1e3) / 1e12:.0f})")
+        print(f"| {M}x{N}x{K} | " + " | ".join(row) + " |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--conv-shapes", action="store_true",
+                    help="short-K convolution products against variants of the async loop")
     a = ap.parse_args()
     dev = get_device()
     if not (dev.is_gpu and getattr(dev, "is_nvidia", False)):
@@ -34,6 +80,10 @@ def main():
     gemm_ops.set_allow_tf32(True)
     buf = random_buffers(dev)
     print(f"device: {dev.name}")
+    if a.conv_shapes:
+        conv_shapes(dev, buf, a.runs)
+        gemm_ops.set_allow_tf32(False)
+        return
     print("| M x N x K | trans A, B | old ms | old TFLOP/s | async ms | async TFLOP/s | ratio |")
     print("|---|---|---|---|---|---|---|")
     for M, N, K, ta, tb in SHAPES:
