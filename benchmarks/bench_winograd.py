@@ -45,6 +45,9 @@ LAYERS = [  # name, C, Co, H (= W)[, kernel side k]; stride 1, pad (k - 1) / 2
     ("resnet50 3x3 128", 128, 128, 28),
     ("resnet50 3x3 256", 256, 256, 14),
     ("resnet50 3x3 512", 512, 512, 7),
+    ("densenet 3x3 128->32 56", 128, 32, 56),
+    ("densenet 3x3 128->32 28", 128, 32, 28),
+    ("googlenet 3x3 32->96", 32, 96, 28),
     ("alexnet (torchvision) conv2 5x5", 64, 192, 27, 5),
     ("googlenet inception_3b 5x5", 32, 96, 28, 5),
     ("googlenet inception_4e 5x5", 32, 128, 14, 5),
@@ -192,7 +195,8 @@ def main():
         row += [f"{tw[dense]:.3f}"]
         row += [f"{tw[t]:.3f} ({tw[dense] / tw[t]:.2f}x, {nsp[t]})" if t in tw else "-"
                 for t in wtiles]
-        row += [f"{wino_ops.estimated_speedup(g, t):.2f}" if t in ltiles else "-"
+        row += [f"{wino_ops.estimated_speedup(g, t, wino_ops.model_tf32(dev)):.2f}"
+                if t in ltiles else "-"
                 for t in tiles]
         row += [conv_ops.algorithm(dev, g)] + [errs[t] for t in tiles] + [errs.get("w", "-")]
         print("| " + " | ".join(row) + " |", flush=True)

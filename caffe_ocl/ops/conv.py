@@ -177,7 +177,7 @@ def _winograd_fills_tiles(dev, g):
     tn = gpu_tiles(dev, g.out_channels // g.groups)["TN"]
     wino = _fill(wino_ops.batch_tiles(g, wino_ops.tile_for(g)), tn)
     direct = _fill(g.num * g.out_spatial, tn)
-    return wino_ops.estimated_speedup(g) * wino / direct >= 1.0
+    return wino_ops.estimated_speedup(g, tf32=wino_ops.model_tf32(dev)) * wino / direct >= 1.0
 
 
 def _winograd_outweighs_launches(dev, g):

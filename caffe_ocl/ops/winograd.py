@@ -58,7 +58,7 @@ import math
 
 from .. import config
 from . import cpu_chunks, work_size
-from .gemm import act_defines, gemm, gpu_tiles
+from .gemm import act_defines, gemm, gpu_tiles, use_tf32
 
 SRC = "winograd.cl"
 # Most floats of U + V + M (256 MiB); more images are processed in chunks.
@@ -71,6 +71,18 @@ MIN_SPEEDUP = 1.2
 # FLOP/s of the GEMM over bytes/s of device memory (H200: ~35 TFLOP/s FP32
 # SGEMM, ~3.5-4 TB/s effective HBM bandwidth).
 FLOP_PER_BYTE = 10.0
+# FP32 only: implicit-GEMM time of a 5x5 layer over the model's (its
+# 25-tap gathers run below the 3x3 layers' rate): measured / model speedup
+# of F(2x2, 5x5) in FP32 on the H200, batch 64: 1.10, 1.25, 1.38, 1.25
+# (AlexNet's conv2, GoogLeNet's 3b and 4e, Inception-v3's 5x5); batch 16
+# 1.08-2.0. With TF32 tensor cores the model alone fits (model / measured
+# 1.37 / 1.20, 1.01 / 0.72, 1.04 / 0.84, 1.03 / 0.90: Winograd only for
+# AlexNet's), so the factor is not applied there (bench_winograd.py,
+# nineteenth session). A TF32 FLOP_PER_BYTE of 15 was tried: it fitted
+# these but took the implicit GEMM for DenseNet's 128 -> 32 3x3 layers,
+# which Winograd ran 1.7-2.0x faster (the model does not count the
+# implicit GEMM's half-empty 64-row tiles for 32 output channels).
+DIRECT_5X5_FACTOR = 1.25
 _INT_MAX = (1 << 31) - 1
 # Grouped convolutions: fewest channels per group (in and out) taken.
 MIN_GROUP_CHANNELS = 4
@@ -138,8 +150,10 @@ def batch_tiles(g, m):
     return g.num * (-(-g.out_h // m)) * (-(-g.out_w // m))
 
 
-def estimated_speedup(g, tile=None):
-    """Model of direct time / Winograd time for ``g`` on a GPU.
+def estimated_speedup(g, tile=None, tf32=False):
+    """Model of direct time / Winograd time for ``g`` on a GPU (5x5
+    kernels: times DIRECT_5X5_FACTOR unless ``tf32``, TF32 tensor-core
+    GEMMs).
 
     Per m x m tile (A = (m+r-1)^2) and (C, Co) pair direct does r^2 m^2 MACs,
     Winograd A (2.25x less GEMM work for m = 2, 4x for m = 4), wasting the
@@ -162,7 +176,14 @@ def estimated_speedup(g, tile=None):
     k = 4.0 * (2 * a + m * m) * FLOP_PER_BYTE / (2.0 * a)
     mem = k * g.groups * (1.0 / g.channels + 1.0 / g.out_channels)
     mem += 2.0 * (r * r + a) * FLOP_PER_BYTE / (a * max(batch_tiles(g, m), 1))
-    return float(r * r * m * m) / a / waste / (1.0 + mem)
+    direct = DIRECT_5X5_FACTOR if r == 5 and not tf32 else 1.0
+    return direct * float(r * r * m * m) / a / waste / (1.0 + mem)
+
+
+def model_tf32(dev):
+    """Whether ``dev``'s GEMMs run on TF32 tensor cores (ops.gemm.use_tf32
+    == 1: NVIDIA with setting TF32; not the tests' emulation)."""
+    return use_tf32(dev) == 1
 
 
 def env_override():
@@ -184,7 +205,7 @@ def use_auto(dev, g):
         return forced
     if getattr(dev, "is_cpu", False) and batch_tiles(g, tile_for(g)) < CPU_MIN_TILES:
         return False
-    return estimated_speedup(g) >= MIN_SPEEDUP
+    return estimated_speedup(g, tf32=model_tf32(dev)) >= MIN_SPEEDUP
 
 
 def fits(g, tile=None):

@@ -15,6 +15,7 @@ import types
 import numpy as np
 import pytest
 
+from caffe_ocl import config
 from caffe_ocl.ops import conv as conv_ops
 from caffe_ocl.ops import winograd as wino_ops
 from caffe_ocl.testing import check_gradient, forward, make_layer
@@ -358,10 +359,18 @@ def test_automatic_choice(d, monkeypatch):
     assert conv_ops.algorithm(gpu, g(3, 64, hw=224)) == "igemm"
     assert conv_ops.algorithm(gpu, g(256, 256, sh=2, sw=2)) == "igemm"
     assert conv_ops.algorithm(gpu, g(384, 384, hw=13, groups=2)) == "winograd"  # AlexNet
-    # 5x5 (F(2x2, 5x5)): torchvision AlexNet's conv2 at batch 64; not
-    # narrow ones
-    assert conv_ops.algorithm(gpu, conv_ops.ConvGeometry(64, 64, 27, 27, 192, 5, 5, 2, 2)) \
-        == "winograd"
+    # 5x5 (F(2x2, 5x5)): torchvision AlexNet's conv2 and GoogLeNet's 5x5
+    # branch at batch 64; with TF32 tensor cores (NVIDIA) only AlexNet's;
+    # not narrow ones
+    alex_b64 = conv_ops.ConvGeometry(64, 64, 27, 27, 192, 5, 5, 2, 2)
+    goog_b64 = conv_ops.ConvGeometry(64, 32, 28, 28, 96, 5, 5, 2, 2)
+    assert conv_ops.algorithm(gpu, alex_b64) == "winograd"
+    assert conv_ops.algorithm(gpu, goog_b64) == "winograd"
+    nv = types.SimpleNamespace(is_cpu=False, is_gpu=True, is_nvidia=True)
+    with config.override(TF32=True):
+        assert conv_ops.algorithm(nv, alex_b64) == "winograd"
+        assert conv_ops.algorithm(nv, goog_b64) == "igemm"
+    assert conv_ops.algorithm(nv, goog_b64) == "winograd"            # FP32
     assert conv_ops.algorithm(gpu, conv_ops.ConvGeometry(64, 16, 14, 14, 32, 5, 5, 2, 2)) \
         == "igemm"
     # GPUs at batch 1: the small layers (231 MFLOP: ResNet's 64-channel 3x3
