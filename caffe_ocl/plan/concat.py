@@ -82,12 +82,29 @@ class SliceTarget:
         self.axis = concat_axis(net.layers[ci], g.bottoms[ci][0])
         self._reader = self._read          # one bound method: compared by identity
         self._top_version = None
+        self._conv = net.layers[unit.layers[0]]     # the convolution writing the slice
+        self._slices_ok = (None, False)             # (its reshape_count, writes_slices)
+
+    def _conv_writes_slices(self):
+        """Whether the writing convolution's algorithm at its current shape
+        writes into a slice (ops.conv.writes_slices). The plan asked at the
+        shapes it was built for; a reshape can change the algorithm (a
+        bigger batch takes Winograd: GoogLeNet's 5x5 branches on a CPU
+        going from batch 1 to 4 raised "cannot write into a slice").
+        Asked again once per reshape of the convolution."""
+        count = self._conv.reshape_count
+        if self._slices_ok[0] != count:
+            self._slices_ok = (count, conv_ops.writes_slices(self._conv.device,
+                                                             self._conv.geom))
+        return self._slices_ok[1]
 
     def layout(self):
         """(top buffer, y_off, y_channels) of the blob's slice for the
-        current shapes, or None when they do not agree (mid-reshape)."""
+        current shapes, or None when they do not agree (mid-reshape) or
+        the convolution's algorithm at these shapes writes only whole
+        blobs (then it writes its own top and the Concat copies it)."""
         bots, top, ax = self.net.graph.bottoms[self.ci], self.top, self.axis
-        if top.num_axes != 4:
+        if top.num_axes != 4 or not self._conv_writes_slices():
             return None
         total = 0
         for b in bots:

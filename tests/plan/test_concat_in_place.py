@@ -299,3 +299,41 @@ def test_conv_forward_into_a_slice(rng, shape, cout, k):
     got = big.data
     np.testing.assert_allclose(got[:, 3:3 + cout], want, rtol=1e-5, atol=1e-5)
     assert (got[:, :3] == -1).all() and (got[:, 3 + cout:] == -1).all()
+
+
+def test_reshape_that_changes_the_algorithm(rng, monkeypatch):
+    """A reshape that moves a convolution to an algorithm writing only
+    whole blobs (Winograd takes bigger batches): that convolution then
+    writes its own top and the Concat copies it, instead of raising
+    "cannot write into a slice"; back at the first batch it writes into
+    its slice again. The batch rule of ops.winograd.use_auto is replaced by
+    one that switches at three images."""
+    from caffe_ocl.ops import winograd as wino_ops
+    monkeypatch.setattr(wino_ops, "use_auto", lambda dev, g: g.num >= 3 and wino_ops.eligible(g))
+    with config.override(WINOGRAD_MIN_MFLOP=0, WINOGRAD_OCCUPANCY=False):
+        fused, plain, _ = _nets(INCEPTION, rng)
+        b3 = fused.layer_dict["b3"]
+        assert conv_ops.algorithm(b3.device, b3.geom) != "winograd"      # batch 2
+        x2 = rng.normal(0, 1, (2, 3, 7, 6)).astype(np.float32)
+        _forward_all((fused, plain), x2)
+        _assert_blobs_equal(fused, plain)
+        x3 = rng.normal(0, 1, (3, 3, 7, 6)).astype(np.float32)
+        for net in (fused, plain):
+            net.blobs["data"].reshape(*x3.shape)
+            net.reshape()
+        assert conv_ops.algorithm(b3.device, b3.geom) == "winograd"
+        for _ in range(2):
+            _forward_all((fused, plain), x3)
+            _assert_blobs_equal(fused, plain)
+        assert "wino_output" in [ln.name for ln in b3.fwd]
+        for net in (fused, plain):
+            net.blobs["data"].reshape(*x2.shape)
+            net.reshape()
+        for _ in range(2):
+            _forward_all((fused, plain), x2)
+            _assert_blobs_equal(fused, plain)
+        fused.forward(data=x2)                # b3's value now only in its slice
+        target = next(u for u in fused.plan.groups
+                      if getattr(u, "slice_target", None) is not None
+                      and u.layers[0] == list(fused.layer_dict).index("b3")).slice_target
+        assert target.layout() is not None and target.fresh()
