@@ -184,15 +184,18 @@ WIDE = (2, 3, 5, 37, 4, 1, 1)
 
 
 @pytest.mark.parametrize("strips", [False, True], ids=["per-tile", "strips"])
-@pytest.mark.parametrize("p", [GEOMS[0], GEOMS[2], GEOMS[4], WIDE], ids=_id)
-def test_winograd_both_input_kernels(d, rng, p, strips, monkeypatch):
+@pytest.mark.parametrize("p,tile", [(GEOMS[0], 4), (GEOMS[2], 4), (GEOMS[4], 4), (WIDE, 4),
+                                    (WIDE, 2)], ids=lambda v: _id(v) if isinstance(v, tuple) else f"F{v}")
+def test_winograd_both_input_kernels(d, rng, p, tile, strips, monkeypatch):
     """Both input transforms (wino_input, wino_input_rows) on any device:
-    forward, backward-data and the zero padding tiles of backward-weight."""
+    forward, backward-data and the zero padding tiles of backward-weight.
+    WIDE's strips hold 10 (F4) or 19 (F2) tiles: wino_input_rows's groups
+    of 8 tiles and 8 inner columns in float8 lanes, and the rest one by one."""
     orig = wino_ops._input_launch
     monkeypatch.setattr(wino_ops, "_input_launch",
                         lambda *a, **k: orig(*a, **dict(k, strips=strips)))
-    _check_fwd_bwd(d, rng, _geom(p), tile=4)
-    ls = _check_bwd_weight(d, rng, _geom(p), tile=4)
+    _check_fwd_bwd(d, rng, _geom(p), tile=tile)
+    ls = _check_bwd_weight(d, rng, _geom(p), tile=tile)
     assert ls[0].name == ("wino_input_rows" if strips else "wino_input")
 
 
