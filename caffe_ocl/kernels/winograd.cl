@@ -48,32 +48,24 @@
 #error "winograd.cl: (WM, WR) must be (2, 3), (4, 3) or (2, 5)"
 #endif
 
-/* 1-D transforms; s is the stride between the vector's elements.
- * v = B^T d, for one vector (float) or eight side by side (float8,
- * wino_input_rows) */
+/* 1-D transforms; s is the stride between the vector's elements. */
+inline void bt1(const float* d, int s, float* v, int t) {     /* v = B^T d */
 #if WA == 4
-#define DEFINE_BT1(NAME, T)                                               \
-    inline void NAME(const T* d, int s, T* v, int t) {                    \
-        v[0] = d[0] - d[2 * s];                                           \
-        v[t] = d[s] + d[2 * s];                                           \
-        v[2 * t] = d[2 * s] - d[s];                                       \
-        v[3 * t] = d[s] - d[3 * s];                                       \
-    }
+    v[0] = d[0] - d[2 * s];
+    v[t] = d[s] + d[2 * s];
+    v[2 * t] = d[2 * s] - d[s];
+    v[3 * t] = d[s] - d[3 * s];
 #else
-#define DEFINE_BT1(NAME, T)                                               \
-    inline void NAME(const T* d, int s, T* v, int t) {                    \
-        const T d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s], d4 = d[4 * s], \
-                d5 = d[5 * s];                                            \
-        v[0] = 4.0f * d0 - 5.0f * d2 + d4;                                \
-        v[t] = d3 + d4 - 4.0f * (d1 + d2);                                \
-        v[2 * t] = d4 - d3 + 4.0f * (d1 - d2);                            \
-        v[3 * t] = d4 - d2 + 2.0f * (d3 - d1);                            \
-        v[4 * t] = d4 - d2 - 2.0f * (d3 - d1);                            \
-        v[5 * t] = 4.0f * d1 - 5.0f * d3 + d5;                            \
-    }
+    const float d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s], d4 = d[4 * s],
+                d5 = d[5 * s];
+    v[0] = 4.0f * d0 - 5.0f * d2 + d4;
+    v[t] = d3 + d4 - 4.0f * (d1 + d2);
+    v[2 * t] = d4 - d3 + 4.0f * (d1 - d2);
+    v[3 * t] = d4 - d2 + 2.0f * (d3 - d1);
+    v[4 * t] = d4 - d2 - 2.0f * (d3 - d1);
+    v[5 * t] = 4.0f * d1 - 5.0f * d3 + d5;
 #endif
-DEFINE_BT1(bt1, float)
-DEFINE_BT1(bt1_8, float8)
+}
 
 /* u = G g, for one filter (float) or eight (float8, wino_filter_lines) */
 #if WA == 4
@@ -225,10 +217,7 @@ __kernel void wino_input(int nimg, int C, int H, int W, int TH, int TW, int ph, 
  * per strip column, and no index is divided per tile. The strip's WA input
  * rows, transformed down the columns, are s[k][x] (x: padded column,
  * WM*TW + WR - 1 <= ROWMAX, else the host uses wino_input); then B across each
- * tile's WA columns. Both steps run eight columns / tiles at a time in
- * float8 lanes where they can (the scalar loops ran the transform
- * compute-bound at 8 GB/s: 10 ms for DenseNet's 128 channels of 56 x 56 at
- * batch 16 on 2 cores). Padding tiles T <= t < Tp are written by the strip
+ * tile's WA columns. Padding tiles T <= t < Tp are written by the strip
  * that ends channel c. */
 #define ROWMAX 1030
 __kernel void wino_input_rows(int nimg, int C, int H, int W, int TH, int TW, int ph, int pw,
@@ -251,45 +240,17 @@ __kernel void wino_input_rows(int nimg, int C, int H, int W, int TH, int TW, int
             rowok[a] = yy >= 0 && yy < H;
             rows[a] = xp + clamp(yy, 0, H - 1) * W;
         }
-        for (int x = 0; x < ncol;) {
+        for (int x = 0; x < ncol; ++x) {
             const int xx = x0 + x;
-            if (x + 8 <= ncol && xx >= 0 && xx + 8 <= W) {   /* 8 columns inside the image */
-                float8 d8[WA], s8[WA];
-#pragma unroll
-                for (int a = 0; a < WA; ++a) d8[a] = rowok[a] ? vload8(0, rows[a] + xx) : 0.0f;
-                bt1_8(d8, 1, s8, 1);                                     /* B^T d */
-#pragma unroll
-                for (int k = 0; k < WA; ++k) vstore8(s8[k], 0, s + k * ROWMAX + x);
-                x += 8;
-                continue;
-            }
             const bool colok = xx >= 0 && xx < W;
             const int xc = clamp(xx, 0, W - 1);
             float d[WA];
 #pragma unroll
             for (int a = 0; a < WA; ++a) d[a] = (colok && rowok[a]) ? rows[a][xc] : 0.0f;
             bt1(d, 1, s + x, ROWMAX);                                    /* B^T d */
-            ++x;
         }
         __global float* vp = V + offV + c * Tp + (img * TH + ty) * TW;
-        int tx = 0;
-        for (; tx + 8 <= TW; tx += 8) {     /* 8 tiles side by side: float8 lanes */
-            float8 v8[WA * WA];
-#pragma unroll
-            for (int k = 0; k < WA; ++k) {
-                const float* sk = s + k * ROWMAX + WM * tx;
-                float8 e[WA];                /* column j of the 8 tiles (WM apart) */
-#pragma unroll
-                for (int j = 0; j < WA; ++j)
-                    e[j] = (float8)(sk[j], sk[WM + j], sk[2 * WM + j], sk[3 * WM + j],
-                                    sk[4 * WM + j], sk[5 * WM + j], sk[6 * WM + j],
-                                    sk[7 * WM + j]);
-                bt1_8(e, 1, v8 + k * WA, 1);                             /* (B^T d) B */
-            }
-#pragma unroll
-            for (int k = 0; k < WA * WA; ++k) vstore8(v8[k], 0, vp + k * KS + tx);
-        }
-        for (; tx < TW; ++tx) {
+        for (int tx = 0; tx < TW; ++tx) {
             float v[WA * WA];
 #pragma unroll
             for (int k = 0; k < WA; ++k)
