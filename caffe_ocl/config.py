@@ -238,6 +238,10 @@ _DECLARED = (
             "into the CPU GEMM's panel layout, again only after they change (one more "
             "copy of each such convolution's weights in memory); off: every GEMM "
             "packs them in each block"),
+    Setting("CPU_COLUMNS_ONCE", "bool", True,
+            "CPU drivers: a convolution whose GEMM has several blocks of output rows "
+            "packs its columns (from the images) once before the product, into shared "
+            "scratch, instead of in every block (off: in every block)"),
     Setting("CPU_GEMM_VW", "choice", "auto",
             "CPU drivers: vector width of the CPU GEMM's micro-kernel, 16 (6 x 32 tiles, for "
             "512-bit vector units) or 8 (6 x 16); auto: 16 where the device prefers "

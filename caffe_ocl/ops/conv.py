@@ -43,8 +43,8 @@ from . import winograd as wino_ops
 from . import pointwise
 from .channel import channel_sum
 from .gemm import (STAGED_MAX_K, act_defines, async_tiles, cpu_blocks, cpu_full_blocks, cpu_nr,
-                   cpu_panels, deterministic, gemm, gpu_tiles, pack_a, packed_a_floats,
-                   use_tf32)
+                   cpu_panels, deterministic, gemm, gpu_tiles, pack_a, pack_b_conv,
+                   packed_a_floats, packed_b_floats, use_tf32)
 from .gemm_splitk import gemv, small_m, use_gemv, use_small_m
 
 log = logging.getLogger("caffe_ocl")
@@ -997,14 +997,56 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
     for n0, nc in _column_chunks(dev, g):
         pre, src = _columns(dev, g, x, col, n0, nc)
         out += pre
-        out += _image_gemm(dev, M, nc * N, K, a_buf, src.buf, y, off_b=src.off,
+        b_buf, b_off, b_stride, b_packed = src.buf, src.off, src.group_stride, {}
+        if src.conv is not None and packs_columns_once(dev, g, nc, bool(packed)):
+            # op(B) packed once for all the GEMM's blocks of rows, in shared
+            # scratch past the padded images (which may share its buffer)
+            b_off = g.num * g.channels * _plane(g)
+            b_buf = dev.shared_scratch(b_off + packed_b_floats(dev, nc * N, K))
+            out.append(pack_b_conv(dev, nc * N, K, src.buf, src.off, N, src.image_stride,
+                                   src.conv, b_buf, b_off))
+            b_stride, b_packed = 0, dict(packed_b=True)
+        out += _image_gemm(dev, M, nc * N, K, a_buf, b_buf, y, off_b=b_off,
                            off_c=y_off + n0 * ych * N, ldb=N, ldc=N, groups=g.groups,
-                           stride_a=(0, a_group), stride_b=(0, src.group_stride),
+                           stride_a=(0, a_group), stride_b=(0, b_stride),
                            stride_c=(0, M * N), nsplit=N,
                            nstride=(src.image_stride, ych * N),
                            bias=bias, bias_axis=0, act=act, conv=src.conv,
-                           residual=residual, off_residual=n0 * ych * N, **packed)
+                           residual=residual, off_residual=n0 * ych * N, **packed, **b_packed)
     return out
+
+
+# CPU drivers: most floats of an op(B) packed once (packs_columns_once):
+# 4 MiB, about what stays in a core's L2 / the L3 share while every block
+# of rows reads it (ResNet-18's batch-1 14 x 14 layers: 2 MiB) ...
+CPU_PACKED_B_MAX_FLOATS = 1 << 20
+# ... and fewest blocks of output rows. 2-core EPYC Zen 5, PoCL 3.1, batch-1
+# 3 x 3 layers, packed once / in every block (15 interleaved rounds, the
+# lead's tests sharing the cores): 8 and 13 row blocks of one column block
+# (ResNet's 512-channel 7 x 7 layers, GoogLeNet 5b) 1.18-1.53x, 6 of two
+# column blocks 1.06x; 2-4 row blocks (14 x 14 planes: 7 column blocks)
+# 0.95-1.26x from run to run, i.e. level: their blocks pack their columns
+# into memory that stays in the core's cache, the packed-once panels come
+# from the other core's.
+CPU_COLUMNS_ONCE_MIN_ROW_BLOCKS = 6
+
+
+def packs_columns_once(dev, g, nc, packed_a):
+    """Whether the forward GEMM of ``nc`` images of ``g``, which packs its
+    columns from the images (CONV_B), packs them once before the product
+    (ops.gemm.pack_b_conv) instead of in each block of output rows: CPU
+    drivers, one group, setting CPU_COLUMNS_ONCE, at least
+    CPU_COLUMNS_ONCE_MIN_ROW_BLOCKS blocks of rows (cpu_blocks, as the GEMM
+    will split it) and a packed operand of at most CPU_PACKED_B_MAX_FLOATS.
+    Same sums in the same order either way (bit-identical outputs)."""
+    if not (dev.is_cpu and g.groups == 1 and config.get("CPU_COLUMNS_ONCE")):
+        return False
+    M, K, N = g.out_channels, g.col_rows, nc * g.out_spatial
+    if packed_b_floats(dev, N, K) > CPU_PACKED_B_MAX_FLOATS:
+        return False
+    _, bm_max, bn_max = cpu_panels(dev, M, K)
+    bm, _ = cpu_blocks(dev, M, N, 1, bm_max, bn_max, packed_a)
+    return -(-M // bm) >= CPU_COLUMNS_ONCE_MIN_ROW_BLOCKS
 
 
 # CPU drivers: forwards of at most DIRECT_MAX_CHANNELS input channels and
