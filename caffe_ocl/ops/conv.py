@@ -43,7 +43,7 @@ from . import winograd as wino_ops
 from . import pointwise
 from .channel import channel_sum
 from .gemm import (STAGED_MAX_K, act_defines, async_tiles, cpu_blocks, cpu_full_blocks, cpu_nr,
-                   cpu_panels, deterministic, gemm, gpu_tiles, pack_a, pack_b_conv,
+                   cpu_panels, cpu_vw, deterministic, gemm, gpu_tiles, pack_a, pack_b_conv,
                    packed_a_floats, packed_b_floats, use_tf32)
 from .gemm_splitk import gemv, small_m, use_gemv, use_small_m
 
@@ -982,6 +982,9 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
     if fully_connected(dev, g, algo):     # y[n, :] = W x[n, :] + bias
         return [small_m(dev, g.num, g.out_channels, g.channels, x, weight, y, ldc=ych,
                         off_c=y_off, bias=bias, bias_axis=1, act=act)]
+    if a == "im2col" and weight_version is not None and chanvec_forward(dev, g, algo):
+        return _chanvec_forward(dev, g, x, weight, y, bias, act, y_off, ych, weight_version,
+                                residual)
     M = g.out_channels // g.groups
     K = g.col_rows // g.groups
     N = g.out_spatial
@@ -1047,6 +1050,61 @@ def packs_columns_once(dev, g, nc, packed_a):
     _, bm_max, bn_max = cpu_panels(dev, M, K)
     bm, _ = cpu_blocks(dev, M, N, 1, bm_max, bn_max, packed_a)
     return -(-M // bm) >= CPU_COLUMNS_ONCE_MIN_ROW_BLOCKS
+
+
+# CPU drivers: 1x1 convolutions of planes of at most CHANVEC_SMALL_PIXELS
+# pixels, or of at most CHANVEC_MAX_PIXELS with at least CHANVEC_MIN_K input
+# channels, run vectorized over output channels (kernels/conv1x1_chanvec.cl)
+# where the forward may pack their weights once (``weight_version``).
+# 2-core EPYC Zen 5, PoCL 3.1, VW 16, batch 1, GEMM time / this kernel's
+# (min of 9 interleaved rounds): 7 x 7 planes K 160-960 1.16-1.77;
+# 14 x 14 K 480-1024 1.18-1.33, 13 x 13 K 512 1.07; 14 x 14 K 64 / 96 0.92 /
+# 0.94, 13 x 13 K 64 0.87 (its tile goes out element by element, which a
+# short K does not pay for)
+CHANVEC_SRC = "conv1x1_chanvec.cl"
+CHANVEC_SMALL_PIXELS = 64
+CHANVEC_MAX_PIXELS = 196
+CHANVEC_MIN_K = 128
+
+
+def chanvec_forward(dev, g, algo=None):
+    """Whether ``forward`` of ``g``, given a ``weight_version``, runs
+    kernels/conv1x1_chanvec.cl: CPU drivers, the automatic algorithm, a 1x1
+    stride-1 unpadded convolution of one group on planes of 2 ..
+    CHANVEC_SMALL_PIXELS pixels, or up to CHANVEC_MAX_PIXELS with at least
+    CHANVEC_MIN_K input channels; setting CPU_CHANVEC_1X1. The CPU GEMM puts
+    pixels along its 16- or 32-wide vectors, which small planes fill
+    badly (a 7 x 7 plane: 49 of 64 lanes). The plane size alone decides
+    (not the batch): deterministic mode keeps it."""
+    hw = g.out_spatial
+    return (dev.is_cpu and algo is None and g.is_1x1 and g.groups == 1
+            and 1 < hw and (hw <= CHANVEC_SMALL_PIXELS
+                            or (hw <= CHANVEC_MAX_PIXELS and g.channels >= CHANVEC_MIN_K))
+            and bool(config.get("CPU_CHANVEC_1X1")))
+
+
+def _chanvec_forward(dev, g, x, weight, y, bias, act, y_off, ych, weight_version, residual):
+    vw = cpu_vw(dev)
+    nr = 2 * vw
+    M, K, N = g.out_channels, g.channels, g.out_spatial
+    panels = -(-M // nr)
+    act_kind, act_a, act_b = act_defines(act)
+    defs = dict(VW=vw, BIAS=int(bias is not None), ACT=act_kind,
+                RESIDUAL=int(residual is not None))
+    wp = dev.alloc(4 * panels * nr * K)
+    pack = OnChange(dev.launch(CHANVEC_SRC, "pack_w_chanvec", (panels,), (1,),
+                               [M, K, weight, wp], defs), weight_version)
+    # chunks of pixel rows (multiples of 6) until there are 4 work-items per core
+    want = 4 * max(int(dev.compute_units), 1)
+    pix = -(-N // 6) * 6
+    while panels * -(-N // pix) * g.num < want and pix > 6:
+        pix = -(-(pix // 2) // 6) * 6
+    gsize = (panels, -(-N // pix), g.num)
+    run = dev.launch(CHANVEC_SRC, "conv1x1_chanvec", gsize, (1, 1, 1),
+                     [M, N, K, pix, wp, x, 0, K * N, bias if bias is not None else wp,
+                      y, y_off, ych * N, residual if residual is not None else y, 0,
+                      act_a, act_b], defs)
+    return [pack, run]
 
 
 # CPU drivers: forwards of at most DIRECT_MAX_CHANNELS input channels and

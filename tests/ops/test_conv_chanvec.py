@@ -1,0 +1,113 @@
+"""1x1 convolutions of small planes vectorized over output channels on CPU
+drivers (kernels/conv1x1_chanvec.cl, ops.conv.chanvec_forward): against a
+float64 reference at both vector widths -- channels past whole panels,
+planes not a multiple of the 6-pixel tile and split into pixel chunks,
+two images, a Concat slice, a residual, bias and activations -- the
+weights packed again only when their version changes, and the rule's
+choice."""
+import numpy as np
+import pytest
+
+from caffe_ocl.ops import conv as conv_ops
+from refs import rel_err
+
+
+@pytest.fixture(autouse=True)
+def _cpu_only(d):
+    if not d.dev.is_cpu:
+        pytest.skip("a CPU-driver path")
+
+
+@pytest.fixture(params=["8", "16"], ids=["vw8", "vw16"])
+def vw(request, settings):
+    settings(CPU_GEMM_VW=request.param, CPU_CHANVEC_1X1=True)
+    return int(request.param)
+
+
+def _geo(num, c, hw, co):
+    return conv_ops.ConvGeometry(num, c, hw[0], hw[1], co, 1, 1, 0, 0, 1, 1, 1, 1, 1)
+
+
+ACTS = {None: lambda v: v, ("relu", 0.1): lambda v: np.where(v > 0, v, 0.1 * v),
+        ("relu", 0.0): lambda v: np.maximum(v, 0.0),
+        ("clip", -1.0, 2.0): lambda v: np.clip(v, -1.0, 2.0)}
+
+
+# (num, channels, (h, w), out channels, bias, act, residual, slice)
+CASES = [
+    (1, 20, (7, 7), 40, True, ("relu", 0.1), False, False),     # 40: a partial panel
+    (2, 9, (5, 3), 33, False, None, False, False),              # 15 pixels: a 3-pixel tile
+    (1, 130, (11, 13), 16, True, ("clip", -1.0, 2.0), False, False),   # 143 pixels
+    (2, 12, (4, 4), 70, True, ("relu", 0.0), True, False),      # residual
+    (1, 8, (6, 7), 24, True, None, False, True),                # into a Concat slice
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=["partial-panel", "two-images", "chunks",
+                                             "residual", "slice"])
+def test_chanvec_equals_reference(d, rng, vw, monkeypatch, case):
+    num, c, hw, co, has_bias, act, has_res, sliced = case
+    monkeypatch.setattr(d.dev, "compute_units", 2)
+    g = _geo(num, c, hw, co)
+    assert conv_ops.chanvec_forward(d.dev, g)
+    x = rng.standard_normal((num, c) + hw)
+    w = rng.standard_normal((co, c, 1, 1))
+    b = rng.standard_normal(co) if has_bias else None
+    ref = np.einsum("oc,nchw->nohw", w[:, :, 0, 0], x)
+    if has_bias:
+        ref = ref + b.reshape(1, co, 1, 1)
+    res = rng.standard_normal(ref.shape) if has_res else None
+    if has_res:
+        ref = ref + res
+    ref = ACTS[act](ref)
+    pre, ych = (3, co + 5) if sliced else (0, co)
+    yshape = (num, ych) + hw
+    yb = d.buf(np.full(yshape, np.nan))
+    launches = conv_ops.forward(
+        d.dev, g, d.buf(x), d.buf(w), yb, None, bias=d.buf(b) if has_bias else None, act=act,
+        y_off=pre * hw[0] * hw[1], y_channels=ych, weight_version=lambda: 1,
+        residual=d.buf(res) if has_res else None)
+    assert [ln.name for ln in launches] == ["pack_w_chanvec", "conv1x1_chanvec"]
+    d.run(launches)
+    got = d.get(yb, yshape)
+    assert rel_err(got[:, pre:pre + co], ref) < 1e-5
+    if sliced:      # the channels around the slice untouched
+        assert np.isnan(got[:, :pre]).all() and np.isnan(got[:, pre + co:]).all()
+
+
+def test_weights_packed_again_only_after_a_change(d, rng, vw):
+    g = _geo(1, 6, (7, 7), 20)
+    x = rng.standard_normal((1, 6, 7, 7))
+    w1, w2 = rng.standard_normal((2, 20, 6, 1, 1))
+    wb, yb = d.buf(w1), d.buf(np.zeros((1, 20, 7, 7)))
+    version = [0]
+    launches = conv_ops.forward(d.dev, g, d.buf(x), wb, yb, None,
+                                weight_version=lambda: version[0])
+    d.run(launches)
+    assert rel_err(d.get(yb, (1, 20, 7, 7)), np.einsum("oc,nchw->nohw", w1[:, :, 0, 0], x)) < 1e-5
+    d.dev.upload(wb, w2.astype(np.float32))
+    d.run(launches)        # same version: the old packed weights
+    assert rel_err(d.get(yb, (1, 20, 7, 7)), np.einsum("oc,nchw->nohw", w1[:, :, 0, 0], x)) < 1e-5
+    version[0] = 1
+    d.run(launches)
+    assert rel_err(d.get(yb, (1, 20, 7, 7)), np.einsum("oc,nchw->nohw", w2[:, :, 0, 0], x)) < 1e-5
+
+
+def test_rule(d, settings):
+    """7 x 7 planes always; 14 x 14 from 128 input channels; not larger
+    planes, 1 x 1 planes, strided or grouped convolutions, explicit
+    algorithms, or with the setting off."""
+    settings(CPU_CHANVEC_1X1=True)
+    G = conv_ops.ConvGeometry
+    ok = conv_ops.chanvec_forward
+    assert ok(d.dev, _geo(1, 16, (7, 7), 64))
+    assert ok(d.dev, _geo(4, 16, (7, 7), 64))
+    assert ok(d.dev, _geo(1, 128, (14, 14), 64))
+    assert not ok(d.dev, _geo(1, 96, (14, 14), 576))
+    assert not ok(d.dev, _geo(1, 512, (28, 28), 64))
+    assert not ok(d.dev, _geo(1, 512, (1, 1), 64))
+    assert not ok(d.dev, G(1, 64, 14, 14, 64, 1, 1, 0, 0, 2, 2, 1, 1, 1))
+    assert not ok(d.dev, G(1, 64, 7, 7, 64, 1, 1, 0, 0, 1, 1, 1, 1, 2))
+    assert not ok(d.dev, _geo(1, 16, (7, 7), 64), algo="im2col")
+    settings(CPU_CHANVEC_1X1=False)
+    assert not ok(d.dev, _geo(1, 16, (7, 7), 64))
