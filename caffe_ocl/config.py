@@ -242,11 +242,11 @@ _DECLARED = (
             "CPU drivers: a convolution whose GEMM has several blocks of output rows "
             "packs its columns (from the images) once before the product, into shared "
             "scratch, instead of in every block (off: in every block)"),
-    Setting("CPU_CHANVEC_1X1", "bool", True,
-            "CPU drivers, inference: 1x1 convolutions of small planes (7 x 7; up to "
-            "14 x 14 with 128 or more input channels) run vectorized over output "
-            "channels, their weights packed once (off: the CPU GEMM, vectorized over "
-            "pixels)"),
+    Setting("CPU_CHANVEC", "bool", True,
+            "CPU drivers, inference: convolutions of small output planes (1x1 "
+            "kernels: 7 x 7, or 14 x 14 from 128 input channels; larger kernels: up "
+            "to 28 x 28) run vectorized over output channels, their weights packed "
+            "once (off: the CPU GEMM, vectorized over pixels)"),
     Setting("CPU_GEMM_VW", "choice", "auto",
             "CPU drivers: vector width of the CPU GEMM's micro-kernel, 16 (6 x 32 tiles, for "
             "512-bit vector units) or 8 (6 x 16); auto: 16 where the device prefers "

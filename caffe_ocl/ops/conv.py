@@ -983,8 +983,8 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
         return [small_m(dev, g.num, g.out_channels, g.channels, x, weight, y, ldc=ych,
                         off_c=y_off, bias=bias, bias_axis=1, act=act)]
     if a == "im2col" and weight_version is not None and chanvec_forward(dev, g, algo):
-        return _chanvec_forward(dev, g, x, weight, y, bias, act, y_off, ych, weight_version,
-                                residual)
+        return _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych,
+                                weight_version, residual)
     M = g.out_channels // g.groups
     K = g.col_rows // g.groups
     N = g.out_spatial
@@ -1052,59 +1052,83 @@ def packs_columns_once(dev, g, nc, packed_a):
     return -(-M // bm) >= CPU_COLUMNS_ONCE_MIN_ROW_BLOCKS
 
 
-# CPU drivers: 1x1 convolutions of planes of at most CHANVEC_SMALL_PIXELS
-# pixels, or of at most CHANVEC_MAX_PIXELS with at least CHANVEC_MIN_K input
-# channels, run vectorized over output channels (kernels/conv1x1_chanvec.cl)
-# where the forward may pack their weights once (``weight_version``).
-# 2-core EPYC Zen 5, PoCL 3.1, VW 16, batch 1, GEMM time / this kernel's
-# (min of 9 interleaved rounds): 7 x 7 planes K 160-960 1.16-1.77;
-# 14 x 14 K 480-1024 1.18-1.33, 13 x 13 K 512 1.07; 14 x 14 K 64 / 96 0.92 /
-# 0.94, 13 x 13 K 64 0.87 (its tile goes out element by element, which a
-# short K does not pay for)
-CHANVEC_SRC = "conv1x1_chanvec.cl"
+# CPU drivers: convolutions of small planes run vectorized over output
+# channels (kernels/conv_chanvec.cl) where the forward may pack their
+# weights once (``weight_version``): 1x1 kernels on planes of at most
+# CHANVEC_SMALL_PIXELS pixels, or of at most CHANVEC_MAX_PIXELS with at
+# least CHANVEC_MIN_K input channels; larger kernels on planes of at most
+# CHANVEC_KXK_MAX_PIXELS. 2-core EPYC Zen 5, PoCL 3.1, VW 16, batch 1, GEMM
+# time / this kernel's (min of 9 interleaved rounds): 1x1 on 7 x 7 K 160-1024
+# 1.16-1.77 (stride 2 from 14 x 14: 1.29-1.45); 1x1 on 14 x 14 K 480-1024
+# 1.18-1.43, 13 x 13 K 512 1.07; 1x1 on 14 x 14 K 64 / 96 0.92 / 0.94,
+# 13 x 13 K 64 0.87 (the tile goes out element by element, which a short
+# K does not pay for), 1x1 on 28 x 28 0.76-0.94; 3 x 3 on 7 x 7 1.52-1.81,
+# on 14 x 14 1.27-2.30, on 28 x 28 1.15-1.59, 5 x 5 on 7 x 7 / 28 x 28
+# 1.51 / 1.27; ResNet's 7 x 7 stride-2 first layer (112 x 112) 0.90.
+CHANVEC_SRC = "conv_chanvec.cl"
 CHANVEC_SMALL_PIXELS = 64
 CHANVEC_MAX_PIXELS = 196
 CHANVEC_MIN_K = 128
+CHANVEC_KXK_MAX_PIXELS = 784
+CHANVEC_MAX_KERNEL = 7
 
 
 def chanvec_forward(dev, g, algo=None):
     """Whether ``forward`` of ``g``, given a ``weight_version``, runs
-    kernels/conv1x1_chanvec.cl: CPU drivers, the automatic algorithm, a 1x1
-    stride-1 unpadded convolution of one group on planes of 2 ..
-    CHANVEC_SMALL_PIXELS pixels, or up to CHANVEC_MAX_PIXELS with at least
-    CHANVEC_MIN_K input channels; setting CPU_CHANVEC_1X1. The CPU GEMM puts
-    pixels along its 16- or 32-wide vectors, which small planes fill
-    badly (a 7 x 7 plane: 49 of 64 lanes). The plane size alone decides
-    (not the batch): deterministic mode keeps it."""
+    kernels/conv_chanvec.cl: CPU drivers, the automatic algorithm, one
+    group, kernels up to CHANVEC_MAX_KERNEL a side, read from the images
+    themselves (no padding) or from the GEMM path's zero-padded copy
+    (CPU_PACKED_COLUMNS), small output planes (more than one pixel; the
+    limits above); setting CPU_CHANVEC. The CPU GEMM puts pixels along its
+    16- or 32-wide vectors, which small planes fill badly (a 7 x 7 plane:
+    49 of 64 lanes). The plane size alone decides (not the batch):
+    deterministic mode keeps it."""
     hw = g.out_spatial
-    return (dev.is_cpu and algo is None and g.is_1x1 and g.groups == 1
-            and 1 < hw and (hw <= CHANVEC_SMALL_PIXELS
-                            or (hw <= CHANVEC_MAX_PIXELS and g.channels >= CHANVEC_MIN_K))
-            and bool(config.get("CPU_CHANVEC_1X1")))
+    if g.kh == g.kw == 1:
+        small = hw <= CHANVEC_SMALL_PIXELS or (hw <= CHANVEC_MAX_PIXELS
+                                               and g.channels >= CHANVEC_MIN_K)
+    else:
+        small = hw <= CHANVEC_KXK_MAX_PIXELS
+    return (dev.is_cpu and algo is None and g.groups == 1 and 1 < hw and small
+            and g.kh <= CHANVEC_MAX_KERNEL and g.kw <= CHANVEC_MAX_KERNEL
+            and (not (g.ph or g.pw) or _packs_columns(dev, g))
+            and bool(config.get("CPU_CHANVEC")))
 
 
-def _chanvec_forward(dev, g, x, weight, y, bias, act, y_off, ych, weight_version, residual):
+def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_version,
+                     residual):
     vw = cpu_vw(dev)
     nr = 2 * vw
-    M, K, N = g.out_channels, g.channels, g.out_spatial
+    M, K, N = g.out_channels, g.col_rows, g.out_spatial
     panels = -(-M // nr)
     act_kind, act_a, act_b = act_defines(act)
     defs = dict(VW=vw, BIAS=int(bias is not None), ACT=act_kind,
-                RESIDUAL=int(residual is not None))
+                RESIDUAL=int(residual is not None), KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
+                DH=g.dh, DW=g.dw)
     wp = dev.alloc(4 * panels * nr * K)
-    pack = OnChange(dev.launch(CHANVEC_SRC, "pack_w_chanvec", (panels,), (1,),
-                               [M, K, weight, wp], defs), weight_version)
-    # chunks of pixel rows (multiples of 6) until there are 4 work-items per core
+    out = [OnChange(dev.launch(CHANVEC_SRC, "pack_w_chanvec", (panels,), (1,),
+                               [M, K, weight, wp], defs), weight_version)]
+    chw = g.channels * g.height * g.width
+    if g.ph or g.pw:        # the zero-padded images, as the GEMM path reads them
+        chunks = []
+        for n0, nc in _column_chunks(dev, g):
+            pre, src = _columns(dev, g, x, col, n0, nc)
+            out += pre
+            chunks.append((n0, nc, src.buf, src.off, src.image_stride, src.conv[6:9]))
+    else:
+        chunks = [(0, g.num, x, 0, chw, (g.width, g.height * g.width, g.out_w))]
+    # chunks of pixels (multiples of 6) until there are 4 work-items per core
     want = 4 * max(int(dev.compute_units), 1)
-    pix = -(-N // 6) * 6
-    while panels * -(-N // pix) * g.num < want and pix > 6:
-        pix = -(-(pix // 2) // 6) * 6
-    gsize = (panels, -(-N // pix), g.num)
-    run = dev.launch(CHANVEC_SRC, "conv1x1_chanvec", gsize, (1, 1, 1),
-                     [M, N, K, pix, wp, x, 0, K * N, bias if bias is not None else wp,
-                      y, y_off, ych * N, residual if residual is not None else y, 0,
-                      act_a, act_b], defs)
-    return [pack, run]
+    for n0, nc, xb, xoff, xstride, (wpad, hwp, wo) in chunks:
+        pix = -(-N // 6) * 6
+        while panels * -(-N // pix) * nc < want and pix > 6:
+            pix = -(-(pix // 2) // 6) * 6
+        out.append(dev.launch(
+            CHANVEC_SRC, "conv_chanvec", (panels, -(-N // pix), nc), (1, 1, 1),
+            [M, N, K, pix, wp, xb, xoff, xstride, bias if bias is not None else wp,
+             y, y_off + n0 * ych * N, ych * N, residual if residual is not None else y,
+             n0 * ych * N, act_a, act_b, wpad, hwp, wo], defs))
+    return out
 
 
 # CPU drivers: forwards of at most DIRECT_MAX_CHANNELS input channels and
