@@ -235,9 +235,10 @@ _DECLARED = (
     # cpu: CPU kernel choices (issue #27 item 4)
     Setting("CPU_PACKED_WEIGHTS", "bool", True,
             "CPU drivers, inference (TEST) nets: convolution weights are packed once "
-            "into the CPU GEMM's panel layout, again only after they change (one more "
-            "copy of each such convolution's weights in memory); off: every GEMM "
-            "packs them in each block"),
+            "into the CPU GEMM's panel layout (Winograd layers: their filter transform "
+            "kept), again only after they change (one more copy of each such "
+            "convolution's weights in memory); off: every GEMM packs them in each "
+            "block, Winograd transforms them in every pass"),
     Setting("CPU_COLUMNS_ONCE", "bool", True,
             "CPU drivers: a convolution whose GEMM has several blocks of output rows "
             "packs its columns (from the images) once before the product, into shared "

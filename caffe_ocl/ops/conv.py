@@ -965,6 +965,11 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
     if residual is not None and (sliced or not writes_residual(dev, g, algo)):
         raise ValueError(f"convolution {g}: algorithm {a!r} cannot add a residual here")
     if a == "winograd":
+        if weight_version is not None and dev.is_cpu and config.get("CPU_PACKED_WEIGHTS"):
+            # CPU inference: the filter transform kept, redone after a weight change
+            u = dev.alloc(4 * wino_ops.filter_floats(g))
+            out = wino_ops.forward(dev, g, x, weight, y, bias, act, u_buf=u)
+            return [OnChange(out[0], weight_version)] + out[1:]
         return wino_ops.forward(dev, g, x, weight, y, bias, act)
     if a == "depthwise":
         return dw_ops.forward(dev, g, x, weight, y, bias, act)
