@@ -248,6 +248,10 @@ _DECLARED = (
             "kernels: 7 x 7, or 14 x 14 from 128 input channels; larger kernels: up "
             "to 28 x 28) run vectorized over output channels, their weights packed "
             "once (off: the CPU GEMM, vectorized over pixels)"),
+    Setting("CPU_POOL_BANDS", "bool", True,
+            "CPU drivers: max pooling without an argmax mask (inference) runs on bands "
+            "of input rows padded with -FLT_MAX, 8 outputs at a time everywhere (off: "
+            "the edge windows one output at a time)"),
     Setting("CPU_GEMM_VW", "choice", "auto",
             "CPU drivers: vector width of the CPU GEMM's micro-kernel, 16 (6 x 32 tiles, for "
             "512-bit vector units) or 8 (6 x 16); auto: 16 where the device prefers "
