@@ -37,23 +37,30 @@
 #define WA (WM + 2)
 
 /* 1-D transforms; s is the stride between the vector's elements. */
-inline void bt1(const float* d, int s, float* v, int t) {     /* v = B^T d */
+/* v = B^T d, for one column (float) or eight tiles' (float8, wino_input_rows) */
 #if WM == 2
-    v[0] = d[0] - d[2 * s];
-    v[t] = d[s] + d[2 * s];
-    v[2 * t] = d[2 * s] - d[s];
-    v[3 * t] = d[s] - d[3 * s];
+#define DEFINE_BT1(NAME, T)                                               \
+    inline void NAME(const T* d, int s, T* v, int t) {                    \
+        v[0] = d[0] - d[2 * s];                                           \
+        v[t] = d[s] + d[2 * s];                                           \
+        v[2 * t] = d[2 * s] - d[s];                                       \
+        v[3 * t] = d[s] - d[3 * s];                                       \
+    }
 #else
-    const float d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s], d4 = d[4 * s],
-                d5 = d[5 * s];
-    v[0] = 4.0f * d0 - 5.0f * d2 + d4;
-    v[t] = d3 + d4 - 4.0f * (d1 + d2);
-    v[2 * t] = d4 - d3 + 4.0f * (d1 - d2);
-    v[3 * t] = d4 - d2 + 2.0f * (d3 - d1);
-    v[4 * t] = d4 - d2 - 2.0f * (d3 - d1);
-    v[5 * t] = 4.0f * d1 - 5.0f * d3 + d5;
+#define DEFINE_BT1(NAME, T)                                               \
+    inline void NAME(const T* d, int s, T* v, int t) {                    \
+        const T d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s], d4 = d[4 * s], \
+                d5 = d[5 * s];                                            \
+        v[0] = 4.0f * d0 - 5.0f * d2 + d4;                                \
+        v[t] = d3 + d4 - 4.0f * (d1 + d2);                                \
+        v[2 * t] = d4 - d3 + 4.0f * (d1 - d2);                            \
+        v[3 * t] = d4 - d2 + 2.0f * (d3 - d1);                            \
+        v[4 * t] = d4 - d2 - 2.0f * (d3 - d1);                            \
+        v[5 * t] = 4.0f * d1 - 5.0f * d3 + d5;                            \
+    }
 #endif
-}
+DEFINE_BT1(bt1, float)
+DEFINE_BT1(bt1_8, float8)
 
 /* u = G g, for one filter (float) or eight (float8, wino_filter_lines) */
 #if WM == 2
@@ -172,18 +179,33 @@ __kernel void wino_input(int nimg, int C, int H, int W, int TH, int TW, int ph, 
  * image, tile row ty), so that each input element is read once per strip
  * instead of once per overlapping tile, the column transform B^T runs once
  * per strip column, and no index is divided per tile. The strip's WA input
- * rows, transformed down the columns, are s[k][x] (x: padded column,
- * WM*TW + 2 <= ROWMAX, else the host uses wino_input); then B across each
- * tile's WA columns. Padding tiles T <= t < Tp are written by the strip
- * that ends channel c. */
+ * rows, transformed down the columns (8 columns of one phase at a time),
+ * are kept by column phase, s[k][x % WM][x / WM] (x: padded column,
+ * WM*TW + 2 <= ROWMAX, else the host uses wino_input), so that input
+ * column j of tiles t .. t+7 is one
+ * run of 8 (j < WM: phase j from t; else phase j - WM from t + 1); then B
+ * across each tile's WA columns, 8 tiles at a time, and the WA*WA values
+ * of those 8 tiles stored as runs of 8 (a strip's last 8 overlap the ones
+ * before; strips under 8 tiles one tile at a time). Tile by tile, the 36
+ * scalar stores per tile into 36 streams held DenseNet-121's 56 x 56
+ * transforms at ~20 GB/s, longer than their GEMMs. Padding tiles
+ * T <= t < Tp are written by the strip that ends channel c. */
 #define ROWMAX 1030
+/* phase columns kept (8 past the last used: the column pass stores runs of 8) */
+#define QMAX (ROWMAX / WM + 10)
+/* 8 elements at stride WM from s, reading s[0 .. 8 * WM - 1] */
+#if WM == 2
+#define WSTRIDE8(s) (vload16(0, (s)).even)
+#else
+#define WSTRIDE8(s) ((float8)(vload16(0, (s)).s048c, vload16(0, (s) + 16).s048c))
+#endif
 __kernel void wino_input_rows(int nimg, int C, int H, int W, int TH, int TW, int ph, int pw,
                               int Tp, int KS,
                               __global const float* X, int offX,
                               __global float* V, int offV) {
     const int strips = nimg * TH, T = nimg * TH * TW;
     const int ncol = WM * TW + 2;
-    float s[WA * ROWMAX];                 /* s[k * ROWMAX + x] */
+    float s[WA * WM * QMAX];        /* s[k][x % WM][x / WM], or s[k][x] (ROWMAX apart) */
     GLOBAL_LOOP(i, C * strips) {
         const int c = i / strips, r = i - c * strips;
         const int img = r / TH, ty = r - img * TH;
@@ -197,23 +219,74 @@ __kernel void wino_input_rows(int nimg, int C, int H, int W, int TH, int TW, int
             rowok[a] = yy >= 0 && yy < H;
             rows[a] = xp + clamp(yy, 0, H - 1) * W;
         }
-        for (int x = 0; x < ncol; ++x) {
-            const int xx = x0 + x;
-            const bool colok = xx >= 0 && xx < W;
-            const int xc = clamp(xx, 0, W - 1);
-            float d[WA];
-#pragma unroll
-            for (int a = 0; a < WA; ++a) d[a] = (colok && rowok[a]) ? rows[a][xc] : 0.0f;
-            bt1(d, 1, s + x, ROWMAX);                                    /* B^T d */
-        }
         __global float* vp = V + offV + c * Tp + (img * TH + ty) * TW;
-        for (int tx = 0; tx < TW; ++tx) {
-            float v[WA * WA];
+        if (TW >= 8) {
+            /* column phase p, 8 phase columns q0 .. q0+7 (padded columns
+             * WM*q + p) at a time: 8 loads at stride WM per row inside the
+             * image, column by column at its edges */
+            const int nq = (ncol + WM - 1) / WM;
+            for (int p = 0; p < WM; ++p)
+                for (int q0 = 0; q0 < nq; q0 += 8) {
+                    const int xa = x0 + WM * q0 + p;      /* image column of lane 0 */
+                    if (xa >= 0 && xa + 8 * WM - 1 < W) {
+                        float8 d[WA], e[WA];
 #pragma unroll
-            for (int k = 0; k < WA; ++k)
-                bt1(s + k * ROWMAX + WM * tx, 1, v + k * WA, 1);         /* (B^T d) B */
+                        for (int a = 0; a < WA; ++a)
+                            d[a] = rowok[a] ? WSTRIDE8(rows[a] + xa) : (float8)0.0f;
+                        bt1_8(d, 1, e, 1);                                 /* B^T d */
 #pragma unroll
-            for (int k = 0; k < WA * WA; ++k) vp[k * KS + tx] = v[k];
+                        for (int k = 0; k < WA; ++k)
+                            vstore8(e[k], 0, s + (k * WM + p) * QMAX + q0);
+                        continue;
+                    }
+                    for (int q = q0; q < min(q0 + 8, nq); ++q) {
+                        const int x = WM * q + p, xx = x0 + x;
+                        if (x >= ncol) break;
+                        const bool colok = xx >= 0 && xx < W;
+                        const int xc = clamp(xx, 0, W - 1);
+                        float d[WA];
+#pragma unroll
+                        for (int a = 0; a < WA; ++a)
+                            d[a] = (colok && rowok[a]) ? rows[a][xc] : 0.0f;
+                        bt1(d, 1, s + p * QMAX + q, WM * QMAX);            /* B^T d */
+                    }
+                }
+            /* B across 8 tiles at a time, the last 8 overlapping */
+            for (int t0 = 0; t0 < TW; t0 += 8) {
+                const int t = min(t0, TW - 8);
+                float8 v[WA * WA];
+#pragma unroll
+                for (int k = 0; k < WA; ++k) {
+                    const float* sk = s + k * WM * QMAX;
+                    float8 e[WA];
+#pragma unroll
+                    for (int j = 0; j < WA; ++j)
+                        e[j] = vload8(0, sk + (j % WM) * QMAX + t + j / WM);
+                    bt1_8(e, 1, v + k * WA, 1);                           /* (B^T d) B */
+                }
+#pragma unroll
+                for (int k = 0; k < WA * WA; ++k) vstore8(v[k], 0, vp + k * KS + t);
+            }
+        } else {
+            /* strips under 8 tiles: column by column into s[k][x], then
+             * tile by tile */
+            for (int x = 0; x < ncol; ++x) {
+                const int xx = x0 + x;
+                const bool colok = xx >= 0 && xx < W;
+                const int xc = clamp(xx, 0, W - 1);
+                float d[WA];
+#pragma unroll
+                for (int a = 0; a < WA; ++a) d[a] = (colok && rowok[a]) ? rows[a][xc] : 0.0f;
+                bt1(d, 1, s + x, ROWMAX);                                 /* B^T d */
+            }
+            for (int tx = 0; tx < TW; ++tx) {
+                float v[WA * WA];
+#pragma unroll
+                for (int k = 0; k < WA; ++k)
+                    bt1(s + k * ROWMAX + WM * tx, 1, v + k * WA, 1);      /* (B^T d) B */
+#pragma unroll
+                for (int k = 0; k < WA * WA; ++k) vp[k * KS + tx] = v[k];
+            }
         }
         if (r == strips - 1)                                             /* zero tiles */
             for (int t = T; t < Tp; ++t)

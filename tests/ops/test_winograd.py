@@ -150,6 +150,19 @@ def test_winograd_both_input_kernels(d, rng, p, strips, monkeypatch):
     assert ls[0].name == ("wino_input_rows" if strips else "wino_input")
 
 
+# strips of 8 tiles and more (wino_input_rows' runs of 8 tiles, the last
+# overlapping): 16 tiles (F(4x4) on width 64), 10 and 19 (width 37 at both
+# tiles), pad 0 (a crop at the right) and 2
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("p", [WIDE, (1, 2, 6, 64, 3, 1, 1), (1, 3, 5, 35, 2, 0, 0),
+                               (1, 2, 4, 30, 3, 2, 2)], ids=_id)
+def test_winograd_strips_of_eight_tiles(d, rng, p, tile, monkeypatch):
+    orig = wino_ops._input_launch
+    monkeypatch.setattr(wino_ops, "_input_launch",
+                        lambda *a, **k: orig(*a, **dict(k, strips=True)))
+    _check_fwd_bwd(d, rng, _geom(p), tile=tile)
+
+
 @pytest.mark.parametrize("flip", [0, 1])
 def test_filter_kernels_agree(d, rng, flip):
     """wino_filter (GPUs) and wino_filter_lines (CPU drivers: blocks of
