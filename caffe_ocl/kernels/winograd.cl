@@ -87,20 +87,27 @@ DEFINE_BT1(bt1_8, float8)
 DEFINE_G1(g1, float)
 DEFINE_G1(g1_8, float8)
 
-inline void at1(const float* m, int s, float* y, int t) {     /* y = A^T m */
+/* y = A^T m, for one tile (float) or eight (float8, wino_output_rows) */
 #if WM == 2
-    y[0] = m[0] + m[s] + m[2 * s];
-    y[t] = m[s] - m[2 * s] - m[3 * s];
+#define DEFINE_AT1(NAME, T)                                               \
+    inline void NAME(const T* m, int s, T* y, int t) {                    \
+        y[0] = m[0] + m[s] + m[2 * s];                                    \
+        y[t] = m[s] - m[2 * s] - m[3 * s];                                \
+    }
 #else
-    const float m0 = m[0], m1 = m[s], m2 = m[2 * s], m3 = m[3 * s], m4 = m[4 * s],
-                m5 = m[5 * s];
-    const float p12 = m1 + m2, n12 = m1 - m2, p34 = m3 + m4, n34 = m3 - m4;
-    y[0] = m0 + p12 + p34;
-    y[t] = n12 + 2.0f * n34;
-    y[2 * t] = p12 + 4.0f * p34;
-    y[3 * t] = n12 + 8.0f * n34 + m5;
+#define DEFINE_AT1(NAME, T)                                               \
+    inline void NAME(const T* m, int s, T* y, int t) {                    \
+        const T m0 = m[0], m1 = m[s], m2 = m[2 * s], m3 = m[3 * s], m4 = m[4 * s], \
+                m5 = m[5 * s];                                            \
+        const T p12 = m1 + m2, n12 = m1 - m2, p34 = m3 + m4, n34 = m3 - m4; \
+        y[0] = m0 + p12 + p34;                                            \
+        y[t] = n12 + 2.0f * n34;                                          \
+        y[2 * t] = p12 + 4.0f * p34;                                      \
+        y[3 * t] = n12 + 8.0f * n34 + m5;                                 \
+    }
 #endif
-}
+DEFINE_AT1(at1, float)
+DEFINE_AT1(at1_8, float8)
 
 inline void a1(const float* y, int s, float* m, int t) {      /* m = A y */
 #if WM == 2
@@ -459,6 +466,67 @@ __kernel void wino_output(int nimg, int CO, int HO, int WO, int TH, int TW, int 
         }
     }
 }
+
+/* CPU drivers, forward (no beta, act 0-2), F(4x4), tile rows of at least 8
+ * tiles: one work-item per strip (channel co, image, tile row ty), 8
+ * tiles at a time (the strip's last 8 overlapping the ones before: the
+ * same values again), their M read as runs of 8 from each of the 36
+ * matrices and each output row's 32 values stored as runs of 8 (tile by
+ * tile, wino_output read 36 streams 4 bytes at a time). Host:
+ * ops/winograd.py output_rows. */
+#if WM == 4
+__kernel void wino_output_rows(int nimg, int CO, int HO, int WO, int TH, int TW, int KS,
+                               __global const float* Mm, int offM,
+                               __global const float* bias, int has_bias,
+                               int act, float act_a, float act_b,
+                               __global float* Y, int offY) {
+    const int strips = nimg * TH, T = nimg * TH * TW;
+    GLOBAL_LOOP(i, CO * strips) {
+        const int co = i / strips, r = i - co * strips;
+        const int img = r / TH, ty = r - img * TH;
+        __global const float* mp = Mm + offM + co * T + r * TW;
+        __global float* yp = Y + offY + (img * CO + co) * HO * WO;
+        const float bv = has_bias ? bias[co] : 0.0f;
+        for (int t0 = 0; t0 < TW; t0 += 8) {
+            const int tx = min(t0, TW - 8);
+            float8 m[WA * WA], sv[WM * WA], o[WM * WM];
+#pragma unroll
+            for (int k = 0; k < WA * WA; ++k) m[k] = vload8(0, mp + k * KS + tx);
+#pragma unroll
+            for (int b = 0; b < WA; ++b) at1_8(m + b, WA, sv + b, WA);        /* A^T m */
+#pragma unroll
+            for (int a = 0; a < WM; ++a) at1_8(sv + a * WA, 1, o + a * WM, 1); /* (A^T m) A */
+#pragma unroll
+            for (int a = 0; a < WM; ++a) {
+                const int oy = WM * ty + a;
+                if (oy >= HO) break;
+                const float8 o0 = o[a * WM] + bv, o1 = o[a * WM + 1] + bv,
+                             o2 = o[a * WM + 2] + bv, o3 = o[a * WM + 3] + bv;
+                /* columns 4 (tx + l) + b: lane l of o_b */
+                float8 q[4];
+                q[0] = (float8)(o0.s0, o1.s0, o2.s0, o3.s0, o0.s1, o1.s1, o2.s1, o3.s1);
+                q[1] = (float8)(o0.s2, o1.s2, o2.s2, o3.s2, o0.s3, o1.s3, o2.s3, o3.s3);
+                q[2] = (float8)(o0.s4, o1.s4, o2.s4, o3.s4, o0.s5, o1.s5, o2.s5, o3.s5);
+                q[3] = (float8)(o0.s6, o1.s6, o2.s6, o3.s6, o0.s7, o1.s7, o2.s7, o3.s7);
+                __global float* yr = yp + oy * WO + WM * tx;
+#pragma unroll
+                for (int h = 0; h < 4; ++h) {
+                    float8 v = q[h];
+                    if (act == 1) v = select(act_a * v, v, v > (float8)0.0f);
+                    else if (act == 2) v = fmax((float8)act_a, fmin((float8)act_b, v));
+                    if (WM * tx + 8 * h + 8 <= WO) {
+                        vstore8(v, 0, yr + 8 * h);
+                    } else {
+                        float e[8];
+                        vstore8(v, 0, e);
+                        for (int j = 0; j < 8 && WM * tx + 8 * h + j < WO; ++j) yr[8 * h + j] = e[j];
+                    }
+                }
+            }
+        }
+    }
+}
+#endif
 
 /* dM[k][co][t] (+offM) = (A dy A^T)[k] of the m x m tile t of
  * DY[img][co][HO][WO] (+offDY), zero outside the output and for the

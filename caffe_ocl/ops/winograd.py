@@ -271,6 +271,14 @@ def filter_floats(g, tile=None):
     return (_tile(tile) + 2) ** 2 * (g.channels // g.groups) * g.out_channels
 
 
+def output_rows(dev, m, tw, beta, act_kind):
+    """Whether the output transform runs by strips of tiles, 8 at a time
+    (winograd.cl wino_output_rows): CPU drivers, F(4x4), rows of at least
+    8 tiles, no beta (the last 8 of a strip overlap the ones before) and
+    an activation of the forward's (none, ReLU, clip)."""
+    return dev.is_cpu and m == 4 and tw >= 8 and beta == 0.0 and act_kind <= 2
+
+
 def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
               bias, act, beta, gemm_impl, tile, groups=1, gate=None, u_buf=None):
     """gate: (G, slope): y = y if G > 0 else slope * y elementwise (the
@@ -317,6 +325,14 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
                         lda=a_ld, ldb=T, ldc=T, batch=A, groups=G,
                         stride_a=(cout * cg, a_gstride), stride_b=(ksv, cg * T),
                         stride_c=(ksm, cog * T), impl=gemm_impl))
+        if output_rows(dev, m, tw, beta, act_kind):
+            strips = cout * nc * th
+            out.append(dev.launch(SRC, "wino_output_rows",
+                                  (cpu_chunks(dev, strips, min_chunk=STRIPS_MIN_CHUNK),), (1,),
+                                  [nc, cout, ho, wo, th, tw, ksm, ws, off_m,
+                                   bias if bias is not None else ws, int(bias is not None),
+                                   act_kind, act_a, act_b, y, n0 * cout * ho * wo], defs))
+            continue
         gs, ls = work_size(dev, cout * T, cap_per_cu=TRANSFORM_CAP_PER_CU)
         out.append(dev.launch(SRC, "wino_output", gs, ls,
                               [nc, cout, ho, wo, th, tw, ksm, ws, off_m,

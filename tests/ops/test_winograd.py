@@ -157,10 +157,25 @@ def test_winograd_both_input_kernels(d, rng, p, strips, monkeypatch):
 @pytest.mark.parametrize("p", [WIDE, (1, 2, 6, 64, 3, 1, 1), (1, 3, 5, 35, 2, 0, 0),
                                (1, 2, 4, 30, 3, 2, 2)], ids=_id)
 def test_winograd_strips_of_eight_tiles(d, rng, p, tile, monkeypatch):
+    """Also the CPU output transform by strips (wino_output_rows: F(4x4),
+    forward without beta, rows of 8+ tiles), with bias and each activation."""
     orig = wino_ops._input_launch
     monkeypatch.setattr(wino_ops, "_input_launch",
                         lambda *a, **k: orig(*a, **dict(k, strips=True)))
     _check_fwd_bwd(d, rng, _geom(p), tile=tile)
+    g = _geom(p)
+    x, w, _ = _data(rng, g)
+    b = rng.standard_normal(g.out_channels)
+    y_ref = _refs(g, x, w, np.zeros((g.num, g.out_channels, g.out_h, g.out_w)))[0]
+    y_ref = y_ref + b.reshape(1, -1, 1, 1)
+    yshape = (g.num, g.out_channels, g.out_h, g.out_w)
+    for act, f in ((None, lambda v: v), (("relu", 0.1), lambda v: np.where(v > 0, v, 0.1 * v)),
+                   (("clip", -1.0, 1.5), lambda v: np.clip(v, -1.0, 1.5))):
+        yb = d.buf(np.full(yshape, np.nan))
+        ls = wino_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, d.buf(b), act, tile=tile)
+        assert (ls[-1].name == "wino_output_rows") == (d.dev.is_cpu and tile == 4)
+        d.run(ls)
+        assert _rel(d.get(yb, yshape), f(y_ref)) < TOL[tile]
 
 
 @pytest.mark.parametrize("flip", [0, 1])
