@@ -1158,6 +1158,11 @@ DIRECT_SRC = "conv_direct.cl"
 DIRECT_MAX_CHANNELS = 4
 DIRECT_MAX_OUT_CHANNELS = 16
 DIRECT_MAX_IMAGES = 4
+# ... and for those few images at most this many output channels. With the
+# nineteenth session's kernels, batch 1 (bench_zoo --ab CPU_DIRECT_CONV=0,
+# 7-9 interleaved rounds, two runs, GEMM time / direct time): SqueezeNet
+# (3 -> 64) 0.92 and 0.93; the 3 -> 32 nets 0.96-1.09 (level)
+DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS = 32
 DIRECT_MAX_TAPS = 9
 
 
@@ -1165,14 +1170,16 @@ def direct_forward(dev, g):
     """Whether ``forward`` of ``g`` (automatic algorithm) runs the direct
     kernel: CPU drivers, one group, at most DIRECT_MAX_CHANNELS input
     channels and DIRECT_MAX_TAPS kernel taps, output rows of at least 8
-    pixels, and at most DIRECT_MAX_OUT_CHANNELS output channels or
-    DIRECT_MAX_IMAGES images (in deterministic mode the rule sees one
-    image: the same kernel at every batch); setting CPU_DIRECT_CONV off:
-    never."""
+    pixels, and at most DIRECT_MAX_OUT_CHANNELS output channels, or
+    DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS for at most DIRECT_MAX_IMAGES images
+    (in deterministic mode the rule sees one image: the same kernel at
+    every batch); setting CPU_DIRECT_CONV off: never."""
     num = 1 if deterministic() else g.num
     return (dev.is_cpu and g.groups == 1 and 0 < g.channels <= DIRECT_MAX_CHANNELS
             and g.kh * g.kw <= DIRECT_MAX_TAPS and g.out_w >= 8 and g.out_channels > 0
-            and (g.out_channels <= DIRECT_MAX_OUT_CHANNELS or num <= DIRECT_MAX_IMAGES)
+            and (g.out_channels <= DIRECT_MAX_OUT_CHANNELS
+                 or (num <= DIRECT_MAX_IMAGES
+                     and g.out_channels <= DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS))
             and config.get("CPU_DIRECT_CONV"))
 
 
