@@ -82,25 +82,26 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
     }
 }
 
-/* the 6 x NR tile of rows (pixels) n .. n + rows - 1, channels m0 .. */
+/* the 6 x NR tile of rows (pixels) n .. n + rows - 1, channels m0 ..: bias
+ * (and without a residual the activation) on the vectors, then stored
+ * channel by channel (with a residual: added, then activated, element by
+ * element -- act(sum + bias + R) as the GEMM's epilogue) */
+#if RESIDUAL
+#define TILE_ACT(v) (v)
+#define ELEM_OUT(v, idx) APPLY_ACT((v) + Ri[idx])
+#else
+#define TILE_ACT(v) APPLY_ACT_VEC(v, floatV)
+#define ELEM_OUT(v, idx) (v)
+#endif
 #define STORE_ROW(i, va, vb)                                                   \
     if ((i) < rows) {                                                          \
-        floatV a_ = (va), b_ = (vb);                                           \
-        a_ += bv0; b_ += bv1;                                                  \
         float t_[NR];                                                          \
-        vstoreV(a_, 0, t_); vstoreV(b_, 1, t_);                                \
+        vstoreV(TILE_ACT((va) + bv0), 0, t_);                                  \
+        vstoreV(TILE_ACT((vb) + bv1), 1, t_);                                  \
         __global float* yp = Yi + (size_t)m0 * N + n + (i);                    \
-        for (int j = 0; j < mc; ++j) {                                         \
-            float v_ = t_[j];                                                  \
-            RES_ADD(v_, (size_t)(m0 + j) * N + n + (i));                        \
-            yp[(size_t)j * N] = APPLY_ACT(v_);                                 \
-        }                                                                      \
+        for (int j = 0; j < mc; ++j)                                           \
+            yp[(size_t)j * N] = ELEM_OUT(t_[j], (size_t)(m0 + j) * N + n + (i)); \
     }
-#if RESIDUAL
-#define RES_ADD(v, idx) v += Ri[idx]
-#else
-#define RES_ADD(v, idx)
-#endif
 
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void conv_chanvec(int M, int N, int K, int pix,

@@ -31,6 +31,7 @@ def _geo(num, c, hw, co, k=1, pad=0, stride=1, dil=1):
 
 ACTS = {None: lambda v: v, ("relu", 0.1): lambda v: np.where(v > 0, v, 0.1 * v),
         ("relu", 0.0): lambda v: np.maximum(v, 0.0),
+        ("swish", 1.0): lambda v: v / (1.0 + np.exp(-v)),
         ("clip", -1.0, 2.0): lambda v: np.clip(v, -1.0, 2.0)}
 
 
@@ -47,6 +48,7 @@ CASES = [
     (1, 3, (8, 8), 36, False, ("clip", -1.0, 2.0), False, True, (5, 2, 1, 1)),   # 5 x 5 slice
     (1, 6, (9, 9), 17, True, None, False, False, (3, 0, 1, 2)),      # dilated, unpadded
     (2, 7, (10, 10), 12, True, None, False, False, (1, 0, 2, 1)),    # strided 1x1
+    (1, 10, (7, 7), 50, True, ("swish", 1.0), False, False, ONE),    # swish on the vectors
 ]
 
 
@@ -69,7 +71,7 @@ def _reference(x, w, b, k, pad, stride, dil):
 
 @pytest.mark.parametrize("case", CASES, ids=["partial-panel", "two-images", "chunks",
                                              "residual", "slice", "3x3", "3x3-stride2",
-                                             "5x5-slice", "dilated", "1x1-stride2"])
+                                             "5x5-slice", "dilated", "1x1-stride2", "swish"])
 def test_chanvec_equals_reference(d, rng, vw, monkeypatch, case):
     num, c, hw, co, has_bias, act, has_res, sliced, (k, pad, stride, dil) = case
     monkeypatch.setattr(d.dev, "compute_units", 2)
