@@ -199,7 +199,7 @@ _DECLARED = (
             "device split K over work-groups (off: one pass)", internal=True),
     Setting("CPU_DIRECT_CONV", "bool", True,
             "CPU drivers: convolution forwards of at most 4 input channels (a net's first "
-            "layer; more than 16 output channels only up to 4 images) run a direct kernel "
+            "layer; 17-32 output channels only up to 4 images, more never) run a direct kernel "
             "instead of the GEMM (off: the GEMM)", internal=True),
     Setting("GROUPED_DIRECT", "bool", True,
             "GPUs: forwards of grouped convolutions with at most 16 channels per group "
@@ -239,9 +239,23 @@ _DECLARED = (
     # cpu: CPU kernel choices (issue #27 item 4)
     Setting("CPU_PACKED_WEIGHTS", "bool", True,
             "CPU drivers, inference (TEST) nets: convolution weights are packed once "
-            "into the CPU GEMM's panel layout, again only after they change (one more "
-            "copy of each such convolution's weights in memory); off: every GEMM "
-            "packs them in each block"),
+            "into the CPU GEMM's panel layout (Winograd layers: their filter transform "
+            "kept), again only after they change (one more copy of each such "
+            "convolution's weights in memory); off: every GEMM packs them in each "
+            "block, Winograd transforms them in every pass"),
+    Setting("CPU_COLUMNS_ONCE", "bool", True,
+            "CPU drivers: a convolution whose GEMM has several blocks of output rows "
+            "packs its columns (from the images) once before the product, into shared "
+            "scratch, instead of in every block (off: in every block)"),
+    Setting("CPU_CHANVEC", "bool", True,
+            "CPU drivers, inference: convolutions of small output planes (1x1 "
+            "kernels: 7 x 7, or 14 x 14 from 128 input channels; larger kernels: up "
+            "to 28 x 28) run vectorized over output channels, their weights packed "
+            "once (off: the CPU GEMM, vectorized over pixels)"),
+    Setting("CPU_POOL_BANDS", "bool", True,
+            "CPU drivers: max pooling without an argmax mask (inference) runs on bands "
+            "of input rows padded with -FLT_MAX, 8 outputs at a time everywhere (off: "
+            "the edge windows one output at a time)"),
     Setting("CPU_GEMM_VW", "choice", "auto",
             "CPU drivers: vector width of the CPU GEMM's micro-kernel, 16 (6 x 32 tiles, for "
             "512-bit vector units) or 8 (6 x 16); auto: 16 where the device prefers "

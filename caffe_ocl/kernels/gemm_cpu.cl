@@ -81,6 +81,9 @@
 #ifndef PACKED_A
 #define PACKED_A 0
 #endif
+#ifndef PACKED_B
+#define PACKED_B 0
+#endif
 #ifndef VW
 #define VW 8
 #endif
@@ -89,6 +92,9 @@
 #endif
 #if PACKED_A && TRANS_A
 #error "PACKED_A is op(A) = A packed"
+#endif
+#if PACKED_B && (CONV_B != 1 || GROUPS != 1)
+#error "PACKED_B is a CONV_B 1 operand of one group packed by pack_b_conv"
 #endif
 #if CONV_B == 1 && TRANS_B || CONV_B == 2 && !TRANS_B
 #error "CONV_B 1 packs op(B) = B, CONV_B 2 op(B) = B^T"
@@ -188,55 +194,36 @@ inline int run_split(const int* o, int sw) {
     return L;
 }
 
-/* [kb][NR] panel of op(B) for column rows k0.. and the NR output pixels
- * from column n (``cols`` of them valid; the rest repeat the last one).
- * Each pixel's offset in the padded images is found once; per k the
- * (c, kh, kw) offset is stepped, and each group of 8 pixels lying along
- * one or two image rows at stride 1 or 2 is packed by vector loads
- * (run_split; groups of 8 also with VW 16, so that rows shorter than 16
- * keep them). Stride 2 by vectors: ResNet-50's stride-2 1x1
- * convolutions packed by scalar gathers ran at 32-44 GFLOP/s against
- * 70-80 for their stride-1 neighbours. */
-inline void pack_conv_fwd(__local float* bp, __global const float* B, int k0, int kb,
-                          int n, int cols, int nsplit, int nsB, CONV_ARGS) {
-    int off[NR];
-    for (int j = 0; j < NR; ++j) {
-        const int col = n + min(j, cols - 1);
-        const int img = col / nsplit, p = col - img * nsplit;
-        const int ho = p / cv_wo, wo = p - ho * cv_wo;
-        off[j] = img * nsB + ho * cv_sh * cv_wp + wo * cv_sw;
-    }
-    const int kk = cv_kh * cv_kw, c = k0 / kk, r = k0 - c * kk;
-    int kh = r / cv_kw, kw = r - kh * cv_kw;
-    int split[NR / 8];
-    for (int q = 0; q < NR / 8; ++q)
-        split[q] = cv_sw <= 2 ? run_split(off + 8 * q, cv_sw) : 0;
-    __global const float* s = B + c * cv_hwp + kh * cv_dh * cv_wp + kw * cv_dw;
-    const int step_row = cv_dh * cv_wp - cv_kw * cv_dw;          /* kw wraps */
-    const int step_chan = cv_hwp - cv_kh * cv_dh * cv_wp;        /* kh wraps */
-    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int k = 0; k < kb; ++k) {
-        for (int q = 0; q < NR / 8; ++q) {
-            const int L = split[q];
-            __global const float* s0 = s + off[8 * q];
-            if (L == 8) {
-                vstore8(run8(s0, cv_sw), NR / 8 * k + q, bp);
-            } else if (L > 0) {
-                /* lane j of the second run is pixel j from its start L back */
-                const float8 a = run8(s0, cv_sw);
-                const float8 b = run8(s + off[8 * q + L] - L * cv_sw, cv_sw);
-                vstore8(select(a, b, lane >= L), NR / 8 * k + q, bp);
-            } else {
-                for (int j = 8 * q; j < 8 * q + 8; ++j) bp[k * NR + j] = s[off[j]];
-            }
-        }
-        s += cv_dw;
-        if (++kw == cv_kw) {
-            kw = 0;
-            s += step_row;
-            if (++kh == cv_kh) { kh = 0; s += step_chan; }
-        }
-    }
+#define PC_NAME pack_conv_fwd
+#define PC_SPACE __local
+#include "gemm_cpu_pack_conv.h"
+#undef PC_NAME
+#undef PC_SPACE
+#define PC_NAME pack_conv_fwd_g
+#define PC_SPACE __global
+#include "gemm_cpu_pack_conv.h"
+#undef PC_NAME
+#undef PC_SPACE
+
+/* PACKED_B: op(B) of a CONV_B == 1 product packed once for all its blocks
+ * of rows (a batch-1 layer on a small plane has one or a few blocks of
+ * columns and several of rows, and each packed the same columns from the
+ * images again: ResNet-18's 3 x 3 512-channel layers on 7 x 7 planes
+ * spent a quarter of their time there). Layout: panel p (columns
+ * p*NR .. p*NR + NR-1, past N repeating column N-1) at PB + p*K*NR, its K
+ * rows of NR floats one after another; one work-item per (panel, chunk of
+ * kchunk rows). Host: ops.gemm.pack_b_conv. */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void pack_b_conv(int N, int K, int kchunk, __global const float* B, int offB,
+                 int nsplit, int nsB, int cv_kh, int cv_kw, int cv_sh, int cv_sw,
+                 int cv_dh, int cv_dw, int cv_wp, int cv_hwp, int cv_wo,
+                 __global float* PB, int offPB) {
+    const int nkc = (K + kchunk - 1) / kchunk, np = (N + NR - 1) / NR;
+    const int item = get_global_id(0);
+    if (item >= np * nkc) return;
+    const int p = item / nkc, k0 = (item - p * nkc) * kchunk;
+    pack_conv_fwd_g(PB + offPB + (size_t)p * K * NR + k0 * NR, B + offB, k0,
+                    min(kchunk, K - k0), p * NR, min(NR, N - p * NR), nsplit, nsB, CONV_PASS);
 }
 #elif CONV_B == 2
 /* d[i * NR] = column i of the 8 x 8 block r0..r7 (row j = rj), by lane
@@ -451,7 +438,7 @@ void gemm(int M, int N, int K, float alpha,
             }
         }
 #endif
-        for (int ni = 0; ni < nb; ni += NR) {
+        for (int ni = 0; ni < (PACKED_B ? 0 : nb); ni += NR) {
             __local float* bp = Bp + ni * KC;
             const int n = n0 + ni;
 #if CONV_B == 1
@@ -513,7 +500,12 @@ void gemm(int M, int N, int K, float alpha,
             const int si = rows_outer ? t / nni : t % nmi;
             const int sj = rows_outer ? t - si * nni : t / nmi;
             const int mi = si * MR, ni = sj * NR;
+#if PACKED_B
+            /* panel (n0 + ni) / NR of pack_b_conv's layout, from k0 */
+            __global const float* bp = B0 + (size_t)((n0 + ni) / NR) * K * NR + k0 * NR;
+#else
             __local const float* bp = Bp + ni * KC;
+#endif
             const int n = n0 + ni;
             int p = n, img = 0;
             if (nsplit > 0) { img = n / nsplit; p = n - img * nsplit; }

@@ -49,23 +49,30 @@
 #endif
 
 /* 1-D transforms; s is the stride between the vector's elements. */
-inline void bt1(const float* d, int s, float* v, int t) {     /* v = B^T d */
+/* v = B^T d, for one column (float) or eight tiles' (float8, wino_input_rows) */
 #if WA == 4
-    v[0] = d[0] - d[2 * s];
-    v[t] = d[s] + d[2 * s];
-    v[2 * t] = d[2 * s] - d[s];
-    v[3 * t] = d[s] - d[3 * s];
+#define DEFINE_BT1(NAME, T)                                               \
+    inline void NAME(const T* d, int s, T* v, int t) {                    \
+        v[0] = d[0] - d[2 * s];                                           \
+        v[t] = d[s] + d[2 * s];                                           \
+        v[2 * t] = d[2 * s] - d[s];                                       \
+        v[3 * t] = d[s] - d[3 * s];                                       \
+    }
 #else
-    const float d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s], d4 = d[4 * s],
-                d5 = d[5 * s];
-    v[0] = 4.0f * d0 - 5.0f * d2 + d4;
-    v[t] = d3 + d4 - 4.0f * (d1 + d2);
-    v[2 * t] = d4 - d3 + 4.0f * (d1 - d2);
-    v[3 * t] = d4 - d2 + 2.0f * (d3 - d1);
-    v[4 * t] = d4 - d2 - 2.0f * (d3 - d1);
-    v[5 * t] = 4.0f * d1 - 5.0f * d3 + d5;
+#define DEFINE_BT1(NAME, T)                                               \
+    inline void NAME(const T* d, int s, T* v, int t) {                    \
+        const T d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s], d4 = d[4 * s], \
+                d5 = d[5 * s];                                            \
+        v[0] = 4.0f * d0 - 5.0f * d2 + d4;                                \
+        v[t] = d3 + d4 - 4.0f * (d1 + d2);                                \
+        v[2 * t] = d4 - d3 + 4.0f * (d1 - d2);                            \
+        v[3 * t] = d4 - d2 + 2.0f * (d3 - d1);                            \
+        v[4 * t] = d4 - d2 - 2.0f * (d3 - d1);                            \
+        v[5 * t] = 4.0f * d1 - 5.0f * d3 + d5;                            \
+    }
 #endif
-}
+DEFINE_BT1(bt1, float)
+DEFINE_BT1(bt1_8, float8)
 
 /* u = G g, for one filter (float) or eight (float8, wino_filter_lines) */
 #if WA == 4
@@ -105,24 +112,34 @@ inline void bt1(const float* d, int s, float* v, int t) {     /* v = B^T d */
 DEFINE_G1(g1, float)
 DEFINE_G1(g1_8, float8)
 
-inline void at1(const float* m, int s, float* y, int t) {     /* y = A^T m */
+/* y = A^T m, for one tile (float) or eight (float8, wino_output_rows) */
 #if WA == 4
-    y[0] = m[0] + m[s] + m[2 * s];
-    y[t] = m[s] - m[2 * s] - m[3 * s];
+#define DEFINE_AT1(NAME, T)                                               \
+    inline void NAME(const T* m, int s, T* y, int t) {                    \
+        y[0] = m[0] + m[s] + m[2 * s];                                    \
+        y[t] = m[s] - m[2 * s] - m[3 * s];                                \
+    }
+#elif WM == 2                                          /* F(2x2, 5x5) */
+#define DEFINE_AT1(NAME, T)                                               \
+    inline void NAME(const T* m, int s, T* y, int t) {                    \
+        const T m1 = m[s], m2 = m[2 * s], m3 = m[3 * s], m4 = m[4 * s];   \
+        y[0] = m[0] + (m1 + m2) + (m3 + m4);                              \
+        y[t] = (m1 - m2) + 2.0f * (m3 - m4) + m[5 * s];                   \
+    }
 #else
-    const float m0 = m[0], m1 = m[s], m2 = m[2 * s], m3 = m[3 * s], m4 = m[4 * s],
-                m5 = m[5 * s];
-    const float p12 = m1 + m2, n12 = m1 - m2, p34 = m3 + m4, n34 = m3 - m4;
-    y[0] = m0 + p12 + p34;
-#if WM == 4
-    y[t] = n12 + 2.0f * n34;
-    y[2 * t] = p12 + 4.0f * p34;
-    y[3 * t] = n12 + 8.0f * n34 + m5;
-#else                                                  /* F(2x2, 5x5) */
-    y[t] = n12 + 2.0f * n34 + m5;
+#define DEFINE_AT1(NAME, T)                                               \
+    inline void NAME(const T* m, int s, T* y, int t) {                    \
+        const T m0 = m[0], m1 = m[s], m2 = m[2 * s], m3 = m[3 * s], m4 = m[4 * s], \
+                m5 = m[5 * s];                                            \
+        const T p12 = m1 + m2, n12 = m1 - m2, p34 = m3 + m4, n34 = m3 - m4; \
+        y[0] = m0 + p12 + p34;                                            \
+        y[t] = n12 + 2.0f * n34;                                          \
+        y[2 * t] = p12 + 4.0f * p34;                                      \
+        y[3 * t] = n12 + 8.0f * n34 + m5;                                 \
+    }
 #endif
-#endif
-}
+DEFINE_AT1(at1, float)
+DEFINE_AT1(at1_8, float8)
 
 inline void a1(const float* y, int s, float* m, int t) {      /* m = A y */
 #if WA == 4
@@ -215,18 +232,33 @@ __kernel void wino_input(int nimg, int C, int H, int W, int TH, int TW, int ph, 
  * image, tile row ty), so that each input element is read once per strip
  * instead of once per overlapping tile, the column transform B^T runs once
  * per strip column, and no index is divided per tile. The strip's WA input
- * rows, transformed down the columns, are s[k][x] (x: padded column,
- * WM*TW + WR - 1 <= ROWMAX, else the host uses wino_input); then B across each
- * tile's WA columns. Padding tiles T <= t < Tp are written by the strip
- * that ends channel c. */
+ * rows, transformed down the columns (8 columns of one phase at a time),
+ * are kept by column phase, s[k][x % WM][x / WM] (x: padded column,
+ * WM*TW + WR - 1 <= ROWMAX, else the host uses wino_input), so that input
+ * column j of tiles t .. t+7 is one
+ * run of 8 (phase j % WM from t + j / WM); then B
+ * across each tile's WA columns, 8 tiles at a time, and the WA*WA values
+ * of those 8 tiles stored as runs of 8 (a strip's last 8 overlap the ones
+ * before; strips under 8 tiles one tile at a time). Tile by tile, the 36
+ * scalar stores per tile into 36 streams held DenseNet-121's 56 x 56
+ * transforms at ~20 GB/s, longer than their GEMMs. Padding tiles
+ * T <= t < Tp are written by the strip that ends channel c. */
 #define ROWMAX 1030
+/* phase columns kept (8 past the last used: the column pass stores runs of 8) */
+#define QMAX (ROWMAX / WM + 10)
+/* 8 elements at stride WM from s, reading s[0 .. 8 * WM - 1] */
+#if WM == 2
+#define WSTRIDE8(s) (vload16(0, (s)).even)
+#else
+#define WSTRIDE8(s) ((float8)(vload16(0, (s)).s048c, vload16(0, (s) + 16).s048c))
+#endif
 __kernel void wino_input_rows(int nimg, int C, int H, int W, int TH, int TW, int ph, int pw,
                               int Tp, int KS,
                               __global const float* X, int offX,
                               __global float* V, int offV) {
     const int strips = nimg * TH, T = nimg * TH * TW;
     const int ncol = WM * TW + WR - 1;
-    float s[WA * ROWMAX];                 /* s[k * ROWMAX + x] */
+    float s[WA * WM * QMAX];        /* s[k][x % WM][x / WM], or s[k][x] (ROWMAX apart) */
     GLOBAL_LOOP(i, C * strips) {
         const int c = i / strips, r = i - c * strips;
         const int img = r / TH, ty = r - img * TH;
@@ -240,23 +272,74 @@ __kernel void wino_input_rows(int nimg, int C, int H, int W, int TH, int TW, int
             rowok[a] = yy >= 0 && yy < H;
             rows[a] = xp + clamp(yy, 0, H - 1) * W;
         }
-        for (int x = 0; x < ncol; ++x) {
-            const int xx = x0 + x;
-            const bool colok = xx >= 0 && xx < W;
-            const int xc = clamp(xx, 0, W - 1);
-            float d[WA];
-#pragma unroll
-            for (int a = 0; a < WA; ++a) d[a] = (colok && rowok[a]) ? rows[a][xc] : 0.0f;
-            bt1(d, 1, s + x, ROWMAX);                                    /* B^T d */
-        }
         __global float* vp = V + offV + c * Tp + (img * TH + ty) * TW;
-        for (int tx = 0; tx < TW; ++tx) {
-            float v[WA * WA];
+        if (TW >= 8) {
+            /* column phase p, 8 phase columns q0 .. q0+7 (padded columns
+             * WM*q + p) at a time: 8 loads at stride WM per row inside the
+             * image, column by column at its edges */
+            const int nq = (ncol + WM - 1) / WM;
+            for (int p = 0; p < WM; ++p)
+                for (int q0 = 0; q0 < nq; q0 += 8) {
+                    const int xa = x0 + WM * q0 + p;      /* image column of lane 0 */
+                    if (xa >= 0 && xa + 8 * WM - 1 < W) {
+                        float8 d[WA], e[WA];
 #pragma unroll
-            for (int k = 0; k < WA; ++k)
-                bt1(s + k * ROWMAX + WM * tx, 1, v + k * WA, 1);         /* (B^T d) B */
+                        for (int a = 0; a < WA; ++a)
+                            d[a] = rowok[a] ? WSTRIDE8(rows[a] + xa) : (float8)0.0f;
+                        bt1_8(d, 1, e, 1);                                 /* B^T d */
 #pragma unroll
-            for (int k = 0; k < WA * WA; ++k) vp[k * KS + tx] = v[k];
+                        for (int k = 0; k < WA; ++k)
+                            vstore8(e[k], 0, s + (k * WM + p) * QMAX + q0);
+                        continue;
+                    }
+                    for (int q = q0; q < min(q0 + 8, nq); ++q) {
+                        const int x = WM * q + p, xx = x0 + x;
+                        if (x >= ncol) break;
+                        const bool colok = xx >= 0 && xx < W;
+                        const int xc = clamp(xx, 0, W - 1);
+                        float d[WA];
+#pragma unroll
+                        for (int a = 0; a < WA; ++a)
+                            d[a] = (colok && rowok[a]) ? rows[a][xc] : 0.0f;
+                        bt1(d, 1, s + p * QMAX + q, WM * QMAX);            /* B^T d */
+                    }
+                }
+            /* B across 8 tiles at a time, the last 8 overlapping */
+            for (int t0 = 0; t0 < TW; t0 += 8) {
+                const int t = min(t0, TW - 8);
+                float8 v[WA * WA];
+#pragma unroll
+                for (int k = 0; k < WA; ++k) {
+                    const float* sk = s + k * WM * QMAX;
+                    float8 e[WA];
+#pragma unroll
+                    for (int j = 0; j < WA; ++j)
+                        e[j] = vload8(0, sk + (j % WM) * QMAX + t + j / WM);
+                    bt1_8(e, 1, v + k * WA, 1);                           /* (B^T d) B */
+                }
+#pragma unroll
+                for (int k = 0; k < WA * WA; ++k) vstore8(v[k], 0, vp + k * KS + t);
+            }
+        } else {
+            /* strips under 8 tiles: column by column into s[k][x], then
+             * tile by tile */
+            for (int x = 0; x < ncol; ++x) {
+                const int xx = x0 + x;
+                const bool colok = xx >= 0 && xx < W;
+                const int xc = clamp(xx, 0, W - 1);
+                float d[WA];
+#pragma unroll
+                for (int a = 0; a < WA; ++a) d[a] = (colok && rowok[a]) ? rows[a][xc] : 0.0f;
+                bt1(d, 1, s + x, ROWMAX);                                 /* B^T d */
+            }
+            for (int tx = 0; tx < TW; ++tx) {
+                float v[WA * WA];
+#pragma unroll
+                for (int k = 0; k < WA; ++k)
+                    bt1(s + k * ROWMAX + WM * tx, 1, v + k * WA, 1);      /* (B^T d) B */
+#pragma unroll
+                for (int k = 0; k < WA * WA; ++k) vp[k * KS + tx] = v[k];
+            }
         }
         if (r == strips - 1)                                             /* zero tiles */
             for (int t = T; t < Tp; ++t)
@@ -429,6 +512,67 @@ __kernel void wino_output(int nimg, int CO, int HO, int WO, int TH, int TW, int 
         }
     }
 }
+
+/* CPU drivers, forward (no beta, act 0-2), F(4x4), tile rows of at least 8
+ * tiles: one work-item per strip (channel co, image, tile row ty), 8
+ * tiles at a time (the strip's last 8 overlapping the ones before: the
+ * same values again), their M read as runs of 8 from each of the 36
+ * matrices and each output row's 32 values stored as runs of 8 (tile by
+ * tile, wino_output read 36 streams 4 bytes at a time). Host:
+ * ops/winograd.py output_rows. */
+#if WM == 4
+__kernel void wino_output_rows(int nimg, int CO, int HO, int WO, int TH, int TW, int KS,
+                               __global const float* Mm, int offM,
+                               __global const float* bias, int has_bias,
+                               int act, float act_a, float act_b,
+                               __global float* Y, int offY) {
+    const int strips = nimg * TH, T = nimg * TH * TW;
+    GLOBAL_LOOP(i, CO * strips) {
+        const int co = i / strips, r = i - co * strips;
+        const int img = r / TH, ty = r - img * TH;
+        __global const float* mp = Mm + offM + co * T + r * TW;
+        __global float* yp = Y + offY + (img * CO + co) * HO * WO;
+        const float bv = has_bias ? bias[co] : 0.0f;
+        for (int t0 = 0; t0 < TW; t0 += 8) {
+            const int tx = min(t0, TW - 8);
+            float8 m[WA * WA], sv[WM * WA], o[WM * WM];
+#pragma unroll
+            for (int k = 0; k < WA * WA; ++k) m[k] = vload8(0, mp + k * KS + tx);
+#pragma unroll
+            for (int b = 0; b < WA; ++b) at1_8(m + b, WA, sv + b, WA);        /* A^T m */
+#pragma unroll
+            for (int a = 0; a < WM; ++a) at1_8(sv + a * WA, 1, o + a * WM, 1); /* (A^T m) A */
+#pragma unroll
+            for (int a = 0; a < WM; ++a) {
+                const int oy = WM * ty + a;
+                if (oy >= HO) break;
+                const float8 o0 = o[a * WM] + bv, o1 = o[a * WM + 1] + bv,
+                             o2 = o[a * WM + 2] + bv, o3 = o[a * WM + 3] + bv;
+                /* columns 4 (tx + l) + b: lane l of o_b */
+                float8 q[4];
+                q[0] = (float8)(o0.s0, o1.s0, o2.s0, o3.s0, o0.s1, o1.s1, o2.s1, o3.s1);
+                q[1] = (float8)(o0.s2, o1.s2, o2.s2, o3.s2, o0.s3, o1.s3, o2.s3, o3.s3);
+                q[2] = (float8)(o0.s4, o1.s4, o2.s4, o3.s4, o0.s5, o1.s5, o2.s5, o3.s5);
+                q[3] = (float8)(o0.s6, o1.s6, o2.s6, o3.s6, o0.s7, o1.s7, o2.s7, o3.s7);
+                __global float* yr = yp + oy * WO + WM * tx;
+#pragma unroll
+                for (int h = 0; h < 4; ++h) {
+                    float8 v = q[h];
+                    if (act == 1) v = select(act_a * v, v, v > (float8)0.0f);
+                    else if (act == 2) v = fmax((float8)act_a, fmin((float8)act_b, v));
+                    if (WM * tx + 8 * h + 8 <= WO) {
+                        vstore8(v, 0, yr + 8 * h);
+                    } else {
+                        float e[8];
+                        vstore8(v, 0, e);
+                        for (int j = 0; j < 8 && WM * tx + 8 * h + j < WO; ++j) yr[8 * h + j] = e[j];
+                    }
+                }
+            }
+        }
+    }
+}
+#endif
 
 /* dM[k][co][t] (+offM) = (A dy A^T)[k] of the m x m tile t of
  * DY[img][co][HO][WO] (+offDY), zero outside the output and for the

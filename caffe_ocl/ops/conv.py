@@ -44,8 +44,8 @@ from . import winograd as wino_ops
 from . import pointwise
 from .channel import channel_sum
 from .gemm import (STAGED_MAX_K, act_defines, async_tiles, cpu_blocks, cpu_full_blocks, cpu_nr,
-                   cpu_panels, deterministic, gemm, gpu_tiles, pack_a, packed_a_floats,
-                   use_tf32)
+                   cpu_panels, cpu_vw, deterministic, gemm, gpu_tiles, pack_a, pack_b_conv,
+                   packed_a_floats, packed_b_floats, use_tf32)
 from .gemm_splitk import gemv, small_m, use_gemv, use_small_m
 
 log = logging.getLogger("caffe_ocl")
@@ -984,6 +984,11 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
     if residual is not None and (sliced or not writes_residual(dev, g, algo)):
         raise ValueError(f"convolution {g}: algorithm {a!r} cannot add a residual here")
     if a == "winograd":
+        if weight_version is not None and dev.is_cpu and config.get("CPU_PACKED_WEIGHTS"):
+            # CPU inference: the filter transform kept, redone after a weight change
+            u = dev.alloc(4 * wino_ops.filter_floats(g))
+            out = wino_ops.forward(dev, g, x, weight, y, bias, act, u_buf=u)
+            return [OnChange(out[0], weight_version)] + out[1:]
         return wino_ops.forward(dev, g, x, weight, y, bias, act)
     if a == "depthwise":
         return dw_ops.forward(dev, g, x, weight, y, bias, act)
@@ -1001,6 +1006,9 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
     if fully_connected(dev, g, algo):     # y[n, :] = W x[n, :] + bias
         return [small_m(dev, g.num, g.out_channels, g.channels, x, weight, y, ldc=ych,
                         off_c=y_off, bias=bias, bias_axis=1, act=act)]
+    if a == "im2col" and weight_version is not None and chanvec_forward(dev, g, algo):
+        return _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych,
+                                weight_version, residual)
     M = g.out_channels // g.groups
     K = g.col_rows // g.groups
     N = g.out_spatial
@@ -1016,13 +1024,134 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
     for n0, nc in _column_chunks(dev, g):
         pre, src = _columns(dev, g, x, col, n0, nc)
         out += pre
-        out += _image_gemm(dev, M, nc * N, K, a_buf, src.buf, y, off_b=src.off,
+        b_buf, b_off, b_stride, b_packed = src.buf, src.off, src.group_stride, {}
+        if src.conv is not None and packs_columns_once(dev, g, nc, bool(packed)):
+            # op(B) packed once for all the GEMM's blocks of rows, in shared
+            # scratch past the padded images (which may share its buffer)
+            b_off = g.num * g.channels * _plane(g)
+            b_buf = dev.shared_scratch(b_off + packed_b_floats(dev, nc * N, K))
+            out.append(pack_b_conv(dev, nc * N, K, src.buf, src.off, N, src.image_stride,
+                                   src.conv, b_buf, b_off))
+            b_stride, b_packed = 0, dict(packed_b=True)
+        out += _image_gemm(dev, M, nc * N, K, a_buf, b_buf, y, off_b=b_off,
                            off_c=y_off + n0 * ych * N, ldb=N, ldc=N, groups=g.groups,
-                           stride_a=(0, a_group), stride_b=(0, src.group_stride),
+                           stride_a=(0, a_group), stride_b=(0, b_stride),
                            stride_c=(0, M * N), nsplit=N,
                            nstride=(src.image_stride, ych * N),
                            bias=bias, bias_axis=0, act=act, conv=src.conv,
-                           residual=residual, off_residual=n0 * ych * N, **packed)
+                           residual=residual, off_residual=n0 * ych * N, **packed, **b_packed)
+    return out
+
+
+# CPU drivers: most floats of an op(B) packed once (packs_columns_once):
+# 4 MiB, about what stays in a core's L2 / the L3 share while every block
+# of rows reads it (ResNet-18's batch-1 14 x 14 layers: 2 MiB) ...
+CPU_PACKED_B_MAX_FLOATS = 1 << 20
+# ... and fewest blocks of output rows. 2-core EPYC Zen 5, PoCL 3.1, batch-1
+# 3 x 3 layers, packed once / in every block (15 interleaved rounds, the
+# lead's tests sharing the cores): 8 and 13 row blocks of one column block
+# (ResNet's 512-channel 7 x 7 layers, GoogLeNet 5b) 1.18-1.53x, 6 of two
+# column blocks 1.06x; 2-4 row blocks (14 x 14 planes: 7 column blocks)
+# 0.95-1.26x from run to run, i.e. level: their blocks pack their columns
+# into memory that stays in the core's cache, the packed-once panels come
+# from the other core's.
+CPU_COLUMNS_ONCE_MIN_ROW_BLOCKS = 6
+
+
+def packs_columns_once(dev, g, nc, packed_a):
+    """Whether the forward GEMM of ``nc`` images of ``g``, which packs its
+    columns from the images (CONV_B), packs them once before the product
+    (ops.gemm.pack_b_conv) instead of in each block of output rows: CPU
+    drivers, one group, setting CPU_COLUMNS_ONCE, at least
+    CPU_COLUMNS_ONCE_MIN_ROW_BLOCKS blocks of rows (cpu_blocks, as the GEMM
+    will split it) and a packed operand of at most CPU_PACKED_B_MAX_FLOATS.
+    Same sums in the same order either way (bit-identical outputs)."""
+    if not (dev.is_cpu and g.groups == 1 and config.get("CPU_COLUMNS_ONCE")):
+        return False
+    M, K, N = g.out_channels, g.col_rows, nc * g.out_spatial
+    if packed_b_floats(dev, N, K) > CPU_PACKED_B_MAX_FLOATS:
+        return False
+    _, bm_max, bn_max = cpu_panels(dev, M, K)
+    bm, _ = cpu_blocks(dev, M, N, 1, bm_max, bn_max, packed_a)
+    return -(-M // bm) >= CPU_COLUMNS_ONCE_MIN_ROW_BLOCKS
+
+
+# CPU drivers: convolutions of small planes run vectorized over output
+# channels (kernels/conv_chanvec.cl) where the forward may pack their
+# weights once (``weight_version``): 1x1 kernels on planes of at most
+# CHANVEC_SMALL_PIXELS pixels, or of at most CHANVEC_MAX_PIXELS with at
+# least CHANVEC_MIN_K input channels; larger kernels on planes of at most
+# CHANVEC_KXK_MAX_PIXELS. 2-core EPYC Zen 5, PoCL 3.1, VW 16, batch 1, GEMM
+# time / this kernel's (min of 9 interleaved rounds): 1x1 on 7 x 7 K 160-1024
+# 1.16-1.77 (stride 2 from 14 x 14: 1.29-1.45); 1x1 on 14 x 14 K 480-1024
+# 1.18-1.43, 13 x 13 K 512 1.07; 1x1 on 14 x 14 K 64 / 96 0.92 / 0.94,
+# 13 x 13 K 64 0.87 (the tile goes out element by element, which a short
+# K does not pay for), 1x1 on 28 x 28 0.76-0.94; 3 x 3 on 7 x 7 1.52-1.81,
+# on 14 x 14 1.27-2.30, on 28 x 28 1.15-1.59, 5 x 5 on 7 x 7 / 28 x 28
+# 1.51 / 1.27; ResNet's 7 x 7 stride-2 first layer (112 x 112) 0.90.
+CHANVEC_SRC = "conv_chanvec.cl"
+CHANVEC_SMALL_PIXELS = 64
+CHANVEC_MAX_PIXELS = 196
+CHANVEC_MIN_K = 128
+CHANVEC_KXK_MAX_PIXELS = 784
+CHANVEC_MAX_KERNEL = 7
+
+
+def chanvec_forward(dev, g, algo=None):
+    """Whether ``forward`` of ``g``, given a ``weight_version``, runs
+    kernels/conv_chanvec.cl: CPU drivers, the automatic algorithm, one
+    group, kernels up to CHANVEC_MAX_KERNEL a side, read from the images
+    themselves (no padding) or from the GEMM path's zero-padded copy
+    (CPU_PACKED_COLUMNS), small output planes (more than one pixel; the
+    limits above); setting CPU_CHANVEC. The CPU GEMM puts pixels along its
+    16- or 32-wide vectors, which small planes fill badly (a 7 x 7 plane:
+    49 of 64 lanes). The plane size alone decides (not the batch):
+    deterministic mode keeps it."""
+    hw = g.out_spatial
+    if g.kh == g.kw == 1:
+        small = hw <= CHANVEC_SMALL_PIXELS or (hw <= CHANVEC_MAX_PIXELS
+                                               and g.channels >= CHANVEC_MIN_K)
+    else:
+        small = hw <= CHANVEC_KXK_MAX_PIXELS
+    return (dev.is_cpu and algo is None and g.groups == 1 and 1 < hw and small
+            and g.kh <= CHANVEC_MAX_KERNEL and g.kw <= CHANVEC_MAX_KERNEL
+            and (not (g.ph or g.pw) or _packs_columns(dev, g))
+            and bool(config.get("CPU_CHANVEC")))
+
+
+def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_version,
+                     residual):
+    vw = cpu_vw(dev)
+    nr = 2 * vw
+    M, K, N = g.out_channels, g.col_rows, g.out_spatial
+    panels = -(-M // nr)
+    act_kind, act_a, act_b = act_defines(act)
+    defs = dict(VW=vw, BIAS=int(bias is not None), ACT=act_kind,
+                RESIDUAL=int(residual is not None), KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
+                DH=g.dh, DW=g.dw)
+    wp = dev.alloc(4 * panels * nr * K)
+    out = [OnChange(dev.launch(CHANVEC_SRC, "pack_w_chanvec", (panels,), (1,),
+                               [M, K, weight, wp], defs), weight_version)]
+    chw = g.channels * g.height * g.width
+    if g.ph or g.pw:        # the zero-padded images, as the GEMM path reads them
+        chunks = []
+        for n0, nc in _column_chunks(dev, g):
+            pre, src = _columns(dev, g, x, col, n0, nc)
+            out += pre
+            chunks.append((n0, nc, src.buf, src.off, src.image_stride, src.conv[6:9]))
+    else:
+        chunks = [(0, g.num, x, 0, chw, (g.width, g.height * g.width, g.out_w))]
+    # chunks of pixels (multiples of 6) until there are 4 work-items per core
+    want = 4 * max(int(dev.compute_units), 1)
+    for n0, nc, xb, xoff, xstride, (wpad, hwp, wo) in chunks:
+        pix = -(-N // 6) * 6
+        while panels * -(-N // pix) * nc < want and pix > 6:
+            pix = -(-(pix // 2) // 6) * 6
+        out.append(dev.launch(
+            CHANVEC_SRC, "conv_chanvec", (panels, -(-N // pix), nc), (1, 1, 1),
+            [M, N, K, pix, wp, xb, xoff, xstride, bias if bias is not None else wp,
+             y, y_off + n0 * ych * N, ych * N, residual if residual is not None else y,
+             n0 * ych * N, act_a, act_b, wpad, hwp, wo], defs))
     return out
 
 
@@ -1048,6 +1177,11 @@ DIRECT_SRC = "conv_direct.cl"
 DIRECT_MAX_CHANNELS = 4
 DIRECT_MAX_OUT_CHANNELS = 16
 DIRECT_MAX_IMAGES = 4
+# ... and for those few images at most this many output channels. With the
+# nineteenth session's kernels, batch 1 (bench_zoo --ab CPU_DIRECT_CONV=0,
+# 7-9 interleaved rounds, two runs, GEMM time / direct time): SqueezeNet
+# (3 -> 64) 0.92 and 0.93; the 3 -> 32 nets 0.96-1.09 (level)
+DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS = 32
 DIRECT_MAX_TAPS = 9
 
 
@@ -1055,14 +1189,16 @@ def direct_forward(dev, g):
     """Whether ``forward`` of ``g`` (automatic algorithm) runs the direct
     kernel: CPU drivers, one group, at most DIRECT_MAX_CHANNELS input
     channels and DIRECT_MAX_TAPS kernel taps, output rows of at least 8
-    pixels, and at most DIRECT_MAX_OUT_CHANNELS output channels or
-    DIRECT_MAX_IMAGES images (in deterministic mode the rule sees one
-    image: the same kernel at every batch); setting CPU_DIRECT_CONV off:
-    never."""
+    pixels, and at most DIRECT_MAX_OUT_CHANNELS output channels, or
+    DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS for at most DIRECT_MAX_IMAGES images
+    (in deterministic mode the rule sees one image: the same kernel at
+    every batch); setting CPU_DIRECT_CONV off: never."""
     num = 1 if deterministic() else g.num
     return (dev.is_cpu and g.groups == 1 and 0 < g.channels <= DIRECT_MAX_CHANNELS
             and g.kh * g.kw <= DIRECT_MAX_TAPS and g.out_w >= 8 and g.out_channels > 0
-            and (g.out_channels <= DIRECT_MAX_OUT_CHANNELS or num <= DIRECT_MAX_IMAGES)
+            and (g.out_channels <= DIRECT_MAX_OUT_CHANNELS
+                 or (num <= DIRECT_MAX_IMAGES
+                     and g.out_channels <= DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS))
             and config.get("CPU_DIRECT_CONV"))
 
 

@@ -271,7 +271,7 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
          stride_a=(0, 0), stride_b=(0, 0), stride_c=(0, 0),
          bias=None, bias_axis=0, off_bias=0, act=None, impl=None,
          nsplit=0, nstride=(0, 0), nsplit_b=True, ksplit=0, kstride=(0, 0), kchunk=0,
-         conv=None, packed_a=False, residual=None, off_residual=0):
+         conv=None, packed_a=False, packed_b=False, residual=None, off_residual=0):
     """One launch over batch*groups problems.
 
     stride_x = (per batch index, per group index), in elements.
@@ -296,6 +296,8 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
     ([image][C][Hp][Wp]; Wp, Hp*Wp, output row WO) whose columns the kernel
     packs itself (gemm_cpu.cl CONV_B): op(B) = col with nsplit = HO*WO
     (forward), or op(B) = col^T with ksplit = HO*WO (weight gradient).
+    packed_b: B is the conv operand's op(B) packed by ``pack_b_conv`` (from
+    off_b; CPU kernel, conv forward, one group and batch index).
     packed_a: A is op(A) packed by ``pack_a`` (CPU kernel only, op(A) = A,
     no ksplit; a group's A then starts stride_a[1] = packed_a_floats(M, K)
     floats after the previous one's).
@@ -340,6 +342,11 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
         if ksplit:
             raise ValueError("gemm: residual with ksplit (partial sums)")
         common["RESIDUAL"] = 1
+    if packed_b:
+        if impl != "cpu" or conv is None or trans_b or groups != 1 or batch != 1:
+            raise ValueError("gemm: packed_b needs the CPU kernel, a conv operand "
+                             "(op(B) = B), one group and one batch index")
+        common["PACKED_B"] = 1
     if packed_a:
         if impl != "cpu" or trans_a or ksplit:
             raise ValueError("gemm: packed_a needs the CPU kernel, op(A) = A and no ksplit")
@@ -399,3 +406,29 @@ def pack_a(dev, M, K, src, dst, groups=1, off_src=0):
     panels = int(groups) * mp // CPU_MR
     return dev.launch("gemm_cpu_pack.cl", "pack_a_panels", (max(panels, 1),), (1,),
                       [panels, int(M), int(K), mp, src, int(off_src), dst])
+
+
+def packed_b_floats(dev, N, K):
+    """Floats of an op(B) of N columns and K rows packed by ``pack_b_conv``
+    (columns rounded up to the micro-tile's cpu_nr)."""
+    nr = cpu_nr(dev)
+    return -(-int(N) // nr) * nr * int(K)
+
+
+# pack_b_conv: rows of K per work-item (a chunk of one panel)
+PACK_B_KCHUNK = 64
+
+
+def pack_b_conv(dev, N, K, src, off_src, nsplit, nsb, conv, dst, off_dst=0):
+    """Launch packing a CONV_B forward operand (the zero-padded images from
+    ``src`` + ``off_src``, ``conv`` as ``gemm``'s; columns folded over
+    images by ``nsplit`` / ``nsb``) into ``dst`` + ``off_dst`` as
+    ``gemm(..., packed_b=True)`` reads it (kernels/gemm_cpu.cl pack_b_conv;
+    one program for every geometry, which the kernel takes as arguments)."""
+    panels = -(-int(N) // cpu_nr(dev))
+    items = panels * -(-int(K) // PACK_B_KCHUNK)
+    return dev.launch("gemm_cpu.cl", "pack_b_conv", (max(items, 1),), (1,),
+                      [int(N), int(K), PACK_B_KCHUNK, src, int(off_src), int(nsplit), int(nsb)]
+                      + [int(v) for v in conv] + [dst, int(off_dst)],
+                      dict(CONV_B=1, VW=cpu_vw(dev), KC=cpu_kc(dev), BM_MAX=CPU_BM_MAX,
+                           BN_MAX=CPU_BN_MAX))

@@ -38,8 +38,36 @@ def _launch(dev, name, shape, out_hw, total, geom, bufs, planes=None, defines=No
     return dev.launch(SRC, name, gs, ls, [total] + geom + bufs, defines or None)
 
 
+# pooling.cl max_pool_fwd_band: most __local floats of a band of padded
+# input rows (64 KiB, an eighth of PoCL's local memory; less where the
+# device has less)
+BAND_FLOATS = 16384
+
+
+def band_rows(dev, shape, out_hw, k, s):
+    """Output rows per band of max_pool_fwd_band (0: not even one fits)."""
+    wp = (out_hw[1] - 1) * s[1] + k[1]
+    room = min(BAND_FLOATS, getattr(dev, "local_mem", 1 << 19) // 8) - (8 * s[1] + k[1])
+    rows_in = room // wp
+    return 0 if rows_in < k[0] else min(out_hw[0], (rows_in - k[0]) // s[0] + 1)
+
+
 def max_forward(dev, shape, out_hw, k, s, p, x, y, mask=None):
+    """y = max over each window (Caffe's MAX pooling); ``mask``: also its
+    argmax. CPU drivers without a mask (inference) and windows of at most
+    25 taps: bands of -FLT_MAX-padded rows (pooling.cl max_pool_fwd_band,
+    setting CPU_POOL_BANDS)."""
     n, c, h, w = shape
+    band = band_rows(dev, shape, out_hw, k, s)
+    if (dev.is_cpu and mask is None and k[0] * k[1] <= 25 and band > 0
+            and config.get("CPU_POOL_BANDS")):
+        planes = n * c
+        per_plane = max(h * w + out_hw[0] * out_hw[1], 1)
+        g = cpu_chunks(dev, planes, min_chunk=max(1, 8192 // per_plane))
+        bf = min(BAND_FLOATS, getattr(dev, "local_mem", 1 << 19) // 8)
+        return dev.launch(SRC, "max_pool_fwd_band", (g,), (1,),
+                          [planes, h, w, out_hw[0], out_hw[1], p[0], p[1], band, x, y],
+                          dict(FKH=k[0], FKW=k[1], PB_SH=s[0], FSW=s[1], POOL_BAND_FLOATS=bf))
     return _launch(dev, "max_pool_fwd", shape, out_hw, n * c * out_hw[0] * out_hw[1],
                    _geom(n, c, h, w, *out_hw, *k, *s, *p),
                    [x, y, mask if mask is not None else y, int(mask is not None)])

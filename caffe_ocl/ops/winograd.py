@@ -312,10 +312,27 @@ def _filter_launch(dev, wco, wc, flip, weight, ws, defs):
     return dev.launch(SRC, "wino_filter", gs, ls, args, defs)
 
 
+def filter_floats(g, tile=None):
+    """Floats of the forward filter transform U of ``g`` (``forward``'s
+    ``u_buf``)."""
+    return _points(tile_for(g, tile), g.kh) * (g.channels // g.groups) * g.out_channels
+
+
+def output_rows(dev, m, tw, beta, act_kind):
+    """Whether the output transform runs by strips of tiles, 8 at a time
+    (winograd.cl wino_output_rows): CPU drivers, F(4x4), rows of at least
+    8 tiles, no beta (the last 8 of a strip overlap the ones before) and
+    an activation of the forward's (none, ReLU, clip)."""
+    return dev.is_cpu and m == 4 and tw >= 8 and beta == 0.0 and act_kind <= 2
+
+
 def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
-              bias, act, beta, gemm_impl, tile, groups=1, gate=None, r=3):
+              bias, act, beta, gemm_impl, tile, groups=1, gate=None, u_buf=None, r=3):
     """gate: (G, slope): y = y if G > 0 else slope * y elementwise (the
-    gradient gate of an in-place ReLU whose output G is; instead of act)."""
+    gradient gate of an in-place ReLU whose output G is; instead of act).
+    u_buf: a buffer of its own for the filter transform U (the first
+    launch; the caller may run it only when the weights change) instead
+    of the shared scratch."""
     act_kind, act_a, act_b = act_defines(act)
     if act_kind > 2:        # its output transform knows ReLU and clip (3: the gate)
         raise ValueError(f"winograd: activation {act!r} is not in its output transform")
@@ -343,17 +360,26 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
     # group): the A operand of group j starts at j*cog*cg or at column j*cg.
     wco, wc = (cin, cog) if flip else (cout, cg)
     a_ld, a_gstride = (cin, cg) if flip else (cg, cog * cg)
-    out = [_filter_launch(dev, wco, wc, flip, weight, ws, defs)]
+    ub = ws if u_buf is None else u_buf
+    out = [_filter_launch(dev, wco, wc, flip, weight, ub, defs)]
     for n0 in range(0, num, chunk):
         nc = min(chunk, num - n0)
         T = nc * tiles
         ksv, ksm = _kstride(cin * T), _kstride(cout * T)
         out.append(_input_launch(dev, nc, cin, h, w, th, tw, ph, pw, T, ksv, x,
                                  n0 * cin * h * w, ws, off_v, defs))
-        out.append(gemm(dev, cog, T, cg, ws, ws, ws, off_a=0, off_b=off_v, off_c=off_m,
+        out.append(gemm(dev, cog, T, cg, ub, ws, ws, off_a=0, off_b=off_v, off_c=off_m,
                         lda=a_ld, ldb=T, ldc=T, batch=A, groups=G,
                         stride_a=(cout * cg, a_gstride), stride_b=(ksv, cg * T),
                         stride_c=(ksm, cog * T), impl=gemm_impl))
+        if output_rows(dev, m, tw, beta, act_kind):
+            strips = cout * nc * th
+            out.append(dev.launch(SRC, "wino_output_rows",
+                                  (cpu_chunks(dev, strips, min_chunk=STRIPS_MIN_CHUNK),), (1,),
+                                  [nc, cout, ho, wo, th, tw, ksm, ws, off_m,
+                                   bias if bias is not None else ws, int(bias is not None),
+                                   act_kind, act_a, act_b, y, n0 * cout * ho * wo], defs))
+            continue
         gs, ls = work_size(dev, cout * T, cap_per_cu=TRANSFORM_CAP_PER_CU)
         out.append(dev.launch(SRC, "wino_output", gs, ls,
                               [nc, cout, ho, wo, th, tw, ksm, ws, off_m,
@@ -373,15 +399,19 @@ def check_eligible(g):
 
 
 def forward(dev, g, x, weight, y, bias=None, act=None, beta=0.0, gemm_impl=None,
-            tile=None):
+            tile=None, u_buf=None):
     """[launches]: y = act(conv(x, weight) + bias + beta * y) (signature of
     ops.conv._igemm_forward; ``act`` as ops.gemm.gemm). ``gemm_impl`` picks
     the GEMM kernel (tests run the GPU tiles on PoCL); ``tile``: output
-    tile side 2 or 4 for 3x3 (None: ``default_tile()``), 2 for 5x5."""
+    tile side 2 or 4 for 3x3 (None: ``default_tile()``), 2 for 5x5.
+    ``u_buf``: at least ``filter_floats(g, tile)`` floats of its own for
+    the filter transform, the first launch (ops.conv.forward then runs it
+    only after the weights changed); None: in the shared scratch, every
+    pass."""
     check_eligible(g)
     return _pipeline(dev, g.num, g.channels, g.height, g.width, g.out_channels,
                      g.out_h, g.out_w, g.ph, g.pw, x, weight, False, y,
-                     bias, act, beta, gemm_impl, tile, g.groups, r=g.kh)
+                     bias, act, beta, gemm_impl, tile, g.groups, u_buf=u_buf, r=g.kh)
 
 
 def backward_data(dev, g, dy, weight, dx, accumulate=False, gemm_impl=None, tile=None,

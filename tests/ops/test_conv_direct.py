@@ -49,6 +49,7 @@ def _launches(d, monkeypatch, g, *args, **kw):
     give a batch of wider layers to the GEMM."""
     monkeypatch.setattr(d.dev, "is_cpu", True)
     monkeypatch.setattr(conv_ops, "DIRECT_MAX_IMAGES", 64)
+    monkeypatch.setattr(conv_ops, "DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS", 1 << 20)
     assert conv_ops.direct_forward(d.dev, g)
     launches = conv_ops.forward(d.dev, g, *args, **kw)
     monkeypatch.undo()
@@ -93,7 +94,8 @@ def test_direct_forward_into_concat_slice(d, rng, monkeypatch):
 def test_direct_forward_rule(d, monkeypatch):
     """CPU drivers, automatic algorithm, one group, at most 4 input
     channels and 9 taps, rows of at least 8 pixels, at most 16 output
-    channels or 4 images (one in deterministic mode); off by the setting."""
+    channels, or 32 for at most 4 images (one in deterministic mode); off
+    by the setting."""
     G = conv_ops.ConvGeometry
     monkeypatch.setattr(d.dev, "is_cpu", True)
     first = G(1, 3, 224, 224, 32, 3, 3, 1, 1, 2, 2)
@@ -104,6 +106,7 @@ def test_direct_forward_rule(d, monkeypatch):
     with config.override(DETERMINISTIC=True):
         assert conv_ops.direct_forward(d.dev, batch)
     assert not conv_ops.direct_forward(d.dev, G(1, 3, 224, 224, 64, 7, 7, 3, 3, 2, 2))
+    assert not conv_ops.direct_forward(d.dev, G(1, 3, 224, 224, 64, 3, 3, 0, 0, 2, 2))
     assert not conv_ops.direct_forward(d.dev, G(1, 8, 56, 56, 32, 3, 3, 1, 1))
     assert not conv_ops.direct_forward(d.dev, G(1, 4, 56, 56, 8, 3, 3, 1, 1, 1, 1, 1, 1, 2))
     assert not conv_ops.direct_forward(d.dev, G(1, 3, 7, 7, 32, 3, 3, 1, 1))

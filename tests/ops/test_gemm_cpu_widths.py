@@ -33,8 +33,9 @@ def vw(request, d, settings, monkeypatch):
     def checked_launch(filename, name, gsize, lsize, args, defines=None):
         if filename == "gemm_cpu.cl":
             assert defines["VW"] == width
-            bn = args[-18]      # bn, nsplit, 6 fold ints, 9 conv ints, R, offR: the last
-            assert bn % (2 * width) == 0
+            if name == "gemm":
+                bn = args[-18]      # bn, nsplit, 6 fold ints, 9 conv ints, R, offR: the last
+                assert bn % (2 * width) == 0
             built.append(defines)
         return launch(filename, name, gsize, lsize, args, defines)
     monkeypatch.setattr(d.dev, "launch", checked_launch)
@@ -213,3 +214,57 @@ def _weight_grad(g, x, dy):
                 dw[gi * og:(gi + 1) * og, :, i, j] = np.einsum(
                     "nchw,nohw->oc", patch, dy[:, gi * og:(gi + 1) * og])
     return dw
+
+
+# the columns packed once for every block of rows (ops.conv.packs_columns_once,
+# gemm_cpu.cl pack_b_conv + PACKED_B): many output channels on a small
+# plane; two images folded into N (a panel across their end); stride 2; K
+# over two K panels and several pack chunks; 200 channels: 12 row blocks
+# (n, c, h, w, co, kh, kw, ph, pw, sh, sw, dh, dw, groups)
+ONCE = [
+    (1, 5, 7, 7, 200, 3, 3, 1, 1, 1, 1, 1, 1, 1),
+    (2, 3, 5, 6, 200, 3, 3, 1, 1, 1, 1, 1, 1, 1),
+    (1, 4, 9, 11, 200, 3, 3, 1, 1, 2, 2, 1, 1, 1),
+    (1, 32, 4, 4, 200, 3, 3, 1, 1, 1, 1, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("p", ONCE, ids=["7x7", "two-images", "stride2", "two-kpanels"])
+def test_conv_columns_packed_once(d, rng, vw, settings, monkeypatch, p):
+    settings(CPU_COLUMNS_ONCE=True, CPU_DIRECT_CONV=False)
+    monkeypatch.setattr(d.dev, "compute_units", 2)    # blocks as on the 2-core CPU
+    g = conv_ops.ConvGeometry(*p)
+    assert conv_ops.packs_columns_once(d.dev, g, g.num, False)
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels, g.kh, g.kw))
+    b = rng.standard_normal(g.out_channels)
+    yshape = (g.num, g.out_channels, g.out_h, g.out_w)
+    ws = conv_ops.workspace_floats(d.dev, g, "im2col")
+    col = d.buf(np.zeros(max(ws, 1)))
+    yb = d.buf(np.full(yshape, np.nan))
+    launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, col, bias=d.buf(b),
+                                act=("relu", 0.1), algo="im2col")
+    assert [ln.name for ln in launches][-2:] == ["pack_b_conv", "gemm"]
+    d.run(launches)
+    v = conv2d(x, w, b, pad=(g.ph, g.pw), stride=(g.sh, g.sw))
+    assert rel_err(d.get(yb, yshape), np.where(v > 0, v, 0.1 * v)) < 1e-5
+    assert any(b.get("PACKED_B") == 1 for b in vw.built)
+
+
+def test_columns_packed_once_rule(d, settings, monkeypatch):
+    """Several blocks of output rows over a small plane: packed once; few
+    output channels (one block of rows), groups, or the setting off: in
+    every block (blocks as a 2-core CPU splits them)."""
+    if not d.dev.is_cpu:
+        pytest.skip("CPU drivers' rule")
+    settings(CPU_COLUMNS_ONCE=True)
+    monkeypatch.setattr(d.dev, "compute_units", 2)
+    G = conv_ops.ConvGeometry
+    assert conv_ops.packs_columns_once(d.dev, G(1, 512, 7, 7, 512, 3, 3, 1, 1), 1, False)
+    assert not conv_ops.packs_columns_once(d.dev, G(1, 128, 28, 28, 32, 3, 3, 1, 1), 1, True)
+    assert not conv_ops.packs_columns_once(
+        d.dev, G(1, 512, 7, 7, 512, 3, 3, 1, 1, 1, 1, 1, 1, 2), 1, False)
+    # too large to pack once: 64 images of a 14 x 14 plane
+    assert not conv_ops.packs_columns_once(d.dev, G(64, 256, 14, 14, 256, 3, 3, 1, 1), 64, True)
+    settings(CPU_COLUMNS_ONCE=False)
+    assert not conv_ops.packs_columns_once(d.dev, G(1, 512, 7, 7, 512, 3, 3, 1, 1), 1, False)

@@ -107,6 +107,41 @@ def test_conv_forward_repacks_on_version_change(d, rng, kernel, stride, pad, gro
     assert rel_err(d.get(yb, shape), reference(w2)) < 1e-5
 
 
+def test_winograd_filter_transform_kept_until_version_change(d, rng):
+    """A TEST-phase Winograd forward (given a weight_version) keeps its
+    filter transform U in a buffer of its own and redoes it only after the
+    weights changed."""
+    from refs import conv2d
+    g = conv_ops.ConvGeometry(num=2, channels=5, height=9, width=10, out_channels=7,
+                              kh=3, kw=3, sh=1, sw=1, ph=1, pw=1, dh=1, dw=1, groups=1)
+    x = rng.standard_normal((2, 5, 9, 10))
+    w1, w2 = rng.standard_normal((2, 7, 5, 3, 3))
+    bias = rng.standard_normal(7)
+    wb, yb = d.buf(w1), d.dev.alloc(4 * 2 * 7 * 9 * 10)
+    col = d.dev.alloc(4 * max(conv_ops.workspace_floats(d.dev, g, "winograd"), 1))
+    version = [0]
+    launches = conv_ops.forward(d.dev, g, d.buf(x), wb, yb, col, d.buf(bias), act=("relu", 0.0),
+                                algo="winograd", weight_version=lambda: version[0])
+    assert isinstance(launches[0], conv_ops.OnChange)
+    assert launches[0].name.startswith("wino_filter")
+    shape = (2, 7, 9, 10)
+
+    def reference(w):
+        return np.maximum(conv2d(x, w, bias, pad=(1, 1)), 0.0)
+
+    d.run(launches)
+    assert rel_err(d.get(yb, shape), reference(w1)) < 1e-4
+    d.dev.upload(wb, w2.astype(np.float32))
+    d.run(launches)             # same version: U is still w1's
+    assert rel_err(d.get(yb, shape), reference(w1)) < 1e-4
+    version[0] += 1
+    d.run(launches)
+    assert rel_err(d.get(yb, shape), reference(w2)) < 1e-4
+    # without a weight_version (TRAIN): the transform runs in every pass
+    plain = conv_ops.forward(d.dev, g, d.buf(x), wb, yb, col, d.buf(bias), algo="winograd")
+    assert not any(isinstance(ln, conv_ops.OnChange) for ln in plain)
+
+
 # conv1 -> ReLU in place (a folded chain), conv2 -> ReLU6 into a new top (an
 # elided pair), conv3 alone (the layer's own launches), conv4 -> BatchNorm
 # -> Scale (folded weights)

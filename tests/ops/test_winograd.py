@@ -189,14 +189,42 @@ WIDE = (2, 3, 5, 37, 4, 1, 1)
 def test_winograd_both_input_kernels(d, rng, p, tile, strips, monkeypatch):
     """Both input transforms (wino_input, wino_input_rows) on any device:
     forward, backward-data and the zero padding tiles of backward-weight.
-    WIDE's strips hold 10 (F4) or 19 (F2) tiles: wino_input_rows's groups
-    of 8 tiles and 8 inner columns in float8 lanes, and the rest one by one."""
+    WIDE's strips hold 10 (F4) or 19 (F2) tiles: wino_input_rows's runs of
+    8 tiles (the last overlapping the one before)."""
     orig = wino_ops._input_launch
     monkeypatch.setattr(wino_ops, "_input_launch",
                         lambda *a, **k: orig(*a, **dict(k, strips=strips)))
     _check_fwd_bwd(d, rng, _geom(p), tile=tile)
     ls = _check_bwd_weight(d, rng, _geom(p), tile=tile)
     assert ls[0].name == ("wino_input_rows" if strips else "wino_input")
+
+
+# strips of 8 tiles and more (wino_input_rows' runs of 8 tiles, the last
+# overlapping): 16 tiles (F(4x4) on width 64), 10 and 19 (width 37 at both
+# tiles), pad 0 (a crop at the right) and 2
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("p", [WIDE, (1, 2, 6, 64, 3, 1, 1), (1, 3, 5, 35, 2, 0, 0),
+                               (1, 2, 4, 30, 3, 2, 2)], ids=_id)
+def test_winograd_strips_of_eight_tiles(d, rng, p, tile, monkeypatch):
+    """Also the CPU output transform by strips (wino_output_rows: F(4x4),
+    forward without beta, rows of 8+ tiles), with bias and each activation."""
+    orig = wino_ops._input_launch
+    monkeypatch.setattr(wino_ops, "_input_launch",
+                        lambda *a, **k: orig(*a, **dict(k, strips=True)))
+    _check_fwd_bwd(d, rng, _geom(p), tile=tile)
+    g = _geom(p)
+    x, w, _ = _data(rng, g)
+    b = rng.standard_normal(g.out_channels)
+    y_ref = _refs(g, x, w, np.zeros((g.num, g.out_channels, g.out_h, g.out_w)))[0]
+    y_ref = y_ref + b.reshape(1, -1, 1, 1)
+    yshape = (g.num, g.out_channels, g.out_h, g.out_w)
+    for act, f in ((None, lambda v: v), (("relu", 0.1), lambda v: np.where(v > 0, v, 0.1 * v)),
+                   (("clip", -1.0, 1.5), lambda v: np.clip(v, -1.0, 1.5))):
+        yb = d.buf(np.full(yshape, np.nan))
+        ls = wino_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, d.buf(b), act, tile=tile)
+        assert (ls[-1].name == "wino_output_rows") == (d.dev.is_cpu and tile == 4)
+        d.run(ls)
+        assert _rel(d.get(yb, yshape), f(y_ref)) < TOL[tile]
 
 
 @pytest.mark.parametrize("r,m", [(3, 4), (5, 2)])

@@ -1,0 +1,168 @@
+/* Convolutions (one group) of small planes on CPU drivers, vectorized over
+ * output channels instead of pixels: 1x1 layers, and KH x KW layers read
+ * from their zero-padded images (the CPU GEMM's pad_planes copy).
+ *
+ * The CPU GEMM (gemm_cpu.cl) puts pixels along its vectors: a 7 x 7 plane
+ * (49 pixels) fills 49 of the 64 lanes of its two 32-column tiles, and its
+ * blocks re-read the whole weight matrix for each block of columns. Here
+ * the micro-tile is 6 pixels x NR output channels (NR = 2 * VW): per
+ * column row k = (c, kh, kw), two vectors of NR channels' weights (packed
+ * once: [ceil(M/NR)][K][NR], pack_w_chanvec) times 6 broadcast input
+ * values, 12 accumulators. 49 pixels fill 49 of 54 rows, and channels
+ * come in multiples of 8/16/32 in most nets. The tile is stored channel by
+ * channel (6 pixels of each row of y; transposed on the way out, element
+ * by element).
+ *
+ * Layouts: x images (image i at X + offX + i * ldxI), y images [M][N]
+ * (Y + offY + i * ldyI: a Concat's slice when ldyI > M * N), the residual
+ * R laid out as y (from offR). Epilogue as the GEMM's: y = act(sum + bias
+ * (+ R)), the sum over k in order (one fma chain per output, as
+ * gemm_cpu.cl within a K panel).
+ *
+ * Work-items (work-groups of one): (panel of NR channels, chunk of pix
+ * pixels, image). Host: caffe_ocl/ops/conv.py chanvec_forward. */
+#include "common.h"
+#include "act.h"
+
+#ifndef VW
+#define VW 16
+#endif
+#ifndef BIAS
+#define BIAS 0
+#endif
+#ifndef RESIDUAL
+#define RESIDUAL 0
+#endif
+#if VW == 16
+#define floatV float16
+#define vloadV vload16
+#define vstoreV vstore16
+#elif VW == 8
+#define floatV float8
+#define vloadV vload8
+#define vstoreV vstore8
+#else
+#error "VW is 8 or 16"
+#endif
+#define NR (2 * VW)
+#define MR 6
+/* the kernel's geometry (compile-time; 1 x 1 stride 1 by default). X is
+ * then the zero-padded images ([K / (KH * KW)][Hp][Wp], row Wp = wp, plane
+ * hwp; output rows of wo pixels), column row k = (c, kh, kw) of pixel
+ * (ho, wo) read at c * hwp + (ho * SH + kh * DH) * wp + wo * SW + kw * DW */
+#ifndef KH
+#define KH 1
+#endif
+#ifndef KW
+#define KW 1
+#endif
+#ifndef SH
+#define SH 1
+#endif
+#ifndef SW
+#define SW 1
+#endif
+#ifndef DH
+#define DH 1
+#endif
+#ifndef DW
+#define DW 1
+#endif
+
+/* Wp[p][k][j] = W[p * NR + j][k] (zero past M): one work-item per panel */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
+    const int p = get_global_id(0);
+    if (p * NR >= M) return;
+    __global float* d = Wp + (size_t)p * K * NR;
+    for (int j = 0; j < NR; ++j) {
+        const int m = p * NR + j;
+        __global const float* s = W + (size_t)min(m, M - 1) * K;
+        for (int k = 0; k < K; ++k) d[k * NR + j] = m < M ? s[k] : 0.0f;
+    }
+}
+
+/* the 6 x NR tile of rows (pixels) n .. n + rows - 1, channels m0 ..: bias
+ * (and without a residual the activation) on the vectors, then stored
+ * channel by channel (with a residual: added, then activated, element by
+ * element -- act(sum + bias + R) as the GEMM's epilogue) */
+#if RESIDUAL
+#define TILE_ACT(v) (v)
+#define ELEM_OUT(v, idx) APPLY_ACT((v) + Ri[idx])
+#else
+#define TILE_ACT(v) APPLY_ACT_VEC(v, floatV)
+#define ELEM_OUT(v, idx) (v)
+#endif
+#define STORE_ROW(i, va, vb)                                                   \
+    if ((i) < rows) {                                                          \
+        float t_[NR];                                                          \
+        vstoreV(TILE_ACT((va) + bv0), 0, t_);                                  \
+        vstoreV(TILE_ACT((vb) + bv1), 1, t_);                                  \
+        __global float* yp = Yi + (size_t)m0 * N + n + (i);                    \
+        for (int j = 0; j < mc; ++j)                                           \
+            yp[(size_t)j * N] = ELEM_OUT(t_[j], (size_t)(m0 + j) * N + n + (i)); \
+    }
+
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void conv_chanvec(int M, int N, int K, int pix,
+                     __global const float* Wp, __global const float* X, int offX, int ldxI,
+                     __global const float* bias, __global float* Y, int offY, int ldyI,
+                     __global const float* R, int offR, float act_a, float act_b,
+                     int wp, int hwp, int wo) {
+    const int p = get_global_id(0), img = get_global_id(2);
+    const int m0 = p * NR, nbeg = get_global_id(1) * pix;
+    if (m0 >= M || nbeg >= N) return;
+    const int nend = min(N, nbeg + pix), mc = min(NR, M - m0);
+    __global const float* Xi = X + offX + (size_t)img * ldxI;
+    __global float* Yi = Y + offY + (size_t)img * ldyI;
+    __global const float* Ri = R + offR + (size_t)img * ldyI;
+    __global const float* wpan = Wp + (size_t)p * K * NR;
+#if BIAS
+    floatV bv0 = 0.0f, bv1 = 0.0f;
+    {
+        float t[NR];
+        for (int j = 0; j < NR; ++j) t[j] = bias[min(m0 + j, M - 1)];
+        bv0 = vloadV(0, t);
+        bv1 = vloadV(1, t);
+    }
+#else
+    const floatV bv0 = 0.0f, bv1 = 0.0f;
+#endif
+    for (int n = nbeg; n < nend; n += MR) {
+        const int rows = min(MR, nend - n), rl = rows - 1;
+        /* pixel i of the tile (past the end: the last again, not stored)
+         * at offset oi of its tap (0, 0) in the (padded) image */
+#define PIX_OFF(i) (((min(n + (i), nend - 1)) / wo) * SH * wp + ((min(n + (i), nend - 1)) % wo) * SW)
+        const int o0 = PIX_OFF(0), o1 = PIX_OFF(1), o2 = PIX_OFF(2), o3 = PIX_OFF(3),
+                  o4 = PIX_OFF(4), o5 = PIX_OFF(5);
+        floatV c00 = 0.0f, c01 = 0.0f, c10 = 0.0f, c11 = 0.0f;
+        floatV c20 = 0.0f, c21 = 0.0f, c30 = 0.0f, c31 = 0.0f;
+        floatV c40 = 0.0f, c41 = 0.0f, c50 = 0.0f, c51 = 0.0f;
+        __global const float* wk = wpan;
+        const int C = K / (KH * KW);
+        for (int c = 0; c < C; ++c) {
+#pragma unroll
+            for (int kh = 0; kh < KH; ++kh)
+#pragma unroll
+                for (int kw = 0; kw < KW; ++kw) {
+                    const floatV w0 = vloadV(0, wk), w1 = vloadV(1, wk);
+                    wk += NR;
+                    __global const float* xk = Xi + (size_t)c * hwp + kh * DH * wp + kw * DW;
+                    const float a0 = xk[o0], a1 = xk[o1], a2 = xk[o2], a3 = xk[o3],
+                                a4 = xk[o4], a5 = xk[o5];
+                    c00 = fma((floatV)a0, w0, c00); c01 = fma((floatV)a0, w1, c01);
+                    c10 = fma((floatV)a1, w0, c10); c11 = fma((floatV)a1, w1, c11);
+                    c20 = fma((floatV)a2, w0, c20); c21 = fma((floatV)a2, w1, c21);
+                    c30 = fma((floatV)a3, w0, c30); c31 = fma((floatV)a3, w1, c31);
+                    c40 = fma((floatV)a4, w0, c40); c41 = fma((floatV)a4, w1, c41);
+                    c50 = fma((floatV)a5, w0, c50); c51 = fma((floatV)a5, w1, c51);
+                }
+        }
+        STORE_ROW(0, c00, c01)
+        STORE_ROW(1, c10, c11)
+        STORE_ROW(2, c20, c21)
+        STORE_ROW(3, c30, c31)
+        STORE_ROW(4, c40, c41)
+        STORE_ROW(5, c50, c51)
+    }
+}

@@ -1,0 +1,146 @@
+"""1x1 convolutions of small planes vectorized over output channels on CPU
+drivers (kernels/conv_chanvec.cl, ops.conv.chanvec_forward): against a
+float64 reference at both vector widths -- channels past whole panels,
+planes not a multiple of the 6-pixel tile and split into pixel chunks,
+two images, a Concat slice, a residual, bias and activations -- the
+weights packed again only when their version changes, and the rule's
+choice."""
+import numpy as np
+import pytest
+
+from caffe_ocl.ops import conv as conv_ops
+from refs import rel_err
+
+
+@pytest.fixture(autouse=True)
+def _cpu_only(d):
+    if not d.dev.is_cpu:
+        pytest.skip("a CPU-driver path")
+
+
+@pytest.fixture(params=["8", "16"], ids=["vw8", "vw16"])
+def vw(request, settings):
+    settings(CPU_GEMM_VW=request.param, CPU_CHANVEC=True)
+    return int(request.param)
+
+
+def _geo(num, c, hw, co, k=1, pad=0, stride=1, dil=1):
+    return conv_ops.ConvGeometry(num, c, hw[0], hw[1], co, k, k, pad, pad, stride, stride,
+                                 dil, dil, 1)
+
+
+ACTS = {None: lambda v: v, ("relu", 0.1): lambda v: np.where(v > 0, v, 0.1 * v),
+        ("relu", 0.0): lambda v: np.maximum(v, 0.0),
+        ("swish", 1.0): lambda v: v / (1.0 + np.exp(-v)),
+        ("clip", -1.0, 2.0): lambda v: np.clip(v, -1.0, 2.0)}
+
+
+# (num, channels, (h, w), out channels, bias, act, residual, slice, (k, pad, stride, dil))
+ONE = (1, 0, 1, 1)
+CASES = [
+    (1, 20, (7, 7), 40, True, ("relu", 0.1), False, False, ONE),     # 40: a partial panel
+    (2, 9, (5, 3), 33, False, None, False, False, ONE),              # 15 pixels: a 3-pixel tile
+    (1, 130, (11, 13), 16, True, ("clip", -1.0, 2.0), False, False, ONE),   # 143 pixels
+    (2, 12, (4, 4), 70, True, ("relu", 0.0), True, False, ONE),      # residual
+    (1, 8, (6, 7), 24, True, None, False, True, ONE),                # into a Concat slice
+    (2, 5, (7, 6), 40, True, ("relu", 0.1), False, False, (3, 1, 1, 1)),    # padded 3 x 3
+    (1, 4, (9, 11), 20, True, None, True, False, (3, 1, 2, 1)),      # stride 2 + residual
+    (1, 3, (8, 8), 36, False, ("clip", -1.0, 2.0), False, True, (5, 2, 1, 1)),   # 5 x 5 slice
+    (1, 6, (9, 9), 17, True, None, False, False, (3, 0, 1, 2)),      # dilated, unpadded
+    (2, 7, (10, 10), 12, True, None, False, False, (1, 0, 2, 1)),    # strided 1x1
+    (1, 10, (7, 7), 50, True, ("swish", 1.0), False, False, ONE),    # swish on the vectors
+]
+
+
+def _reference(x, w, b, k, pad, stride, dil):
+    n, c, h, wd = x.shape
+    co = w.shape[0]
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    ho = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    wo = (wd + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    out = np.zeros((n, co, ho, wo))
+    for kh in range(k):
+        for kw in range(k):
+            win = xp[:, :, kh * dil:kh * dil + stride * (ho - 1) + 1:stride,
+                     kw * dil:kw * dil + stride * (wo - 1) + 1:stride]
+            out += np.einsum("oc,nchw->nohw", w[:, :, kh, kw], win)
+    if b is not None:
+        out += b.reshape(1, co, 1, 1)
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=["partial-panel", "two-images", "chunks",
+                                             "residual", "slice", "3x3", "3x3-stride2",
+                                             "5x5-slice", "dilated", "1x1-stride2", "swish"])
+def test_chanvec_equals_reference(d, rng, vw, monkeypatch, case):
+    num, c, hw, co, has_bias, act, has_res, sliced, (k, pad, stride, dil) = case
+    monkeypatch.setattr(d.dev, "compute_units", 2)
+    g = _geo(num, c, hw, co, k, pad, stride, dil)
+    assert conv_ops.chanvec_forward(d.dev, g)
+    x = rng.standard_normal((num, c) + hw)
+    w = rng.standard_normal((co, c, k, k))
+    b = rng.standard_normal(co) if has_bias else None
+    ref = _reference(x, w, b, k, pad, stride, dil)
+    res = rng.standard_normal(ref.shape) if has_res else None
+    if has_res:
+        ref = ref + res
+    ref = ACTS[act](ref)
+    ohw = (g.out_h, g.out_w)
+    pre, ych = (3, co + 5) if sliced else (0, co)
+    yshape = (num, ych) + ohw
+    yb = d.buf(np.full(yshape, np.nan))
+    col = d.buf(np.zeros(max(conv_ops.workspace_floats(d.dev, g, "im2col"), 1)))
+    launches = conv_ops.forward(
+        d.dev, g, d.buf(x), d.buf(w), yb, col, bias=d.buf(b) if has_bias else None, act=act,
+        y_off=pre * ohw[0] * ohw[1], y_channels=ych, weight_version=lambda: 1,
+        residual=d.buf(res) if has_res else None)
+    names = [ln.name for ln in launches]
+    assert names[0] == "pack_w_chanvec" and names[-1] == "conv_chanvec"
+    assert ("pad_planes" in names) == bool(pad)
+    d.run(launches)
+    got = d.get(yb, yshape)
+    assert rel_err(got[:, pre:pre + co], ref) < 1e-5
+    if sliced:      # the channels around the slice untouched
+        assert np.isnan(got[:, :pre]).all() and np.isnan(got[:, pre + co:]).all()
+
+
+def test_weights_packed_again_only_after_a_change(d, rng, vw):
+    g = _geo(1, 6, (7, 7), 20)
+    x = rng.standard_normal((1, 6, 7, 7))
+    w1, w2 = rng.standard_normal((2, 20, 6, 1, 1))
+    wb, yb = d.buf(w1), d.buf(np.zeros((1, 20, 7, 7)))
+    version = [0]
+    launches = conv_ops.forward(d.dev, g, d.buf(x), wb, yb, None,
+                                weight_version=lambda: version[0])
+    d.run(launches)
+    assert rel_err(d.get(yb, (1, 20, 7, 7)), np.einsum("oc,nchw->nohw", w1[:, :, 0, 0], x)) < 1e-5
+    d.dev.upload(wb, w2.astype(np.float32))
+    d.run(launches)        # same version: the old packed weights
+    assert rel_err(d.get(yb, (1, 20, 7, 7)), np.einsum("oc,nchw->nohw", w1[:, :, 0, 0], x)) < 1e-5
+    version[0] = 1
+    d.run(launches)
+    assert rel_err(d.get(yb, (1, 20, 7, 7)), np.einsum("oc,nchw->nohw", w2[:, :, 0, 0], x)) < 1e-5
+
+
+def test_rule(d, settings):
+    """1x1 kernels: 7 x 7 planes always, 14 x 14 from 128 input channels;
+    larger kernels up to 28 x 28 planes; not larger planes, 1 x 1 planes,
+    grouped convolutions, explicit algorithms, or with the setting off."""
+    settings(CPU_CHANVEC=True)
+    G = conv_ops.ConvGeometry
+    ok = conv_ops.chanvec_forward
+    assert ok(d.dev, _geo(1, 16, (7, 7), 64))
+    assert ok(d.dev, _geo(4, 16, (7, 7), 64))
+    assert ok(d.dev, _geo(1, 128, (14, 14), 64))
+    assert ok(d.dev, G(1, 256, 14, 14, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1))      # 7 x 7 output
+    assert ok(d.dev, _geo(1, 128, (28, 28), 32, 3, 1))
+    assert ok(d.dev, _geo(1, 512, (7, 7), 512, 3, 1))
+    assert not ok(d.dev, _geo(1, 96, (14, 14), 576))
+    assert not ok(d.dev, _geo(1, 512, (28, 28), 64))
+    assert not ok(d.dev, _geo(1, 512, (1, 1), 64))
+    assert not ok(d.dev, _geo(1, 128, (56, 56), 32, 3, 1))
+    assert not ok(d.dev, _geo(1, 3, (224, 224), 64, 7, 3, 2))
+    assert not ok(d.dev, G(1, 64, 7, 7, 64, 1, 1, 0, 0, 1, 1, 1, 1, 2))
+    assert not ok(d.dev, _geo(1, 16, (7, 7), 64), algo="im2col")
+    settings(CPU_CHANVEC=False)
+    assert not ok(d.dev, _geo(1, 16, (7, 7), 64))
