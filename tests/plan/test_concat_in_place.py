@@ -314,6 +314,9 @@ def test_reshape_that_changes_the_algorithm(rng, monkeypatch):
         fused, plain, _ = _nets(INCEPTION, rng)
         b3 = fused.layer_dict["b3"]
         assert conv_ops.algorithm(b3.device, b3.geom) != "winograd"      # batch 2
+        # (GPUs: the implicit-GEMM kernel of a 3x3 may not write slices at
+        # all; then there is no slice to come back to below)
+        slices_at_2 = conv_ops.writes_slices(b3.device, b3.geom)
         x2 = rng.normal(0, 1, (2, 3, 7, 6)).astype(np.float32)
         _forward_all((fused, plain), x2)
         _assert_blobs_equal(fused, plain)
@@ -332,8 +335,9 @@ def test_reshape_that_changes_the_algorithm(rng, monkeypatch):
         for _ in range(2):
             _forward_all((fused, plain), x2)
             _assert_blobs_equal(fused, plain)
-        fused.forward(data=x2)                # b3's value now only in its slice
-        target = next(u for u in fused.plan.groups
-                      if getattr(u, "slice_target", None) is not None
-                      and u.layers[0] == list(fused.layer_dict).index("b3")).slice_target
-        assert target.layout() is not None and target.fresh()
+        if slices_at_2:
+            fused.forward(data=x2)            # b3's value now only in its slice
+            target = next(u for u in fused.plan.groups
+                          if getattr(u, "slice_target", None) is not None
+                          and u.layers[0] == list(fused.layer_dict).index("b3")).slice_target
+            assert target.layout() is not None and target.fresh()
