@@ -46,28 +46,12 @@
 #endif
 #define NR (2 * VW)
 #define MR 6
-/* the kernel's geometry (compile-time; 1 x 1 stride 1 by default). X is
- * then the zero-padded images ([K / (KH * KW)][Hp][Wp], row Wp = wp, plane
- * hwp; output rows of wo pixels), column row k = (c, kh, kw) of pixel
- * (ho, wo) read at c * hwp + (ho * SH + kh * DH) * wp + wo * SW + kw * DW */
-#ifndef KH
-#define KH 1
-#endif
-#ifndef KW
-#define KW 1
-#endif
-#ifndef SH
-#define SH 1
-#endif
-#ifndef SW
-#define SW 1
-#endif
-#ifndef DH
-#define DH 1
-#endif
-#ifndef DW
-#define DW 1
-#endif
+/* the kernel's geometry (compile-time, conv_geom.h: 1 x 1 stride 1 by
+ * default; its PH, PW unused: X is then the zero-padded images
+ * ([K / (KH * KW)][Hp][Wp], row Wp = wp, plane hwp; output rows of wo
+ * pixels), column row k = (c, kh, kw) of pixel (ho, wo) read at
+ * c * hwp + (ho * SH + kh * DH) * wp + wo * SW + kw * DW */
+#include "conv_geom.h"
 
 /* Wp[p][k][j] = W[p * NR + j][k] (zero past M): one work-item per panel */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
