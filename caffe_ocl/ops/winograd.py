@@ -65,7 +65,6 @@ SRC = "winograd.cl"
 MAX_WS_FLOATS = 1 << 26
 ENV = "CAFFE_OCL_WINOGRAD"
 TILE_ENV = "CAFFE_OCL_WINOGRAD_TILE"
-TILES = (2, 4)
 # Automatic choice: estimated speedup over direct (implicit GEMM) needed.
 MIN_SPEEDUP = 1.2
 # FLOP/s of the GEMM over bytes/s of device memory (H200: ~35 TFLOP/s FP32
@@ -164,7 +163,7 @@ def estimated_speedup(g, tile=None, tf32=False):
     (m = 2: 45 (1/C + 1/Co)). Grouped: C and Co per group (the GEMMs shrink
     by the group count, the transforms do not). The filter transform, done
     once per call, reads r^2 and writes A floats per (C, Co) pair against the
-    GEMM's 2 A T FLOPs (T = tiles of the whole batch): 2 (9 + A)
+    GEMM's 2 A T FLOPs (T = tiles of the whole batch): 2 (r^2 + A)
     FLOP_PER_BYTE / (A T) more, which decides at batch 1 and small maps
     (ResNet-50's 512-channel 7x7 layers at batch 1: T = 4).
     m = 2: C = Co = 64: 0.93 (no gain; GEMMs with K = 64 are also below
@@ -352,8 +351,9 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
     if max(u_fl + v_fl + m_fl, num * max(cin * h * w, cout * ho * wo)) > _INT_MAX:
         raise ValueError(f"winograd: tensors of {num}x{cin}x{h}x{w} -> {cout}x{ho}x{wo} "
                          "exceed 32-bit indexing")
-    ws = dev.shared_scratch(u_fl + v_fl + m_fl)
-    off_v, off_m = u_fl, u_fl + v_fl
+    u_ws = u_fl if u_buf is None else 0           # U in the scratch, or in u_buf
+    ws = dev.shared_scratch(u_ws + v_fl + m_fl)
+    off_v, off_m = u_ws, u_ws + v_fl
     # weight is [Co][C/G][r][r] of the convolution; backward-data (flip) runs
     # from its Co channels (cin here) to its C channels (cout here).
     # U[k] is [cout][cin/G] (forward) or [cout/G][cin] (flip: transposed per
