@@ -9,8 +9,12 @@ convolution-like shapes; milliseconds and TFLOP/s, ratio old / async.
 --conv-shapes: the products of converted nets' 1x1 and Winograd layers
 at batch 64 (K 64-512, N up to 200704: Wide-ResNet-50's 1x1 at 56 x 56),
 the async loop as planned against variants of it: 2 stages instead of
-3 (more work-groups per compute unit), the results stored directly
-instead of through local memory (STAGED off), and tile_mainloop.h.
+3 (more work-groups per compute unit), 64-row tiles with 3 or 4
+stages, 8 warps of 64 x 32 results
+instead of 4 of 64 x 64 (half the registers per work-item), the staged
+tile stored one float per store instead of 16 bytes (GEMM_VSTORE4 off),
+and tile_mainloop.h. (Stores straight from the registers, not staged:
+1.9x slower, twentieth session.)
 """
 import argparse
 import os
@@ -39,12 +43,24 @@ CONV_SHAPES = [  # M x N x K (no transposes)
 ]
 
 
+_gpu_tiles = gemm_ops.gpu_tiles
+
+
+def _rows64(dev, M, K=None):
+    """gpu_tiles with 64-row tiles whatever M (a variant: smaller stages, so
+    4 of them fit 48 KiB, and half the accumulators per work-item)."""
+    return dict(_gpu_tiles(dev, M, K), TM=64)
+
+
 def conv_shapes(dev, buf, runs):
     """--conv-shapes: the async loop against its variants (module docstring)."""
     variants = [
         ("async 3 stages", dict(), {}),
         ("async 2 stages", dict(), {"ASYNC_MAX_STAGES": 2}),
-        ("async, store direct", dict(), {"STAGED_MAX_K": 0}),
+        ("async, 8 warps of 64 x 32", dict(), {"ASYNC_WN": 32}),
+        ("async, 64-row tiles, 3 stages", dict(), {"gpu_tiles": _rows64}),
+        ("async, 64-row tiles, 4 stages", dict(), {"gpu_tiles": _rows64, "ASYNC_MAX_STAGES": 4}),
+        ("async, one float per store", dict(GEMM_VSTORE4=False), {}),
         ("register-staged", dict(TF32_ASYNC=False), {}),
     ]
     print("| M x N x K | " + " | ".join(f"{v[0]} ms (TFLOP/s)" for v in variants) + " |")

@@ -166,6 +166,10 @@ _DECLARED = (
     Setting("GEMM_READ_AHEAD", "bool", True,
             "GEMM tiles read the old C values (beta != 0) ahead of their stores "
             "(off: each right before its store)", internal=True),
+    Setting("GEMM_VSTORE4", "bool", True,
+            "GPU GEMM tiles with the staged store write 4 adjacent results per "
+            "16-byte store where C's rows are 16-byte aligned (off: one float "
+            "per store)", internal=True),
     Setting("TF32_EMULATE", "bool", False,
             "tests: build the TF32 tensor-core tiling with an emulated mma on any "
             "device (slow, exact TF32 rounding)", internal=True),
@@ -226,6 +230,11 @@ _DECLARED = (
     Setting("WINOGRAD_OCCUPANCY", "bool", True,
             "GPUs: the automatic Winograd choice weighs how much of the GEMM tiles "
             "Winograd and the implicit GEMM fill (off: the arithmetic model alone)",
+            internal=True),
+    Setting("GPU_TILE_RASTER", "int", 8,
+            "GPUs: the tile kernels (gemm.cl, conv_igemm.cl) start their work-groups "
+            "in bands of this many rows of tiles, row fastest, so that a block of B "
+            "read from memory serves every row of a band from L2 (1: plain order)",
             internal=True),
     Setting("WINOGRAD_MIN_MFLOP", "int", 500,
             "GPUs: fewest MFLOP of a convolution (direct count, whole batch) for the "

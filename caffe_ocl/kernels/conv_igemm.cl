@@ -55,6 +55,7 @@
         xb[(m) * HW] = v;                                                 \
     }
 #include "mma_tf32.h"
+#include "tile_raster.h"
 
 #if MODE == 0
 /* x value of column (k = c*KH*KW + kh*KW + kw) for the output pixel whose
@@ -93,7 +94,7 @@ void conv_fwd(int NIMG, int C, int H, int W, int CO, int HO, int WO, float alpha
     X += offX + g * Cg * HW;
     Wt += g * M * K;
     const int lid = get_local_id(0);
-    const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
+    TILE_ORIGIN(m0, n0)
     /* this work-item always fetches B column n0 + lid % TN */
     const int bn = n0 + lid % TN;
     const int bok = bn < N;
@@ -158,7 +159,7 @@ void conv_bwd_data(int NIMG, int C, int H, int W, int CO, int HO, int WO,
     const int N = NIMG * HW, K = Mo * KHKW;
     Wt += g * Mo * M * KHKW;
     const int lid = get_local_id(0);
-    const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
+    TILE_ORIGIN(m0, n0)
     const int kbeg = 0, kend = K;
     const int bn = n0 + lid % TN;
     const int bok = bn < N;
@@ -215,7 +216,7 @@ void conv_bwd_data_phase(int NIMG, int C, int H, int W, int CO, int HO, int WO,
     const int N = NIMG * HPWP, K = Mo * nk;
     Wt += g * Mo * M * KHKW;
     const int lid = get_local_id(0);
-    const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
+    TILE_ORIGIN(m0, n0)
     const int kbeg = 0, kend = K;
     const int bn = n0 + lid % TN;
     const int bok = bn < N;
@@ -270,7 +271,7 @@ void conv_bwd_weight(int NIMG, int C, int H, int W, int CO, int HO, int WO,
     X += offX + g * Cg * HW;
     DY += offDY + g * M * HOWO;
     const int lid = get_local_id(0);
-    const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
+    TILE_ORIGIN(m0, n0)
     const int kbeg = s * kchunk, kend = min(K, kbeg + kchunk);
     /* k = img*HOWO + p; both operands are k-fast, so a work-item's loads of
      * a tile share its 4 values of k (tile_mainloop.h's fetch mapping): the

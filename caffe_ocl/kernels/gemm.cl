@@ -63,6 +63,7 @@
 #include "act.h"
 #include "mma_tf32.h"
 #include "tile_config.h"
+#include "tile_raster.h"
 
 #if KFOLD
 #if TRANS_A || !TRANS_B || NFOLD
@@ -116,7 +117,7 @@ void gemm(int M, int N, int K, float alpha,
     C += offC + zn * sC_n + zg * sC_g;
     R += offR + zn * sC_n + zg * sC_g;      /* laid out as C */
     const int lid = get_local_id(0);
-    const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
+    TILE_ORIGIN(m0, n0)
 #if KFOLD
     const int kbeg = zn * kchunk, kend = min(K, kbeg + kchunk);
 #else
@@ -170,5 +171,33 @@ void gemm(int M, int N, int K, float alpha,
         C_AT(m, n) = APPLY_ACT(v);                                  \
     }
 #endif
+/* the same, 4 adjacent columns at once (tile_store.h VSTORE4; the host sets
+ * it where C's and R's rows start on 16 bytes): the same operations in the
+ * same order per element, so the same bits */
+#if BIAS == 1
+#define BIAS4_AT(m, n) ((float4)(BIAS_AT(m, n)))
+#elif BIAS == 2
+#define BIAS4_AT(m, n) vload4(0, bias + offBias + (n))
+#else
+#define BIAS4_AT(m, n) ((float4)(0.0f))
+#endif
+#if READ_AHEAD
+#define OLD4_AT(m, n, old4) (old4)
+#else
+#define OLD4_AT(m, n, old4) (*(__global const float4*)&C_AT(m, n))
+#endif
+#if RESIDUAL
+#define ADD4_(v4, add4) v4 += (add4);
+#else
+#define ADD4_(v4, add4)
+#endif
+#define STORE_ROW4(m, n, acc4, old4, add4) {                        \
+        float4 v4 = alpha * (acc4) + BIAS4_AT(m, n);                \
+        if (beta != 0.0f) v4 += beta * OLD4_AT(m, n, old4);         \
+        ADD4_(v4, add4)                                             \
+        v4.x = APPLY_ACT(v4.x); v4.y = APPLY_ACT(v4.y);             \
+        v4.z = APPLY_ACT(v4.z); v4.w = APPLY_ACT(v4.w);             \
+        *(__global float4*)&C_AT(m, n) = v4;                        \
+    }
 #include "tile_store.h"
 }

@@ -69,12 +69,47 @@
 #if NT % TN || EPI_ROWS_ % (NT / TN)
 #error "tile_store.h: the staged rows are not whole rows of work-items"
 #endif
+#ifndef VSTORE4
+#define VSTORE4 0
+#endif
+#if VSTORE4
+/* VSTORE4 (the host's promise that C's rows, and R's, start on 16 bytes,
+ * that an image's columns under NFOLD are a multiple of 4, and that the
+ * includer defines STORE_ROW4(m, n, acc4, old4, add4): the results of row m,
+ * columns n .. n + 3): work-item lid stores 4 adjacent columns of the rows
+ * lid / (TN / 4) + VROWS_ * i with one 16-byte store each. A tile of a
+ * short product is nearly all store (a 1x1 convolution from 128 to 256
+ * channels: 8 k-steps, then 64 KiB out per work-group), and one store per
+ * float kept the H200's load/store units, not its memory, busy. */
+#define VROWS_ (NT * 4 / TN)
+#define VSTEPS_ (EPI_ROWS_ / VROWS_)
+#if EPI_ROWS_ % VROWS_
+#error "tile_store.h: the staged rows are not whole rows of 4-column work-items"
+#endif
+#ifdef PRIOR_AT
+#define PRIOR4_(i) prior4_[i]
+#else
+#define PRIOR4_(i) ((float4)(0.0f))
+#endif
+#ifdef ADDEND_AT
+#define ADDEND4_(i) addend4_[i]
+#else
+#define ADDEND4_(i) ((float4)(0.0f))
+#endif
+#endif
     {
         __local float* cs_ = Bs;
+#if VSTORE4
+        const int ec_ = (lid % (TN / 4)) * 4;     /* this work-item's 4 columns */
+        const int en_ = n0 + ec_;
+        const int eok_ = en_ < N, efull_ = en_ + 3 < N;
+        STORE_COL(en_)
+#else
         const int ec_ = lid % TN;
         const int en_ = n0 + ec_;
         const int eok_ = en_ < N;
         STORE_COL(en_)
+#endif
 #pragma unroll
         for (int h_ = 0; h_ < TM / EPI_ROWS_; ++h_) {
             barrier(CLK_LOCAL_MEM_FENCE);    /* previous readers of the local tiles are done */
@@ -87,6 +122,52 @@
                 for (int j = 0; j < ACC_N; ++j) crow_[COL_OF(j)] = acc[i][j];
             }
             barrier(CLK_LOCAL_MEM_FENCE);
+#if VSTORE4
+            if (eok_) {
+#ifdef PRIOR_AT
+                float4 prior4_[VSTEPS_];
+#pragma unroll
+                for (int pi_ = 0; pi_ < VSTEPS_; ++pi_) {
+                    const int em_ = m0 + h_ * EPI_ROWS_ + lid / (TN / 4) + pi_ * VROWS_;
+                    prior4_[pi_] = (beta != 0.0f && em_ < M && efull_)
+                        ? *(__global const float4*)&PRIOR_AT(em_, en_) : (float4)(0.0f);
+                }
+#endif
+#ifdef ADDEND_AT
+                float4 addend4_[VSTEPS_];
+#pragma unroll
+                for (int pi_ = 0; pi_ < VSTEPS_; ++pi_) {
+                    const int em_ = m0 + h_ * EPI_ROWS_ + lid / (TN / 4) + pi_ * VROWS_;
+                    addend4_[pi_] = (em_ < M && efull_)
+                        ? *(__global const float4*)&ADDEND_AT(em_, en_) : (float4)(0.0f);
+                }
+#endif
+#pragma unroll
+                for (int pi_ = 0; pi_ < VSTEPS_; ++pi_) {
+                    const int r_ = lid / (TN / 4) + pi_ * VROWS_;
+                    const int em_ = m0 + h_ * EPI_ROWS_ + r_;
+                    if (em_ >= M) break;
+                    const float4 ev4_ = *(__local const float4*)(cs_ + r_ * LDC_ + ec_);
+                    if (efull_) {
+                        STORE_ROW4(em_, en_, ev4_, PRIOR4_(pi_), ADDEND4_(pi_))
+                    } else {        /* the last columns of C, one by one */
+                        const float evs_[4] = {ev4_.x, ev4_.y, ev4_.z, ev4_.w};
+                        for (int j_ = 0; j_ < 4 && en_ + j_ < N; ++j_) {
+                            STORE_COL(en_ + j_)
+#ifdef ADDEND_AT
+                            const float addend_v = ADDEND_AT(em_, en_ + j_);
+#endif
+#ifdef PRIOR_AT
+                            STORE_ROW_PRIOR(em_, en_ + j_, evs_[j_],
+                                            beta != 0.0f ? PRIOR_AT(em_, en_ + j_) : 0.0f)
+#else
+                            STORE_ROW(em_, en_ + j_, evs_[j_])
+#endif
+                        }
+                    }
+                }
+            }
+#else
             if (eok_) {
 #ifdef PRIOR_AT
                 float prior_[EPI_ROWS_ / (NT / TN)];
@@ -114,9 +195,14 @@
                     ROW_STORE_(em_, en_, ev_, pi_)
                 }
             }
+#endif
         }
     }
 #undef EPI_ROWS_
+#undef VROWS_
+#undef VSTEPS_
+#undef PRIOR4_
+#undef ADDEND4_
 #undef LDC_
 #else
 #pragma unroll

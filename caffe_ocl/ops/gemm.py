@@ -65,13 +65,15 @@ def gpu_tiles(dev, M, K=None):
     or 64 x 128 (128 work-items) when op(A) has at most 64 rows; STAGED (the
     store of tile_store.h) for a product of depth K <= STAGED_MAX_K. In
     deterministic mode always 128 rows where local memory allows (M is the
-    batch of a fully-connected layer)."""
+    batch of a fully-connected layer). RASTER: the order the work-groups
+    start in (kernels/tile_raster.h, setting GPU_TILE_RASTER)."""
     tm = 64 if M <= 64 and not deterministic() else 128
     if 2 * 16 * (tm + 8 + 128 + 8) * 4 > getattr(dev, "local_mem", 1 << 16):
         tm = 64          # 128-row tiles need 34 KiB of local memory
     return dict(TM=tm, TN=128, TK=16, TF32=use_tf32(dev),
                 STAGED=int(K is not None and K <= STAGED_MAX_K),
-                READ_AHEAD=int(config.get("GEMM_READ_AHEAD")))
+                READ_AHEAD=int(config.get("GEMM_READ_AHEAD")),
+                RASTER=max(1, int(config.get("GPU_TILE_RASTER"))))
 
 
 # TF32 GEMMs (not the implicit-GEMM convolutions) run
@@ -377,6 +379,10 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
                 common["NFOLD_B"] = 0
         t.update(async_tiles(dev, t, _rows_aligned(lda, off_a, tuple(stride_a) + fold_a),
                              _rows_aligned(ldb, off_b, tuple(stride_b) + fold_b)))
+        if t["STAGED"] and config.get("GEMM_VSTORE4") and _rows_aligned(
+                ldc, off_c, tuple(stride_c) + ((nstride[1], nsplit) if nsplit else ())) \
+                and (residual is None or int(off_residual) % 4 == 0):
+            t["VSTORE4"] = 1     # 16-byte stores of the staged tile (tile_store.h)
         src = SRC
         lx, ly = tile_threads(t), 1
         gx = -(-N // t["TN"]) * lx

@@ -222,6 +222,84 @@ def test_gemm_kernels(d, rng, case, impl, monkeypatch):
     np.testing.assert_allclose(d.get(cb, C.shape), ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("raster", [2, 3])
+def test_tile_raster_covers_every_tile(d, rng, raster, settings):
+    """kernels/tile_raster.h: with the work-groups walked in bands of
+    ``raster`` rows of tiles (3 rows: a full band and a short one, or one
+    band of 3), every tile of the GPU GEMM and of the implicit-GEMM
+    convolution's three passes is still computed once (poisoned outputs)."""
+    settings(GPU_TILE_RASTER=raster)
+    M, N, K = 300, 290, 20          # 3 x 3 tiles of 128 x 128
+    A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    cb = d.buf(np.full((M, N), np.nan))
+    d.run([gemm_ops.gemm(d.dev, M, N, K, d.buf(A), d.buf(B), cb, impl="tiled")])
+    np.testing.assert_allclose(d.get(cb, (M, N)), A @ B, rtol=1e-5, atol=1e-5)
+
+    g = _geom((2, 5, 12, 12, 300, 3, 3, 1, 1, 1, 1, 1, 1, 1))   # N = 288 pixels, M = 300
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels, g.kh, g.kw))
+    yshape = (g.num, g.out_channels, g.out_h, g.out_w)
+    dy = rng.standard_normal(yshape)
+    y_ref, dw_ref, dx_ref = _refs(g, x, w, dy)
+    xb, wb, dyb = d.buf(x), d.buf(w), d.buf(dy)
+    yb = d.buf(np.full(yshape, np.nan))
+    d.run(conv_ops.forward(d.dev, g, xb, wb, yb, None, algo="igemm"))
+    assert _rel(d.get(yb, yshape), y_ref) < 1e-5
+    dwb = d.buf(np.zeros(w.shape))
+    ws = conv_ops.workspace_floats(d.dev, g, "igemm")
+    col = d.buf(np.zeros(max(ws, 1)))
+    d.run(conv_ops.backward_weight(d.dev, g, xb, dyb, dwb, col, algo="igemm"))
+    assert _rel(d.get(dwb, w.shape), dw_ref) < 1e-5
+    dxb = d.buf(np.full(x.shape, np.nan))
+    d.run(conv_ops.backward_data(d.dev, g, dyb, wb, dxb, col, algo="igemm"))
+    assert _rel(d.get(dxb, x.shape), dx_ref) < 1e-5
+
+
+@pytest.mark.parametrize("vstore4", [True, False])
+@pytest.mark.parametrize("read_ahead", [True, False])
+@pytest.mark.parametrize("M,N,K,ldc,nsplit,nstride", [
+    (70, 130, 20, 132, 0, 0),      # last columns of each row one by one (N % 4 = 2)
+    (130, 64, 33, 64, 0, 0),       # every column in 16-byte stores, 128-row tiles
+    (40, 2 * 36, 16, 36, 36, 1448),  # images folded into N (NFOLD 36), 1448 floats apart
+])
+def test_gemm_16_byte_stores(d, rng, monkeypatch, settings, vstore4, read_ahead, M, N, K, ldc,
+                             nsplit, nstride):
+    """tile_store.h VSTORE4: the staged GPU tile stores 4 adjacent results
+    at once where C's rows start on 16 bytes; bias along columns, beta, a
+    residual and an activation give what the one-float stores give (the
+    same operations per element), and nothing outside the product's
+    columns is written."""
+    settings(GEMM_READ_AHEAD=read_ahead, GEMM_VSTORE4=vstore4)
+    defines = []
+    orig = d.dev.launch
+
+    def launch(filename, name, gsize, lsize, args, defs=None):
+        defines.append(dict(defs or {}))
+        return orig(filename, name, gsize, lsize, args, defs)
+    monkeypatch.setattr(d.dev, "launch", launch)
+    A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    nimg, cols = (N // nsplit, nsplit) if nsplit else (1, N)
+    size = (nimg - 1) * nstride + M * ldc + 8
+    C, R = rng.standard_normal(size), rng.standard_normal(size)
+    # where column n of the product lies: image n // cols, column n % cols
+    idx = np.array([[(n // cols) * nstride + m * ldc + n % cols for n in range(N)]
+                    for m in range(M)])
+    bias = rng.standard_normal(N)
+    ref = np.maximum(0.5 * A @ B + bias[None, :] + 0.25 * C[idx] + R[idx], 0.0)
+    cb = d.buf(C)
+    d.run([gemm_ops.gemm(d.dev, M, N, K, d.buf(A), d.buf(B), cb, alpha=0.5, beta=0.25,
+                         ldc=ldc, bias=d.buf(bias), bias_axis=1, act=("relu", 0.0),
+                         residual=d.buf(R), impl="tiled",
+                         **(dict(nsplit=nsplit, nstride=(0, nstride), nsplit_b=False)
+                            if nsplit else {}))])
+    assert any(x.get("VSTORE4") for x in defines) == vstore4
+    out = d.get(cb, C.shape)
+    np.testing.assert_allclose(out[idx], ref, rtol=1e-5, atol=1e-5)
+    untouched = np.ones(size, bool)
+    untouched[idx.ravel()] = False
+    np.testing.assert_array_equal(out[untouched], C[untouched].astype(np.float32))
+
+
 @pytest.mark.parametrize("case", GEMMS, ids=[str(i) for i in range(len(GEMMS))])
 def test_gemm_cpu_kernel_all_cases(d, rng, case):
     """gemm_cpu.cl on every GEMMS case (fast on PoCL, so none is slow)."""
