@@ -231,6 +231,10 @@ _DECLARED = (
             "GPUs: the automatic Winograd choice weighs how much of the GEMM tiles "
             "Winograd and the implicit GEMM fill (off: the arithmetic model alone)",
             internal=True),
+    Setting("CONV_1X1_FEW", "bool", True,
+            "GPUs: 1x1 convolutions whose output is a few tiles (batch 1 on small "
+            "planes) run kernels/conv1x1_few.cl, K split over each work-group's "
+            "work-items, instead of the implicit GEMM's tiles", internal=True),
     Setting("GPU_TILE_RASTER", "int", 8,
             "GPUs: the tile kernels (gemm.cl, conv_igemm.cl) start their work-groups "
             "in bands of this many rows of tiles, row fastest, so that a block of B "

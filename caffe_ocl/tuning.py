@@ -16,8 +16,9 @@ each round long enough to dwarf the queue's synchronisation; the median
 decides (the rules' own choice unless another is more than 3% faster).
 Where the implicit GEMM is chosen for a forward on a GPU, its variants
 are timed the same way (ops/conv.py FORWARD_VARIANTS: the usual or the
-small tiles, FP32 only; the K split of forward_splitk or none) and the
-fastest stored too (pass "forward-igemm"). Choices are stored per device,
+small tiles, FP32 only; the K split of forward_splitk or none; for 1x1
+layers the few-outputs kernel of ops/conv1x1_few.py) and the fastest
+stored too (pass "forward-igemm"). Choices are stored per device,
 geometry (batch size included), pass and TF32 setting. The table printed
 shows every time, the choice and what the rules would run.
 
@@ -204,6 +205,8 @@ def rule_variant(dev, g):
     """The implicit-GEMM forward variant (ops/conv.py FORWARD_VARIANTS) the
     rules give ``g`` (no stored choice)."""
     with conv_ops.forced_forward_variant(None):
+        if conv_ops.runs_1x1_few(dev, g):
+            return "few"
         small = conv_ops.forward_tiles(dev, g).get("MICRO", 8) == 4
         split = conv_ops.forward_splitk(dev, g)[0] > 1
     return f"{'small' if small else 'usual'}/{'split' if split else 'nosplit'}"

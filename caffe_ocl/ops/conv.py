@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from .. import config
 from ..device import Launch
 from . import cpu_chunks, tuned, work_size
+from . import conv1x1_few
 from . import depthwise as dw_ops
 from . import grouped as grouped_ops
 from . import winograd as wino_ops
@@ -553,9 +554,11 @@ def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0, y_off=0, y_channel
 # Implicit-GEMM forward variants `caffe_ocl tune` times on GPUs (tuning.py
 # tune_passes): "tiles/split", tiles "usual" (gpu_tiles) or "small"
 # (64 x 64, 4 x 4 per work-item; FP32 only), split "split" (forward_splitk's
-# rule) or "nosplit" (one pass over K). A stored choice for a geometry
-# replaces the rules' (forward_tiles, forward_splitk) for it.
-FORWARD_VARIANTS = ("usual/split", "small/split", "usual/nosplit", "small/nosplit")
+# rule) or "nosplit" (one pass over K); and, for 1x1 layers the kernel of
+# ops/conv1x1_few.py can run (conv1x1_few.eligible), "few": that kernel. A
+# stored choice for a geometry replaces the rules' (forward_tiles,
+# forward_splitk, conv1x1_few.applies) for it.
+FORWARD_VARIANTS = ("usual/split", "small/split", "usual/nosplit", "small/nosplit", "few")
 _forced_variant = [None]       # tuning.py's measurements (forced_forward_variant)
 
 
@@ -574,15 +577,18 @@ def forced_forward_variant(variant):
 
 def forward_variants(dev, g):
     """The FORWARD_VARIANTS that can differ for ``g`` on ``dev``: none on CPU
-    drivers or in deterministic mode; the usual tiles only in TF32."""
+    drivers or in deterministic mode; the usual tiles only in TF32; "few"
+    only where conv1x1_few.eligible."""
     if dev.is_cpu or deterministic():
         return []
-    return [v for v in FORWARD_VARIANTS if not use_tf32(dev) or v.startswith("usual")]
+    few = conv1x1_few.eligible(dev, g)
+    return [v for v in FORWARD_VARIANTS
+            if (few if v == "few" else not use_tf32(dev) or v.startswith("usual"))]
 
 
-def _forward_variant(dev, g):
-    """(tiles, split) of the stored or forced variant for ``g``'s implicit-
-    GEMM forward, or (None, None) for the rules."""
+def _variant(dev, g):
+    """The stored or forced FORWARD_VARIANTS name for ``g``'s implicit-GEMM
+    forward, or None for the rules."""
     v = _forced_variant[0]
     if v is None and not deterministic():
         v = tuned.lookup(dev, tuned.conv_key(g, "forward-igemm", use_tf32(dev)))
@@ -593,9 +599,25 @@ def _forward_variant(dev, g):
                 log.warning("ignoring tuned forward variant %r for %s: it does not apply",
                             v, g)
             v = None
-    if v is None or v == "rules":
-        return None, None
-    return tuple(v.split("/"))
+    return None if v in (None, "rules") else v
+
+
+def _forward_variant(dev, g):
+    """(tiles, split) of the stored or forced variant for ``g``'s implicit-
+    GEMM forward, or (None, None) for the rules (and for "few", which runs
+    no tiles)."""
+    v = _variant(dev, g)
+    return (None, None) if v in (None, "few") else tuple(v.split("/"))
+
+
+def runs_1x1_few(dev, g, algo=None):
+    """Whether an implicit-GEMM forward of ``g`` runs ops/conv1x1_few.py's
+    kernel: a stored or forced variant says so ("few"), or, with none and
+    the automatic algorithm (``algo`` None), conv1x1_few.applies."""
+    if not conv1x1_few.eligible(dev, g):
+        return False
+    v = _variant(dev, g)
+    return v == "few" if v is not None else algo is None and conv1x1_few.applies(dev, g)
 
 
 # FP32 implicit-GEMM forwards take 64-row tiles instead of 128 where those
@@ -997,6 +1019,9 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
                      bias_axis=1, act=act)]
     if a == "igemm" and algo is None and not sliced and grouped_ops.applies(dev, g):
         return [grouped_ops.forward(dev, g, x, weight, y, bias, act)]
+    if a == "igemm" and runs_1x1_few(dev, g, algo):
+        return [conv1x1_few.forward(dev, g, x, weight, y, bias, act, y_off=y_off,
+                                    y_channels=y_channels, residual=residual)]
     if a == "igemm":
         return _igemm_forward(dev, g, x, weight, y, bias, act, y_off=y_off,
                               y_channels=y_channels, residual=residual)

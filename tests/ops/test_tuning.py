@@ -365,7 +365,9 @@ def test_tuner_times_forward_variants(as_gpu, rng):
                                     out=lines.append, clock=clock)
     assert [r["pass_"] for r in rows] == ["forward", "forward-igemm"]
     assert rows[1]["choice"] == "usual/nosplit" and rows[1]["rule"] == "small/split"
-    assert [a for a, _ in calls[-8:]] == list(conv_ops.FORWARD_VARIANTS) * 2
+    variants = conv_ops.forward_variants(dev, SMALL)
+    assert "few" not in variants                # a 3 x 3 layer: the tiles only
+    assert [a for a, _ in calls[-8:]] == variants * 2
     assert any("forward-igemm: usual/split 0.500 ms" in s and "-> usual/nosplit" in s
                for s in lines)
     assert lines[-1] == f"stored 2 choices in {path}"
@@ -378,3 +380,35 @@ def test_tuner_times_forward_variants(as_gpu, rng):
     cl.enqueue_copy(dev.queue, a, bufs[2])
     cl.enqueue_copy(dev.queue, b, bufs[3])
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_stored_few_variant(as_gpu, rng):
+    """1x1 layers: the few-outputs kernel (ops/conv1x1_few.py) is one of the
+    forward variants the tuner times; a stored "few" runs it where the
+    rules would not (too many tiles), a stored tile variant runs the tiles
+    where the rules would take it, with the same values."""
+    dev = as_gpu
+    few = conv_ops.ConvGeometry(1, 24, 7, 7, 20, 1, 1)           # rules: the kernel
+    wide = conv_ops.ConvGeometry(1, 16, 40, 40, 136, 1, 1)       # 3 x 25 tiles: the rules' tiles
+    assert "few" in conv_ops.forward_variants(dev, few)
+    assert tuning.rule_variant(dev, few) == "few"
+    assert tuning.rule_variant(dev, wide) != "few"
+    for g, choice, want in ((wide, "few", "conv1x1_few"), (few, "usual/nosplit", "conv_fwd")):
+        x = rng.standard_normal((g.num, g.channels, g.height, g.width)).astype(np.float32)
+        w = rng.standard_normal((g.out_channels, g.channels, 1, 1)).astype(np.float32)
+        ysize = g.num * g.out_channels * g.out_spatial
+        bufs = [dev.alloc(4 * a.size) for a in (x, w)] + [dev.alloc(4 * ysize) for _ in range(2)]
+        dev.upload(bufs[0], x)
+        dev.upload(bufs[1], w)
+        rule_launches = conv_ops.forward(dev, g, bufs[0], bufs[1], bufs[2], None)
+        assert want not in [ln.name for ln in rule_launches]
+        tuned.save(dev, {tuned.conv_key(g, "forward-igemm", conv_ops.use_tf32(dev)):
+                         {"choice": choice}})
+        tuned_launches = conv_ops.forward(dev, g, bufs[0], bufs[1], bufs[3], None)
+        assert [ln.name for ln in tuned_launches] == [want]
+        for ln in rule_launches + tuned_launches:
+            ln.run(dev.queue)
+        a, b = np.empty(ysize, np.float32), np.empty(ysize, np.float32)
+        cl.enqueue_copy(dev.queue, a, bufs[2])
+        cl.enqueue_copy(dev.queue, b, bufs[3])
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)

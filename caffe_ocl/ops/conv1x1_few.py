@@ -1,0 +1,68 @@
+"""1x1 convolutions with few outputs on GPUs (kernels/conv1x1_few.cl): the
+batch-1 pointwise layers of mobile nets on 7 x 7 to 14 x 14 planes, which
+the tile kernels cut into a handful of work-groups each waiting on memory
+at every step of K. ops.conv.forward takes it instead of the implicit GEMM
+for the automatic algorithm where ``applies``; backward passes are
+unchanged.
+"""
+from .. import config
+from .gemm import act_defines, deterministic
+
+SRC = "conv1x1_few.cl"
+MB = 8          # output channels per work-group
+THREADS = 256   # work-items per work-group: PB pixels x SL slices of K
+# Most steps of K per work-item (K / SL): each step waits on a load from
+# L2, and a layer of this size has about one work-group per compute unit,
+# so a long walk is latency the device cannot hide (ResNet-50's 1024 ->
+# 256 at 14 x 14 with 4 slices: 256 steps).
+MAX_STEPS = 64
+# Most 64 x 64 output tiles (the implicit GEMM's small tiles) for which this
+# kernel is used, per compute unit: where the tile kernels leave most of the
+# device idle (H200: 18 batch-1 layers 0.90-1.98x, every net's kernel time
+# level or lower; BENCHMARKS.md, twenty-first session).
+MAX_TILES_PER_CU = 0.5
+
+
+def eligible(dev, g):
+    """Whether this kernel can run ``g`` here: GPUs, a 1x1 kernel with
+    stride 1 and no padding, one group, not in deterministic mode (the
+    implicit GEMM's choice there is made for one image, the same at every
+    batch); setting CONV_1X1_FEW off: never. `caffe_ocl tune` times it
+    among the implicit GEMM's forward variants (ops/conv.py
+    FORWARD_VARIANTS "few") wherever it is eligible."""
+    if dev.is_cpu or g.groups != 1 or (g.kh, g.kw, g.sh, g.sw, g.ph, g.pw) != (1, 1, 1, 1, 0, 0):
+        return False
+    return g.channels > 0 and not deterministic() and bool(config.get("CONV_1X1_FEW"))
+
+
+def applies(dev, g):
+    """Whether the rules (no stored variant) run ``g`` here: ``eligible``,
+    and at most MAX_TILES_PER_CU 64 x 64 output tiles per compute unit."""
+    tiles = -(-g.out_channels // 64) * -(-g.num * g.out_spatial // 64)
+    return eligible(dev, g) and tiles <= MAX_TILES_PER_CU * max(int(dev.compute_units), 1)
+
+
+def split(k):
+    """(PB, SL): pixels per work-group and slices of K: 64 x 4, or 32 x 8,
+    or 16 x 16, the widest pixel run whose slices walk at most MAX_STEPS
+    steps of ``k`` (16 x 16 past that)."""
+    for pb in (64, 32, 16):
+        sl = THREADS // pb
+        if -(-k // sl) <= MAX_STEPS:
+            break
+    return pb, sl
+
+
+def forward(dev, g, x, weight, y, bias=None, act=None, y_off=0, y_channels=None,
+            residual=None):
+    """y = act(conv(x, weight) (+ bias) (+ residual)): one launch."""
+    act_kind, act_a, act_b = act_defines(act)
+    hw, M = g.out_spatial, g.out_channels
+    pb, sl = split(g.channels)
+    gsize = (-(-hw // pb) * THREADS, -(-M // MB), g.num)
+    return dev.launch(SRC, "conv1x1_few", gsize, (THREADS, 1, 1),
+                      [M, g.channels, hw, x, weight, y, int(y_off),
+                       int(y_channels or M), bias if bias is not None else weight,
+                       act_a, act_b, residual if residual is not None else weight],
+                      dict(MB=MB, PB=pb, SL=sl, BIAS=int(bias is not None), ACT=act_kind,
+                           RESIDUAL=int(residual is not None)))
