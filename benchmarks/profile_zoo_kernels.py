@@ -3,7 +3,9 @@ kernel (issue #27: batch 1 on GPUs). Builds the nets as bench_zoo.py does,
 then enqueues every step's launches (a layer's or a fused group's ``fwd``
 list) with profiling events, ``--iters`` times, and prints per net the
 device time summed over kernels, the forward's wall time through
-``net.forward()``, the host time of enqueueing alone, and the costliest
+``net.forward()``, the host time of enqueueing alone, the time the device
+takes for a forward already enqueued behind a gate (``gated_ms``: kernels
+and the gaps between them, no host in the way), and the costliest
 kernels (layer, kernel, global size, us).
 
     CAFFE_OCL_PROFILE=1 python benchmarks/profile_zoo_kernels.py --nets resnet18 --batch 1
@@ -63,6 +65,31 @@ def profile(net, iters):
             per.setdefault(i, (lab, ln, []))[2].append(us)
     rows = [(statistics.median(v), lab, ln) for lab, ln, v in per.values()]
     return rows
+
+
+def gated_ms(net, iters):
+    """Median ms from releasing a queue that already holds one forward's
+    launches (all enqueued behind a barrier on a user event) to its end:
+    the GPU's own time for the forward, the gaps between kernels included
+    and no host enqueue in the way -- what a recorded command list could
+    at best approach. Against ``forward`` it says whether a batch-1
+    forward waits on the host or on the device's kernels and gaps."""
+    import pyopencl as cl
+    dev = net.layers[0].device
+    q = dev.queue
+    launches = [ln for _, ln in step_launches(net)]
+    times = []
+    for _ in range(iters):
+        q.finish()
+        gate = cl.UserEvent(dev.context)
+        cl.enqueue_barrier(q, wait_for=[gate])
+        for ln in launches:
+            ln.run(q)
+        t0 = time.perf_counter()
+        gate.set_status(cl.command_execution_status.COMPLETE)
+        q.finish()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
 
 
 def torch_profile(model, x, tf32, top):
@@ -145,6 +172,7 @@ def main():
     print("# " + " ".join(ext))
     with tempfile.TemporaryDirectory() as tmp:
         tmp = args.export_dir or tmp
+        os.makedirs(tmp, exist_ok=True)
         for name in args.nets.split(","):
             model = bench_zoo.build_model(name)
             path = bench_zoo.export_onnx(model, name, args.batch, 224, tmp)
@@ -162,8 +190,10 @@ def main():
             host, n = bench_zoo.host_cost(net, 20)
             rows = profile(net, args.iters)
             dev_ms = sum(r[0] for r in rows) / 1e3
+            gated = gated_ms(net, args.iters)
             print(f"\n## {name} b{args.batch}: forward {wall:.3f} ms, kernels {dev_ms:.3f} ms "
-                  f"({len(rows)} launches), host enqueue {host:.3f} ms")
+                  f"({len(rows)} launches), host enqueue {host:.3f} ms, "
+                  f"gated queue {gated:.3f} ms")
             by_kernel = {}
             for us, lab, ln in rows:
                 t, c = by_kernel.get(ln.name, (0.0, 0))
