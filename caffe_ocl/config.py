@@ -261,6 +261,15 @@ _DECLARED = (
             "kernels: 7 x 7, or 14 x 14 from 128 input channels; larger kernels: up "
             "to 28 x 28) run vectorized over output channels, their weights packed "
             "once (off: the CPU GEMM, vectorized over pixels)"),
+    Setting("CPU_CHANVEC_TILE8", "bool", True,
+            "CPU drivers with 16-float vectors (AVX-512): those channel-vectorized "
+            "convolutions (1x1, and larger kernels whose output rows hold at least 16 "
+            "pixels) run tiles of 8 pixels x 32 channels (off: 6 x 32)", internal=True),
+    Setting("CPU_CHANVEC_KBLOCK", "int", 128,
+            "CPU drivers: the 8-pixel channel-vectorized 1x1 convolutions walk their "
+            "input channels in blocks of this many, each block's weights staying in "
+            "cache while every pixel tile of the chunk reads them (0: one block)",
+            internal=True),
     Setting("CPU_POOL_BANDS", "bool", True,
             "CPU drivers: max pooling without an argmax mask (inference) runs on bands "
             "of input rows padded with -FLT_MAX, 8 outputs at a time everywhere (off: "

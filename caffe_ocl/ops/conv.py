@@ -1119,6 +1119,30 @@ def chanvec_forward(dev, g, algo=None):
             and bool(config.get("CPU_CHANVEC")))
 
 
+# AVX-512 drivers (VW 16): conv_chanvec8's tiles of 8 pixels x 32 channels
+# for 1x1 layers and larger kernels whose output rows hold at least
+# CHANVEC8_MIN_ROW pixels (setting CPU_CHANVEC_TILE8); its 1x1 walk in
+# blocks of CPU_CHANVEC_KBLOCK input channels. MEASURED_BELOW. Its chunks
+# hold at most _chanvec_pixmax pixels (their partial sums wait in local
+# memory between channel blocks).
+CHANVEC8_MIN_ROW = 16
+CHANVEC8_PIXMAX = 1024
+
+
+def _chanvec_tile8(dev, g):
+    """Whether the chanvec forward of ``g`` runs conv_chanvec8 (see above)."""
+    return (cpu_vw(dev) == 16 and bool(config.get("CPU_CHANVEC_TILE8"))
+            and (g.kh == g.kw == 1 or g.out_w >= CHANVEC8_MIN_ROW))
+
+
+def _chanvec_pixmax(dev):
+    """Most pixels of a conv_chanvec8 chunk: its partial sums (2 vectors of
+    16 floats a pixel) in at most half the device's local memory (PoCL: 2
+    MiB), at most CHANVEC8_PIXMAX; a multiple of the 8-pixel tile."""
+    local = int(getattr(dev, "local_mem", 0) or 0)
+    return max(8, min(CHANVEC8_PIXMAX, local // 2 // (4 * 32)) // 8 * 8)
+
+
 def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_version,
                      residual):
     vw = cpu_vw(dev)
@@ -1129,6 +1153,14 @@ def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_ve
     defs = dict(VW=vw, BIAS=int(bias is not None), ACT=act_kind,
                 RESIDUAL=int(residual is not None), KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
                 DH=g.dh, DW=g.dw)
+    tile8 = _chanvec_tile8(dev, g)
+    mr, pixmax, kname, kargs = 6, -(-N // 6) * 6, "conv_chanvec", []
+    if tile8:
+        pixmax = _chanvec_pixmax(dev)
+        mr, kname = 8, "conv_chanvec8"
+        defs["PIXMAX"] = pixmax
+        kb = int(config.get("CPU_CHANVEC_KBLOCK") or 0)
+        kargs = [kb if (kb > 0 and g.kh == g.kw == 1) else g.channels]
     wp = dev.alloc(4 * panels * nr * K)
     out = [OnChange(dev.launch(CHANVEC_SRC, "pack_w_chanvec", (panels,), (1,),
                                [M, K, weight, wp], defs), weight_version)]
@@ -1141,15 +1173,17 @@ def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_ve
             chunks.append((n0, nc, src.buf, src.off, src.image_stride, src.conv[6:9]))
     else:
         chunks = [(0, g.num, x, 0, chw, (g.width, g.height * g.width, g.out_w))]
-    # chunks of pixels (multiples of 6) until there are 4 work-items per core
+    # chunks of pixels (multiples of the tile's mr) until there are 4
+    # work-items per core
     want = 4 * max(int(dev.compute_units), 1)
     for n0, nc, xb, xoff, xstride, (wpad, hwp, wo) in chunks:
-        pix = -(-N // 6) * 6
-        while panels * -(-N // pix) * nc < want and pix > 6:
-            pix = -(-(pix // 2) // 6) * 6
+        pix = min(-(-N // mr) * mr, pixmax)
+        while panels * -(-N // pix) * nc < want and pix > mr:
+            pix = -(-(pix // 2) // mr) * mr
         out.append(dev.launch(
-            CHANVEC_SRC, "conv_chanvec", (panels, -(-N // pix), nc), (1, 1, 1),
-            [M, N, K, pix, wp, xb, xoff, xstride, bias if bias is not None else wp,
+            CHANVEC_SRC, kname, (panels, -(-N // pix), nc), (1, 1, 1),
+            [M, N, K, pix] + kargs +
+            [wp, xb, xoff, xstride, bias if bias is not None else wp,
              y, y_off + n0 * ych * N, ych * N, residual if residual is not None else y,
              n0 * ych * N, act_a, act_b, wpad, hwp, wo], defs))
     return out
