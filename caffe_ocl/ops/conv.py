@@ -1120,19 +1120,32 @@ def chanvec_forward(dev, g, algo=None):
 
 
 # AVX-512 drivers (VW 16): conv_chanvec8's tiles of 8 pixels x 32 channels
-# for 1x1 layers and larger kernels whose output rows hold at least
-# CHANVEC8_MIN_ROW pixels (setting CPU_CHANVEC_TILE8); its 1x1 walk in
-# blocks of CPU_CHANVEC_KBLOCK input channels. MEASURED_BELOW. Its chunks
-# hold at most _chanvec_pixmax pixels (their partial sums wait in local
-# memory between channel blocks).
-CHANVEC8_MIN_ROW = 16
+# for 1x1 layers (setting CPU_CHANVEC_TILE8), their walk over input
+# channels in blocks of CPU_CHANVEC_KBLOCK (default 0: one block). 2-core
+# Xeon Skylake-AVX512 VM, PoCL 3.1, batch 1, interleaved (very noisy
+# host): single 1x1 layers 8-pixel / 6-pixel time (median of 15 rounds)
+# 0.70 (576 -> 96, 14 x 14), 0.89-0.90 (2048 -> 512, 7 x 7; 1024 -> 256,
+# 14 x 14; 1024 -> 2048 stride 2), 0.95-1.04 elsewhere; zoo nets (11, 15
+# rounds) geomean 1.04 faster, ResNet-50 1.16, ResNet-18 1.10, none below
+# 0.97. Larger kernels stay on 6-pixel tiles there: 3 x 3 1.04-1.21
+# slower on 7 x 7 to 28 x 28 planes (DenseNet's 128 -> 32 on 28 x 28
+# 1.21, ResNet's 512 -> 512 on 7 x 7 1.08), 5 x 5 0.93-0.95; so
+# CHANVEC8_KXK_MIN_ROW (larger kernels take the 8-pixel tiles on output
+# rows of at least this many pixels) is None. Channel blocks of 64 / 128 /
+# 256 on 1x1 layers: 0.88-1.24 per layer, zoo geomean 0.99 for blocks of
+# 128 (the Zen 5 machine's L1 is 48 KiB, this one's 32: a block's weights
+# and its inputs did not stay there). Chunks hold at most _chanvec_pixmax
+# pixels (their partial sums wait in local memory between channel blocks).
+CHANVEC8_KXK_MIN_ROW = None
 CHANVEC8_PIXMAX = 1024
 
 
 def _chanvec_tile8(dev, g):
     """Whether the chanvec forward of ``g`` runs conv_chanvec8 (see above)."""
-    return (cpu_vw(dev) == 16 and bool(config.get("CPU_CHANVEC_TILE8"))
-            and (g.kh == g.kw == 1 or g.out_w >= CHANVEC8_MIN_ROW))
+    if not (cpu_vw(dev) == 16 and config.get("CPU_CHANVEC_TILE8")):
+        return False
+    return g.kh == g.kw == 1 or (CHANVEC8_KXK_MIN_ROW is not None
+                                 and g.out_w >= CHANVEC8_KXK_MIN_ROW)
 
 
 def _chanvec_pixmax(dev):

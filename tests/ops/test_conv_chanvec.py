@@ -34,8 +34,7 @@ def vw(request, settings):
 
 def _kernel_name(vw, g):
     width, tile8 = vw
-    return ("conv_chanvec8" if width == 16 and tile8
-            and (g.kh == g.kw == 1 or g.out_w >= 16) else "conv_chanvec")
+    return "conv_chanvec8" if width == 16 and tile8 and g.kh == g.kw == 1 else "conv_chanvec"
 
 
 def _geo(num, c, hw, co, k=1, pad=0, stride=1, dil=1):
@@ -123,7 +122,9 @@ def test_chanvec_equals_reference(d, rng, vw, monkeypatch, case):
     _check(d, rng, case, lambda g: _kernel_name(vw, g))
 
 
-# conv_chanvec8 only: (case as CASES, CPU_CHANVEC_KBLOCK, local memory or None)
+# conv_chanvec8 only: (case as CASES, CPU_CHANVEC_KBLOCK, local memory or
+# None); larger kernels with CHANVEC8_KXK_MIN_ROW at 16 (the rule leaves
+# them to conv_chanvec on the machine measured, the kernel takes them)
 CASES8 = [
     # 63 pixels (7 full tiles and one of 7), 40 channels in blocks of 16 + 16 + 8
     ((1, 40, (7, 9), 40, True, ("relu", 0.1), False, False, ONE), 16, None),
@@ -152,6 +153,7 @@ def test_chanvec8_equals_reference(d, rng, settings, monkeypatch, case, kblock, 
     settings(CPU_GEMM_VW="16", CPU_CHANVEC=True, CPU_CHANVEC_TILE8=True,
              CPU_CHANVEC_KBLOCK=kblock)
     monkeypatch.setattr(d.dev, "compute_units", 2)
+    monkeypatch.setattr(conv_ops, "CHANVEC8_KXK_MIN_ROW", 16)
     if local is not None:
         monkeypatch.setattr(d.dev, "local_mem", local)
     launches = _check(d, rng, case, lambda g: "conv_chanvec8")
@@ -201,12 +203,16 @@ def test_rule(d, settings):
     assert not ok(d.dev, _geo(1, 16, (7, 7), 64))
 
 
-def test_tile8_rule(d, settings):
-    """conv_chanvec8 at VW 16 with the setting on: 1x1 kernels, larger ones
-    on output rows of at least 16 pixels; not at VW 8 or with it off."""
+def test_tile8_rule(d, settings, monkeypatch):
+    """conv_chanvec8 at VW 16 with the setting on: 1x1 kernels; larger ones
+    only on output rows of at least CHANVEC8_KXK_MIN_ROW pixels (None:
+    never); not at VW 8 or with the setting off."""
     t8 = conv_ops._chanvec_tile8
     settings(CPU_GEMM_VW="16", CPU_CHANVEC_TILE8=True)
     assert t8(d.dev, _geo(1, 16, (7, 7), 64))
+    assert t8(d.dev, _geo(1, 256, (14, 14), 64, 1, 0, 2))
+    assert not t8(d.dev, _geo(1, 128, (28, 28), 32, 3, 1))
+    monkeypatch.setattr(conv_ops, "CHANVEC8_KXK_MIN_ROW", 16)
     assert t8(d.dev, _geo(1, 128, (28, 28), 32, 3, 1))
     assert not t8(d.dev, _geo(1, 128, (14, 14), 32, 3, 1))
     settings(CPU_GEMM_VW="8")
