@@ -1106,7 +1106,8 @@ def chanvec_forward(dev, g, algo=None):
     limits above); setting CPU_CHANVEC. The CPU GEMM puts pixels along its
     16- or 32-wide vectors, which small planes fill badly (a 7 x 7 plane:
     49 of 64 lanes). The plane size alone decides (not the batch):
-    deterministic mode keeps it."""
+    deterministic mode keeps it. Which kernel (6- or 8-pixel tiles):
+    _chanvec_tile8."""
     hw = g.out_spatial
     if g.kh == g.kw == 1:
         small = hw <= CHANVEC_SMALL_PIXELS or (hw <= CHANVEC_MAX_PIXELS
