@@ -263,7 +263,8 @@ _DECLARED = (
             "once (off: the CPU GEMM, vectorized over pixels)"),
     Setting("CPU_CHANVEC_TILE8", "bool", True,
             "CPU drivers with 16-float vectors (AVX-512): those channel-vectorized "
-            "convolutions with 1x1 kernels run tiles of 8 pixels x 32 channels (off: "
+            "convolutions with 1x1 kernels on planes of at least 100 pixels or with "
+            "at least 1024 input channels run tiles of 8 pixels x 32 channels (off: "
             "6 x 32)", internal=True),
     Setting("CPU_CHANVEC_KBLOCK", "int", 0,
             "CPU drivers: the 8-pixel channel-vectorized 1x1 convolutions walk their "

@@ -1121,22 +1121,30 @@ def chanvec_forward(dev, g, algo=None):
 
 
 # AVX-512 drivers (VW 16): conv_chanvec8's tiles of 8 pixels x 32 channels
-# for 1x1 layers (setting CPU_CHANVEC_TILE8), their walk over input
-# channels in blocks of CPU_CHANVEC_KBLOCK (default 0: one block). 2-core
-# Xeon Skylake-AVX512 VM, PoCL 3.1, batch 1, interleaved (very noisy
-# host): single 1x1 layers 8-pixel / 6-pixel time (median of 15 rounds)
-# 0.70 (576 -> 96, 14 x 14), 0.89-0.90 (2048 -> 512, 7 x 7; 1024 -> 256,
-# 14 x 14; 1024 -> 2048 stride 2), 0.95-1.04 elsewhere; zoo nets (11, 15
-# rounds) geomean 1.04 faster, ResNet-50 1.16, ResNet-18 1.10, none below
-# 0.97. Larger kernels stay on 6-pixel tiles there: 3 x 3 1.04-1.21
-# slower on 7 x 7 to 28 x 28 planes (DenseNet's 128 -> 32 on 28 x 28
-# 1.21, ResNet's 512 -> 512 on 7 x 7 1.08), 5 x 5 0.93-0.95; so
+# for 1x1 layers (setting CPU_CHANVEC_TILE8) whose output planes hold at
+# least CHANVEC8_MIN_PIXELS pixels or that have at least CHANVEC8_MIN_K
+# input channels; their walk over input channels in blocks of
+# CPU_CHANVEC_KBLOCK (default 0: one block). 2-core Xeon Skylake-AVX512 VM,
+# PoCL 3.1, batch 1, single layers, 8-pixel / 6-pixel time (medians of 15
+# interleaved rounds, two runs; a very noisy host): 1x1 on 14 x 14 planes
+# 0.86-0.96 (1024 -> 256 0.90 / 0.91, 576 -> 96 0.70 / 0.96, 256 -> 1024
+# 0.93 / 0.95, 512 -> 128 0.86), stride 2 to 7 x 7 from K 256 / 1024 0.94
+# / 0.89-0.94, 7 x 7 with K 2048 0.89-0.93; 7 x 7 with K 96-960 0.96-1.09
+# (mostly 1.00-1.04: 49 pixels fill 7 tiles of 8, 56 rows, against 9 of
+# 6, 54 rows -- 4% more fmas). Larger kernels stay on 6-pixel tiles there:
+# 3 x 3 1.04-1.21 slower on 7 x 7 to 28 x 28 planes (DenseNet's 128 -> 32
+# on 28 x 28 1.21, ResNet's 512 -> 512 on 7 x 7 1.08), 5 x 5 0.93-0.95; so
 # CHANVEC8_KXK_MIN_ROW (larger kernels take the 8-pixel tiles on output
 # rows of at least this many pixels) is None. Channel blocks of 64 / 128 /
 # 256 on 1x1 layers: 0.88-1.24 per layer, zoo geomean 0.99 for blocks of
-# 128 (the Zen 5 machine's L1 is 48 KiB, this one's 32: a block's weights
-# and its inputs did not stay there). Chunks hold at most _chanvec_pixmax
-# pixels (their partial sums wait in local memory between channel blocks).
+# 128 (the Zen 5 machine it came from has a 48 KiB L1, this one 32: a
+# block's weights and its inputs did not stay there). Whole nets could not
+# tell (BENCHMARKS.md, twenty-first session: 11 zoo nets at batch 1 read
+# 0.98-1.04 geomean for the 8-pixel tiles on all 1x1 layers, an A/A run
+# 1.03). Chunks hold at most _chanvec_pixmax pixels (their partial sums
+# wait in local memory between channel blocks).
+CHANVEC8_MIN_PIXELS = 100
+CHANVEC8_MIN_K = 1024
 CHANVEC8_KXK_MIN_ROW = None
 CHANVEC8_PIXMAX = 1024
 
@@ -1145,8 +1153,9 @@ def _chanvec_tile8(dev, g):
     """Whether the chanvec forward of ``g`` runs conv_chanvec8 (see above)."""
     if not (cpu_vw(dev) == 16 and config.get("CPU_CHANVEC_TILE8")):
         return False
-    return g.kh == g.kw == 1 or (CHANVEC8_KXK_MIN_ROW is not None
-                                 and g.out_w >= CHANVEC8_KXK_MIN_ROW)
+    if g.kh == g.kw == 1:
+        return g.out_spatial >= CHANVEC8_MIN_PIXELS or g.channels >= CHANVEC8_MIN_K
+    return CHANVEC8_KXK_MIN_ROW is not None and g.out_w >= CHANVEC8_KXK_MIN_ROW
 
 
 def _chanvec_pixmax(dev):

@@ -25,10 +25,11 @@ def _cpu_only(d):
 # blocks, the last one partial)
 @pytest.fixture(params=[("8", False), ("16", False), ("16", True)],
                 ids=["vw8", "vw16", "vw16-tile8"])
-def vw(request, settings):
+def vw(request, settings, monkeypatch):
     width, tile8 = request.param
     settings(CPU_GEMM_VW=width, CPU_CHANVEC=True, CPU_CHANVEC_TILE8=tile8,
              CPU_CHANVEC_KBLOCK=4)
+    monkeypatch.setattr(conv_ops, "CHANVEC8_MIN_PIXELS", 0)    # small planes too
     return int(width), tile8
 
 
@@ -154,6 +155,7 @@ def test_chanvec8_equals_reference(d, rng, settings, monkeypatch, case, kblock, 
              CPU_CHANVEC_KBLOCK=kblock)
     monkeypatch.setattr(d.dev, "compute_units", 2)
     monkeypatch.setattr(conv_ops, "CHANVEC8_KXK_MIN_ROW", 16)
+    monkeypatch.setattr(conv_ops, "CHANVEC8_MIN_PIXELS", 0)
     if local is not None:
         monkeypatch.setattr(d.dev, "local_mem", local)
     launches = _check(d, rng, case, lambda g: "conv_chanvec8")
@@ -204,18 +206,22 @@ def test_rule(d, settings):
 
 
 def test_tile8_rule(d, settings, monkeypatch):
-    """conv_chanvec8 at VW 16 with the setting on: 1x1 kernels; larger ones
-    only on output rows of at least CHANVEC8_KXK_MIN_ROW pixels (None:
+    """conv_chanvec8 at VW 16 with the setting on: 1x1 kernels on planes
+    of at least 100 pixels or with at least 1024 input channels; larger
+    ones only on output rows of at least CHANVEC8_KXK_MIN_ROW pixels (None:
     never); not at VW 8 or with the setting off."""
     t8 = conv_ops._chanvec_tile8
     settings(CPU_GEMM_VW="16", CPU_CHANVEC_TILE8=True)
-    assert t8(d.dev, _geo(1, 16, (7, 7), 64))
-    assert t8(d.dev, _geo(1, 256, (14, 14), 64, 1, 0, 2))
+    assert t8(d.dev, _geo(1, 1024, (14, 14), 256))
+    assert t8(d.dev, _geo(1, 2048, (7, 7), 512))
+    assert t8(d.dev, _geo(1, 1024, (14, 14), 2048, 1, 0, 2))     # to 7 x 7
+    assert not t8(d.dev, _geo(1, 960, (7, 7), 160))
+    assert not t8(d.dev, _geo(1, 256, (14, 14), 512, 1, 0, 2))
     assert not t8(d.dev, _geo(1, 128, (28, 28), 32, 3, 1))
     monkeypatch.setattr(conv_ops, "CHANVEC8_KXK_MIN_ROW", 16)
     assert t8(d.dev, _geo(1, 128, (28, 28), 32, 3, 1))
     assert not t8(d.dev, _geo(1, 128, (14, 14), 32, 3, 1))
     settings(CPU_GEMM_VW="8")
-    assert not t8(d.dev, _geo(1, 16, (7, 7), 64))
+    assert not t8(d.dev, _geo(1, 1024, (14, 14), 256))
     settings(CPU_GEMM_VW="16", CPU_CHANVEC_TILE8=False)
-    assert not t8(d.dev, _geo(1, 16, (7, 7), 64))
+    assert not t8(d.dev, _geo(1, 1024, (14, 14), 256))
