@@ -1127,7 +1127,7 @@ def chanvec_forward(dev, g, algo=None):
 # CPU_CHANVEC_KBLOCK (default 0: one block). 2-core Xeon Skylake-AVX512 VM,
 # PoCL 3.1, batch 1, single layers, 8-pixel / 6-pixel time (medians of 15
 # interleaved rounds, two runs; a very noisy host): 1x1 on 14 x 14 planes
-# 0.86-0.96 (1024 -> 256 0.90 / 0.91, 576 -> 96 0.70 / 0.96, 256 -> 1024
+# 0.70-0.98 (1024 -> 256 0.90 / 0.91, 576 -> 96 0.70 / 0.96, 256 -> 1024
 # 0.93 / 0.95, 512 -> 128 0.86), stride 2 to 7 x 7 from K 256 / 1024 0.94
 # / 0.89-0.94, 7 x 7 with K 2048 0.89-0.93; 7 x 7 with K 96-960 0.96-1.09
 # (mostly 1.00-1.04: 49 pixels fill 7 tiles of 8, 56 rows, against 9 of
