@@ -265,6 +265,17 @@ _DECLARED = (
             "kernels: 7 x 7, or 14 x 14 from 128 input channels; larger kernels: up "
             "to 28 x 28) run vectorized over output channels, their weights packed "
             "once (off: the CPU GEMM, vectorized over pixels)"),
+    Setting("CPU_CHANVEC_TILE8", "bool", True,
+            "CPU drivers with 16-float vectors (AVX-512): those channel-vectorized "
+            "convolutions with 1x1 kernels on planes of at least 100 pixels or with "
+            "at least 1024 input channels run tiles of 8 pixels x 32 channels (off: "
+            "6 x 32)", internal=True),
+    Setting("CPU_CHANVEC_KBLOCK", "int", 0,
+            "CPU drivers: the 8-pixel channel-vectorized 1x1 convolutions walk their "
+            "input channels in blocks of this many, each block's weights staying in "
+            "cache while every pixel tile of the chunk reads them (0: one block; "
+            "not a win on the 2-core Skylake VM, BENCHMARKS.md twenty-first session)",
+            internal=True),
     Setting("CPU_POOL_BANDS", "bool", True,
             "CPU drivers: max pooling without an argmax mask (inference) runs on bands "
             "of input rows padded with -FLT_MAX, 8 outputs at a time everywhere (off: "

@@ -1131,7 +1131,8 @@ def chanvec_forward(dev, g, algo=None):
     limits above); setting CPU_CHANVEC. The CPU GEMM puts pixels along its
     16- or 32-wide vectors, which small planes fill badly (a 7 x 7 plane:
     49 of 64 lanes). The plane size alone decides (not the batch):
-    deterministic mode keeps it."""
+    deterministic mode keeps it. Which kernel (6- or 8-pixel tiles):
+    _chanvec_tile8."""
     hw = g.out_spatial
     if g.kh == g.kw == 1:
         small = hw <= CHANVEC_SMALL_PIXELS or (hw <= CHANVEC_MAX_PIXELS
@@ -1144,6 +1145,52 @@ def chanvec_forward(dev, g, algo=None):
             and bool(config.get("CPU_CHANVEC")))
 
 
+# AVX-512 drivers (VW 16): conv_chanvec8's tiles of 8 pixels x 32 channels
+# for 1x1 layers (setting CPU_CHANVEC_TILE8) whose output planes hold at
+# least CHANVEC8_MIN_PIXELS pixels or that have at least CHANVEC8_MIN_K
+# input channels; their walk over input channels in blocks of
+# CPU_CHANVEC_KBLOCK (default 0: one block). 2-core Xeon Skylake-AVX512 VM,
+# PoCL 3.1, batch 1, single layers, 8-pixel / 6-pixel time (medians of 15
+# interleaved rounds, two runs; a very noisy host): 1x1 on 14 x 14 planes
+# 0.70-0.98 (1024 -> 256 0.90 / 0.91, 576 -> 96 0.70 / 0.96, 256 -> 1024
+# 0.93 / 0.95, 512 -> 128 0.86), stride 2 to 7 x 7 from K 256 / 1024 0.94
+# / 0.89-0.94, 7 x 7 with K 2048 0.89-0.93; 7 x 7 with K 96-960 0.96-1.09
+# (mostly 1.00-1.04: 49 pixels fill 7 tiles of 8, 56 rows, against 9 of
+# 6, 54 rows -- 4% more fmas). Larger kernels stay on 6-pixel tiles there:
+# 3 x 3 1.04-1.21 slower on 7 x 7 to 28 x 28 planes (DenseNet's 128 -> 32
+# on 28 x 28 1.21, ResNet's 512 -> 512 on 7 x 7 1.08), 5 x 5 0.93-0.95; so
+# CHANVEC8_KXK_MIN_ROW (larger kernels take the 8-pixel tiles on output
+# rows of at least this many pixels) is None. Channel blocks of 64 / 128 /
+# 256 on 1x1 layers: 0.88-1.24 per layer, zoo geomean 0.99 for blocks of
+# 128 (the Zen 5 machine it came from has a 48 KiB L1, this one 32: a
+# block's weights and its inputs did not stay there). Whole nets could not
+# tell (BENCHMARKS.md, twenty-first session: 11 zoo nets at batch 1 read
+# 0.98-1.04 geomean for the 8-pixel tiles on all 1x1 layers, an A/A run
+# 1.03). Chunks hold at most _chanvec_pixmax pixels (their partial sums
+# wait in local memory between channel blocks).
+CHANVEC8_MIN_PIXELS = 100
+CHANVEC8_MIN_K = 1024
+CHANVEC8_KXK_MIN_ROW = None
+CHANVEC8_PIXMAX = 1024
+
+
+def _chanvec_tile8(dev, g):
+    """Whether the chanvec forward of ``g`` runs conv_chanvec8 (see above)."""
+    if not (cpu_vw(dev) == 16 and config.get("CPU_CHANVEC_TILE8")):
+        return False
+    if g.kh == g.kw == 1:
+        return g.out_spatial >= CHANVEC8_MIN_PIXELS or g.channels >= CHANVEC8_MIN_K
+    return CHANVEC8_KXK_MIN_ROW is not None and g.out_w >= CHANVEC8_KXK_MIN_ROW
+
+
+def _chanvec_pixmax(dev):
+    """Most pixels of a conv_chanvec8 chunk: its partial sums (2 vectors of
+    16 floats a pixel) in at most half the device's local memory (PoCL: 2
+    MiB), at most CHANVEC8_PIXMAX; a multiple of the 8-pixel tile."""
+    local = int(getattr(dev, "local_mem", 0) or 0)
+    return max(8, min(CHANVEC8_PIXMAX, local // 2 // (4 * 32)) // 8 * 8)
+
+
 def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_version,
                      residual):
     vw = cpu_vw(dev)
@@ -1154,6 +1201,14 @@ def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_ve
     defs = dict(VW=vw, BIAS=int(bias is not None), ACT=act_kind,
                 RESIDUAL=int(residual is not None), KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
                 DH=g.dh, DW=g.dw)
+    tile8 = _chanvec_tile8(dev, g)
+    mr, pixmax, kname, kargs = 6, -(-N // 6) * 6, "conv_chanvec", []
+    if tile8:
+        pixmax = _chanvec_pixmax(dev)
+        mr, kname = 8, "conv_chanvec8"
+        defs["PIXMAX"] = pixmax
+        kb = int(config.get("CPU_CHANVEC_KBLOCK") or 0)
+        kargs = [kb if (kb > 0 and g.kh == g.kw == 1) else g.channels]
     wp = dev.alloc(4 * panels * nr * K)
     out = [OnChange(dev.launch(CHANVEC_SRC, "pack_w_chanvec", (panels,), (1,),
                                [M, K, weight, wp], defs), weight_version)]
@@ -1166,15 +1221,17 @@ def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_ve
             chunks.append((n0, nc, src.buf, src.off, src.image_stride, src.conv[6:9]))
     else:
         chunks = [(0, g.num, x, 0, chw, (g.width, g.height * g.width, g.out_w))]
-    # chunks of pixels (multiples of 6) until there are 4 work-items per core
+    # chunks of pixels (multiples of the tile's mr) until there are 4
+    # work-items per core
     want = 4 * max(int(dev.compute_units), 1)
     for n0, nc, xb, xoff, xstride, (wpad, hwp, wo) in chunks:
-        pix = -(-N // 6) * 6
-        while panels * -(-N // pix) * nc < want and pix > 6:
-            pix = -(-(pix // 2) // 6) * 6
+        pix = min(-(-N // mr) * mr, pixmax)
+        while panels * -(-N // pix) * nc < want and pix > mr:
+            pix = -(-(pix // 2) // mr) * mr
         out.append(dev.launch(
-            CHANVEC_SRC, "conv_chanvec", (panels, -(-N // pix), nc), (1, 1, 1),
-            [M, N, K, pix, wp, xb, xoff, xstride, bias if bias is not None else wp,
+            CHANVEC_SRC, kname, (panels, -(-N // pix), nc), (1, 1, 1),
+            [M, N, K, pix] + kargs +
+            [wp, xb, xoff, xstride, bias if bias is not None else wp,
              y, y_off + n0 * ych * N, ych * N, residual if residual is not None else y,
              n0 * ych * N, act_a, act_b, wpad, hwp, wo], defs))
     return out

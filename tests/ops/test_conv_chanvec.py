@@ -1,10 +1,12 @@
 """1x1 convolutions of small planes vectorized over output channels on CPU
 drivers (kernels/conv_chanvec.cl, ops.conv.chanvec_forward): against a
-float64 reference at both vector widths -- channels past whole panels,
-planes not a multiple of the 6-pixel tile and split into pixel chunks,
-two images, a Concat slice, a residual, bias and activations -- the
-weights packed again only when their version changes, and the rule's
-choice."""
+float64 reference at both vector widths and, at VW 16, with the 8-pixel
+tiles of conv_chanvec8 and their channel blocks (CPU_CHANVEC_TILE8,
+CPU_CHANVEC_KBLOCK) -- channels past whole panels, planes not a multiple
+of the tile and split into pixel chunks, channel counts not a multiple of
+the block, two images, a Concat slice, a residual, bias and activations
+-- the weights packed again only when their version changes, and the
+rule's choice."""
 import numpy as np
 import pytest
 
@@ -18,10 +20,22 @@ def _cpu_only(d):
         pytest.skip("a CPU-driver path")
 
 
-@pytest.fixture(params=["8", "16"], ids=["vw8", "vw16"])
-def vw(request, settings):
-    settings(CPU_GEMM_VW=request.param, CPU_CHANVEC=True)
-    return int(request.param)
+# (CPU_GEMM_VW, CPU_CHANVEC_TILE8): the 6-pixel kernel at both widths, and
+# at VW 16 conv_chanvec8 with channel blocks of 4 (most cases: several
+# blocks, the last one partial)
+@pytest.fixture(params=[("8", False), ("16", False), ("16", True)],
+                ids=["vw8", "vw16", "vw16-tile8"])
+def vw(request, settings, monkeypatch):
+    width, tile8 = request.param
+    settings(CPU_GEMM_VW=width, CPU_CHANVEC=True, CPU_CHANVEC_TILE8=tile8,
+             CPU_CHANVEC_KBLOCK=4)
+    monkeypatch.setattr(conv_ops, "CHANVEC8_MIN_PIXELS", 0)    # small planes too
+    return int(width), tile8
+
+
+def _kernel_name(vw, g):
+    width, tile8 = vw
+    return "conv_chanvec8" if width == 16 and tile8 and g.kh == g.kw == 1 else "conv_chanvec"
 
 
 def _geo(num, c, hw, co, k=1, pad=0, stride=1, dil=1):
@@ -69,12 +83,8 @@ def _reference(x, w, b, k, pad, stride, dil):
     return out
 
 
-@pytest.mark.parametrize("case", CASES, ids=["partial-panel", "two-images", "chunks",
-                                             "residual", "slice", "3x3", "3x3-stride2",
-                                             "5x5-slice", "dilated", "1x1-stride2", "swish"])
-def test_chanvec_equals_reference(d, rng, vw, monkeypatch, case):
+def _check(d, rng, case, kernel):
     num, c, hw, co, has_bias, act, has_res, sliced, (k, pad, stride, dil) = case
-    monkeypatch.setattr(d.dev, "compute_units", 2)
     g = _geo(num, c, hw, co, k, pad, stride, dil)
     assert conv_ops.chanvec_forward(d.dev, g)
     x = rng.standard_normal((num, c) + hw)
@@ -95,13 +105,62 @@ def test_chanvec_equals_reference(d, rng, vw, monkeypatch, case):
         y_off=pre * ohw[0] * ohw[1], y_channels=ych, weight_version=lambda: 1,
         residual=d.buf(res) if has_res else None)
     names = [ln.name for ln in launches]
-    assert names[0] == "pack_w_chanvec" and names[-1] == "conv_chanvec"
+    assert names[0] == "pack_w_chanvec" and names[-1] == kernel(g)
     assert ("pad_planes" in names) == bool(pad)
     d.run(launches)
     got = d.get(yb, yshape)
     assert rel_err(got[:, pre:pre + co], ref) < 1e-5
     if sliced:      # the channels around the slice untouched
         assert np.isnan(got[:, :pre]).all() and np.isnan(got[:, pre + co:]).all()
+    return launches
+
+
+@pytest.mark.parametrize("case", CASES, ids=["partial-panel", "two-images", "chunks",
+                                             "residual", "slice", "3x3", "3x3-stride2",
+                                             "5x5-slice", "dilated", "1x1-stride2", "swish"])
+def test_chanvec_equals_reference(d, rng, vw, monkeypatch, case):
+    monkeypatch.setattr(d.dev, "compute_units", 2)
+    _check(d, rng, case, lambda g: _kernel_name(vw, g))
+
+
+# conv_chanvec8 only: (case as CASES, CPU_CHANVEC_KBLOCK, local memory or
+# None); larger kernels with CHANVEC8_KXK_MIN_ROW at 16 (the rule leaves
+# them to conv_chanvec on the machine measured, the kernel takes them)
+CASES8 = [
+    # 63 pixels (7 full tiles and one of 7), 40 channels in blocks of 16 + 16 + 8
+    ((1, 40, (7, 9), 40, True, ("relu", 0.1), False, False, ONE), 16, None),
+    # blocks of 3 over 7 channels, two images, a residual; into a Concat slice
+    ((2, 7, (5, 5), 33, True, ("clip", -1.0, 2.0), True, False, ONE), 3, None),
+    ((2, 7, (5, 5), 33, True, ("clip", -1.0, 2.0), False, True, ONE), 3, None),
+    # 143 pixels in 9 chunks of 16 (the last of 15), 10 blocks of 13 channels
+    ((1, 130, (11, 13), 16, True, None, False, False, ONE), 13, None),
+    # one block (0)
+    ((1, 24, (6, 6), 64, False, ("relu", 0.0), False, False, ONE), 0, None),
+    # chunks capped by local memory: 2 KiB -> 8 pixels, 64 pixels in 8 chunks
+    ((1, 9, (8, 8), 70, True, None, True, False, ONE), 4, 2048),
+    # 3 x 3 on rows of 18 pixels (90, 11 tiles and a 2-pixel one), padded: one block
+    ((1, 6, (5, 18), 36, True, ("relu", 0.1), False, False, (3, 1, 1, 1)), 4, None),
+    # 3 x 3 stride 2 onto 4 x 16 with a residual, unpadded 5 x 5 dilated 2
+    # onto 4 x 16 into a slice
+    ((2, 5, (9, 33), 20, True, ("swish", 1.0), True, False, (3, 0, 2, 1)), 4, None),
+    ((1, 3, (12, 24), 40, False, None, False, True, (5, 0, 1, 2)), 4, None),
+]
+
+
+@pytest.mark.parametrize("case,kblock,local", CASES8,
+                         ids=["tails", "blocks-residual", "blocks-slice", "chunks", "one-block",
+                              "pixmax", "3x3-rows18", "3x3-stride2", "5x5-dilated"])
+def test_chanvec8_equals_reference(d, rng, settings, monkeypatch, case, kblock, local):
+    settings(CPU_GEMM_VW="16", CPU_CHANVEC=True, CPU_CHANVEC_TILE8=True,
+             CPU_CHANVEC_KBLOCK=kblock)
+    monkeypatch.setattr(d.dev, "compute_units", 2)
+    monkeypatch.setattr(conv_ops, "CHANVEC8_KXK_MIN_ROW", 16)
+    monkeypatch.setattr(conv_ops, "CHANVEC8_MIN_PIXELS", 0)
+    if local is not None:
+        monkeypatch.setattr(d.dev, "local_mem", local)
+    launches = _check(d, rng, case, lambda g: "conv_chanvec8")
+    if local is not None:       # 8 chunks of 8 pixels, not 4 of 16 (4 work-items a core)
+        assert launches[-1].gsize[1] == 8
 
 
 def test_weights_packed_again_only_after_a_change(d, rng, vw):
@@ -144,3 +203,25 @@ def test_rule(d, settings):
     assert not ok(d.dev, _geo(1, 16, (7, 7), 64), algo="im2col")
     settings(CPU_CHANVEC=False)
     assert not ok(d.dev, _geo(1, 16, (7, 7), 64))
+
+
+def test_tile8_rule(d, settings, monkeypatch):
+    """conv_chanvec8 at VW 16 with the setting on: 1x1 kernels on planes
+    of at least 100 pixels or with at least 1024 input channels; larger
+    ones only on output rows of at least CHANVEC8_KXK_MIN_ROW pixels (None:
+    never); not at VW 8 or with the setting off."""
+    t8 = conv_ops._chanvec_tile8
+    settings(CPU_GEMM_VW="16", CPU_CHANVEC_TILE8=True)
+    assert t8(d.dev, _geo(1, 1024, (14, 14), 256))
+    assert t8(d.dev, _geo(1, 2048, (7, 7), 512))
+    assert t8(d.dev, _geo(1, 1024, (14, 14), 2048, 1, 0, 2))     # to 7 x 7
+    assert not t8(d.dev, _geo(1, 960, (7, 7), 160))
+    assert not t8(d.dev, _geo(1, 256, (14, 14), 512, 1, 0, 2))
+    assert not t8(d.dev, _geo(1, 128, (28, 28), 32, 3, 1))
+    monkeypatch.setattr(conv_ops, "CHANVEC8_KXK_MIN_ROW", 16)
+    assert t8(d.dev, _geo(1, 128, (28, 28), 32, 3, 1))
+    assert not t8(d.dev, _geo(1, 128, (14, 14), 32, 3, 1))
+    settings(CPU_GEMM_VW="8")
+    assert not t8(d.dev, _geo(1, 1024, (14, 14), 256))
+    settings(CPU_GEMM_VW="16", CPU_CHANVEC_TILE8=False)
+    assert not t8(d.dev, _geo(1, 1024, (14, 14), 256))

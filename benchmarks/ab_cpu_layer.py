@@ -1,0 +1,91 @@
+"""Interleaved A/B of single convolution forwards (inference: weights packed
+once, bias + ReLU) under two or more values of one setting, read when the
+launches are built (e.g. CPU_CHANVEC_TILE8, CPU_CHANVEC_KBLOCK,
+CPU_CHANVEC). Each shape's variants run in turn, --rounds times, so the
+load of a shared, noisy machine hits them alike; prints per shape the
+median of each variant's --runs-pass means and each variant's time / the
+first's (and the same ratio of the fastest rounds).
+
+    python3 benchmarks/ab_cpu_layer.py --setting CPU_CHANVEC_TILE8 --values 0,1 \\
+        --shapes 512x7x7:512:3,1024x14x14:256:1 [--batch 1] [--rounds 15]
+
+A shape is CxHxW:OUT:K[:STRIDE[:PAD]] (PAD defaults to K // 2). Written
+for issue #27's CPU batch-1 work (BENCHMARKS.md, twenty-first session).
+"""
+import argparse
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from caffe_ocl import config  # noqa: E402
+from caffe_ocl.device import get_device  # noqa: E402
+from caffe_ocl.ops import conv as conv_ops  # noqa: E402
+from common import random_buffers, time_launches  # noqa: E402
+
+
+def parse_shape(text, batch):
+    chw, co, k, *rest = text.split(":")
+    c, h, w = (int(v) for v in chw.split("x"))
+    k = int(k)
+    stride = int(rest[0]) if rest else 1
+    pad = int(rest[1]) if len(rest) > 1 else k // 2
+    return conv_ops.ConvGeometry(batch, c, h, w, int(co), k, k, pad, pad, stride, stride,
+                                 1, 1, 1)
+
+
+def build(dev, g, buf, setting, value):
+    """The forward's launches with ``setting`` = ``value`` (and the kernels
+    they use, names joined)."""
+    with config.override(**{setting: value}):
+        x = buf(g.num * g.channels * g.height * g.width)
+        w = buf(g.out_channels * g.col_rows)
+        b = buf(g.out_channels)
+        y = buf(g.num * g.out_channels * g.out_spatial)
+        col = buf(max(conv_ops.workspace_floats(dev, g, "im2col"), 1))
+        launches = conv_ops.forward(dev, g, x, w, y, col, bias=b, act=("relu", 0.0),
+                                    weight_version=lambda: 1)
+    return launches, "+".join(ln.name for ln in launches)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--setting", required=True)
+    ap.add_argument("--values", required=True, help="comma-separated, the first is the base")
+    ap.add_argument("--shapes", required=True, help="comma-separated CxHxW:OUT:K[:S[:P]]")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--runs", type=int, default=30, help="passes per timing")
+    ap.add_argument("--const", action="append", default=[],
+                    help="NAME=INT: set an ops/conv.py rule constant first (all variants)")
+    a = ap.parse_args()
+    for item in a.const:
+        name, val = item.split("=")
+        assert hasattr(conv_ops, name), name
+        setattr(conv_ops, name, int(val))
+    dev = get_device()
+    if not dev.is_cpu:
+        sys.exit(f"{dev.name}: not a CPU driver")
+    buf = random_buffers(dev)
+    values = a.values.split(",")
+    for text in a.shapes.split(","):
+        g = parse_shape(text, a.batch)
+        variants = {v: build(dev, g, buf, a.setting, v) for v in values}
+        for v, (launches, names) in variants.items():
+            time_launches(dev, launches, warmup=2, runs=1)     # build, pack, warm
+        times = {v: [] for v in values}
+        for _ in range(a.rounds):
+            for v, (launches, _n) in variants.items():
+                times[v].append(time_launches(dev, launches, warmup=0, runs=a.runs))
+        med = {v: statistics.median(t) for v, t in times.items()}
+        low = {v: min(t) for v, t in times.items()}
+        base, bmin = med[values[0]], low[values[0]]
+        cols = "  ".join(f"{a.setting}={v}: {med[v]:.3f} ms ({variants[v][1].split('+')[-1]})"
+                         f" x{med[v] / base:.2f} (min x{low[v] / bmin:.2f})" for v in values)
+        print(f"{text} b{a.batch}: {cols}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
