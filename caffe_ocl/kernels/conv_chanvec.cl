@@ -87,31 +87,41 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
             yp[(size_t)j * N] = ELEM_OUT(t_[j], (size_t)(m0 + j) * N + n + (i)); \
     }
 
+/* What both tile kernels start with: the work-item's panel of NR output
+ * channels (m0, mc of them real) and pixel range [nbeg, nend) of image img,
+ * its image's input, output and residual, its weight panel, and bv0 / bv1,
+ * the panel's bias (the last channel repeated past M; zeros without BIAS).
+ * Returns when the work-item has no panel or pixels. */
+#if BIAS
+#define CHANVEC_BIAS_VECTORS \
+    floatV bv0, bv1; \
+    { \
+        float t[NR]; \
+        for (int j = 0; j < NR; ++j) t[j] = bias[min(m0 + j, M - 1)]; \
+        bv0 = vloadV(0, t); \
+        bv1 = vloadV(1, t); \
+    }
+#else
+#define CHANVEC_BIAS_VECTORS const floatV bv0 = 0.0f, bv1 = 0.0f;
+#endif
+#define CHANVEC_PROLOGUE \
+    const int p = get_global_id(0), img = get_global_id(2); \
+    const int m0 = p * NR, nbeg = get_global_id(1) * pix; \
+    if (m0 >= M || nbeg >= N) return; \
+    const int nend = min(N, nbeg + pix), mc = min(NR, M - m0); \
+    __global const float* Xi = X + offX + (size_t)img * ldxI; \
+    __global float* Yi = Y + offY + (size_t)img * ldyI; \
+    __global const float* Ri = R + offR + (size_t)img * ldyI; \
+    __global const float* wpan = Wp + (size_t)p * K * NR; \
+    CHANVEC_BIAS_VECTORS
+
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void conv_chanvec(int M, int N, int K, int pix,
                      __global const float* Wp, __global const float* X, int offX, int ldxI,
                      __global const float* bias, __global float* Y, int offY, int ldyI,
                      __global const float* R, int offR, float act_a, float act_b,
                      int wp, int hwp, int wo) {
-    const int p = get_global_id(0), img = get_global_id(2);
-    const int m0 = p * NR, nbeg = get_global_id(1) * pix;
-    if (m0 >= M || nbeg >= N) return;
-    const int nend = min(N, nbeg + pix), mc = min(NR, M - m0);
-    __global const float* Xi = X + offX + (size_t)img * ldxI;
-    __global float* Yi = Y + offY + (size_t)img * ldyI;
-    __global const float* Ri = R + offR + (size_t)img * ldyI;
-    __global const float* wpan = Wp + (size_t)p * K * NR;
-#if BIAS
-    floatV bv0 = 0.0f, bv1 = 0.0f;
-    {
-        float t[NR];
-        for (int j = 0; j < NR; ++j) t[j] = bias[min(m0 + j, M - 1)];
-        bv0 = vloadV(0, t);
-        bv1 = vloadV(1, t);
-    }
-#else
-    const floatV bv0 = 0.0f, bv1 = 0.0f;
-#endif
+    CHANVEC_PROLOGUE
     for (int n = nbeg; n < nend; n += MR) {
         const int rows = min(MR, nend - n), rl = rows - 1;
         /* pixel i of the tile (past the end: the last again, not stored)
@@ -190,25 +200,7 @@ void conv_chanvec8(int M, int N, int K, int pix, int kbc,
     /* the chunk's partial sums between channel blocks: tile t's pixel i at
      * vectors 2 * (MR8 * t + i) and + 1 */
     __local floatV part[2 * PIXMAX];
-    const int p = get_global_id(0), img = get_global_id(2);
-    const int m0 = p * NR, nbeg = get_global_id(1) * pix;
-    if (m0 >= M || nbeg >= N) return;
-    const int nend = min(N, nbeg + pix), mc = min(NR, M - m0);
-    __global const float* Xi = X + offX + (size_t)img * ldxI;
-    __global float* Yi = Y + offY + (size_t)img * ldyI;
-    __global const float* Ri = R + offR + (size_t)img * ldyI;
-    __global const float* wpan = Wp + (size_t)p * K * NR;
-#if BIAS
-    floatV bv0 = 0.0f, bv1 = 0.0f;
-    {
-        float t[NR];
-        for (int j = 0; j < NR; ++j) t[j] = bias[min(m0 + j, M - 1)];
-        bv0 = vloadV(0, t);
-        bv1 = vloadV(1, t);
-    }
-#else
-    const floatV bv0 = 0.0f, bv1 = 0.0f;
-#endif
+    CHANVEC_PROLOGUE
     const int C = K / (KH * KW);
     for (int cb = 0; cb < C; cb += kbc) {
         const int ce = min(C, cb + kbc);
