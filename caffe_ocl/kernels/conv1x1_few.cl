@@ -32,6 +32,9 @@
 #ifndef KC
 #define KC 256          /* weights in local memory per step: MB x KC floats */
 #endif
+#ifndef XB
+#define XB 8            /* loads of x in flight per work-item */
+#endif
 #ifndef BIAS
 #define BIAS 0
 #endif
@@ -64,8 +67,21 @@ void conv1x1_few(int M, int K, int HW, __global const float* X, __global const f
             ws[i] = (m0 + j < M && k < kc) ? Wt[(size_t)(m0 + j) * K + k0 + k] : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll 4
-        for (int k = s; k < kc; k += SL) {
+        int k = s;
+        /* XB loads of x issued before their products: each is a wait on L2
+         * of several hundred cycles, and a work-item walks up to MAX_STEPS
+         * of them, so they go out together (same order of sums) */
+        for (; k + (XB - 1) * SL < kc; k += XB * SL) {
+            float xv[XB];
+#pragma unroll
+            for (int u = 0; u < XB; ++u) xv[u] = pok ? x[(size_t)(k0 + k + u * SL) * HW] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < XB; ++u) {
+#pragma unroll
+                for (int j = 0; j < MB; ++j) acc[j] = fma(ws[j * KC + k + u * SL], xv[u], acc[j]);
+            }
+        }
+        for (; k < kc; k += SL) {
             const float xv = pok ? x[(size_t)(k0 + k) * HW] : 0.0f;
 #pragma unroll
             for (int j = 0; j < MB; ++j) acc[j] = fma(ws[j * KC + k], xv, acc[j]);

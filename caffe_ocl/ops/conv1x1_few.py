@@ -21,6 +21,18 @@ MAX_STEPS = 64
 # device idle (H200: 18 batch-1 layers 0.90-1.98x, every net's kernel time
 # level or lower; BENCHMARKS.md, twenty-first session).
 MAX_TILES_PER_CU = 0.5
+# Most multiply-adds (whole batch): every block of MB output channels reads
+# the whole input again from L2, M / MB * K * HW floats in all, which the
+# tiles (64 output channels a block) read an eighth as often. H200, batch
+# 1 (bench_conv1x1_few.py, twenty-first session): ResNet-50's 51-million
+# layers 0.63-1.01x of the tiles' speed (2048 -> 512 and 512 -> 2048 at
+# 7 x 7: 0.63, 0.87), every layer up to 26 million 0.94-2.10x (GoogLeNet's
+# 832 -> 384 at 7 x 7: 16 million, 1.29x; DenseNet's 1024 -> 128 at
+# 14 x 14: 26 million, 1.51x).
+MAX_MACS = 32_000_000
+# Loads of the input each work-item issues before using them (kernel XB):
+# same run, 18 layers, tiles / this kernel geomean 1.30 with 8, 1.16 with 1.
+LOADS_IN_FLIGHT = 8
 
 
 def eligible(dev, g):
@@ -37,9 +49,12 @@ def eligible(dev, g):
 
 def applies(dev, g):
     """Whether the rules (no stored variant) run ``g`` here: ``eligible``,
-    and at most MAX_TILES_PER_CU 64 x 64 output tiles per compute unit."""
+    at most MAX_TILES_PER_CU 64 x 64 output tiles per compute unit and at
+    most MAX_MACS multiply-adds."""
     tiles = -(-g.out_channels // 64) * -(-g.num * g.out_spatial // 64)
-    return eligible(dev, g) and tiles <= MAX_TILES_PER_CU * max(int(dev.compute_units), 1)
+    macs = g.num * g.out_channels * g.channels * g.out_spatial
+    return (eligible(dev, g) and macs <= MAX_MACS
+            and tiles <= MAX_TILES_PER_CU * max(int(dev.compute_units), 1))
 
 
 def split(k):
@@ -64,5 +79,6 @@ def forward(dev, g, x, weight, y, bias=None, act=None, y_off=0, y_channels=None,
                       [M, g.channels, hw, x, weight, y, int(y_off),
                        int(y_channels or M), bias if bias is not None else weight,
                        act_a, act_b, residual if residual is not None else weight],
-                      dict(MB=MB, PB=pb, SL=sl, BIAS=int(bias is not None), ACT=act_kind,
+                      dict(MB=MB, PB=pb, SL=sl, XB=LOADS_IN_FLIGHT, BIAS=int(bias is not None),
+                           ACT=act_kind,
                            RESIDUAL=int(residual is not None)))

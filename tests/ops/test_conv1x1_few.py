@@ -19,6 +19,7 @@ CASES = {  # num, channels, height, width, out_channels
     "k-past-local": (1, 300, 3, 5, 11),   # K 256 + 44; 32 pixels x 8 slices
     "k-1100": (1, 1100, 5, 4, 9),         # 16 pixels x 16 slices, 5 local blocks of K
     "k-520-40px": (1, 520, 5, 8, 3),      # 16 x 16, pixels 16 + 16 + 8
+    "k-100": (1, 100, 6, 6, 10),          # 25 steps a slice: 3 batches of 8 loads and 1 more
 }
 
 
@@ -83,7 +84,10 @@ def test_gpu_forward_takes_it(d, rng, monkeypatch):
     padded = conv_ops.ConvGeometry(1, 24, 7, 7, 20, 1, 1, 1, 1)
     grouped = conv_ops.ConvGeometry(1, 24, 7, 7, 20, 1, 1, groups=4)
     three = conv_ops.ConvGeometry(1, 24, 7, 7, 20, 3, 3, 1, 1)
-    assert not any(conv1x1_few.applies(d.dev, h) for h in (big, strided, padded, grouped, three))
+    long_k = conv_ops.ConvGeometry(1, 2048, 7, 7, 512, 1, 1)     # 8 tiles, 51 million MACs
+    assert conv1x1_few.applies(d.dev, conv_ops.ConvGeometry(1, 832, 7, 7, 384, 1, 1))
+    assert not any(conv1x1_few.applies(d.dev, h)
+                   for h in (big, strided, padded, grouped, three, long_k))
     with config.override(CONV_1X1_FEW=False):
         assert not conv1x1_few.applies(d.dev, g)
     with config.override(DETERMINISTIC=True):
