@@ -175,9 +175,11 @@ void conv_chanvec(int M, int N, int K, int pix,
  * order (the partial sum is stored and reloaded as the float it is), so
  * the results equal conv_chanvec's up to the tile's clamped rows. */
 #define MR8 8
-#ifndef PIXMAX
-#define PIXMAX 1024
-#endif
+/* Built only when the host asks for it (PIXMAX defined): a kernel's
+ * __local array is a module-level variable to the compiler, which a driver
+ * may count against every kernel of the program (Oclgrind refused
+ * conv_chanvec's launches: 128 KiB of local memory for PIXMAX 1024). */
+#ifdef PIXMAX
 #define FMA_ROW(i)                                                             \
     {                                                                          \
         const floatV a_ = (floatV)xk[o##i];                                    \
@@ -246,4 +248,5 @@ void conv_chanvec8(int M, int N, int K, int pix, int kbc,
         }
     }
 }
-#endif
+#endif  /* PIXMAX */
+#endif  /* VW == 16 */
