@@ -233,8 +233,9 @@ _DECLARED = (
             internal=True),
     Setting("CONV_1X1_FEW", "bool", True,
             "GPUs: 1x1 convolutions whose output is a few tiles (batch 1 on small "
-            "planes) run kernels/conv1x1_few.cl, K split over each work-group's "
-            "work-items, instead of the implicit GEMM's tiles", internal=True),
+            "planes) and of at most 32 million multiply-adds run kernels/conv1x1_few.cl, "
+            "K split over each work-group's work-items, instead of the implicit GEMM's "
+            "tiles", internal=True),
     Setting("GPU_TILE_RASTER", "int", 8,
             "GPUs: the tile kernels (gemm.cl, conv_igemm.cl) start their work-groups "
             "in bands of this many rows of tiles, row fastest, so that a block of B "
