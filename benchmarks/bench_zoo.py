@@ -194,9 +194,18 @@ def interleave(timers, rounds, warmup, runs, settle=SETTLE_S):
         for k in names[r % len(names):] + names[:r % len(names)]:
             if settle:
                 time.sleep(settle)
-            samples[k].append(mean_ms(timers[k], warmup if r == 0 else max(1, warmup // 3),
+            samples[k].append(time_ms(timers[k], warmup if r == 0 else max(1, warmup // 3),
                                       runs))
     return {k: statistics.median(v) for k, v in samples.items()}, samples
+
+
+def time_ms(timer, warmup, runs):
+    """mean_ms of a local timer (a function), or of a timer that times
+    itself elsewhere (an object with ``mean_ms``: TorchReference's timers,
+    which run in the reference's own process)."""
+    if hasattr(timer, "mean_ms"):
+        return timer.mean_ms(warmup, runs)
+    return mean_ms(timer, warmup, runs)
 
 
 def ours_timer(net):
@@ -269,6 +278,103 @@ def torch_graph_timer(model, x):
         return static_y.cpu()
     fn.graph = graph
     return fn
+
+
+# --------------------------------------------------------------------------
+# PyTorch in a process of its own (GPU runs)
+# --------------------------------------------------------------------------
+#
+# A process in which PyTorch has run CUDA work enqueues OpenCL kernels more
+# slowly: on the H200 (driver 580.159) caffe_ocl's batch-1 forwards took
+# 1.5-1.6x longer, all of it host enqueue time, once PyTorch had run the
+# same nets in that process (benchmarks/bench_zoo.py --reference-process
+# same shows it). A caffe_ocl user's process has no CUDA context at work,
+# and a PyTorch user's no OpenCL one, so by default each framework runs in
+# its own process: the references are timed by a child that the rounds
+# still interleave with caffe_ocl (one side idles while the other is timed).
+
+def _reference_worker(conn, seed, device):
+    """The child's loop: requests from TorchReference, answers on ``conn``."""
+    import torch
+    torch.backends.cudnn.benchmark = True
+    tdev = torch.device(device)
+    state = {}
+    while True:
+        msg = conn.recv()
+        op = msg[0]
+        try:
+            if op == "quit":
+                break
+            if op == "load":
+                _, name, x, tf32 = msg
+                state.clear()
+                torch.cuda.empty_cache()
+                if tdev.type == "cuda":
+                    set_torch_tf32(tf32)
+                model = build_model(name, seed).to(tdev)
+                xt = torch.from_numpy(x).to(tdev)
+                with torch.no_grad():
+                    ref = model(xt).float().cpu().numpy()
+                ref64 = exact_reference(model, x, tdev)
+                state["eager"] = torch_eager_timer(model, xt)
+                graph_error = None
+                try:
+                    state["graph"] = torch_graph_timer(model, xt)
+                except Exception as e:  # noqa: BLE001 -- reported in the record
+                    graph_error = f"{type(e).__name__}: {e}"
+                conn.send(("ok", (ref, ref64, graph_error)))
+            elif op == "time":
+                _, which, warmup, runs = msg
+                conn.send(("ok", mean_ms(state[which], warmup, runs)))
+            else:
+                conn.send(("error", f"unknown request {op!r}"))
+        except Exception as e:  # noqa: BLE001 -- passed back to the parent
+            conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+class TorchReference:
+    """PyTorch eager and CUDA-graph timers of one model, run by a child
+    process (see the note above ``_reference_worker``)."""
+
+    def __init__(self, seed, device="cuda"):
+        import multiprocessing as mp
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_reference_worker, args=(child, seed, device),
+                                daemon=True)
+        self.proc.start()
+        child.close()
+
+    def _ask(self, *msg):
+        try:
+            self.conn.send(msg)
+            status, value = self.conn.recv()
+        except (EOFError, OSError) as e:
+            raise RuntimeError(f"PyTorch reference process ended (exit code "
+                               f"{self.proc.exitcode}): {e}") from None
+        if status != "ok":
+            raise RuntimeError(f"PyTorch reference process: {value}")
+        return value
+
+    def load(self, name, x, tf32):
+        """(float32 output, float64 output, graph capture error or None) of
+        ``name`` on ``x``; its timers are then "eager" and "graph"."""
+        return self._ask("load", name, x, tf32)
+
+    def timer(self, which):
+        ref = self
+
+        class _Remote:
+            def mean_ms(self, warmup, runs):
+                return ref._ask("time", which, warmup, runs)
+        return _Remote()
+
+    def close(self):
+        try:
+            self.conn.send(("quit",))
+        except OSError:
+            pass
+        self.proc.join(30)
 
 
 def ort_timer(path, x, threads):
@@ -393,20 +499,28 @@ def run_one(name, args, export_dir, records, emit):
         if net_param is None:
             continue
         base["layers"] = len(net_param.layer)
-        mdl = model.to(tdev)
-        xt = torch.from_numpy(x).to(tdev)
+        child = gpu and args.reference_process == "child"
+        if gpu:
+            base["torch_process"] = args.reference_process
+        if not child:
+            mdl = model.to(tdev)
+            xt = torch.from_numpy(x).to(tdev)
         ref64 = None          # the float64 output, once per batch
         for prec in precisions:
             rec = dict(base, precision=prec)
             tf32 = prec == "tf32"
             net, timers = None, {}
             try:
-                if gpu:
-                    set_torch_tf32(tf32)
-                with torch.no_grad():
-                    ref = mdl(xt).float().cpu().numpy()
-                if ref64 is None:
-                    ref64 = exact_reference(model, x, tdev)
+                graph_error = None
+                if child:
+                    ref, ref64, graph_error = args.torch_ref.load(name, x, tf32)
+                else:
+                    if gpu:
+                        set_torch_tf32(tf32)
+                    with torch.no_grad():
+                        ref = mdl(xt).float().cpu().numpy()
+                    if ref64 is None:
+                        ref64 = exact_reference(model, x, tdev)
                 t0 = time.time()
                 net = make_net(net_param, x, tf32)
                 got = net.forward()[net.outputs[0]]
@@ -424,7 +538,13 @@ def run_one(name, args, export_dir, records, emit):
                     rec["base_err_rel"] = errors(got_b, ref)[1]
                     timers["base"] = ours_timer(base_net)
                     del base_net
-                if gpu:
+                if child:
+                    timers["eager"] = args.torch_ref.timer("eager")
+                    if graph_error is None:
+                        timers["graph"] = args.torch_ref.timer("graph")
+                    else:
+                        rec["graph_error"] = graph_error
+                elif gpu:
                     timers["eager"] = torch_eager_timer(mdl, xt)
                     try:
                         timers["graph"] = torch_graph_timer(mdl, xt)
@@ -446,7 +566,7 @@ def run_one(name, args, export_dir, records, emit):
                 timers.clear()      # their closures hold the net and the CUDA graph
                 del net
                 gc.collect()
-                if gpu:
+                if gpu and not child:
                     torch.cuda.empty_cache()
             emit(rec)
         del net_param
@@ -592,6 +712,10 @@ def parse(argv=None):
                     help="NAME=VALUE[,NAME=VALUE]: also time a caffe_ocl net built with "
                          "these settings (config.py names) as 'base', interleaved with the "
                          "others (a before/after in one run)")
+    ap.add_argument("--reference-process", choices=("child", "same"), default="child",
+                    help="gpu: run PyTorch in a child process (default; the rounds still "
+                         "interleave) or in this one ('same': PyTorch's CUDA work then "
+                         "slows caffe_ocl's OpenCL enqueues, see TorchReference)")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -713,8 +837,16 @@ def main(argv=None):
                f"{rec.get('status')}{err} {ms}{why}"
 
     emit = record_emitter(records, dev, platform, torch, args.json, describe)
-    run_each_net(args, "bench_zoo_",
-                 lambda name, export_dir: run_one(name, args, export_dir, records, emit), emit)
+    args.torch_ref = None
+    if args.device == "gpu" and args.reference_process == "child":
+        args.torch_ref = TorchReference(args.seed)
+    try:
+        run_each_net(args, "bench_zoo_",
+                     lambda name, export_dir: run_one(name, args, export_dir, records, emit),
+                     emit)
+    finally:
+        if args.torch_ref is not None:
+            args.torch_ref.close()
     print(table(records, args.device, refs), flush=True)
     print(host_table(records), flush=True)
     bad = [r for r in records if r.get("status") != "ok"]
