@@ -107,9 +107,17 @@ void conv_fwd(int NIMG, int C, int H, int W, int CO, int HO, int WO, float alpha
 #define LOAD_B(k, n) im2col_at(xb, (k), kend, bok, hi0, wi0, H, W)
 #include "tile_mainloop.h"
 
+/* Y_CHANNELS: y's images lie Y_CHANNELS planes apart from offY on (a slice
+ * of a Concat's top, plan/concat.py); otherwise CO. Not with FWD_KCHUNK,
+ * whose workspace is shaped as y (the reduce writes the slice). */
+#if defined(Y_CHANNELS) && !defined(FWD_KCHUNK)
+#define Y_IMAGE_CO Y_CHANNELS
+#else
+#define Y_IMAGE_CO CO
+#endif
 #define STORE_COL(n)                                                      \
     const int img_ = (n) / HOWO, p_ = (n) - img_ * HOWO;                  \
-    __global float* yb = Y + offY + (img_ * CO + g * M) * HOWO + p_;      \
+    __global float* yb = Y + offY + (img_ * Y_IMAGE_CO + g * M) * HOWO + p_; \
     __global const float* rb_ = R + offR + (img_ * CO + g * M) * HOWO + p_;
 /* RESIDUAL: + R (laid out as y) before the activation (plan/residual.py),
  * read ahead of the stores (tile_store.h ADDEND_AT) */

@@ -39,17 +39,21 @@ __kernel void gemm_splitk_reduce(int M, int N, int nsplit, __global const float*
 __kernel void conv_splitk_reduce(int total, int HOWO, int CO, int nsplit,
                                  __global const float* ws, float beta, __global float* Y,
                                  __global const float* bias, float act_a, float act_b,
-                                 __global const float* R) {
+                                 __global const float* R, int offY, int YCO) {
+    /* y's images lie YCO planes apart from offY on (YCO > CO: a slice of a
+     * Concat's top, plan/concat.py); ws and R are shaped as y itself */
+    const int gap = (YCO - CO) * HOWO, image = CO * HOWO;
     GLOBAL_LOOP(i, total) {
         float v = 0.0f;
         for (int s = 0; s < nsplit; ++s) v += ws[s * total + i];
 #if BIAS
         v += bias[(i / HOWO) % CO];
 #endif
-        if (beta != 0.0f) v += beta * Y[i];
+        __global float* y = Y + offY + i + (i / image) * gap;
+        if (beta != 0.0f) v += beta * *y;
 #if RESIDUAL
         v += R[i];
 #endif
-        Y[i] = APPLY_ACT(v);
+        *y = APPLY_ACT(v);
     }
 }

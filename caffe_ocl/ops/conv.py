@@ -525,7 +525,7 @@ def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0, y_off=0, y_channel
                          y_channels or g.out_channels, beta=float(beta),
                          stride_a=(0, M * K), bias=bias, act=act, off_c=y_off,
                          residual=residual)
-    assert not y_off and y_channels in (None, g.out_channels), "see writes_slices"
+    ych = y_channels or g.out_channels
     act_kind, act_a, act_b = act_defines(act)
     res = dict(RESIDUAL=1) if residual is not None else {}
     N = g.num * g.out_spatial
@@ -542,13 +542,15 @@ def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0, y_off=0, y_channel
                 dev.launch(SPLITK_SRC, "conv_splitk_reduce", gs, ls,
                            [total, g.out_spatial, g.out_channels, nsplit, ws, float(beta), y,
                             bias if bias is not None else ws, act_a, act_b,
-                            ws if residual is None else residual],
+                            ws if residual is None else residual, int(y_off), ych],
                            dict(BIAS=int(bias is not None), ACT=act_kind, **res))]
-    args = _sizes(g) + [1.0, x, 0, weight, float(beta), y, 0,
+    # a slice of a bigger blob (writes_slices): images ych planes apart
+    sliced = dict(Y_CHANNELS=ych) if ych != g.out_channels else {}
+    args = _sizes(g) + [1.0, x, 0, weight, float(beta), y, int(y_off),
                         bias if bias is not None else weight, 0, act_a, act_b,
                         weight if residual is None else residual, 0]
     return [_igemm_launch(dev, g, "conv_fwd", 0, M, N, g.groups, args, tiles=tiles,
-                          BIAS=int(bias is not None), ACT=act_kind, **res)]
+                          BIAS=int(bias is not None), ACT=act_kind, **res, **sliced)]
 
 
 # Implicit-GEMM forward variants `caffe_ocl tune` times on GPUs (tuning.py
@@ -901,11 +903,22 @@ def residual_pays(dev, g):
 def writes_slices(dev, g, algo=None):
     """Whether ``forward`` of ``g`` can write its output into a slice of a
     bigger blob (``y_off``, ``y_channels``: a Concat's top along channels,
-    caffe_ocl/plan/concat.py): the GEMM paths (im2col, 1x1 GEMMs), not the
-    Winograd, depthwise and implicit-GEMM kernels."""
+    caffe_ocl/plan/concat.py): the GEMM paths (im2col, 1x1 GEMMs) and the
+    implicit-GEMM kernels (tiles, their split-K sum, the few-outputs 1x1
+    kernel); not Winograd and depthwise, nor the matrix-vector and grouped
+    kernels (their outputs are written whole; such a layer keeps them and
+    the Concat copies its top). At batch 1 on GPUs this spares a copy
+    launch per Concat input: SqueezeNet's expand 3x3 layers, GoogLeNet's
+    5x5 branches."""
     a = algorithm(dev, g, algo, "forward")
-    return a == "im2col" or (a == "igemm" and g.groups == 1
-                             and _igemm_forward_plan(dev, g) is not None)
+    if a == "im2col":
+        return True
+    if a != "igemm":
+        return False
+    if _igemm_forward_plan(dev, g) is not None or runs_1x1_few(dev, g, algo):
+        return True
+    return not (fully_connected(dev, g, algo)
+                or (algo is None and grouped_ops.applies(dev, g)))
 
 
 class OnChange(Launch):

@@ -19,8 +19,9 @@ is
 - a lone 2-D Convolution (one bottom, one top) in no other group;
 
 where the convolution's forward can write a slice (``ops.conv.
-writes_slices``: the im2col / 1x1-GEMM paths; Winograd, depthwise and the
-implicit-GEMM kernel cannot, those inputs are copied as before), ``c`` is
+writes_slices``: the im2col / 1x1-GEMM paths and the implicit-GEMM
+kernels; Winograd, depthwise, matrix-vector and grouped kernels cannot,
+those inputs are copied as before), ``c`` is
 read by the Concat alone (besides the unit's in-place layers), is no net
 output and appears once among the Concat's bottoms.
 

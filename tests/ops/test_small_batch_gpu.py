@@ -126,6 +126,39 @@ def test_conv_forward_split_k(d, rng, p, monkeypatch):
     assert rel_err(d.get(yb, yshape), np.where(v > 0, v, 0.1 * v)) < 1e-5
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["whole-K", "split-K"])
+@pytest.mark.parametrize("p", [(2, 40, 5, 5, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1),   # 3x3, 2 images
+                               (2, 48, 4, 3, 20, 3, 3, 1, 1, 1, 1, 1, 1, 2)],  # 2 groups
+                         ids=["3x3", "groups"])
+def test_implicit_gemm_forward_into_a_slice(d, rng, p, split, monkeypatch):
+    """The implicit-GEMM forward (tiles, and split-K with its sum) writes
+    into channels 3.. of a bigger blob (y_off / y_channels: a Concat's top,
+    plan/concat.py), so that a Concat input it computes needs no copy; the
+    rest of the blob is untouched."""
+    monkeypatch.setattr(d.dev, "compute_units", 132)
+    g = conv_ops.ConvGeometry(*p)
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
+    b = rng.standard_normal(g.out_channels)
+    total = g.out_channels + 7
+    big = rng.standard_normal((g.num, total, g.out_h, g.out_w))
+    yb = d.buf(big)
+    with config.override(CONV_SPLITK=split, CONV_SPLITK_MIN_KTILES=1):
+        assert conv_ops.writes_slices(d.dev, g, "igemm")
+        launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, bias=d.buf(b),
+                                    act=("relu", 0.1), algo="igemm",
+                                    y_off=3 * g.out_spatial, y_channels=total)
+    assert [ln.name for ln in launches] == (["conv_fwd", "conv_splitk_reduce"] if split
+                                           else ["conv_fwd"])
+    d.run(launches)
+    got = d.get(yb, big.shape)
+    v = _conv_ref(x, w, g) + b.reshape(1, -1, 1, 1)
+    co = g.out_channels
+    assert rel_err(got[:, 3:3 + co], np.where(v > 0, v, 0.1 * v)) < 1e-5
+    np.testing.assert_array_equal(got[:, :3], big[:, :3].astype(np.float32))
+    np.testing.assert_array_equal(got[:, 3 + co:], big[:, 3 + co:].astype(np.float32))
+
+
 def test_forward_split_rule():
     """Split only where the tiles leave half the compute units idle (not
     ResNet's 7 x 7 layers at batch 64: 100 tiles on 132 units); never in

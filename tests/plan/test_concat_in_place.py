@@ -101,8 +101,8 @@ def _forward_all(nets, x):
 
 def _on_this_device(net, want, convs):
     """``want`` less the inputs whose convolution cannot write a slice on
-    this device (ops.conv.writes_slices: on GPUs the implicit-GEMM kernel of
-    3x3 convolutions, a split-K forward of few output tiles), and less a
+    this device (ops.conv.writes_slices: Winograd, depthwise, the
+    matrix-vector and grouped kernels), and less a
     Concat left with none: the rewrite copies those inputs instead."""
     out = []
     for d in want:
@@ -148,8 +148,8 @@ def test_rewrite_fires_and_every_blob_equals(text, want, convs, rng):
 
 def _needs_slices(net, *convs):
     """Skip where this device's algorithm for one of ``convs`` writes no
-    slice (GPUs: the 3x3 implicit-GEMM kernel, split-K forwards of small
-    planes): there the rewrite copies that input, which
+    slice (Winograd, depthwise, the matrix-vector and grouped kernels):
+    there the rewrite copies that input, which
     test_rewrite_fires_and_every_blob_equals checks on every device."""
     for name in convs:
         layer = net.layer_dict[name]
@@ -314,8 +314,8 @@ def test_reshape_that_changes_the_algorithm(rng, monkeypatch):
         fused, plain, _ = _nets(INCEPTION, rng)
         b3 = fused.layer_dict["b3"]
         assert conv_ops.algorithm(b3.device, b3.geom) != "winograd"      # batch 2
-        # (GPUs: the implicit-GEMM kernel of a 3x3 may not write slices at
-        # all; then there is no slice to come back to below)
+        # (where its algorithm writes no slices at all, there is no slice
+        # to come back to below)
         slices_at_2 = conv_ops.writes_slices(b3.device, b3.geom)
         x2 = rng.normal(0, 1, (2, 3, 7, 6)).astype(np.float32)
         _forward_all((fused, plain), x2)
