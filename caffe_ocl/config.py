@@ -105,6 +105,10 @@ _DECLARED = (
             "at TEST, an SE block's channel Scale folds into the 1x1 convolution after it "
             "where one gate serves the batch (with CAFFE_OCL_FOLD; off: measured slower "
             "end to end on the CPU, see BENCHMARKS.md)"),
+    Setting("SE_GATED_1X1", "bool", True,
+            "at TEST on GPUs, an SE block's channel Scale before a 1x1 convolution that the "
+            "few-outputs kernel runs is applied by that kernel to its weights as it reads "
+            "them: one launch for the two layers (with CAFFE_OCL_FOLD)"),
     # channel permutations (issue #27, plan/permute.py)
     Setting("PERMUTE_GATHER", "bool", True,
             "at TEST, a 1x1 convolution / InnerProduct whose weight is a permutation "

@@ -16,7 +16,11 @@
  *
  * Work-group (PB * SL, 1, 1); groups (ceil(HW / PB), ceil(M / MB), images).
  * y_off / ych: the output images lie ych * HW floats apart from y_off (a
- * slice of a Concat's top); R (RESIDUAL 1) is laid out as y. */
+ * slice of a Concat's top); R (RESIDUAL 1) is laid out as y.
+ * GATE 1: the input channels scaled by a gate first, x[n][k][p] * G[n *
+ * gstride + k] (an SE block's channel scale before its projection,
+ * plan/se.py, plan/residual.py; gstride 0: one gate for every image),
+ * applied to the block of weights as it goes to local memory. */
 #include "common.h"
 #include "act.h"
 
@@ -41,11 +45,15 @@
 #ifndef RESIDUAL
 #define RESIDUAL 0
 #endif
+#ifndef GATE
+#define GATE 0
+#endif
 
 __kernel __attribute__((reqd_work_group_size(PB * SL, 1, 1)))
 void conv1x1_few(int M, int K, int HW, __global const float* X, __global const float* Wt,
                  __global float* Y, int y_off, int ych, __global const float* bias,
-                 float act_a, float act_b, __global const float* R) {
+                 float act_a, float act_b, __global const float* R,
+                 __global const float* G, int gstride) {
     __local float ws[MB * KC];
     __local float part[SL * MB * PB];
     const int lid = get_local_id(0);
@@ -64,7 +72,12 @@ void conv1x1_few(int M, int K, int HW, __global const float* X, __global const f
         barrier(CLK_LOCAL_MEM_FENCE);           /* the previous block's readers are done */
         for (int i = lid; i < MB * KC; i += PB * SL) {
             const int j = i / KC, k = i - j * KC;
+#if GATE
+            ws[i] = (m0 + j < M && k < kc)
+                ? Wt[(size_t)(m0 + j) * K + k0 + k] * G[(size_t)img * gstride + k0 + k] : 0.0f;
+#else
             ws[i] = (m0 + j < M && k < kc) ? Wt[(size_t)(m0 + j) * K + k0 + k] : 0.0f;
+#endif
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         int k = s;

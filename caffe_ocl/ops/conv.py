@@ -993,8 +993,18 @@ def fully_connected(dev, g, algo=None):
     return a == "igemm" and use_gemv(dev, g.num, g.out_channels, g.channels, False, True)
 
 
+def takes_gate(dev, g, algo=None):
+    """Whether ``forward`` of ``g`` can scale its input's channels by a gate
+    as it reads them (``gate``): where the few-outputs 1x1 kernel runs it
+    (ops/conv1x1_few.py: GPUs, small batches), setting SE_GATED_1X1. An SE
+    block's channel scale before its projection then costs no launch of
+    its own (plan/se.py, plan/residual.py)."""
+    return (bool(config.get("SE_GATED_1X1")) and algorithm(dev, g, algo, "forward") == "igemm"
+            and runs_1x1_few(dev, g, algo))
+
+
 def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
-            y_channels=None, weight_version=None, residual=None):
+            y_channels=None, weight_version=None, residual=None, gate=None, gate_stride=0):
     """y[n, Co, Ho, Wo] = act(conv(x[n, C, H, W], weight[Co, C/G, KH, KW]) (+ bias)).
 
     ``act``: None, ("relu", negative_slope) or ("clip", lo, hi), applied in
@@ -1011,13 +1021,22 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
     BENCHMARKS.md).
     ``residual``: None, or a buffer shaped as y added before ``act``
     (y = act(conv + bias + residual): an Eltwise SUM with a shortcut after
-    the convolution, plan/residual.py); only where ``writes_residual``."""
+    the convolution, plan/residual.py); only where ``writes_residual``.
+    ``gate``: None, or x's channels are scaled by it first (x[n, c] *
+    gate[n * gate_stride + c]; ``gate_stride`` 0: one gate for every
+    image); only where ``takes_gate``."""
     a = algorithm(dev, g, algo, "forward")
     sliced = bool(y_off) or y_channels not in (None, g.out_channels)
     if sliced and not writes_slices(dev, g, algo):
         raise ValueError(f"convolution {g}: algorithm {a!r} cannot write into a slice")
     if residual is not None and (sliced or not writes_residual(dev, g, algo)):
         raise ValueError(f"convolution {g}: algorithm {a!r} cannot add a residual here")
+    if gate is not None:
+        if not takes_gate(dev, g, algo):
+            raise ValueError(f"convolution {g}: algorithm {a!r} cannot scale its input by a gate")
+        return [conv1x1_few.forward(dev, g, x, weight, y, bias, act, y_off=y_off,
+                                    y_channels=y_channels, residual=residual, gate=gate,
+                                    gate_stride=gate_stride)]
     if a == "winograd":
         if weight_version is not None and dev.is_cpu and config.get("CPU_PACKED_WEIGHTS"):
             # CPU inference: the filter transform kept, redone after a weight change

@@ -69,8 +69,10 @@ def split(k):
 
 
 def forward(dev, g, x, weight, y, bias=None, act=None, y_off=0, y_channels=None,
-            residual=None):
-    """y = act(conv(x, weight) (+ bias) (+ residual)): one launch."""
+            residual=None, gate=None, gate_stride=0):
+    """y = act(conv(x, weight) (+ bias) (+ residual)): one launch.
+    ``gate``: x's channels scaled by it first (x[n, k] * gate[n *
+    gate_stride + k]; ``gate_stride`` 0: one gate for all images)."""
     act_kind, act_a, act_b = act_defines(act)
     hw, M = g.out_spatial, g.out_channels
     pb, sl = split(g.channels)
@@ -78,7 +80,8 @@ def forward(dev, g, x, weight, y, bias=None, act=None, y_off=0, y_channels=None,
     return dev.launch(SRC, "conv1x1_few", gsize, (THREADS, 1, 1),
                       [M, g.channels, hw, x, weight, y, int(y_off),
                        int(y_channels or M), bias if bias is not None else weight,
-                       act_a, act_b, residual if residual is not None else weight],
+                       act_a, act_b, residual if residual is not None else weight,
+                       gate if gate is not None else weight, int(gate_stride)],
                       dict(MB=MB, PB=pb, SL=sl, XB=LOADS_IN_FLIGHT, BIAS=int(bias is not None),
-                           ACT=act_kind,
-                           RESIDUAL=int(residual is not None)))
+                           ACT=act_kind, RESIDUAL=int(residual is not None),
+                           GATE=int(gate is not None)))

@@ -33,10 +33,19 @@ forwards (patterns.PendingTops); a forward range cutting the group and a
 backward compute them first. A shortcut of another shape (a reshape since
 the net was planned) runs the convolution and then one summing pass.
 ``CAFFE_OCL_FUSE_RESIDUAL=0`` turns it off.
+
+An SE block's channel Scale just before the convolution (se.py's match:
+Scale(x, gate) -> 1x1 projection -> + shortcut, MobileNet v3's and
+EfficientNet's blocks) joins the group where the convolution's kernel
+applies the gate itself (``ops.conv.takes_gate``, GPUs at small batches):
+the three or four layers are then one launch. The Scale's top is computed
+when read, like ``c``; at shapes where the kernel does not take the gate
+the Scale runs first, then the group as without it.
 """
 from .. import config
 from ..ops import conv as conv_ops
 from ..ops import pointwise
+from . import se
 from .elide import producer_ok
 from .patterns import PendingTops, consumers, inference_act_of, one_in_one_out
 
@@ -99,16 +108,21 @@ class ConvResidual(PendingTops):
     fuses_backward = False
     # the pending blobs are computed before a backward (see also __init__)
 
-    def __init__(self, net, ci, ei, ai, act, new_top, chain=None):
+    def __init__(self, net, ci, ei, ai, act, new_top, chain=None, scale=None):
         g = net.graph
         self.net = net
         self.ci, self.ei = ci, ei
         self.chain = chain              # fold.Chain of the convolution, or None
+        self.scale = scale              # the SE Scale's index before a lone convolution, or None
         producer = chain.layers if chain is not None else [ci]
-        self.layers = producer + [ei] + ([ai] if ai is not None else [])
-        self.first, self.last = ci, self.layers[-1]
+        self.layers = ([scale] if scale is not None else []) + producer + [ei] \
+            + ([ai] if ai is not None else [])
+        self.first, self.last = self.layers[0], self.layers[-1]
         self.conv = net.layers[ci]
         self.x, self.c = g.bottoms[ci][0], g.tops[ci][0]
+        if scale is not None:           # the convolution reads s = x * gate
+            self.s = self.x
+            self.x, self.gate = g.bottoms[scale]
         bots = g.bottoms[ei]
         self.r = bots[1] if bots[0] is self.c else bots[0]
         self.z = g.tops[ei][0]
@@ -118,6 +132,9 @@ class ConvResidual(PendingTops):
         # (layers/neuron_ext.py) that the fused pass does not make
         self.loses_values = ai is not None and not new_top and act[0] != "relu"
         pending, layers = [self.c], list(producer)
+        if scale is not None:
+            pending.insert(0, self.s)
+            layers.insert(0, scale)
         if new_top:                    # the sum itself, before the activation
             pending.append(self.z)
             layers.append(ei)
@@ -129,20 +146,28 @@ class ConvResidual(PendingTops):
     def describe(self):
         names = self.net.graph.layer_names
         return " -> ".join(names[li] for li in self.layers) + " (shortcut added in the " \
-            "convolution's epilogue)"
+            "convolution's epilogue" + (", the channel scale by its kernel)"
+                                        if self.scale is not None else ")")
 
-    def _build(self, params, fused):
+    def _build(self, params, fused, by_gate):
         conv, dev = self.conv, self.conv.device
         w = params[0]
         b = params[1] if conv.bias_term else None
-        x, out = self.x.data_buffer(), self.out.data_buffer()
+        out = self.out.data_buffer()
+        gate = {}
+        if by_gate:         # reads x, scaled by the gate as its kernel loads weights
+            x = self.x.data_buffer()
+            gate = dict(gate=self.gate.data_buffer(),
+                        gate_stride=se.gate_stride(self.x, self.gate))
+        else:               # reads the convolution's own bottom (s, once the Scale ran)
+            x = self.s.data_buffer() if self.scale is not None else self.x.data_buffer()
         if fused:
             self.fwd = conv_ops.forward(dev, conv.geom, x, w, out, conv.col, b, act=self.act,
                                         weight_version=conv.weight_version(),
-                                        residual=self.r.data_buffer())
+                                        residual=self.r.data_buffer(), **gate)
         else:       # the convolution into c, then one summing pass
             self.fwd = conv_ops.forward(dev, conv.geom, x, w, self.c.data_buffer(), conv.col, b,
-                                        weight_version=conv.weight_version())
+                                        weight_version=conv.weight_version(), **gate)
             self.fwd.append(self._summing_pass())
         if self.x.count == 0 or self.out.count == 0:
             self.fwd = []
@@ -186,21 +211,28 @@ class ConvResidual(PendingTops):
             net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
         conv = self.conv
         fused = self._fuses()
-        for b in (self.x, self.r):
+        by_gate = self.scale is not None and se.gated(conv)
+        inputs = (self.x, self.r) + ((self.gate,) if self.scale is not None else ())
+        for b in inputs:
             b.compute_pending()
             b.data_mem.to_device()
+        if self.scale is not None and not by_gate:
+            # the kernel at these shapes takes no gate: the Scale's own pass first
+            self._unmark_pending()
+            net.layers[self.scale].forward(g.bottoms[self.scale], g.tops[self.scale])
         if self.chain is not None:
             self._run_chain(fused)
-            self._finish(fused)
+            self._finish(fused, by_gate)
             return
         for p in conv.blobs:            # the user may have written them on the host
             p.data_mem.to_device()
         params = tuple(p.data_buffer() for p in conv.blobs)
-        key = (conv.reshape_count, net.layers[self.ei].reshape_count, fused,
+        key = (conv.reshape_count, net.layers[self.ei].reshape_count, fused, by_gate,
                self.x.data_buffer(), self.r.data_buffer(), self.c.data_buffer(),
-               self.out.data_buffer(), params)
+               self.out.data_buffer(), params,
+               (self.gate.shape, self.gate.data_buffer()) if by_gate else None)
         if key != self._key:
-            self._build(params, fused)
+            self._build(params, fused, by_gate)
             self._key = key
         q = conv.device.queue
         for launch in self.fwd:
@@ -208,15 +240,20 @@ class ConvResidual(PendingTops):
         if not fused:
             self.c.data_mem.device_written()
         self.out.data_mem.device_written()
-        self._finish(fused)
+        self._finish(fused, by_gate)
 
-    def _finish(self, fused):
+    def _finish(self, fused, by_gate=False):
         """Mark what the pass left to be computed on read."""
         self._unmark_pending()
         if fused:
             self._mark_pending()
-        elif len(self.pending) > 1:     # c written; the sum before the activation is not
-            self.z.compute_on_read = self._reader
+            if self.scale is not None and not by_gate:
+                self.s.compute_on_read = None      # the Scale wrote it
+        else:
+            if by_gate:     # s was never written (recomputing it redoes c too: rare)
+                self.s.compute_on_read = self._reader
+            if self.z is not self.out:  # c written; the sum before the activation is not
+                self.z.compute_on_read = self._reader
 
 
 def find(net, chains=(), taken=()):
@@ -239,7 +276,10 @@ def find(net, chains=(), taken=()):
                       chain.members if chain is not None else ())
         if found is None:
             continue
-        group = ConvResidual(net, ci, ei, *found, chain=chain)
+        si = ci - 1         # an SE channel scale the convolution's kernel can apply
+        scale = si if (chain is None and si >= 0 and si not in used
+                       and se.match(g, si, outputs) and se.gated(net.layers[ci])) else None
+        group = ConvResidual(net, ci, ei, *found, chain=chain, scale=scale)
         used.update(group.layers)
         out.append(group)
     return out

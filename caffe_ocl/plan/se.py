@@ -27,8 +27,17 @@ group. A forward range that cuts the pair computes the pending ``s`` and
 runs the layers one by one; before a backward the pending ``s`` is
 computed.
 
-Off by default (``CAFFE_OCL_FUSE_SE_SCALE=1`` turns it on, with the
-folding): on the CPU (Intel's runtime, converted RegNet-Y and
+GPUs, where the few-outputs 1x1 kernel runs the convolution
+(``ops.conv.takes_gate``: batch-1 projections of MobileNet v3,
+EfficientNet, RegNet-Y): that kernel scales the block of weights it loads
+by the gate itself (one gate per image or one for all), so the pair is one
+launch instead of two, which is what counts where a batch-1 forward waits
+on the host's enqueues. On by default (``CAFFE_OCL_SE_GATED_1X1``); a
+projection that also adds a residual shortcut is taken the same way by
+plan/residual.py.
+
+Elsewhere, the weights scaled by a separate launch: off by default
+(``CAFFE_OCL_FUSE_SE_SCALE=1`` turns it on, with the folding): on the CPU (Intel's runtime, converted RegNet-Y and
 EfficientNet-B0 at batch 1) each fused pair timed alone ran faster than
 the Scale and the convolution (0.10-0.21 ms against 0.32-0.41 ms), yet a
 whole forward ran slower (17 ms against 11 ms, RegNet-Y, one net per
@@ -43,7 +52,21 @@ from .elide import producer_ok
 from .patterns import consumers, one_in_one_out
 
 
-def _match(g, li, outputs):
+def gate_stride(x, gate):
+    """The gate's floats per image (ops.conv.forward ``gate_stride``): 0
+    where one gate serves every image."""
+    return 0 if gate.count == x.shape[1] else x.shape[1]
+
+
+def gated(conv):
+    """Whether ``conv``'s kernel at its current shapes applies the gate
+    itself (ops.conv.takes_gate)."""
+    return conv_ops.takes_gate(conv.device, conv.geom)
+
+
+def match(g, li, outputs):
+    """Whether the Scale at ``li`` and the 1x1 Convolution after it form
+    an SE channel scale and its projection (the module doc)."""
     if li + 1 >= len(g.layers) or g.layer_types[li] != "Scale" or g.layer_types[li + 1] \
             != "Convolution":
         return False
@@ -69,7 +92,8 @@ def _match(g, li, outputs):
 
 class SEScaleConv:
     """Scale(x, gate) -> 1x1 Convolution run as the convolution on ``x``
-    with per-image weights scaled by the gate."""
+    with its weights scaled by the gate (by the convolution's own kernel
+    where ``gated``, else by a launch of their own)."""
     traceable = True          # its run replays from a recorded pass (plan/trace.py)
     fuses_backward = False
     loses_values = False          # the pending top is computed before a backward
@@ -84,6 +108,9 @@ class SEScaleConv:
         self.s = g.tops[li][0]
         self.y = g.tops[li + 1][0]
         self._reader = self._compute
+        # the weights scaled by a launch of their own where the kernel takes
+        # no gate (FUSE_SE_SCALE, read when the plan is made)
+        self.scale_weights = bool(config.get("FUSE_SE_SCALE"))
         self._key = None
         self._wbuf = None
         self.fwd = []
@@ -127,9 +154,21 @@ class SEScaleConv:
         if self.x.count == 0:
             self.fwd = []
 
+    def _build_gated(self, params):
+        conv = self.conv
+        bias = params[1] if conv.bias_term else None
+        self.fwd = conv_ops.forward(conv.device, conv.geom, self.x.data_buffer(), params[0],
+                                    self.y.data_buffer(), conv.col, bias,
+                                    gate=self.gate.data_buffer(),
+                                    gate_stride=gate_stride(self.x, self.gate))
+        if self.x.count == 0:
+            self.fwd = []
+
     def run(self):
         g, net = self.net.graph, self.net
-        if self.gate.count != self.x.shape[1]:
+        net.layers[self.last].reshape_if_needed(g.bottoms[self.last], g.tops[self.last])
+        by_gate = gated(self.conv)
+        if not by_gate and (self.gate.count != self.x.shape[1] or not self.scale_weights):
             # one gate per image of several: the layers one by one (one
             # weight set per image measured slower than the Scale's pass)
             self._compute_pending()
@@ -138,17 +177,16 @@ class SEScaleConv:
                 net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
                 net.layers[li].forward(g.bottoms[li], g.tops[li])
             return
-        net.layers[self.last].reshape_if_needed(g.bottoms[self.last], g.tops[self.last])
         conv = self.conv
         for b in (self.x, self.gate):
             b.data_mem.to_device()
         for p in conv.blobs:            # the user may have written them on the host
             p.data_mem.to_device()
         params = tuple(p.data_buffer() for p in conv.blobs)
-        key = (conv.reshape_count, self.x.shape, self.x.data_buffer(), self.gate.data_buffer(),
-               self.y.data_buffer(), params)
+        key = (conv.reshape_count, by_gate, self.x.shape, self.gate.shape,
+               self.x.data_buffer(), self.gate.data_buffer(), self.y.data_buffer(), params)
         if key != self._key:
-            self._build(params)
+            (self._build_gated if by_gate else self._build)(params)
             self._key = key
         q = conv.device.queue
         for launch in self.fwd:
@@ -158,10 +196,14 @@ class SEScaleConv:
 
 
 def find(net, taken=()):
-    """[SEScaleConv] of ``net`` (TEST plan), none in ``taken``."""
-    if not config.get("FUSE_SE_SCALE"):
+    """[SEScaleConv] of ``net`` (TEST plan), none in ``taken``: every
+    match with FUSE_SE_SCALE, else those whose convolution applies the
+    gate itself (``gated``, SE_GATED_1X1)."""
+    weights = config.get("FUSE_SE_SCALE")
+    if not (weights or config.get("SE_GATED_1X1")):
         return []
     g = net.graph
     outputs = set(g.outputs)
     return [SEScaleConv(net, li) for li in range(len(g.layers) - 1)
-            if li not in taken and li + 1 not in taken and _match(g, li, outputs)]
+            if li not in taken and li + 1 not in taken and match(g, li, outputs)
+            and (weights or gated(net.layers[li + 1]))]

@@ -140,7 +140,7 @@ def test_converted_form(rng):
     # the SE block's channel scale folded into the projection's weights
     assert [c.describe() for c in groups if isinstance(c, se.SEScaleConv)] == \
         ["se -> proj (channel scale in the weights)"]
-    with config.override(FUSE_SE_SCALE=False):
+    with config.override(FUSE_SE_SCALE=False, SE_GATED_1X1=False):
         assert not any(isinstance(c, se.SEScaleConv)
                        for c in Net(parse_net_text(CONVERTED), TEST).plan.groups)
     assert plain.plan.describe() == []
@@ -225,8 +225,11 @@ def test_se_scale_with_bias_and_batch_sizes(rng):
     with config.override(FUSE_SE_SCALE=True):
         assert not any(isinstance(c, se.SEScaleConv)
                        for c in Net(parse_net_text(peek), TEST).plan.groups)
-    assert not any(isinstance(c, se.SEScaleConv)                  # the default: off
-                   for c in Net(parse_net_text(CONVERTED), TEST).plan.groups)
+    # the default: only where the projection's kernel applies the gate
+    # itself (GPUs, test_se_gated.py)
+    net = Net(parse_net_text(CONVERTED), TEST)
+    assert any(isinstance(c, se.SEScaleConv) for c in net.plan.groups) == \
+        se.gated(net.layer_dict["proj"])
 
 
 def test_se_scale_batch_one_axis_one(rng):
