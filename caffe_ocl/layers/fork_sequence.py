@@ -1,9 +1,12 @@
-"""CTPN's fork (tianzhi0549/CTPN's caffe, whose Lstm is junhyukoh/caffe-lstm's):
-the sequence layers of its deploy net -- Lstm, Reverse and Transpose."""
+"""Sequence layers of the text forks: CTPN's (tianzhi0549/CTPN's caffe, whose
+Lstm is junhyukoh/caffe-lstm's) Lstm, Reverse and Transpose, which
+senlinuc/caffe_ocr's CRNN-style deploys use too, and caffe_ocr's
+CTCGreedyDecoder."""
 import numpy as np
 
 from ..blob import Blob
 from ..errors import ShapeError
+from ..ops import fork_sequence as seq_ops
 from ..ops import pointwise
 from ..ops import shape as shape_ops
 from ..ops import ssd as ssd_ops
@@ -162,3 +165,45 @@ class TransposeLayer(Layer):
             self.bwd = [ssd_ops.permute(self.device, bottom[0].count, self.nax, self.geom,
                                         top[0].diff_buffer(), bottom[0].diff_buffer(),
                                         forward=False)]
+
+
+@register("CTCGreedyDecoder")
+class CTCGreedyDecoderLayer(Layer):
+    """senlinuc/caffe_ocr's ``CTCGreedyDecoder`` (``ctc_decoder_param``:
+    blank_index, default 0, negative for the last class; ctc_merge_repeated,
+    default true) with one bottom, the per-step class scores (T x N x C):
+    top N x T x 1 x 1 holds each stream's labels (the first most probable
+    class of every step; blanks dropped; with ctc_merge_repeated a label
+    equal to the previous step's dropped), then -1. Not differentiable (the
+    fork's backward does nothing). The fork's two-bottom form (scores and
+    labels to an edit-distance accuracy) is not implemented."""
+    exact_num_top = 1
+    min_bottom = 1
+    max_bottom = 2        # the second is refused with its own message
+
+    def allow_force_backward(self, bottom_index):
+        return False
+
+    def layer_setup(self, bottom, top):
+        if len(bottom) != 1:
+            raise self.error("caffe_ocr's CTCGreedyDecoder with a label bottom (its "
+                             "accuracy form) is not implemented; give it the scores only")
+
+    def reshape(self, bottom, top):
+        b = bottom[0]
+        if b.num_axes < 3:
+            raise self.error(f"bottom {b.name!r} must be T x N x C, got {b.shape}",
+                             ShapeError)
+        T, N = b.shape[:2]
+        C = b.count_range(2)
+        p = self.param.ctc_decoder_param
+        blank = int(p.blank_index)
+        if blank < 0:
+            blank = C - 1
+        top[0].reshape(N, T, 1, 1)
+        self.fwd = [seq_ops.ctc_greedy_decode(self.device, T, N, C, blank,
+                                              p.ctc_merge_repeated, b.data_buffer(),
+                                              top[0].data_buffer())] if N and T and C else []
+
+    def build_backward(self, bottom, top):
+        self.bwd = []

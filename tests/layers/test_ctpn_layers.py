@@ -233,3 +233,40 @@ def test_ctpn_shaped_net(tmp_path):
     want = merged[:, :, None, :].transpose(2, 3, 1, 0)  # 1 x 8 x H x W
     assert out.shape == (1, 8, 3, 5)
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+def ctc_greedy(probs, blank, merge):
+    """senlinuc/caffe_ocr's ctc_decoder_layer.cpp (one bottom): N x T, -1 padded."""
+    T, N, C = probs.shape
+    out = -np.ones((N, T))
+    for n in range(N):
+        prev, k = -1, 0
+        for t in range(T):
+            best = int(np.argmax(probs[t, n]))      # the first of equal maxima
+            if best != blank and not (merge and best == prev):
+                out[n, k] = best
+                k += 1
+            prev = best
+    return out
+
+
+@pytest.mark.parametrize("param,blank,merge", [
+    ("", 0, True), ("ctc_decoder_param { blank_index: -1 }", 4, True),
+    ("ctc_decoder_param { blank_index: 2 ctc_merge_repeated: false }", 2, False)])
+def test_ctc_greedy_decoder(param, blank, merge):
+    rng = np.random.default_rng(4)
+    labels = rng.integers(0, 5, (9, 3))
+    labels[3:5, 0] = labels[2, 0]               # repeats to merge (or not)
+    labels[:, 2] = blank                        # a stream of blanks only: all -1
+    probs = rng.uniform(0, 0.5, (9, 3, 5))
+    probs[np.arange(9)[:, None], np.arange(3)[None, :], labels] = 1.0
+    layer, bl, tops = make_layer(f'type: "CTCGreedyDecoder" {param}', [probs])
+    out = forward(layer, bl, tops)[0]
+    assert out.shape == (3, 9, 1, 1)
+    np.testing.assert_array_equal(out.reshape(3, 9), ctc_greedy(probs, blank, merge))
+    assert (out[2] == -1).all()
+
+
+def test_ctc_greedy_decoder_accuracy_form_is_refused():
+    with pytest.raises(CaffeOclError, match="label bottom"):
+        make_layer('type: "CTCGreedyDecoder"', [np.zeros((4, 1, 3)), np.zeros((1, 4))])
