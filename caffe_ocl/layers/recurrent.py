@@ -43,8 +43,16 @@ class _Recurrent(Layer):
         return bottom_index != 1          # never to the continuation flags
 
     # ---- setup -----------------------------------------------------------
+    def recurrent_param(self):
+        """num_output, weight_filler, bias_filler (a fork's own message can
+        stand in)."""
+        return self.param.recurrent_param
+
+    # where the blobs sit in self.blobs (a fork's order can differ)
+    bias_index = 1
+
     def layer_setup(self, bottom, top):
-        p = self.param.recurrent_param
+        p = self.recurrent_param()
         self.H = int(p.num_output)
         if self.H <= 0:
             raise self.error("recurrent_param.num_output must be positive")
@@ -69,6 +77,7 @@ class _Recurrent(Layer):
             shapes.append(("weight", (G, self.S)))
         shapes.append(("weight", (G, self.H)))
         shapes += self.extra_params()
+        shapes = self.order_params(shapes)
         self.blobs = []
         for i, (kind, shape) in enumerate(shapes):
             b = self.new_param_blob(shape, i)
@@ -78,6 +87,14 @@ class _Recurrent(Layer):
         self._state_n = None
 
     def extra_params(self):
+        return []
+
+    def order_params(self, shapes):
+        return shapes
+
+    def step_gate_grad_hook(self, t):
+        """Launches run on step t's gate-input gradients (dpre) once they are
+        computed, before they reach h_{t-1} and the weights."""
         return []
 
     def _check_shapes(self, bottom):
@@ -148,7 +165,7 @@ class _Recurrent(Layer):
         h0 = bottom[2 + int(self.static)].data_buffer() if self.expose else self.h_last
         fwd = self.carry_launches(bottom)
         fwd.append(gemm_ops.gemm(dev, T * N, G, self.I, x, w[0], self.pre, trans_b=True,
-                                 bias=w[1], bias_axis=1))
+                                 bias=w[self.bias_index], bias_axis=1))
         if self.static:
             self.static_term = self._alloc(N * G)
             fwd.append(gemm_ops.gemm(dev, N, G, self.S, bottom[2].data_buffer(), w[2],
@@ -189,6 +206,7 @@ class _Recurrent(Layer):
         for t in range(T - 1, -1, -1):
             rec = None if t == T - 1 else (self.dhc, 0, cont, (t + 1) * N)
             bwd += self.step_backward(t, top, rec)
+            bwd += self.step_gate_grad_hook(t)
             if t > 0:      # through h_conted_{t-1} (to h_0: not across forwards)
                 bwd += gemm_launches(dev, N, H, G, self.dpre, w[self.rec_index], self.dhc,
                                      off_a=t * N * G)
@@ -198,8 +216,8 @@ class _Recurrent(Layer):
         if pp[0]:
             bwd.append(gemm_ops.gemm(dev, G, self.I, T * N, self.dpre, bottom[0].data_buffer(),
                                      dw[0], trans_a=True, beta=1.0))
-        if pp[1]:
-            bwd.append(pointwise.bias_grad(dev, T * N, G, 1, self.dpre, dw[1]))
+        if pp[self.bias_index]:
+            bwd.append(pointwise.bias_grad(dev, T * N, G, 1, self.dpre, dw[self.bias_index]))
         if self.propagate_down[0]:
             bwd.append(gemm_ops.gemm(dev, T * N, self.I, G, self.dpre, w[0],
                                      bottom[0].diff_buffer()))

@@ -26,6 +26,8 @@ CENTERLOSS = "the center-loss fork (ydwen/caffe-face)"
 OPENPOSE = "OpenPose's fork (CMU-Perceptual-Computing-Lab/caffe_train)"
 MOBILENET_YOLO = "the MobileNet-YOLO fork (eric612/MobileNet-YOLO)"
 DEEPLAB = "DeepLab v2's fork (deeplab-public-ver2)"
+CTPN = "CTPN's fork (tianzhi0549/CTPN)"
+CAFFE_OCR = "the CRNN OCR fork (senlinuc/caffe_ocr)"
 
 # layer type -> fork
 FORK_TYPES = {
@@ -42,7 +44,9 @@ FORK_TYPES = {
     "Yolov3DetectionOutput": MOBILENET_YOLO, "Yolov3": MOBILENET_YOLO,
     "ImageSegData": DEEPLAB, "MatWrite": DEEPLAB, "MatRead": DEEPLAB,
     "SegAccuracy": DEEPLAB, "DenseCRF": DEEPLAB, "DomainTransform": DEEPLAB,
-    "UniqueLabel": DEEPLAB,
+    "UniqueLabel": DEEPLAB, "Lstm": CTPN, "Reverse": CTPN, "Transpose": CTPN,
+    "CTCGreedyDecoder": CAFFE_OCR, "DenseBlock": CAFFE_OCR, "WarpCTCLoss": CAFFE_OCR,
+    "ReverseTime": CAFFE_OCR,
 }
 
 # LayerParameter (or other message) field -> fork
@@ -66,6 +70,9 @@ FORK_FIELDS = {
     "shuffle_channel_param": SHUFFLENET, "axpy_param": SENET,
     "center_loss_param": CENTERLOSS, "raw_data": NVCAFFE, "raw_data_type": NVCAFFE,
     "multinode": INTEL, "engine": INTEL + " (a string engine field)",
+    "lstm_param": CTPN, "transpose_param": CTPN, "reverse_param": CTPN,
+    "ctc_decoder_param": CAFFE_OCR, "ctc_loss_param": CAFFE_OCR,
+    "denseblock_param": CAFFE_OCR, "reverse_time_param": CAFFE_OCR,
 }
 
 _NO_FIELD = re.compile(r'has no field named "([A-Za-z_0-9]+)"')
