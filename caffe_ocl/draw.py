@@ -204,11 +204,15 @@ def get_pydot_graph(caffe_net, rankdir, label_edges=True, phase=None,
 def _render(graph, ext):
     """Run Graphviz's dot on the graph's source; bytes in format ``ext``."""
     source = graph.to_string().encode('utf-8')
-    if ext in ('raw', 'dot', 'gv'):
+    if ext == 'raw':
         # the Graphviz source itself, no rendering needed
         return source
     dot = shutil.which('dot')
     if dot is None:
+        if ext in ('dot', 'gv'):
+            # pycaffe gives Graphviz's laid-out dot (positions added); without
+            # Graphviz the source is still a valid .dot file
+            return source
         raise CaffeOclError(_DOT_MISSING)
     try:
         proc = subprocess.run([dot, '-T' + ext], input=source,
@@ -225,7 +229,8 @@ def _render(graph, ext):
 
 def draw_net(caffe_net, rankdir, ext='png', phase=None, display_lrm=False):
     """The drawing of ``caffe_net`` as bytes in format ``ext`` (any Graphviz
-    output format: png, svg, pdf, ...; 'raw' gives the Graphviz source)."""
+    output format: png, svg, pdf, dot (laid out, as pycaffe), ...; 'raw'
+    gives the Graphviz source, as 'dot' does when Graphviz is missing)."""
     return _render(get_pydot_graph(caffe_net, rankdir, phase=phase,
                                    display_lrm=display_lrm), ext)
 

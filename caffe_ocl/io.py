@@ -7,10 +7,12 @@ file.  ``Transformer`` turns such images into K x H x W net inputs and back.
 
 Differences from pycaffe a user may notice:
 
-* ``load_image``/``resize_image`` use OpenCV instead of scikit-image/scipy,
-  so resized pixels can differ from pycaffe's in the last digits (and, for
-  downscaling, by skimage's anti-aliasing), while shapes, dtype, channel
-  order and value range are the same.
+* ``load_image`` decodes with OpenCV (the same pixels as pycaffe's
+  scikit-image for JPEG and 8-bit PNG). ``resize_image`` is pycaffe's own
+  computation when scikit-image (1 or 3 channels) or SciPy (other channel
+  counts) can be imported, and OpenCV's otherwise; the OpenCV fallback
+  differs at the borders of upscaled images and, against scikit-image
+  0.15 or later, by the anti-aliasing of downscaled ones.
 * ``Transformer.preprocess`` never modifies the array it is given (pycaffe
   scales a float32 input in place when no resize or channel swap is needed).
 * Bad files raise :class:`~caffe_ocl.errors.FileNotFound` or
@@ -292,14 +294,22 @@ def _decode_image(cv2, raw, path, color):
     if img is None:
         raise DataError(f"{path}: cannot decode image (not an image format "
                         f"OpenCV can read, or a truncated file)")
+    alpha = None
     if img.ndim == 3:
         if img.shape[2] == 1:
             img = img[:, :, 0]
         elif img.shape[2] >= 3:
+            if img.shape[2] == 4 and not color:
+                alpha = _to_unit_float(np.ascontiguousarray(img[:, :, 3]))
             img = img[:, :, 2::-1]           # BGR(A) -> RGB, alpha dropped
         else:                                 # 2 channels: gray + alpha
             img = img[:, :, 0]
     img = _to_unit_float(np.ascontiguousarray(img))
+    if alpha is not None:
+        # pycaffe's skimage.io.imread(as_gray=True) composites RGBA over a
+        # white background (skimage.color.rgba2rgb) before the luminance
+        alpha = alpha[:, :, np.newaxis]
+        img = np.clip((1 - alpha) + alpha * img, 0, 1).astype(np.float32)
     if img.ndim == 2:
         img = img[:, :, np.newaxis]
         if color:
@@ -317,12 +327,42 @@ def _cv2_interp(interp_order):
                 int(interp_order), cv2.INTER_LINEAR)
 
 
+def _bvlc_resize(im, h, w, interp_order):
+    """pycaffe's resize_image computation (python/caffe/io.py): 1 or 3
+    channels through scikit-image's ``resize`` on the image scaled to
+    [0, 1] (``mode='constant'``: outside the image is 0 there, so upscaled
+    borders blend toward the minimum; anti-aliasing when downscaling with
+    scikit-image 0.15 or later), other channel counts through
+    ``scipy.ndimage.zoom``. None when the library it needs is missing."""
+    k = im.shape[-1]
+    if k in (1, 3):
+        try:
+            from skimage.transform import resize
+        except ImportError:
+            return None
+        im_min, im_max = im.min(), im.max()
+        im_std = (im - im_min) / (im_max - im_min)
+        resized_std = resize(im_std, (h, w), order=interp_order, mode='constant')
+        return (resized_std * (im_max - im_min) + im_min).astype(np.float32)
+    try:
+        from scipy.ndimage import zoom
+    except ImportError:
+        return None
+    scale = tuple(np.array((h, w), dtype=float) / np.array(im.shape[:2]))
+    return zoom(im, scale + (1,), order=interp_order).astype(np.float32)
+
+
 def resize_image(im, new_dims, interp_order=1):
     """Resize an H x W x K image to ``new_dims`` = (height, width).
 
     ``interp_order`` as in pycaffe (0 nearest, 1 linear, 3 cubic, ...).  Any
-    number of channels works; the value range is kept (cubic/Lanczos results
-    are clipped to the input's min/max).  Returns float32.
+    number of channels works.  Returns float32.
+
+    The result is pycaffe's (the same library calls) when scikit-image (for
+    1 or 3 channels) or SciPy (other counts) is installed. Without them
+    OpenCV resizes (cubic/Lanczos results clipped to the input's min/max):
+    the same pixels inside the image for linear downscaling without
+    anti-aliasing, but no blending toward the minimum at upscaled borders.
     """
     import cv2
 
@@ -340,6 +380,9 @@ def resize_image(im, new_dims, interp_order=1):
         ret = np.empty((h, w, k), dtype=np.float32)
         ret.fill(im_min)
         return ret
+    out = _bvlc_resize(im, h, w, int(interp_order))
+    if out is not None:
+        return out
     src = im if im.dtype in (np.float32, np.float64) else im.astype(np.float32)
     interp = _cv2_interp(interp_order)
     # cv2.resize takes at most 512 channels (CV_CN_MAX) and drops a single

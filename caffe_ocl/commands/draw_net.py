@@ -18,7 +18,8 @@ SPEC = Spec(
                 "learning layers when non-zero")],
     args=[Arg("input_net_proto_file", "the net prototxt", check="file"),
           Arg("output_image_file", "the image to write; its extension names the format "
-              "(png, svg, pdf...; .raw/.dot: the Graphviz source)")],
+              "(png, svg, pdf...; .raw: the Graphviz source; .dot: Graphviz's laid-out "
+              "source, the plain source without Graphviz)")],
     example="caffe_ocl draw_net models/lenet/lenet_train_test.prototxt lenet.png",
     details="Needs pydot (pip install 'caffe_ocl[draw]') and Graphviz's dot program "
             "(apt-get install graphviz) for pictures.")

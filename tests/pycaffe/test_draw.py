@@ -104,6 +104,18 @@ def test_missing_dot_is_a_clear_error(net, monkeypatch):
         draw.draw_net(net, 'LR')
     # the Graphviz source needs no dot
     assert draw.draw_net(net, 'LR', ext='raw').startswith(b"digraph tiny {")
+    assert draw.draw_net(net, 'LR', ext='dot').startswith(b"digraph tiny {")
+
+
+def test_dot_output_is_graphvizs_laid_out_dot(net):
+    """pycaffe's draw_net(ext='dot') is pydot's create(format='dot'): dot
+    -Tdot, the graph with Graphviz's layout (pos=...); 'raw' is the source."""
+    pytest.importorskip("pydot")
+    if draw.shutil.which("dot") is None:
+        pytest.skip("Graphviz's dot is not installed")
+    out = draw.draw_net(net, 'LR', ext='dot')
+    assert out.startswith(b"digraph tiny {") and b"pos=" in out
+    assert b"pos=" not in draw.draw_net(net, 'LR', ext='raw')
 
 
 def test_command_errors_are_one_line(tmp_path, capsys):
