@@ -109,6 +109,10 @@ _DECLARED = (
             "at TEST on GPUs, an SE block's channel Scale before a 1x1 convolution that the "
             "few-outputs kernel runs is applied by that kernel to its weights as it reads "
             "them: one launch for the two layers (with CAFFE_OCL_FOLD)"),
+    Setting("FUSE_SE_SQUEEZE", "bool", True,
+            "at TEST on GPUs (at most 4 images), an SE block's global pooling and its two "
+            "products with their activations run as one launch (plan/se_squeeze.py; with "
+            "CAFFE_OCL_FOLD)"),
     # channel permutations (issue #27, plan/permute.py)
     Setting("PERMUTE_GATHER", "bool", True,
             "at TEST, a 1x1 convolution / InnerProduct whose weight is a permutation "

@@ -76,4 +76,18 @@ inline float act_hardswish_grad(float v, float a, float b) {
 #endif
 #define APPLY_ACT8(v) APPLY_ACT_VEC(v, float8)
 
+/* The same activations with the kind given at run time (kernels applying
+ * two different ones, se_squeeze.cl): kind as ACT, a and b as act_a, act_b. */
+inline float act_eval(int kind, float v, float a, float b) {
+    switch (kind) {
+    case 1: return v > 0.0f ? v : a * v;
+    case 2: return fmax(a, fmin(b, v));
+    case 3: return v / (1.0f + exp(-a * v));
+    case 4: return 1.0f / (1.0f + exp(-v));
+    case 5: return v * fmax(0.0f, fmin(1.0f, a * v + b));
+    case 6: return fmax(0.0f, fmin(1.0f, a * v + b));
+    default: return v;
+    }
+}
+
 #endif

@@ -58,7 +58,7 @@ from ..errors import NetError
 from ..ops import conv as conv_ops
 from ..ops import work_size
 from ..proto import caffe_pb2
-from . import affine, concat, eltwise, elide, permute, residual, se, swish
+from . import affine, concat, eltwise, elide, permute, residual, se, se_squeeze, swish
 from .patterns import act_of, inference_act_of, producer_fuses
 
 log = logging.getLogger("caffe_ocl")
@@ -321,7 +321,9 @@ def find_groups(net):
     permutation layer reads, as one gather from its inputs (permute.py),
     the Concats whose inputs their convolutions write in place
     (concat.py), the other convolutions whose weight may be a permutation
-    matrix (permute.py: a channel gather while it is)."""
+    matrix (permute.py: a channel gather while it is), and an SE block's
+    pooling and two products as one launch (se_squeeze.py: GPUs, taking
+    in the groups of its products)."""
     chains = find_chains(net)
     taken = {li for c in chains for li in c.layers}
     sums = residual.find(net, chains, taken)
@@ -343,6 +345,10 @@ def find_groups(net):
     chains += concat.find(net, chains, taken)
     taken = {li for c in chains for li in c.layers}
     chains += permute.find(net, taken)
+    taken = {li for c in chains for li in c.layers}
+    squeezes = se_squeeze.find(net, chains, taken)
+    inner = {id(gr) for sq in squeezes for gr in sq.groups}
+    chains = [c for c in chains if id(c) not in inner] + squeezes
     for c in chains:
         log.info("Folding %s", c.describe())
     return chains
