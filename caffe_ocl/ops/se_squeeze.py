@@ -5,34 +5,34 @@ from .. import config
 from .gemm import act_defines
 
 SRC = "se_squeeze.cl"
-THREADS = 256
+THREADS = 1024
+LANES = 8       # work-items summing one plane
 # Most floats of one image's input: one work-group reads them all (the
 # separate pooling launch spreads the planes over the device). EfficientNet-
 # B0's SE inputs run from 32 x 112 x 112 (401 K) down to 1152 x 7 x 7 (56 K).
 MAX_IMAGE_FLOATS = 1 << 17
 # Most images: every work-group reads both weight matrices again.
 MAX_IMAGES = 4
-# Most channels and squeeze units: the pooled vector and the hidden units
-# live in local memory.
-MAX_CHANNELS = 4096
-MAX_SQUEEZE = 1024
+# Most floats of local memory the kernel's arrays take (the lanes' partial
+# sums, the pooled vector, the hidden units): 48 KiB on NVIDIA's GPUs, a
+# little left over. EfficientNet-B0's widest SE block (1152 channels, 48
+# units) takes 11 K.
+MAX_LOCAL_FLOATS = 11_500
+
+
+def _local_floats(c, s):
+    return max(LANES * c, 32 * s) + c + s
 
 
 def applies(dev, n, c, hw, s, co):
     """Whether the one-launch squeeze runs here: GPUs (CPU drivers run
     the layers: one work-group per image would use one core), setting
     FUSE_SE_SQUEEZE, at most MAX_IMAGES images of at most
-    MAX_IMAGE_FLOATS floats, MAX_CHANNELS channels in and out and
-    MAX_SQUEEZE hidden units."""
+    MAX_IMAGE_FLOATS floats, channels and hidden units whose arrays fit
+    MAX_LOCAL_FLOATS of local memory."""
     return (not dev.is_cpu and bool(config.get("FUSE_SE_SQUEEZE")) and 0 < n <= MAX_IMAGES
-            and c * hw <= MAX_IMAGE_FLOATS and 0 < c <= MAX_CHANNELS
-            and 0 < co <= MAX_CHANNELS and 0 < s <= MAX_SQUEEZE)
-
-
-def _pow2(v):
-    """Local array length for ``v`` values: a power of two from 64 (few
-    program variants over a net's SE blocks)."""
-    return max(64, 1 << (int(v) - 1).bit_length())
+            and 0 < c and c * hw <= MAX_IMAGE_FLOATS and 0 < s and 0 < co
+            and _local_floats(c, s) <= MAX_LOCAL_FLOATS)
 
 
 def forward(dev, n, c, hw, s, co, x, w1, b1, act1, w2, b2, act2, y):
@@ -43,6 +43,6 @@ def forward(dev, n, c, hw, s, co, x, w1, b1, act1, w2, b2, act2, y):
     return dev.launch(SRC, "se_squeeze", (n * THREADS,), (THREADS,),
                       [c, hw, s, co, x, w1, b1 if b1 is not None else w1, w2,
                        b2 if b2 is not None else w2, y, k1, a1, c1, k2, a2, c2],
-                      dict(SQ_THREADS=THREADS, SQ_MAX_C=_pow2(c), SQ_MAX_S=_pow2(s),
-                           HAS_B1=int(b1 is not None),
+                      dict(SQ_THREADS=THREADS, SQ_LANES=LANES, SQ_MAX_C=c, SQ_MAX_S=s,
+                           SQ_PART=max(LANES * c, 32 * s), HAS_B1=int(b1 is not None),
                            HAS_B2=int(b2 is not None)))
