@@ -41,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import fuzzing  # noqa: E402
 
-FORMATS = ("layer", "graph", "wire", "v1mix", "datum")
+FORMATS = ("layer", "graph", "wire", "v1mix", "datum", "onnxsem", "solverval")
 
 
 class Finding(Exception):
@@ -350,6 +350,8 @@ def run_layer(r, work, ctx):
     write_text(net_p, target)
     ctx["target"] = target
     ctx["names"] = {"'L'", "'in0'", "'in1'", "'in2'"}
+    if ctx.get("write_only"):
+        return
     net = caffe.Net(target, phase)
     _fill_inputs(net, label, r)
     net.forward()
@@ -556,6 +558,8 @@ def run_graph(r, work, ctx):
     open(target, "wb").write(data)
     ctx["target"] = target
     ctx["names"] = {f"'{lp.name}'" for lp in net.layer} | {f'"{lp.name}"' for lp in net.layer}
+    if ctx.get("write_only"):
+        return
     phase = r.choice([caffe.TRAIN, caffe.TEST])
     kw = {}
     if r.random() < 0.3:
@@ -762,6 +766,8 @@ def run_wire(r, base, work, ctx):
     open(target, "wb").write(out)
     ctx["target"] = target
     ctx["names"] = {name}
+    if ctx.get("write_only"):
+        return
     if kind.startswith("caffemodel"):
         import caffe_ocl as caffe
         if ("net", fbase) not in _fz_cache:
@@ -791,11 +797,601 @@ def wire_decode_lenient(data, desc):
 
 
 # --------------------------------------------------------------------------
+# v1mix: V0/V1/V2 mixed caffemodels, blob counts that do not match
+
+def _v1mix_model(base, r):
+    pb = _pb()
+    new = pb.NetParameter()
+    new.ParseFromString(open(os.path.join(base, "net.caffemodel"), "rb").read())
+    old = pb.NetParameter()
+    old.ParseFromString(open(os.path.join(base, "net_v1.caffemodel"), "rb").read())
+    m = pb.NetParameter()
+    k = r.choice(["both", "both", "v0_in_v1", "v1_params", "blob_both_shapes", "double_and_float",
+                  "blob_extra", "v1_as_net", "v1_type_mix", "v0_only", "blob_legacy_neg",
+                  "input_mix"])
+    if k == "both":
+        m.CopyFrom(old)
+        m.layer.extend(r.sample(list(new.layer), r.randint(1, len(new.layer))))
+    elif k == "v0_in_v1":
+        m.CopyFrom(old)
+        l1 = r.choice(m.layers)
+        l1.layer.name = r.choice([l1.name, "other", ""])
+        l1.layer.type = r.choice(["conv", "innerproduct", "relu", "bogus", ""])
+        l1.layer.num_output = r.choice([0, 4, 2**32 - 1])
+        if r.random() < 0.5:
+            l1.layer.blobs.extend(l1.blobs)
+        if r.random() < 0.5:
+            l1.layer.kernelsize = r.choice([0, 3, 2**32 - 1])
+        if r.random() < 0.4:
+            l1.ClearField("type")
+    elif k == "v1_params":
+        m.CopyFrom(old)
+        l1 = r.choice(m.layers)
+        l1.blobs_lr.extend([r.choice(FLOAT_VALUES)] * r.choice([1, 3, 7]))
+        l1.weight_decay.extend([1.0] * r.choice([1, 5]))
+        l1.param.extend(["p"] * r.choice([1, 4]))
+        l1.blob_share_mode.extend([1] * r.choice([1, 6]))
+    elif k == "blob_both_shapes":
+        m.CopyFrom(r.choice([old, new]))
+        layers = m.layers if len(m.layers) else m.layer
+        b = r.choice([bb for lp in layers for bb in lp.blobs])
+        b.shape.dim.extend(r.choice([[4, 3, 3, 3], [1], [108], [2, 54], []]))
+        b.num, b.channels = r.choice([(4, 3), (1, 1), (0, 0), (-1, -108), (2**31 - 1, 2)])
+    elif k == "double_and_float":
+        m.CopyFrom(r.choice([old, new]))
+        layers = m.layers if len(m.layers) else m.layer
+        b = r.choice([bb for lp in layers for bb in lp.blobs])
+        b.double_data.extend([float(v) for v in b.data][:r.choice([0, 1, len(b.data)])])
+        b.double_data.extend([float("nan"), 1e300, -1e300][:r.randint(0, 3)])
+        if r.random() < 0.5:
+            del b.data[:]
+        if r.random() < 0.3:
+            b.diff.extend([1.0] * r.choice([1, len(b.data)]))
+    elif k == "blob_extra":
+        m.CopyFrom(r.choice([old, new]))
+        layers = m.layers if len(m.layers) else m.layer
+        lp = r.choice(layers)
+        for _ in range(r.choice([1, 3])):
+            nb = lp.blobs.add()
+            nb.shape.dim.extend(r.choice([[1], [0], [4], [2**31]]))
+            nb.data.extend([0.5] * r.choice([0, 1, 4]))
+    elif k == "v1_as_net":
+        m.CopyFrom(old)
+        for l1 in m.layers:
+            l1.bottom.append(r.choice(["data", "conv", "nowhere"]))
+            l1.top.append(l1.name)
+    elif k == "v1_type_mix":
+        m.CopyFrom(old)
+        for l1 in m.layers:
+            l1.type = r.choice([0, 4, 14, 18, 33, 39])
+    elif k == "v0_only":
+        l1 = m.layers.add()
+        l1.layer.name = "conv"
+        l1.layer.type = r.choice(["conv", "innerproduct", "padding", "data", "pool"])
+        l1.layer.num_output = 4
+        l1.layer.kernelsize = 3
+        l1.layer.pad = r.choice([0, 1, 2**32 - 1])
+        l1.layer.blobs.extend(old.layers[0].blobs)
+        if r.random() < 0.5:
+            pad = m.layers.add()
+            pad.layer.name = "pad"
+            pad.layer.type = "padding"
+            pad.layer.pad = r.choice([1, 2**32 - 1])
+            pad.top.append("x")
+            l1.bottom.append(r.choice(["x", "y"]))
+    elif k == "blob_legacy_neg":
+        m.CopyFrom(old)
+        b = r.choice([bb for lp in m.layers for bb in lp.blobs])
+        b.num, b.channels, b.height, b.width = r.choice(
+            [(-1, -1, 1, 108), (0, 0, 0, 0), (65536, 65536, 1, 1), (2**31 - 1, 2**31 - 1,
+                                                                    2**31 - 1, 2**31 - 1)])
+    else:
+        m.CopyFrom(r.choice([old, new]))
+        m.input.extend(["data", "data"])
+        m.input_dim.extend([2, 3, 8, 8][:r.randint(0, 4)])
+        if r.random() < 0.5:
+            m.input_shape.add().dim.extend([2, 3, 8, 8])
+    return m
+
+
+def run_v1mix(r, base, work, ctx):
+    import caffe_ocl as caffe
+    fbase = os.path.join(base, "fz")
+    fuzzing.make_base(fbase)
+    m = _v1mix_model(fbase, r)
+    target = os.path.join(work, "mix.caffemodel")
+    open(target, "wb").write(m.SerializeToString())
+    ctx["target"] = target
+    ctx["names"] = {"mix.caffemodel"}
+    if ctx.get("write_only"):
+        return
+    way = r.choice(["copy", "copy", "read", "upgrade", "net_from"])
+    if way == "copy":
+        if ("net", fbase) not in _fz_cache:
+            _fz_cache[("net", fbase)] = caffe.Net(os.path.join(fbase, "net.prototxt"),
+                                                  caffe.TEST)
+        _fz_cache[("net", fbase)].copy_from(target)
+    elif way == "read":
+        from caffe_ocl.proto import read_net_binary
+        read_net_binary(target)
+    elif way == "upgrade":
+        from caffe_ocl.commands import upgrade_net_proto_binary as up
+        rc = up.main([target, os.path.join(work, "up.caffemodel")])
+        if rc not in (0, None):
+            raise Finding(f"upgrade_net_proto_binary returned {rc}")
+    else:
+        # the caffemodel read as a net definition (pycaffe allows binary nets)
+        net = caffe.Net(target, caffe.TEST)
+        net.forward()
+
+
+# --------------------------------------------------------------------------
+# datum: a valid LMDB of hostile Datum records
+
+def _hostile_datum(r, i):
+    pb = _pb()
+    import cv2
+    d = pb.Datum(channels=3, height=4, width=4, label=i % 3)
+    d.data = bytes(48)
+    k = r.choice(["short", "long", "float_and_bytes", "floats_short", "overflow", "zero",
+                  "neg", "encoded_garbage", "encoded_trunc", "encoded_gray", "encoded_16bit",
+                  "encoded_big", "encoded_channels", "label", "nan_floats", "empty_value",
+                  "not_datum", "mixed_shape", "encoded_flag_raw"])
+    if k == "short":
+        d.data = bytes(r.choice([0, 1, 47]))
+    elif k == "long":
+        d.data = bytes(49)
+    elif k == "float_and_bytes":
+        d.float_data.extend([0.5] * 48)
+    elif k == "floats_short":
+        d.ClearField("data")
+        d.float_data.extend([0.5] * r.choice([0, 1, 47, 49]))
+    elif k == "overflow":
+        d.channels, d.height, d.width = r.choice([(2**31 - 1, 2**31 - 1, 2**31 - 1),
+                                                  (65536, 65536, 1), (2**16, 2**16, 2**16),
+                                                  (1, 1, 2**31 - 1)])
+    elif k == "zero":
+        d.channels, d.height, d.width = r.choice([(0, 4, 4), (3, 0, 4), (0, 0, 0)])
+        d.data = b""
+    elif k == "neg":
+        d.channels, d.height, d.width = r.choice([(-3, 4, 4), (3, -4, -4), (-1, -1, 48)])
+    elif k.startswith("encoded"):
+        d.encoded = True
+        png = cv2.imencode(".png", np.full((4, 4, 3), 7, np.uint8))[1].tobytes()
+        if k == "encoded_garbage":
+            d.data = bytes(r.randrange(256) for _ in range(r.choice([0, 1, 8, 100])))
+        elif k == "encoded_trunc":
+            d.data = png[:r.randrange(len(png))]
+        elif k == "encoded_gray":
+            d.data = cv2.imencode(".png", np.full((4, 4), 7, np.uint8))[1].tobytes()
+        elif k == "encoded_16bit":
+            d.data = cv2.imencode(".png", np.full((4, 4, 3), 40000, np.uint16))[1].tobytes()
+        elif k == "encoded_big":
+            hdr = bytearray(png)
+            hdr[16:20] = (60000).to_bytes(4, "big")
+            hdr[20:24] = (60000).to_bytes(4, "big")
+            d.data = bytes(hdr)
+        elif k == "encoded_channels":
+            d.data = cv2.imencode(".png", np.full((5, 7, 4), 7, np.uint8))[1].tobytes()
+        else:
+            d.data = png
+            d.channels, d.height, d.width = 1, 9, 9
+    elif k == "label":
+        d.label = r.choice([-1, 2**31 - 1, -2**31, 1000])
+    elif k == "nan_floats":
+        d.ClearField("data")
+        d.float_data.extend([float("nan"), float("inf")] * 24)
+    elif k == "empty_value":
+        return b""
+    elif k == "not_datum":
+        return r.choice([b"\xff" * 10, b"\x08", pb.NetParameter(name="x").SerializeToString(),
+                         b"\x0a\xff\xff\xff\xff\x0f"])
+    elif k == "mixed_shape":
+        d.channels, d.height, d.width = 1, 6, 8
+        d.data = bytes(48)
+    else:
+        d.encoded = False
+        d.data = cv2.imencode(".png", np.full((4, 4, 3), 7, np.uint8))[1].tobytes()
+    return d.SerializeToString()
+
+
+DATUM_NET = """name: "fzd"
+layer { name: "data" type: "Data" top: "data" top: "label"
+  data_param { source: "{db}" backend: LMDB batch_size: 2 }
+  transform_param { {tp} } }
+layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
+  inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+"""
+
+
+def run_datum(r, base, work, ctx):
+    import caffe_ocl as caffe
+    from caffe_ocl.data.db import LMDBWriter
+    pb = _pb()
+    db = os.path.join(work, "db")
+    n = r.choice([1, 3, 6])
+    bad = {r.randrange(n) for _ in range(r.choice([1, 1, 2]))}
+    with LMDBWriter(db) as w:
+        for i in range(n):
+            if i in bad:
+                v = _hostile_datum(r, i)
+            else:
+                v = pb.Datum(channels=3, height=4, width=4, label=i % 3,
+                             data=bytes(range(i, i + 48))).SerializeToString()
+            w.put(f"{i:08d}", v)
+    ctx["target"] = db
+    ctx["names"] = {"db", "'data'"}
+    if ctx.get("write_only"):
+        return
+    tp = r.choice(["", "scale: 0.5", "crop_size: 3", "crop_size: 5", "mirror: true",
+                   "mean_value: 1 mean_value: 2", "mean_value: 1 mean_value: 2 mean_value: 3",
+                   "force_color: true", "force_gray: true", "crop_size: 2147483647"])
+    way = r.choice(["net", "net", "mean", "mean_cmd"])
+    if way == "net":
+        net_path = os.path.join(work, "datum.prototxt")
+        open(net_path, "w").write(DATUM_NET.replace("{db}", db).replace("{tp}", tp))
+        ctx["names"] |= {"datum.prototxt"}
+        net = caffe.Net(net_path, caffe.TRAIN)
+        for _ in range(n):
+            net.forward()
+            net.backward()
+    elif way == "mean":
+        from caffe_ocl.data.tools import compute_image_mean
+        compute_image_mean(db)
+    else:
+        from caffe_ocl.commands import compute_image_mean as cmd
+        rc = cmd.main([db, os.path.join(work, "mean.binaryproto")])
+        if rc not in (0, None):
+            raise Finding(f"compute_image_mean returned {rc}")
+
+
+# --------------------------------------------------------------------------
+# onnxsem: small ONNX graphs built op by op with hostile attributes,
+# initializers and wiring
+
+ONNX_INT = [0, 1, 2, 3, -1, -2, -5, 7, 2**31 - 1, 2**31, 2**40, 2**62, 2**63 - 1, -2**63]
+ONNX_FLOAT = [0.0, 1.0, -1.0, 1e-5, float("nan"), float("inf"), -float("inf"), 1e38]
+
+
+def _onnx_node(r, x, shape, i, inits):
+    """One node reading ``x`` (4-D ``shape``): (node, out name); ``inits``
+    gets the initializers it needs."""
+    from onnx import helper, numpy_helper
+    out = f"y{i}"
+    c = shape[1]
+    op = r.choice(["Conv", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "Gemm",
+                   "MatMul", "BatchNormalization", "Reshape", "Reshape", "Transpose",
+                   "Slice", "Pad", "Concat", "Split", "Gather", "Flatten", "Squeeze",
+                   "Unsqueeze", "Softmax", "Clip", "Add", "Mul", "LRN", "ReduceMean",
+                   "Resize", "Upsample", "Expand", "Tile", "ConstantOfShape", "Relu",
+                   "LeakyRelu", "Pow", "PRelu", "Cast", "GlobalAveragePool"])
+    attrs, inputs = {}, [x]
+
+    def init(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        inputs.append(name)
+
+    if op in ("Conv", "ConvTranspose"):
+        k = r.choice([1, 3])
+        g = r.choice([1, 1, c, 2])
+        oc = r.choice([2, 4, c])
+        wshape = (oc, max(1, c // g), k, k) if op == "Conv" else (c, max(1, oc // g), k, k)
+        init(f"w{i}", np.full(wshape, 0.1, np.float32))
+        if r.random() < 0.5:
+            init(f"b{i}", np.zeros(oc, np.float32))
+        attrs = {"kernel_shape": [k, k], "group": g, "pads": [0, 0, 0, 0],
+                 "strides": [1, 1], "dilations": [1, 1]}
+    elif op in ("MaxPool", "AveragePool"):
+        attrs = {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [0, 0, 0, 0]}
+        if r.random() < 0.3:
+            attrs["ceil_mode"] = 1
+    elif op == "Gemm":
+        inputs = []
+        fl = f"f{i}"
+        pre = helper.make_node("Flatten", [x], [fl], axis=1)
+        inputs.append(fl)
+        n_in = int(np.prod(shape[1:]))
+        init(f"w{i}", np.full((3, n_in), 0.1, np.float32))
+        init(f"b{i}", np.zeros(3, np.float32))
+        attrs = {"transB": 1, "alpha": 1.0, "beta": 1.0}
+        node = helper.make_node(op, inputs, [out], **_hostile(attrs, r))
+        return [pre, node], out
+    elif op == "MatMul":
+        init(f"w{i}", np.full((shape[-1], 3), 0.1, np.float32))
+    elif op == "BatchNormalization":
+        for nm in ("s", "bb", "m", "v"):
+            init(f"{nm}{i}", np.ones(c, np.float32))
+        attrs = {"epsilon": 1e-5, "momentum": 0.9}
+    elif op == "Reshape":
+        init(f"s{i}", np.array(r.choice([[0, -1], [1, -1], [-1], [2**31, -1], [0, 0, -1, 1],
+                                         [-1, -1], [0, 2**40], [1, 0], [2**62, 2**62]]),
+                               np.int64))
+        attrs = {"allowzero": r.choice([0, 1])} if r.random() < 0.2 else {}
+    elif op == "Transpose":
+        attrs = {"perm": r.choice([[0, 2, 3, 1], [0, 1, 3, 2], [0, 0, 1, 2], [3, 2, 1, 0, 4]])}
+    elif op == "Slice":
+        init(f"st{i}", np.array([r.choice([0, 1, -1, 2**62, -2**63])], np.int64))
+        init(f"en{i}", np.array([r.choice([1, 2**63 - 1, -1, 0, 2**31])], np.int64))
+        init(f"ax{i}", np.array([r.choice([1, 2, 3, -1, 7])], np.int64))
+        if r.random() < 0.5:
+            init(f"sp{i}", np.array([r.choice([1, 2, -1, 0, 2**62])], np.int64))
+    elif op == "Pad":
+        init(f"p{i}", np.array(r.choice([[0, 0, 1, 1, 0, 0, 1, 1], [0, 0, 2**31, 0, 0, 0, 0, 0],
+                                         [0, 0, -1, -1, 0, 0, -1, -1], [1] * 8, [0, 0, 1]]),
+                               np.int64))
+        attrs = {"mode": r.choice(["constant", "reflect", "edge", "wrap", "bogus"])}
+    elif op == "Concat":
+        inputs.append(x)
+        attrs = {"axis": 1}
+    elif op == "Split":
+        attrs = {"axis": 1}
+        if r.random() < 0.5:
+            init(f"sp{i}", np.array(r.choice([[1, c - 1], [c, 0], [c + 1, -1], [2**40, 1]]),
+                                    np.int64))
+        node = helper.make_node(op, inputs, [out, out + "b"], **_hostile(attrs, r))
+        return [node], out
+    elif op == "Gather":
+        init(f"ix{i}", np.array(r.choice([[0], [1, 0], [-1], [2**40], [c]]), np.int64))
+        attrs = {"axis": 1}
+    elif op in ("Flatten", "Softmax"):
+        attrs = {"axis": 1}
+    elif op in ("Squeeze", "Unsqueeze"):
+        init(f"ax{i}", np.array(r.choice([[0], [1], [-1], [9], [0, 0]]), np.int64))
+    elif op == "Clip":
+        init(f"lo{i}", np.array(r.choice([0.0, float("nan"), 1.0]), np.float32))
+        init(f"hi{i}", np.array(r.choice([6.0, -1.0, float("inf")]), np.float32))
+    elif op in ("Add", "Mul", "Pow", "PRelu"):
+        init(f"k{i}", np.full(r.choice([(1,), (c,), (1, c, 1, 1), (c + 1,), (2, 2, 2, 2, 2)]),
+                              0.5, np.float32))
+    elif op == "LRN":
+        attrs = {"size": 3, "alpha": 1e-4, "beta": 0.75, "bias": 1.0}
+    elif op == "ReduceMean":
+        attrs = {"axes": [2, 3], "keepdims": 1}
+    elif op in ("Resize", "Upsample"):
+        inputs.append("")
+        init(f"sc{i}", np.array(r.choice([[1, 1, 2, 2], [1, 1, 1e9, 1e9], [1, 1, 0, 0],
+                                          [1, 1, -2, 2], [1, 1, float("nan"), 2]]), np.float32))
+        attrs = {"mode": r.choice(["nearest", "linear", "cubic"])}
+        if op == "Upsample":
+            inputs.pop(1)
+    elif op in ("Expand", "Tile"):
+        init(f"e{i}", np.array(r.choice([[1, 1, 2, 2], [2**20, 1, 1, 1], [1, 1, 2**31, 1]]),
+                               np.int64))
+    elif op == "ConstantOfShape":
+        inputs = []
+        init(f"cs{i}", np.array(r.choice([[1, 2], [2**31, 2**31], [0], [-1]]), np.int64))
+    elif op == "LeakyRelu":
+        attrs = {"alpha": 0.1}
+    elif op == "Cast":
+        attrs = {"to": r.choice([1, 7, 8, 11, 0, 99])}
+    node = helper.make_node(op, inputs, [out], **_hostile(attrs, r))
+    return [node], out
+
+
+def _hostile(attrs, r):
+    attrs = dict(attrs)
+    if attrs and r.random() < 0.6:
+        key = r.choice(sorted(attrs))
+        v = attrs[key]
+        if isinstance(v, list):
+            v = list(v)
+            if v and r.random() < 0.8:
+                v[r.randrange(len(v))] = r.choice(ONNX_INT)
+            else:
+                v = v[:r.randrange(len(v) + 1)] + [r.choice(ONNX_INT)] * r.choice([1, 3])
+        elif isinstance(v, float):
+            v = r.choice(ONNX_FLOAT)
+        elif isinstance(v, int):
+            v = r.choice(ONNX_INT)
+        else:
+            v = r.choice(["", "bogus", "\xe9"])
+        attrs[key] = v
+    if r.random() < 0.1:
+        attrs[r.choice(["auto_pad", "storage_order", "output_padding", "output_shape",
+                        "nonsense"])] = r.choice(["SAME_UPPER", "VALID", "SAME_LOWER", 1,
+                                                  [1, 1], [2**40, 1]])
+    return attrs
+
+
+def _build_onnx(r):
+    import onnx
+    from onnx import TensorProto, helper
+    shape = [1, r.choice([1, 2, 4]), r.choice([1, 4, 6]), r.choice([4, 6])]
+    if r.random() < 0.1:
+        shape[r.randrange(4)] = r.choice([0, 2**31, 2**40, -1])
+    nodes, inits = [], []
+    x = "x"
+    for i in range(r.choice([1, 1, 2, 3])):
+        ns, x = _onnx_node(r, x, [max(1, min(d, 8)) for d in shape], i, inits)
+        nodes += ns
+    k = r.random()
+    if k < 0.1 and inits:          # an initializer whose data does not fill its dims
+        t = r.choice(inits)
+        if len(t.dims):
+            t.dims[0] = t.dims[0] + r.choice([1, 2**40])
+        else:
+            t.dims.append(r.choice([0, 2]))
+    elif k < 0.15 and len(nodes) > 1:   # a cycle
+        nodes[0].input[0] = nodes[-1].output[0]
+    elif k < 0.2:                  # a missing input
+        nodes[-1].input.append("ghost")
+    elif k < 0.25 and inits:       # an initializer of another type
+        t = r.choice(inits)
+        t.data_type = r.choice([TensorProto.STRING, TensorProto.INT8, TensorProto.DOUBLE,
+                                TensorProto.BOOL, 0, 17])
+    elif k < 0.3 and inits:        # an initializer that is also a graph input
+        t = r.choice(inits)
+        nodes[0].input[0] = t.name
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, shape)], [helper.make_tensor_value_info(
+            x, TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", r.choice(
+        [11, 13, 13, 13, 17, 9]))])
+    m.ir_version = 8
+    return m
+
+
+def run_onnxsem(r, base, work, ctx):
+    import caffe_ocl as caffe
+    from caffe_ocl.onnx.to_caffe import onnx2caffe
+    m = _build_onnx(r)
+    target = os.path.join(work, "model.onnx")
+    open(target, "wb").write(m.SerializeToString())
+    ctx["target"] = target
+    ctx["names"] = {"model.onnx", "o.prototxt", "o.caffemodel"}
+    if ctx.get("write_only"):
+        return
+    proto, weights = os.path.join(work, "o.prototxt"), os.path.join(work, "o.caffemodel")
+    onnx2caffe(target, proto, weights)
+    net = caffe.Net(proto, weights, caffe.TEST)
+    net.forward()
+
+
+# --------------------------------------------------------------------------
+# solverval: solver prototxts with hostile values; snapshots never lost
+
+SOLVER_NET = """name: "fs"
+layer { name: "data" type: "DummyData" top: "data" top: "label"
+  dummy_data_param { shape { dim: 2 dim: 3 } shape { dim: 2 }
+    data_filler { type: "gaussian" } data_filler { type: "constant" value: 1 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
+  inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+layer { name: "acc" type: "Accuracy" bottom: "ip" bottom: "label" top: "acc"
+  include { phase: TEST } }
+"""
+
+SOLVER_BASE = """net: "{net}"
+type: "SGD" base_lr: 0.01 momentum: 0.9 weight_decay: 0.0005 lr_policy: "step"
+gamma: 0.5 stepsize: 2 display: 1 average_loss: 2 max_iter: 2 iter_size: 1
+snapshot: 1 snapshot_prefix: "{prefix}" random_seed: 3 test_iter: 1 test_interval: 1
+test_initialization: true
+"""
+
+SENTINEL = b"an earlier snapshot the user keeps"
+
+
+def run_solverval(r, base, work, ctx):
+    import caffe_ocl as caffe
+    from google.protobuf import text_format
+    pb = _pb()
+    net = os.path.join(work, "net.prototxt")
+    open(net, "w").write(SOLVER_NET)
+    snapdir = os.path.join(work, "snaps")
+    os.makedirs(snapdir)
+    prefix = os.path.join(snapdir, "s")
+    sp = pb.SolverParameter()
+    text_format.Parse(SOLVER_BASE.replace("{net}", net).replace("{prefix}", prefix), sp)
+    for _ in range(r.choice([1, 2, 3])):
+        k = r.random()
+        if k < 0.55:
+            mutate_message(sp, r)
+        elif k < 0.7:
+            sp.snapshot_prefix = r.choice([
+                os.path.join(work, "missing", "dir", "s"), os.path.join(work, "ro", "s"),
+                snapdir + "/", "/dev/null/s", os.path.join(work, "file_not_dir", "s"),
+                os.path.join(snapdir, "link", "s"), "", prefix + "\u00e9" * 200,
+                prefix + "x" * 300, os.path.join(snapdir, ".")])
+        elif k < 0.85:
+            fld = r.choice(["max_iter", "test_iter", "test_interval", "snapshot", "display",
+                            "average_loss", "iter_size", "stepsize", "max_iter"])
+            val = r.choice([-1, 0, -2**31, 2**31 - 1, 3])
+            if fld == "test_iter":
+                sp.test_iter[:] = [val] * r.choice([1, 2])
+            else:
+                setattr(sp, fld, val)
+        else:
+            fld = r.choice(["base_lr", "momentum", "gamma", "power", "weight_decay",
+                            "clip_gradients", "delta", "momentum2", "rms_decay"])
+            setattr(sp, fld, r.choice(FLOAT_VALUES))
+    os.makedirs(os.path.join(work, "ro"))
+    os.chmod(os.path.join(work, "ro"), 0o500)
+    open(os.path.join(work, "file_not_dir"), "w").close()
+    os.symlink(work, os.path.join(snapdir, "link"))
+    # earlier snapshots that must survive any failed write
+    olds = {}
+    for it in (1, 2):
+        for ext in (".caffemodel", ".solverstate", ".caffemodel.h5", ".solverstate.h5"):
+            p = f"{prefix}_iter_{it}{ext}"
+            open(p, "wb").write(SENTINEL)
+            olds[p] = SENTINEL
+    target = os.path.join(work, "solver.prototxt")
+    data = text_format.MessageToString(sp).encode()
+    open(target, "wb").write(data)
+    ctx["target"] = target
+    ctx["names"] = {"solver.prototxt", "net.prototxt", "snaps", "'data'", "'ip'", "'loss'",
+                    "/dev/null", "missing", "file_not_dir", "ro/", "link"}
+    if ctx.get("write_only"):
+        return
+    cwd = os.getcwd()
+    os.chdir(work)
+    try:
+        s = caffe.get_solver(target)
+        try:
+            n = max(0, min(3, s.param.max_iter))
+            if 0 < s.param.iter_size <= 4 and all(0 <= t <= 4 for t in s.param.test_iter):
+                s.step(n)
+                if r.random() < 0.5:
+                    s.snapshot()
+        finally:
+            _check_snapshots(snapdir, prefix, olds)
+    finally:
+        os.chdir(cwd)
+
+
+def _check_snapshots(snapdir, prefix, olds):
+    """Every snapshot file is the earlier one untouched or a complete new one;
+    no temp file is left behind."""
+    for name in os.listdir(snapdir):
+        p = os.path.join(snapdir, name)
+        if os.path.islink(p):
+            continue
+        if ".tmp" in name:
+            raise Finding(f"temp file left behind: {name}")
+        data = open(p, "rb").read()
+        if data == SENTINEL:
+            continue
+        if p.endswith(".h5"):
+            import h5py
+            try:
+                h5py.File(p, "r").close()
+            except Exception as e:  # noqa: BLE001
+                raise Finding(f"snapshot {name} is not a complete HDF5 file: {e}") from None
+        elif p.endswith((".caffemodel", ".solverstate")):
+            msg = pb_msg = _pb().NetParameter() if p.endswith(".caffemodel") else \
+                _pb().SolverState()
+            try:
+                pb_msg.ParseFromString(data)
+            except Exception as e:  # noqa: BLE001
+                raise Finding(f"snapshot {name} is half-written: {e}") from None
+            del msg
+    for p in olds:
+        if not os.path.exists(p):
+            raise Finding(f"an earlier snapshot was removed: {os.path.basename(p)}")
+
+
+# --------------------------------------------------------------------------
 # main
+
+def write_case(fmt, seed, base, work):
+    """Write the case's files without running them (for command-level runs):
+    (the main file, ctx)."""
+    r = random.Random(f"struct:{fmt}:{seed}")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    ctx = {"target": None, "names": set(), "write_only": True}
+    RUNNERS[fmt](r, base, work, ctx)
+    return ctx["target"], ctx
+
 
 def run_case(fmt, seed, base, work):
     from caffe_ocl.errors import CaffeOclError
     r = random.Random(f"struct:{fmt}:{seed}")
+    if os.path.isdir(work):
+        for dp, dn, _ in os.walk(work):
+            for d in dn:
+                os.chmod(os.path.join(dp, d), 0o700)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     ctx = {"target": None, "names": set()}
@@ -806,6 +1402,14 @@ def run_case(fmt, seed, base, work):
             run_graph(r, work, ctx)
         elif fmt == "wire":
             run_wire(r, base, work, ctx)
+        elif fmt == "v1mix":
+            run_v1mix(r, base, work, ctx)
+        elif fmt == "datum":
+            run_datum(r, base, work, ctx)
+        elif fmt == "onnxsem":
+            run_onnxsem(r, base, work, ctx)
+        elif fmt == "solverval":
+            run_solverval(r, base, work, ctx)
         else:
             raise ValueError(fmt)
         return "ok", ""
@@ -822,6 +1426,8 @@ def run_case(fmt, seed, base, work):
     except Finding:
         raise
     except Exception as e:  # noqa: BLE001 - that is the finding
+        if isinstance(e, Finding):
+            raise
         tb = traceback.extract_tb(e.__traceback__)
         where = " <- ".join(f"{os.path.basename(f.filename)}:{f.lineno}" for f in tb[-3:][::-1])
         raise Finding(f"{type(e).__name__}: {str(e)[:300]!r} at {where}") from None
@@ -829,6 +1435,12 @@ def run_case(fmt, seed, base, work):
 
 def make_base(base):
     os.makedirs(base, exist_ok=True)
+
+
+RUNNERS = {"layer": lambda r, base, work, ctx: run_layer(r, work, ctx),
+           "graph": lambda r, base, work, ctx: run_graph(r, work, ctx),
+           "wire": run_wire, "v1mix": run_v1mix, "datum": run_datum, "onnxsem": run_onnxsem,
+           "solverval": run_solverval}
 
 
 def main(argv):

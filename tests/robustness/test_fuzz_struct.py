@@ -20,7 +20,8 @@ from caffe_ocl.proto import caffe_pb2, write_binary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-DEFAULT = {"layer": 25, "graph": 25, "wire": 60, "v1mix": 40, "datum": 30}
+DEFAULT = {"layer": 25, "graph": 25, "wire": 60, "v1mix": 40, "datum": 30, "onnxsem": 40,
+           "solverval": 20}
 SLOW = 600
 
 
@@ -91,3 +92,47 @@ def test_blobproto_more_axes_than_numpy(tmp_path):
     b.shape.dim.extend([1] * 32)
     write_binary(b, str(path))
     assert caffe.proto.read_blob_array(str(path)).shape == (1,) * 32
+
+
+def test_onnx_shape_inference_abort_is_one_line(tmp_path):
+    """A ConvTranspose whose pads exceed its output gives a negative dim;
+    onnx's C++ shape inference of the Slice reading it hits std::clamp with
+    hi < lo and aborts the process (SIGABRT; onnxsem seed 1547). Inference
+    now runs in a forked child: one OnnxConversionError naming the file."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper, numpy_helper
+    from caffe_ocl.onnx.to_caffe import onnx2caffe
+    inits = [numpy_helper.from_array(np.ones((2, 2, 3, 3), np.float32), "w"),
+             numpy_helper.from_array(np.array([0], np.int64), "st"),
+             numpy_helper.from_array(np.array([1], np.int64), "en"),
+             numpy_helper.from_array(np.array([2], np.int64), "ax")]
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["y"], pads=[5, 5, 5, 5]),
+             helper.make_node("Slice", ["y", "st", "en", "ax"], ["z"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [1, 2, 1, 1])],
+                          [helper.make_tensor_value_info("z", 1, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+    with pytest.raises(CaffeOclError) as e:
+        onnx2caffe(str(path), str(tmp_path / "o.prototxt"), str(tmp_path / "o.caffemodel"))
+    _one_line(e, str(path), "shape inference")
+    assert not (tmp_path / "o.prototxt").exists()
+
+
+def test_solver_test_iter_count_is_bounded(tmp_path):
+    """100000 test_iter values with a generic ``net`` asked for 100000 test
+    nets, the net file read and built once each: hours, then the device's
+    memory (solverval seed 237). Past MAX_TEST_NETS it is one line."""
+    from caffe_ocl.solvers.solver import MAX_TEST_NETS
+    net = tmp_path / "net.prototxt"
+    net.write_text('layer { name: "d" type: "DummyData" top: "d" '
+                   'dummy_data_param { shape { dim: 1 dim: 2 } } }')
+    solver = tmp_path / "solver.prototxt"
+    solver.write_text(f'net: "{net}" base_lr: 0.1 lr_policy: "fixed" test_interval: 1 '
+                      + "test_iter: 1 " * (MAX_TEST_NETS + 1))
+    with pytest.raises(CaffeOclError) as e:
+        caffe.get_solver(str(solver))
+    _one_line(e, str(solver), "test nets")
+    solver.write_text(f'net: "{net}" base_lr: 0.1 lr_policy: "fixed" test_interval: 1 '
+                      "test_iter: 1 test_iter: 2")
+    assert len(caffe.get_solver(str(solver)).test_nets) == 2
