@@ -22,12 +22,24 @@ Formats (each case is (format, seed), as in fuzzing.py):
   fields and ``shape`` both set, double_data and data both set).
 - ``datum``: a valid LMDB whose Datum values are hostile (sizes that
   overflow, data shorter than channels*height*width, float_data and data
-  both set, garbage encoded images, channels that differ record to record).
+  both set, garbage encoded images, channels that differ record to record),
+  read by a Data layer or compute_image_mean.
+- ``onnxsem``: ONNX graphs built op by op (Conv, ConvTranspose, pools,
+  Reshape, Slice, Pad, Gather, Resize, ...) with hostile attributes,
+  initializers that do not fill their dims or have another type, cycles,
+  missing inputs; converted by onnx2caffe, then built and run.
+- ``solverval``: solver prototxts with hostile values (negative or huge
+  max_iter/test_iter/iter_size, NaN rates, snapshot prefixes in missing,
+  unwritable or special folders); earlier snapshot files must survive and
+  no snapshot may be left half-written or as a temp file.
+- ``chain``: random small DAGs of the layers the plan passes fuse
+  (convolution + BatchNorm/Scale/activations, Eltwise, Concat, Slice,
+  in place or not), TEST (three forwards: the trace replays) and TRAIN.
 
-``python fuzzing_struct.py FORMAT FIRST COUNT DIR`` runs cases in a child
+``write_case`` writes a case's files without running them (for runs through
+the commands). ``python fuzzing_struct.py FORMAT FIRST COUNT DIR`` runs cases in a child
 process (fuzzing.main) and prints one JSON line per case.
 """
-import math
 import os
 import random
 import shutil
@@ -41,7 +53,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import fuzzing  # noqa: E402
 
-FORMATS = ("layer", "graph", "wire", "v1mix", "datum", "onnxsem", "solverval")
+FORMATS = ("layer", "graph", "wire", "v1mix", "datum", "onnxsem", "solverval", "chain")
 
 
 class Finding(Exception):
@@ -464,7 +476,7 @@ def _graph_mutation(net, r):
         net.input_dim.extend([1, 1, 1, 1])
     elif k == "many_layers":
         for i in range(r.choice([50, 300])):
-            nl = net.layer.add(name=f"x{i}", type="ReLU", bottom=["ip"], top=["ip"])
+            net.layer.add(name=f"x{i}", type="ReLU", bottom=["ip"], top=["ip"])
     elif k == "same_top_twice":
         lp.top.extend(list(lp.top[:1]) * 2)
     elif k == "bottom_twice" and len(lp.bottom):
@@ -1359,16 +1371,182 @@ def _check_snapshots(snapdir, prefix, olds):
             except Exception as e:  # noqa: BLE001
                 raise Finding(f"snapshot {name} is not a complete HDF5 file: {e}") from None
         elif p.endswith((".caffemodel", ".solverstate")):
-            msg = pb_msg = _pb().NetParameter() if p.endswith(".caffemodel") else \
+            pb_msg = _pb().NetParameter() if p.endswith(".caffemodel") else \
                 _pb().SolverState()
             try:
                 pb_msg.ParseFromString(data)
             except Exception as e:  # noqa: BLE001
                 raise Finding(f"snapshot {name} is half-written: {e}") from None
-            del msg
     for p in olds:
         if not os.path.exists(p):
             raise Finding(f"an earlier snapshot was removed: {os.path.basename(p)}")
+
+
+# --------------------------------------------------------------------------
+# chain: random small DAGs of the layers the plan passes fuse (convolution +
+# BatchNorm/Scale/activation folding, residual Eltwise, Concat in place,
+# Swish/SE gates, permutation 1x1s), in place or not, TEST and TRAIN
+
+def _chain_layer(r, i, blobs, shapes, net):
+    """Append one random layer reading earlier blobs; returns nothing."""
+    pb = _pb()
+    from google.protobuf import text_format
+    src = r.choice(blobs)
+    c = shapes[src][1]
+    name = f"l{i}"
+    # in place only on a blob nothing read yet (Caffe: after a Split, "produced by
+    # multiple sources")
+    consumed = {b for l in net.layer for b in l.bottom}
+    inplace = r.random() < 0.5 and src not in consumed
+    kind = r.choice(["Convolution", "Convolution", "Convolution", "BatchNorm", "Scale",
+                     "ReLU", "Sigmoid", "TanH", "Power", "Eltwise", "Eltwise", "Concat",
+                     "Concat", "Pooling", "Slice", "InnerProduct", "Swish", "Clip", "PReLU",
+                     "Deconvolution", "Dropout", "Bias", "ELU"])
+    top = src if inplace and kind in ("BatchNorm", "Scale", "ReLU", "Sigmoid", "TanH", "Power",
+                                      "Swish", "Clip", "PReLU", "Dropout", "Bias",
+                                      "ELU") else f"b{i}"
+    lp = net.layer.add(name=name, type=kind)
+    out_shape = list(shapes[src])
+    if kind in ("Convolution", "Deconvolution"):
+        k = r.choice([1, 1, 3])
+        oc = r.choice([1, 2, 4, c, 8])
+        g = r.choice([1, 1, c]) if kind == "Convolution" and oc % c == 0 else 1
+        text = (f"convolution_param {{ num_output: {oc} kernel_size: {k} pad: {k // 2} "
+                f"group: {g} bias_term: {str(r.random() < 0.6).lower()} "
+                f"weight_filler {{ type: 'gaussian' std: 0.3 }} "
+                f"bias_filler {{ type: 'constant' value: 0.1 }} }}")
+        text_format.Parse(text.replace("'", '"'), lp)
+        lp.bottom.append(src)
+        out_shape[1] = oc
+    elif kind == "BatchNorm":
+        lp.bottom.append(src)
+        lp.batch_norm_param.use_global_stats = r.random() < 0.7
+        if r.random() < 0.3:
+            lp.batch_norm_param.eps = r.choice([1e-5, 0.0, 1.0])
+    elif kind in ("Scale", "Bias"):
+        lp.bottom.append(src)
+        if kind == "Scale":
+            lp.scale_param.bias_term = r.random() < 0.6
+            lp.scale_param.filler.type = "uniform"
+        if r.random() < 0.2:       # a second bottom: the scale itself (SE style)
+            other = [b for b in blobs if shapes[b][:2] == shapes[src][:2] and
+                     b != src]
+            if other:
+                lp.bottom.append(other[0])
+    elif kind in ("ReLU", "Sigmoid", "TanH", "Swish", "Clip", "PReLU", "Dropout", "ELU"):
+        lp.bottom.append(src)
+        if kind == "ReLU" and r.random() < 0.3:
+            lp.relu_param.negative_slope = 0.1
+        if kind == "Clip":
+            lp.clip_param.min, lp.clip_param.max = r.choice([(0, 6), (-1, 1), (1, -1)])
+    elif kind == "Power":
+        lp.bottom.append(src)
+        lp.power_param.power = r.choice([1, 2, 0.5])
+        lp.power_param.scale = r.choice([1, 0.5])
+        lp.power_param.shift = r.choice([0, 1, 3])
+    elif kind in ("Eltwise", "Concat"):
+        same = [b for b in blobs if shapes[b] == shapes[src]] if kind == "Eltwise" else \
+            [b for b in blobs if shapes[b][0] == shapes[src][0] and
+             shapes[b][2:] == shapes[src][2:]]
+        k = r.choice([2, 2, 3])
+        picks = [src] + [r.choice(same) for _ in range(k - 1)]
+        lp.bottom.extend(picks)
+        if kind == "Eltwise":
+            lp.eltwise_param.operation = r.choice([0, 1, 2])
+            if lp.eltwise_param.operation == 1 and r.random() < 0.5:
+                lp.eltwise_param.coeff.extend([1.0, -1.0, 0.5][:k])
+        else:
+            out_shape[1] = sum(shapes[b][1] for b in picks)
+    elif kind == "Pooling":
+        lp.bottom.append(src)
+        lp.pooling_param.pool = r.choice([0, 1])
+        if r.random() < 0.5:
+            lp.pooling_param.global_pooling = True
+            out_shape[2:] = [1, 1]
+        else:
+            lp.pooling_param.kernel_size = 1
+            lp.pooling_param.stride = 1
+    elif kind == "Slice":
+        if c < 2:
+            lp.type = "Split"
+            lp.bottom.append(src)
+            lp.top.extend([f"b{i}", f"b{i}x"])
+            shapes[f"b{i}x"] = tuple(out_shape)
+            blobs.append(f"b{i}x")
+            shapes[f"b{i}"] = tuple(out_shape)
+            blobs.append(f"b{i}")
+            return
+        lp.bottom.append(src)
+        lp.slice_param.axis = 1
+        lp.top.extend([f"b{i}", f"b{i}x"])
+        out_shape[1] = 1
+        s2 = list(shapes[src])
+        s2[1] = c - 1
+        shapes[f"b{i}x"] = tuple(s2)
+        blobs.append(f"b{i}x")
+        shapes[f"b{i}"] = tuple(out_shape)
+        blobs.append(f"b{i}")
+        return
+    elif kind == "InnerProduct":
+        lp.bottom.append(src)
+        n = r.choice([2, 4, int(np.prod(shapes[src][1:]))])
+        lp.inner_product_param.num_output = n
+        lp.inner_product_param.weight_filler.type = "gaussian"
+        lp.inner_product_param.weight_filler.std = 0.2
+        lp.inner_product_param.bias_term = r.random() < 0.5
+        out_shape = [shapes[src][0], n, 1, 1]
+        if r.random() < 0.5:
+            lp.inner_product_param.axis = 1
+        top = f"b{i}"
+        lp.top.append(top)
+        # reshape back to 4-D so later layers can read it
+        shapes[top] = (shapes[src][0], n)
+        lr = net.layer.add(name=f"r{i}", type="Reshape", bottom=[top], top=[f"b{i}r"])
+        lr.reshape_param.shape.dim.extend([0, -1, 1, 1])
+        shapes[f"b{i}r"] = tuple(out_shape)
+        blobs.append(f"b{i}r")
+        return
+    lp.top.append(top)
+    shapes[top] = tuple(out_shape)
+    if top not in blobs:
+        blobs.append(top)
+
+
+def run_chain(r, base, work, ctx):
+    import caffe_ocl as caffe
+    from caffe_ocl.proto import write_text
+    pb = _pb()
+    net = pb.NetParameter(name="chain")
+    shape = (r.choice([1, 2]), r.choice([1, 2, 3, 4]), r.choice([1, 3, 5]), r.choice([1, 4]))
+    lp = net.layer.add(name="in", type="Input", top=["data"])
+    lp.input_param.shape.add().dim.extend(shape)
+    blobs, shapes = ["data"], {"data": shape}
+    for i in range(r.choice([2, 3, 4, 6, 8])):
+        _chain_layer(r, i, blobs, shapes, net)
+    phase = r.choice([caffe.TEST, caffe.TEST, caffe.TRAIN])
+    if phase == caffe.TRAIN:
+        last = net.layer[-1].top[0] if len(net.layer[-1].top) else "data"
+        net.layer.add(name="loss", type="Reduction", bottom=[last], top=["loss"],
+                      loss_weight=[1.0]).reduction_param.operation = r.choice([1, 3])
+    target = os.path.join(work, "chain.prototxt")
+    write_text(net, target)
+    ctx["target"] = target
+    ctx["names"] = {"chain.prototxt"} | {f"'{lp.name}'" for lp in net.layer}
+    if ctx.get("write_only"):
+        return
+    n = caffe.Net(target, phase)
+    rs = np.random.RandomState(r.randrange(1000))
+    n.blobs["data"].data[...] = rs.randn(*shape)
+    for _ in range(3):                  # the third TEST forward replays the trace
+        out = n.forward()
+        if phase == caffe.TRAIN:
+            n.backward()
+    for k, v in out.items():
+        np.asarray(v)
+    if r.random() < 0.3:               # a new input shape: every plan again
+        n.blobs["data"].reshape(shape[0] + 1, *shape[1:])
+        n.reshape()
+        n.forward()
 
 
 # --------------------------------------------------------------------------
@@ -1387,6 +1565,9 @@ def write_case(fmt, seed, base, work):
 
 def run_case(fmt, seed, base, work):
     from caffe_ocl.errors import CaffeOclError
+    if fmt == "mix":          # every format in turn: one child for a short run
+        fmt = FORMATS[seed % len(FORMATS)]
+        seed //= len(FORMATS)
     r = random.Random(f"struct:{fmt}:{seed}")
     if os.path.isdir(work):
         for dp, dn, _ in os.walk(work):
@@ -1410,6 +1591,8 @@ def run_case(fmt, seed, base, work):
             run_onnxsem(r, base, work, ctx)
         elif fmt == "solverval":
             run_solverval(r, base, work, ctx)
+        elif fmt == "chain":
+            run_chain(r, base, work, ctx)
         else:
             raise ValueError(fmt)
         return "ok", ""
@@ -1440,7 +1623,7 @@ def make_base(base):
 RUNNERS = {"layer": lambda r, base, work, ctx: run_layer(r, work, ctx),
            "graph": lambda r, base, work, ctx: run_graph(r, work, ctx),
            "wire": run_wire, "v1mix": run_v1mix, "datum": run_datum, "onnxsem": run_onnxsem,
-           "solverval": run_solverval}
+           "solverval": run_solverval, "chain": run_chain}
 
 
 def main(argv):
