@@ -9,6 +9,8 @@ constant and the whole chain folds into one constant shape tensor."""
 import faulthandler
 import os
 import sys
+import tempfile
+import warnings
 
 import numpy as np
 
@@ -170,10 +172,13 @@ def infer_shapes_isolated(m):
     infer = onnx.shape_inference.infer_shapes
     if not hasattr(os, "fork"):
         return _infer_shapes(infer, m)
-    import tempfile
     errf = tempfile.TemporaryFile()      # the child's stderr: the assertion's text
     rfd, wfd = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns of fork() in a threaded process (prefetch threads,
+        # the OpenCL runtime's); the child only runs onnx's inference and exits
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:      # the child: infer, write the tag and bytes, leave at once
         status = 1
         try:

@@ -662,6 +662,8 @@ def wire_mutate(fields, r):
     """One schema-aware edit of the decoded tree; may return raw bytes
     (for edits that cannot be expressed as a tree)."""
     nodes = _wire_nodes(fields, [])
+    if not nodes:                   # every field dropped: add one of another type
+        return _raw_encode([[1, 0, 2**63]])
     parent, node = r.choice(nodes)
     k = r.choice(["wiretype", "overlong", "hugelen", "nest", "packed_many", "dup", "dup",
                   "dims", "dims", "bigvarint", "drop", "endgroup", "lenpastend", "zero_len",
