@@ -6,7 +6,11 @@ of every remaining tensor with onnx.shape_inference.
 PyTorch's ``x.view(x.size(0), -1)`` exports as Shape -> Gather -> Unsqueeze
 -> Concat -> Reshape; once the input shape is fixed, Shape becomes a
 constant and the whole chain folds into one constant shape tensor."""
+import faulthandler
 import os
+import sys
+import tempfile
+import warnings
 
 import numpy as np
 
@@ -147,10 +151,7 @@ def _infer(model, nodes, consts, inputs, elem_types, opsets):
     g = helper.make_graph(nodes, "skeleton", graph_inputs, outs, initializer=inits)
     m = helper.make_model(g, opset_imports=opsets)
     m.ir_version = model.ir_version or 8
-    try:
-        m = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
-    except Exception as e:
-        raise OnnxConversionError(f"ONNX shape inference failed: {e}") from None
+    m = infer_shapes_isolated(m)
     shapes = dict(inputs)
     for vi in list(m.graph.value_info) + list(m.graph.output) + list(m.graph.input):
         s = _static(vi)
@@ -159,6 +160,68 @@ def _infer(model, nodes, consts, inputs, elem_types, opsets):
     for name, arr in consts.items():
         shapes[name] = tuple(arr.shape)
     return shapes
+
+
+def infer_shapes_isolated(m):
+    """onnx.shape_inference.infer_shapes(m) in a forked child where fork
+    exists: onnx's C++ inference asserts (abort, SIGABRT) or reads out of
+    bounds on some hostile graphs -- a ConvTranspose whose pads exceed its
+    output, then a Slice of it, hits std::clamp(x, 0, dim) with a negative
+    dim -- and that must end in one error line, not kill the caller."""
+    import onnx
+    infer = onnx.shape_inference.infer_shapes
+    if not hasattr(os, "fork"):
+        return _infer_shapes(infer, m)
+    errf = tempfile.TemporaryFile()      # the child's stderr: the assertion's text
+    rfd, wfd = os.pipe()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns of fork() in a threaded process (prefetch threads,
+        # the OpenCL runtime's); the child only runs onnx's inference and exits
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:      # the child: infer, write the tag and bytes, leave at once
+        status = 1
+        try:
+            os.close(rfd)
+            os.dup2(errf.fileno(), 2)
+            faulthandler.disable()      # the parent's report is the one line
+            try:
+                out = b"M" + infer(m, strict_mode=False, data_prop=True).SerializeToString()
+            except Exception as e:   # noqa: BLE001 - sent to the parent as text
+                out = b"E" + " ".join(str(e).split()).encode("utf-8", "replace")
+            with os.fdopen(wfd, "wb") as f:
+                f.write(out)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as f:
+        data = f.read()
+    _, wstatus = os.waitpid(pid, 0)
+    with errf:
+        errf.seek(0)
+        said = errf.read(4096).decode("utf-8", "replace").strip().splitlines()
+    if os.WIFSIGNALED(wstatus) or not data:
+        sig = os.WTERMSIG(wstatus) if os.WIFSIGNALED(wstatus) else None
+        how = f"signal {sig}" if sig is not None else f"exit {os.WEXITSTATUS(wstatus)}"
+        last = f": {said[-1][-300:]}" if said else ""
+        raise OnnxConversionError(
+            f"ONNX shape inference crashed ({how}) on this graph: a node's attributes or "
+            f"inputs give a tensor an impossible (negative or huge) shape{last}")
+    for line in said:        # warnings of a successful inference, as they would be
+        print(line, file=sys.stderr)
+    if data[:1] == b"E":
+        raise OnnxConversionError(f"ONNX shape inference failed: {data[1:].decode()}")
+    out = onnx.ModelProto()
+    out.ParseFromString(data[1:])
+    return out
+
+
+def _infer_shapes(infer, m):
+    try:
+        return infer(m, strict_mode=False, data_prop=True)
+    except Exception as e:
+        raise OnnxConversionError(f"ONNX shape inference failed: {e}") from None
 
 
 def _try_fold(node, consts, shapes, opsets):

@@ -28,6 +28,7 @@ from ..proto import (blobproto_to_array, caffe_pb2, read_net, read_net_prototxt,
 from .check import compare, format_report
 from ._common import (Unsupported, UnsupportedModelError, caffe_divisor_2d, caffe_hw,
                       caffe_pool_outs, onnx_divisor_2d, onnx_pads, per_axis)
+from ._graph import infer_shapes_isolated
 
 log = logging.getLogger("caffe_ocl")
 OPSET = 13
@@ -86,7 +87,7 @@ class Exporter:
         g = h.make_graph(self.nodes, "s", vis, [], initializer=small)
         m = h.make_model(g, opset_imports=[h.make_opsetid("", self.opset)])
         m.ir_version = 8
-        m = onnx.shape_inference.infer_shapes(m, data_prop=True)
+        m = infer_shapes_isolated(m)     # onnx's C++ may abort on a bad graph
         self._shapes = {n: tuple(s) for n, s in self.inputs}
         for vi in m.graph.value_info:
             dims = vi.type.tensor_type.shape.dim

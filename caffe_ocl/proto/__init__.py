@@ -10,6 +10,7 @@ from . import caffe_pb2
 from .files import (
     array_to_blobproto,
     blobproto_to_array,
+    non_utf8_field,
     parse_net_text,
     parse_solver_text,
     parse_text,
@@ -35,5 +36,5 @@ __all__ = [
     "read_blobproto", "blobproto_to_array", "array_to_blobproto",
     "write_binary", "write_text", "parse_text", "read_text", "read_binary",
     "upgrade_net", "upgrade_solver", "upgrade_blob_shapes",
-    "read_file_bytes", "require_regular_file", "read_blob_array",
+    "read_file_bytes", "require_regular_file", "read_blob_array", "non_utf8_field",
 ]

@@ -36,6 +36,7 @@ __all__ = [
     "read_blobproto", "blobproto_to_array", "array_to_blobproto",
     "write_binary", "write_text", "parse_text", "read_text", "read_binary",
     "read_file_bytes", "require_regular_file", "read_blob_array", "MAX_FILE_BYTES",
+    "non_utf8_field",
 ]
 
 # Suffixes that always hold a binary protobuf.
@@ -47,6 +48,9 @@ _LOC_PREFIX = re.compile(r"^\d+(?::\d+)? : ")
 
 # --------------------------------------------------------------------------
 # Generic helpers
+
+# Caffe's kMaxBlobAxes (blob.MAX_AXES; numpy itself stops at 64)
+MAX_BLOB_AXES = 32
 
 # protobuf cannot parse a message of 2 GiB or more; no file caffe_ocl reads
 # as a whole (prototxt, caffemodel, binaryproto, solverstate) can be larger
@@ -160,7 +164,53 @@ def _parse_binary(data, msg, source, what):
         raise ParseError(
             f"{source}: not a valid {msg.DESCRIPTOR.name} binary protobuf "
             f"({what}): {e}") from None
+    bad = non_utf8_field(msg)
+    if bad:
+        raise ParseError(
+            f"{source}: not a valid {msg.DESCRIPTOR.name} binary protobuf "
+            f"({what}): string field {bad} is not UTF-8 text")
     return msg
+
+
+_STRING = 9    # FieldDescriptor.TYPE_STRING
+_MESSAGE = 11  # FieldDescriptor.TYPE_MESSAGE
+
+
+def _is_repeated(fd):
+    rep = getattr(fd, "is_repeated", None)    # protobuf >= 6 (no .label)
+    return rep if rep is not None else fd.label == 3    # LABEL_REPEATED
+
+
+def non_utf8_field(msg, prefix=""):
+    """The path (``layer[3].name``) of the first string field of a parsed
+    binary ``msg`` that is not UTF-8, or None. The binary parser keeps such
+    bytes as they are (proto2) and reading the field later raised
+    UnicodeDecodeError wherever the name was used (the V1 upgrader, layer
+    wiring, a solver state's learned_net)."""
+    for fd, value in msg.ListFields():
+        name = f"{prefix}{fd.name}"
+        repeated = _is_repeated(fd)
+        if fd.type == _STRING:
+            if not repeated:
+                if isinstance(value, bytes):
+                    return name
+                continue
+            for i in range(len(value)):
+                try:
+                    value[i]
+                except UnicodeDecodeError:
+                    return f"{name}[{i}]"
+        elif fd.type == _MESSAGE:
+            if repeated:
+                for i, sub in enumerate(value):
+                    bad = non_utf8_field(sub, f"{name}[{i}].")
+                    if bad:
+                        return bad
+            else:
+                bad = non_utf8_field(value, f"{name}.")
+                if bad:
+                    return bad
+    return None
 
 
 # --------------------------------------------------------------------------
@@ -264,6 +314,9 @@ def blobproto_to_array(blob, return_diff=False, where=""):
     else:
         shape = tuple(int(d) for d in blob.shape.dim)
     where = f"{where}: " if where else ""
+    if len(shape) > MAX_BLOB_AXES:
+        raise ShapeError(f"{where}BlobProto has {len(shape)} axes; a blob has at most "
+                         f"{MAX_BLOB_AXES} (Caffe's kMaxBlobAxes)")
     if any(d < 0 for d in shape):
         raise ShapeError(f"{where}BlobProto has shape {list(shape)}: negative dimension")
     count = math.prod(shape)       # exact (np.prod wraps past int64)

@@ -49,6 +49,9 @@ log = logging.getLogger("caffe_ocl")
 
 NONE, STOP, SNAPSHOT = "none", "stop", "snapshot"
 LOSS_RING_MAX = 1024    # losses kept on the device between two read-backs
+# test nets one solver builds: each test_iter value is a whole net on the device
+# (a 1 MB solver file of 100000 test_iter values built nets for hours)
+MAX_TEST_NETS = 1000
 
 
 def g_format(x):
@@ -240,6 +243,10 @@ class Solver(Snapshotting):
                               f"network: {n_test} test nets (test_net/test_net_param), "
                               f"{len(p.test_iter)} test_iter")
         instances = len(p.test_iter) if generic else n_test
+        if instances > MAX_TEST_NETS:
+            raise SolverError(f"{self.source}: {instances} test nets (one per test_iter value); "
+                              f"at most {MAX_TEST_NETS} are supported (each is a whole net on "
+                              "the device)")
         if len(p.test_state) and len(p.test_state) != instances:
             raise SolverError(f"{self.source}: test_state must be unspecified or specified "
                               f"once per test net ({instances}), got {len(p.test_state)}")
@@ -256,14 +263,14 @@ class Solver(Snapshotting):
             sources.append(f"test_net file: {f}")
             params.append(_read_net_file(f, "test_net file"))
         remaining = len(p.test_iter) - len(params)
+        generic_net = None
         for _ in range(max(remaining, 0) if generic else 0):
-            if p.HasField("net_param"):
-                np_ = caffe_pb2.NetParameter()
-                np_.CopyFrom(p.net_param)
-                sources.append("net_param")
-            else:
-                np_ = _read_net_file(p.net, "net file")
-                sources.append(f"net file: {p.net}")
+            if generic_net is None:     # the file is read once, whatever test_iter says
+                generic_net = p.net_param if p.HasField("net_param") else \
+                    _read_net_file(p.net, "net file")
+            np_ = caffe_pb2.NetParameter()
+            np_.CopyFrom(generic_net)
+            sources.append("net_param" if p.HasField("net_param") else f"net file: {p.net}")
             params.append(np_)
         nets = []
         for i, (src, np_) in enumerate(zip(sources, params)):

@@ -20,7 +20,7 @@ rename): a failed write never replaces or truncates an existing file.
 import json
 
 from ..errors import SolverError
-from ..proto import caffe_pb2
+from ..proto import caffe_pb2, non_utf8_field
 
 RNG_FIELD = 1000
 DATA_FIELD = 1001
@@ -148,4 +148,8 @@ def parse_solver_state(raw, path):
         st.ParseFromString(raw)
     except Exception as e:  # google.protobuf.message.DecodeError
         raise SolverError(f"{path}: not a binary SolverState ({e})") from None
+    bad = non_utf8_field(st)
+    if bad:
+        raise SolverError(f"{path}: not a binary SolverState (string field {bad} is not "
+                          "UTF-8 text)")
     return st, decode_rng(raw), decode_data_state(raw, path)
