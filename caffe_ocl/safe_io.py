@@ -35,18 +35,20 @@ def check_solver_state(state, raw, path):
     learned = state.learned_net
     if not isinstance(learned, str) or "\0" in learned:
         raise SolverError(f"{path}: not a solver state: its learned_net is not a file name"
-                          f"{_caffemodel_hint(raw)}")
+                          f"{caffemodel_hint(raw)}")
     if state.iter < 0:
         raise SolverError(f"{path}: solver state has iter {state.iter}; it must be >= 0")
     if state.current_step < 0:
         raise SolverError(f"{path}: solver state has current_step {state.current_step}; "
                           "it must be >= 0")
-    if not learned and not len(state.history) and raw and _caffemodel_hint(raw):
-        raise SolverError(f"{path}: not a solver state{_caffemodel_hint(raw)}")
+    if not learned and not len(state.history) and raw and caffemodel_hint(raw):
+        raise SolverError(f"{path}: not a solver state{caffemodel_hint(raw)}")
     return state
 
 
-def _caffemodel_hint(raw):
+def caffemodel_hint(raw):
+    """" (it reads as a caffemodel: ...)" where ``raw`` parses as a
+    NetParameter with layers, else ""."""
     net = caffe_pb2.NetParameter()
     try:
         net.ParseFromString(raw)

@@ -19,6 +19,7 @@ rename): a failed write never replaces or truncates an existing file.
 """
 import json
 
+from .. import safe_io
 from ..errors import SolverError
 from ..proto import caffe_pb2, non_utf8_field
 
@@ -149,7 +150,7 @@ def parse_solver_state(raw, path):
     except Exception as e:  # google.protobuf.message.DecodeError
         raise SolverError(f"{path}: not a binary SolverState ({e})") from None
     bad = non_utf8_field(st)
-    if bad:
-        raise SolverError(f"{path}: not a binary SolverState (string field {bad} is not "
-                          "UTF-8 text)")
+    if bad:     # a caffemodel given as a state parses so (its layer names land there)
+        raise SolverError(f"{path}: not a solver state: string field {bad} is not UTF-8 "
+                          f"text{safe_io.caffemodel_hint(raw)}")
     return st, decode_rng(raw), decode_data_state(raw, path)
