@@ -9,18 +9,10 @@ from ..errors import ShapeError
 from ..ops import fork_sequence as seq_ops
 from ..ops import pointwise
 from ..ops import shape as shape_ops
-from ..ops import ssd as ssd_ops
 from ..proto import caffe_pb2
 from .base import Layer, register
 from .recurrent import LSTMLayer
-
-
-def _int_buffer(dev, values):
-    arr = np.ascontiguousarray(values, dtype=np.int32)
-    buf = dev.alloc(max(arr.nbytes, 4))
-    if arr.size:
-        dev.upload(buf, arr)
-    return buf
+from .ssd import PermuteLayer, int_buffer
 
 
 @register("Lstm")
@@ -123,7 +115,7 @@ class ReverseLayer(Layer):
         self.inner = int(np.prod(b.shape[axis + 1:], dtype=np.int64))
         rows = np.arange(outer * n_ax, dtype=np.int64).reshape(outer, n_ax)[:, ::-1]
         self.rows = outer * n_ax
-        self.idx = _int_buffer(self.device, rows.reshape(-1))
+        self.idx = int_buffer(self.device, rows.reshape(-1))
         self.fwd = [shape_ops.gather_rows(self.device, self.rows, self.inner, self.idx,
                                           b.data_buffer(), top[0].data_buffer())] \
             if b.count else []
@@ -135,36 +127,17 @@ class ReverseLayer(Layer):
 
 
 @register("Transpose")
-class TransposeLayer(Layer):
+class TransposeLayer(PermuteLayer):
     """The fork's ``Transpose`` (``transpose_param { dim: ... }``, one entry
-    per bottom axis): top axis i is bottom axis dim[i], as SSD's Permute.
-    Not in place, as the fork."""
-    exact_num_bottom = 1
-    exact_num_top = 1
+    per bottom axis): top axis i is bottom axis dim[i], SSD's Permute with
+    every axis named. Not in place, as the fork."""
 
-    def reshape(self, bottom, top):
-        b = bottom[0]
-        if top[0] is b:
-            raise self.error("does not support in-place computation (as the fork)")
+    def _orders(self, nax):
         dims = [int(d) for d in self.param.transpose_param.dim]
-        nax = b.num_axes
         if sorted(dims) != list(range(nax)):
-            raise self.error(f"transpose_param.dim {dims} must name each of bottom "
-                             f"{b.name!r}'s {nax} axes {b.shape} once", ShapeError)
-        shape = tuple(b.shape[d] for d in dims)
-        top[0].reshape(shape)
-        old_steps = [int(np.prod(b.shape[i + 1:], dtype=np.int64)) for i in range(nax)]
-        new_steps = [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(nax)]
-        self.geom = _int_buffer(self.device, new_steps + [old_steps[d] for d in dims])
-        self.nax = nax
-        self.fwd = [ssd_ops.permute(self.device, b.count, nax, self.geom, b.data_buffer(),
-                                    top[0].data_buffer())] if b.count else []
-
-    def build_backward(self, bottom, top):
-        if self.propagate_down[0] and bottom[0].count:
-            self.bwd = [ssd_ops.permute(self.device, bottom[0].count, self.nax, self.geom,
-                                        top[0].diff_buffer(), bottom[0].diff_buffer(),
-                                        forward=False)]
+            raise self.error(f"transpose_param.dim {dims} must name each of the "
+                             f"bottom's {nax} axes once", ShapeError)
+        return dims
 
 
 @register("CTCGreedyDecoder")

@@ -20,7 +20,8 @@ from .base import Layer, register
 FLT_MAX = float(np.finfo(np.float32).max)
 
 
-def _int_buffer(dev, values):
+def int_buffer(dev, values):
+    """A device buffer holding ``values`` as int32 (index tables)."""
     arr = np.ascontiguousarray(values, dtype=np.int32)
     buf = dev.alloc(max(arr.nbytes, 4))
     if arr.size:
@@ -156,7 +157,7 @@ class PermuteLayer(Layer):
         top[0].reshape(shape)
         old_steps = [int(np.prod(b.shape[i + 1:], dtype=np.int64)) for i in range(nax)]
         new_steps = [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(nax)]
-        self.geom = _int_buffer(self.device, new_steps + [old_steps[o] for o in orders])
+        self.geom = int_buffer(self.device, new_steps + [old_steps[o] for o in orders])
         self.nax = nax
         self.fwd = [ssd_ops.permute(self.device, b.count, nax, self.geom, b.data_buffer(),
                                     top[0].data_buffer())] if b.count else []

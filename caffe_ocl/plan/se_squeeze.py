@@ -37,7 +37,7 @@ before. ``CAFFE_OCL_FUSE_SE_SQUEEZE=0`` turns it off.
 from .. import config
 from ..ops import pool as pool_ops
 from ..ops import se_squeeze as squeeze_ops
-from .patterns import consumers, one_in_one_out
+from .patterns import PendingTops, consumers, one_in_one_out
 
 
 class _Stage:
@@ -113,7 +113,7 @@ def _match(net, pi, by_first, taken, outputs):
     return stages
 
 
-class SESqueeze:
+class SESqueeze(PendingTops):
     """Global pooling -> product -> product (each with its activation) run
     as one launch writing the second product's output (the module doc)."""
     traceable = True          # its run replays from a recorded pass (plan/trace.py)
@@ -129,13 +129,14 @@ class SESqueeze:
         self.x, self.y = g.bottoms[pi][0], stages[1].y
         self.groups = [st.step for st in stages if not isinstance(st.step, int)]
         self.loses_values = any(getattr(gr, "loses_values", True) for gr in self.groups)
-        seen, self.pending = {id(self.y), id(self.x)}, []
+        seen, pending = {id(self.y), id(self.x)}, []
         for li in self.layers:
             for t in g.tops[li]:
                 if id(t) not in seen:
                     seen.add(id(t))
-                    self.pending.append(t)
-        self._reader = self._compute        # one bound method: compared by identity
+                    pending.append(t)
+        # computed when read by the steps themselves (``_compute`` below)
+        self._init_pending(pending, self.layers)
         self._key = None
         self.fwd = []
 
@@ -153,19 +154,11 @@ class SESqueeze:
             else:
                 st.step.run()
 
-    def _unmark_pending(self):
-        for b in self.pending:
-            if b.compute_on_read is self._reader:
-                b.compute_on_read = None
-
     def _compute(self):
-        """The blobs before the gate, by the steps' own forwards."""
+        """The blobs before the gate, by the steps as they would have run
+        (the other rewrites' groups included)."""
         self._unmark_pending()
         self._run_steps()
-
-    def _compute_pending(self):
-        if any(b.compute_on_read is self._reader for b in self.pending):
-            self._compute()
 
     def run_member(self, li):
         """Layer ``li``'s own forward in a range that cuts the group."""
@@ -213,9 +206,7 @@ class SESqueeze:
         for launch in self.fwd:
             launch.run(q)
         self.y.data_mem.device_written()
-        self._unmark_pending()
-        for b in self.pending:
-            b.compute_on_read = self._reader
+        self._mark_pending()
 
 
 def find(net, groups, taken=()):

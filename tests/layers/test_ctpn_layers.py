@@ -154,7 +154,7 @@ def test_transpose(dims):
 
 @pytest.mark.parametrize("text,bottoms,msg", [
     ('type: "Transpose" transpose_param { dim: 1 dim: 0 }', [np.zeros((2, 3, 4))],
-     "must name each of bottom"),
+     "must name each of the bottom"),
     ('type: "Reverse" reverse_param { axis: 3 }', [np.zeros((2, 3, 4))], "axis 3"),
     ('type: "Lstm" lstm_param { num_output: 2 }', [np.zeros((2, 1, 3)), np.ones((2, 1))],
      "clip"),
