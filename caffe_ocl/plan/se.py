@@ -37,13 +37,14 @@ projection that also adds a residual shortcut is taken the same way by
 plan/residual.py.
 
 Elsewhere, the weights scaled by a separate launch: off by default
-(``CAFFE_OCL_FUSE_SE_SCALE=1`` turns it on, with the folding): on the CPU (Intel's runtime, converted RegNet-Y and
-EfficientNet-B0 at batch 1) each fused pair timed alone ran faster than
-the Scale and the convolution (0.10-0.21 ms against 0.32-0.41 ms), yet a
-whole forward ran slower (17 ms against 11 ms, RegNet-Y, one net per
-process). The weight-scaling kernel is the cost (left out, the forward
-took 10.9 ms): ~0.5 ms a launch inside a forward, 0.03-0.12 ms timed
-alone; not understood yet. To be A/B'd on the GPU.
+(``CAFFE_OCL_FUSE_SE_SCALE=1`` turns it on, with the folding): on the
+CPU (Intel's runtime, converted RegNet-Y and EfficientNet-B0 at batch 1)
+each fused pair timed alone ran faster than the Scale and the convolution
+(0.10-0.21 ms against 0.32-0.41 ms), yet a whole forward ran slower (17
+ms against 11 ms, RegNet-Y, one net per process). The weight-scaling
+kernel is the cost (left out, the forward took 10.9 ms): ~0.5 ms a launch
+inside a forward, 0.03-0.12 ms timed alone; not understood yet. On GPUs
+the gated kernel above makes it moot where it runs.
 """
 from .. import config
 from ..ops import conv as conv_ops
@@ -169,8 +170,10 @@ class SEScaleConv:
         net.layers[self.last].reshape_if_needed(g.bottoms[self.last], g.tops[self.last])
         by_gate = gated(self.conv)
         if not by_gate and (self.gate.count != self.x.shape[1] or not self.scale_weights):
-            # one gate per image of several: the layers one by one (one
-            # weight set per image measured slower than the Scale's pass)
+            # no kernel taking the gate here, and weights scaled by their
+            # own launch off or one gate per image of several (one weight
+            # set per image measured slower than the Scale's pass): the
+            # layers one by one
             self._compute_pending()
             self.s.compute_on_read = None
             for li in self.layers:
