@@ -147,6 +147,7 @@ class SESqueeze(PendingTops):
     # ---- the steps as they would run -------------------------------------
     def _run_steps(self):
         g, net = self.net.graph, self.net
+        self.x.compute_pending()        # another group may have left it to be read
         net.layers[self.pi].forward(g.bottoms[self.pi], g.tops[self.pi])
         for st in self.stages:
             if isinstance(st.step, int):
