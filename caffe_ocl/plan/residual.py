@@ -140,7 +140,7 @@ class ConvResidual(PendingTops):
             layers.append(ei)
         self._init_pending(pending, layers)
         self._key = None                # what the launches (or the chain's target) were built for
-        self._fused = None              # (shapes it was decided for, whether to fuse)
+        self._fused = None              # (shapes decided for, whether to fuse, by the gate)
         self.fwd = []
 
     def describe(self):
@@ -195,23 +195,24 @@ class ConvResidual(PendingTops):
             self.out.data_mem.device_written()
 
     def _fuses(self):
-        """Whether this pass adds the shortcut in the epilogue, decided
-        again only when the shapes change (``residual_pays`` asks the
+        """(whether this pass adds the shortcut in the epilogue, whether the
+        convolution's kernel applies the SE gate), decided again only when
+        the shapes change (``residual_pays`` and ``se.gated`` ask the
         algorithm rules: not a per-pass cost)."""
         shapes = (self.conv.reshape_count, self.r.shape, self.c.shape)
         if self._fused is None or self._fused[0] != shapes:
             fused = self.r.shape == self.c.shape and conv_ops.residual_pays(
                 self.conv.device, self.conv.geom)
-            self._fused = (shapes, fused)
-        return self._fused[1]
+            by_gate = self.scale is not None and se.gated(self.conv)
+            self._fused = (shapes, fused, by_gate)
+        return self._fused[1:]
 
     def run(self):
         net, g = self.net, self.net.graph
         for li in self.layers[1:]:     # the net's loop reshaped the first only
             net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
         conv = self.conv
-        fused = self._fuses()
-        by_gate = self.scale is not None and se.gated(conv)
+        fused, by_gate = self._fuses()
         inputs = (self.x, self.r) + ((self.gate,) if self.scale is not None else ())
         for b in inputs:
             b.compute_pending()

@@ -113,6 +113,7 @@ class SEScaleConv:
         # no gate (FUSE_SE_SCALE, read when the plan is made)
         self.scale_weights = bool(config.get("FUSE_SE_SCALE"))
         self._key = None
+        self._gated = None              # (conv's reshape_count, whether its kernel takes the gate)
         self._wbuf = None
         self.fwd = []
 
@@ -168,7 +169,10 @@ class SEScaleConv:
     def run(self):
         g, net = self.net.graph, self.net
         net.layers[self.last].reshape_if_needed(g.bottoms[self.last], g.tops[self.last])
-        by_gate = gated(self.conv)
+        if self._gated is None or self._gated[0] != self.conv.reshape_count:
+            # the algorithm rules, asked again only after a reshape
+            self._gated = (self.conv.reshape_count, gated(self.conv))
+        by_gate = self._gated[1]
         if not by_gate and (self.gate.count != self.x.shape[1] or not self.scale_weights):
             # no kernel taking the gate here, and weights scaled by their
             # own launch off or one gate per image of several (one weight

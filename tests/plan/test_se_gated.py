@@ -15,6 +15,7 @@ from caffe_ocl.net import Net, TEST
 from caffe_ocl.ops import conv as conv_ops
 from caffe_ocl.plan import residual, se
 from caffe_ocl.proto import parse_net_text
+from test_swish_fusion import _assert_blobs_equal
 
 pytestmark = pytest.mark.usefixtures("gpu_kernels_unoptimized_on_cpu")
 
@@ -90,13 +91,6 @@ def _forward(nets, rng, n=2):
                 net.blobs[b].reshape(n, 8, 5, 4)
             net.reshape()
         net.forward(data=x, t=t)
-
-
-def _assert_blobs_equal(a, b, names=None):
-    for name in names or b.blobs:
-        x, y = a.blobs[name].data, b.blobs[name].data
-        scale = max(float(np.abs(y).max()), 1.0)
-        np.testing.assert_allclose(x, y, rtol=2e-5, atol=2e-5 * scale, err_msg=name)
 
 
 def _group(net, cls):

@@ -15,7 +15,8 @@ from caffe_ocl.net import Net, TEST
 from caffe_ocl.ops import se_squeeze as squeeze_ops
 from caffe_ocl.plan import se_squeeze
 from caffe_ocl.proto import parse_net_text
-from test_swish_fusion import CONVERTED, MOBILENET_V3, _W, _B
+from test_se_gated import _nets
+from test_swish_fusion import CONVERTED, MOBILENET_V3, _W, _B, _assert_blobs_equal
 
 pytestmark = pytest.mark.usefixtures("gpu_kernels_unoptimized_on_cpu")
 RULE = squeeze_ops.applies          # the real rule (the fixture below replaces it)
@@ -44,15 +45,6 @@ def rule_anywhere(monkeypatch):
     monkeypatch.setattr(squeeze_ops, "applies", lambda dev, *a: real(_Gpu, *a))
 
 
-def _nets(text, rng):
-    fused = Net(parse_net_text(text), TEST)
-    plain = Net(parse_net_text(text), TEST, fold=False)
-    for name, blobs in plain.params.items():
-        for a, b in zip(fused.params[name], blobs):
-            a.data[...] = b.data[...] = rng.normal(0, 0.5, b.shape)
-    return fused, plain
-
-
 def _forward(nets, rng, n):
     shape = (n,) + tuple(nets[0].blobs["data"].shape[1:])
     x = rng.normal(0, 1, shape).astype(np.float32)
@@ -61,13 +53,6 @@ def _forward(nets, rng, n):
             net.blobs["data"].reshape(*shape)
             net.reshape()
         net.forward(data=x)
-
-
-def _assert_blobs_equal(a, b, names=None):
-    for name in names or b.blobs:
-        x, y = a.blobs[name].data, b.blobs[name].data
-        scale = max(float(np.abs(y).max()), 1.0)
-        np.testing.assert_allclose(x, y, rtol=2e-5, atol=2e-5 * scale, err_msg=name)
 
 
 FORMS = {
