@@ -377,6 +377,23 @@ class TorchReference:
         self.proc.join(30)
 
 
+def time_reference_apart(name, x, tf32, args):
+    """(float32 output, float64 output, graph capture error, {timer: median
+    ms}, {timer: samples}) of PyTorch on ``name``, timed by a child process
+    of its own that has ended when this returns (``--reference-process
+    apart``)."""
+    ref_proc = TorchReference(args.seed)
+    try:
+        ref, ref64, graph_error = ref_proc.load(name, x, tf32)
+        timers = {"eager": ref_proc.timer("eager")}
+        if graph_error is None:
+            timers["graph"] = ref_proc.timer("graph")
+        med, samples = interleave(timers, args.rounds, args.warmup, args.runs)
+    finally:
+        ref_proc.close()
+    return ref, ref64, graph_error, med, samples
+
+
 def ort_timer(path, x, threads):
     import onnxruntime as ort
     so = ort.SessionOptions()
@@ -499,7 +516,8 @@ def run_one(name, args, export_dir, records, emit):
         if net_param is None:
             continue
         base["layers"] = len(net_param.layer)
-        child = gpu and args.reference_process == "child"
+        child = gpu and args.reference_process in ("child", "apart")
+        apart = gpu and args.reference_process == "apart"
         if gpu:
             base["torch_process"] = args.reference_process
         if not child:
@@ -510,9 +528,15 @@ def run_one(name, args, export_dir, records, emit):
             rec = dict(base, precision=prec)
             tf32 = prec == "tf32"
             net, timers = None, {}
+            ref_med, ref_samples = {}, {}
             try:
                 graph_error = None
-                if child:
+                if apart:
+                    # PyTorch timed first, in a child that ends before
+                    # caffe_ocl is timed: no PyTorch process alive then
+                    ref, ref64, graph_error, ref_med, ref_samples = \
+                        time_reference_apart(name, x, tf32, args)
+                elif child:
                     ref, ref64, graph_error = args.torch_ref.load(name, x, tf32)
                 else:
                     if gpu:
@@ -538,7 +562,10 @@ def run_one(name, args, export_dir, records, emit):
                     rec["base_err_rel"] = errors(got_b, ref)[1]
                     timers["base"] = ours_timer(base_net)
                     del base_net
-                if child:
+                if apart:
+                    if graph_error is not None:
+                        rec["graph_error"] = graph_error
+                elif child:
                     timers["eager"] = args.torch_ref.timer("eager")
                     if graph_error is None:
                         timers["graph"] = args.torch_ref.timer("graph")
@@ -553,6 +580,8 @@ def run_one(name, args, export_dir, records, emit):
                 else:
                     timers["ort"] = ort_timer(path, x, args.threads)
                 med, samples = interleave(timers, args.rounds, args.warmup, args.runs)
+                med.update(ref_med)
+                samples.update(ref_samples)
                 for k, v in med.items():
                     rec[f"{k}_ms"] = v
                     rec[f"{k}_samples"] = [round(s, 4) for s in samples[k]]
@@ -712,10 +741,14 @@ def parse(argv=None):
                     help="NAME=VALUE[,NAME=VALUE]: also time a caffe_ocl net built with "
                          "these settings (config.py names) as 'base', interleaved with the "
                          "others (a before/after in one run)")
-    ap.add_argument("--reference-process", choices=("child", "same"), default="child",
+    ap.add_argument("--reference-process", choices=("child", "apart", "same"),
+                    default="child",
                     help="gpu: run PyTorch in a child process (default; the rounds still "
-                         "interleave) or in this one ('same': PyTorch's CUDA work then "
-                         "slows caffe_ocl's OpenCL enqueues, see TorchReference)")
+                         "interleave), in a child per net and precision that times PyTorch "
+                         "first and has ended before caffe_ocl is timed ('apart': no PyTorch "
+                         "process alive then; not interleaved), or in this one ('same': "
+                         "PyTorch's CUDA work then slows caffe_ocl's OpenCL enqueues, see "
+                         "TorchReference)")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     if args.smoke:

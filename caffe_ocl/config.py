@@ -127,6 +127,12 @@ _DECLARED = (
             "concat -> shuffle) runs with it as one gather from the Concat's inputs, the "
             "Concat's top computed when read (plan/permute.py); off: the Concat writes its "
             "top and the gather reads it"),
+    Setting("GATHER_SLICES", "bool", True,
+            "a channel gather (CAFFE_OCL_PERMUTE_GATHER) whose top only the Slice layers "
+            "right after it read (ShuffleNet v2's shuffle -> channel split) writes the "
+            "Slices' tops itself in its one launch, its own top computed when read "
+            "(plan/permute.py GatherSlices); off: the gather writes its top and the Slices "
+            "copy from it"),
     Setting("FUSE_SWISH", "bool", True,
             "at TEST, Swish / ONNX's Sigmoid * x / Sigmoid after a convolution or "
             "InnerProduct run in its epilogue (with CAFFE_OCL_FOLD)"),

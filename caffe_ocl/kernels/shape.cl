@@ -158,40 +158,46 @@ __kernel void gather_channels_runs(int n, int C, int S, __global const int* perm
     }
 }
 
-/* A channel gather from up to four sources (a Concat's inputs read in place
- * of its top, plan/permute.py ConcatGather): output channel c of image o is
- * channel table[2c + 1] of source table[2c] (x0..x3, whose images hold
- * c0..c3 channels of S values); unused sources repeat x0. (The host's
- * signature parser reads each kernel's arguments, so they are spelled out.) */
-/* the first value of plane (image o, source channel) of source t */
-inline __global const float* gather_multi_plane(int t, int o, int ch, int S,
-        __global const float* x0, int c0, __global const float* x1, int c1,
-        __global const float* x2, int c2, __global const float* x3, int c3) {
-    __global const float* x = t == 0 ? x0 : t == 1 ? x1 : t == 2 ? x2 : x3;
-    const int cs = t == 0 ? c0 : t == 1 ? c1 : t == 2 ? c2 : c3;
-    return x + ((size_t)o * cs + ch) * S;
-}
+/* A channel gather from up to four sources into up to four destinations (a
+ * Concat's inputs read in place of its top, plan/permute.py ConcatGather;
+ * written straight into the tops of Slices of the gathered blob,
+ * GatherSlices): each image has R rows of S values; row c of image o is
+ * channel table[4c + 1] of source table[4c] (x0..x3, whose images hold
+ * c0..c3 channels of S values), stored as channel table[4c + 3] of
+ * destination table[4c + 2] (y0..y3, d0..d3 channels an image); unused
+ * sources and destinations repeat the first. (The host's signature parser
+ * reads each kernel's arguments, so they are spelled out.) */
+/* the first value of plane (image o, channel ch) of buffer t of four */
+#define GATHER_PLANE(t, o, ch, S, b0, n0, b1, n1, b2, n2, b3, n3)                   \
+    (((t) == 0 ? (b0) : (t) == 1 ? (b1) : (t) == 2 ? (b2) : (b3))                  \
+     + ((size_t)(o) * ((t) == 0 ? (n0) : (t) == 1 ? (n1) : (t) == 2 ? (n2) : (n3))  \
+        + (ch)) * (S))
 
-__kernel void gather_channels_multi(int n, int C, int S, __global const int* table,
+__kernel void gather_channels_multi(int n, int R, int S, __global const int* table,
                                     __global const float* x0, int c0,
                                     __global const float* x1, int c1,
                                     __global const float* x2, int c2,
-                                    __global const float* x3, int c3, __global float* y) {
+                                    __global const float* x3, int c3,
+                                    __global float* y0, int d0, __global float* y1, int d1,
+                                    __global float* y2, int d2, __global float* y3, int d3) {
     GLOBAL_LOOP(i, n) {
         const int r = i / S, s = i - r * S;
-        const int o = r / C, c = r - o * C;
-        y[i] = gather_multi_plane(table[2 * c], o, table[2 * c + 1], S,
-                                  x0, c0, x1, c1, x2, c2, x3, c3)[s];
+        const int o = r / R, c = r - o * R;
+        const int4 e = vload4(c, table);
+        GATHER_PLANE(e.z, o, e.w, S, y0, d0, y1, d1, y2, d2, y3, d3)[s] =
+            GATHER_PLANE(e.x, o, e.y, S, x0, c0, x1, c1, x2, c2, x3, c3)[s];
     }
 }
 
-/* CPU drivers: each work-item's contiguous chunk as runs within one plane
+/* CPU drivers: each work-item's contiguous chunk as runs within one row
  * (gather_channels_runs) */
-__kernel void gather_channels_multi_runs(int n, int C, int S, __global const int* table,
+__kernel void gather_channels_multi_runs(int n, int R, int S, __global const int* table,
                                          __global const float* x0, int c0,
                                          __global const float* x1, int c1,
                                          __global const float* x2, int c2,
-                                         __global const float* x3, int c3, __global float* y) {
+                                         __global const float* x3, int c3,
+                                         __global float* y0, int d0, __global float* y1, int d1,
+                                         __global float* y2, int d2, __global float* y3, int d3) {
     const int chunk = _gl_chunk(n);
     int k = (int)get_global_id(0) * chunk;
     const int end = min(n, k + chunk);
@@ -200,10 +206,11 @@ __kernel void gather_channels_multi_runs(int n, int C, int S, __global const int
     int s = k - r * S;
     while (k < end) {
         const int len = min(S - s, end - k);
-        const int o = r / C, c = r - o * C;
-        __global const float* src = gather_multi_plane(table[2 * c], o, table[2 * c + 1], S,
-                                                       x0, c0, x1, c1, x2, c2, x3, c3) + s;
-        __global float* dst = y + k;
+        const int o = r / R, c = r - o * R;
+        const int4 e = vload4(c, table);
+        __global const float* src =
+            GATHER_PLANE(e.x, o, e.y, S, x0, c0, x1, c1, x2, c2, x3, c3) + s;
+        __global float* dst = GATHER_PLANE(e.z, o, e.w, S, y0, d0, y1, d1, y2, d2, y3, d3) + s;
         for (int j = 0; j < len; ++j) dst[j] = src[j];
         k += len;
         s = 0;

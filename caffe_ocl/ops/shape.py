@@ -92,22 +92,24 @@ def gather_channels(dev, outer, channels, spatial, perm, x, y):
     return dev.launch(SRC, kernel, g, l, [n, channels, spatial, perm, x, y])
 
 
-GATHER_SOURCES_MAX = 4      # sources gather_channels_multi takes
+GATHER_SOURCES_MAX = 4      # sources (and destinations) gather_channels_multi takes
 
 
-def gather_channels_multi(dev, outer, channels, spatial, table, sources, y):
-    """y[o, c, s] = source t's [o, ch, s] for (t, ch) = (table[2c],
-    table[2c + 1]) (``table``: an int buffer of 2 * ``channels`` entries;
-    ``sources``: 1 to GATHER_SOURCES_MAX (buffer, channels per image)
-    pairs; y must alias none of them)."""
-    if not 1 <= len(sources) <= GATHER_SOURCES_MAX:
-        raise ValueError(f"gather_channels_multi: {len(sources)} sources")
-    n = outer * channels * spatial
+def gather_channels_multi(dev, outer, rows, spatial, table, sources, dests):
+    """Row c (of ``rows`` per image, ``spatial`` values each) of image o:
+    source t's channel ch stored as destination u's channel dch, for (t,
+    ch, u, dch) = ``table``[4c .. 4c + 4) (an int buffer of 4 * ``rows``
+    entries). ``sources`` and ``dests``: 1 to GATHER_SOURCES_MAX (buffer,
+    channels per image) pairs; no destination may alias a source."""
+    for what, bufs in (("sources", sources), ("destinations", dests)):
+        if not 1 <= len(bufs) <= GATHER_SOURCES_MAX:
+            raise ValueError(f"gather_channels_multi: {len(bufs)} {what}")
+    n = outer * rows * spatial
     g, l = work_size(dev, n)
-    args = [n, channels, spatial, table]
-    for buf, c in list(sources) + [sources[0]] * (GATHER_SOURCES_MAX - len(sources)):
-        args += [buf, c]
-    args.append(y)
+    args = [n, rows, spatial, table]
+    for bufs in (sources, dests):
+        for buf, c in list(bufs) + [bufs[0]] * (GATHER_SOURCES_MAX - len(bufs)):
+            args += [buf, c]
     kernel = "gather_channels_multi_runs" if dev.is_cpu else "gather_channels_multi"
     return dev.launch(SRC, kernel, g, l, args)
 

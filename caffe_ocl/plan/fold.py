@@ -323,7 +323,9 @@ def find_groups(net):
     (concat.py), the other convolutions whose weight may be a permutation
     matrix (permute.py: a channel gather while it is), and an SE block's
     pooling and two products as one launch (se_squeeze.py: GPUs, taking
-    in the groups of its products)."""
+    in the groups of its products), and a channel gather with the Slices
+    right after it reading its top (permute.py: one launch writing their
+    tops)."""
     chains = find_chains(net)
     taken = {li for c in chains for li in c.layers}
     sums = residual.find(net, chains, taken)
@@ -349,6 +351,7 @@ def find_groups(net):
     squeezes = se_squeeze.find(net, chains, taken)
     inner = {id(gr) for sq in squeezes for gr in sq.groups}
     chains = [c for c in chains if id(c) not in inner] + squeezes
+    chains = permute.gathers_into_slices(net, chains)
     for c in chains:
         log.info("Folding %s", c.describe())
     return chains

@@ -42,7 +42,7 @@ import numpy as np
 
 from .. import config
 from ..ops import shape as shape_ops
-from .concat import concat_axis
+from .concat import SliceRun, concat_axis
 from .elide import producer_ok
 from .patterns import PendingTops, consumers, one_in_one_out, writers
 
@@ -224,10 +224,8 @@ class ConcatGather(PendingTops, PermutationGather):
         return out if sum(ch for _, ch in out) == c else None
 
     def _table_buffer(self, layout):
-        """The (source, channel) of each output channel, on the device."""
-        starts = np.cumsum([0] + [ch for _, ch in layout])
-        src = np.searchsorted(starts, self.perm, side="right") - 1
-        table = np.stack([src, self.perm - starts[src]], axis=1).astype(np.int32).ravel()
+        """gather_channels_multi's table (``gather_table``) on the device."""
+        table = gather_table(self.perm, [ch for _, ch in layout])
         dev = self.layer.device
         if self._table is None or self._table[0] != table.size:
             self._table = (table.size, dev.alloc(4 * table.size))
@@ -259,13 +257,30 @@ class ConcatGather(PendingTops, PermutationGather):
             n, c, h, w = self.x.shape
             table = self._table_buffer(layout)
             self.fwd = [shape_ops.gather_channels_multi(layer.device, n, c, h * w, table,
-                                                        layout, y.data_buffer())]
+                                                        layout, [(y.data_buffer(), c)])]
             self._key = key
         q = layer.device.queue
         for launch in self.fwd:
             launch.run(q)
         y.data_mem.device_written()
         self._mark_pending()
+
+
+def gather_table(perm, channels, rows=None):
+    """gather_channels_multi's table (int32, 4 entries a row) for a
+    gather ``y[:, c] = cat[:, perm[c]]`` where ``cat`` concatenates
+    sources of ``channels`` channels: row r stores channel ``rows[r, 0]``
+    of ``y`` as channel ``rows[r, 2]`` of destination ``rows[r, 1]``;
+    ``rows`` None: y itself, the one destination, channel for channel."""
+    perm = np.asarray(perm)
+    if rows is None:
+        c = np.arange(len(perm))
+        rows = np.stack([c, np.zeros_like(c), c], axis=1)
+    starts = np.cumsum([0] + list(channels))
+    want = perm[rows[:, 0]]
+    src = np.searchsorted(starts, want, side="right") - 1
+    return np.stack([src, want - starts[src], rows[:, 1], rows[:, 2]],
+                    axis=1).astype(np.int32).ravel()
 
 
 def match_concat(g, li, outputs):
@@ -309,3 +324,212 @@ def concat_gathers(net, taken=()):
         if ci is not None and ci not in taken:
             out.append(ConcatGather(net, ci, li))
     return out
+
+
+class GatherSlices(PendingTops):
+    """A channel gather (``ConcatGather`` or ``PermutationGather``) whose
+    top only the Slices right after it read (ShuffleNet v2's channel
+    shuffle -> channel split, which onnx2caffe writes as two Slice layers
+    with a Silence for each unused half): while the weight is a
+    permutation, the one gather launch writes every Slice top itself
+    (``gather_table``'s destinations), so the Slices' copy launch goes.
+    The gather's top (and a Concat's top before it) is not written but
+    computed when read, by the gather group's own run. Where the shapes
+    do not line up (Slices not along the channels of images, more than
+    GATHER_SOURCES_MAX tops) or the weight is no permutation, the gather
+    and the Slices run as before. ``CAFFE_OCL_GATHER_SLICES=0`` turns it
+    off."""
+    traceable = True          # its run replays from a recorded pass (plan/trace.py)
+    fuses_backward = False
+    loses_values = False
+
+    def __init__(self, net, gather, slice_layers, views, slice_group=None):
+        g = net.graph
+        self.net, self.gather = net, gather
+        self.slice_group = slice_group      # a SliceRun among the layers, if any
+        self.slice_layers = list(slice_layers)
+        self.slices = [li for li in self.slice_layers if g.layer_types[li] == "Slice"]
+        self.layers = list(gather.layers) + self.slice_layers
+        self.first, self.last = gather.first, self.slice_layers[-1]
+        self.y = gather.y
+        # the gather's top, the Split tops sharing its data, the Concat's top
+        pending = list(views) + ([gather.x] if isinstance(gather, ConcatGather) else [])
+        self._init_pending(pending, [])
+        self._key, self._perm = None, None
+        self._table = None            # (entries, device int buffer)
+        self.fwd = []
+
+    def describe(self):
+        names = self.net.graph.layer_names
+        return (f"{self.gather.describe()}, written into the tops of "
+                f"{' + '.join(names[li] for li in self.slices)}")
+
+    # ---- the groups as they would run --------------------------------------
+    def _compute(self):
+        """The gather's top and the Concat's, by the gather group's own run
+        and what it leaves to be computed (a read computes one blob: both
+        must be there)."""
+        self._unmark_pending()
+        self.gather.run()
+        if isinstance(self.gather, ConcatGather):
+            self.gather._compute_pending()
+
+    def _run_apart(self):
+        g, net = self.net.graph, self.net
+        self._unmark_pending()
+        self.gather.run()
+        sr = self.slice_group
+        for li in self.slice_layers:
+            if sr is not None and li == sr.first:
+                sr.run()
+            elif sr is None or li not in sr.layers:
+                net.layers[li].forward(g.bottoms[li], g.tops[li])
+
+    def run_member(self, li):
+        """Layer ``li``'s own forward in a range that cuts the group."""
+        self._compute_pending()
+        if li in self.gather.layers and hasattr(self.gather, "run_member"):
+            self.gather.run_member(li)
+            return
+        g = self.net.graph
+        self.net.layers[li].forward(g.bottoms[li], g.tops[li])
+
+    def before_backward(self):
+        self._compute_pending()
+        if hasattr(self.gather, "before_backward"):
+            self.gather.before_backward()
+
+    # ---- the fused pass ----------------------------------------------------
+    def _sources(self):
+        """(images, channels, values a channel, [(buffer, channels)]) of the
+        gather's input(s), or None where they do not line up."""
+        gr = self.gather
+        if isinstance(gr, ConcatGather):
+            layout = gr._sources_layout()
+            if layout is None:
+                return None
+            n, c, h, w = gr.x.shape
+            return n, c, h * w, layout
+        outer, c, s = gr._dims()
+        gr.x.compute_pending()
+        return outer, c, s, [(gr.x.data_buffer(), c)]
+
+    def _destinations(self, n, c, s):
+        """([(top buffer, channels)], rows (channel of the gather's top,
+        destination, its channel)) of the Slices' tops, or None where a
+        Slice does not cut the images' channels or there are too many."""
+        net, g = self.net, self.net.graph
+        dests, rows = [], []
+        for li in self.slices:
+            layout = net.layers[li].layout
+            if layout is None or layout[0] != n or layout[1] != c * s:
+                return None
+            for t, (cols, off) in zip(g.tops[li], layout[2]):
+                if cols % s or off % s:
+                    return None
+                k = cols // s
+                rows += [(off // s + j, len(dests), j) for j in range(k)]
+                dests.append((t.data_buffer(), k))
+        if not 1 <= len(dests) <= shape_ops.GATHER_SOURCES_MAX:
+            return None
+        return dests, np.array(rows, np.int64).reshape(-1, 3)
+
+    def run(self):
+        net, g = self.net, self.net.graph
+        for li in self.layers[1:]:      # the net's loop reshaped the first layer only
+            net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
+        gr = self.gather
+        gr._check_weights()
+        src = None if gr.perm is None else self._sources()
+        dst = None if src is None or src[0] * src[1] * src[2] == 0 \
+            else self._destinations(*src[:3])
+        if dst is None:
+            self._run_apart()
+            return
+        n, c, s, layout = src
+        dests, rows = dst
+        if isinstance(gr, ConcatGather):
+            for b in gr.sources:
+                b.compute_pending()
+                b.data_mem.to_device()
+        else:
+            gr.x.data_mem.to_device()
+        key = (tuple(net.layers[li].reshape_count for li in self.layers),
+               tuple(buf for buf, _ in layout), tuple(buf for buf, _ in dests))
+        if key != self._key or self._perm is not gr.perm:
+            table = gather_table(gr.perm, [ch for _, ch in layout], rows)
+            dev = gr.layer.device
+            if self._table is None or self._table[0] != table.size:
+                self._table = (table.size, dev.alloc(4 * table.size))
+            dev.upload(self._table[1], table)
+            self.fwd = [shape_ops.gather_channels_multi(dev, n, len(rows), s, self._table[1],
+                                                        layout, dests)]
+            self._key, self._perm = key, gr.perm
+        q = gr.layer.device.queue
+        for launch in self.fwd:
+            launch.run(q)
+        for li in self.slices:
+            for t in g.tops[li]:
+                t.data_mem.device_written()
+        self._mark_pending()
+
+
+def _slice_run(g, li, y, outputs):
+    """(layers, views of ``y``) when the layers from ``li`` on are Split
+    (of ``y`` or one of its Split tops), Slice and Silence layers, ending
+    at a Slice, and every reader of ``y`` and of those Split tops is a
+    Slice or Split among them; else None."""
+    views, run = [y], []
+    while li < len(g.layers) and g.layer_types[li] in ("Split", "Slice", "Silence"):
+        bots = g.bottoms[li]
+        if g.layer_types[li] == "Split":
+            if len(bots) != 1 or not any(bots[0] is v for v in views):
+                break
+            views += list(g.tops[li])
+        run.append(li)
+        li += 1
+    while run and g.layer_types[run[-1]] != "Slice":
+        run.pop()
+    members = set(run)
+    for v in views:
+        if v.name in outputs:
+            return None
+        for lj, k in consumers(g, v):
+            if lj not in members or k != 0 or g.layer_types[lj] == "Silence":
+                return None
+    slices = [lj for lj in run if g.layer_types[lj] == "Slice"]
+    if not slices or any(len(g.tops[lj]) < 2 or any(t is v for t in g.tops[lj] for v in views)
+                         for lj in slices):
+        return None
+    return run, views
+
+
+def gathers_into_slices(net, groups):
+    """``groups`` with each channel gather group whose top only Slice
+    layers right after it read (directly or through a Split; Silence
+    layers between them) merged with those layers (and a SliceRun group
+    of them, if any) into a GatherSlices."""
+    if not config.get("GATHER_SLICES"):
+        return groups
+    g = net.graph
+    outputs = set(g.outputs)
+    of = {li: gr for gr in groups for li in gr.layers}
+    merged, out = set(), []
+    for gr in groups:
+        if not isinstance(gr, PermutationGather):
+            continue
+        found = _slice_run(g, gr.last + 1, gr.y, outputs)
+        if found is None:
+            continue
+        run, views = found
+        others = {id(of[lj]) for lj in run if lj in of}
+        slice_group = None
+        if others:
+            slice_group = next(of[lj] for lj in run if lj in of)
+            if len(others) != 1 or not isinstance(slice_group, SliceRun) \
+                    or not set(slice_group.layers) <= set(run):
+                continue
+            merged.add(id(slice_group))
+        merged.add(id(gr))
+        out.append(GatherSlices(net, gr, run, views, slice_group))
+    return [c for c in groups if id(c) not in merged] + out

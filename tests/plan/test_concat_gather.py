@@ -158,20 +158,30 @@ def test_concat_top_read_elsewhere_not_matched(rng):
 
 
 @pytest.mark.parametrize("kernel", ["gather_channels_multi", "gather_channels_multi_runs"])
-@pytest.mark.parametrize("sizes", [(1, [3, 5], 7), (2, [1, 2, 3, 2], 5), (3, [4], 1)])
+@pytest.mark.parametrize("sizes", [(1, [3, 5], 7, [8]), (2, [1, 2, 3, 2], 5, [3, 5, 8]),
+                                   (3, [4], 1, [1, 1, 1, 1])])
 def test_gather_multi_kernels(rng, kernel, sizes):
     """Both kernels (the GPU one and the CPU drivers' runs), 1-4 sources
-    of different channel counts, with as many and with fewer work-items
-    than planes."""
+    of different channel counts gathered into 1-4 destinations (every
+    channel of the gathered blob into each destination's slices of it,
+    as GatherSlices writes a Slice's tops), with as many and with fewer
+    work-items than planes."""
     dev = get_device()
-    outer, chans, s = sizes
+    outer, chans, s, dchans = sizes
     srcs = [rng.normal(0, 1, (outer, c, s)).astype(np.float32) for c in chans]
     cat = np.concatenate(srcs, axis=1)
     c = cat.shape[1]
     perm = rng.permutation(c)
-    starts = np.cumsum([0] + chans)
-    src_of = np.searchsorted(starts, perm, side="right") - 1
-    table = np.stack([src_of, perm - starts[src_of]], 1).astype(np.int32).ravel()
+    # destinations: consecutive channel ranges of the gathered blob, the
+    # last one reading the blob again from channel 0 when they overrun it
+    rows, starts = [], []
+    at = 0
+    for u, k in enumerate(dchans):
+        at = at if at + k <= c else 0
+        starts.append(at)
+        rows += [(at + j, u, j) for j in range(k)]
+        at += k
+    table = permute.gather_table(perm, chans, np.array(rows))
     bufs = []
     for a in srcs:
         b = dev.alloc(4 * a.size)
@@ -179,26 +189,31 @@ def test_gather_multi_kernels(rng, kernel, sizes):
         bufs.append(b)
     tb = dev.alloc(4 * table.size)
     dev.upload(tb, table)
-    n = cat.size
-    yb = dev.alloc(4 * n)
-    want = cat[:, perm].ravel()
+    ybufs = [dev.alloc(4 * outer * k * s) for k in dchans]
+    gathered = cat[:, perm]
+    want = [gathered[:, a:a + k] for a, k in zip(starts, dchans)]
+    n = outer * len(rows) * s
     sources = list(zip(bufs, chans)) + [(bufs[0], chans[0])] * (4 - len(bufs))
-    args = [n, c, s, tb] + [v for pair in sources for v in pair] + [yb]
+    dests = list(zip(ybufs, dchans)) + [(ybufs[0], dchans[0])] * (4 - len(ybufs))
+    args = [n, len(rows), s, tb] + [v for pair in sources + dests for v in pair]
+
+    def check(launch):
+        for yb, k in zip(ybufs, dchans):
+            dev.upload(yb, np.full(outer * k * s, np.nan, np.float32))
+        launch.run(dev.queue)
+        for yb, k, w in zip(ybufs, dchans, want):
+            y = np.empty((outer, k, s), np.float32)
+            dev.download(y, yb)
+            np.testing.assert_array_equal(y, w)
     for g, l in (work_size(dev, n), ((3,), (1,)), ((2 * n,), (1,))):
-        dev.upload(yb, np.full(n, np.nan, np.float32))
-        dev.launch("shape.cl", kernel, g, l, args).run(dev.queue)
-        y = np.empty(n, np.float32)
-        dev.download(y, yb)
-        np.testing.assert_array_equal(y, want, err_msg=f"{g} {l}")
-    # the ops wrapper picks the device's kernel and checks the source count
-    dev.upload(yb, np.full(n, np.nan, np.float32))
-    shape_ops.gather_channels_multi(dev, outer, c, s, tb, list(zip(bufs, chans)), yb) \
-        .run(dev.queue)
-    y = np.empty(n, np.float32)
-    dev.download(y, yb)
-    np.testing.assert_array_equal(y, want)
+        check(dev.launch("shape.cl", kernel, g, l, args))
+    # the ops wrapper picks the device's kernel and checks the counts
+    check(shape_ops.gather_channels_multi(dev, outer, len(rows), s, tb,
+                                          list(zip(bufs, chans)), list(zip(ybufs, dchans))))
     with pytest.raises(ValueError):
-        shape_ops.gather_channels_multi(dev, outer, c, s, tb, [(bufs[0], 1)] * 5, yb)
+        shape_ops.gather_channels_multi(dev, outer, c, s, tb, [(bufs[0], 1)] * 5, [(ybufs[0], 1)])
+    with pytest.raises(ValueError):
+        shape_ops.gather_channels_multi(dev, outer, c, s, tb, [(bufs[0], 1)], [(ybufs[0], 1)] * 5)
 
 
 def test_converted_shufflenet_unit(rng):
