@@ -127,6 +127,11 @@ _DECLARED = (
             "concat -> shuffle) runs with it as one gather from the Concat's inputs, the "
             "Concat's top computed when read (plan/permute.py); off: the Concat writes its "
             "top and the gather reads it"),
+    Setting("SIBLING_CONVS", "bool", True,
+            "at TEST on GPUs, convolutions reading the same blob whose outputs (each with "
+            "the same activation) make up a Concat (SqueezeNet's fire module: 1x1 and 3x3) "
+            "run as one convolution of the larger window writing the Concat's top, where "
+            "the outputs are batch-1 size (plan/siblings.py; with CAFFE_OCL_FOLD)"),
     Setting("GATHER_SLICES", "bool", True,
             "a channel gather (CAFFE_OCL_PERMUTE_GATHER) whose top only the Slice layers "
             "right after it read (ShuffleNet v2's shuffle -> channel split) writes the "

@@ -434,7 +434,7 @@ def slice_runs(net, taken):
     if not config.get("CONCAT_PREFIX"):
         return []
     g = net.graph
-    root = _split_roots(g)
+    root = split_roots(g)
     out, run, run_root = [], [], None
 
     def flush():
@@ -490,7 +490,7 @@ def _unit_for(net, ci, k, groups, taken):
     return unit
 
 
-def _split_roots(g):
+def split_roots(g):
     """root(blob) -> id of the blob whose data ``blob`` is (a Split's tops
     share their bottom's data)."""
     split_of = {}                   # id(top of a Split layer) -> the Split's bottom
@@ -512,7 +512,7 @@ def _prefix_sources(net, taken):
     then the latest), and whose top nobody else writes (torchvision's
     DenseNet: each layer's torch.cat of every feature so far)."""
     g = net.graph
-    root = _split_roots(g)
+    root = split_roots(g)
     cats = []
     for li, layer in enumerate(g.layers):
         if layer.type != "Concat" or li in taken or len(g.tops[li]) != 1:

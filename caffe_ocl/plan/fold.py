@@ -58,7 +58,7 @@ from ..errors import NetError
 from ..ops import conv as conv_ops
 from ..ops import work_size
 from ..proto import caffe_pb2
-from . import affine, concat, eltwise, elide, permute, residual, se, se_squeeze, swish
+from . import affine, concat, eltwise, elide, permute, residual, se, se_squeeze, siblings, swish
 from .patterns import act_of, inference_act_of, producer_fuses
 
 log = logging.getLogger("caffe_ocl")
@@ -331,6 +331,9 @@ def find_groups(net):
     sums = residual.find(net, chains, taken)
     absorbed = {id(s.chain) for s in sums if s.chain is not None}
     chains = [c for c in chains if id(c) not in absorbed] + sums
+    sibs = siblings.find(net, chains, {li for c in chains for li in c.layers})
+    inner = {id(gr) for s in sibs for gr in s.groups}
+    chains = [c for c in chains if id(c) not in inner] + sibs
     taken = {li for c in chains for li in c.layers}
     chains += [c for c in eltwise.chains_of(net, train=False) if not taken.intersection(c.layers)]
     taken = {li for c in chains for li in c.layers}
