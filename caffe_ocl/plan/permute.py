@@ -67,8 +67,23 @@ def permutation_of(weight, bias=None):
     return np.argmax(ones, axis=1).astype(np.int32)
 
 
+# layer types a gather may stand for: a permutation matrix as a 1x1
+# convolution or InnerProduct (converters' shuffles), and the forks'
+# ShuffleChannel (farmingyard/ShuffleNet; a fixed permutation)
+GATHER_TYPES = ("Convolution", "InnerProduct", "ShuffleChannel")
+
+
+def shuffle_permutation(channels, group):
+    """ShuffleChannel's gather: output channel j * group + i is input
+    channel i * (channels / group) + j."""
+    o = np.arange(channels)
+    return ((o % group) * (channels // group) + o // group).astype(np.int32)
+
+
 def _match(g, li):
     layer = g.layers[li]
+    if layer.type == "ShuffleChannel":
+        return one_in_one_out(g, li) and g.tops[li][0] is not g.bottoms[li][0]
     if not (producer_ok(layer) and one_in_one_out(g, li)):
         return False
     x, y = g.bottoms[li][0], g.tops[li][0]
@@ -100,6 +115,7 @@ class PermutationGather:
         self._perm_buf = None         # (channels, device int buffer)
         self._mems = None             # parameter memories at the last check
         self._versions = None
+        self._shuffle = None          # ShuffleChannel: (channels, group) of ``perm``
         self._key = None
         self.fwd = []
 
@@ -109,11 +125,19 @@ class PermutationGather:
         return self.perm is not None
 
     def describe(self):
-        return (f"{self.net.graph.layer_names[self.li]} (a channel gather while its weight "
-                "is a permutation)")
+        name = self.net.graph.layer_names[self.li]
+        if self.layer.type == "ShuffleChannel":
+            return f"{name} (a channel gather)"
+        return f"{name} (a channel gather while its weight is a permutation)"
 
     def _check_weights(self):
         layer = self.layer
+        if layer.type == "ShuffleChannel":     # no weight: the permutation of its group
+            shuffle = (layer.dims[1], layer.group)
+            if shuffle != self._shuffle:
+                self._set_perm(shuffle_permutation(*shuffle))
+                self._shuffle = shuffle
+            return
         mems = [p.data_mem for p in layer.blobs]
         versions = [m.version for m in mems]
         if (self._mems is not None and all(a is b for a, b in zip(mems, self._mems))
@@ -128,7 +152,11 @@ class PermutationGather:
         else:
             w = w.reshape(w.shape[0], -1)
         bias = layer.blobs[1].host_data() if layer.bias_term and len(layer.blobs) > 1 else None
-        perm = permutation_of(w, bias)
+        self._set_perm(permutation_of(w, bias))
+
+    def _set_perm(self, perm):
+        """The permutation (or None: the layer runs itself), on the device."""
+        layer = self.layer
         was = self.perm is not None
         self.perm = perm
         self._key = None
@@ -143,6 +171,8 @@ class PermutationGather:
 
     def _dims(self):
         layer = self.layer
+        if layer.type == "ShuffleChannel":
+            return layer.dims
         if layer.type == "InnerProduct":
             return layer.M, layer.K, 1
         geom = layer.geom
@@ -178,7 +208,7 @@ def find(net, taken=()):
         return []
     g = net.graph
     return [PermutationGather(net, li) for li in range(len(g.layers))
-            if li not in taken and g.layer_types[li] in ("Convolution", "InnerProduct")
+            if li not in taken and g.layer_types[li] in GATHER_TYPES
             and _match(g, li)]
 
 
@@ -206,8 +236,9 @@ class ConcatGather(PendingTops, PermutationGather):
 
     def describe(self):
         names = self.net.graph.layer_names
+        when = "" if self.layer.type == "ShuffleChannel" else " while the weight is a permutation"
         return (f"{names[self.ci]} -> {names[self.li]} (one channel gather from the "
-                "Concat's inputs while the weight is a permutation)")
+                f"Concat's inputs{when})")
 
     def _sources_layout(self):
         """[(buffer, channels)] of the inputs when they and the Concat's top
@@ -317,7 +348,7 @@ def concat_gathers(net, taken=()):
     outputs = set(g.outputs)
     out = []
     for li in range(len(g.layers)):
-        if li in taken or g.layer_types[li] not in ("Convolution", "InnerProduct") \
+        if li in taken or g.layer_types[li] not in GATHER_TYPES \
                 or not _match(g, li):
             continue
         ci = match_concat(g, li, outputs)

@@ -11,7 +11,7 @@ import pytest
 from caffe_ocl.net import Net, TEST
 from caffe_ocl.plan import permute
 from caffe_ocl.proto import parse_net_text
-from plan_pairs import forward_reshaped
+from plan_pairs import forward_reshaped, same_random_weights
 from test_concat_gather import _assert_same, _nets, _perm_matrix, _shuffle, _text, _x
 
 # onnx2caffe's channel split: two Slices of the shuffled blob, each with a
@@ -164,3 +164,74 @@ def test_not_matched(settings):
     net = Net(parse_net_text(_unit(ONNX_SPLIT)), TEST)
     assert _groups(net) == []
     assert any(isinstance(c, permute.ConcatGather) for c in net.plan.fold_groups)
+
+
+# a ShuffleNet v2 unit in the Caffe forks' form (farmingyard's
+# ShuffleChannel): Slice -> branch -> Concat -> ShuffleChannel -> Slice
+FORK_UNIT = """
+layer { name: "data" type: "Input" top: "data"
+        input_param { shape { dim: 2 dim: 6 dim: 5 dim: 3 } } }
+layer { name: "split" type: "Slice" bottom: "data" top: "a" top: "b"
+        slice_param { axis: 1 slice_point: 3 } }
+layer { name: "br" type: "Convolution" bottom: "b" top: "r"
+        convolution_param { num_output: 3 kernel_size: 3 pad: 1 } }
+layer { name: "relu" type: "ReLU" bottom: "r" top: "r" }
+layer { name: "cat" type: "Concat" bottom: "a" bottom: "r" top: "cat" }
+layer { name: "shuffle" type: "ShuffleChannel" bottom: "cat" top: "shuf"
+        shuffle_channel_param { group: 2 } }
+layer { name: "s1" type: "Slice" bottom: "shuf" top: "h0" top: "h1"
+        slice_param { axis: 1 slice_point: 3 } }
+layer { name: "next" type: "Convolution" bottom: "h1" top: "nc"
+        convolution_param { num_output: 3 kernel_size: 1 } }
+layer { name: "cat2" type: "Concat" bottom: "h0" bottom: "nc" top: "out" }
+"""
+
+
+@pytest.mark.parametrize("group", [2, 3])
+def test_fork_shuffle_channel_unit(rng, group):
+    """ShuffleChannel is a gather of a fixed permutation: with the Concat
+    before it and the Slice after it, one launch; bit for bit the layers'
+    values, and the shuffle as the fork defines it."""
+    text = FORK_UNIT.replace("group: 2", f"group: {group}")
+    fused = Net(parse_net_text(text), TEST)
+    plain = Net(parse_net_text(text), TEST, fold=False)
+    same_random_weights((fused, plain), 5)
+    groups = _groups(fused)
+    assert len(groups) == 1 and isinstance(groups[0].gather, permute.ConcatGather)
+    assert "cat -> shuffle (one channel gather from the Concat's inputs), written into the " \
+        "tops of s1" in \
+        " ".join(fused.plan.describe())
+
+    def x_of(r):
+        return r.normal(0, 1, (2, 6, 5, 3)).astype(np.float32)
+    _check_passes(fused, plain, rng, x_of)
+    # the fork's definition: channels seen as (group, C / group), transposed
+    cat = fused.blobs["cat"].data
+    want = cat.reshape(2, group, 6 // group, 5, 3).transpose(0, 2, 1, 3, 4).reshape(2, 6, 5, 3)
+    np.testing.assert_array_equal(fused.blobs["shuf"].data, want)
+    for n in (3, 1):
+        forward_reshaped((fused, plain), x_of(rng)[:1].repeat(n, 0))
+        _assert_same(fused, plain)
+
+
+def test_shuffle_permutation():
+    assert permute.shuffle_permutation(6, 2).tolist() == [0, 3, 1, 4, 2, 5]
+    assert permute.shuffle_permutation(6, 3).tolist() == [0, 2, 4, 1, 3, 5]
+
+
+@pytest.mark.parametrize("shape", [(2, 6, 3, 4), (3, 6)])
+def test_lone_shuffle_channel_as_a_gather(rng, shape):
+    """A ShuffleChannel on its own (no Concat, no Slice) runs as a gather:
+    bit for bit its own kernel's values, 4-D and 2-D."""
+    dims = " ".join(f"dim: {d}" for d in shape)
+    text = (f'layer {{ name: "data" type: "Input" top: "data" input_param {{ shape {{ {dims} }} }} }}\n'
+            'layer { name: "shuffle" type: "ShuffleChannel" bottom: "data" top: "out" '
+            'shuffle_channel_param { group: 3 } }\n')
+    fused = Net(parse_net_text(text), TEST)
+    plain = Net(parse_net_text(text), TEST, fold=False)
+    assert [type(c) for c in fused.plan.fold_groups] == [permute.PermutationGather]
+    for _ in range(3):
+        x = rng.normal(0, 1, shape).astype(np.float32)
+        fused.forward(data=x)
+        plain.forward(data=x)
+        _assert_same(fused, plain)
