@@ -15,7 +15,11 @@ Concat's top. At batch 1 on a GPU a forward waits on the host's launches
 37); the zero taps cost multiply-adds, so it applies only where the
 outputs are few (``applies``: GPUs, at most SIBLING_MAX_PIXELS output
 pixels over the batch, at most SIBLING_MAX_WORK times the siblings'
-multiply-adds).
+multiply-adds). The plan takes the siblings where one image is within
+the limit; at a batch past it each sibling's convolution (activation in
+its epilogue) writes its own slice of the Concat's top, as the
+Concat-in-place pass would run them (or, where an algorithm writes whole
+blobs only, its own output, which the Concat then copies).
 
 What matches (``find``): a Concat along channels (axis 1) of 2-4 blobs,
 each the output of a 2-D Convolution (one group, no dilation, not
@@ -68,12 +72,14 @@ def merged_window(geoms):
     return kh, kw, ph, pw, [(ph - g.ph, pw - g.pw) for g in geoms]
 
 
-def applies(dev, geoms, window):
-    """Whether the merged convolution runs (the module doc)."""
+def applies(dev, geoms, window, images=None):
+    """Whether the merged convolution runs (the module doc); ``images``:
+    for that many images instead of the geometry's batch (the plan asks
+    for one: a net built at batch 10 and run at batch 1 takes it then)."""
     if dev.is_cpu or window is None or not config.get("SIBLING_CONVS"):
         return False
     g0 = geoms[0]
-    if g0.num * g0.out_h * g0.out_w > SIBLING_MAX_PIXELS:
+    if (g0.num if images is None else images) * g0.out_h * g0.out_w > SIBLING_MAX_PIXELS:
         return False
     kh, kw = window[:2]
     own = sum(g.out_channels * g.kh * g.kw for g in geoms)
@@ -159,7 +165,7 @@ def _match(net, ci, taken_by, outputs, root):
     if ci in taken_by:
         return None
     geoms = [net.layers[s.conv].geom for s in sibs]
-    if not applies(net.layers[sibs[0].conv].device, geoms, merged_window(geoms)):
+    if not applies(net.layers[sibs[0].conv].device, geoms, merged_window(geoms), images=1):
         return None
     return sibs
 
@@ -191,6 +197,9 @@ class SiblingConvs(PendingTops):
         self._key, self._merged_from = None, None
         self._w = self._b = None        # (floats, buffer) of the merged parameters
         self.fwd, self.merge = [], []
+        # how the last forward ran: "merged", "slices", "tops" (each its own
+        # output, then the Concat), "layers" (one by one)
+        self.mode = None
 
     def describe(self):
         names = self.net.graph.layer_names
@@ -198,10 +207,59 @@ class SiblingConvs(PendingTops):
                 + f" -> {names[self.ci]} (one convolution writing the Concat)")
 
     def _run_layers(self):
+        self.mode = "layers"
         self._unmark_pending()
         g, net = self.net.graph, self.net
         for li in self.layers:
             net.layers[li].forward(g.bottoms[li], g.tops[li])
+
+    def _run_into_slices(self):
+        """Past the merged convolution's limit (a bigger batch): each
+        sibling's convolution with the activation in its epilogue writes
+        its slice of the Concat's top, as the Concat-in-place pass would
+        have it run (concat.py); where an algorithm at these shapes writes
+        whole blobs only, each writes its own output (the activation's)
+        and the Concat copies them."""
+        dev = self.convs[0].device
+        sliced = all(conv_ops.writes_slices(dev, c.geom) for c in self.convs)
+        self.mode = "slices" if sliced else "tops"
+        self._unmark_pending()
+        self.x.compute_pending()
+        self.x.data_mem.to_device()
+        params = [p for c in self.convs for p in c.blobs]
+        for p in params:
+            p.data_mem.to_device()
+        key = (self.mode, tuple(c.reshape_count for c in self.convs), self.x.data_buffer(),
+               self.y.data_buffer(), tuple(p.data_buffer() for p in params))
+        if key != self._key:
+            _, C, H, W = self.y.shape
+            self.fwd, before = [], 0
+            for s, conv in zip(self.sibs, self.convs):
+                bias = conv.blobs[1].data_buffer() if conv.bias_term else None
+                y, y_off, y_channels = (self.y, before * H * W, C) if sliced else (s.out, 0, None)
+                self.fwd += conv_ops.forward(dev, conv.geom, self.x.data_buffer(),
+                                             conv.blobs[0].data_buffer(), y.data_buffer(),
+                                             conv.col, bias, act=s.act, y_off=y_off,
+                                             y_channels=y_channels,
+                                             weight_version=conv.weight_version())
+                before += conv.num_output
+            self.merge, self._key = [], key
+        q = dev.queue
+        for launch in self.fwd:
+            launch.run(q)
+        g = self.net.graph
+        if sliced:
+            self.y.data_mem.device_written()
+            self._mark_pending()
+            return
+        for s in self.sibs:
+            s.out.data_mem.device_written()
+        self.net.layers[self.ci].forward(g.bottoms[self.ci], g.tops[self.ci])
+        # a new-top activation's input was not written: computed when read
+        for s in self.sibs:
+            t = g.tops[s.conv][0]
+            if t is not s.out:
+                t.compute_on_read = self._reader
 
     def _alloc(self, slot, floats):
         have = getattr(self, slot)
@@ -250,9 +308,13 @@ class SiblingConvs(PendingTops):
         geoms = [c.geom for c in self.convs]
         window = merged_window(geoms)
         dev = self.convs[0].device
-        if not applies(dev, geoms, window) or self.x.count == 0:
+        if self.x.count == 0 or window is None:
             self._run_layers()
             return
+        if not applies(dev, geoms, window):
+            self._run_into_slices()
+            return
+        self.mode = "merged"
         self.x.compute_pending()
         self.x.data_mem.to_device()
         params = [p for c in self.convs for p in c.blobs]

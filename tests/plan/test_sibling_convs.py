@@ -20,7 +20,7 @@ def rule_anywhere(monkeypatch):
 
     class _Gpu:
         is_cpu = False
-    monkeypatch.setattr(siblings, "applies", lambda dev, *a: real(_Gpu, *a))
+    monkeypatch.setattr(siblings, "applies", lambda dev, *a, **k: real(_Gpu, *a, **k))
 
 
 def _conv(name, bottom, top, n, kernel, pad, stride=1, bias=True):
@@ -136,16 +136,55 @@ def test_merged_window():
     assert siblings.merged_window([geom((1, 1), (0, 0)), geom((3, 3), (1, 1), 2)]) is None
 
 
-def test_rule_limits_and_reshape(rng):
-    """Past SIBLING_MAX_PIXELS the layers run one by one (same values), and
-    back under it the merged convolution runs again."""
+def test_rule_limits_and_reshape(rng, monkeypatch):
+    """Past SIBLING_MAX_PIXELS each sibling writes its Concat slice (or,
+    where its algorithm writes whole blobs only, its own output, which the
+    Concat copies): same values; back under it the merged convolution runs
+    again."""
     fused, plain = _nets(fire(SQUEEZENET))
     assert len(_groups(fused)) == 1
+    group = _groups(fused)[0]
     big = siblings.SIBLING_MAX_PIXELS // (9 * 8) + 1
-    for n in (big, 1, 2):
+    for n in (big, 1, 2, big):
         forward_reshaped((fused, plain), _x(rng, n))
-        assert (fused.blobs["e0"].compute_on_read is None) == (n == big)
+        assert group.mode == ("slices" if n == big else "merged")
+        assert fused.blobs["e0"].compute_on_read is not None
         _assert_close(fused, plain)
+    monkeypatch.setattr(siblings.conv_ops, "writes_slices", lambda *a: False)
+    forward_reshaped((fused, plain), _x(rng, big + 1))
+    assert group.mode == "tops" and fused.blobs["e0"].compute_on_read is None
+    _assert_close(fused, plain)
+
+
+def test_new_top_activations_past_the_limit(rng, monkeypatch):
+    """ONNX's form (activations into new tops) at a batch past the limit,
+    slices or own tops: the convolutions' pre-activation outputs are
+    computed when read."""
+    fused, plain = _nets(fire(SQUEEZENET, in_place=False))
+    group = _groups(fused)[0]
+    big = siblings.SIBLING_MAX_PIXELS // (9 * 8) + 1
+    forward_reshaped((fused, plain), _x(rng, big))
+    assert group.mode == "slices"
+    _assert_close(fused, plain)
+    monkeypatch.setattr(siblings.conv_ops, "writes_slices", lambda *a: False)
+    for _ in range(3):
+        forward_reshaped((fused, plain), _x(rng, big))
+        assert group.mode == "tops"
+        assert fused.blobs["e0_conv"].compute_on_read is not None
+        _assert_close(fused, plain)
+
+
+def test_planned_at_a_big_batch_runs_merged_at_batch_1(rng):
+    """A deploy prototxt of batch 10 reshaped to 1 (as classify.py does):
+    the plan took the siblings for what one image needs."""
+    big = siblings.SIBLING_MAX_PIXELS // (9 * 8) + 1
+    fused, plain = _nets(fire(SQUEEZENET, n=big))
+    group = _groups(fused)[0]
+    forward_reshaped((fused, plain), _x(rng, big))
+    assert group.mode == "slices"
+    forward_reshaped((fused, plain), _x(rng, 1))
+    assert group.mode == "merged"
+    _assert_close(fused, plain)
 
 
 def test_weights_changed_and_forward_ranges(rng):
