@@ -24,8 +24,8 @@ a group of the other rewrites around one, without BatchNorm/Scale folded
 in and not writing into a Concat or a shortcut) whose output only the
 next step reads, a second such product; the layers consecutive; none of
 the blobs before ``g`` a net output. Only where the kernel applies at the
-shapes the plan is made for (``ops.se_squeeze.applies``: GPUs, at most 4
-images, ...): CPU drivers keep their layers and groups.
+shapes the plan is made for, asked for one image (``ops.se_squeeze.applies``:
+GPUs, at most 4 images, ...): CPU drivers keep their layers and groups.
 
 Every blob still reads Caffe's value: the blobs before ``g`` are computed
 when read, by running the steps (the layers and the other rewrites'
@@ -107,7 +107,9 @@ def _match(net, pi, by_first, taken, outputs):
         blob, channels, nxt = st.y, st.producer.num_output, st.layers[-1] + 1
     n, c, h, w = x.shape
     s1, s2 = stages
-    if not squeeze_ops.applies(pool.device, n, c, h * w, s1.producer.num_output,
+    # asked for one image: a deploy prototxt of batch 10 run at batch 1
+    # takes the group then (``run`` asks again at each batch)
+    if not squeeze_ops.applies(pool.device, 1, c, h * w, s1.producer.num_output,
                                s2.producer.num_output):
         return None
     return stages

@@ -81,6 +81,19 @@ def test_squeeze_in_one_launch(rng, form):
                        for c in Net(parse_net_text(text), TEST).plan.groups)
 
 
+def test_planned_at_a_big_batch(rng):
+    """A net built at batch 8 (past the kernel's images; deploy prototxts
+    say 10) takes the group, which runs the steps there and the kernel once
+    reshaped to batch 1."""
+    text = SENET.replace("dim: 2 dim: 12", "dim: 8 dim: 12")
+    fused, plain = _nets(text, rng)
+    (sq,) = [c for c in fused.plan.groups if isinstance(c, se_squeeze.SESqueeze)]
+    for n in (8, 1):
+        _forward((fused, plain), rng, n)
+        assert (fused.blobs["gap"].compute_on_read is not None) == (n == 1)
+        _assert_blobs_equal(fused, plain)
+
+
 def test_not_applied():
     # a product's output also read elsewhere; a MAX pooling; not on CPUs by the rule
     peek = SENET + ('layer { name: "peek" type: "Power" bottom: "gap" top: "peek" }\n')
