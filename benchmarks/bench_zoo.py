@@ -20,7 +20,11 @@ table gives each one's median round):
   replaying a captured CUDA graph (torch.cuda.CUDAGraph), FP32 (TF32 off in
   both frameworks) and TF32 (``caffe_ocl.set_allow_tf32(True)``, PyTorch's
   torch.backends.cuda.matmul / cudnn allow_tf32 on). Every reference pass
-  copies its output to the host, as ``net.forward()`` does.
+  copies its output to the host, as ``net.forward()`` does. PyTorch runs
+  in a child process (``--reference-process child``, the default), or in
+  a child per net that times it first and has exited before caffe_ocl is
+  timed (``apart``: no CUDA process alive beside ours; not interleaved),
+  or in this process (``same``).
 - ``--device cpu``: ONNX Runtime (CPUExecutionProvider, intra_op_num_threads
   = the number of cores, or ``--threads``) on the same ONNX file.
 
