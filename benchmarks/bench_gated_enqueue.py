@@ -59,11 +59,17 @@ def release(g):
     g.set_status(cl.command_execution_status.COMPLETE)
 
 
-def run_plain(q, seq):
+def run_plain(q, seq, flush_every=None):
+    """(enqueue ms, to-finish ms) of ``seq`` enqueued as it comes; with
+    ``flush_every``, a clFlush after each that many launches."""
+    step = flush_every or max(len(seq), 1)
     q.finish()
     t0 = time.perf_counter()
-    for ln in seq:
-        ln.run(q)
+    for i in range(0, len(seq), step):
+        for ln in seq[i:i + step]:
+            ln.run(q)
+        if flush_every:
+            q.flush()
     t1 = time.perf_counter()
     q.finish()
     t2 = time.perf_counter()
@@ -101,19 +107,6 @@ def run_chunked(ctx, q, seq, c):
     return (t1 - t0) * 1e3, (t2 - t0) * 1e3
 
 
-def run_flushed(q, seq, c):
-    q.finish()
-    t0 = time.perf_counter()
-    for i in range(0, len(seq), c):
-        for ln in seq[i:i + c]:
-            ln.run(q)
-        q.flush()
-    t1 = time.perf_counter()
-    q.finish()
-    t2 = time.perf_counter()
-    return (t1 - t0) * 1e3, (t2 - t0) * 1e3
-
-
 def tiny_tests(dev, n, rounds):
     from caffe_ocl import device as devmod
     ctx, q = dev.context, dev.queue
@@ -132,7 +125,7 @@ def tiny_tests(dev, n, rounds):
     res["tiny plain"] = _median_ms(lambda: run_plain(q, seq), rounds)
     res["tiny gated"] = _median_ms(lambda: run_gated(ctx, q, seq), rounds)
     for c in (16, 64):
-        res[f"tiny flush/{c}"] = _median_ms(lambda: run_flushed(q, seq, c), rounds)
+        res[f"tiny flush/{c}"] = _median_ms(lambda: run_plain(q, seq, flush_every=c), rounds)
     q2 = cl.CommandQueue(ctx)
     half = n // 2
     for ln in seq:
@@ -184,7 +177,7 @@ def net_tests(name, batch, rounds, export_dir, tf32):
            "gated": _median_ms(lambda: run_gated(ctx, q, seq), rounds)}
     for c in (8, 16, 32):
         res[f"chunks {c}"] = _median_ms(lambda: run_chunked(ctx, q, seq, c), rounds)
-        res[f"flush/{c}"] = _median_ms(lambda: run_flushed(q, seq, c), rounds)
+        res[f"flush/{c}"] = _median_ms(lambda: run_plain(q, seq, flush_every=c), rounds)
     res["plain again"] = _median_ms(lambda: run_plain(q, seq), rounds)
     print(f"\n## {name} b{batch}: net.forward {wall:.3f} ms, {n} launches")
     for k, (enq, tot) in res.items():

@@ -49,6 +49,17 @@ from .patterns import PendingTops, consumers, one_in_one_out, writers
 log = logging.getLogger("caffe_ocl")
 
 
+def upload_ints(dev, held, values):
+    """(entries, device buffer) holding the int32 ``values``: ``held``'s
+    buffer reused when it has as many entries (tables rewritten after a
+    weight or shape change, not reallocated), else a new one."""
+    values = np.ascontiguousarray(values, dtype=np.int32)
+    if held is None or held[0] != values.size:
+        held = (values.size, dev.alloc(4 * max(values.size, 1)))
+    dev.upload(held[1], values)
+    return held
+
+
 def permutation_of(weight, bias=None):
     """``perm`` (int32, one entry per output channel) when ``weight`` (a
     square matrix, row = output channel) is a permutation matrix, i.e.
@@ -161,10 +172,7 @@ class PermutationGather:
         self.perm = perm
         self._key = None
         if perm is not None:
-            dev = layer.device
-            if self._perm_buf is None or self._perm_buf[0] != perm.size:
-                self._perm_buf = (perm.size, dev.alloc(4 * perm.size))
-            dev.upload(self._perm_buf[1], perm)
+            self._perm_buf = upload_ints(layer.device, self._perm_buf, perm)
         if was != (perm is not None):
             log.info("%s runs as %s", self.net.graph.layer_names[self.li],
                      "a channel gather" if perm is not None else "itself (no permutation)")
@@ -178,6 +186,17 @@ class PermutationGather:
         geom = layer.geom
         return geom.num, geom.channels, geom.height * geom.width
 
+    def inputs(self):
+        """The blobs the gather reads."""
+        return [self.x]
+
+    def inputs_to_device(self):
+        """The gather's inputs computed (another group may have left them
+        to be read) and on the device."""
+        for b in self.inputs():
+            b.compute_pending()
+            b.data_mem.to_device()
+
     def run(self):
         layer, g = self.layer, self.net.graph
         self._check_weights()
@@ -185,8 +204,7 @@ class PermutationGather:
             layer.forward(g.bottoms[self.li], g.tops[self.li])
             return
         x, y = self.x, self.y
-        x.compute_pending()
-        x.data_mem.to_device()
+        self.inputs_to_device()
         key = (layer.reshape_count, x.data_buffer(), y.data_buffer(), self._perm_buf[1])
         if key != self._key:
             outer, C, S = self._dims()
@@ -240,6 +258,9 @@ class ConcatGather(PendingTops, PermutationGather):
         return (f"{names[self.ci]} -> {names[self.li]} (one channel gather from the "
                 f"Concat's inputs{when})")
 
+    def inputs(self):
+        return self.sources
+
     def _sources_layout(self):
         """[(buffer, channels)] of the inputs when they and the Concat's top
         line up along channels for the current shapes, else None."""
@@ -256,11 +277,8 @@ class ConcatGather(PendingTops, PermutationGather):
 
     def _table_buffer(self, layout):
         """gather_channels_multi's table (``gather_table``) on the device."""
-        table = gather_table(self.perm, [ch for _, ch in layout])
-        dev = self.layer.device
-        if self._table is None or self._table[0] != table.size:
-            self._table = (table.size, dev.alloc(4 * table.size))
-        dev.upload(self._table[1], table)
+        self._table = upload_ints(self.layer.device, self._table,
+                                  gather_table(self.perm, [ch for _, ch in layout]))
         return self._table[1]
 
     def _run_layers(self):
@@ -278,9 +296,7 @@ class ConcatGather(PendingTops, PermutationGather):
         if layout is None:
             self._run_layers()
             return
-        for b in self.sources:
-            b.compute_pending()
-            b.data_mem.to_device()
+        self.inputs_to_device()
         y = self.y
         key = (self.net.layers[self.ci].reshape_count, layer.reshape_count,
                tuple(buf for buf, _ in layout), y.data_buffer(), self._perm_buf[1])
@@ -442,7 +458,6 @@ class GatherSlices(PendingTops):
             n, c, h, w = gr.x.shape
             return n, c, h * w, layout
         outer, c, s = gr._dims()
-        gr.x.compute_pending()
         return outer, c, s, [(gr.x.data_buffer(), c)]
 
     def _destinations(self, n, c, s):
@@ -479,20 +494,13 @@ class GatherSlices(PendingTops):
             return
         n, c, s, layout = src
         dests, rows = dst
-        if isinstance(gr, ConcatGather):
-            for b in gr.sources:
-                b.compute_pending()
-                b.data_mem.to_device()
-        else:
-            gr.x.data_mem.to_device()
+        gr.inputs_to_device()
         key = (tuple(net.layers[li].reshape_count for li in self.layers),
                tuple(buf for buf, _ in layout), tuple(buf for buf, _ in dests))
         if key != self._key or self._perm is not gr.perm:
-            table = gather_table(gr.perm, [ch for _, ch in layout], rows)
             dev = gr.layer.device
-            if self._table is None or self._table[0] != table.size:
-                self._table = (table.size, dev.alloc(4 * table.size))
-            dev.upload(self._table[1], table)
+            self._table = upload_ints(dev, self._table,
+                                      gather_table(gr.perm, [ch for _, ch in layout], rows))
             self.fwd = [shape_ops.gather_channels_multi(dev, n, len(rows), s, self._table[1],
                                                         layout, dests)]
             self._key, self._perm = key, gr.perm

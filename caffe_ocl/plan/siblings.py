@@ -213,6 +213,17 @@ class SiblingConvs(PendingTops):
         for li in self.layers:
             net.layers[li].forward(g.bottoms[li], g.tops[li])
 
+    def _inputs_to_device(self):
+        """The input computed (another group may have left it to be read)
+        and on the device, with the siblings' parameters (the user may have
+        written them on the host); returns those parameters."""
+        self.x.compute_pending()
+        self.x.data_mem.to_device()
+        params = [p for c in self.convs for p in c.blobs]
+        for p in params:
+            p.data_mem.to_device()
+        return params
+
     def _run_into_slices(self):
         """Past the merged convolution's limit (a bigger batch): each
         sibling's convolution with the activation in its epilogue writes
@@ -224,11 +235,7 @@ class SiblingConvs(PendingTops):
         sliced = all(conv_ops.writes_slices(dev, c.geom) for c in self.convs)
         self.mode = "slices" if sliced else "tops"
         self._unmark_pending()
-        self.x.compute_pending()
-        self.x.data_mem.to_device()
-        params = [p for c in self.convs for p in c.blobs]
-        for p in params:
-            p.data_mem.to_device()
+        params = self._inputs_to_device()
         key = (self.mode, tuple(c.reshape_count for c in self.convs), self.x.data_buffer(),
                self.y.data_buffer(), tuple(p.data_buffer() for p in params))
         if key != self._key:
@@ -315,11 +322,7 @@ class SiblingConvs(PendingTops):
             self._run_into_slices()
             return
         self.mode = "merged"
-        self.x.compute_pending()
-        self.x.data_mem.to_device()
-        params = [p for c in self.convs for p in c.blobs]
-        for p in params:                # the user may have written them on the host
-            p.data_mem.to_device()
+        params = self._inputs_to_device()
         key = (tuple(c.reshape_count for c in self.convs), self.x.data_buffer(),
                self.y.data_buffer(), tuple(p.data_buffer() for p in params))
         if key != self._key:
