@@ -5,6 +5,7 @@ and cuBLAS (torch.nn.functional.linear) on the same shape when PyTorch
 sees a CUDA device. Best of --rounds means of --runs back-to-back passes.
 
     python3 benchmarks/bench_fc_splitk.py [--targets 2,4,8]
+    python3 benchmarks/bench_fc_splitk.py --tf32    # both sides in TF32
 """
 import argparse
 import os
@@ -14,6 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from caffe_ocl.device import get_device  # noqa: E402
+from caffe_ocl.ops import gemm as gemm_ops  # noqa: E402
 from caffe_ocl.ops import gemm_splitk  # noqa: E402
 from common import cuda_ms, random_buffers, time_launches  # noqa: E402
 
@@ -22,14 +24,14 @@ LAYERS = [("alexnet fc6", 9216, 4096), ("fc7", 4096, 4096), ("fc8", 4096, 1000),
           ("vgg16 fc6", 25088, 4096)]
 
 
-def torch_ms(m, k, n, runs):
+def torch_ms(m, k, n, runs, tf32=False):
     try:
         import torch
         if not torch.cuda.is_available():
             return None
     except ImportError:
         return None
-    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     x = torch.randn(m, k, device="cuda")
     w = torch.randn(n, k, device="cuda")
     b = torch.randn(n, device="cuda")
@@ -43,11 +45,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batches", default="16,64")
     ap.add_argument("--targets", default="2,4,8")
+    ap.add_argument("--tf32", action="store_true", help="TF32 tensor cores on both sides")
     args = ap.parse_args()
     dev = get_device()
+    gemm_ops.set_allow_tf32(args.tf32)
     buf = random_buffers(dev)
     targets = [int(t) for t in args.targets.split(",")]
-    print(f"# {dev.name}; ms per pass (split factor)")
+    print(f"# {dev.name}; {'TF32' if args.tf32 else 'FP32'}; ms per pass (split factor)")
     print("| layer | batch | " + " | ".join(f"{t} per CU" for t in targets)
           + " | cuBLAS |\n|---|---|" + "---|" * (len(targets) + 1))
     saved = gemm_splitk.SPLIT_WGS_PER_CU
@@ -65,7 +69,7 @@ def main():
                     cells.append(f"{ms:.4f} ({gemm_splitk.splitk_factor(dev, m, n, k)})")
             finally:
                 gemm_splitk.SPLIT_WGS_PER_CU = saved
-            ref = torch_ms(m, k, n, args.runs)
+            ref = torch_ms(m, k, n, args.runs, args.tf32)
             print(f"| {name} | {m} | " + " | ".join(cells) + " | "
                   + (f"{ref:.4f} |" if ref is not None else "- |"))
     return 0

@@ -202,6 +202,10 @@ _DECLARED = (
     Setting("GEMM_1X1", "bool", True,
             "GPU 1x1 convolutions with enough input channels run as plain GEMMs "
             "(off: the implicit-GEMM kernel)", internal=True),
+    Setting("GEMM_GATHERED_CONV", "bool", True,
+            "GPUs, TF32: k x k convolution forwards with at least 256 output channels "
+            "gather their columns into rows over the batch and run the async GEMM "
+            "(off: the implicit-GEMM kernel)", internal=True),
     Setting("POOL_BWD_TILES", "bool", True,
             "GPU max-pooling backward in its scatter form where the windows tile "
             "the input (kernel = stride, no padding)", internal=True),

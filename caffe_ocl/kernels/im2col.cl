@@ -169,18 +169,31 @@ __kernel void flip_weights(int total, int M, int C, int KK,
     }
 }
 
-/* GPUs: a 1x1 convolution's operand gathered into rows by channel over the
- * whole batch, out[off + c * nimg*HO*WO + n * HO*WO + p] =
- * im[n][c][ho * SH][wo * SW] (p = ho*WO + wo): a plain GEMM operand whose
- * rows start on 16 bytes whatever an image's pixel count (ops/conv.py
- * _rows_1x1: 7 x 7 planes, strided layers). Grid (pixels, n * C): no
- * division per element but the pixel's row. */
-__kernel void rows_1x1(int nimg, int C, int H, int W, int SH, int SW, int HO, int WO,
-                       __global const float* im, __global float* out, int off) {
+/* GPUs: a convolution's columns (im2col) laid out as rows over the whole
+ * batch, out[off + (c * KH*KW + kh * KW + kw) * nimg*HO*WO + n * HO*WO + p] =
+ * im[off_im + n][c][ho * SH - PH + kh * DH][wo * SW - PW + kw * DW] (0 outside;
+ * p = ho*WO + wo): a plain GEMM operand whose rows start on 16 bytes
+ * whatever an image's pixel count (ops/conv.py _gathered_rows: 1x1 passes
+ * on 7 x 7 planes or strided, and TF32 forwards of k x k layers on the
+ * async loop). Grid (pixels, n * C): no division per element but the
+ * pixel's row; each work-item writes its pixel's KH*KW rows. */
+__kernel void conv_rows(int nimg, int C, int H, int W, int KH, int KW,
+                        int PH, int PW, int SH, int SW, int DH, int DW, int HO, int WO,
+                        __global const float* im, int off_im, __global float* out, int off) {
     const int p = get_global_id(0), plane = get_global_id(1);     /* plane n * C + c */
     const int HOWO = HO * WO;
     if (p >= HOWO || plane >= nimg * C) return;
     const int n = plane / C, c = plane - n * C;
     const int ho = p / WO, wo = p - ho * WO;
-    out[off + (c * nimg + n) * HOWO + p] = im[(plane * H + ho * SH) * W + wo * SW];
+    const int h0 = ho * SH - PH, w0 = wo * SW - PW;
+    __global const float* src = im + off_im + (size_t)plane * H * W;
+    __global float* dst = out + off + ((size_t)c * KH * KW * nimg + n) * HOWO + p;
+    const size_t row = (size_t)nimg * HOWO;
+    for (int kh = 0; kh < KH; ++kh) {
+        const int h = h0 + kh * DH;
+        for (int kw = 0; kw < KW; ++kw, dst += row) {
+            const int w = w0 + kw * DW;
+            *dst = (h >= 0 && h < H && w >= 0 && w < W) ? src[h * W + w] : 0.0f;
+        }
+    }
 }

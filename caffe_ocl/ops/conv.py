@@ -32,6 +32,7 @@ images at a time so memory stays bounded whatever the batch size.
 Every function takes ``algo=None`` (by device, see ``algorithm``).
 """
 import logging
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -429,7 +430,7 @@ def splitk_plan(dev, g, per_cu=None):
 # batch, gemm.cl NFOLD), for products of depth K >= GEMM_1X1_MIN_K:
 # - stride 1, planes of a multiple of 4 pixels: operands as the images lie;
 # - 7 x 7 planes and strided forwards, K >= ROWS_1X1_MIN_K: the operand
-#   first gathered into rows by channel (im2col.cl rows_1x1: the async
+#   first gathered into rows by channel (im2col.cl conv_rows: the async
 #   loop's 16-byte copies need rows on 16 bytes), C's columns folded back
 #   into the images by the GEMM's stores.
 # H200, ResNet-50 shapes, batch 64, TF32 (ms, implicit GEMM -> GEMM):
@@ -471,17 +472,20 @@ def _gemm_1x1_plan(dev, g, m, k, lda):
     return None
 
 
-def _rows_1x1(dev, g, src, channels, out, off):
-    """Launch gathering ``src`` ([n][channels] planes of g's input size,
-    sampled at g's stride onto its output planes) into rows by channel over
-    the batch at ``out`` + ``off`` (kernels/im2col.cl rows_1x1)."""
+def _gathered_rows(dev, g, src, channels, out, off, window=False, off_src=0):
+    """Launch gathering ``src`` (from ``off_src``: [n][channels] planes of g's input size) into
+    rows over the batch at ``out`` + ``off`` (kernels/im2col.cl conv_rows):
+    sampled at g's stride onto its output planes, one row per channel, or
+    with ``window`` g's columns (im2col), one row per channel and tap."""
     hw = g.out_spatial
     lx = min(256, -(-hw // 32) * 32)
     ly = 256 // lx
     gsize = (-(-hw // lx) * lx, -(-g.num * channels // ly) * ly)
-    return dev.launch(SRC, "rows_1x1", gsize, (lx, ly),
-                      [g.num, channels, g.height, g.width, g.sh, g.sw, g.out_h, g.out_w,
-                       src, out, off])
+    geom = ([g.kh, g.kw, g.ph, g.pw, g.sh, g.sw, g.dh, g.dw] if window
+            else [1, 1, 0, 0, g.sh, g.sw, 1, 1])
+    return dev.launch(SRC, "conv_rows", gsize, (lx, ly),
+                      [g.num, channels, g.height, g.width] + geom +
+                      [g.out_h, g.out_w, src, int(off_src), out, int(off)])
 
 
 def _gemm_1x1(dev, g, plan, M, K, A, src, src_rows, C, dst_rows, scratch_at=0, **kw):
@@ -499,7 +503,7 @@ def _gemm_1x1(dev, g, plan, M, K, A, src, src_rows, C, dst_rows, scratch_at=0, *
     # B's planes: the input's sampled at the stride (forward), or dy's
     # (backward-data: stride 1, so the input's size)
     rows = dev.shared_scratch(scratch_at + src_rows * N)
-    return [_rows_1x1(dev, g, src, src_rows, rows, scratch_at),
+    return [_gathered_rows(dev, g, src, src_rows, rows, scratch_at),
             gemm(dev, M, N, K, A, rows, C, off_b=scratch_at, ldb=N, nsplit_b=False,
                  nstride=(0, dst_rows * hw), stride_b=(0, src_rows // g.groups * N),
                  **fold, **kw)]
@@ -516,6 +520,65 @@ def _igemm_forward_plan(dev, g):
             else None)
 
 
+# TF32 forwards of k x k convolutions (not 1x1) with many output channels
+# on GPUs as the async loop's GEMM (kernels/tile_mainloop_async.h) over
+# their columns gathered into rows over the batch (im2col.cl conv_rows),
+# rather than the implicit-GEMM kernel: its gathers cannot be 16-byte
+# copies (a stride-2 window's pixels are not adjacent), so it runs the
+# register-staged loop at ~55-75 TFLOP/s where the async loop runs ~100+.
+# The gather writes K x N floats once; against a GEMM of 2 M N K flops it
+# weighs about 67 / M of the GEMM's time on the H200, hence at least
+# GATHERED_MIN_M output channels. Columns of at most GATHERED_MAX_FLOATS
+# floats (256 MiB of shared scratch): bigger batches run a GEMM per chunk
+# of images. H200, Wide-ResNet-50's stride-2 3 x 3 layers, batch 64: see
+# BENCHMARKS.md (twenty-fourth session).
+GATHERED_MIN_M = 256
+GATHERED_MAX_FLOATS = 1 << 26
+
+
+def gathered_forward_chunk(dev, g):
+    """Images per GEMM of a forward of ``g`` through its gathered columns
+    (see GATHERED_MIN_M), or 0 where the implicit-GEMM kernel runs it: FP32,
+    setting GEMM_GATHERED_CONV off, deterministic mode (the choice would
+    depend on the batch), grouped or 1 x 1 windows, weight rows not on 16
+    bytes (C * KH * KW not a multiple of 4), a K split (few tiles), or
+    chunks too small to fill the compute units."""
+    if (not config.get("GEMM_GATHERED_CONV") or deterministic() or g.groups != 1
+            or (g.kh, g.kw) == (1, 1)):
+        return 0
+    M, K, hw = g.out_channels, g.col_rows, g.out_spatial
+    if (M < GATHERED_MIN_M or K % 4 or (g.num * hw) % 4
+            or not async_tiles(dev, gpu_tiles(dev, M, K), True, True)
+            or forward_splitk(dev, g)[0] != 1):
+        return 0
+    chunk = min(g.num, GATHERED_MAX_FLOATS // max(K * hw, 1))
+    if chunk < g.num:               # every chunk's columns start on 16 bytes
+        q = 4 // math.gcd(hw, 4)
+        chunk = chunk // q * q
+    tiles = -(-M // 128) * -(-chunk * hw // 128)
+    return chunk if chunk and tiles >= max(int(dev.compute_units), 1) else 0
+
+
+def _gathered_forward(dev, g, chunk, x, weight, y, bias, act, beta, y_off, ych, residual):
+    """[launches] of the forward of ``g`` as GEMMs over its columns gathered
+    into rows (gathered_forward_chunk images at a time): each writes its
+    images' outputs at their place in ``y`` (C's columns folded back into
+    the images by the GEMM's stores, gemm.cl NFOLD), epilogue included."""
+    M, K, hw = g.out_channels, g.col_rows, g.out_spatial
+    chw = g.channels * g.height * g.width
+    rows = dev.shared_scratch(chunk * hw * K)
+    out = []
+    for n0 in range(0, g.num, chunk):
+        gc = replace(g, num=min(chunk, g.num - n0))
+        N = gc.num * hw
+        out += [_gathered_rows(dev, gc, x, g.channels, rows, 0, window=True, off_src=n0 * chw),
+                gemm(dev, M, N, K, weight, rows, y, ldb=N, nsplit_b=False, ldc=hw, nsplit=hw,
+                     nstride=(0, ych * hw), off_c=y_off + n0 * ych * hw, beta=float(beta),
+                     bias=bias, act=act, residual=residual, off_residual=n0 * ych * hw,
+                     impl="tiled")]
+    return out
+
+
 def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0, y_off=0, y_channels=None,
                    residual=None):
     M, K = g.out_channels // g.groups, g.channels // g.groups
@@ -526,6 +589,10 @@ def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0, y_off=0, y_channel
                          stride_a=(0, M * K), bias=bias, act=act, off_c=y_off,
                          residual=residual)
     ych = y_channels or g.out_channels
+    chunk = gathered_forward_chunk(dev, g)
+    if chunk:
+        return _gathered_forward(dev, g, chunk, x, weight, y, bias, act, beta, y_off, ych,
+                                 residual)
     act_kind, act_a, act_b = act_defines(act)
     res = dict(RESIDUAL=1) if residual is not None else {}
     N = g.num * g.out_spatial
@@ -802,9 +869,65 @@ def _folded_backward_weight(dev, g, x, dy, dweight):
             _splitk_sum(dev, g, M * N, nsplit, ws, dweight)]
 
 
+# TF32 weight gradients of k x k convolutions the same way: x's columns
+# gathered into rows over a chunk of images, then dW += dy * rows^T as the
+# async loop's GEMM with the images folded into K (dy's rows as they lie,
+# image planes of a multiple of 4 pixels), K split for about
+# SPLITK_PER_CU_ASYNC work-groups per compute unit as the folded 1x1
+# gradient is. At least GATHERED_WEIGHT_MIN_M output channels (see
+# BENCHMARKS.md, twenty-fourth session).
+GATHERED_WEIGHT_MIN_M = 256
+
+
+def gathered_weight_chunk(dev, g):
+    """Images per GEMM of the weight gradient of ``g`` through its gathered
+    columns, or 0 (the implicit-GEMM kernel): as gathered_forward_chunk,
+    with output planes of a multiple of 4 pixels (dy's image rows are
+    folded into K as they lie) instead of 16-byte weight rows."""
+    if (not config.get("GEMM_GATHERED_CONV") or deterministic() or g.groups != 1
+            or (g.kh, g.kw) == (1, 1) or g.out_channels < GATHERED_WEIGHT_MIN_M
+            or g.out_spatial % 4
+            or not async_tiles(dev, gpu_tiles(dev, g.out_channels), True, True)):
+        return 0
+    return max(0, min(g.num, GATHERED_MAX_FLOATS // max(g.col_rows * g.out_spatial, 1)))
+
+
+def _gathered_backward_weight(dev, g, chunk, x, dy, dweight):
+    """[launches] of dweight += dy * col^T through gathered columns, a chunk
+    of images at a time; split-K partials at the start of the shared
+    scratch (where _splitk_sum reads them), the rows after them."""
+    M, N, hw = g.out_channels, g.col_rows, g.out_spatial
+    chw = g.channels * g.height * g.width
+    plans = [(n0, replace(g, num=min(chunk, g.num - n0))) for n0 in range(0, g.num, chunk)]
+    splits = {gc.num: splitk_plan(dev, gc, SPLITK_PER_CU_ASYNC) for _, gc in plans}
+    ws_floats = max(ns for ns, _ in splits.values()) * M * N
+    ws_floats = ws_floats if ws_floats > M * N else 0
+    rows_at = -(-ws_floats // 4) * 4
+    scratch = dev.shared_scratch(rows_at + chunk * hw * N)
+    out = []
+    for n0, gc in plans:
+        K = gc.num * hw
+        nsplit, kchunk = splits[gc.num]
+        fold = dict(trans_b=True, lda=hw, ldb=K, off_a=n0 * M * hw, off_b=rows_at,
+                    batch=nsplit, ksplit=hw, kstride=(M * hw, hw), kchunk=kchunk,
+                    impl="tiled")
+        out.append(_gathered_rows(dev, gc, x, g.channels, scratch, rows_at, window=True,
+                                  off_src=n0 * chw))
+        if nsplit == 1:
+            out.append(gemm(dev, M, N, K, dy, scratch, dweight, beta=1.0, **fold))
+        else:
+            out += [gemm(dev, M, N, K, dy, scratch, scratch, beta=0.0,
+                         stride_c=(M * N, 0), **fold),
+                    _splitk_sum(dev, g, M * N, nsplit, scratch, dweight)]
+    return out
+
+
 def _igemm_backward_weight(dev, g, x, dy, dweight):
     if _folded_weight_gemm_applies(dev, g):
         return _folded_backward_weight(dev, g, x, dy, dweight)
+    chunk = gathered_weight_chunk(dev, g)
+    if chunk:
+        return _gathered_backward_weight(dev, g, chunk, x, dy, dweight)
     M = g.out_channels // g.groups
     N = g.col_rows // g.groups
     nsplit, kchunk = splitk_plan(dev, g)

@@ -639,7 +639,7 @@ def test_tf32_batched_1x1(d, rng, what, monkeypatch, settings):
 
 def test_gemm_1x1_gathered_rows(d, rng, monkeypatch):
     """1x1 passes whose planes are not a multiple of 4 pixels, or strided:
-    the operand gathered into rows by channel over the batch (rows_1x1),
+    the operand gathered into rows by channel over the batch (conv_rows),
     then one GEMM whose stores fold C's columns back into the images
     (gemm.cl NFOLD_B 0). The async TF32 loop takes them on NVIDIA; here the
     plan is forced and the FP32 tiles run it. Stride 2 from 5 x 6 to 3 x 3
@@ -659,7 +659,7 @@ def test_gemm_1x1_gathered_rows(d, rng, monkeypatch):
     yb = d.buf(np.full(dy.shape, np.nan))
     launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, bias=d.buf(b),
                                 act=("relu", 0.0), algo="igemm")
-    assert [ln.name for ln in launches] == ["rows_1x1", "gemm"]
+    assert [ln.name for ln in launches] == ["conv_rows", "gemm"]
     d.run(launches)
     assert _rel(d.get(yb, dy.shape), np.maximum(y_ref + b[None, :, None, None], 0)) < 1e-5
     for accumulate in (False, True):
@@ -667,9 +667,119 @@ def test_gemm_1x1_gathered_rows(d, rng, monkeypatch):
         dxb = d.buf(dx0)
         launches = conv_ops.backward_data(d.dev, g, d.buf(dy), d.buf(w), dxb, None,
                                           accumulate=accumulate, algo="igemm")
-        assert [ln.name for ln in launches][:2] == ["rows_1x1", "gemm"]
+        assert [ln.name for ln in launches][:2] == ["conv_rows", "gemm"]
         d.run(launches)
         assert _rel(d.get(dxb, x.shape), dx_ref + accumulate * dx0) < 1e-5
+
+
+@pytest.fixture
+def gathered_forward(d, monkeypatch):
+    """The gathered-columns forward's rule opened to test shapes (its GEMM
+    then runs the FP32 tiles here): any output channels, one compute unit
+    (one tile fills it)."""
+    monkeypatch.setattr(conv_ops, "async_tiles", lambda *a: {"ASYNC": 1})
+    monkeypatch.setattr(d.dev, "compute_units", 1)
+    monkeypatch.setattr(conv_ops, "GATHERED_MIN_M", 1)
+
+
+# (geometry, GATHERED_MAX_FLOATS, images per GEMM): stride 2 pad 1 (rows
+# outside the image), 5 x 5, dilation 2, and a chunked batch: room for 9
+# images of 3 x 3, rounded down to 8 so that every chunk's columns start
+# on 16 bytes, the last chunk 4 images
+GATHERED = [((4, 4, 6, 6, 8, 3, 3, 1, 1, 2, 2, 1, 1, 1), 0, 4),
+            ((2, 4, 7, 6, 12, 5, 5, 2, 2, 1, 1, 1, 1, 1), 0, 2),
+            ((4, 4, 9, 9, 8, 3, 3, 2, 2, 1, 1, 2, 2, 1), 0, 4),
+            ((12, 4, 6, 6, 8, 3, 3, 1, 1, 2, 2, 1, 1, 1), 9 * 36 * 9, 8)]
+
+
+@pytest.mark.parametrize("p,max_floats,chunk", GATHERED,
+                         ids=["stride2-pad1", "5x5", "dilated", "chunks"])
+def test_gathered_columns_forward(d, rng, gathered_forward, monkeypatch, p, max_floats,
+                                  chunk):
+    """TF32 forwards of k x k layers on GPUs: columns gathered into rows
+    over the batch (im2col.cl conv_rows), then one GEMM per chunk of
+    images whose stores fold C's columns back into the images, with bias
+    and ReLU; and writing into a slice of a wider blob (a Concat's)."""
+    if max_floats:
+        monkeypatch.setattr(conv_ops, "GATHERED_MAX_FLOATS", max_floats)
+    g = _geom(p)
+    assert conv_ops.gathered_forward_chunk(d.dev, g) == chunk
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels, g.kh, g.kw))
+    b = rng.standard_normal(g.out_channels)
+    dy = np.zeros((g.num, g.out_channels, g.out_h, g.out_w))
+    y_ref = np.maximum(_refs(g, x, w, dy)[0] + b[None, :, None, None], 0)
+    yb = d.buf(np.full(dy.shape, np.nan))
+    launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, bias=d.buf(b),
+                                act=("relu", 0.0), algo="igemm")
+    assert [ln.name for ln in launches] == ["conv_rows", "gemm"] * -(-g.num // chunk)
+    d.run(launches)
+    assert _rel(d.get(yb, dy.shape), y_ref) < 1e-5
+    # a slice: channels 3 .. 3 + M of a blob of M + 5 channels per image
+    wide = (g.num, g.out_channels + 5, g.out_h, g.out_w)
+    y0 = rng.standard_normal(wide).astype(np.float32)
+    yb = d.buf(y0)
+    d.run(conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, bias=d.buf(b),
+                           act=("relu", 0.0), algo="igemm", y_off=3 * g.out_spatial,
+                           y_channels=wide[1]))
+    got = d.get(yb, wide)
+    assert _rel(got[:, 3:3 + g.out_channels], y_ref) < 1e-5
+    np.testing.assert_array_equal(got[:, :3], y0[:, :3])
+    np.testing.assert_array_equal(got[:, 3 + g.out_channels:], y0[:, 3 + g.out_channels:])
+
+
+@pytest.mark.parametrize("p,max_floats,chunks,split",
+                         [((4, 4, 8, 8, 8, 3, 3, 1, 1, 2, 2, 1, 1, 1), 0, 1, False),
+                          ((5, 3, 16, 12, 12, 5, 5, 2, 2, 1, 1, 1, 1, 1), 0, 1, True),
+                          ((5, 4, 20, 20, 8, 3, 3, 2, 2, 1, 1, 2, 2, 1), 2 * 36 * 400, 3,
+                           True)],
+                         ids=["stride2", "5x5-split", "dilated-chunks-split"])
+def test_gathered_columns_weight_gradient(d, rng, gathered_forward, monkeypatch, p,
+                                          max_floats, chunks, split):
+    """TF32 weight gradients of k x k layers on GPUs: x's columns gathered
+    into rows over a chunk of images, dW += dy * rows^T with dy's images
+    folded into K, accumulating onto the gradient already there; with the
+    K split (partials summed by splitk_reduce) and chunks of images (the
+    last one smaller, split in fewer parts)."""
+    monkeypatch.setattr(conv_ops, "GATHERED_WEIGHT_MIN_M", 1)
+    if max_floats:
+        monkeypatch.setattr(conv_ops, "GATHERED_MAX_FLOATS", max_floats)
+    monkeypatch.setattr(d.dev, "compute_units", 64 if split else 1)
+    g = _geom(p)
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels, g.kh, g.kw))
+    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
+    dw_ref = _refs(g, x, w, dy)[1]
+    dw0 = rng.standard_normal(w.shape)
+    dwb = d.buf(dw0)
+    launches = conv_ops.backward_weight(d.dev, g, d.buf(x), d.buf(dy), dwb, None,
+                                        algo="igemm")
+    names = [ln.name for ln in launches]
+    assert names.count("conv_rows") == chunks
+    assert ("splitk_reduce" in names) == split
+    d.run(launches)
+    assert _rel(d.get(dwb, w.shape), dw_ref + dw0) < 1e-5
+
+
+def test_gathered_columns_rule(d, gathered_forward, monkeypatch, settings):
+    """Where the implicit-GEMM kernel keeps a k x k forward: 1 x 1 windows,
+    groups, weight rows not on 16 bytes (C*KH*KW = 27), columns not on 16
+    bytes, too few tiles for the compute units, the setting off, and
+    deterministic mode."""
+    ok = _geom((4, 4, 6, 6, 8, 3, 3, 1, 1, 2, 2, 1, 1, 1))
+    assert conv_ops.gathered_forward_chunk(d.dev, ok) == 4
+    for p in [(4, 4, 6, 6, 8, 1, 1, 0, 0, 2, 2, 1, 1, 1),
+              (4, 4, 6, 6, 8, 3, 3, 1, 1, 2, 2, 1, 1, 2),
+              (4, 3, 6, 6, 8, 3, 3, 1, 1, 2, 2, 1, 1, 1),
+              (1, 4, 5, 5, 8, 3, 3, 1, 1, 2, 2, 1, 1, 1)]:
+        assert conv_ops.gathered_forward_chunk(d.dev, _geom(p)) == 0, p
+    monkeypatch.setattr(d.dev, "compute_units", 2)
+    assert conv_ops.gathered_forward_chunk(d.dev, ok) == 0
+    monkeypatch.setattr(d.dev, "compute_units", 1)
+    with config.override(GEMM_GATHERED_CONV=False):
+        assert conv_ops.gathered_forward_chunk(d.dev, ok) == 0
+    settings(DETERMINISTIC=True)
+    assert conv_ops.gathered_forward_chunk(d.dev, ok) == 0
 
 
 # CPU drivers pack forward / weight-gradient columns from the (zero-padded)

@@ -75,7 +75,7 @@ def test_implicit_gemm(d, rng, split, monkeypatch):
 
 @pytest.mark.parametrize("p,names", [((3, 16, 4, 5, 24, 1, 1), ["gemm"]),
                                      ((4, 16, 5, 6, 24, 1, 1, 0, 0, 2, 2),
-                                      ["rows_1x1", "gemm"])],
+                                      ["conv_rows", "gemm"])],
                          ids=["images", "gathered-rows"])
 def test_gpu_1x1_gemm(d, rng, p, names, monkeypatch):
     """A GPU's 1x1 forward through the folded GEMM (gemm.cl NFOLD, its
@@ -89,6 +89,22 @@ def test_gpu_1x1_gemm(d, rng, p, names, monkeypatch):
     assert conv_ops.writes_residual(d.dev, g, "igemm")
     got, fused_names, plain = _run_both(d, g, x, w, b, r, yshape, algo="igemm")
     assert fused_names == names
+    assert rel_err(got, want) < 1e-5
+    np.testing.assert_array_equal(got, plain)
+
+
+def test_gathered_columns_forward(d, rng, monkeypatch):
+    """A GPU's TF32 k x k forward through its gathered columns (the rule
+    opened as test_conv_algorithms does) adds the shortcut in the GEMM's
+    epilogue, chunk by chunk (room for 5 images of 3 x 3, rounded to 4)."""
+    monkeypatch.setattr(conv_ops, "async_tiles", lambda *a: {"ASYNC": 1})
+    monkeypatch.setattr(conv_ops, "GATHERED_MIN_M", 1)
+    monkeypatch.setattr(conv_ops, "GATHERED_MAX_FLOATS", 5 * 16 * 9 * 9)
+    monkeypatch.setattr(d.dev, "compute_units", 1)
+    g, x, w, b, r, yshape, want = _case(rng, (8, 16, 6, 6, 24, 3, 3, 1, 1, 2, 2))
+    assert conv_ops.writes_residual(d.dev, g, "igemm")
+    got, fused_names, plain = _run_both(d, g, x, w, b, r, yshape, algo="igemm")
+    assert fused_names == ["conv_rows", "gemm"] * 2
     assert rel_err(got, want) < 1e-5
     np.testing.assert_array_equal(got, plain)
 
