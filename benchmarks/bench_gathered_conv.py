@@ -11,8 +11,6 @@ between the two outputs (relative to the output's largest value).
 
 --one-by-one: the 1 x 1 layers of 64 input channels (below GEMM_1X1_MIN_K)
 through the implicit GEMM against the folded GEMM on the images.
---weights: weight gradients (dW += dy * col^T) of the k x k layers the
-same two ways (ops/conv.py gathered_weight_chunk).
 """
 import argparse
 import os
@@ -40,14 +38,7 @@ SHAPES = [
     ("GoogLeNet 3a 3x3 (stride 1)", 96, 28, 28, 128, 3, 1, 1),
     ("VGG-16 conv5 3x3 (stride 1)", 512, 14, 14, 512, 3, 1, 1),
 ]
-# weight gradients: ResNet-50's stride-1 3 x 3 layers too (their forward and
-# backward-data run Winograd, their weight gradient the implicit GEMM)
-WEIGHT_SHAPES = [s for s in SHAPES if s[5] == 3 and s[7] == 2] + [
-    ("ResNet-50 layer1 3x3", 64, 56, 56, 64, 3, 1, 1),
-    ("ResNet-50 layer2 3x3", 128, 28, 28, 128, 3, 1, 1),
-    ("ResNet-50 layer3 3x3", 256, 14, 14, 256, 3, 1, 1),
-    ("VGG-16 conv3 3x3", 256, 56, 56, 256, 3, 1, 1),
-]
+
 ONE_BY_ONE = [
     ("ResNet-50 / WRN layer1.0.downsample", 64, 56, 56, 256, 1, 0, 1),
     ("ResNet-50 layer1.0.conv1", 64, 56, 56, 64, 1, 0, 1),
@@ -61,31 +52,25 @@ def _download(dev, buf, n):
     return out
 
 
-def run_shape(dev, buf, batch, runs, shape, variants, weights=False):
+def run_shape(dev, buf, batch, runs, shape, variants):
     name, C, H, W, M, k, pad, stride = shape
     g = conv_ops.ConvGeometry(batch, C, H, W, M, k, k, pad, pad, stride, stride)
     x, w = buf(batch * C * H * W), buf(M * C * k * k)
     ny = batch * M * g.out_h * g.out_w
-    dy = buf(ny) if weights else None
     times, outs, names = [], [], []
     for settings, attrs in variants:
-        y = buf(M * C * k * k if weights else ny)
+        y = buf(ny)
         old = {a: getattr(conv_ops, a) for a in attrs}
         for a, v in attrs.items():
             setattr(conv_ops, a, v)
         try:
             with config.override(**settings):
-                launches = (conv_ops.backward_weight(dev, g, x, dy, y, None, algo="igemm")
-                            if weights else conv_ops.forward(dev, g, x, w, y, None, algo="igemm"))
+                launches = conv_ops.forward(dev, g, x, w, y, None, algo="igemm")
         finally:
             for a, v in old.items():
                 setattr(conv_ops, a, v)
         times.append(time_launches(dev, launches, 2, runs))
-        if weights:     # the gradient accumulates: one more pass from zero
-            dev.upload(y, np.zeros(M * C * k * k, np.float32))
-            for ln in launches:
-                ln.run(dev.queue)
-        outs.append(_download(dev, y, M * C * k * k if weights else ny))
+        outs.append(_download(dev, y, ny))
         names.append("+".join(ln.name for ln in launches))
     flop = 2.0 * ny * C * k * k
     diff = float(np.max(np.abs(outs[0] - outs[1])) / max(np.max(np.abs(outs[0])), 1e-30))
@@ -100,8 +85,6 @@ def main():
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--one-by-one", action="store_true",
                     help="1 x 1 layers of 64 input channels: implicit GEMM against the folded GEMM")
-    ap.add_argument("--weights", action="store_true",
-                    help="weight gradients of the k x k layers: implicit GEMM against gathered")
     a = ap.parse_args()
     dev = get_device()
     if not (dev.is_gpu and getattr(dev, "is_nvidia", False)):
@@ -113,16 +96,17 @@ def main():
           "max diff |")
     print("|---|---|---|---|---|---|")
     if a.one_by_one:
-        variants = [({}, {}), ({}, {"GEMM_1X1_MIN_K": 1, "GEMM_1X1_MIN_K_64_ROWS": 1})]
+        variants = [(dict(GEMM_1X1=False), {}),
+                    ({}, {"GEMM_1X1_MIN_K": 1, "GEMM_1X1_MIN_K_WIDE": 1,
+                          "GEMM_1X1_MIN_K_64_ROWS": 1})]
         shapes = ONE_BY_ONE
     else:
         # the rule's output-channel floor lifted, so that every shape is timed both ways
         variants = [(dict(GEMM_GATHERED_CONV=False), {}),
-                    (dict(GEMM_GATHERED_CONV=True),
-                     {"GATHERED_MIN_M": 1, "GATHERED_WEIGHT_MIN_M": 1})]
-        shapes = WEIGHT_SHAPES if a.weights else SHAPES
+                    (dict(GEMM_GATHERED_CONV=True), {"GATHERED_MIN_M": 1})]
+        shapes = SHAPES
     for shape in shapes:
-        run_shape(dev, buf, a.batch, a.runs, shape, variants, a.weights)
+        run_shape(dev, buf, a.batch, a.runs, shape, variants)
     gemm_ops.set_allow_tf32(False)
 
 

@@ -5,6 +5,7 @@ convolution-like shapes; milliseconds and TFLOP/s, ratio old / async.
 
     python benchmarks/bench_tf32_gemm.py [--runs 10]
     python benchmarks/bench_tf32_gemm.py --conv-shapes     # short-K products
+    python benchmarks/bench_tf32_gemm.py --fc-layouts      # batch-64 classifiers
 
 --conv-shapes: the products of converted nets' 1x1 and Winograd layers
 at batch 64 (K 64-512, N up to 200704: Wide-ResNet-50's 1x1 at 56 x 56),
@@ -42,6 +43,12 @@ CONV_SHAPES = [  # M x N x K (no transposes)
     (1024, 3136, 512),    # Wide-ResNet-50 layer4 1x1
 ]
 
+
+# fully-connected products at batch 64 (M = batch, N outputs, K inputs):
+# the weight as Caffe stores it (N x K, op(B) = W^T: rows of B read k-fast,
+# 64 bytes of each row per 16-k stage) against the same product with the
+# weight transposed (K x N: 512-byte runs of each row per stage)
+FC_SHAPES = [(64, 4096, 9216), (64, 4096, 4096), (64, 1000, 4096), (64, 4096, 25088)]
 
 _gpu_tiles = gemm_ops.gpu_tiles
 
@@ -83,11 +90,24 @@ def conv_shapes(dev, buf, runs):
         print(f"| {M}x{N}x{K} | " + " | ".join(row) + " |", flush=True)
 
 
+def fc_layouts(dev, buf, runs):
+    """--fc-layouts: W^T read from Caffe's N x K weight against a K x N copy."""
+    print("| M x N x K | W as stored (N x K) ms | transposed (K x N) ms | stored/transposed |")
+    print("|---|---|---|---|")
+    for M, N, K in FC_SHAPES:
+        A, B, C = buf(M * K), buf(K * N), buf(M * N)
+        t = [time_launches(dev, [gemm_ops.gemm(dev, M, N, K, A, B, C, trans_b=tb)], 2, runs)
+             for tb in (True, False)]
+        print(f"| {M}x{N}x{K} | {t[0]:.4f} | {t[1]:.4f} | {t[0] / t[1]:.2f} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--conv-shapes", action="store_true",
                     help="short-K convolution products against variants of the async loop")
+    ap.add_argument("--fc-layouts", action="store_true",
+                    help="batch-64 fully-connected products, the weight as stored and transposed")
     a = ap.parse_args()
     dev = get_device()
     if not (dev.is_gpu and getattr(dev, "is_nvidia", False)):
@@ -96,6 +116,10 @@ def main():
     gemm_ops.set_allow_tf32(True)
     buf = random_buffers(dev)
     print(f"device: {dev.name}")
+    if a.fc_layouts:
+        fc_layouts(dev, buf, a.runs)
+        gemm_ops.set_allow_tf32(False)
+        return
     if a.conv_shapes:
         conv_shapes(dev, buf, a.runs)
         gemm_ops.set_allow_tf32(False)

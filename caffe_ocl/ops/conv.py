@@ -445,6 +445,11 @@ def splitk_plan(dev, g, per_cu=None):
 # 14 x 14 planes 0.101 and 0.092 (two 128-column tiles for 196 columns).
 # ResNet-50 TF32 training step 32.4-32.5 -> 31.7-31.8 ms.
 GEMM_1X1_MIN_K = 128
+# Forwards with at least GEMM_1X1_WIDE_M output channels take it from
+# K = 64: 64 -> 256 at 56 x 56 (ResNet-50's and Wide-ResNet-50's
+# layer1.0.downsample), batch 64, TF32: 0.131 ms by implicit GEMM, 0.114
+# folded (bench_gathered_conv.py --one-by-one; 64 -> 64: 0.045 / 0.049).
+GEMM_1X1_MIN_K_WIDE, GEMM_1X1_WIDE_M = 64, 256
 ROWS_1X1_MIN_K = 512
 # Forwards with at most 64 output channels take the GEMM only from this K:
 # 256 -> 64 at 56 x 56 ran 0.103 ms by implicit GEMM, 0.112 folded (the
@@ -452,12 +457,13 @@ ROWS_1X1_MIN_K = 512
 GEMM_1X1_MIN_K_64_ROWS = 512
 
 
-def _gemm_1x1_plan(dev, g, m, k, lda):
+def _gemm_1x1_plan(dev, g, m, k, lda, min_k=None):
     """How a 1x1 pass with an m x k weight whose rows are ``lda`` floats
     apart runs: "images" (a GEMM on the images as they lie), "rows" (a GEMM
-    on its operand gathered into rows by channel) or None (implicit GEMM)."""
+    on its operand gathered into rows by channel) or None (implicit GEMM).
+    min_k: the least k that takes a GEMM (default GEMM_1X1_MIN_K)."""
     if ((g.kh, g.kw, g.ph, g.pw, g.dh, g.dw) != (1, 1, 0, 0, 1, 1)
-            or not config.get("GEMM_1X1") or k < GEMM_1X1_MIN_K or lda % 4):
+            or not config.get("GEMM_1X1") or k < (min_k or GEMM_1X1_MIN_K) or lda % 4):
         return None
     if not async_tiles(dev, gpu_tiles(dev, m), True, True):
         return None
@@ -515,7 +521,8 @@ def _igemm_forward_plan(dev, g):
     gp = per_image(g) if deterministic() else g      # a plan valid at every batch
     # a forward that needs a K split (few output tiles: batch 1-4) stays on
     # the implicit GEMM, which has one
-    return (_gemm_1x1_plan(dev, gp, M, K, K)
+    return (_gemm_1x1_plan(dev, gp, M, K, K,
+                           GEMM_1X1_MIN_K_WIDE if M >= GEMM_1X1_WIDE_M else None)
             if (M > 64 or K >= GEMM_1X1_MIN_K_64_ROWS) and forward_splitk(dev, g)[0] == 1
             else None)
 
@@ -530,9 +537,12 @@ def _igemm_forward_plan(dev, g):
 # weighs about 67 / M of the GEMM's time on the H200, hence at least
 # GATHERED_MIN_M output channels. Columns of at most GATHERED_MAX_FLOATS
 # floats (256 MiB of shared scratch): bigger batches run a GEMM per chunk
-# of images. H200, Wide-ResNet-50's stride-2 3 x 3 layers, batch 64: see
-# BENCHMARKS.md (twenty-fourth session).
-GATHERED_MIN_M = 256
+# of images. H200, batch 64 (bench_gathered_conv.py), implicit GEMM /
+# gathered: 512 and 1024 channels 1.23-1.45x (Wide-ResNet-50's stride-2
+# layers 0.84 -> 0.64 and 1.07 -> 0.74 ms), 256 channels 0.93-1.16, 128
+# channels 0.73-0.77. Weight gradients the same way (dW += dy * rows^T,
+# images folded into K) ran 0.75-1.00x the implicit GEMM's: not used.
+GATHERED_MIN_M = 512
 GATHERED_MAX_FLOATS = 1 << 26
 
 
@@ -869,65 +879,9 @@ def _folded_backward_weight(dev, g, x, dy, dweight):
             _splitk_sum(dev, g, M * N, nsplit, ws, dweight)]
 
 
-# TF32 weight gradients of k x k convolutions the same way: x's columns
-# gathered into rows over a chunk of images, then dW += dy * rows^T as the
-# async loop's GEMM with the images folded into K (dy's rows as they lie,
-# image planes of a multiple of 4 pixels), K split for about
-# SPLITK_PER_CU_ASYNC work-groups per compute unit as the folded 1x1
-# gradient is. At least GATHERED_WEIGHT_MIN_M output channels (see
-# BENCHMARKS.md, twenty-fourth session).
-GATHERED_WEIGHT_MIN_M = 256
-
-
-def gathered_weight_chunk(dev, g):
-    """Images per GEMM of the weight gradient of ``g`` through its gathered
-    columns, or 0 (the implicit-GEMM kernel): as gathered_forward_chunk,
-    with output planes of a multiple of 4 pixels (dy's image rows are
-    folded into K as they lie) instead of 16-byte weight rows."""
-    if (not config.get("GEMM_GATHERED_CONV") or deterministic() or g.groups != 1
-            or (g.kh, g.kw) == (1, 1) or g.out_channels < GATHERED_WEIGHT_MIN_M
-            or g.out_spatial % 4
-            or not async_tiles(dev, gpu_tiles(dev, g.out_channels), True, True)):
-        return 0
-    return max(0, min(g.num, GATHERED_MAX_FLOATS // max(g.col_rows * g.out_spatial, 1)))
-
-
-def _gathered_backward_weight(dev, g, chunk, x, dy, dweight):
-    """[launches] of dweight += dy * col^T through gathered columns, a chunk
-    of images at a time; split-K partials at the start of the shared
-    scratch (where _splitk_sum reads them), the rows after them."""
-    M, N, hw = g.out_channels, g.col_rows, g.out_spatial
-    chw = g.channels * g.height * g.width
-    plans = [(n0, replace(g, num=min(chunk, g.num - n0))) for n0 in range(0, g.num, chunk)]
-    splits = {gc.num: splitk_plan(dev, gc, SPLITK_PER_CU_ASYNC) for _, gc in plans}
-    ws_floats = max(ns for ns, _ in splits.values()) * M * N
-    ws_floats = ws_floats if ws_floats > M * N else 0
-    rows_at = -(-ws_floats // 4) * 4
-    scratch = dev.shared_scratch(rows_at + chunk * hw * N)
-    out = []
-    for n0, gc in plans:
-        K = gc.num * hw
-        nsplit, kchunk = splits[gc.num]
-        fold = dict(trans_b=True, lda=hw, ldb=K, off_a=n0 * M * hw, off_b=rows_at,
-                    batch=nsplit, ksplit=hw, kstride=(M * hw, hw), kchunk=kchunk,
-                    impl="tiled")
-        out.append(_gathered_rows(dev, gc, x, g.channels, scratch, rows_at, window=True,
-                                  off_src=n0 * chw))
-        if nsplit == 1:
-            out.append(gemm(dev, M, N, K, dy, scratch, dweight, beta=1.0, **fold))
-        else:
-            out += [gemm(dev, M, N, K, dy, scratch, scratch, beta=0.0,
-                         stride_c=(M * N, 0), **fold),
-                    _splitk_sum(dev, g, M * N, nsplit, scratch, dweight)]
-    return out
-
-
 def _igemm_backward_weight(dev, g, x, dy, dweight):
     if _folded_weight_gemm_applies(dev, g):
         return _folded_backward_weight(dev, g, x, dy, dweight)
-    chunk = gathered_weight_chunk(dev, g)
-    if chunk:
-        return _gathered_backward_weight(dev, g, chunk, x, dy, dweight)
     M = g.out_channels // g.groups
     N = g.col_rows // g.groups
     nsplit, kchunk = splitk_plan(dev, g)

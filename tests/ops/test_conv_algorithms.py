@@ -6,6 +6,7 @@ The GPU kernels run on PoCL too, built unoptimised there
 (gpu_kernels_unoptimized_on_cpu), with the TF32 tilings on an emulated
 mma; the real tensor-core path needs an NVIDIA GPU (marked gpu)."""
 import types
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -728,37 +729,16 @@ def test_gathered_columns_forward(d, rng, gathered_forward, monkeypatch, p, max_
     np.testing.assert_array_equal(got[:, 3 + g.out_channels:], y0[:, 3 + g.out_channels:])
 
 
-@pytest.mark.parametrize("p,max_floats,chunks,split",
-                         [((4, 4, 8, 8, 8, 3, 3, 1, 1, 2, 2, 1, 1, 1), 0, 1, False),
-                          ((5, 3, 16, 12, 12, 5, 5, 2, 2, 1, 1, 1, 1, 1), 0, 1, True),
-                          ((5, 4, 20, 20, 8, 3, 3, 2, 2, 1, 1, 2, 2, 1), 2 * 36 * 400, 3,
-                           True)],
-                         ids=["stride2", "5x5-split", "dilated-chunks-split"])
-def test_gathered_columns_weight_gradient(d, rng, gathered_forward, monkeypatch, p,
-                                          max_floats, chunks, split):
-    """TF32 weight gradients of k x k layers on GPUs: x's columns gathered
-    into rows over a chunk of images, dW += dy * rows^T with dy's images
-    folded into K, accumulating onto the gradient already there; with the
-    K split (partials summed by splitk_reduce) and chunks of images (the
-    last one smaller, split in fewer parts)."""
-    monkeypatch.setattr(conv_ops, "GATHERED_WEIGHT_MIN_M", 1)
-    if max_floats:
-        monkeypatch.setattr(conv_ops, "GATHERED_MAX_FLOATS", max_floats)
-    monkeypatch.setattr(d.dev, "compute_units", 64 if split else 1)
-    g = _geom(p)
-    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
-    w = rng.standard_normal((g.out_channels, g.channels, g.kh, g.kw))
-    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
-    dw_ref = _refs(g, x, w, dy)[1]
-    dw0 = rng.standard_normal(w.shape)
-    dwb = d.buf(dw0)
-    launches = conv_ops.backward_weight(d.dev, g, d.buf(x), d.buf(dy), dwb, None,
-                                        algo="igemm")
-    names = [ln.name for ln in launches]
-    assert names.count("conv_rows") == chunks
-    assert ("splitk_reduce" in names) == split
-    d.run(launches)
-    assert _rel(d.get(dwb, w.shape), dw_ref + dw0) < 1e-5
+def test_gemm_1x1_wide_rule(d, monkeypatch):
+    """1x1 forwards of 64 input channels take the folded GEMM from 256
+    output channels on (GEMM_1X1_MIN_K_WIDE), not below."""
+    monkeypatch.setattr(conv_ops, "async_tiles", lambda *a: {"ASYNC": 1})
+    monkeypatch.setattr(d.dev, "compute_units", 1)
+    wide = _geom((2, 64, 4, 4, 256, 1, 1, 0, 0, 1, 1, 1, 1, 1))
+    assert conv_ops._igemm_forward_plan(d.dev, wide) == "images"
+    for m in (128, 64):
+        assert conv_ops._igemm_forward_plan(d.dev, replace(wide, out_channels=m)) is None
+    assert conv_ops._igemm_forward_plan(d.dev, replace(wide, channels=32)) is None
 
 
 def test_gathered_columns_rule(d, gathered_forward, monkeypatch, settings):
@@ -775,6 +755,9 @@ def test_gathered_columns_rule(d, gathered_forward, monkeypatch, settings):
         assert conv_ops.gathered_forward_chunk(d.dev, _geom(p)) == 0, p
     monkeypatch.setattr(d.dev, "compute_units", 2)
     assert conv_ops.gathered_forward_chunk(d.dev, ok) == 0
+    monkeypatch.setattr(conv_ops, "GATHERED_MIN_M", 9)     # 8 output channels
+    assert conv_ops.gathered_forward_chunk(d.dev, ok) == 0
+    monkeypatch.setattr(conv_ops, "GATHERED_MIN_M", 1)
     monkeypatch.setattr(d.dev, "compute_units", 1)
     with config.override(GEMM_GATHERED_CONV=False):
         assert conv_ops.gathered_forward_chunk(d.dev, ok) == 0
