@@ -9,8 +9,9 @@ between the two outputs (relative to the output's largest value).
 
     python benchmarks/bench_gathered_conv.py [--batch 64] [--runs 10]
 
---one-by-one: the 1 x 1 layers of 64 input channels (below GEMM_1X1_MIN_K)
-through the implicit GEMM against the folded GEMM on the images.
+--one-by-one: 1 x 1 layers through the implicit GEMM (setting GEMM_1X1
+off) against the folded GEMM on the images or on rows gathered at the
+stride, whatever GEMM_1X1_MIN_K / ROWS_1X1_MIN_K say.
 """
 import argparse
 import os
@@ -42,6 +43,8 @@ SHAPES = [
 ONE_BY_ONE = [
     ("ResNet-50 / WRN layer1.0.downsample", 64, 56, 56, 256, 1, 0, 1),
     ("ResNet-50 layer1.0.conv1", 64, 56, 56, 64, 1, 0, 1),
+    ("ResNet-50 / WRN layer2.0.downsample (stride 2)", 256, 56, 56, 512, 1, 0, 2),
+    ("ResNet-50 / WRN layer3.0.downsample (stride 2)", 512, 28, 28, 1024, 1, 0, 2),
 ]
 
 
@@ -98,7 +101,7 @@ def main():
     if a.one_by_one:
         variants = [(dict(GEMM_1X1=False), {}),
                     ({}, {"GEMM_1X1_MIN_K": 1, "GEMM_1X1_MIN_K_WIDE": 1,
-                          "GEMM_1X1_MIN_K_64_ROWS": 1})]
+                          "GEMM_1X1_MIN_K_64_ROWS": 1, "ROWS_1X1_MIN_K": 1})]
         shapes = ONE_BY_ONE
     else:
         # the rule's output-channel floor lifted, so that every shape is timed both ways
