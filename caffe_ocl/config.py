@@ -203,7 +203,7 @@ _DECLARED = (
             "GPU 1x1 convolutions with enough input channels run as plain GEMMs "
             "(off: the implicit-GEMM kernel)", internal=True),
     Setting("GEMM_GATHERED_CONV", "bool", True,
-            "GPUs, TF32: k x k convolution forwards with at least 256 output channels "
+            "GPUs, TF32: k x k convolution forwards with at least 512 output channels "
             "gather their columns into rows over the batch and run the async GEMM "
             "(off: the implicit-GEMM kernel)", internal=True),
     Setting("POOL_BWD_TILES", "bool", True,

@@ -479,10 +479,11 @@ def _gemm_1x1_plan(dev, g, m, k, lda, min_k=None):
 
 
 def _gathered_rows(dev, g, src, channels, out, off, window=False, off_src=0):
-    """Launch gathering ``src`` (from ``off_src``: [n][channels] planes of g's input size) into
-    rows over the batch at ``out`` + ``off`` (kernels/im2col.cl conv_rows):
-    sampled at g's stride onto its output planes, one row per channel, or
-    with ``window`` g's columns (im2col), one row per channel and tap."""
+    """Launch gathering ``src`` (from ``off_src``: [n][channels] planes of
+    g's input size) into rows over the batch at ``out`` + ``off``
+    (kernels/im2col.cl conv_rows): sampled at g's stride onto its output
+    planes, one row per channel, or with ``window`` g's columns (im2col),
+    one row per channel and tap."""
     hw = g.out_spatial
     lx = min(256, -(-hw // 32) * 32)
     ly = 256 // lx
