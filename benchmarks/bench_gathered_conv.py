@@ -48,13 +48,6 @@ ONE_BY_ONE = [
 ]
 
 
-def _download(dev, buf, n):
-    out = np.empty(n, np.float32)
-    import pyopencl as cl
-    cl.enqueue_copy(dev.queue, out, buf)
-    return out
-
-
 def run_shape(dev, buf, batch, runs, shape, variants):
     name, C, H, W, M, k, pad, stride = shape
     g = conv_ops.ConvGeometry(batch, C, H, W, M, k, k, pad, pad, stride, stride)
@@ -73,7 +66,8 @@ def run_shape(dev, buf, batch, runs, shape, variants):
             for a, v in old.items():
                 setattr(conv_ops, a, v)
         times.append(time_launches(dev, launches, 2, runs))
-        outs.append(_download(dev, y, ny))
+        outs.append(np.empty(ny, np.float32))
+        dev.download(outs[-1], y)
         names.append("+".join(ln.name for ln in launches))
     flop = 2.0 * ny * C * k * k
     diff = float(np.max(np.abs(outs[0] - outs[1])) / max(np.max(np.abs(outs[0])), 1e-30))
@@ -87,7 +81,8 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--one-by-one", action="store_true",
-                    help="1 x 1 layers of 64 input channels: implicit GEMM against the folded GEMM")
+                    help="1 x 1 layers: implicit GEMM against the folded GEMM (images or "
+                         "gathered rows)")
     a = ap.parse_args()
     dev = get_device()
     if not (dev.is_gpu and getattr(dev, "is_nvidia", False)):

@@ -558,15 +558,15 @@ def gathered_forward_chunk(dev, g):
             or (g.kh, g.kw) == (1, 1)):
         return 0
     M, K, hw = g.out_channels, g.col_rows, g.out_spatial
+    t = gpu_tiles(dev, M, K)
     if (M < GATHERED_MIN_M or K % 4 or (g.num * hw) % 4
-            or not async_tiles(dev, gpu_tiles(dev, M, K), True, True)
-            or forward_splitk(dev, g)[0] != 1):
+            or not async_tiles(dev, t, True, True) or forward_splitk(dev, g)[0] != 1):
         return 0
     chunk = min(g.num, GATHERED_MAX_FLOATS // max(K * hw, 1))
     if chunk < g.num:               # every chunk's columns start on 16 bytes
         q = 4 // math.gcd(hw, 4)
         chunk = chunk // q * q
-    tiles = -(-M // 128) * -(-chunk * hw // 128)
+    tiles = -(-M // t["TM"]) * -(-chunk * hw // t["TN"])
     return chunk if chunk and tiles >= max(int(dev.compute_units), 1) else 0
 
 
