@@ -457,6 +457,12 @@ def run_one(name, args, export_dir, emit):
                     if not args.check_only:
                         timers = {"ours": ours_timer(solver),
                                   "torch": torch_timer(model, x, y, tdev)}
+                        if args.ab:     # the same net built with --ab's settings
+                            with bench_zoo.config_override(args.ab):
+                                base_solver = make_solver(weights, weights)
+                            base_solver.net.blobs["data"].data[...] = x
+                            base_solver.net.blobs["label"].data[...] = y
+                            timers["base"] = ours_timer(base_solver)
                         med, samples = interleave(timers, args.rounds, args.warmup, args.runs)
                         for k, v in med.items():
                             rec[f"{k}_ms"] = v
@@ -492,12 +498,16 @@ def _e(v):
 def table(records):
     """Markdown: net, batch, precision, ours ms, torch ms, ratio, check;
     geometric mean and worst ratio per precision."""
-    lines = ["| net | batch | precision | caffe_ocl ms | torch ms | torch/ours | check: loss, "
+    ab = any(r.get("base_ms") for r in records)
+    lines = ["| net | batch | precision | caffe_ocl ms | torch ms | torch/ours | "
+             + ("base ms | base/ours | " if ab else "") + "check: loss, "
              "grad rel err first conv / mid conv / last FC / worst (param) |",
-             "|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|" + ("---|---|" if ab else "")]
     ratios = {}
     for r in records:
         o, t = r.get("ours_ms"), r.get("torch_ms")
+        b = r.get("base_ms")
+        abcols = (f"{bench_zoo.fmt(b)} | {b / o:.2f} | " if b and o else " | | ") if ab else ""
         ratio = ""
         if o and t:
             if r.get("status") == "ok":
@@ -522,7 +532,7 @@ def table(records):
         else:
             chk = f"**{r.get('status')}** {r.get('error', '')[:160]}"
         lines.append(f"| {r['net']} | {r['batch']} | {r.get('precision', '')} | "
-                     f"{bench_zoo.fmt(o)} | {bench_zoo.fmt(t)} | {ratio} | "
+                     f"{bench_zoo.fmt(o)} | {bench_zoo.fmt(t)} | {ratio} | {abcols}"
                      f"{chk.replace('|', '/')} |")
     for prec, v in ratios.items():
         a, n = min(v)
@@ -560,6 +570,10 @@ def parse(argv=None):
     ap.add_argument("--loss-tol", type=float, default=1e-4, help="FP32 loss relative error")
     ap.add_argument("--loss-tol-tf32", type=float, default=1e-2, help="TF32 loss relative error")
     ap.add_argument("--check-only", action="store_true", help="the correctness check, no timing")
+    ap.add_argument("--ab", default="",
+                    help="NAME=VALUE[,NAME=VALUE]: also time a solver built with these "
+                         "settings (config.py names) as 'base', interleaved (ratio "
+                         "base/ours in the table)")
     ap.add_argument("--json", help="write every record here (after each record)")
     ap.add_argument("--export-dir", help="keep/reuse the exported ONNX files here")
     ap.add_argument("--smoke", action="store_true",
@@ -579,6 +593,7 @@ def parse(argv=None):
     args.nets = [n.strip() for n in args.nets.split(",") if n.strip()]
     args.batches = [int(b) for b in str(args.batches).split(",") if b.strip()]
     args.precisions = [p.strip().lower() for p in args.precisions.split(",") if p.strip()]
+    args.ab = [p.strip() for p in args.ab.split(",") if p.strip()]
     bad = set(args.precisions) - {"fp32", "tf32"}
     if bad:
         ap.error(f"--precisions: unknown {sorted(bad)} (fp32, tf32)")

@@ -7,6 +7,13 @@ unfused). Also prints the step's wall time: wall minus the kernels' sum is
 time the device sat idle (host overhead, transfers, gaps).
 
     python3 benchmarks/profile_kernels.py --nets resnet50 --batch 64 [--infer] [--by-layer]
+    python3 benchmarks/profile_kernels.py --zoo resnet50 --batch 64 [--tf32] [--torch]
+
+``--zoo`` profiles the training step of converted torchvision nets instead
+(bench_zoo_train.py's TRAIN net: exported with BatchNorm kept, converted,
+a SoftmaxWithLoss appended; torch/torchvision needed); ``--torch`` then
+also lists PyTorch's kernels for the same training step (torch.profiler,
+GPU only) by kernel name, for a side-by-side comparison.
 
 ``--by-layer`` also charges each launch to the layer the net was running
 (forward or backward; a fused chain's launches go to its first layer) and
@@ -148,6 +155,71 @@ def report_layers(net, where_ms, json_path=None):
             json.dump(rows, fh, indent=1)
 
 
+def profile_zoo_train(name, a, rec):
+    """The training step of converted torchvision net ``name`` (as
+    bench_zoo_train.py builds and checks it), by kernel; with ``a.torch``
+    PyTorch's step too."""
+    import tempfile
+    import numpy as np
+    import bench_zoo
+    import bench_zoo_train
+    from caffe_ocl import config
+    model = bench_zoo.build_model(name, 0)
+    model.eval()
+    args = argparse.Namespace(size=a.size)
+    with tempfile.TemporaryDirectory() as tmp:
+        _, weights = bench_zoo.export_and_convert(model, name, a.batch, args, tmp, {}, ["fp32"],
+                                                  print, keep_bn=True)
+    if weights is None:
+        return
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((a.batch, 3, a.size, a.size)).astype(np.float32)
+    y = rng.integers(0, 1000, a.batch).astype(np.float32)
+    with config.override(TF32=a.tf32):
+        caffe_ocl.set_allow_tf32(a.tf32)
+        solver = bench_zoo_train.make_solver(weights, weights)
+        solver.net.blobs["data"].data[...] = x
+        solver.net.blobs["label"].data[...] = y
+        wall, recs = rec.measure(lambda: solver.step(1), solver.net.device, a.iters)
+    report(f"{name} (converted) batch {a.batch} {'TF32' if a.tf32 else 'FP32'} training step",
+           wall, recs, a.top)
+    if rec.by_layer:
+        report_layers(solver.net, rec.where_ms, a.json)
+    if a.torch:
+        profile_torch_train(model, x, y, a)
+
+
+def profile_torch_train(model, x, y, a):
+    """PyTorch's kernels for one training step of ``model`` (CUDA), by name."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile as tprofile
+    import bench_zoo
+    import bench_zoo_train
+    bench_zoo.set_torch_tf32(a.tf32)
+    tdev = torch.device("cuda")
+    model.to(tdev)
+    bench_zoo_train.torch_train_mode(model)
+    step = bench_zoo_train.torch_timer(model, x, y, tdev)
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(a.iters):
+            step()
+        torch.cuda.synchronize()
+    by_name = collections.defaultdict(lambda: [0.0, 0])
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            by_name[e.name][0] += e.device_time / 1e3 / a.iters
+            by_name[e.name][1] += 1
+    total = sum(v[0] for v in by_name.values())
+    print(f"\n## PyTorch training step: kernels {total:.2f} ms")
+    print("| kernel | ms | % | launches/step |\n|---|---|---|---|")
+    for n, (ms, c) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:a.top]:
+        print(f"| {n[:90]} | {ms:.2f} | {100 * ms / total:.1f} | {c / a.iters:.0f} |")
+    model.to("cpu")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nets", default="resnet50")
@@ -157,8 +229,16 @@ def main():
     ap.add_argument("--infer", action="store_true", help="deploy net forward instead")
     ap.add_argument("--by-layer", action="store_true", help="also per-layer times")
     ap.add_argument("--json", help="with --by-layer: write the per-layer rows here")
+    ap.add_argument("--zoo", help="converted torchvision nets (comma list) instead of --nets")
+    ap.add_argument("--size", type=int, default=224, help="--zoo: input size")
+    ap.add_argument("--tf32", action="store_true", help="--zoo: TF32 on both sides")
+    ap.add_argument("--torch", action="store_true", help="--zoo: PyTorch's kernels too (GPU)")
     a = ap.parse_args()
     rec = Recorder(by_layer=a.by_layer or bool(a.json))
+    if a.zoo:
+        for name in a.zoo.split(","):
+            profile_zoo_train(name, a, rec)
+        return
     for name in a.nets.split(","):
         if a.infer:
             proto = (CPU_NETS[name]["proto"] if name in CPU_NETS

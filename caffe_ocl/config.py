@@ -143,6 +143,12 @@ _DECLARED = (
             "InnerProduct run in its epilogue (with CAFFE_OCL_FOLD)"),
     Setting("FUSE_TRAIN", "bool", True,
             "fused kernels for TRAIN nets (BatchNorm->Scale->ReLU, Eltwise->ReLU, ...)"),
+    Setting("NEW_TOP_TAILS", "bool", True,
+            "at TRAIN, ResNet block ends in ONNX's form: an Eltwise SUM -> ReLU writing a "
+            "new top runs as one kernel each way, the sum computed when read "
+            "(plan/eltwise.py), and after a BatchNorm -> Scale writing new tops the "
+            "block's backward is one split reduction and one pass (plan/train.py "
+            "NewTopResidualTail); with CAFFE_OCL_FUSE_TRAIN"),
     Setting("SHARE_DIFFS", "bool", True,
             "a Solver's net shares activation-gradient buffers between blobs "
             "(off: one diff per blob, as Caffe)"),

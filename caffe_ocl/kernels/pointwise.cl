@@ -180,14 +180,14 @@ __kernel void sum2_act(int n, float c0, __global const float* x0, float c1,
  * backward, then a copy per bottom). */
 __kernel void sum2_act_bwd(int n, __global float* dy, __global const float* y,
                            float c0, __global float* dx0, float c1, __global float* dx1,
-                           float act_a, float act_b) {
+                           float act_a, float act_b, __global float* gout) {
     GLOBAL_LOOP(i, n) {
 #if ACT == 0
         float g = dy[i];
 #else
         float g = dy[i] * ACT_GRAD(y[i]);
 #if KEEP_G
-        dy[i] = g;
+        gout[i] = g;      /* dy itself for an in-place activation */
 #endif
 #endif
 #if PD0

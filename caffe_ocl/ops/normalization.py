@@ -153,18 +153,20 @@ def residual_tail_forward(dev, O, C, I, x, mean, stdv, gamma, beta, xnorm, c_t, 
 
 
 def residual_tail_backward(dev, O, C, I, dy, y, xnorm, gamma, beta, stdv, dx, dgamma, dbeta,
-                           c_t, ds, c_s, slope, keep_g=True):
+                           c_t, ds, c_s, slope, keep_g=True, g_out=None):
     """[launches]: backward of ``residual_tail_forward``: g = dy * relu'(y)
-    (Caffe's in-place ReLU gates by its output), ds = c_s * g (the
-    shortcut's gradient; None: not wanted), g written into dy when
-    ``keep_g``, and BatchNorm/Scale's gradients of c_t * g as
+    (Caffe's in-place ReLU gates by its output; a ReLU writing a new top
+    has the same gate), ds = c_s * g (the shortcut's gradient; None: not
+    wanted), g written into ``g_out`` (default dy: the in-place ReLU's
+    diff) when ``keep_g``, and BatchNorm/Scale's gradients of c_t * g as
     bn_scale_act_backward (dgamma, dbeta accumulate; dx = the BatchNorm's
     input gradient). The last pass reads g back from ds (scaled by c_t /
-    c_s) or, without one, from dy (then g is always written there)."""
+    c_s) or, without one, from g_out (then g is always written there)."""
+    g_out = dy if g_out is None else g_out
     from_ds = ds is not None and c_s != 0.0
     keep_g = keep_g or not from_ds
     first, part, chunks = channel_partials(
-        dev, O, C, I, dy, xnorm, tail=(y, c_t, ds, c_s, dy if keep_g else None, slope))
-    src, gscale = (ds, c_t / c_s) if from_ds else (dy, c_t)
+        dev, O, C, I, dy, xnorm, tail=(y, c_t, ds, c_s, g_out if keep_g else None, slope))
+    src, gscale = (ds, c_t / c_s) if from_ds else (g_out, c_t)
     return [first] + _bn_scale_finish(dev, O, C, I, part, chunks, src, gscale, xnorm, gamma,
                                       beta, stdv, dx, dgamma, dbeta, None)

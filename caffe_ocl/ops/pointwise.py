@@ -51,10 +51,12 @@ def sum2(dev, n, c0, x0, c1, x1, y, act=None):
                       {"ACT": kind})
 
 
-def sum2_backward(dev, n, dy, y, c0, dx0, c1, dx1, act=None, keep_g=True):
-    """Backward of ``sum2`` whose ReLU (or no activation) ran in place on
-    y: g = dy * relu'(y) (from the output, Caffe's in-place ReLU rule), dx0 =
-    c0*g, dx1 = c1*g (a None dx is skipped), g written back into dy when
+def sum2_backward(dev, n, dy, y, c0, dx0, c1, dx1, act=None, keep_g=True, g_out=None):
+    """Backward of ``sum2`` followed by a ReLU (or no activation) with
+    output y: g = dy * relu'(y) (from the output: Caffe's in-place ReLU
+    rule, and for a ReLU writing a new top the same gate, y > 0 exactly
+    where its input is), dx0 = c0*g, dx1 = c1*g (a None dx is skipped), g
+    written into ``g_out`` (default dy: the in-place ReLU's diff) when
     ``keep_g``. Not for Clip: its in-place backward gates by the saved
     input (layers/neuron_ext.py), which is not kept here."""
     kind, a, b = act_defines(act)
@@ -63,7 +65,8 @@ def sum2_backward(dev, n, dy, y, c0, dx0, c1, dx1, act=None, keep_g=True):
     g, l = work_size(dev, n)
     return dev.launch(SRC, "sum2_act_bwd", g, l,       # an absent dx's slot gets dy, unused
                       [n, dy, y, float(c0), dy if dx0 is None else dx0,
-                       float(c1), dy if dx1 is None else dx1, a, b],
+                       float(c1), dy if dx1 is None else dx1, a, b,
+                       dy if g_out is None else g_out],
                       {"ACT": kind, "PD0": int(dx0 is not None), "PD1": int(dx1 is not None),
                        "KEEP_G": int(bool(keep_g))})
 

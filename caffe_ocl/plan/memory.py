@@ -116,6 +116,14 @@ def diff_groups(net):
             if need:
                 g = group(b)
                 g.touch(li, write=id(g) not in top_groups)
+    # a fused backward that writes a diff at its last layer though the
+    # unfused layer writing it comes later in the backward order (a group
+    # with other layers between its members, train.NewTopResidualTail)
+    plan = getattr(net, "plan", None)
+    for c in (plan.train_groups if plan is not None else ()):
+        if getattr(c, "fuses_backward", True):
+            for blob, write in getattr(c, "diff_touches", ()):
+                group(blob).touch(c.last, write)
     out = []
     for g in groups.values():
         if any(b.name in keep and graph.blobs.get(b.name) is b for b in g.blobs):

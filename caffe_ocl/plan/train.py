@@ -153,8 +153,13 @@ class TrainChain:
         run = [b.data_buffer() for b in bn.blobs]
         stats = norm_ops.bn_train_stats(bn.device, O, C, I, self.x.data_buffer(), mean, std,
                                         bn.eps, *run, bn.maf)
-        return (stats, self.scale.blobs[0]) + self._beta() + (mean, std,
-                                                             bn.x_norm.data_buffer())
+        return (stats,) + self._params()
+
+    def _params(self):
+        """(gamma blob, beta, its diff or None, mean, stdv, x_norm buffers)."""
+        bn = self.bn
+        return (self.scale.blobs[0],) + self._beta() + (
+            bn.mean.data_buffer(), bn.stdv.data_buffer(), bn.x_norm.data_buffer())
 
     def _beta(self):
         """(beta buffer, its diff buffer or None): the Scale's bias, or a
@@ -419,6 +424,117 @@ class ResidualTailChain(TrainChain):
             self.top.diff_mem.device_written()
 
 
+def find_new_top_residual_tails(net, new_top_chains, eltwise_chains):
+    """[(bn, scale, eltwise, relu)]: ONNX's form of a ResNet block's end: a
+    chain of ``find_new_top_chains`` without activation whose last top t2
+    only an Eltwise SUM reads, that Eltwise and its ReLU a pair of
+    ``eltwise_chains`` ((eltwise, relu) index pairs: the ReLU in place on
+    the sum or writing a new top); t2 no net output; the layers may have
+    others between them (the projection shortcut of a block's first unit,
+    which ONNX export puts after the branch); all need backward into the
+    chain."""
+    g = net.graph
+    pairs = dict(eltwise_chains)
+    out = []
+    for b, s, a in new_top_chains:
+        if a is not None:
+            continue
+        t2 = g.tops[s][0]
+        readers = consumers(g, t2)
+        if len(readers) != 1 or t2.name in g.outputs:
+            continue
+        e, k = readers[0]
+        r = pairs.pop(e, None)          # one chain per Eltwise (a projection
+        if r is None:                   # shortcut's chain would match it too)
+            continue
+        if not (g.layer_need_backward[e] and g.layer_need_backward[r]
+                and g.bottom_need_backward[e][k]):
+            pairs[e] = r
+            continue
+        out.append((b, s, e, r))
+    return out
+
+
+class NewTopResidualTail(TrainChain):
+    """The backward of a ``find_new_top_residual_tails`` block end as one
+    (``residual_tail_backward``: one split reduction that gates the ReLU's
+    gradient by its output, writes the shortcut's gradient and sums
+    BatchNorm/Scale's per-channel terms; then BatchNorm's input gradient in
+    one pass), where layer by layer it is the ReLU's backward, a copy per
+    Eltwise bottom, then the chain's (7 passes over the block's output
+    against 12). Forward: the chain (``NewTopTrainChain``) and the
+    Eltwise/ReLU pair (``eltwise.EltwiseActChain``) run fused on their own;
+    their backwards are this group's (``fuses_backward`` False on them).
+
+    Values: BatchNorm's bottom and the shortcut get their unfused
+    gradients, the sum's diff g (where the diff memory plan does not share
+    it); BatchNorm's and Scale's tops get no diff (as NewTopTrainChain).
+    The group runs at the ReLU, before the backward of layers between the
+    Eltwise and the Scale (a projection shortcut): it writes the diffs of
+    BatchNorm's bottom and of the shortcut there, which the diff memory
+    plan is told (``diff_touches``)."""
+    fuses_forward = False
+
+    def __init__(self, net, b, s, e, r, forward_groups):
+        super().__init__(net, b, s, None)
+        g = net.graph
+        self.layers = [b, s, e, r]
+        self.last = r
+        self.x = g.bottoms[b][0]
+        self.eltwise = net.layers[e]
+        self.slope = act_of(net.layers[r])[1]
+        bots = g.bottoms[e]
+        t2 = g.tops[s][0]
+        self.ti = 0 if bots[0] is t2 else 1
+        self.short = bots[1 - self.ti]
+        self.top = g.tops[e][0]           # the sum (keep_top_diff looks at it)
+        self.y = g.tops[r][0]             # the ReLU's output (the sum itself in place)
+        self.forward_groups = forward_groups
+        self.want_ds = g.bottom_need_backward[e][1 - self.ti]
+        self.diff_touches = [(self.x, True)] + ([(self.short, True)] if self.want_ds else [])
+        self.diff_plan_seen = None      # eltwise.keep_top_diff's cache
+
+    def _build(self):
+        dev = self.bn.device
+        O, C, I = self.bn.dims
+        c = self.eltwise.coeffs
+        gamma, beta, dbeta, mean, std, xnorm = self._params()
+        self.fwd = []
+        self.bwd = norm_ops.residual_tail_backward(
+            dev, O, C, I, self.y.diff_buffer(), self.y.data_buffer(), xnorm,
+            gamma.data_buffer(), beta, std, self.x.diff_buffer(), gamma.diff_buffer(), dbeta,
+            c[self.ti], self.short.diff_buffer() if self.want_ds else None, c[1 - self.ti],
+            self.slope, fusion_eltwise.keep_top_diff(self), g_out=self.top.diff_buffer())
+        if self.x.count == 0:
+            self.bwd = []
+
+    def _build_key(self):
+        return super()._build_key() + (
+            self.eltwise.reshape_count, self.short.diff_buffer(), self.top.diff_buffer(),
+            self.y.data_buffer(), self.y.diff_buffer(), fusion_eltwise.keep_top_diff(self))
+
+    def run(self):
+        raise AssertionError("NewTopResidualTail fuses the backward only")
+
+    def backward(self):
+        self.y.diff_mem.to_device()
+        self.y.data_mem.to_device()
+        super().backward()
+        if self.want_ds:
+            self.short.diff_mem.device_written()
+        if fusion_eltwise.keep_top_diff(self):
+            self.top.diff_mem.device_written()
+
+    def backward_member(self, li):
+        """Layer ``li``'s own backward in a range that cuts the group: the
+        blobs the forward groups left pending (read by the Scale's and the
+        ReLU's backward) are computed first."""
+        for grp in self.forward_groups:
+            grp._compute_pending()
+        g = self.net.graph
+        self.net.layers[li].backward(g.tops[li], g.bottom_need_backward[li], g.bottoms[li])
+
+
 def find_conv_relu(net):
     """[(convolution index, ReLU index)]: a Convolution (not
     Deconvolution; one bottom, one top) directly followed by a ReLU in
@@ -658,15 +774,27 @@ def find_groups(net):
     bn_chains = find_chains(net)
     tails = find_residual_tails(net, bn_chains)
     in_tails = {li for t in tails for li in t}
+    new_top = [NewTopTrainChain(net, *t) for t in find_new_top_chains(
+        net, {li for t in bn_chains for li in t if li is not None})]
+    elt = [c for c in fusion_eltwise.chains_of(net, train=True) if c.first not in in_tails]
+    new_tails = []
+    if config.get("NEW_TOP_TAILS"):
+        chain_at = {c.first: c for c in new_top}
+        elt_at = {c.first: c for c in elt}
+        for b, s, e, r in find_new_top_residual_tails(
+                net, [(c.first, c.layers[1], None) for c in new_top if c.act is None],
+                [(c.first, c.last) for c in elt]):
+            fwd = (chain_at[b], elt_at[e])
+            for grp in fwd:             # their backward is the tail's
+                grp.fuses_backward = False
+            new_tails.append(NewTopResidualTail(net, b, s, e, r, fwd))
     kinds = [("residual block tails (BatchNorm/Scale/Eltwise/ReLU)",
               [ResidualTailChain(net, *t) for t in tails]),
              ("BatchNorm/Scale/activation chains",
               [TrainChain(net, *t) for t in bn_chains if t[0] not in in_tails]),
-             ("BatchNorm/Scale/activation chains writing new tops",
-              [NewTopTrainChain(net, *t) for t in find_new_top_chains(
-                  net, {li for t in bn_chains for li in t if li is not None})]),
-             ("Eltwise/activation chains",
-              [c for c in fusion_eltwise.chains_of(net, train=True) if c.first not in in_tails])]
+             ("BatchNorm/Scale/activation chains writing new tops", new_top),
+             ("Eltwise/activation chains", elt),
+             ("residual block tails writing new tops (backward)", new_tails)]
     taken = {li for _, found in kinds for c in found for li in c.layers}
     pools = [ReLUMaxPoolBackward(net, *t) for t in find_relu_maxpool(net, taken)]
     taken |= {li for c in pools for li in c.layers}
