@@ -12,7 +12,11 @@ backward; ``fuses_forward`` / ``fuses_backward`` say which, default both).
 - ``backward_steps``: in backward order, each step one layer or one group
   (run at its last layer; a group's other layers have no step of their
   own; a backward group may leave layers between its members to their own
-  steps, e.g. a Split and the convolution reading one of its tops).
+  steps, e.g. a Split and the convolution reading one of its tops, or a
+  projection shortcut between a block's Scale and its Eltwise in
+  train.NewTopResidualTail; a group that thereby writes a diff earlier in
+  the backward than the unfused layer would lists it in ``diff_touches``
+  for the diff memory plan, memory.py).
 
 A forward or backward over a range of layers (pycaffe's ``start=``/
 ``end=``) runs a group fused only when the range covers all of it; a group

@@ -13,6 +13,7 @@ import pytest
 from caffe_ocl.plan import eltwise as fusion_eltwise
 from caffe_ocl.plan import train as fusion_train
 from test_fusion_train import _net as fused_net
+from test_fusion_train_new_tops import _solver
 
 HEAD = """
 name: "tails" force_backward: true
@@ -151,21 +152,6 @@ def test_not_when_the_relu_top_is_written_later(monkeypatch):
     assert not _tails(fused)
     assert not any(isinstance(c, fusion_eltwise.EltwiseActChain)
                    for c in fused.plan.train_groups)
-
-
-def _solver(text, monkeypatch, fuse, tmp_path):
-    import caffe_ocl
-    from caffe_ocl.proto import caffe_pb2, parse_net_text
-    monkeypatch.setenv(fusion_train.ENV, "1" if fuse else "0")
-    caffe_ocl.set_random_seed(5)
-    sp = caffe_pb2.SolverParameter()
-    sp.net_param.CopyFrom(parse_net_text(text))
-    sp.base_lr, sp.momentum, sp.lr_policy = 0.2, 0.9, "fixed"
-    sp.max_iter, sp.display, sp.random_seed = 100, 0, 7
-    sp.snapshot_prefix = str(tmp_path / ("f" if fuse else "r"))
-    path = tmp_path / ("solver_f.prototxt" if fuse else "solver_r.prototxt")
-    path.write_text(str(sp))
-    return caffe_ocl.get_solver(str(path))
 
 
 def test_solver_steps_with_shared_diffs(monkeypatch, tmp_path):
