@@ -460,8 +460,12 @@ def run_one(name, args, export_dir, emit):
                         if args.ab:     # the same net built with --ab's settings
                             with bench_zoo.config_override(args.ab):
                                 base_solver = make_solver(weights, weights)
-                            base_solver.net.blobs["data"].data[...] = x
-                            base_solver.net.blobs["label"].data[...] = y
+                                base_solver.net.blobs["data"].data[...] = x
+                                base_solver.net.blobs["label"].data[...] = y
+                                # a first step under the settings too: layers
+                                # build their backward launches at their
+                                # first backward
+                                ours_timer(base_solver)()
                             timers["base"] = ours_timer(base_solver)
                         med, samples = interleave(timers, args.rounds, args.warmup, args.runs)
                         for k, v in med.items():

@@ -34,6 +34,14 @@ __kernel void col2im(int nimg, int C, int H, int W, int KH, int KW,
                      int PH, int PW, int SH, int SW, int DH, int DW, int HO, int WO,
                      __global const float* col, int col_stride,
                      __global float* im, int off_im, int img_stride, int accumulate) {
+#ifdef C2I_FIXED
+    /* the geometry as compile-time constants (ops/conv.py col2im on GPUs):
+     * the index's divisions become multiplications, the window's loops
+     * have known bounds; with them as arguments a strided backward-data's
+     * col2im ran at ~0.4 TB/s on an H200 (2 ms of Wide-ResNet-50's step) */
+    C = C2I_C; H = C2I_H; W = C2I_W; KH = C2I_KH; KW = C2I_KW; PH = C2I_PH; PW = C2I_PW;
+    SH = C2I_SH; SW = C2I_SW; DH = C2I_DH; DW = C2I_DW; HO = C2I_HO; WO = C2I_WO;
+#endif
     const int total = nimg * C * H * W;
     const int ext_h = (KH - 1) * DH + 1, ext_w = (KW - 1) * DW + 1;
     GLOBAL_LOOP(idx, total) {

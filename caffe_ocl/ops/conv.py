@@ -324,10 +324,13 @@ def col2im(dev, g, nimg, col, im, off_im, accumulate=False):
                                                     g.channels * g.height * g.width,
                                                     int(bool(accumulate))])
     gs, ls = work_size(dev, nimg * g.channels * g.height * g.width)
+    fixed = dict(zip(("C2I_C", "C2I_H", "C2I_W", "C2I_KH", "C2I_KW", "C2I_PH", "C2I_PW",
+                      "C2I_SH", "C2I_SW", "C2I_DH", "C2I_DW", "C2I_HO", "C2I_WO"),
+                     _geom_args(g)), C2I_FIXED=1)
     return dev.launch(SRC, "col2im", gs, ls,
                       [nimg] + _geom_args(g) + [col, g.col_rows * g.out_spatial,
                                                 im, off_im, g.channels * g.height * g.width,
-                                                int(bool(accumulate))])
+                                                int(bool(accumulate))], fixed)
 
 
 @dataclass(frozen=True)
@@ -590,6 +593,67 @@ def _gathered_forward(dev, g, chunk, x, weight, y, bias, act, beta, y_off, ych, 
     return out
 
 
+# TF32 backward-data of strided k x k convolutions on GPUs the same way:
+# the columns' gradient dcol = W^T dy as the async loop's GEMM over dy
+# gathered into rows, then col2im adds the taps into dx. The implicit GEMM
+# runs it as one product per stride phase (conv_bwd_data_phase) on the
+# register-staged loop, and the phases of few taps are short products:
+# Wide-ResNet-50's three stride-2 layers took 6.8 ms of a 61 ms TF32
+# training step at batch 64 (~23-40 TFLOP/s). dcol is written and read
+# back once (2 x C*KH*KW x N floats against 2 x C*KH*KW x N x Co flops),
+# hence a floor of GATHERED_BWD_MIN_K output channels. H200, batch 64
+# (bench_gathered_conv.py --backward-data), phases / gathered: Co 512-1024
+# 1.93-4.75 (Wide-ResNet-50 layer4.0.conv2 2.59 -> 0.91 ms, ResNet-18
+# layer4.0.conv1 0.84 -> 0.18), a 5 x 5 of 192 2.42, Co 256 1.10-1.39; Co
+# 128 on 28 x 28 outputs 0.74-0.82 and 64 on 56 x 56 0.68 (their columns'
+# traffic outweighs the product).
+GATHERED_BWD_MIN_K = 192
+
+
+def gathered_backward_data_chunk(dev, g):
+    """Images per GEMM of a backward-data of ``g`` through its columns'
+    gradient (see GATHERED_BWD_MIN_K), or 0 where the implicit GEMM runs
+    it: FP32, GEMM_GATHERED_CONV off, deterministic mode, grouped or 1 x 1
+    windows, stride 1, C * KH * KW not a multiple of 4, fewer than
+    GATHERED_BWD_MIN_K output channels, or chunks too small to fill the
+    compute units."""
+    if (not config.get("GEMM_GATHERED_CONV") or deterministic() or g.groups != 1
+            or (g.kh, g.kw) == (1, 1) or (g.sh, g.sw) == (1, 1)):
+        return 0
+    M, K, hw = g.col_rows, g.out_channels, g.out_spatial
+    t = gpu_tiles(dev, M, K)
+    if (K < GATHERED_BWD_MIN_K or M % 4 or (g.num * hw) % 4
+            or not async_tiles(dev, t, True, True)):
+        return 0
+    chunk = min(g.num, GATHERED_MAX_FLOATS // max((M + K) * hw, 1))
+    if chunk < g.num:               # every chunk's rows start on 16 bytes
+        q = 4 // math.gcd(hw, 4)
+        chunk = chunk // q * q
+    tiles = -(-M // t["TM"]) * -(-chunk * hw // t["TN"])
+    return chunk if chunk and tiles >= max(int(dev.compute_units), 1) else 0
+
+
+def _gathered_backward_data(dev, g, chunk, dy, weight, dx, accumulate):
+    """[launches] of dx (+)= conv^T(dy) for ``g``, gathered_backward_data_chunk
+    images at a time: dy's planes gathered into rows over the chunk, the
+    columns' gradient W^T * rows as a GEMM stored image by image (gemm.cl
+    NFOLD) at the scratch's start, then col2im into dx."""
+    M, K, hw = g.col_rows, g.out_channels, g.out_spatial
+    chw = g.channels * g.height * g.width
+    scratch = dev.shared_scratch(chunk * hw * (M + K))
+    out = []
+    for n0 in range(0, g.num, chunk):
+        gc = replace(g, num=min(chunk, g.num - n0))
+        N = gc.num * hw
+        planes = ConvGeometry(gc.num, K, g.out_h, g.out_w, K, 1, 1)   # dy's, as they lie
+        out += [_gathered_rows(dev, planes, dy, K, scratch, M * N, off_src=n0 * K * hw),
+                gemm(dev, M, N, K, weight, scratch, scratch, trans_a=True, lda=M, off_b=M * N,
+                     ldb=N, nsplit_b=False, ldc=hw, nsplit=hw, nstride=(0, M * hw),
+                     impl="tiled"),
+                col2im(dev, gc, gc.num, scratch, dx, n0 * chw, accumulate)]
+    return out
+
+
 def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0, y_off=0, y_channels=None,
                    residual=None):
     M, K = g.out_channels // g.groups, g.channels // g.groups
@@ -795,6 +859,9 @@ def _igemm_backward_data(dev, g, dy, weight, dx, accumulate, scratch_at=0):
         return _gemm_1x1(dev, g, plan, M, K, weight, dy, g.out_channels, dx, g.channels,
                          scratch_at=scratch_at, trans_a=True, lda=M,
                          beta=1.0 if accumulate else 0.0, stride_a=(0, K * M))
+    chunk = gathered_backward_data_chunk(dev, g)
+    if chunk:
+        return _gathered_backward_data(dev, g, chunk, dy, weight, dx, accumulate)
     if (g.sh, g.sw) != (1, 1) and (g.dh, g.dw) == (1, 1):
         return _phase_backward_data(dev, g, dy, weight, dx, accumulate)
     N = g.num * g.height * g.width

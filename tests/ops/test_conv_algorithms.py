@@ -729,6 +729,71 @@ def test_gathered_columns_forward(d, rng, gathered_forward, monkeypatch, p, max_
     np.testing.assert_array_equal(got[:, 3 + g.out_channels:], y0[:, 3 + g.out_channels:])
 
 
+# (geometry, GATHERED_MAX_FLOATS, images per GEMM) of strided backward-data
+# through the columns' gradient: stride 2 pad 1, 5 x 5 stride 2, dilation 2
+# stride 2, and a chunked batch (room for 9 images of 3 x 3 pixels, 36 + 8
+# rows each, rounded down to 8)
+GATHERED_BWD = [((4, 4, 6, 6, 8, 3, 3, 1, 1, 2, 2, 1, 1, 1), 0, 4),
+                ((2, 4, 7, 6, 12, 5, 5, 2, 2, 2, 2, 1, 1, 1), 0, 2),
+                ((4, 4, 9, 9, 8, 3, 3, 2, 2, 2, 2, 2, 2, 1), 0, 4),
+                ((12, 4, 6, 6, 8, 3, 3, 1, 1, 2, 2, 1, 1, 1), 9 * 9 * 44, 8)]
+
+
+@pytest.mark.parametrize("p,max_floats,chunk", GATHERED_BWD,
+                         ids=["stride2-pad1", "5x5-stride2", "dilated", "chunks"])
+def test_gathered_columns_backward_data(d, rng, monkeypatch, p, max_floats, chunk):
+    """TF32 backward-data of strided k x k layers on GPUs: dy gathered into
+    rows over a chunk of images, the columns' gradient W^T * rows as one
+    GEMM stored image by image, then col2im into dx (accumulating and
+    not); the rule opened to test shapes (the GEMM then runs the FP32
+    tiles here)."""
+    monkeypatch.setattr(conv_ops, "async_tiles", lambda *a: {"ASYNC": 1})
+    monkeypatch.setattr(d.dev, "compute_units", 1)
+    monkeypatch.setattr(conv_ops, "GATHERED_BWD_MIN_K", 1)
+    if max_floats:
+        monkeypatch.setattr(conv_ops, "GATHERED_MAX_FLOATS", max_floats)
+    g = _geom(p)
+    assert conv_ops.gathered_backward_data_chunk(d.dev, g) == chunk
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels, g.kh, g.kw))
+    dy = rng.standard_normal((g.num, g.out_channels, g.out_h, g.out_w))
+    dx_ref = _refs(g, x, w, dy)[2]
+    for accumulate in (False, True):
+        dx0 = rng.standard_normal(x.shape)
+        dxb = d.buf(dx0)
+        launches = conv_ops.backward_data(d.dev, g, d.buf(dy), d.buf(w), dxb, None,
+                                          accumulate=accumulate, algo="igemm")
+        col2im = "col2im_chan" if d.dev.is_cpu else "col2im"
+        assert [ln.name for ln in launches] == ["conv_rows", "gemm", col2im] * -(-g.num // chunk)
+        d.run(launches)
+        assert _rel(d.get(dxb, x.shape), dx_ref + accumulate * dx0) < 1e-5
+
+
+def test_gathered_columns_backward_data_rule(d, monkeypatch, settings):
+    """Where the implicit GEMM keeps a backward-data: stride 1, 1 x 1
+    windows, groups, C*KH*KW not a multiple of 4, fewer output channels
+    than GATHERED_BWD_MIN_K, too few tiles, the setting off, deterministic
+    mode."""
+    monkeypatch.setattr(conv_ops, "async_tiles", lambda *a: {"ASYNC": 1})
+    monkeypatch.setattr(d.dev, "compute_units", 1)
+    monkeypatch.setattr(conv_ops, "GATHERED_BWD_MIN_K", 8)
+    ok = _geom((4, 4, 6, 6, 8, 3, 3, 1, 1, 2, 2, 1, 1, 1))
+    assert conv_ops.gathered_backward_data_chunk(d.dev, ok) == 4
+    for p in [(4, 4, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1),
+              (4, 4, 6, 6, 8, 1, 1, 0, 0, 2, 2, 1, 1, 1),
+              (4, 4, 6, 6, 8, 3, 3, 1, 1, 2, 2, 1, 1, 2),
+              (4, 3, 6, 6, 8, 3, 3, 1, 1, 2, 2, 1, 1, 1),
+              (4, 4, 6, 6, 7, 3, 3, 1, 1, 2, 2, 1, 1, 1)]:
+        assert conv_ops.gathered_backward_data_chunk(d.dev, _geom(p)) == 0, p
+    monkeypatch.setattr(d.dev, "compute_units", 2)
+    assert conv_ops.gathered_backward_data_chunk(d.dev, ok) == 0
+    monkeypatch.setattr(d.dev, "compute_units", 1)
+    with config.override(GEMM_GATHERED_CONV=False):
+        assert conv_ops.gathered_backward_data_chunk(d.dev, ok) == 0
+    settings(DETERMINISTIC=True)
+    assert conv_ops.gathered_backward_data_chunk(d.dev, ok) == 0
+
+
 def test_gemm_1x1_wide_rule(d, monkeypatch):
     """1x1 forwards of 64 input channels take the folded GEMM from 256
     output channels on (GEMM_1X1_MIN_K_WIDE), not below."""
