@@ -254,20 +254,31 @@ __kernel void bn_scale_act_fwd_runs(int n, int C, int I, __global const float* x
  * -> Scale in place on x, Eltwise SUM with the shortcut s, in-place ReLU:
  *   xnorm = (x - mean) / stdv,  t = gamma * xnorm + beta,
  *   y = relu(c_t * t + c_s * s)  (act_a = negative_slope),
- * t written back into x (in place, as the unfused layers leave it). */
+ * t written back into x (in place, as the unfused layers leave it) unless
+ * WRITE_T is 0 (ONNX's form, plan/train.py NewTopResidualTail: x is
+ * BatchNorm's bottom, kept; SNAP as bn_scale_act_fwd's). */
+#ifndef WRITE_T
+#define WRITE_T 1
+#endif
 __kernel void bn_scale_add_relu_fwd(int n, int C, int I, __global float* x,
                                     __global const float* mean, __global const float* stdv,
                                     __global const float* gamma, __global const float* beta,
                                     __global float* xnorm, float c_t,
                                     __global const float* s, float c_s,
-                                    __global float* y, float act_a) {
+                                    __global float* y, float act_a,
+                                    __global float* gsnap, __global float* bsnap) {
+#if SNAP
+    bn_snap_params(C, gamma, beta, gsnap, bsnap);
+#endif
     const int IV = I / VEC;
     GLOBAL_LOOP(k, n / VEC) {
         const int c = (k / IV) % C;
         const floatv xn = (VLOAD(k, x) - mean[c]) / stdv[c];
         VSTORE(xn, k, xnorm);
         const floatv t = fma((floatv)gamma[c], xn, (floatv)beta[c]);
+#if WRITE_T
         VSTORE(t, k, x);
+#endif
         const floatv v = fma((floatv)c_t, t, c_s * VLOAD(k, s));
         VSTORE(select(act_a * v, v, v > (floatv)0.0f), k, y);
     }

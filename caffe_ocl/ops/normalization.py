@@ -140,16 +140,20 @@ def _bn_scale_finish(dev, O, C, I, part, chunks, dy, gscale, xnorm, gamma, beta,
 
 
 def residual_tail_forward(dev, O, C, I, x, mean, stdv, gamma, beta, xnorm, c_t, s, c_s, y,
-                          slope):
+                          slope, write_t=True, snap=None):
     """TRAIN BatchNorm -> Scale -> Eltwise SUM -> ReLU after the statistics
     (bn_train_stats of x): xnorm = (x - mean) / stdv, t = gamma * xnorm +
-    beta (written back into x), y = relu(c_t * t + c_s * s), one pass."""
+    beta (written back into x when ``write_t``: the in-place layers' x), y =
+    relu(c_t * t + c_s * s), one pass. ``snap``: (gamma copy, beta copy)
+    buffers the pass also fills (as bn_scale_act_forward's)."""
     n = O * C * I
     vec = vec_of(I)
     g, l = vec_work_size(dev, n // vec, vec)
+    defs = {"VEC": vec, "WRITE_T": int(bool(write_t)), "SNAP": int(snap is not None)}
+    extra = list(snap) if snap is not None else [gamma, beta]     # untouched without SNAP
     return dev.launch(SRC, "bn_scale_add_relu_fwd", g, l,
                       [n, C, I, x, mean, stdv, gamma, beta, xnorm, float(c_t), s, float(c_s),
-                       y, float(slope)], {"VEC": vec})
+                       y, float(slope)] + extra, defs)
 
 
 def residual_tail_backward(dev, O, C, I, dy, y, xnorm, gamma, beta, stdv, dx, dgamma, dbeta,

@@ -455,41 +455,51 @@ def find_new_top_residual_tails(net, new_top_chains, eltwise_chains):
     return out
 
 
-class NewTopResidualTail(TrainChain):
-    """The backward of a ``find_new_top_residual_tails`` block end as one
+class NewTopResidualTail(NewTopTrainChain):
+    """A ``find_new_top_residual_tails`` block end. Backward as one
     (``residual_tail_backward``: one split reduction that gates the ReLU's
     gradient by its output, writes the shortcut's gradient and sums
     BatchNorm/Scale's per-channel terms; then BatchNorm's input gradient in
     one pass), where layer by layer it is the ReLU's backward, a copy per
     Eltwise bottom, then the chain's (7 passes over the block's output
-    against 12). Forward: the chain (``NewTopTrainChain``) and the
-    Eltwise/ReLU pair (``eltwise.EltwiseActChain``) run fused on their own;
-    their backwards are this group's (``fuses_backward`` False on them).
+    against 12).
+
+    Forward: where the four layers are consecutive (an identity shortcut),
+    one pass after the statistics writes x_norm and the ReLU's output
+    (``residual_tail_forward``), BatchNorm's and Scale's tops and the sum
+    computed when read (as NewTopTrainChain's, the sum by the Eltwise's
+    own forward); 5 passes over the block's output against 7 with the
+    chain and the Eltwise/ReLU pair apart. Otherwise (``forward_groups``:
+    a projection shortcut between the Scale and the Eltwise, as ONNX export
+    orders a stage's first unit) the chain (``NewTopTrainChain``) and the
+    pair (``eltwise.EltwiseActChain``) run their forwards fused on their
+    own and their backwards are this group's (``fuses_backward`` False on
+    them).
 
     Values: BatchNorm's bottom and the shortcut get their unfused
     gradients, the sum's diff g (where the diff memory plan does not share
     it); BatchNorm's and Scale's tops get no diff (as NewTopTrainChain).
-    The group runs at the ReLU, before the backward of layers between the
-    Eltwise and the Scale (a projection shortcut): it writes the diffs of
-    BatchNorm's bottom and of the shortcut there, which the diff memory
-    plan is told (``diff_touches``)."""
-    fuses_forward = False
+    The backward runs at the ReLU, before the backward of layers between
+    the Eltwise and the Scale: it writes the diffs of BatchNorm's bottom
+    and of the shortcut there, which the diff memory plan is told
+    (``diff_touches``)."""
 
-    def __init__(self, net, b, s, e, r, forward_groups):
+    def __init__(self, net, b, s, e, r, forward_groups=()):
         super().__init__(net, b, s, None)
         g = net.graph
         self.layers = [b, s, e, r]
         self.last = r
-        self.x = g.bottoms[b][0]
         self.eltwise = net.layers[e]
         self.slope = act_of(net.layers[r])[1]
         bots = g.bottoms[e]
-        t2 = g.tops[s][0]
-        self.ti = 0 if bots[0] is t2 else 1
+        self.ti = 0 if bots[0] is self.t2 else 1
         self.short = bots[1 - self.ti]
         self.top = g.tops[e][0]           # the sum (keep_top_diff looks at it)
         self.y = g.tops[r][0]             # the ReLU's output (the sum itself in place)
-        self.forward_groups = forward_groups
+        self.forward_groups = tuple(forward_groups)
+        self.fuses_forward = not self.forward_groups
+        pending = [self.t1, self.t2] + ([self.top] if self.top is not self.y else [])
+        self._init_pending(pending if self.fuses_forward else [], [])
         self.want_ds = g.bottom_need_backward[e][1 - self.ti]
         self.diff_touches = [(self.x, True)] + ([(self.short, True)] if self.want_ds else [])
         self.diff_plan_seen = None      # eltwise.keep_top_diff's cache
@@ -498,26 +508,40 @@ class NewTopResidualTail(TrainChain):
         dev = self.bn.device
         O, C, I = self.bn.dims
         c = self.eltwise.coeffs
-        gamma, beta, dbeta, mean, std, xnorm = self._params()
+        c_t, c_s = c[self.ti], c[1 - self.ti]
+        stats, gamma, beta, dbeta, mean, std, xnorm = self._operands()
         self.fwd = []
+        if self.fuses_forward:
+            self.fwd = stats + [norm_ops.residual_tail_forward(
+                dev, O, C, I, self.x.data_buffer(), mean, std, gamma.data_buffer(), beta,
+                xnorm, c_t, self.short.data_buffer(), c_s, self.y.data_buffer(), self.slope,
+                write_t=False, snap=self._snapshot())]
         self.bwd = norm_ops.residual_tail_backward(
             dev, O, C, I, self.y.diff_buffer(), self.y.data_buffer(), xnorm,
             gamma.data_buffer(), beta, std, self.x.diff_buffer(), gamma.diff_buffer(), dbeta,
-            c[self.ti], self.short.diff_buffer() if self.want_ds else None, c[1 - self.ti],
+            c_t, self.short.diff_buffer() if self.want_ds else None, c_s,
             self.slope, fusion_eltwise.keep_top_diff(self), g_out=self.top.diff_buffer())
         if self.x.count == 0:
-            self.bwd = []
+            self.fwd, self.bwd = [], []
 
     def _build_key(self):
         return super()._build_key() + (
-            self.eltwise.reshape_count, self.short.diff_buffer(), self.top.diff_buffer(),
-            self.y.data_buffer(), self.y.diff_buffer(), fusion_eltwise.keep_top_diff(self))
+            self.eltwise.reshape_count, self.short.data_buffer(), self.short.diff_buffer(),
+            self.top.diff_buffer(), fusion_eltwise.keep_top_diff(self))
+
+    def _compute(self):
+        """BatchNorm's and Scale's tops (NewTopTrainChain's), then the sum
+        by the Eltwise's own forward from them and the shortcut."""
+        super()._compute()
+        if self.top is not self.y:
+            e, g = self.layers[2], self.net.graph
+            self.net.layers[e].forward(g.bottoms[e], g.tops[e])
 
     def run(self):
-        raise AssertionError("NewTopResidualTail fuses the backward only")
+        self.short.data_mem.to_device()
+        super().run()
 
     def backward(self):
-        self.y.diff_mem.to_device()
         self.y.data_mem.to_device()
         super().backward()
         if self.want_ds:
@@ -527,9 +551,9 @@ class NewTopResidualTail(TrainChain):
 
     def backward_member(self, li):
         """Layer ``li``'s own backward in a range that cuts the group: the
-        blobs the forward groups left pending (read by the Scale's and the
-        ReLU's backward) are computed first."""
-        for grp in self.forward_groups:
+        blobs left pending (read by the Scale's and the ReLU's backward) are
+        computed first."""
+        for grp in (self,) + self.forward_groups:
             grp._compute_pending()
         g = self.net.graph
         self.net.layers[li].backward(g.tops[li], g.bottom_need_backward[li], g.bottoms[li])
@@ -785,6 +809,10 @@ def find_groups(net):
                 net, [(c.first, c.layers[1], None) for c in new_top if c.act is None],
                 [(c.first, c.last) for c in elt]):
             fwd = (chain_at[b], elt_at[e])
+            if r == b + 3:              # consecutive: one forward too
+                new_top.remove(fwd[0])
+                elt.remove(fwd[1])
+                fwd = ()
             for grp in fwd:             # their backward is the tail's
                 grp.fuses_backward = False
             new_tails.append(NewTopResidualTail(net, b, s, e, r, fwd))
@@ -794,7 +822,7 @@ def find_groups(net):
               [TrainChain(net, *t) for t in bn_chains if t[0] not in in_tails]),
              ("BatchNorm/Scale/activation chains writing new tops", new_top),
              ("Eltwise/activation chains", elt),
-             ("residual block tails writing new tops (backward)", new_tails)]
+             ("residual block tails writing new tops", new_tails)]
     taken = {li for _, found in kinds for c in found for li in c.layers}
     pools = [ReLUMaxPoolBackward(net, *t) for t in find_relu_maxpool(net, taken)]
     taken |= {li for c in pools for li in c.layers}

@@ -94,6 +94,12 @@ def test_tail_fused_equals_layer_by_layer(monkeypatch, projection, out, coeffs, 
     ref, fused = _pair(monkeypatch, text)
     assert not _tails(ref)
     assert [c.describe() for c in _tails(fused)] == [f"bn3 -> s3 -> sum -> relu"]
+    # one forward where the four layers are consecutive (identity shortcut),
+    # else the chain and the Eltwise/ReLU pair run theirs
+    assert _tails(fused)[0].fuses_forward == (not projection)
+    fwd_groups = [c.describe() for c in fused.plan.train_groups
+                  if getattr(c, "fuses_forward", True)]
+    assert ("bn3 -> s3" in fwd_groups) == projection
     for net in (ref, fused):
         for _ in range(2):              # twice: the moving averages accumulate
             net.forward()
@@ -154,12 +160,15 @@ def test_not_when_the_relu_top_is_written_later(monkeypatch):
                    for c in fused.plan.train_groups)
 
 
-def test_solver_steps_with_shared_diffs(monkeypatch, tmp_path):
+@pytest.mark.parametrize("projection", [True, False])
+def test_solver_steps_with_shared_diffs(monkeypatch, tmp_path, projection):
     """A Solver's net shares activation diffs by liveness (plan/memory.py):
     the group writes the diffs of BatchNorm's bottom and of the projection
     shortcut at the ReLU, before the projection's own backward; the plan
-    must not hand those buffers to the projection's diffs meanwhile."""
-    text = net_text(True).replace("force_backward: true", "")
+    must not hand those buffers to the projection's diffs meanwhile. The
+    blobs the fused forward leaves pending hold that forward's values after
+    the update changed the Scale's parameters."""
+    text = net_text(projection).replace("force_backward: true", "")
     ref = _solver(text, monkeypatch, False, tmp_path)
     fused = _solver(text, monkeypatch, True, tmp_path)
     assert fused.net.memory_plan is not None and len(_tails(fused.net)) == 1
@@ -174,9 +183,13 @@ def test_solver_steps_with_shared_diffs(monkeypatch, tmp_path):
     for _ in range(3):
         for s in (ref, fused):
             s.step(1)
-    for lname in ("c0", "bn0", "s0", "c3", "bn3", "s3", "cp", "bnp", "sp", "fc"):
+    layers = ["c0", "bn0", "s0", "c3", "bn3", "s3", "fc"] + (
+        ["cp", "bnp", "sp"] if projection else [])
+    for lname in layers:
         for i, (a, b) in enumerate(zip(fused.net.params[lname], ref.net.params[lname])):
             _close(a.data, b.data, f"{lname}[{i}] after 3 steps", rtol=1e-3, atol=1e-5)
+    for name in ("b3", "t3", "sum", "y"):
+        _close(fused.net.blobs[name].data, ref.net.blobs[name].data, name, rtol=1e-3, atol=1e-4)
 
 
 def test_diff_plan_sees_the_writes_at_the_relu(monkeypatch):
