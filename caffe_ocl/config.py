@@ -210,8 +210,10 @@ _DECLARED = (
             "(off: the implicit-GEMM kernel)", internal=True),
     Setting("GEMM_GATHERED_CONV", "bool", True,
             "GPUs, TF32: k x k convolution forwards with at least 512 output channels "
-            "gather their columns into rows over the batch and run the async GEMM "
-            "(off: the implicit-GEMM kernel)", internal=True),
+            "gather their columns into rows over the batch and run the async GEMM, and "
+            "strided k x k backward-data with at least 192 output channels runs the "
+            "columns' gradient as that GEMM then col2im (off: the implicit-GEMM "
+            "kernel)", internal=True),
     Setting("POOL_BWD_TILES", "bool", True,
             "GPU max-pooling backward in its scatter form where the windows tile "
             "the input (kernel = stride, no padding)", internal=True),
