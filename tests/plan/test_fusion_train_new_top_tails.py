@@ -131,21 +131,24 @@ def test_tail_without_shortcut_gradient(monkeypatch):
              ["c0", "bn0", "s0", "c3", "bn3", "s3", "fc"])
 
 
-def test_ranges_cutting_the_tail(monkeypatch):
-    """A backward range that ends inside the group runs its layers one by
-    one; the ReLU's backward reads the pending sum (computed first)."""
-    text = net_text(True)
+@pytest.mark.parametrize("projection", [True, False])
+def test_ranges_cutting_the_tail(monkeypatch, projection):
+    """Ranges that cut the group run its layers one by one on the right
+    inputs: a forward from the Scale (reading BatchNorm's pending top), a
+    backward that ends at the ReLU (reading the pending sum)."""
+    text = net_text(projection)
     ref, fused = _pair(monkeypatch, text)
     for net in (ref, fused):
         net.forward()
         net.backward()
     for net in (ref, fused):
-        net.params["fc"][0].data[...] *= 1.5
-        net.forward(start="fc")
+        net.params["s3"][0].data[...] *= 1.5
+        net.forward(start="s3")                     # the Scale reads b3 (pending)
         net.backward(start="loss", end="relu")    # the ReLU alone: cuts the group
         net.backward(start="sum", end="c0")
-    _compare(ref, fused, ["loss"], ["sum", "short", "c3", "cp", "a0"],
-             ["c3", "bn3", "s3", "cp", "bnp", "sp", "c0"])
+    short = "short" if projection else "a0"
+    _compare(ref, fused, ["loss", "t3", "sum", "y"], ["sum", short, "c3", "a0"],
+             ["c3", "bn3", "s3", "c0"] + (["cp", "bnp", "sp"] if projection else []))
 
 
 def test_not_when_the_relu_top_is_written_later(monkeypatch):
