@@ -171,9 +171,22 @@ __kernel void pad_planes(int units, int H, int W, int PH, int PW,
  * per group), written in order. */
 __kernel void flip_weights(int total, int M, int C, int KK,
                            __global const float* w, __global float* wt, int off_wt) {
-    GLOBAL_LOOP(i, total) {
-        const int k = i % KK, t = i / KK, co = t % M, t2 = t / M, c = t2 % C, g = t2 / C;
+    /* each work-item's contiguous chunk (CPU launches: work-groups of one)
+     * walked with counters: five divisions per element made this pass 52
+     * of a 460 ms converted ResNet-50 step on PoCL */
+    const int chunk = _gl_chunk(total);
+    const int i0 = min(total, (int)get_global_id(0) * chunk), i1 = min(total, i0 + chunk);
+    if (i0 >= i1) return;
+    int k = i0 % KK, t = i0 / KK, co = t % M, t2 = t / M, c = t2 % C, g = t2 / C;
+    for (int i = i0; i < i1; ++i) {
         wt[off_wt + i] = w[((g * M + co) * C + c) * KK + (KK - 1 - k)];
+        if (++k == KK) {
+            k = 0;
+            if (++co == M) {
+                co = 0;
+                if (++c == C) { c = 0; ++g; }
+            }
+        }
     }
 }
 

@@ -923,3 +923,19 @@ def test_igemm_backward_data_accumulates_both_stores(d, rng, monkeypatch, staged
         d.run(conv_ops.backward_data(d.dev, g, d.buf(dy), d.buf(w), dxb, None,
                                      accumulate=True, algo="igemm"))
         assert _rel(d.get(dxb, x.shape), dx0 + dx_ref) < 1e-5, stride
+
+
+@pytest.mark.parametrize("items", [1, 5, 7])
+def test_flip_weights_chunks(d, rng, items):
+    """CPU drivers' flipped weight for stride-1 backward-data
+    (im2col.cl flip_weights): wt[g][c][co][KK-1-k] = w[g][co][c][k], each
+    work-item walking its chunk with counters; chunks that start and end
+    inside a tap row, an output channel and a group."""
+    G, M, C, KK = 3, 5, 4, 6
+    w = rng.standard_normal((G, M, C, KK)).astype(np.float32)
+    want = w[:, :, :, ::-1].transpose(0, 2, 1, 3)
+    total = w.size
+    wt = d.buf(np.full(total + 3, np.nan))
+    d.run([d.dev.launch(conv_ops.SRC, "flip_weights", (items,), (1,),
+                        [total, M, C, KK, d.buf(w), wt, 3])])
+    np.testing.assert_array_equal(d.get(wt, (total + 3,))[3:].reshape(want.shape), want)
