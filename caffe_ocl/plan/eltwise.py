@@ -83,7 +83,8 @@ def new_top_ok(graph, e, y):
 
 
 class EltwiseActChain(PendingTops, LayerPair):
-    """One Eltwise SUM + in-place activation; the ``ChainPlan`` interface
+    """One Eltwise SUM + activation (in place on the sum, or at TRAIN a
+    ReLU writing a new top, the sum then pending); the ``ChainPlan`` interface
     (layers, first, last, run) plus ``backward``. ``loses_values``: with a
     ReLU every blob holds what the unfused layers would leave in it, so a
     TEST net folding only such chains can still run backward layer by
