@@ -565,8 +565,18 @@ def gathered_forward_chunk(dev, g):
     if (M < GATHERED_MIN_M or K % 4 or (g.num * hw) % 4
             or not async_tiles(dev, t, True, True) or forward_splitk(dev, g)[0] != 1):
         return 0
-    chunk = min(g.num, GATHERED_MAX_FLOATS // max(K * hw, 1))
-    if chunk < g.num:               # every chunk's columns start on 16 bytes
+    return _gathered_chunk(dev, g, t, M, K * hw)
+
+
+def _gathered_chunk(dev, g, t, M, floats_per_image):
+    """Images per GEMM of a gathered pass over ``g``'s output planes: as
+    many as GATHERED_MAX_FLOATS of scratch hold at ``floats_per_image``,
+    rounded so that every chunk's rows start on 16 bytes; 0 where an M x
+    (chunk pixels) product in tiles ``t`` would not fill the compute
+    units."""
+    hw = g.out_spatial
+    chunk = min(g.num, GATHERED_MAX_FLOATS // max(floats_per_image, 1))
+    if chunk < g.num:
         q = 4 // math.gcd(hw, 4)
         chunk = chunk // q * q
     tiles = -(-M // t["TM"]) * -(-chunk * hw // t["TN"])
@@ -625,12 +635,7 @@ def gathered_backward_data_chunk(dev, g):
     if (K < GATHERED_BWD_MIN_K or M % 4 or (g.num * hw) % 4
             or not async_tiles(dev, t, True, True)):
         return 0
-    chunk = min(g.num, GATHERED_MAX_FLOATS // max((M + K) * hw, 1))
-    if chunk < g.num:               # every chunk's rows start on 16 bytes
-        q = 4 // math.gcd(hw, 4)
-        chunk = chunk // q * q
-    tiles = -(-M // t["TM"]) * -(-chunk * hw // t["TN"])
-    return chunk if chunk and tiles >= max(int(dev.compute_units), 1) else 0
+    return _gathered_chunk(dev, g, t, M, (M + K) * hw)
 
 
 def _gathered_backward_data(dev, g, chunk, dy, weight, dx, accumulate):

@@ -674,13 +674,14 @@ def test_gemm_1x1_gathered_rows(d, rng, monkeypatch):
 
 
 @pytest.fixture
-def gathered_forward(d, monkeypatch):
-    """The gathered-columns forward's rule opened to test shapes (its GEMM
-    then runs the FP32 tiles here): any output channels, one compute unit
-    (one tile fills it)."""
+def gathered_rules(d, monkeypatch):
+    """The gathered-columns rules (forward and strided backward-data)
+    opened to test shapes (their GEMMs then run the FP32 tiles here): any
+    output channels, one compute unit (one tile fills it)."""
     monkeypatch.setattr(conv_ops, "async_tiles", lambda *a: {"ASYNC": 1})
     monkeypatch.setattr(d.dev, "compute_units", 1)
     monkeypatch.setattr(conv_ops, "GATHERED_MIN_M", 1)
+    monkeypatch.setattr(conv_ops, "GATHERED_BWD_MIN_K", 1)
 
 
 # (geometry, GATHERED_MAX_FLOATS, images per GEMM): stride 2 pad 1 (rows
@@ -695,7 +696,7 @@ GATHERED = [((4, 4, 6, 6, 8, 3, 3, 1, 1, 2, 2, 1, 1, 1), 0, 4),
 
 @pytest.mark.parametrize("p,max_floats,chunk", GATHERED,
                          ids=["stride2-pad1", "5x5", "dilated", "chunks"])
-def test_gathered_columns_forward(d, rng, gathered_forward, monkeypatch, p, max_floats,
+def test_gathered_columns_forward(d, rng, gathered_rules, monkeypatch, p, max_floats,
                                   chunk):
     """TF32 forwards of k x k layers on GPUs: columns gathered into rows
     over the batch (im2col.cl conv_rows), then one GEMM per chunk of
@@ -741,15 +742,12 @@ GATHERED_BWD = [((4, 4, 6, 6, 8, 3, 3, 1, 1, 2, 2, 1, 1, 1), 0, 4),
 
 @pytest.mark.parametrize("p,max_floats,chunk", GATHERED_BWD,
                          ids=["stride2-pad1", "5x5-stride2", "dilated", "chunks"])
-def test_gathered_columns_backward_data(d, rng, monkeypatch, p, max_floats, chunk):
+def test_gathered_columns_backward_data(d, rng, gathered_rules, monkeypatch, p, max_floats,
+                                        chunk):
     """TF32 backward-data of strided k x k layers on GPUs: dy gathered into
     rows over a chunk of images, the columns' gradient W^T * rows as one
     GEMM stored image by image, then col2im into dx (accumulating and
-    not); the rule opened to test shapes (the GEMM then runs the FP32
-    tiles here)."""
-    monkeypatch.setattr(conv_ops, "async_tiles", lambda *a: {"ASYNC": 1})
-    monkeypatch.setattr(d.dev, "compute_units", 1)
-    monkeypatch.setattr(conv_ops, "GATHERED_BWD_MIN_K", 1)
+    not)."""
     if max_floats:
         monkeypatch.setattr(conv_ops, "GATHERED_MAX_FLOATS", max_floats)
     g = _geom(p)
@@ -769,13 +767,11 @@ def test_gathered_columns_backward_data(d, rng, monkeypatch, p, max_floats, chun
         assert _rel(d.get(dxb, x.shape), dx_ref + accumulate * dx0) < 1e-5
 
 
-def test_gathered_columns_backward_data_rule(d, monkeypatch, settings):
+def test_gathered_columns_backward_data_rule(d, gathered_rules, monkeypatch, settings):
     """Where the implicit GEMM keeps a backward-data: stride 1, 1 x 1
     windows, groups, C*KH*KW not a multiple of 4, fewer output channels
     than GATHERED_BWD_MIN_K, too few tiles, the setting off, deterministic
     mode."""
-    monkeypatch.setattr(conv_ops, "async_tiles", lambda *a: {"ASYNC": 1})
-    monkeypatch.setattr(d.dev, "compute_units", 1)
     monkeypatch.setattr(conv_ops, "GATHERED_BWD_MIN_K", 8)
     ok = _geom((4, 4, 6, 6, 8, 3, 3, 1, 1, 2, 2, 1, 1, 1))
     assert conv_ops.gathered_backward_data_chunk(d.dev, ok) == 4
@@ -806,7 +802,7 @@ def test_gemm_1x1_wide_rule(d, monkeypatch):
     assert conv_ops._igemm_forward_plan(d.dev, replace(wide, channels=32)) is None
 
 
-def test_gathered_columns_rule(d, gathered_forward, monkeypatch, settings):
+def test_gathered_columns_rule(d, gathered_rules, monkeypatch, settings):
     """Where the implicit-GEMM kernel keeps a k x k forward: 1 x 1 windows,
     groups, weight rows not on 16 bytes (C*KH*KW = 27), columns not on 16
     bytes, too few tiles for the compute units, the setting off, and
