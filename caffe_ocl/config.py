@@ -77,6 +77,12 @@ _DECLARED = (
     Setting("WINOGRAD_TILE", "choice", "4",
             "Winograd output tile: 4 = F(4x4,3x3), 2 = the more accurate F(2x2,3x3)",
             choices=("2", "4")),
+    Setting("WINOGRAD_TILE_TF32_TRAIN", "choice", "2",
+            "Winograd 3x3 output tile of a TRAIN net's forwards where the GEMMs "
+            "run in TF32: 2 = F(2x2,3x3), whose TF32 error is ~1.5x a direct TF32 "
+            "convolution's (F(4x4,3x3): ~10x, which put ResNet-18's gradients 3x "
+            "further from float64 than cuDNN's); 4 = WINOGRAD_TILE's speed",
+            choices=("2", "4")),
     Setting("WINOGRAD_BWD_WEIGHT", "bool", True,
             "Winograd layers also compute the weight gradient by Winograd "
             "(off: the dense weight gradient)"),
@@ -211,7 +217,7 @@ _DECLARED = (
     Setting("GEMM_GATHERED_CONV", "bool", True,
             "GPUs, TF32: k x k convolution forwards with at least 512 output channels "
             "gather their columns into rows over the batch and run the async GEMM, and "
-            "strided k x k backward-data with at least 192 output channels runs the "
+            "strided k x k backward-data with at least 64 output channels runs the "
             "columns' gradient as that GEMM then col2im (off: the implicit-GEMM "
             "kernel)", internal=True),
     Setting("POOL_BWD_TILES", "bool", True,

@@ -29,6 +29,7 @@ from .plan import trace
 from .proto import caffe_pb2, read_net, read_net_prototxt, upgrade_net
 from .proto import blobproto_to_array, write_binary
 from .ops import pointwise
+from .ops import winograd as wino_ops
 from .pycaffe_net import (NetPycaffeMixin, BEFORE_FORWARD, AFTER_FORWARD,
                           BEFORE_BACKWARD, AFTER_BACKWARD)
 
@@ -267,7 +268,8 @@ class Net(NetPycaffeMixin):
             self.copy_from(weights)
         # the planning stage: passes over self.graph -> the steps forward and
         # backward run (caffe_ocl/plan/execution.py)
-        self.plan = execution.build(self, fold)
+        with self._forward_builds():
+            self.plan = execution.build(self, fold)
         self._tracer = trace.ForwardTracer(self) if trace.ForwardTracer.enabled(self) else None
         if share_diffs:
             self.set_share_diffs(True)
@@ -558,6 +560,13 @@ class Net(NetPycaffeMixin):
             self.memory_plan = None
 
     # ---- running ---------------------------------------------------------
+    def _forward_builds(self):
+        """The context the plan's groups build their launches in (at the
+        plan's build, or lazily at their first run): a TRAIN net's, for the
+        Winograd tile of its forwards (ops/winograd.py train_forwards;
+        layers enter it themselves, Layer.builds)."""
+        return wino_ops.train_forwards() if self.phase == TRAIN else nullcontext()
+
     def reshape(self):
         for li, layer in enumerate(self.layers):
             layer.reshape_if_needed(self._bottom_vecs[li], self._top_vecs[li])
@@ -579,8 +588,9 @@ class Net(NetPycaffeMixin):
             reshaped = self._tracer.forward(start, end, self._forward_step)
         else:
             reshaped = False
-            for li, action in self.plan.forward_schedule(start, end):
-                reshaped |= self._forward_step(li, action)
+            with self._forward_builds():
+                for li, action in self.plan.forward_schedule(start, end):
+                    reshaped |= self._forward_step(li, action)
         if reshaped and self.memory_plan is not None:
             self.memory_plan.refresh()      # shapes changed: plan the diffs again
 

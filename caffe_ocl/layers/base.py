@@ -15,12 +15,14 @@ kernels. Layers whose work is not a fixed list of launches override
 ``forward_impl``/``backward_impl`` instead.
 """
 import difflib
+from contextlib import nullcontext
 
 from .. import config
 from ..blob import LAYOUT, Blob
 from ..device import get_device
 from ..errors import LayerError, NetError, ShapeError
 from ..ops import pointwise
+from ..ops import winograd as wino_ops
 from ..proto import caffe_pb2
 from ..proto import forks
 
@@ -150,7 +152,8 @@ class Layer:
             self.param_propagate_down = [True] * len(self.blobs)
         if self.propagate_down is None:
             self.propagate_down = [False] * len(bottom)
-        self.reshape(bottom, top)
+        with self.builds():
+            self.reshape(bottom, top)
         self.set_loss_weights(top)
         self._shapes = [b.shape for b in bottom]
         self._reshapes = 1
@@ -173,7 +176,8 @@ class Layer:
         shapes = [b.shape for b in bottom]
         changed = shapes != self._shapes
         if changed:
-            self.reshape(bottom, top)
+            with self.builds():
+                self.reshape(bottom, top)
             self._shapes = shapes
             self._reshapes += 1
             self._fill_loss_diffs(top)
@@ -194,8 +198,15 @@ class Layer:
     def rebind(self, bottom, top):
         """Rebuild the launch plans after a parameter blob changed storage
         (shared weights): same shapes, new buffers to bind."""
-        self.reshape(bottom, top)
+        with self.builds():
+            self.reshape(bottom, top)
         self._reshapes += 1
+
+    def builds(self):
+        """The context this layer builds its launches in: a TRAIN layer's
+        forwards may take another Winograd tile (ops/winograd.py
+        train_forwards)."""
+        return wino_ops.train_forwards() if self.phase == caffe_pb2.TRAIN else nullcontext()
 
     def set_loss_weights(self, top):
         lw = list(self.param.loss_weight)

@@ -144,9 +144,12 @@ def algorithm(dev, g, algo=None, pass_=None):
         wino_ops.check_eligible(g)
         return algo
     gw = per_image(g) if det else g
-    if algo is None and wino_ops.use_auto(dev, gw) and wino_ops.fits(g) and \
+    # a forward is judged with the tile it would run (a TRAIN net's under
+    # TF32 takes F(2x2): ops/winograd.py forward_default_tile)
+    tile = wino_ops.forward_default_tile(dev) if pass_ == "forward" and g.kh == 3 else None
+    if algo is None and wino_ops.use_auto(dev, gw, tile) and wino_ops.fits(g, tile) and \
             (wino_ops.env_override() or det or
-             (_winograd_fills_tiles(dev, g) and _winograd_outweighs_launches(dev, g))):
+             (_winograd_fills_tiles(dev, g, tile) and _winograd_outweighs_launches(dev, g))):
         return "winograd"
     # --- end Winograd hook
     if algo in (None, "depthwise") and dw_ops.eligible(g):
@@ -161,14 +164,15 @@ def _fill(n, tile):
     return n / float(-(-max(n, 1) // tile) * tile)
 
 
-def _winograd_fills_tiles(dev, g):
+def _winograd_fills_tiles(dev, g, tile=None):
     """GPUs: whether Winograd still wins once both algorithms' GEMM tiles
     are counted with the columns they leave empty. Winograd's GEMMs have
     one column per output tile of the batch (4 for a 7 x 7 plane at batch
     1, in a 128-column tile: 3% used), the implicit GEMM one per output
     pixel (49: 38%), and its few tiles are split along K to fill the device
     (forward_splitk), so at batch 1-4 on small planes the arithmetic saving
-    of ``estimated_speedup`` is lost to empty columns (not in deterministic
+    of ``estimated_speedup`` is lost to empty columns (``tile``: the
+    Winograd tile judged, None: the setting's; not in deterministic
     mode: the choice would depend on the batch): Winograd stays where
     the model's speedup times the ratio of filled columns is at least 1
     (batch 16 on 7 x 7 x 512: 1.94 x 0.5 / 0.875 = 1.11, kept; batch 1 on
@@ -177,9 +181,10 @@ def _winograd_fills_tiles(dev, g):
     if dev.is_cpu or not config.get("WINOGRAD_OCCUPANCY"):
         return True
     tn = gpu_tiles(dev, g.out_channels // g.groups)["TN"]
-    wino = _fill(wino_ops.batch_tiles(g, wino_ops.tile_for(g)), tn)
+    wino = _fill(wino_ops.batch_tiles(g, wino_ops.tile_for(g, tile)), tn)
     direct = _fill(g.num * g.out_spatial, tn)
-    return wino_ops.estimated_speedup(g, tf32=wino_ops.model_tf32(dev)) * wino / direct >= 1.0
+    return (wino_ops.estimated_speedup(g, tile, tf32=wino_ops.model_tf32(dev)) * wino / direct
+            >= 1.0)
 
 
 def _winograd_outweighs_launches(dev, g):
@@ -612,12 +617,13 @@ def _gathered_forward(dev, g, chunk, x, weight, y, bias, act, beta, y_off, ych, 
 # training step at batch 64 (~23-40 TFLOP/s). dcol is written and read
 # back once (2 x C*KH*KW x N floats against 2 x C*KH*KW x N x Co flops),
 # hence a floor of GATHERED_BWD_MIN_K output channels. H200, batch 64
-# (bench_gathered_conv.py --backward-data), phases / gathered: Co 512-1024
-# 1.93-4.75 (Wide-ResNet-50 layer4.0.conv2 2.59 -> 0.91 ms, ResNet-18
-# layer4.0.conv1 0.84 -> 0.18), a 5 x 5 of 192 2.42, Co 256 1.10-1.39; Co
-# 128 on 28 x 28 outputs 0.74-0.82 and 64 on 56 x 56 0.68 (their columns'
-# traffic outweighs the product).
-GATHERED_BWD_MIN_K = 192
+# (bench_gathered_conv.py --backward-data), phases / gathered, with col2im's
+# geometry compiled in (C2I_FIXED): Co 512-1024 2.98-6.66 (Wide-ResNet-50
+# layer4.0.conv2 2.59 -> 0.71 ms, ResNet-18 layer4.0.conv1 0.84 -> 0.13),
+# a 5 x 5 of 192 3.82, Co 256 1.90-2.40, Co 128 on 28 x 28 outputs
+# 1.41-1.45 and Co 64 on 56 x 56 1.25. With col2im's geometry as
+# arguments Co 128 and 64 lost (0.68-0.82) and the floor was 192.
+GATHERED_BWD_MIN_K = 64
 
 
 def gathered_backward_data_chunk(dev, g):

@@ -54,7 +54,9 @@ Dispatch lives in ops.conv (``algo="winograd"``); ``use_auto`` is the rule
 for the automatic choice (where its cost model says it pays, on any device;
 env ``CAFFE_OCL_WINOGRAD=0/1`` forces it off / on for every eligible geometry).
 """
+import contextvars
 import math
+from contextlib import contextmanager
 
 from .. import config
 from . import cpu_chunks, work_size
@@ -120,6 +122,39 @@ def default_tile():
     """Output tile side m of 3x3 kernels: setting WINOGRAD_TILE (2 or 4),
     default 4."""
     return int(config.get("WINOGRAD_TILE"))
+
+
+# Whether forwards are being built for a TRAIN net (Net and Layer enter
+# ``train_forwards()`` where they build launches). There, where the GEMMs
+# round to TF32, 3x3 forwards take WINOGRAD_TILE_TF32_TRAIN's tile
+# (forward_default_tile): F(4x4, 3x3)'s transforms amplify the operands'
+# TF32 rounding to ~10x a direct TF32 convolution's error (F(2x2): ~1.5x;
+# a float64 model of one tile, 32 channels, both operands rounded), and
+# those forward errors, through BatchNorm's batch statistics, put
+# ResNet-18's TF32 gradients 0.37 from the float64 step against cuDNN's
+# 0.11 (H200; F(2x2) forwards alone: 0.18, F(2x2) backward-data alone:
+# 0.36). Backward passes and TEST nets keep WINOGRAD_TILE.
+_TRAIN_FORWARDS = contextvars.ContextVar("winograd_train_forwards", default=False)
+
+
+@contextmanager
+def train_forwards():
+    """Launches built inside are a TRAIN net's (see forward_default_tile)."""
+    token = _TRAIN_FORWARDS.set(True)
+    try:
+        yield
+    finally:
+        _TRAIN_FORWARDS.reset(token)
+
+
+def forward_default_tile(dev):
+    """The 3x3 output tile of a forward built now on ``dev`` when none is
+    asked for: WINOGRAD_TILE_TF32_TRAIN inside train_forwards() where the
+    GEMMs round to TF32 (ops.gemm.use_tf32, the tests' emulation included),
+    else WINOGRAD_TILE."""
+    if _TRAIN_FORWARDS.get() and use_tf32(dev):
+        return int(config.get("WINOGRAD_TILE_TF32_TRAIN"))
+    return default_tile()
 
 
 def _tile(tile, r=3):
@@ -190,21 +225,22 @@ def env_override():
     return config.get("WINOGRAD")
 
 
-def use_auto(dev, g):
+def use_auto(dev, g, tile=None):
     """Should ops.conv pick Winograd for ``g`` when no algorithm is asked
     for? Forced by the env variable; otherwise when ``estimated_speedup`` >=
     MIN_SPEEDUP, on GPUs and CPU drivers alike (PoCL, 2 cores, batch 16,
     ResNet 3x3 layers of 64/128/256 channels: 1.75-2.1x im2col + GEMM, the
     same rule as on the H200 where it gave 1.5-3.1x), and on CPU drivers
-    only with at least CPU_MIN_TILES output tiles in the batch."""
-    if not eligible(g) or not fits(g):
+    only with at least CPU_MIN_TILES output tiles in the batch. ``tile``:
+    the 3x3 output tile judged (None: the setting's)."""
+    if not eligible(g) or not fits(g, tile):
         return False
     forced = env_override()
     if forced is not None:
         return forced
-    if getattr(dev, "is_cpu", False) and batch_tiles(g, tile_for(g)) < CPU_MIN_TILES:
+    if getattr(dev, "is_cpu", False) and batch_tiles(g, tile_for(g, tile)) < CPU_MIN_TILES:
         return False
-    return estimated_speedup(g, tf32=model_tf32(dev)) >= MIN_SPEEDUP
+    return estimated_speedup(g, tile, tf32=model_tf32(dev)) >= MIN_SPEEDUP
 
 
 def fits(g, tile=None):
@@ -409,6 +445,8 @@ def forward(dev, g, x, weight, y, bias=None, act=None, beta=0.0, gemm_impl=None,
     only after the weights changed); None: in the shared scratch, every
     pass."""
     check_eligible(g)
+    if tile is None and g.kh == 3:
+        tile = forward_default_tile(dev)
     return _pipeline(dev, g.num, g.channels, g.height, g.width, g.out_channels,
                      g.out_h, g.out_w, g.ph, g.pw, x, weight, False, y,
                      bias, act, beta, gemm_impl, tile, g.groups, u_buf=u_buf, r=g.kh)

@@ -523,3 +523,95 @@ def test_winograd_gpu_gemm_tiles(d, rng, monkeypatch, p, tile):
 def test_bad_tile_rejected(d):
     with pytest.raises(ValueError, match="tile"):
         wino_ops.forward(d.dev, _geom(GEOMS[0]), None, None, None, tile=3)
+
+
+TRAIN_TILE_NET = """
+force_backward: true
+layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 2 dim: 3 dim: 6 dim: 5 } } }
+layer { name: "conv" type: "Convolution" bottom: "x" top: "y"
+        convolution_param { num_output: 4 kernel_size: 3 pad: 1
+                            weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "loss" type: "Reduction" bottom: "y" top: "loss" loss_weight: 1
+        reduction_param { operation: SUMSQ } }
+"""
+
+
+@pytest.mark.parametrize("tf32, phase, train_tile, want_fwd", [
+    (True, "TRAIN", "2", 2), (True, "TRAIN", "4", 4), (True, "TEST", "2", 4),
+    (False, "TRAIN", "2", 4)])
+def test_train_forward_tile_under_tf32(tmp_path, rng, monkeypatch, settings, tf32, phase,
+                                       train_tile, want_fwd):
+    """A TRAIN net's Winograd forwards under TF32 (here the tests'
+    emulation) take WINOGRAD_TILE_TF32_TRAIN's tile, built in its setup and
+    on a reshape; its backward-data, a TEST net's forwards and FP32 nets keep
+    WINOGRAD_TILE (4). The result matches the reference either way."""
+    import caffe_ocl as caffe
+    import refs
+    settings(WINOGRAD=True, WINOGRAD_TILE="4", WINOGRAD_TILE_TF32_TRAIN=train_tile,
+             TF32_EMULATE=tf32)
+    seen = []
+    real = wino_ops._pipeline
+
+    def spy(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y, bias, act, beta,
+            gemm_impl, tile, *a, **k):
+        seen.append(("bwd" if flip else "fwd", wino_ops._tile(tile, k.get("r", 3))))
+        return real(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y, bias, act,
+                    beta, gemm_impl, tile, *a, **k)
+
+    monkeypatch.setattr(wino_ops, "_pipeline", spy)
+    p = tmp_path / "net.prototxt"
+    p.write_text(TRAIN_TILE_NET)
+    net = caffe.Net(str(p), getattr(caffe, phase))
+    for shape in [(2, 3, 6, 5), (1, 3, 7, 7)]:
+        net.blobs["x"].reshape(*shape)
+        net.reshape()
+        x = rng.standard_normal(shape)
+        net.blobs["x"].data[...] = x
+        net.forward()
+        if phase == "TRAIN":
+            net.backward()
+        ref = refs.conv2d(x, net.params["conv"][0].data, net.params["conv"][1].data,
+                          pad=(1, 1))
+        # TF32 (emulated, or NVIDIA's) rounds the operands: F(4x4)'s error
+        # is ~10x a direct TF32 convolution's
+        assert _rel(net.blobs["y"].data, ref) < (2e-2 if tf32 else 1e-5)
+    fwd = {t for kind, t in seen if kind == "fwd"}
+    assert fwd == {want_fwd}, seen
+    if phase == "TRAIN":
+        assert {t for kind, t in seen if kind == "bwd"} == {4}, seen
+
+
+def test_train_forward_tile_after_solver_rebind(monkeypatch, settings):
+    """A solver's TRAIN net, whose layers rebuild their launches when the
+    parameter arena moves their weights: its Winograd forwards keep the
+    TF32 training tile."""
+    import caffe_ocl as caffe
+    from google.protobuf import text_format
+    from caffe_ocl.proto import caffe_pb2
+    settings(WINOGRAD=True, WINOGRAD_TILE="4", TF32_EMULATE=True)
+    seen = []
+    real = wino_ops.forward
+    monkeypatch.setattr(wino_ops, "forward", lambda dev, g, *a, **k: seen.append(
+        wino_ops.forward_default_tile(dev)) or real(dev, g, *a, **k))
+    sp = caffe_pb2.SolverParameter(base_lr=0.01, lr_policy="fixed")
+    text_format.Merge(TRAIN_TILE_NET, sp.net_param)
+    solver = caffe.SGDSolver(sp)
+    solver.step(1)
+    assert seen and set(seen) == {2}, seen
+
+
+def test_forward_choice_judges_the_tile_it_runs(d, monkeypatch, settings):
+    """The automatic choice of a forward weighs Winograd with the tile the
+    forward would take (F(2x2) in a TRAIN net under TF32); other passes
+    with the setting's."""
+    settings(TF32_EMULATE=True, WINOGRAD_TILE="4")
+    got = []
+    monkeypatch.setattr(wino_ops, "use_auto",
+                        lambda dev, g, tile=None: got.append(tile) or False)
+    g = _geom(GEOMS[0])
+    assert g.kh == 3
+    conv_ops.algorithm(d.dev, g, None, "forward")
+    with wino_ops.train_forwards():
+        conv_ops.algorithm(d.dev, g, None, "forward")
+        conv_ops.algorithm(d.dev, g, None, "backward_data")
+    assert got == [4, 2, None]
