@@ -29,12 +29,14 @@ and the cache effects of a whole net (each pass runs alone, repeated).
 import logging
 import statistics
 import time
+from contextlib import nullcontext
 
 import numpy as np
 
 from .net import TRAIN
 from .ops import conv as conv_ops
 from .ops import tuned
+from .ops import winograd as wino_ops
 from .ops.gemm import use_tf32
 
 log = logging.getLogger("caffe_ocl")
@@ -157,15 +159,21 @@ def _interleaved(dev, built, rounds, clock):
     return {a: statistics.median(s) * 1000.0 for a, s in samples.items()}
 
 
-def tune_passes(dev, items, rounds=5, store=True, out=print, clock=None):
+def tune_passes(dev, items, rounds=5, store=True, out=print, clock=None, training=False):
     """Time every (name, geometry, pass) of ``items`` (each distinct
     geometry and pass once), store the fastest choices for ``dev`` (unless
     ``store`` is False) and return ``(rows, path)``: rows of dicts with the
-    layer names, key, times, choice and the rules' choice."""
-    tf32 = use_tf32(dev)
+    layer names, key, times, choice and the rules' choice. ``training``:
+    the passes are a TRAIN net's, whose forwards may run another Winograd
+    tile (timed as such, stored under their own key: ops.conv.tuned_key)."""
+    with wino_ops.train_forwards() if training else nullcontext():
+        return _tune_passes(dev, items, rounds, store, out, clock)
+
+
+def _tune_passes(dev, items, rounds, store, out, clock):
     by_key = {}
     for name, g, p in items:
-        key = tuned.conv_key(g, p, tf32)
+        key = conv_ops.tuned_key(dev, g, p)
         by_key.setdefault(key, [g, p, []])[2].append(name)
     rows, new = [], {}
     for key, (g, p, names) in by_key.items():
@@ -275,4 +283,4 @@ def tune_net(net, rounds=5, store=True, out=print, clock=None):
     """Tune the convolutions of a built ``net`` (see the module's text).
     Nets built afterwards use the stored choices; ``net`` keeps its own."""
     return tune_passes(net.device, net_conv_passes(net), rounds=rounds, store=store,
-                       out=out, clock=clock)
+                       out=out, clock=clock, training=net.phase == TRAIN)

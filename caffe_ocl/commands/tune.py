@@ -45,5 +45,6 @@ def main(argv):
     if not items:
         log.info("%s has no convolutions: nothing to tune", opts.model)
         return 0
-    tune_passes(dev, items, rounds=opts.iterations, store=opts.store, out=log.info)
+    tune_passes(dev, items, rounds=opts.iterations, store=opts.store, out=log.info,
+                training=phase == "TRAIN")
     return 0

@@ -225,10 +225,21 @@ def candidates(dev, g):
 _warned_stale = set()
 
 
+def tuned_key(dev, g, pass_):
+    """The tuned store's entry for this pass of ``g`` built now on ``dev``:
+    a forward whose Winograd tile is not the setting's (a TRAIN net's under
+    TF32) has its own."""
+    wino_tile = None
+    if pass_ == "forward" and g.kh == 3:
+        t = wino_ops.forward_default_tile(dev)
+        wino_tile = t if t != wino_ops.default_tile() else None
+    return tuned.conv_key(g, pass_, use_tf32(dev), wino_tile)
+
+
 def _tuned_choice(dev, g, pass_):
     """The stored choice for this pass of ``g`` on ``dev``, or None (none
     stored, or one that cannot compute ``g``: reported once, then ignored)."""
-    key = tuned.conv_key(g, pass_, use_tf32(dev))
+    key = tuned_key(dev, g, pass_)
     choice = tuned.lookup(dev, key)
     if choice is None or choice in candidates(dev, g):
         return choice

@@ -412,3 +412,26 @@ def test_stored_few_variant(as_gpu, rng):
         cl.enqueue_copy(dev.queue, a, bufs[2])
         cl.enqueue_copy(dev.queue, b, bufs[3])
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_train_tf32_forwards_tuned_apart(store, settings):
+    """A TRAIN net under TF32 runs its Winograd forwards as F(2x2)
+    (WINOGRAD_TILE_TF32_TRAIN): the tuner times them inside that context
+    and stores them under their own key, which TRAIN forwards then read
+    and TEST forwards do not."""
+    dev = store
+    settings(TF32_EMULATE=True, WINOGRAD_TILE="4")
+    timed = []
+
+    def clock(dev_, algo, launches, repeats):
+        timed.append((algo, wino_ops.forward_default_tile(dev_)))
+        return {"winograd": 1.0, "im2col": 2.0, "igemm": 3.0}[algo] * repeats
+    rows, _ = tuning.tune_passes(dev, [("c", WIDE, "forward")], rounds=1, out=lambda s: None,
+                                 clock=clock, training=True)
+    assert rows[0]["key"] == tuned.conv_key(WIDE, "forward", conv_ops.use_tf32(dev), 2)
+    assert {t for _, t in timed} == {2}
+    tuned.save(dev, {rows[0]["key"]: {"choice": "im2col"}})
+    assert conv_ops.algorithm(dev, WIDE, None, "forward") != "im2col"     # TEST: the rules
+    with wino_ops.train_forwards():
+        assert conv_ops.algorithm(dev, WIDE, None, "forward") == "im2col"
+        assert conv_ops.tuned_key(dev, WIDE, "backward_data") == _key(dev, WIDE, "backward_data")
