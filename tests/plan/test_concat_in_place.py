@@ -309,7 +309,8 @@ def test_reshape_that_changes_the_algorithm(rng, monkeypatch):
     its slice again. The batch rule of ops.winograd.use_auto is replaced by
     one that switches at three images."""
     from caffe_ocl.ops import winograd as wino_ops
-    monkeypatch.setattr(wino_ops, "use_auto", lambda dev, g: g.num >= 3 and wino_ops.eligible(g))
+    monkeypatch.setattr(wino_ops, "use_auto",
+                        lambda dev, g, tile=None: g.num >= 3 and wino_ops.eligible(g))
     with config.override(WINOGRAD_MIN_MFLOP=0, WINOGRAD_OCCUPANCY=False):
         fused, plain, _ = _nets(INCEPTION, rng)
         b3 = fused.layer_dict["b3"]
