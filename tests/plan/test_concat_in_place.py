@@ -297,7 +297,12 @@ def test_conv_forward_into_a_slice(rng, shape, cout, k):
         launch.run(layer.device.queue)
     big.data_mem.device_written()
     got = big.data
-    np.testing.assert_allclose(got[:, 3:3 + cout], want, rtol=1e-5, atol=1e-5)
+    # two algorithms may compute it (the layer's whole-blob one and the
+    # slice writer): float32 sums of C * K * K products apart by their
+    # order, on outputs up to ~25 at K = 512 (the fillers are unseeded:
+    # a fixed 1e-5 failed one run in Oclgrind by 1.65e-5 on 0.106)
+    np.testing.assert_allclose(got[:, 3:3 + cout], want, rtol=1e-5,
+                               atol=1e-5 * max(1.0, float(np.abs(want).max())))
     assert (got[:, :3] == -1).all() and (got[:, 3 + cout:] == -1).all()
 
 
