@@ -565,7 +565,7 @@ class Net(NetPycaffeMixin):
         plan's build, or lazily at their first run): a TRAIN net's, for the
         Winograd tile of its forwards (ops/winograd.py train_forwards;
         layers enter it themselves, Layer.builds)."""
-        return wino_ops.train_forwards() if self.phase == TRAIN else nullcontext()
+        return wino_ops.train_forwards(self.phase == TRAIN)
 
     def reshape(self):
         for li, layer in enumerate(self.layers):

@@ -29,7 +29,6 @@ and the cache effects of a whole net (each pass runs alone, repeated).
 import logging
 import statistics
 import time
-from contextlib import nullcontext
 
 import numpy as np
 
@@ -166,7 +165,7 @@ def tune_passes(dev, items, rounds=5, store=True, out=print, clock=None, trainin
     layer names, key, times, choice and the rules' choice. ``training``:
     the passes are a TRAIN net's, whose forwards may run another Winograd
     tile (timed as such, stored under their own key: ops.conv.tuned_key)."""
-    with wino_ops.train_forwards() if training else nullcontext():
+    with wino_ops.train_forwards(training):
         return _tune_passes(dev, items, rounds, store, out, clock)
 
 

@@ -15,7 +15,6 @@ kernels. Layers whose work is not a fixed list of launches override
 ``forward_impl``/``backward_impl`` instead.
 """
 import difflib
-from contextlib import nullcontext
 
 from .. import config
 from ..blob import LAYOUT, Blob
@@ -206,7 +205,7 @@ class Layer:
         """The context this layer builds its launches in: a TRAIN layer's
         forwards may take another Winograd tile (ops/winograd.py
         train_forwards)."""
-        return wino_ops.train_forwards() if self.phase == caffe_pb2.TRAIN else nullcontext()
+        return wino_ops.train_forwards(self.phase == caffe_pb2.TRAIN)
 
     def set_loss_weights(self, top):
         lw = list(self.param.loss_weight)

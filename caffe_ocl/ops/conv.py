@@ -145,8 +145,8 @@ def algorithm(dev, g, algo=None, pass_=None):
         return algo
     gw = per_image(g) if det else g
     # a forward is judged with the tile it would run (a TRAIN net's under
-    # TF32 takes F(2x2): ops/winograd.py forward_default_tile)
-    tile = wino_ops.forward_default_tile(dev) if pass_ == "forward" and g.kh == 3 else None
+    # TF32 takes F(2x2): ops/winograd.py forward_tile)
+    tile = wino_ops.forward_tile(dev, g) if pass_ == "forward" else None
     if algo is None and wino_ops.use_auto(dev, gw, tile) and wino_ops.fits(g, tile) and \
             (wino_ops.env_override() or det or
              (_winograd_fills_tiles(dev, g, tile) and _winograd_outweighs_launches(dev, g))):
@@ -229,11 +229,9 @@ def tuned_key(dev, g, pass_):
     """The tuned store's entry for this pass of ``g`` built now on ``dev``:
     a forward whose Winograd tile is not the setting's (a TRAIN net's under
     TF32) has its own."""
-    wino_tile = None
-    if pass_ == "forward" and g.kh == 3:
-        t = wino_ops.forward_default_tile(dev)
-        wino_tile = t if t != wino_ops.default_tile() else None
-    return tuned.conv_key(g, pass_, use_tf32(dev), wino_tile)
+    t = wino_ops.forward_tile(dev, g) if pass_ == "forward" else None
+    return tuned.conv_key(g, pass_, use_tf32(dev),
+                          None if t in (None, wino_ops.default_tile()) else t)
 
 
 def _tuned_choice(dev, g, pass_):

@@ -57,7 +57,7 @@ def conv_key(g, pass_, tf32, wino_tile=None):
     whether TF32 tensor cores were allowed (another set of kernels);
     ``wino_tile``: the Winograd tile of a forward that runs another tile
     than the setting's (a TRAIN net's under TF32, ops/winograd.py
-    forward_default_tile), timed and stored apart."""
+    forward_tile), timed and stored apart."""
     return (f"conv:{pass_}:n{g.num}c{g.channels}h{g.height}w{g.width}o{g.out_channels}"
             f"k{g.kh}x{g.kw}p{g.ph},{g.pw}s{g.sh},{g.sw}d{g.dh},{g.dw}g{g.groups}:tf32={tf32}"
             + ("" if wino_tile is None else f":wino{wino_tile}"))

@@ -125,9 +125,9 @@ def default_tile():
 
 
 # Whether forwards are being built for a TRAIN net (Net and Layer enter
-# ``train_forwards()`` where they build launches). There, where the GEMMs
-# round to TF32, 3x3 forwards take WINOGRAD_TILE_TF32_TRAIN's tile
-# (forward_default_tile): F(4x4, 3x3)'s transforms amplify the operands'
+# ``train_forwards(their phase is TRAIN)`` where they build launches).
+# There, where the GEMMs round to TF32, 3x3 forwards take
+# WINOGRAD_TILE_TF32_TRAIN's tile (forward_tile): F(4x4, 3x3)'s transforms amplify the operands'
 # TF32 rounding to ~10x a direct TF32 convolution's error (F(2x2): ~1.5x;
 # a float64 model of one tile, 32 channels, both operands rounded), and
 # those forward errors, through BatchNorm's batch statistics, put
@@ -138,20 +138,24 @@ _TRAIN_FORWARDS = contextvars.ContextVar("winograd_train_forwards", default=Fals
 
 
 @contextmanager
-def train_forwards():
-    """Launches built inside are a TRAIN net's (see forward_default_tile)."""
-    token = _TRAIN_FORWARDS.set(True)
+def train_forwards(training=True):
+    """Launches built inside are a TRAIN net's when ``training`` (see
+    forward_tile); with False, nothing changes."""
+    token = _TRAIN_FORWARDS.set(True) if training else None
     try:
         yield
     finally:
-        _TRAIN_FORWARDS.reset(token)
+        if token is not None:
+            _TRAIN_FORWARDS.reset(token)
 
 
-def forward_default_tile(dev):
-    """The 3x3 output tile of a forward built now on ``dev`` when none is
-    asked for: WINOGRAD_TILE_TF32_TRAIN inside train_forwards() where the
-    GEMMs round to TF32 (ops.gemm.use_tf32, the tests' emulation included),
-    else WINOGRAD_TILE."""
+def forward_tile(dev, g):
+    """The output tile a forward of ``g`` built now on ``dev`` takes when
+    none is asked for: 3x3, WINOGRAD_TILE_TF32_TRAIN inside train_forwards()
+    where the GEMMs round to TF32 (ops.gemm.use_tf32, the tests' emulation
+    included), else WINOGRAD_TILE; None for other kernels (5x5 has one)."""
+    if g.kh != 3:
+        return None
     if _TRAIN_FORWARDS.get() and use_tf32(dev):
         return int(config.get("WINOGRAD_TILE_TF32_TRAIN"))
     return default_tile()
@@ -445,8 +449,8 @@ def forward(dev, g, x, weight, y, bias=None, act=None, beta=0.0, gemm_impl=None,
     only after the weights changed); None: in the shared scratch, every
     pass."""
     check_eligible(g)
-    if tile is None and g.kh == 3:
-        tile = forward_default_tile(dev)
+    if tile is None:
+        tile = forward_tile(dev, g)
     return _pipeline(dev, g.num, g.channels, g.height, g.width, g.out_channels,
                      g.out_h, g.out_w, g.ph, g.pw, x, weight, False, y,
                      bias, act, beta, gemm_impl, tile, g.groups, u_buf=u_buf, r=g.kh)

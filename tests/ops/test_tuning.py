@@ -429,7 +429,7 @@ def test_train_tf32_forwards_tuned_apart(store, settings):
     timed = []
 
     def clock(dev_, algo, launches, repeats):
-        timed.append((algo, wino_ops.forward_default_tile(dev_)))
+        timed.append((algo, wino_ops.forward_tile(dev_, WIDE)))
         return {"winograd": 1.0, "im2col": 2.0, "igemm": 3.0}[algo] * repeats
     rows, _ = tuning.tune_passes(dev, [("c", WIDE, "forward")], rounds=1, out=lambda s: None,
                                  clock=clock, training=True)

@@ -592,7 +592,7 @@ def test_train_forward_tile_after_solver_rebind(monkeypatch, settings):
     seen = []
     real = wino_ops.forward
     monkeypatch.setattr(wino_ops, "forward", lambda dev, g, *a, **k: seen.append(
-        wino_ops.forward_default_tile(dev)) or real(dev, g, *a, **k))
+        wino_ops.forward_tile(dev, g)) or real(dev, g, *a, **k))
     sp = caffe_pb2.SolverParameter(base_lr=0.01, lr_policy="fixed")
     text_format.Merge(TRAIN_TILE_NET, sp.net_param)
     solver = caffe.SGDSolver(sp)
