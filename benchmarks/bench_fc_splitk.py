@@ -6,6 +6,7 @@ sees a CUDA device. Best of --rounds means of --runs back-to-back passes.
 
     python3 benchmarks/bench_fc_splitk.py [--targets 2,4,8]
     python3 benchmarks/bench_fc_splitk.py --tf32    # both sides in TF32
+    python3 benchmarks/bench_fc_splitk.py --min-chunks 512,256   # K chunk floors too
 """
 import argparse
 import os
@@ -46,29 +47,37 @@ def main():
     ap.add_argument("--batches", default="16,64")
     ap.add_argument("--targets", default="2,4,8")
     ap.add_argument("--tf32", action="store_true", help="TF32 tensor cores on both sides")
+    ap.add_argument("--min-chunks", default=None,
+                    help="floors of the K chunk (ops.gemm_splitk.MIN_CHUNK, MIN_CHUNK_FP32) "
+                         "to time (default: the precision's)")
     args = ap.parse_args()
     dev = get_device()
     gemm_ops.set_allow_tf32(args.tf32)
     buf = random_buffers(dev)
-    targets = [int(t) for t in args.targets.split(",")]
+    chunks = args.min_chunks or str(gemm_splitk.MIN_CHUNK if args.tf32
+                                    else gemm_splitk.MIN_CHUNK_FP32)
+    configs = [(int(t), int(c)) for c in chunks.split(",") for t in args.targets.split(",")]
     print(f"# {dev.name}; {'TF32' if args.tf32 else 'FP32'}; ms per pass (split factor)")
-    print("| layer | batch | " + " | ".join(f"{t} per CU" for t in targets)
-          + " | cuBLAS |\n|---|---|" + "---|" * (len(targets) + 1))
-    saved = gemm_splitk.SPLIT_WGS_PER_CU
+    print("| layer | batch | " + " | ".join(f"{t} per CU, chunks >= {c}" for t, c in configs)
+          + " | cuBLAS |\n|---|---|" + "---|" * (len(configs) + 1))
+    knobs = ("SPLIT_WGS_PER_CU", "MIN_CHUNK", "SPLIT_WGS_PER_CU_FP32", "MIN_CHUNK_FP32")
+    saved = {k: getattr(gemm_splitk, k) for k in knobs}
     for m in (int(b) for b in args.batches.split(",")):
         for name, k, n in LAYERS:
             x, w, b, y = buf(m * k), buf(n * k), buf(n), buf(m * n)
             cells = []
             try:
-                for t in targets:
-                    gemm_splitk.SPLIT_WGS_PER_CU = t
+                for t, c in configs:
+                    for knob, v in zip(knobs, (t, c, t, c)):    # whichever the precision reads
+                        setattr(gemm_splitk, knob, v)
                     ln = gemm_splitk.gemm_launches(dev, m, n, k, x, w, y, trans_b=True,
                                                    bias=b, bias_axis=1, act=("relu", 0.0))
                     ms = min(time_launches(dev, ln, warmup=3, runs=args.runs)
                              for _ in range(args.rounds))
                     cells.append(f"{ms:.4f} ({gemm_splitk.splitk_factor(dev, m, n, k)})")
             finally:
-                gemm_splitk.SPLIT_WGS_PER_CU = saved
+                for knob, v in saved.items():
+                    setattr(gemm_splitk, knob, v)
             ref = torch_ms(m, k, n, args.runs, args.tf32)
             print(f"| {name} | {m} | " + " | ".join(cells) + " | "
                   + (f"{ref:.4f} |" if ref is not None else "- |"))

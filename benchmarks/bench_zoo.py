@@ -29,7 +29,8 @@ table gives each one's median round):
   = the number of cores, or ``--threads``) on the same ONNX file.
 
 ``--ab NAME=VALUE,...`` also times, interleaved, a caffe_ocl net built
-with those settings (config.py) as the reference "base": base/ours is the
+with those settings (config.py; ``module.CONST=VALUE``: a rule constant of
+caffe_ocl.ops.<module>) as the reference "base": base/ours is the
 speedup of the current settings over them. After the table, the host work
 per forward (the layer walk and kernel enqueues, device drained) against
 the forward's time.
@@ -49,6 +50,7 @@ next net. ``--json`` writes every record (rewritten after each net, so a run
 cut short still leaves what it measured).
 """
 import argparse
+import contextlib
 import gc
 import json
 import math
@@ -220,10 +222,32 @@ def ours_timer(net):
     return fn
 
 
+@contextlib.contextmanager
 def config_override(pairs):
-    """config.override of ``--ab``'s NAME=VALUE pairs."""
+    """config.override of ``--ab``'s NAME=VALUE pairs; a dotted NAME
+    (``gemm_splitk.MIN_CHUNK_FP32=512``) sets that rule constant of
+    caffe_ocl.ops.<module> instead (a number), for as long as the base net
+    is built and first run (its launches keep what they were built with)."""
+    import importlib
+
     from caffe_ocl import config
-    return config.override(**dict(p.split("=", 1) for p in pairs))
+    settings, consts = {}, []
+    for name, value in (p.split("=", 1) for p in pairs):
+        if "." in name:
+            mod, attr = name.rsplit(".", 1)
+            module = importlib.import_module(f"caffe_ocl.ops.{mod}")
+            if not hasattr(module, attr):
+                raise SystemExit(f"--ab: caffe_ocl.ops.{mod} has no {attr}")
+            consts.append((module, attr, getattr(module, attr)))
+            setattr(module, attr, type(consts[-1][2])(float(value)))
+        else:
+            settings[name] = value
+    try:
+        with config.override(**settings):
+            yield
+    finally:
+        for module, attr, old in consts:
+            setattr(module, attr, old)
 
 
 def host_cost(net, runs):

@@ -16,18 +16,29 @@ from .gemm import act_defines, deterministic, gemm, gpu_tiles
 
 SRC = "splitk.cl"
 # The split aims for SPLIT_WGS_PER_CU work-groups per compute unit, in
-# chunks of at least MIN_CHUNK of K. H200, fully-connected forwards at
-# batch 16-64 (bench_fc_splitk.py): 4 per CU took AlexNet's fc6 (K 9216)
-# and VGG-16's (K 25088) from 9 / 8 chunks to 16, 1.3-1.4x; fc7 (K 4096)
-# split in 16 chunks of 256 was 1.2x slower than in 8 of 512.
+# chunks of at least MIN_CHUNK of K, for TF32 tensor-core products; FP32
+# ones (tile_mainloop.h's register-staged loop) by the _FP32 pair. H200,
+# fully-connected forwards at batch 16-64 (bench_fc_splitk.py):
+# - TF32: 4 per CU took AlexNet's fc6 (K 9216) and VGG-16's (K 25088) from
+#   9 / 8 chunks to 16, 1.3-1.4x; fc7 (K 4096) split in 16 chunks of 256
+#   was 1.05-1.2x slower than in 8 of 512, and 8 per CU or chunks down to
+#   128 changed nothing else by more than 0.005 ms (twenty-seventh session).
+# - FP32 (twenty-seventh session, `--min-chunks 512,256,128 --targets 4,8`,
+#   the same at batch 16, 32 and 64): 8 per CU in chunks of >= 128 splits
+#   fc6 in 32 (0.213 -> 0.182 ms at b64), VGG-16's fc6 in 32 (0.539 ->
+#   0.458), fc8 (N 1000: 8 tiles) in 32 instead of 8 (0.057 -> 0.027);
+#   fc7 in 32 instead of 8: 0.092 -> 0.097 at b64, 0.090 -> 0.085 at b16.
 MIN_CHUNK = 512
 SPLIT_WGS_PER_CU = 4
+MIN_CHUNK_FP32 = 128
+SPLIT_WGS_PER_CU_FP32 = 8
 
 
 def splitk_factor(dev, M, N, K):
     """nsplit for an M x N x K GEMM on ``dev``: 1 (no split) on CPU drivers,
     when the tiles already fill the device, or when K has no divisor giving
-    chunks of at least MIN_CHUNK that are multiples of 16."""
+    chunks of at least MIN_CHUNK (MIN_CHUNK_FP32 without TF32) that are
+    multiples of 16."""
     if not dev.is_gpu:
         return 1
     t = gpu_tiles(dev, M)
@@ -35,11 +46,13 @@ def splitk_factor(dev, M, N, K):
     cus = max(dev.compute_units, 1)
     if tiles >= cus:
         return 1
-    want = -(-SPLIT_WGS_PER_CU * cus // tiles)
+    per_cu, min_chunk = ((SPLIT_WGS_PER_CU, MIN_CHUNK) if t["TF32"] else
+                         (SPLIT_WGS_PER_CU_FP32, MIN_CHUNK_FP32))
+    want = -(-per_cu * cus // tiles)
     best = 1
     for d in range(2, want + 1):
         kc = K // d
-        if K % d == 0 and kc >= MIN_CHUNK and kc % 16 == 0:
+        if K % d == 0 and kc >= min_chunk and kc % 16 == 0:
             best = d
     return best
 

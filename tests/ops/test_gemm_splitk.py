@@ -36,14 +36,20 @@ def test_split_k_equals_one_gemm(d, rng, trans_a, trans_b, bias_axis, act):
     assert rel_err(d.get(cb, (M, N)), v) < 1e-5
 
 
-def test_split_factor_only_where_tiles_are_few():
-    gpu = types.SimpleNamespace(is_gpu=True, compute_units=132, local_mem=48 << 10)
-    f = splitk_factor(gpu, 64, 4096, 9216)        # AlexNet fc6 at batch 64: 32 tiles
-    assert f > 1 and 9216 % f == 0 and (9216 // f) % 16 == 0
-    # about SPLIT_WGS_PER_CU work-groups per unit, chunks of at least MIN_CHUNK
-    assert (f, splitk_factor(gpu, 64, 4096, 4096)) == (16, 8)
-    assert splitk_factor(gpu, 4096, 4096, 9216) == 1     # 1024 tiles fill the GPU
-    assert splitk_factor(gpu, 64, 1000, 100) == 1         # K too short to split
+@pytest.mark.parametrize("tf32", [False, True])
+def test_split_factor_only_where_tiles_are_few(tf32):
+    from caffe_ocl import config
+    gpu = types.SimpleNamespace(is_gpu=True, is_nvidia=True, compute_units=132,
+                                local_mem=48 << 10)
+    with config.override(TF32=tf32, TF32_EMULATE=False):
+        f = splitk_factor(gpu, 64, 4096, 9216)        # AlexNet fc6 at batch 64: 32 tiles
+        assert f > 1 and 9216 % f == 0 and (9216 // f) % 16 == 0
+        # about SPLIT_WGS_PER_CU(_FP32) work-groups per unit, chunks of at
+        # least MIN_CHUNK(_FP32): TF32 4 and 512, FP32 8 and 128
+        fc7, fc8 = splitk_factor(gpu, 64, 4096, 4096), splitk_factor(gpu, 64, 1000, 4096)
+        assert (f, fc7, fc8) == ((16, 8, 8) if tf32 else (32, 32, 32))
+        assert splitk_factor(gpu, 4096, 4096, 9216) == 1     # 1024 tiles fill the GPU
+        assert splitk_factor(gpu, 64, 1000, 100) == 1         # K too short to split
     cpu = types.SimpleNamespace(is_gpu=False, compute_units=2)
     assert splitk_factor(cpu, 64, 4096, 9216) == 1
 
