@@ -36,15 +36,19 @@ SPLIT_WGS_PER_CU_FP32 = 8
 
 def splitk_factor(dev, M, N, K):
     """nsplit for an M x N x K GEMM on ``dev``: 1 (no split) on CPU drivers,
-    when the tiles already fill the device, or when K has no divisor giving
-    chunks of at least MIN_CHUNK (MIN_CHUNK_FP32 without TF32) that are
-    multiples of 16."""
+    when the tiles already fill the device, for K under 2 * MIN_CHUNK in
+    either precision (a product that short takes less time than the
+    second launch that would sum its chunks: an LSTM's recurrence, K = H),
+    or when K has no divisor giving chunks of at least MIN_CHUNK
+    (MIN_CHUNK_FP32 without TF32) that are multiples of 16."""
     if not dev.is_gpu:
         return 1
     t = gpu_tiles(dev, M)
     tiles = -(-M // t["TM"]) * -(-N // t["TN"])
     cus = max(dev.compute_units, 1)
     if tiles >= cus:
+        return 1
+    if K < 2 * MIN_CHUNK:
         return 1
     per_cu, min_chunk = ((SPLIT_WGS_PER_CU, MIN_CHUNK) if t["TF32"] else
                          (SPLIT_WGS_PER_CU_FP32, MIN_CHUNK_FP32))

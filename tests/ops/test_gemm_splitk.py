@@ -50,6 +50,7 @@ def test_split_factor_only_where_tiles_are_few(tf32):
         assert (f, fc7, fc8) == ((16, 8, 8) if tf32 else (32, 32, 32))
         assert splitk_factor(gpu, 4096, 4096, 9216) == 1     # 1024 tiles fill the GPU
         assert splitk_factor(gpu, 64, 1000, 100) == 1         # K too short to split
+        assert splitk_factor(gpu, 16, 2048, 512) == 1         # an LSTM's recurrence
     cpu = types.SimpleNamespace(is_gpu=False, compute_units=2)
     assert splitk_factor(cpu, 64, 4096, 9216) == 1
 
