@@ -11,11 +11,15 @@ first's (and the same ratio of the fastest rounds).
 
 A shape is CxHxW:OUT:K[:STRIDE[:PAD]] (PAD defaults to K // 2). Written
 for issue #27's CPU batch-1 work (BENCHMARKS.md, twenty-first session).
+--ort: also ONNX Runtime (Conv + Relu, --threads intra-op threads) on the
+same layer, in the same rounds (this machine's speed drifts by 1.5x over
+minutes, so only interleaved comparisons hold).
 """
 import argparse
 import os
 import statistics
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -50,6 +54,39 @@ def build(dev, g, buf, setting, value):
     return launches, "+".join(ln.name for ln in launches)
 
 
+def ort_runner(g, threads):
+    """A callable running ONNX Runtime's Conv + Relu of ``g`` once."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal(
+        (g.out_channels, g.channels, g.kh, g.kw)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(g.out_channels).astype(np.float32), "b")
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[g.kh, g.kw],
+                            strides=[g.sh, g.sw], pads=[g.ph, g.pw, g.ph, g.pw])
+    graph = helper.make_graph(
+        [conv, helper.make_node("Relu", ["c"], ["y"])], "layer",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                       [g.num, g.channels, g.height, g.width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, b])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    sess = ort.InferenceSession(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString(),
+        so, providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width)).astype(np.float32)
+    return lambda: sess.run(None, {"x": x})
+
+
+def time_calls(fn, runs):
+    """Mean milliseconds of ``runs`` calls of fn."""
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        fn()
+    return (time.perf_counter() - t0) / runs * 1e3
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--setting", required=True)
@@ -60,6 +97,10 @@ def main():
     ap.add_argument("--runs", type=int, default=30, help="passes per timing")
     ap.add_argument("--const", action="append", default=[],
                     help="NAME=INT: set an ops/conv.py rule constant first (all variants)")
+    ap.add_argument("--ort", action="store_true",
+                    help="also ONNX Runtime on each layer, interleaved (column ORT)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(),
+                    help="ONNX Runtime's intra-op threads (--ort)")
     a = ap.parse_args()
     for item in a.const:
         name, val = item.split("=")
@@ -76,14 +117,23 @@ def main():
         for v, (launches, names) in variants.items():
             time_launches(dev, launches, warmup=2, runs=1)     # build, pack, warm
         times = {v: [] for v in values}
+        run_ort = ort_runner(g, a.threads) if a.ort else None
+        if run_ort:
+            time_calls(run_ort, 3)
+            times["ORT"] = []
         for _ in range(a.rounds):
             for v, (launches, _n) in variants.items():
                 times[v].append(time_launches(dev, launches, warmup=0, runs=a.runs))
+            if run_ort:
+                times["ORT"].append(time_calls(run_ort, a.runs))
         med = {v: statistics.median(t) for v, t in times.items()}
         low = {v: min(t) for v, t in times.items()}
         base, bmin = med[values[0]], low[values[0]]
         cols = "  ".join(f"{a.setting}={v}: {med[v]:.3f} ms ({variants[v][1].split('+')[-1]})"
                          f" x{med[v] / base:.2f} (min x{low[v] / bmin:.2f})" for v in values)
+        if run_ort:
+            cols += (f"  ORT: {med['ORT']:.3f} ms, ORT/first x{med['ORT'] / base:.2f}"
+                     f" (min x{low['ORT'] / bmin:.2f})")
         print(f"{text} b{a.batch}: {cols}", flush=True)
 
 
