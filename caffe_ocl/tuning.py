@@ -18,7 +18,10 @@ Where the implicit GEMM is chosen for a forward on a GPU, its variants
 are timed the same way (ops/conv.py FORWARD_VARIANTS: the usual or the
 small tiles, FP32 only; the K split of forward_splitk or none; for 1x1
 layers the few-outputs kernel of ops/conv1x1_few.py) and the fastest
-stored too (pass "forward-igemm"). Choices are stored per device,
+stored too (pass "forward-igemm"); on CPU drivers, where the GEMM path
+(im2col) is chosen, the kernels that can run it (the direct kernel, the
+small-plane chanvec kernel, the GEMM; pass "forward-cpu": their rules
+were measured on other CPUs). Choices are stored per device,
 geometry (batch size included), pass and TF32 setting. The table printed
 shows every time, the choice and what the rules would run.
 
@@ -166,46 +169,58 @@ def tune_passes(dev, items, rounds=5, store=True, out=print, clock=None, trainin
     the passes are a TRAIN net's, whose forwards may run another Winograd
     tile (timed as such, stored under their own key: ops.conv.tuned_key)."""
     with wino_ops.train_forwards(training):
-        return _tune_passes(dev, items, rounds, store, out, clock)
+        return _tune_passes(dev, items, rounds, store, out, clock, training)
 
 
-def _tune_passes(dev, items, rounds, store, out, clock):
+def _tune_passes(dev, items, rounds, store, out, clock, training=False):
     by_key = {}
     for name, g, p in items:
         key = conv_ops.tuned_key(dev, g, p)
         by_key.setdefault(key, [g, p, []])[2].append(name)
     rows, new = [], {}
     for key, (g, p, names) in by_key.items():
-        algos = conv_ops.candidates(dev, g)
-        if len(algos) == 1:                 # nothing to choose (not timed, not stored)
-            out(f"{_names(names)} {p}: only {algos[0]} applies")
-            continue
-        times = measure(dev, g, p, algos, rounds=rounds, clock=clock)
-        ok = {a: t for a, t in times.items() if isinstance(t, float)}
-        rule = conv_ops.algorithm(dev, g)             # pass_=None: never the stored choice
-        if p == "backward_weight":
-            rule = conv_ops.weight_grad_algorithm(dev, rule)
-        choice = min(ok, key=ok.get) if ok else None
-        if choice is not None and rule in ok and ok[rule] <= ok[choice] * (1 + KEEP_RULE_WITHIN):
-            choice = rule
-        row = dict(layers=names, key=key, pass_=p, times=times, rule=rule, choice=choice)
-        rows.append(row)
-        _print_row(row, out)
-        if row["choice"] is not None:
-            new[key] = {"choice": row["choice"], "ms": {a: round(t, 4) for a, t in ok.items()},
-                        "layers": names[:4]}
+        choice = _tune_algorithm(dev, g, p, key, names, rounds, out, clock, rows, new)
+        vrow = None
         if p == "forward" and choice == "igemm":
             vrow = tune_forward_variants(dev, g, names, rounds=rounds, out=out, clock=clock)
-            if vrow is not None:
-                rows.append(vrow)
-                new[vrow["key"]] = {"choice": vrow["choice"], "layers": names[:4],
-                                    "ms": {v: round(t, 4) for v, t in vrow["times"].items()
-                                           if isinstance(t, float)}}
+        elif p == "forward" and choice == "im2col" and dev.is_cpu:
+            vrow = tune_cpu_forward(dev, g, names, rounds=rounds, out=out, clock=clock,
+                                    inference=not training)
+        if vrow is not None:
+            rows.append(vrow)
+            new[vrow["key"]] = {"choice": vrow["choice"], "layers": names[:4],
+                                "ms": {v: round(t, 4) for v, t in vrow["times"].items()
+                                       if isinstance(t, float)}}
     _print_summary(rows, out)
     path = tuned.save(dev, new) if store and new else None
     if path:
         out(f"stored {len(new)} choices in {path}")
     return rows, path
+
+
+def _tune_algorithm(dev, g, p, key, names, rounds, out, clock, rows, new):
+    """Time the algorithms that can compute pass ``p`` of ``g``, add its row
+    to ``rows`` and its choice to ``new``; the algorithm chosen (where only
+    one applies: that one, neither timed nor stored)."""
+    algos = conv_ops.candidates(dev, g)
+    if len(algos) == 1:
+        out(f"{_names(names)} {p}: only {algos[0]} applies")
+        return algos[0]
+    times = measure(dev, g, p, algos, rounds=rounds, clock=clock)
+    ok = {a: t for a, t in times.items() if isinstance(t, float)}
+    rule = conv_ops.algorithm(dev, g)             # pass_=None: never the stored choice
+    if p == "backward_weight":
+        rule = conv_ops.weight_grad_algorithm(dev, rule)
+    choice = min(ok, key=ok.get) if ok else None
+    if choice is not None and rule in ok and ok[rule] <= ok[choice] * (1 + KEEP_RULE_WITHIN):
+        choice = rule
+    row = dict(layers=names, key=key, pass_=p, times=times, rule=rule, choice=choice)
+    rows.append(row)
+    _print_row(row, out)
+    if choice is not None:
+        new[key] = {"choice": choice, "ms": {a: round(t, 4) for a, t in ok.items()},
+                    "layers": names[:4]}
+    return choice
 
 
 def rule_variant(dev, g):
@@ -250,6 +265,50 @@ def tune_forward_variants(dev, g, names, rounds=5, out=print, clock=None):
     return row
 
 
+def tune_cpu_forward(dev, g, names, rounds=5, out=print, clock=None, inference=True):
+    """CPU drivers: time the kernels that can run ``g``'s im2col forward
+    (ops/conv.py cpu_forward_variants: direct, chanvec, GEMM) as
+    ``tune_forward_variants`` times the GPU's; a row (pass_ "forward-cpu")
+    with the fastest, the rules' kept within KEEP_RULE_WITHIN, or None where
+    there is nothing to choose. ``inference``: built as an inference net's
+    forward (weights packed once: the chanvec kernel needs that); a TRAIN
+    net's forwards read the weights as they are and cannot run chanvec, so
+    it is not timed for them. The choice is stored per geometry, for both
+    phases: a TEST net's stored chanvec leaves a TRAIN net's forward on the
+    GEMM."""
+    variants = [v for v in conv_ops.cpu_forward_variants(dev, g)
+                if inference or v != "chanvec"]
+    if len(variants) < 2:
+        return None
+    bufs = _Buffers(dev, g, conv_ops.workspace_floats(dev, g, "im2col"))
+    version = (lambda: 1) if inference else None
+
+    def launches():
+        return conv_ops.forward(dev, g, bufs.x, bufs.w, bufs.y, bufs.col, bufs.b,
+                                weight_version=version)
+
+    with conv_ops.forced_forward_variant(None):
+        rule = ("direct" if conv_ops.direct_forward(dev, g) else
+                "chanvec" if inference and conv_ops.chanvec_forward(dev, g) else "gemm")
+
+    def builder(v):
+        def build():
+            with conv_ops.forced_forward_variant(v):
+                return launches()
+        return build
+    times = _timed(dev, {v: builder(v) for v in variants}, rounds, clock)
+    ok = {v: t for v, t in times.items() if isinstance(t, float)}
+    if not ok:
+        return None
+    choice = min(ok, key=ok.get)
+    if rule in ok and ok[rule] <= ok[choice] * (1 + KEEP_RULE_WITHIN):
+        choice = rule
+    row = dict(layers=names, key=tuned.conv_key(g, "forward-cpu", False),
+               pass_="forward-cpu", times=times, rule=rule, choice=choice)
+    _print_row(row, out)
+    return row
+
+
 def _print_row(row, out):
     times = ", ".join(f"{a} {t:.3f} ms" if isinstance(t, float) else f"{a} {t}"
                       for a, t in row["times"].items())
@@ -262,20 +321,23 @@ def _names(layers):
 
 
 def _print_summary(rows, out):
-    """Sum over the net's passes that had a choice (a geometry shared by k
-    layers counts k times) of the rules' choices and of the chosen ones."""
-    rules = chosen = 0.0
-    for r in rows:
-        t = r["times"]
-        if r["choice"] is None or not isinstance(t.get(r["rule"]), float) \
-                or r["pass_"] == "forward-igemm":     # a refinement of a forward row
-            continue
-        k = len(r["layers"])
-        rules += k * t[r["rule"]]
-        chosen += k * t[r["choice"]]
-    if chosen > 0:
-        out(f"convolution passes with a choice, summed: rules {rules:.3f} ms, "
-            f"tuned {chosen:.3f} ms ({rules / chosen:.2f}x)")
+    """Sums over the net's passes that had a choice (a geometry shared by k
+    layers counts k times) of the rules' choices and of the chosen ones:
+    the algorithms, then the kernel variants that refine a forward."""
+    for label, refines in (("convolution passes with a choice", False),
+                           ("forward kernel variants", True)):
+        rules = chosen = 0.0
+        for r in rows:
+            t = r["times"]
+            if r["choice"] is None or not isinstance(t.get(r["rule"]), float) \
+                    or (r["pass_"] in ("forward-igemm", "forward-cpu")) != refines:
+                continue
+            k = len(r["layers"])
+            rules += k * t[r["rule"]]
+            chosen += k * t[r["choice"]]
+        if chosen > 0:
+            out(f"{label}, summed: rules {rules:.3f} ms, tuned {chosen:.3f} ms "
+                f"({rules / chosen:.2f}x)")
 
 
 def tune_net(net, rounds=5, store=True, out=print, clock=None):

@@ -729,8 +729,9 @@ _forced_variant = [None]       # tuning.py's measurements (forced_forward_varian
 @contextmanager
 def forced_forward_variant(variant):
     """Within the block, implicit-GEMM forwards use ``variant`` (one of
-    FORWARD_VARIANTS; None: the rules, no stored choice) -- how the tuner
-    builds each variant's launches."""
+    FORWARD_VARIANTS; on CPU drivers, im2col forwards one of
+    CPU_FORWARD_VARIANTS; None: the rules, no stored choice) -- how the
+    tuner builds each variant's launches."""
     old = _forced_variant[0]
     _forced_variant[0] = variant or "rules"
     try:
@@ -754,6 +755,8 @@ def _variant(dev, g):
     """The stored or forced FORWARD_VARIANTS name for ``g``'s implicit-GEMM
     forward, or None for the rules."""
     v = _forced_variant[0]
+    if v in CPU_FORWARD_VARIANTS:
+        v = None                  # a CPU kernel forced: these tiles keep their rules
     if v is None and not deterministic():
         v = tuned.lookup(dev, tuned.conv_key(g, "forward-igemm", use_tf32(dev)))
         if v is not None and v not in forward_variants(dev, g):
@@ -1328,15 +1331,27 @@ def chanvec_forward(dev, g, algo=None):
     limits above); setting CPU_CHANVEC. The CPU GEMM puts pixels along its
     16- or 32-wide vectors, which small planes fill badly (a 7 x 7 plane:
     49 of 64 lanes). The plane size alone decides (not the batch):
-    deterministic mode keeps it. Which kernel (6- or 8-pixel tiles):
-    _chanvec_tile8."""
+    deterministic mode keeps it. A choice that `caffe_ocl tune` stored for
+    this geometry (CPU_FORWARD_VARIANTS) replaces the plane-size rule.
+    Which kernel (6- or 8-pixel tiles): _chanvec_tile8."""
+    if algo is not None or not _chanvec_fits(dev, g):
+        return False
+    v = _cpu_variant(dev, g)
+    if v is not None:
+        return v == "chanvec"
     hw = g.out_spatial
     if g.kh == g.kw == 1:
-        small = hw <= CHANVEC_SMALL_PIXELS or (hw <= CHANVEC_MAX_PIXELS
-                                               and g.channels >= CHANVEC_MIN_K)
-    else:
-        small = hw <= CHANVEC_KXK_MAX_PIXELS
-    return (dev.is_cpu and algo is None and g.groups == 1 and 1 < hw and small
+        return hw <= CHANVEC_SMALL_PIXELS or (hw <= CHANVEC_MAX_PIXELS
+                                              and g.channels >= CHANVEC_MIN_K)
+    return hw <= CHANVEC_KXK_MAX_PIXELS
+
+
+def _chanvec_fits(dev, g):
+    """Whether conv_chanvec.cl can compute ``g`` at all (whatever its plane
+    size): CPU drivers, one group, more than one output pixel, kernels up
+    to CHANVEC_MAX_KERNEL a side read unpadded or from the padded copy,
+    setting CPU_CHANVEC."""
+    return (dev.is_cpu and g.groups == 1 and 1 < g.out_spatial
             and g.kh <= CHANVEC_MAX_KERNEL and g.kw <= CHANVEC_MAX_KERNEL
             and (not (g.ph or g.pw) or _packs_columns(dev, g))
             and bool(config.get("CPU_CHANVEC")))
@@ -1472,13 +1487,64 @@ def direct_forward(dev, g):
     DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS for at most DIRECT_MAX_IMAGES images
     (in deterministic mode the rule sees one image: the same kernel at
     every batch); setting CPU_DIRECT_CONV off: never."""
+    if not _direct_fits(dev, g):
+        return False
+    v = _cpu_variant(dev, g)
+    if v is not None:
+        return v == "direct"
     num = 1 if deterministic() else g.num
+    return (g.out_channels <= DIRECT_MAX_OUT_CHANNELS
+            or (num <= DIRECT_MAX_IMAGES and g.out_channels <= DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS))
+
+
+def _direct_fits(dev, g):
+    """Whether the direct kernel can compute ``g`` (whatever its output
+    channels): CPU drivers, one group, at most DIRECT_MAX_CHANNELS input
+    channels and DIRECT_MAX_TAPS taps, output rows of at least 8 pixels,
+    setting CPU_DIRECT_CONV."""
     return (dev.is_cpu and g.groups == 1 and 0 < g.channels <= DIRECT_MAX_CHANNELS
             and g.kh * g.kw <= DIRECT_MAX_TAPS and g.out_w >= 8 and g.out_channels > 0
-            and (g.out_channels <= DIRECT_MAX_OUT_CHANNELS
-                 or (num <= DIRECT_MAX_IMAGES
-                     and g.out_channels <= DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS))
-            and config.get("CPU_DIRECT_CONV"))
+            and bool(config.get("CPU_DIRECT_CONV")))
+
+
+# CPU drivers: the kernels that can run an automatic im2col forward, for
+# `caffe_ocl tune` to time (pass "forward-cpu") where more than one can:
+# the direct kernel (first layers), conv_chanvec.cl (small planes; needs
+# the packed weights of an inference net) and the GEMM. Their rules above
+# were measured on AVX-512 CPUs (VW 16); on an AVX2 EPYC (VW 8) the same
+# MobileNet v2 layers ran 0.76-1.39x the other kernel's time
+# (BENCHMARKS.md, twenty-seventh session), which only timing on the
+# user's CPU can settle.
+CPU_FORWARD_VARIANTS = ("direct", "chanvec", "gemm")
+
+
+def cpu_forward_variants(dev, g):
+    """The CPU_FORWARD_VARIANTS that can compute ``g``'s automatic im2col
+    forward on ``dev`` ([] where fewer than two can, on GPUs, in
+    deterministic mode and for 1x1 products of 1 x 1 planes, which run as
+    fully-connected layers)."""
+    if not dev.is_cpu or deterministic() or algorithm(dev, g, pass_="forward") != "im2col" \
+            or fully_connected(dev, g):
+        return []
+    out = [v for v, fits in (("direct", _direct_fits), ("chanvec", _chanvec_fits))
+           if fits(dev, g)] + ["gemm"]
+    return out if len(out) > 1 else []
+
+
+def _cpu_variant(dev, g):
+    """The forced (tuning) or stored CPU_FORWARD_VARIANTS name for ``g``, or
+    None for the rules (none stored, deterministic mode, or a stored one
+    that no longer applies: reported once)."""
+    v = _forced_variant[0]
+    if v is None and not deterministic():
+        v = tuned.lookup(dev, tuned.conv_key(g, "forward-cpu", False))
+        if v is not None and v not in cpu_forward_variants(dev, g):
+            key = ("cpu variant", v, g)
+            if key not in _warned_stale:
+                _warned_stale.add(key)
+                log.warning("ignoring tuned CPU forward %r for %s: it does not apply", v, g)
+            v = None
+    return None if v in (None, "rules") or v not in CPU_FORWARD_VARIANTS else v
 
 
 def _direct_forward(dev, g, x, weight, y, bias, act, y_off, ych):

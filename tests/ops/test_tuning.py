@@ -229,9 +229,12 @@ def test_rules_kept_within_noise(store):
 
 def test_single_candidate_not_timed(store):
     dev = store
-    one = conv_ops.ConvGeometry(2, 8, 5, 5, 4, 1, 1)
+    # two groups: neither the direct nor the chanvec kernel takes it, so no
+    # CPU kernel variants either
+    one = conv_ops.ConvGeometry(2, 8, 5, 5, 4, 1, 1, groups=2)
     if len(conv_ops.candidates(dev, one)) > 1:
         pytest.skip("GPUs have two algorithms for 1x1 convolutions")
+    assert conv_ops.cpu_forward_variants(dev, one) == []
     lines = []
     clock, calls = _fake_clock({"im2col": 1.0})
     rows, path = tuning.tune_passes(dev, [("c", one, "forward")], out=lines.append, clock=clock)
@@ -440,3 +443,86 @@ def test_train_tf32_forwards_tuned_apart(store, settings):
     with wino_ops.train_forwards():
         assert conv_ops.algorithm(dev, WIDE, None, "forward") == "im2col"
         assert conv_ops.tuned_key(dev, WIDE, "backward_data") == _key(dev, WIDE, "backward_data")
+
+
+def test_cpu_forward_kernels_tuned(store, rng, caplog):
+    """CPU drivers: where only im2col applies (a 1x1 layer), the kernels
+    that can run it -- the chanvec kernel (an inference forward's, packed
+    weights) and the GEMM -- are timed as pass "forward-cpu" and the
+    fastest stored; a forward built afterwards runs it, with the same
+    values; a TRAIN forward (no packed weights) times no chanvec; a stored
+    kernel that cannot run the layer is ignored with a warning."""
+    dev = store
+    if not dev.is_cpu:
+        pytest.skip("CPU kernels")
+    g = conv_ops.ConvGeometry(1, 24, 7, 7, 20, 1, 1)
+    assert conv_ops.cpu_forward_variants(dev, g) == ["chanvec", "gemm"]
+    assert conv_ops.chanvec_forward(dev, g)                     # the rules: 49 pixels
+    clock, calls = _fake_clock({"chanvec": 1.0, "gemm": 0.5})
+    lines = []
+    rows, path = tuning.tune_passes(dev, [("c", g, "forward")], rounds=2, out=lines.append,
+                                    clock=clock)
+    assert lines[0] == "c forward: only im2col applies"
+    assert [(r["pass_"], r["rule"], r["choice"]) for r in rows] == [
+        ("forward-cpu", "chanvec", "gemm")]
+    assert [a for a, _ in calls[-4:]] == ["chanvec", "gemm"] * 2
+    assert tuned.lookup(dev, tuned.conv_key(g, "forward-cpu", False)) == "gemm"
+    assert not conv_ops.chanvec_forward(dev, g)
+
+    x = rng.standard_normal((1, 24, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((20, 24, 1, 1)).astype(np.float32)
+    bufs = [dev.alloc(4 * a.size) for a in (x, w)] + [dev.alloc(4 * 20 * 49) for _ in range(2)]
+    dev.upload(bufs[0], x)
+    dev.upload(bufs[1], w)
+    col = dev.alloc(4 * max(conv_ops.workspace_floats(dev, g), 1))
+    tuned_launches = conv_ops.forward(dev, g, bufs[0], bufs[1], bufs[2], col,
+                                      weight_version=lambda: 1)
+    with conv_ops.forced_forward_variant(None):                 # the rules
+        rule_launches = conv_ops.forward(dev, g, bufs[0], bufs[1], bufs[3], col,
+                                         weight_version=lambda: 1)
+    assert "conv_chanvec" in [ln.name for ln in rule_launches]
+    assert "conv_chanvec" not in [ln.name for ln in tuned_launches]
+    for ln in rule_launches + tuned_launches:
+        ln.run(dev.queue)
+    a, b = np.empty(20 * 49, np.float32), np.empty(20 * 49, np.float32)
+    cl.enqueue_copy(dev.queue, a, bufs[2])
+    cl.enqueue_copy(dev.queue, b, bufs[3])
+    ref = np.einsum("oc,cp->op", w.reshape(20, 24), x.reshape(24, 49)).reshape(-1)
+    np.testing.assert_allclose(a, ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(b, ref, rtol=1e-4, atol=1e-4)
+
+    calls.clear()
+    rows, _ = tuning.tune_passes(dev, [("c", g, "forward")], rounds=1, store=False,
+                                 out=lambda s: None, clock=clock, training=True)
+    assert rows == [] and calls == []         # TRAIN: the GEMM alone, nothing to time
+
+    # 24 input channels: the direct kernel (at most 4) cannot run it
+    tuned.save(dev, {tuned.conv_key(g, "forward-cpu", False): {"choice": "direct"}})
+    with caplog.at_level(logging.WARNING, logger="caffe_ocl"):
+        assert conv_ops.chanvec_forward(dev, g)                 # back to the rules
+        assert not conv_ops.direct_forward(dev, g)
+    assert "tuned CPU forward 'direct'" in caplog.text and "does not apply" in caplog.text
+
+
+def test_first_layer_kernels_tuned(store):
+    """A first layer (3 input channels, 3 x 3 stride 2) can run the direct
+    kernel or the GEMM in both phases: a stored GEMM takes it off the
+    direct kernel, in a TRAIN forward (weights as they are) too."""
+    dev = store
+    if not dev.is_cpu:
+        pytest.skip("CPU kernels")
+    g = conv_ops.ConvGeometry(1, 3, 32, 32, 16, 3, 3, 1, 1, 2, 2)
+    assert "direct" in conv_ops.cpu_forward_variants(dev, g)
+    assert conv_ops.direct_forward(dev, g)
+    clock, calls = _fake_clock({"direct": 1.0, "chanvec": 2.0, "gemm": 0.5})
+    rows, _ = tuning.tune_passes(dev, [("c", g, "forward")], rounds=1, out=lambda s: None,
+                                 clock=clock, training=True)
+    cpu_row = [r for r in rows if r["pass_"] == "forward-cpu"]
+    assert [(r["rule"], r["choice"]) for r in cpu_row] == [("direct", "gemm")]
+    assert "chanvec" not in cpu_row[0]["times"]
+    assert not conv_ops.direct_forward(dev, g)
+    x, w, y = (dev.alloc(4 * n) for n in (3 * 32 * 32, 16 * 27, 16 * 16 * 16))
+    col = dev.alloc(4 * max(conv_ops.workspace_floats(dev, g), 1))
+    assert "conv_direct_fwd" not in [ln.name for ln in conv_ops.forward(dev, g, x, w, y, col)]
+    with conv_ops.forced_forward_variant(None):
+        assert [ln.name for ln in conv_ops.forward(dev, g, x, w, y, col)] == ["conv_direct_fwd"]
