@@ -244,13 +244,21 @@ def tune_forward_variants(dev, g, names, rounds=5, out=print, clock=None):
     variants = conv_ops.forward_variants(dev, g)
     if len(variants) < 2:
         return None
-    rule = rule_variant(dev, g)
     bufs = _Buffers(dev, g, 0)
+    return _variant_row(dev, variants, rule_variant(dev, g),
+                        lambda: _launches(dev, g, "forward", "igemm", bufs),
+                        names, tuned.conv_key(g, "forward-igemm", use_tf32(dev)),
+                        "forward-igemm", rounds, out, clock)
 
+
+def _variant_row(dev, variants, rule, launches, names, key, pass_, rounds, out, clock):
+    """Time ``launches()`` built under each forced variant, interleaved; the
+    row of the fastest (the rules' ``rule`` kept within KEEP_RULE_WITHIN),
+    printed, or None when none could run."""
     def builder(v):
         def build():
             with conv_ops.forced_forward_variant(v):
-                return _launches(dev, g, "forward", "igemm", bufs)
+                return launches()
         return build
     times = _timed(dev, {v: builder(v) for v in variants}, rounds, clock)
     ok = {v: t for v, t in times.items() if isinstance(t, float)}
@@ -259,8 +267,7 @@ def tune_forward_variants(dev, g, names, rounds=5, out=print, clock=None):
     choice = min(ok, key=ok.get)
     if rule in ok and ok[rule] <= ok[choice] * (1 + KEEP_RULE_WITHIN):
         choice = rule
-    row = dict(layers=names, key=tuned.conv_key(g, "forward-igemm", use_tf32(dev)),
-               pass_="forward-igemm", times=times, rule=rule, choice=choice)
+    row = dict(layers=names, key=key, pass_=pass_, times=times, rule=rule, choice=choice)
     _print_row(row, out)
     return row
 
@@ -282,31 +289,14 @@ def tune_cpu_forward(dev, g, names, rounds=5, out=print, clock=None, inference=T
         return None
     bufs = _Buffers(dev, g, conv_ops.workspace_floats(dev, g, "im2col"))
     version = (lambda: 1) if inference else None
-
-    def launches():
-        return conv_ops.forward(dev, g, bufs.x, bufs.w, bufs.y, bufs.col, bufs.b,
-                                weight_version=version)
-
     with conv_ops.forced_forward_variant(None):
         rule = ("direct" if conv_ops.direct_forward(dev, g) else
                 "chanvec" if inference and conv_ops.chanvec_forward(dev, g) else "gemm")
-
-    def builder(v):
-        def build():
-            with conv_ops.forced_forward_variant(v):
-                return launches()
-        return build
-    times = _timed(dev, {v: builder(v) for v in variants}, rounds, clock)
-    ok = {v: t for v, t in times.items() if isinstance(t, float)}
-    if not ok:
-        return None
-    choice = min(ok, key=ok.get)
-    if rule in ok and ok[rule] <= ok[choice] * (1 + KEEP_RULE_WITHIN):
-        choice = rule
-    row = dict(layers=names, key=tuned.conv_key(g, "forward-cpu", False),
-               pass_="forward-cpu", times=times, rule=rule, choice=choice)
-    _print_row(row, out)
-    return row
+    return _variant_row(dev, variants, rule,
+                        lambda: conv_ops.forward(dev, g, bufs.x, bufs.w, bufs.y, bufs.col,
+                                                 bufs.b, weight_version=version),
+                        names, tuned.conv_key(g, "forward-cpu", False), "forward-cpu",
+                        rounds, out, clock)
 
 
 def _print_row(row, out):
