@@ -755,8 +755,6 @@ def _variant(dev, g):
     """The stored or forced FORWARD_VARIANTS name for ``g``'s implicit-GEMM
     forward, or None for the rules."""
     v = _forced_variant[0]
-    if v in CPU_FORWARD_VARIANTS:
-        v = None                  # a CPU kernel forced: these tiles keep their rules
     if v is None and not deterministic():
         v = tuned.lookup(dev, tuned.conv_key(g, "forward-igemm", use_tf32(dev)))
         if v is not None and v not in forward_variants(dev, g):
@@ -766,7 +764,8 @@ def _variant(dev, g):
                 log.warning("ignoring tuned forward variant %r for %s: it does not apply",
                             v, g)
             v = None
-    return None if v in (None, "rules") else v
+    # a forced CPU kernel (CPU_FORWARD_VARIANTS) leaves these tiles to the rules
+    return None if v in (None, "rules") or v not in FORWARD_VARIANTS else v
 
 
 def _forward_variant(dev, g):
