@@ -9,7 +9,7 @@ first's (and the same ratio of the fastest rounds).
     python3 benchmarks/ab_cpu_layer.py --setting CPU_CHANVEC_TILE8 --values 0,1 \\
         --shapes 512x7x7:512:3,1024x14x14:256:1 [--batch 1] [--rounds 15]
 
-A shape is CxHxW:OUT:K[:STRIDE[:PAD]] (PAD defaults to K // 2). Written
+A shape is CxHxW:OUT:K[:STRIDE[:PAD[:GROUPS]]] (PAD defaults to K // 2). Written
 for issue #27's CPU batch-1 work (BENCHMARKS.md, twenty-first session).
 --ort: also ONNX Runtime (Conv + Relu, --threads intra-op threads) on the
 same layer, in the same rounds (this machine's speed drifts by 1.5x over
@@ -36,8 +36,9 @@ def parse_shape(text, batch):
     k = int(k)
     stride = int(rest[0]) if rest else 1
     pad = int(rest[1]) if len(rest) > 1 else k // 2
+    groups = int(rest[2]) if len(rest) > 2 else 1
     return conv_ops.ConvGeometry(batch, c, h, w, int(co), k, k, pad, pad, stride, stride,
-                                 1, 1, 1)
+                                 1, 1, groups)
 
 
 def build(dev, g, buf, setting, value):
@@ -61,10 +62,11 @@ def ort_runner(g, threads):
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal(
-        (g.out_channels, g.channels, g.kh, g.kw)).astype(np.float32), "w")
+        (g.out_channels, g.channels // g.groups, g.kh, g.kw)).astype(np.float32), "w")
     b = numpy_helper.from_array(rng.standard_normal(g.out_channels).astype(np.float32), "b")
     conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[g.kh, g.kw],
-                            strides=[g.sh, g.sw], pads=[g.ph, g.pw, g.ph, g.pw])
+                            strides=[g.sh, g.sw], pads=[g.ph, g.pw, g.ph, g.pw],
+                            group=g.groups)
     graph = helper.make_graph(
         [conv, helper.make_node("Relu", ["c"], ["y"])], "layer",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT,
@@ -91,7 +93,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--setting", required=True)
     ap.add_argument("--values", required=True, help="comma-separated, the first is the base")
-    ap.add_argument("--shapes", required=True, help="comma-separated CxHxW:OUT:K[:S[:P]]")
+    ap.add_argument("--shapes", required=True, help="comma-separated CxHxW:OUT:K[:S[:P[:G]]]")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--runs", type=int, default=30, help="passes per timing")

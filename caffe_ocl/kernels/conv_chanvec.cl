@@ -13,6 +13,8 @@
  * channel (6 pixels of each row of y; transposed on the way out, element
  * by element).
  *
+ * Grouped convolutions: see PANEL_CHANNELS; K is one group's column rows.
+ *
  * Layouts: x images (image i at X + offX + i * ldxI), y images [M][N]
  * (Y + offY + i * ldyI: a Concat's slice when ldyI > M * N), the residual
  * R laid out as y (from offR). Epilogue as the GEMM's: y = act(sum + bias
@@ -53,16 +55,31 @@
  * c * hwp + (ho * SH + kh * DH) * wp + wo * SW + kw * DW */
 #include "conv_geom.h"
 
-/* Wp[p][k][j] = W[p * NR + j][k] (zero past M): one work-item per panel */
+/* Groups: GROUPS groups of MG = M / GROUPS output channels, each reading
+ * its K / (KH * KW) input channels; a group's channels fill PPG =
+ * ceil(MG / NR) panels of their own (a panel never straddles two groups,
+ * so its last one may be partial: RegNet's 16-channel groups fill one
+ * panel of 16 at VW 8, ResNeXt's 4-channel ones a quarter of one). With
+ * one group: panel p holds channels p * NR .. */
+#ifndef GROUPS
+#define GROUPS 1
+#endif
+#define PANEL_CHANNELS(p, m0, mc)                                              \
+    const int mg_ = M / GROUPS, ppg_ = (mg_ + NR - 1) / NR;                    \
+    const int grp = (p) / ppg_, pj_ = (p) - grp * ppg_;                        \
+    const int m0 = grp * mg_ + pj_ * NR, mc = min(NR, mg_ - pj_ * NR);
+
+/* Wp[p][k][j] = W[channel j of panel p][k] (zero past the panel's channels;
+ * W rows of K values, one group's column rows): one work-item per panel */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
     const int p = get_global_id(0);
-    if (p * NR >= M) return;
+    if (p >= GROUPS * ((M / GROUPS + NR - 1) / NR)) return;
+    PANEL_CHANNELS(p, m0, mc)
     __global float* d = Wp + (size_t)p * K * NR;
     for (int j = 0; j < NR; ++j) {
-        const int m = p * NR + j;
-        __global const float* s = W + (size_t)min(m, M - 1) * K;
-        for (int k = 0; k < K; ++k) d[k * NR + j] = m < M ? s[k] : 0.0f;
+        __global const float* s = W + (size_t)(m0 + min(j, mc - 1)) * K;
+        for (int k = 0; k < K; ++k) d[k * NR + j] = j < mc ? s[k] : 0.0f;
     }
 }
 
@@ -106,10 +123,12 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
 #endif
 #define CHANVEC_PROLOGUE \
     const int p = get_global_id(0), img = get_global_id(2); \
-    const int m0 = p * NR, nbeg = get_global_id(1) * pix; \
-    if (m0 >= M || nbeg >= N) return; \
-    const int nend = min(N, nbeg + pix), mc = min(NR, M - m0); \
-    __global const float* Xi = X + offX + (size_t)img * ldxI; \
+    const int nbeg = get_global_id(1) * pix; \
+    if (p >= GROUPS * ((M / GROUPS + NR - 1) / NR) || nbeg >= N) return; \
+    PANEL_CHANNELS(p, m0, mc) \
+    const int nend = min(N, nbeg + pix); \
+    __global const float* Xi = X + offX + (size_t)img * ldxI \
+                               + (size_t)grp * (K / (KH * KW)) * hwp; \
     __global float* Yi = Y + offY + (size_t)img * ldyI; \
     __global const float* Ri = R + offR + (size_t)img * ldyI; \
     __global const float* wpan = Wp + (size_t)p * K * NR; \

@@ -1324,7 +1324,8 @@ CHANVEC_MAX_KERNEL = 7
 def chanvec_forward(dev, g, algo=None):
     """Whether ``forward`` of ``g``, given a ``weight_version``, runs
     kernels/conv_chanvec.cl: CPU drivers, the automatic algorithm, one
-    group, kernels up to CHANVEC_MAX_KERNEL a side, read from the images
+    group or groups of at least CHANVEC_MIN_GROUP_OUT output channels
+    (_chanvec_groups_fit), kernels up to CHANVEC_MAX_KERNEL a side, read from the images
     themselves (no padding) or from the GEMM path's zero-padded copy
     (CPU_PACKED_COLUMNS), small output planes (more than one pixel; the
     limits above); setting CPU_CHANVEC. The CPU GEMM puts pixels along its
@@ -1347,13 +1348,37 @@ def chanvec_forward(dev, g, algo=None):
 
 def _chanvec_fits(dev, g):
     """Whether conv_chanvec.cl can compute ``g`` at all (whatever its plane
-    size): CPU drivers, one group, more than one output pixel, kernels up
+    size): CPU drivers, groups it takes, more than one output pixel, kernels up
     to CHANVEC_MAX_KERNEL a side read unpadded or from the padded copy,
     setting CPU_CHANVEC."""
-    return (dev.is_cpu and g.groups == 1 and 1 < g.out_spatial
+    return (dev.is_cpu and 1 < g.out_spatial and _chanvec_groups_fit(dev, g)
             and g.kh <= CHANVEC_MAX_KERNEL and g.kw <= CHANVEC_MAX_KERNEL
             and (not (g.ph or g.pw) or _packs_columns(dev, g))
             and bool(config.get("CPU_CHANVEC")))
+
+
+def _chanvec_groups_fit(dev, g):
+    """Whether conv_chanvec.cl takes ``g``'s groups: one group, or (setting
+    CPU_CHANVEC_GROUPS) groups of at least CHANVEC_MIN_GROUP_OUT output
+    channels -- each group's channels fill panels of their own, so a group
+    narrower than the panel's 2 * VW lanes leaves the rest idle."""
+    if g.groups == 1:
+        return True
+    return (bool(config.get("CPU_CHANVEC_GROUPS"))
+            and g.out_channels // g.groups >= CHANVEC_MIN_GROUP_OUT)
+
+
+# Grouped layers (RegNet, ResNeXt) ran as one GEMM per group, a 16 x 49 x
+# 144 product for RegNetX-400MF's last stage, whose 6 x 16 tiles and column
+# packing left them at 0.3-0.45 of ONNX Runtime's time per layer. By
+# channels: 2-core EPYC (AVX2, VW 8), PoCL 3.1, batch 1, 3 x 3 layers,
+# chanvec / GEMM time (medians of 7 interleaved rounds,
+# `ab_cpu_layer.py --setting CPU_CHANVEC_GROUPS`): 16 channels a group
+# 0.46-0.61 (400 on 7 x 7 in 25 groups, 160 on 14 x 14 in 10, 64 on 28 x
+# 28 in 4), 8 a group 0.58 / 0.72 (512 on 7 x 7 in 64, 128 on 28 x 28 in
+# 16: half of each 16-channel panel idle and still ahead). Whole nets,
+# batch 1 (BENCHMARKS.md, twenty-eighth session): 1.04-1.37x.
+CHANVEC_MIN_GROUP_OUT = 8
 
 
 # AVX-512 drivers (VW 16): conv_chanvec8's tiles of 8 pixels x 32 channels
@@ -1406,12 +1431,12 @@ def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_ve
                      residual):
     vw = cpu_vw(dev)
     nr = 2 * vw
-    M, K, N = g.out_channels, g.col_rows, g.out_spatial
-    panels = -(-M // nr)
+    M, K, N = g.out_channels, g.col_rows // g.groups, g.out_spatial
+    panels = g.groups * -(-(M // g.groups) // nr)     # a group's panels its own
     act_kind, act_a, act_b = act_defines(act)
     defs = dict(VW=vw, BIAS=int(bias is not None), ACT=act_kind,
                 RESIDUAL=int(residual is not None), KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
-                DH=g.dh, DW=g.dw)
+                DH=g.dh, DW=g.dw, GROUPS=g.groups)
     tile8 = _chanvec_tile8(dev, g)
     mr, pixmax, kname, kargs = 6, -(-N // 6) * 6, "conv_chanvec", []
     if tile8:
@@ -1419,7 +1444,7 @@ def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_ve
         mr, kname = 8, "conv_chanvec8"
         defs["PIXMAX"] = pixmax
         kb = int(config.get("CPU_CHANVEC_KBLOCK") or 0)
-        kargs = [kb if (kb > 0 and g.kh == g.kw == 1) else g.channels]
+        kargs = [kb if (kb > 0 and g.kh == g.kw == 1) else g.channels // g.groups]
     wp = dev.alloc(4 * panels * nr * K)
     out = [OnChange(dev.launch(CHANVEC_SRC, "pack_w_chanvec", (panels,), (1,),
                                [M, K, weight, wp], defs), weight_version)]
@@ -1428,14 +1453,18 @@ def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_ve
         chunks = []
         for n0, nc in _column_chunks(dev, g):
             pre, src = _columns(dev, g, x, col, n0, nc)
-            out += pre
-            chunks.append((n0, nc, src.buf, src.off, src.image_stride, src.conv[6:9]))
+            chunks.append((pre, n0, nc, src.buf, src.off, src.image_stride, src.conv[6:9]))
     else:
-        chunks = [(0, g.num, x, 0, chw, (g.width, g.height * g.width, g.out_w))]
+        chunks = [([], 0, g.num, x, 0, chw, (g.width, g.height * g.width, g.out_w))]
     # chunks of pixels (multiples of the tile's mr) until there are 4
     # work-items per core
     want = 4 * max(int(dev.compute_units), 1)
-    for n0, nc, xb, xoff, xstride, (wpad, hwp, wo) in chunks:
+    for pre, n0, nc, xb, xoff, xstride, (wpad, hwp, wo) in chunks:
+        # each chunk of images padded into ``col`` right before its
+        # convolution reads it: every chunk's copy starts at col's offset
+        # 0 (with all the copies first, every chunk read the last one's
+        # images -- from a batch of 16 on ResNeXt-50's 28 x 28 layers)
+        out += pre
         pix = min(-(-N // mr) * mr, pixmax)
         while panels * -(-N // pix) * nc < want and pix > mr:
             pix = -(-(pix // 2) // mr) * mr

@@ -38,9 +38,9 @@ def _kernel_name(vw, g):
     return "conv_chanvec8" if width == 16 and tile8 and g.kh == g.kw == 1 else "conv_chanvec"
 
 
-def _geo(num, c, hw, co, k=1, pad=0, stride=1, dil=1):
+def _geo(num, c, hw, co, k=1, pad=0, stride=1, dil=1, groups=1):
     return conv_ops.ConvGeometry(num, c, hw[0], hw[1], co, k, k, pad, pad, stride, stride,
-                                 dil, dil, 1)
+                                 dil, dil, groups)
 
 
 ACTS = {None: lambda v: v, ("relu", 0.1): lambda v: np.where(v > 0, v, 0.1 * v),
@@ -66,7 +66,13 @@ CASES = [
 ]
 
 
-def _reference(x, w, b, k, pad, stride, dil):
+def _reference(x, w, b, k, pad, stride, dil, groups=1):
+    if groups > 1:      # each group's slice of x and w alone, outputs stacked
+        cg, mg = x.shape[1] // groups, w.shape[0] // groups
+        out = np.concatenate([_reference(x[:, i * cg:(i + 1) * cg], w[i * mg:(i + 1) * mg],
+                                         None, k, pad, stride, dil) for i in range(groups)],
+                             axis=1)
+        return out + (b.reshape(1, -1, 1, 1) if b is not None else 0.0)
     n, c, h, wd = x.shape
     co = w.shape[0]
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
@@ -84,13 +90,14 @@ def _reference(x, w, b, k, pad, stride, dil):
 
 
 def _check(d, rng, case, kernel):
-    num, c, hw, co, has_bias, act, has_res, sliced, (k, pad, stride, dil) = case
-    g = _geo(num, c, hw, co, k, pad, stride, dil)
+    num, c, hw, co, has_bias, act, has_res, sliced, (k, pad, stride, dil), *grp = case
+    groups = grp[0] if grp else 1
+    g = _geo(num, c, hw, co, k, pad, stride, dil, groups)
     assert conv_ops.chanvec_forward(d.dev, g)
     x = rng.standard_normal((num, c) + hw)
-    w = rng.standard_normal((co, c, k, k))
+    w = rng.standard_normal((co, c // groups, k, k))
     b = rng.standard_normal(co) if has_bias else None
-    ref = _reference(x, w, b, k, pad, stride, dil)
+    ref = _reference(x, w, b, k, pad, stride, dil, groups)
     res = rng.standard_normal(ref.shape) if has_res else None
     if has_res:
         ref = ref + res
@@ -121,6 +128,44 @@ def _check(d, rng, case, kernel):
 def test_chanvec_equals_reference(d, rng, vw, monkeypatch, case):
     monkeypatch.setattr(d.dev, "compute_units", 2)
     _check(d, rng, case, lambda g: _kernel_name(vw, g))
+
+
+# grouped convolutions (case as CASES, then the groups): each group's
+# output channels fill panels of their own -- 16 per group (RegNet's
+# width: one whole panel at VW 8, half of one at VW 16), 12 (a partial
+# panel in every group), 40 (two panels a group at VW 8, the second
+# partial), 8 (the narrowest the rule takes); 3 x 3 padded and strided,
+# dilated, a residual, a Concat slice, two images
+GROUPED = [
+    (1, 64, (7, 7), 64, True, ("relu", 0.0), False, False, (3, 1, 1, 1), 4),
+    (2, 30, (6, 5), 36, True, ("relu", 0.1), True, False, (3, 1, 2, 1), 3),
+    (1, 40, (9, 9), 80, False, ("clip", -1.0, 2.0), False, True, (3, 1, 1, 1), 2),
+    (1, 24, (8, 8), 24, True, None, False, False, (3, 0, 1, 2), 3),
+    (2, 48, (5, 5), 32, True, ("swish", 1.0), True, False, ONE, 4),
+]
+
+
+@pytest.mark.parametrize("case", GROUPED, ids=["groups16-3x3", "groups12-stride2-residual",
+                                               "groups40-slice", "groups8-dilated",
+                                               "groups8-1x1-residual"])
+def test_grouped_chanvec_equals_reference(d, rng, vw, settings, monkeypatch, case):
+    settings(CPU_CHANVEC_GROUPS=True)
+    monkeypatch.setattr(d.dev, "compute_units", 2)
+    _check(d, rng, case, lambda g: _kernel_name(vw, g))
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_padded_copies_in_chunks(d, rng, vw, settings, monkeypatch, groups):
+    """Images padded in several chunks (a copy of the whole batch would
+    pass MAX_COL_FLOATS): each chunk's convolution reads its own images,
+    though every chunk's copy lands at the start of the same workspace."""
+    settings(CPU_CHANVEC_GROUPS=True)
+    monkeypatch.setattr(d.dev, "compute_units", 2)
+    monkeypatch.setattr(conv_ops, "MAX_COL_FLOATS", 2 * 16 * 9 * 9)   # 2 images a chunk
+    case = (5, 16, (7, 7), 32, True, ("relu", 0.0), True, False, (3, 1, 1, 1), groups)
+    names = [ln.name for ln in _check(d, rng, case, lambda g: _kernel_name(vw, g))]
+    assert names.count("pad_planes") == 3
+    assert names[1:] == ["pad_planes", "conv_chanvec"] * 3     # 3 x 3: the 6-pixel kernel
 
 
 # conv_chanvec8 only: (case as CASES, CPU_CHANVEC_KBLOCK, local memory or
@@ -183,9 +228,10 @@ def test_weights_packed_again_only_after_a_change(d, rng, vw):
 
 def test_rule(d, settings):
     """1x1 kernels: 7 x 7 planes always, 14 x 14 from 128 input channels;
-    larger kernels up to 28 x 28 planes; not larger planes, 1 x 1 planes,
-    grouped convolutions, explicit algorithms, or with the setting off."""
-    settings(CPU_CHANVEC=True)
+    larger kernels up to 28 x 28 planes; grouped convolutions of at least 8
+    output channels a group (CPU_CHANVEC_GROUPS); not larger planes, 1 x 1
+    planes, narrower groups, explicit algorithms, or with the setting off."""
+    settings(CPU_CHANVEC=True, CPU_CHANVEC_GROUPS=True)
     G = conv_ops.ConvGeometry
     ok = conv_ops.chanvec_forward
     assert ok(d.dev, _geo(1, 16, (7, 7), 64))
@@ -199,7 +245,14 @@ def test_rule(d, settings):
     assert not ok(d.dev, _geo(1, 512, (1, 1), 64))
     assert not ok(d.dev, _geo(1, 128, (56, 56), 32, 3, 1))
     assert not ok(d.dev, _geo(1, 3, (224, 224), 64, 7, 3, 2))
+    assert ok(d.dev, G(1, 64, 7, 7, 64, 1, 1, 0, 0, 1, 1, 1, 1, 2))
+    assert ok(d.dev, G(1, 400, 7, 7, 400, 3, 3, 1, 1, 1, 1, 1, 1, 25))     # RegNet
+    assert ok(d.dev, G(1, 256, 14, 14, 256, 3, 3, 1, 1, 1, 1, 1, 1, 32))   # 8 a group
+    assert not ok(d.dev, G(1, 128, 14, 14, 128, 3, 3, 1, 1, 1, 1, 1, 1, 32))  # 4 a group
+    assert not ok(d.dev, G(1, 128, 56, 56, 128, 3, 3, 1, 1, 1, 1, 1, 1, 8))   # large plane
+    settings(CPU_CHANVEC_GROUPS=False)
     assert not ok(d.dev, G(1, 64, 7, 7, 64, 1, 1, 0, 0, 1, 1, 1, 1, 2))
+    assert ok(d.dev, _geo(1, 16, (7, 7), 64))
     assert not ok(d.dev, _geo(1, 16, (7, 7), 64), algo="im2col")
     settings(CPU_CHANVEC=False)
     assert not ok(d.dev, _geo(1, 16, (7, 7), 64))
