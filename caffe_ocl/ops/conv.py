@@ -1333,6 +1333,8 @@ def chanvec_forward(dev, g, algo=None):
     49 of 64 lanes). The plane size alone decides (not the batch):
     deterministic mode keeps it. A choice that `caffe_ocl tune` stored for
     this geometry (CPU_FORWARD_VARIANTS) replaces the plane-size rule.
+    Grouped layers with kernels larger than 1x1 take it on any plane (see
+    CHANVEC_MIN_GROUP_OUT).
     Which kernel (6- or 8-pixel tiles): _chanvec_tile8."""
     if algo is not None or not _chanvec_fits(dev, g):
         return False
@@ -1343,7 +1345,7 @@ def chanvec_forward(dev, g, algo=None):
     if g.kh == g.kw == 1:
         return hw <= CHANVEC_SMALL_PIXELS or (hw <= CHANVEC_MAX_PIXELS
                                               and g.channels >= CHANVEC_MIN_K)
-    return hw <= CHANVEC_KXK_MAX_PIXELS
+    return hw <= CHANVEC_KXK_MAX_PIXELS or g.groups > 1
 
 
 def _chanvec_fits(dev, g):
@@ -1376,8 +1378,14 @@ def _chanvec_groups_fit(dev, g):
 # `ab_cpu_layer.py --setting CPU_CHANVEC_GROUPS`): 16 channels a group
 # 0.46-0.61 (400 on 7 x 7 in 25 groups, 160 on 14 x 14 in 10, 64 on 28 x
 # 28 in 4), 8 a group 0.58 / 0.72 (512 on 7 x 7 in 64, 128 on 28 x 28 in
-# 16: half of each 16-channel panel idle and still ahead). Whole nets,
-# batch 1 (BENCHMARKS.md, twenty-eighth session): 1.04-1.37x.
+# 16: half of each 16-channel panel idle and still ahead); on larger
+# planes too, where one-group layers keep the GEMM (CHANVEC_KXK_MAX_PIXELS):
+# 56 x 56 0.59-0.67 (32 -> 32 stride 2 from 112 x 112 in 2 groups, 48 in
+# 6, 64 in 4, 128 in 16), at batch 16 0.69-0.76 -- so grouped k x k layers
+# take it on any plane. Grouped 1x1 layers (ShuffleNet v1) keep the
+# one-group rule: on 28 x 28 and 56 x 56 planes the GEMM is ahead (chanvec
+# 1.27-1.92x slower). Whole nets, batch 1 (BENCHMARKS.md, twenty-eighth
+# session): 1.04-1.37x.
 CHANVEC_MIN_GROUP_OUT = 8
 
 

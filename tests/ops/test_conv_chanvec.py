@@ -229,7 +229,8 @@ def test_weights_packed_again_only_after_a_change(d, rng, vw):
 def test_rule(d, settings):
     """1x1 kernels: 7 x 7 planes always, 14 x 14 from 128 input channels;
     larger kernels up to 28 x 28 planes; grouped convolutions of at least 8
-    output channels a group (CPU_CHANVEC_GROUPS); not larger planes, 1 x 1
+    output channels a group (CPU_CHANVEC_GROUPS; k x k ones on any plane);
+    not larger planes, 1 x 1
     planes, narrower groups, explicit algorithms, or with the setting off."""
     settings(CPU_CHANVEC=True, CPU_CHANVEC_GROUPS=True)
     G = conv_ops.ConvGeometry
@@ -249,7 +250,8 @@ def test_rule(d, settings):
     assert ok(d.dev, G(1, 400, 7, 7, 400, 3, 3, 1, 1, 1, 1, 1, 1, 25))     # RegNet
     assert ok(d.dev, G(1, 256, 14, 14, 256, 3, 3, 1, 1, 1, 1, 1, 1, 32))   # 8 a group
     assert not ok(d.dev, G(1, 128, 14, 14, 128, 3, 3, 1, 1, 1, 1, 1, 1, 32))  # 4 a group
-    assert not ok(d.dev, G(1, 128, 56, 56, 128, 3, 3, 1, 1, 1, 1, 1, 1, 8))   # large plane
+    assert ok(d.dev, G(1, 128, 56, 56, 128, 3, 3, 1, 1, 1, 1, 1, 1, 8))   # any plane
+    assert not ok(d.dev, G(1, 128, 56, 56, 128, 1, 1, 0, 0, 1, 1, 1, 1, 8))   # 1x1: not
     settings(CPU_CHANVEC_GROUPS=False)
     assert not ok(d.dev, G(1, 64, 7, 7, 64, 1, 1, 0, 0, 1, 1, 1, 1, 2))
     assert ok(d.dev, _geo(1, 16, (7, 7), 64))
