@@ -309,9 +309,10 @@ _DECLARED = (
             "at least 1024 input channels run tiles of 8 pixels x 32 channels (off: "
             "6 x 32)", internal=True),
     Setting("CPU_CHANVEC_GROUPS", "bool", True,
-            "CPU drivers: grouped convolutions (ResNeXt, RegNet) of small planes run "
-            "vectorized over each group's output channels as one-group ones do "
-            "(off: the GEMM, one product per group)", internal=True),
+            "CPU drivers, inference: grouped convolutions (ResNeXt, RegNet; k x k on "
+            "any plane, 1x1 where one-group ones would) run vectorized over each "
+            "group's output channels (off: the GEMM, one product per group)",
+            internal=True),
     Setting("CPU_CHANVEC_KBLOCK", "int", 0,
             "CPU drivers: the 8-pixel channel-vectorized 1x1 convolutions walk their "
             "input channels in blocks of this many, each block's weights staying in "

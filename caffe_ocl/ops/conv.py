@@ -1378,7 +1378,9 @@ def _chanvec_groups_fit(dev, g):
 # `ab_cpu_layer.py --setting CPU_CHANVEC_GROUPS`): 16 channels a group
 # 0.46-0.61 (400 on 7 x 7 in 25 groups, 160 on 14 x 14 in 10, 64 on 28 x
 # 28 in 4), 8 a group 0.58 / 0.72 (512 on 7 x 7 in 64, 128 on 28 x 28 in
-# 16: half of each 16-channel panel idle and still ahead); on larger
+# 16: half of each 16-channel panel idle and still ahead), 4 a group
+# (ResNeXt-50's first stage: 128 on 56 x 56 in 32; 256 stride 2 in 64)
+# 0.67 / 0.59, 2 a group 0.82 (64 on 28 x 28 in 32); on larger
 # planes too, where one-group layers keep the GEMM (CHANVEC_KXK_MAX_PIXELS):
 # 56 x 56 0.59-0.67 (32 -> 32 stride 2 from 112 x 112 in 2 groups, 48 in
 # 6, 64 in 4, 128 in 16), at batch 16 0.69-0.76 -- so grouped k x k layers
@@ -1386,7 +1388,7 @@ def _chanvec_groups_fit(dev, g):
 # one-group rule: on 28 x 28 and 56 x 56 planes the GEMM is ahead (chanvec
 # 1.27-1.92x slower). Whole nets, batch 1 (BENCHMARKS.md, twenty-eighth
 # session): 1.04-1.37x.
-CHANVEC_MIN_GROUP_OUT = 8
+CHANVEC_MIN_GROUP_OUT = 2
 
 
 # AVX-512 drivers (VW 16): conv_chanvec8's tiles of 8 pixels x 32 channels

@@ -134,19 +134,21 @@ def test_chanvec_equals_reference(d, rng, vw, monkeypatch, case):
 # output channels fill panels of their own -- 16 per group (RegNet's
 # width: one whole panel at VW 8, half of one at VW 16), 12 (a partial
 # panel in every group), 40 (two panels a group at VW 8, the second
-# partial), 8 (the narrowest the rule takes); 3 x 3 padded and strided,
+# partial), 8, 2 (the narrowest the rule takes); 3 x 3 padded and strided,
 # dilated, a residual, a Concat slice, two images
 GROUPED = [
     (1, 64, (7, 7), 64, True, ("relu", 0.0), False, False, (3, 1, 1, 1), 4),
     (2, 30, (6, 5), 36, True, ("relu", 0.1), True, False, (3, 1, 2, 1), 3),
     (1, 40, (9, 9), 80, False, ("clip", -1.0, 2.0), False, True, (3, 1, 1, 1), 2),
     (1, 24, (8, 8), 24, True, None, False, False, (3, 0, 1, 2), 3),
+    (1, 32, (7, 7), 16, True, ("relu", 0.0), False, False, (3, 1, 1, 1), 8),
     (2, 48, (5, 5), 32, True, ("swish", 1.0), True, False, ONE, 4),
 ]
 
 
 @pytest.mark.parametrize("case", GROUPED, ids=["groups16-3x3", "groups12-stride2-residual",
                                                "groups40-slice", "groups8-dilated",
+                                               "groups2",
                                                "groups8-1x1-residual"])
 def test_grouped_chanvec_equals_reference(d, rng, vw, settings, monkeypatch, case):
     settings(CPU_CHANVEC_GROUPS=True)
@@ -229,7 +231,8 @@ def test_weights_packed_again_only_after_a_change(d, rng, vw):
 def test_rule(d, settings):
     """1x1 kernels: 7 x 7 planes always, 14 x 14 from 128 input channels;
     larger kernels up to 28 x 28 planes; grouped convolutions of at least 8
-    output channels a group (CPU_CHANVEC_GROUPS; k x k ones on any plane);
+    output channels a group (CHANVEC_MIN_GROUP_OUT, CPU_CHANVEC_GROUPS; k x k
+    ones on any plane);
     not larger planes, 1 x 1
     planes, narrower groups, explicit algorithms, or with the setting off."""
     settings(CPU_CHANVEC=True, CPU_CHANVEC_GROUPS=True)
@@ -249,7 +252,8 @@ def test_rule(d, settings):
     assert ok(d.dev, G(1, 64, 7, 7, 64, 1, 1, 0, 0, 1, 1, 1, 1, 2))
     assert ok(d.dev, G(1, 400, 7, 7, 400, 3, 3, 1, 1, 1, 1, 1, 1, 25))     # RegNet
     assert ok(d.dev, G(1, 256, 14, 14, 256, 3, 3, 1, 1, 1, 1, 1, 1, 32))   # 8 a group
-    assert not ok(d.dev, G(1, 128, 14, 14, 128, 3, 3, 1, 1, 1, 1, 1, 1, 32))  # 4 a group
+    assert ok(d.dev, G(1, 128, 14, 14, 128, 3, 3, 1, 1, 1, 1, 1, 1, 32))   # 4 a group
+    assert not ok(d.dev, G(1, 64, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1, 1, 32))  # 1 a group
     assert ok(d.dev, G(1, 128, 56, 56, 128, 3, 3, 1, 1, 1, 1, 1, 1, 8))   # any plane
     assert not ok(d.dev, G(1, 128, 56, 56, 128, 1, 1, 0, 0, 1, 1, 1, 1, 8))   # 1x1: not
     settings(CPU_CHANVEC_GROUPS=False)
