@@ -229,9 +229,10 @@ def test_rules_kept_within_noise(store):
 
 def test_single_candidate_not_timed(store):
     dev = store
-    # two groups: neither the direct nor the chanvec kernel takes it, so no
-    # CPU kernel variants either
-    one = conv_ops.ConvGeometry(2, 8, 5, 5, 4, 1, 1, groups=2)
+    # four groups of one output channel: neither the direct nor the chanvec
+    # kernel takes it (CHANVEC_MIN_GROUP_OUT), so no CPU kernel variants
+    # either
+    one = conv_ops.ConvGeometry(2, 8, 5, 5, 4, 1, 1, groups=4)
     if len(conv_ops.candidates(dev, one)) > 1:
         pytest.skip("GPUs have two algorithms for 1x1 convolutions")
     assert conv_ops.cpu_forward_variants(dev, one) == []
