@@ -320,9 +320,10 @@ _DECLARED = (
             "not a win on the 2-core Skylake VM, BENCHMARKS.md twenty-first session)",
             internal=True),
     Setting("CPU_POOL_BANDS", "bool", True,
-            "CPU drivers: max pooling without an argmax mask (inference) runs on bands "
-            "of input rows padded with -FLT_MAX, 8 outputs at a time everywhere (off: "
-            "the edge windows one output at a time)"),
+            "CPU drivers: max pooling without an argmax mask (inference) and average "
+            "pooling (not global) run on bands of input rows padded with -FLT_MAX / "
+            "zeros, 8 outputs at a time everywhere (off: the edge windows one output "
+            "at a time; average pooling every output one at a time)"),
     Setting("CPU_GEMM_VW", "choice", "auto",
             "CPU drivers: vector width of the CPU GEMM's micro-kernel, 16 (6 x 32 tiles, for "
             "512-bit vector units) or 8 (6 x 16); auto: 16 where the device prefers "

@@ -375,7 +375,16 @@ __kernel void max_pool_fwd_cpu(int planes, int C, int H, int W, int HO, int WO,
  * max_pool_fwd_cpu path above ran windows at the image's edges one output
  * at a time: GoogLeNet's 3x3/1 pad-1 pooling on 7 x 7 to 28 x 28 planes
  * took 3-5x ONNX Runtime's time. Host (ops/pool.py band_rows): FKH FKW
- * PB_SH FSW and POOL_BAND_FLOATS as -D macros, band from the geometry. */
+ * PB_SH FSW and POOL_BAND_FLOATS as -D macros, band from the geometry.
+ *
+ * Average pooling (ave_pool_fwd_band) the same way with zeros around the
+ * image: each window's sum runs over its whole FKH x FKW taps in raster
+ * order -- the in-image values in ave_pool_fwd_cpu's order with zeros
+ * between them, which leave a float sum as it is -- and is divided by
+ * Caffe's pool size (the window clipped to the padded image, not to the
+ * image), so the result is ave_pool_fwd_cpu's bit for bit. That kernel
+ * ran Inception v3's 3x3/1 pad-1 pooling one output at a time, at 5x
+ * ONNX Runtime's time. */
 #if defined(FKH) && defined(FSW) && defined(PB_SH) && defined(POOL_BAND_FLOATS)
 #define POOL_SLACK (8 * FSW + FKW)
 inline float8 pool_row8(__local const float* s) {
@@ -385,9 +394,11 @@ inline float8 pool_row8(__local const float* s) {
                     s[6 * FSW], s[7 * FSW]);
 }
 
-__kernel void max_pool_fwd_band(int planes, int H, int W, int HO, int WO, int PH, int PW,
-                                int band, __global const float* x, __global float* y) {
-    __local float buf[POOL_BAND_FLOATS];
+/* the body of both band kernels; ``ave`` is a constant of the caller */
+inline void pool_fwd_band(const int ave, __local float* buf, int planes, int H, int W,
+                          int HO, int WO, int PH, int PW, int band,
+                          __global const float* x, __global float* y) {
+    const float pad = ave ? 0.0f : -FLT_MAX;
     const int wp = (WO - 1) * FSW + FKW;        /* buffer row: every window's columns */
     const int c0 = min(PW, wp), c1 = min(PW + W, wp);   /* image columns in it */
     PLANE_RANGE(p0, p1, planes);
@@ -401,30 +412,38 @@ __kernel void max_pool_fwd_band(int planes, int H, int W, int HO, int WO, int PH
                 __local float* d = buf + r * wp;
                 const int ih = ih0 + r;
                 if (ih < 0 || ih >= H) {
-                    for (int j = 0; j < wp; ++j) d[j] = -FLT_MAX;
+                    for (int j = 0; j < wp; ++j) d[j] = pad;
                     continue;
                 }
                 __global const float* s = xp + ih * W - PW;
                 int j = 0;
-                for (; j < c0; ++j) d[j] = -FLT_MAX;
+                for (; j < c0; ++j) d[j] = pad;
                 for (; j + 8 <= c1; j += 8) vstore8(vload8(0, s + j), 0, d + j);
                 for (; j < c1; ++j) d[j] = s[j];
-                for (; j < wp; ++j) d[j] = -FLT_MAX;
+                for (; j < wp; ++j) d[j] = pad;
             }
-            for (int j = 0; j < POOL_SLACK; ++j) buf[rows * wp + j] = -FLT_MAX;
+            for (int j = 0; j < POOL_SLACK; ++j) buf[rows * wp + j] = pad;
             for (int r = 0; r < nr; ++r) {
                 __local const float* xr = buf + r * PB_SH * wp;
                 __global float* yr = yp + (oh0 + r) * WO;
+                /* AVE: the window's rows inside the padded image */
+                const int hs = (oh0 + r) * PB_SH - PH;
+                const int size_h = min(hs + FKH, H + PH) - hs;
                 for (int wo = 0; wo < WO; wo += 8) {
                     const int o = max(0, min(wo, WO - 8));
-                    float8 best = (float8)(-FLT_MAX);
+                    float8 best = (float8)(pad);
                     #pragma unroll
                     for (int i = 0; i < FKH; ++i)
                         #pragma unroll
                         for (int j = 0; j < FKW; ++j) {
                             const float8 v = pool_row8(xr + i * wp + o * FSW + j);
-                            best = select(best, v, v > best);
+                            best = ave ? best + v : select(best, v, v > best);
                         }
+                    if (ave) {
+                        const int8 ws = (o + (int8)(0, 1, 2, 3, 4, 5, 6, 7)) * FSW - PW;
+                        const int8 size_w = min(ws + FKW, (int8)(W + PW)) - ws;
+                        best = best / convert_float8(size_w * size_h);
+                    }
                     if (WO >= 8) {
                         vstore8(best, 0, yr + o);
                     } else {
@@ -436,6 +455,18 @@ __kernel void max_pool_fwd_band(int planes, int H, int W, int HO, int WO, int PH
             }
         }
     }
+}
+
+__kernel void max_pool_fwd_band(int planes, int H, int W, int HO, int WO, int PH, int PW,
+                                int band, __global const float* x, __global float* y) {
+    __local float buf[POOL_BAND_FLOATS];
+    pool_fwd_band(0, buf, planes, H, W, HO, WO, PH, PW, band, x, y);
+}
+
+__kernel void ave_pool_fwd_band(int planes, int H, int W, int HO, int WO, int PH, int PW,
+                                int band, __global const float* x, __global float* y) {
+    __local float buf[POOL_BAND_FLOATS];
+    pool_fwd_band(1, buf, planes, H, W, HO, WO, PH, PW, band, x, y);
 }
 #endif
 

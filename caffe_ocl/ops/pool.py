@@ -52,22 +52,34 @@ def band_rows(dev, shape, out_hw, k, s):
     return 0 if rows_in < k[0] else min(out_hw[0], (rows_in - k[0]) // s[0] + 1)
 
 
+def _band_launch(dev, kernel, shape, out_hw, k, s, p, x, y):
+    """The launch of pooling.cl ``kernel`` (max_pool_fwd_band or
+    ave_pool_fwd_band) where it applies -- CPU drivers, windows of at most
+    25 taps, a band of at least one output row fitting, setting
+    CPU_POOL_BANDS -- else None."""
+    n, c, h, w = shape
+    band = band_rows(dev, shape, out_hw, k, s)
+    if not (dev.is_cpu and k[0] * k[1] <= 25 and band > 0 and config.get("CPU_POOL_BANDS")):
+        return None
+    planes = n * c
+    per_plane = max(h * w + out_hw[0] * out_hw[1], 1)
+    g = cpu_chunks(dev, planes, min_chunk=max(1, 8192 // per_plane))
+    bf = min(BAND_FLOATS, getattr(dev, "local_mem", 1 << 19) // 8)
+    return dev.launch(SRC, kernel, (g,), (1,),
+                      [planes, h, w, out_hw[0], out_hw[1], p[0], p[1], band, x, y],
+                      dict(FKH=k[0], FKW=k[1], PB_SH=s[0], FSW=s[1], POOL_BAND_FLOATS=bf))
+
+
 def max_forward(dev, shape, out_hw, k, s, p, x, y, mask=None):
     """y = max over each window (Caffe's MAX pooling); ``mask``: also its
     argmax. CPU drivers without a mask (inference) and windows of at most
     25 taps: bands of -FLT_MAX-padded rows (pooling.cl max_pool_fwd_band,
     setting CPU_POOL_BANDS)."""
     n, c, h, w = shape
-    band = band_rows(dev, shape, out_hw, k, s)
-    if (dev.is_cpu and mask is None and k[0] * k[1] <= 25 and band > 0
-            and config.get("CPU_POOL_BANDS")):
-        planes = n * c
-        per_plane = max(h * w + out_hw[0] * out_hw[1], 1)
-        g = cpu_chunks(dev, planes, min_chunk=max(1, 8192 // per_plane))
-        bf = min(BAND_FLOATS, getattr(dev, "local_mem", 1 << 19) // 8)
-        return dev.launch(SRC, "max_pool_fwd_band", (g,), (1,),
-                          [planes, h, w, out_hw[0], out_hw[1], p[0], p[1], band, x, y],
-                          dict(FKH=k[0], FKW=k[1], PB_SH=s[0], FSW=s[1], POOL_BAND_FLOATS=bf))
+    band = _band_launch(dev, "max_pool_fwd_band", shape, out_hw, k, s, p, x, y) \
+        if mask is None else None
+    if band is not None:
+        return band
     return _launch(dev, "max_pool_fwd", shape, out_hw, n * c * out_hw[0] * out_hw[1],
                    _geom(n, c, h, w, *out_hw, *k, *s, *p),
                    [x, y, mask if mask is not None else y, int(mask is not None)])
@@ -87,14 +99,23 @@ def is_global(shape, out_hw, k, p):
 
 def ave_forward(dev, shape, out_hw, k, s, p, x, y, impl=None):
     """impl: None (by device), "global" (the GPU global-pooling kernel; tests
-    run it on CPU drivers) or "window"."""
+    run it on CPU drivers), "band" (CPU drivers, windows of at most 25 taps:
+    bands of zero-padded rows, pooling.cl ave_pool_fwd_band, setting
+    CPU_POOL_BANDS; by default where they apply, but for global pooling,
+    which the plane kernel sums by vectors) or "window"."""
     n, c, h, w = shape
     if impl is None:
         impl = "global" if not dev.is_cpu and is_global(shape, out_hw, k, p) else "window"
+        if dev.is_cpu and not is_global(shape, out_hw, k, p):
+            impl = "band"
     if impl == "global":
         local = 256 if h * w >= GLOBAL_WIDE_PLANE else 64
         return dev.launch(SRC, "ave_pool_global_fwd", (n * c * local,), (local,),
                           [h * w, x, y], dict(GP_LOCAL=local))
+    if impl == "band":
+        band = _band_launch(dev, "ave_pool_fwd_band", shape, out_hw, k, s, p, x, y)
+        if band is not None:
+            return band
     return _launch(dev, "ave_pool_fwd", shape, out_hw, n * c * out_hw[0] * out_hw[1],
                    _geom(n, c, h, w, *out_hw, *k, *s, *p), [x, y])
 

@@ -1,10 +1,12 @@
-"""Max pooling without an argmax mask on CPU drivers by bands of
--FLT_MAX-padded rows (pooling.cl max_pool_fwd_band, ops.pool.max_forward):
+"""Max pooling without an argmax mask and average pooling on CPU drivers
+by bands of -FLT_MAX- / zero-padded rows (pooling.cl max_pool_fwd_band,
+ave_pool_fwd_band; ops.pool.max_forward, ave_forward):
 against a float64 reference of Caffe's MAX pooling (windows clipped to the
 image, ceil-mode output sizes) -- padding, strides 1, 2 and 3, rows under
 8 outputs, 2x2 to 5x5 windows, bands split over a plane -- bit-equal to the
-plane kernel it replaces (NaNs never chosen, as Caffe's ``>``), and the
-rule's choice."""
+plane kernel it replaces (NaNs never chosen, as Caffe's ``>``; AVE
+divided by Caffe's pool size, the window clipped to the padded image), and
+the rules' choices."""
 import numpy as np
 import pytest
 
@@ -74,6 +76,62 @@ def test_band_pooling_equals_reference(d, rng, monkeypatch, case, small_bands):
     np.testing.assert_array_equal(got, _reference(x.astype(np.float64), (k, k), (s, s), (p, p),
                                                   out_hw).astype(np.float32))
     np.testing.assert_array_equal(got, d.get(y0, shape))
+
+
+def _ave_reference(x, k, s, p, out_hw):
+    """Caffe's AVE pooling: the sum over the window clipped to the image,
+    divided by the window clipped to the padded image."""
+    n, c, h, w = x.shape
+    y = np.zeros((n, c) + out_hw)
+    for i in range(out_hw[0]):
+        h0 = i * s[0] - p[0]
+        h1 = min(h0 + k[0], h + p[0])
+        size_h = h1 - h0
+        h0, h1 = max(h0, 0), min(h1, h)
+        for j in range(out_hw[1]):
+            w0 = j * s[1] - p[1]
+            w1 = min(w0 + k[1], w + p[1])
+            size = size_h * (w1 - w0)
+            w0, w1 = max(w0, 0), min(w1, w)
+            y[:, :, i, j] = x[:, :, h0:h1, w0:w1].sum(axis=(2, 3)) / size
+    return y
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[2]}x{c[3]}k{c[4]}s{c[5]}p{c[6]}" for c in CASES])
+@pytest.mark.parametrize("small_bands", [False, True], ids=["bands", "small-bands"])
+def test_band_average_pooling_equals_reference(d, rng, monkeypatch, case, small_bands):
+    n, c, h, w, k, s, p = case
+    if small_bands:
+        monkeypatch.setattr(pool_ops, "BAND_FLOATS", 2 * ((w + 2 * p + 8) * (k + s) + 32))
+    out_hw = (_out(h, k, s, p), _out(w, k, s, p))
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    shape = (n, c) + out_hw
+    xb = d.buf(x)
+    yb, y0 = d.buf(np.zeros(shape)), d.buf(np.zeros(shape))
+    geo = ((n, c, h, w), out_hw, (k, k), (s, s), (p, p))
+    launch = pool_ops.ave_forward(d.dev, *geo, xb, yb)
+    assert launch.name == "ave_pool_fwd_band"
+    old = pool_ops.ave_forward(d.dev, *geo, xb, y0, impl="window")
+    assert old.name == "ave_pool_fwd_cpu"
+    d.run([launch, old])
+    got = d.get(yb, shape)
+    np.testing.assert_allclose(got, _ave_reference(x.astype(np.float64), (k, k), (s, s),
+                                                   (p, p), out_hw), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got, d.get(y0, shape))
+
+
+def test_average_rule(d, settings):
+    """AVE by bands for windows up to 25 taps; global pooling, larger
+    windows and the setting off keep the plane kernel."""
+    settings(CPU_POOL_BANDS=True)
+    x, y = d.buf(np.zeros(64)), d.buf(np.zeros(64))
+    shape = (1, 1, 8, 8)
+    ave = pool_ops.ave_forward
+    assert ave(d.dev, shape, (8, 8), (3, 3), (1, 1), (1, 1), x, y).name == "ave_pool_fwd_band"
+    assert ave(d.dev, shape, (1, 1), (8, 8), (1, 1), (0, 0), x, y).name == "ave_pool_fwd_cpu"
+    assert ave(d.dev, shape, (2, 2), (6, 6), (2, 2), (0, 0), x, y).name == "ave_pool_fwd_cpu"
+    settings(CPU_POOL_BANDS=False)
+    assert ave(d.dev, shape, (8, 8), (3, 3), (1, 1), (1, 1), x, y).name == "ave_pool_fwd_cpu"
 
 
 def test_rule(d, settings):
