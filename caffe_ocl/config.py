@@ -313,6 +313,10 @@ _DECLARED = (
             "any plane, 1x1 where one-group ones would) run vectorized over each "
             "group's output channels (off: the GEMM, one product per group)",
             internal=True),
+    Setting("CPU_WINO_RUNS", "bool", True,
+            "CPU drivers: Winograd F(4x4) forwards whose output rows hold fewer than 8 "
+            "tiles (outputs under 32 wide) transform their outputs 8 tiles at a time "
+            "across rows and images (off: one tile at a time)", internal=True),
     Setting("CPU_CHANVEC_KBLOCK", "int", 0,
             "CPU drivers: the 8-pixel channel-vectorized 1x1 convolutions walk their "
             "input channels in blocks of this many, each block's weights staying in "

@@ -365,6 +365,20 @@ def output_rows(dev, m, tw, beta, act_kind):
     return dev.is_cpu and m == 4 and tw >= 8 and beta == 0.0 and act_kind <= 2
 
 
+def output_runs(dev, m, T, beta, act_kind):
+    """Whether the output transform runs by runs of 8 consecutive tiles of
+    a channel across rows and images (winograd.cl wino_output_runs), where
+    the strips of output_rows do not apply: CPU drivers, F(4x4), at least 8
+    tiles in the chunk, no beta, an activation of the forward's; setting
+    CPU_WINO_RUNS."""
+    return (dev.is_cpu and m == 4 and T >= 8 and beta == 0.0 and act_kind <= 2
+            and bool(config.get("CPU_WINO_RUNS")))
+
+
+# wino_output_runs: runs of 8 tiles per work-item at the least
+RUNS_MIN_CHUNK = 4
+
+
 def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
               bias, act, beta, gemm_impl, tile, groups=1, gate=None, u_buf=None, r=3):
     """gate: (G, slope): y = y if G > 0 else slope * y elementwise (the
@@ -417,6 +431,14 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
             out.append(dev.launch(SRC, "wino_output_rows",
                                   (cpu_chunks(dev, strips, min_chunk=STRIPS_MIN_CHUNK),), (1,),
                                   [nc, cout, ho, wo, th, tw, ksm, ws, off_m,
+                                   bias if bias is not None else ws, int(bias is not None),
+                                   act_kind, act_a, act_b, y, n0 * cout * ho * wo], defs))
+            continue
+        if output_runs(dev, m, T, beta, act_kind):
+            runs = cout * -(-T // 8)
+            items = cpu_chunks(dev, runs, min_chunk=RUNS_MIN_CHUNK)
+            out.append(dev.launch(SRC, "wino_output_runs", (items,), (1,),
+                                  [nc, cout, ho, wo, th, tw, ksm, -(-runs // items), ws, off_m,
                                    bias if bias is not None else ws, int(bias is not None),
                                    act_kind, act_a, act_b, y, n0 * cout * ho * wo], defs))
             continue

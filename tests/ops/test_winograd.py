@@ -227,6 +227,43 @@ def test_winograd_strips_of_eight_tiles(d, rng, p, tile, monkeypatch):
         assert _rel(d.get(yb, yshape), f(y_ref)) < TOL[tile]
 
 
+# rows under 8 tiles (wino_output_runs: runs of 8 tiles across rows and
+# images): 13 x 13 (4 x 4 tiles, the last row and column cropped), 27 x 27
+# in two images (7 x 7 tiles: runs cross rows and images), 10 x 10 (3 x 3
+# tiles: the channel's last run overlaps the one before), 4 x 10 in 3
+# images (1 x 3 tiles each)
+@pytest.mark.parametrize("p", [(1, 3, 13, 13, 5, 1, 1), (2, 2, 27, 27, 4, 1, 1),
+                               (1, 3, 10, 10, 4, 1, 1), (3, 2, 6, 10, 3, 0, 1)], ids=_id)
+@pytest.mark.parametrize("items", [None, 3])
+def test_winograd_output_runs(d, rng, p, items, settings, monkeypatch):
+    """The CPU output transform by runs of 8 tiles (F(4x4), forward without
+    beta, rows under 8 tiles), with bias and each activation, also split
+    over work-items whose runs overlap at a channel's end; equal to the
+    tile-by-tile transform (CPU_WINO_RUNS off)."""
+    if not d.dev.is_cpu:
+        pytest.skip("a CPU-driver path")
+    if items is not None:
+        monkeypatch.setattr(wino_ops, "cpu_chunks", lambda dev, n, min_chunk=1: items)
+    g = _geom(p)
+    x, w, _ = _data(rng, g)
+    b = rng.standard_normal(g.out_channels)
+    y_ref = _refs(g, x, w, np.zeros((g.num, g.out_channels, g.out_h, g.out_w)))[0]
+    y_ref = y_ref + b.reshape(1, -1, 1, 1)
+    yshape = (g.num, g.out_channels, g.out_h, g.out_w)
+    for act, f in ((None, lambda v: v), (("relu", 0.1), lambda v: np.where(v > 0, v, 0.1 * v)),
+                   (("clip", -1.0, 1.5), lambda v: np.clip(v, -1.0, 1.5))):
+        outs = {}
+        for runs in (True, False):
+            settings(CPU_WINO_RUNS=runs)
+            yb = d.buf(np.full(yshape, np.nan))
+            ls = wino_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, d.buf(b), act, tile=4)
+            assert (ls[-1].name == "wino_output_runs") == runs
+            d.run(ls)
+            outs[runs] = d.get(yb, yshape)
+        assert _rel(outs[True], f(y_ref)) < TOL[4]
+        assert np.allclose(outs[True], outs[False], rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("r,m", [(3, 4), (5, 2)])
 @pytest.mark.parametrize("flip", [0, 1])
 def test_filter_kernels_agree(d, rng, flip, r, m):

@@ -334,7 +334,7 @@ def test_reshape_that_changes_the_algorithm(rng, monkeypatch):
         for _ in range(2):
             _forward_all((fused, plain), x3)
             _assert_blobs_equal(fused, plain)
-        assert "wino_output" in [ln.name for ln in b3.fwd]
+        assert any(ln.name.startswith("wino_output") for ln in b3.fwd)
         for net in (fused, plain):
             net.blobs["data"].reshape(*x2.shape)
             net.reshape()
