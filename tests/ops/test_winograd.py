@@ -199,6 +199,20 @@ def test_winograd_both_input_kernels(d, rng, p, tile, strips, monkeypatch):
     assert ls[0].name == ("wino_input_rows" if strips else "wino_input")
 
 
+# the forward's activations with their float64 form (the output
+# transforms' epilogues)
+BIASED_ACTS = ((None, lambda v: v), (("relu", 0.1), lambda v: np.where(v > 0, v, 0.1 * v)),
+               (("clip", -1.0, 1.5), lambda v: np.clip(v, -1.0, 1.5)))
+
+
+def _biased_case(rng, g):
+    """(x, w, bias, reference output with the bias, output shape) of g."""
+    x, w, _ = _data(rng, g)
+    b = rng.standard_normal(g.out_channels)
+    y_ref = _refs(g, x, w, np.zeros((g.num, g.out_channels, g.out_h, g.out_w)))[0]
+    return x, w, b, y_ref + b.reshape(1, -1, 1, 1), (g.num, g.out_channels, g.out_h, g.out_w)
+
+
 # strips of 8 tiles and more (wino_input_rows' runs of 8 tiles, the last
 # overlapping): 16 tiles (F(4x4) on width 64), 10 and 19 (width 37 at both
 # tiles), pad 0 (a crop at the right) and 2
@@ -213,13 +227,8 @@ def test_winograd_strips_of_eight_tiles(d, rng, p, tile, monkeypatch):
                         lambda *a, **k: orig(*a, **dict(k, strips=True)))
     _check_fwd_bwd(d, rng, _geom(p), tile=tile)
     g = _geom(p)
-    x, w, _ = _data(rng, g)
-    b = rng.standard_normal(g.out_channels)
-    y_ref = _refs(g, x, w, np.zeros((g.num, g.out_channels, g.out_h, g.out_w)))[0]
-    y_ref = y_ref + b.reshape(1, -1, 1, 1)
-    yshape = (g.num, g.out_channels, g.out_h, g.out_w)
-    for act, f in ((None, lambda v: v), (("relu", 0.1), lambda v: np.where(v > 0, v, 0.1 * v)),
-                   (("clip", -1.0, 1.5), lambda v: np.clip(v, -1.0, 1.5))):
+    x, w, b, y_ref, yshape = _biased_case(rng, g)
+    for act, f in BIASED_ACTS:
         yb = d.buf(np.full(yshape, np.nan))
         ls = wino_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, d.buf(b), act, tile=tile)
         assert (ls[-1].name == "wino_output_rows") == (d.dev.is_cpu and tile == 4)
@@ -245,13 +254,8 @@ def test_winograd_output_runs(d, rng, p, items, settings, monkeypatch):
     if items is not None:
         monkeypatch.setattr(wino_ops, "cpu_chunks", lambda dev, n, min_chunk=1: items)
     g = _geom(p)
-    x, w, _ = _data(rng, g)
-    b = rng.standard_normal(g.out_channels)
-    y_ref = _refs(g, x, w, np.zeros((g.num, g.out_channels, g.out_h, g.out_w)))[0]
-    y_ref = y_ref + b.reshape(1, -1, 1, 1)
-    yshape = (g.num, g.out_channels, g.out_h, g.out_w)
-    for act, f in ((None, lambda v: v), (("relu", 0.1), lambda v: np.where(v > 0, v, 0.1 * v)),
-                   (("clip", -1.0, 1.5), lambda v: np.clip(v, -1.0, 1.5))):
+    x, w, b, y_ref, yshape = _biased_case(rng, g)
+    for act, f in BIASED_ACTS:
         outs = {}
         for runs in (True, False):
             settings(CPU_WINO_RUNS=runs)
