@@ -309,9 +309,9 @@ _DECLARED = (
             "at least 1024 input channels run tiles of 8 pixels x 32 channels (off: "
             "6 x 32)", internal=True),
     Setting("CPU_CHANVEC_GROUPS", "bool", True,
-            "CPU drivers, inference: grouped convolutions (ResNeXt, RegNet; k x k on "
-            "any plane, 1x1 where one-group ones would) run vectorized over each "
-            "group's output channels (off: the GEMM, one product per group)",
+            "CPU drivers, inference: grouped convolutions with kernels larger than 1x1 "
+            "(ResNeXt, RegNet) run vectorized over each group's output channels, on any "
+            "plane (off: the GEMM, one product per group)",
             internal=True),
     Setting("CPU_WINO_RUNS", "bool", True,
             "CPU drivers: Winograd F(4x4) forwards whose output rows hold fewer than 8 "

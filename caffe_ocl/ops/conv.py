@@ -1333,8 +1333,8 @@ def chanvec_forward(dev, g, algo=None):
     49 of 64 lanes). The plane size alone decides (not the batch):
     deterministic mode keeps it. A choice that `caffe_ocl tune` stored for
     this geometry (CPU_FORWARD_VARIANTS) replaces the plane-size rule.
-    Grouped layers with kernels larger than 1x1 take it on any plane (see
-    CHANVEC_MIN_GROUP_OUT).
+    Grouped layers with kernels larger than 1x1 take it on any plane,
+    grouped 1x1 layers not at all (see CHANVEC_MIN_GROUP_OUT).
     Which kernel (6- or 8-pixel tiles): _chanvec_tile8."""
     if algo is not None or not _chanvec_fits(dev, g):
         return False
@@ -1363,11 +1363,13 @@ def _chanvec_groups_fit(dev, g):
     """Whether conv_chanvec.cl takes ``g``'s groups: one group, or (setting
     CPU_CHANVEC_GROUPS) groups of at least CHANVEC_MIN_GROUP_OUT output
     channels -- each group's channels fill panels of their own, so a group
-    narrower than the panel's 2 * VW lanes leaves the rest idle."""
+    narrower than the panel's 2 * VW lanes leaves the rest idle -- with
+    kernels larger than 1x1 (CHANVEC_GROUPED_1X1)."""
     if g.groups == 1:
         return True
     return (bool(config.get("CPU_CHANVEC_GROUPS"))
-            and g.out_channels // g.groups >= CHANVEC_MIN_GROUP_OUT)
+            and g.out_channels // g.groups >= CHANVEC_MIN_GROUP_OUT
+            and (g.kh * g.kw > 1 or CHANVEC_GROUPED_1X1))
 
 
 # Grouped layers (RegNet, ResNeXt) ran as one GEMM per group, a 16 x 49 x
@@ -1385,10 +1387,13 @@ def _chanvec_groups_fit(dev, g):
 # 56 x 56 0.59-0.67 (32 -> 32 stride 2 from 112 x 112 in 2 groups, 48 in
 # 6, 64 in 4, 128 in 16), at batch 16 0.69-0.76 -- so grouped k x k layers
 # take it on any plane. Grouped 1x1 layers (ShuffleNet v1) keep the
-# one-group rule: on 28 x 28 and 56 x 56 planes the GEMM is ahead (chanvec
-# 1.27-1.92x slower). Whole nets, batch 1 (BENCHMARKS.md, twenty-eighth
-# session): 1.04-1.37x.
+# per-group GEMM (CHANVEC_GROUPED_1X1 off; the kernel computes them): on
+# 28 x 28 and 56 x 56 planes chanvec took 1.27-1.92x its time, on 14 x 14
+# and 7 x 7 (ShuffleNet v1's g = 3 and 8 stages) 0.88-1.51x, level or
+# behind. Whole nets, batch 1 (BENCHMARKS.md, twenty-eighth session):
+# 1.04-1.37x.
 CHANVEC_MIN_GROUP_OUT = 2
+CHANVEC_GROUPED_1X1 = False
 
 
 # AVX-512 drivers (VW 16): conv_chanvec8's tiles of 8 pixels x 32 channels

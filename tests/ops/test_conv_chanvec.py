@@ -152,6 +152,7 @@ GROUPED = [
                                                "groups8-1x1-residual"])
 def test_grouped_chanvec_equals_reference(d, rng, vw, settings, monkeypatch, case):
     settings(CPU_CHANVEC_GROUPS=True)
+    monkeypatch.setattr(conv_ops, "CHANVEC_GROUPED_1X1", True)   # the 1x1 case: the rule's off
     monkeypatch.setattr(d.dev, "compute_units", 2)
     _check(d, rng, case, lambda g: _kernel_name(vw, g))
 
@@ -230,11 +231,11 @@ def test_weights_packed_again_only_after_a_change(d, rng, vw):
 
 def test_rule(d, settings):
     """1x1 kernels: 7 x 7 planes always, 14 x 14 from 128 input channels;
-    larger kernels up to 28 x 28 planes; grouped convolutions of at least 8
-    output channels a group (CHANVEC_MIN_GROUP_OUT, CPU_CHANVEC_GROUPS; k x k
-    ones on any plane);
-    not larger planes, 1 x 1
-    planes, narrower groups, explicit algorithms, or with the setting off."""
+    larger kernels up to 28 x 28 planes; grouped convolutions of at least 2
+    output channels a group with kernels larger than 1x1 (CHANVEC_MIN_GROUP_OUT,
+    CPU_CHANVEC_GROUPS), on any plane; not larger planes, 1 x 1 planes,
+    grouped 1x1 layers, narrower groups, explicit algorithms, or with the
+    settings off."""
     settings(CPU_CHANVEC=True, CPU_CHANVEC_GROUPS=True)
     G = conv_ops.ConvGeometry
     ok = conv_ops.chanvec_forward
@@ -249,15 +250,14 @@ def test_rule(d, settings):
     assert not ok(d.dev, _geo(1, 512, (1, 1), 64))
     assert not ok(d.dev, _geo(1, 128, (56, 56), 32, 3, 1))
     assert not ok(d.dev, _geo(1, 3, (224, 224), 64, 7, 3, 2))
-    assert ok(d.dev, G(1, 64, 7, 7, 64, 1, 1, 0, 0, 1, 1, 1, 1, 2))
+    assert not ok(d.dev, G(1, 64, 7, 7, 64, 1, 1, 0, 0, 1, 1, 1, 1, 2))     # grouped 1x1
     assert ok(d.dev, G(1, 400, 7, 7, 400, 3, 3, 1, 1, 1, 1, 1, 1, 25))     # RegNet
     assert ok(d.dev, G(1, 256, 14, 14, 256, 3, 3, 1, 1, 1, 1, 1, 1, 32))   # 8 a group
     assert ok(d.dev, G(1, 128, 14, 14, 128, 3, 3, 1, 1, 1, 1, 1, 1, 32))   # 4 a group
     assert not ok(d.dev, G(1, 64, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1, 1, 32))  # 1 a group
     assert ok(d.dev, G(1, 128, 56, 56, 128, 3, 3, 1, 1, 1, 1, 1, 1, 8))   # any plane
-    assert not ok(d.dev, G(1, 128, 56, 56, 128, 1, 1, 0, 0, 1, 1, 1, 1, 8))   # 1x1: not
     settings(CPU_CHANVEC_GROUPS=False)
-    assert not ok(d.dev, G(1, 64, 7, 7, 64, 1, 1, 0, 0, 1, 1, 1, 1, 2))
+    assert not ok(d.dev, G(1, 400, 7, 7, 400, 3, 3, 1, 1, 1, 1, 1, 1, 25))
     assert ok(d.dev, _geo(1, 16, (7, 7), 64))
     assert not ok(d.dev, _geo(1, 16, (7, 7), 64), algo="im2col")
     settings(CPU_CHANVEC=False)
