@@ -375,7 +375,7 @@ def output_runs(dev, m, T, beta, act_kind):
             and bool(config.get("CPU_WINO_RUNS")))
 
 
-# wino_output_runs: runs of 8 tiles per work-item at the least
+# wino_output_runs: at least this many runs (of 8 tiles) per work-item
 RUNS_MIN_CHUNK = 4
 
 
