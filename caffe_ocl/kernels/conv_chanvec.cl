@@ -64,6 +64,7 @@
 #ifndef GROUPS
 #define GROUPS 1
 #endif
+#define PANELS (GROUPS * ((M / GROUPS + NR - 1) / NR))    /* over all groups */
 #define PANEL_CHANNELS(p, m0, mc)                                              \
     const int mg_ = M / GROUPS, ppg_ = (mg_ + NR - 1) / NR;                    \
     const int grp = (p) / ppg_, pj_ = (p) - grp * ppg_;                        \
@@ -74,7 +75,7 @@
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
     const int p = get_global_id(0);
-    if (p >= GROUPS * ((M / GROUPS + NR - 1) / NR)) return;
+    if (p >= PANELS) return;
     PANEL_CHANNELS(p, m0, mc)
     __global float* d = Wp + (size_t)p * K * NR;
     for (int j = 0; j < NR; ++j) {
@@ -124,7 +125,7 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
 #define CHANVEC_PROLOGUE \
     const int p = get_global_id(0), img = get_global_id(2); \
     const int nbeg = get_global_id(1) * pix; \
-    if (p >= GROUPS * ((M / GROUPS + NR - 1) / NR) || nbeg >= N) return; \
+    if (p >= PANELS || nbeg >= N) return; \
     PANEL_CHANNELS(p, m0, mc) \
     const int nend = min(N, nbeg + pix); \
     __global const float* Xi = X + offX + (size_t)img * ldxI \

@@ -513,6 +513,29 @@ __kernel void wino_output(int nimg, int CO, int HO, int WO, int TH, int TW, int 
     }
 }
 
+#if WM == 4
+/* o = A^T m A of 8 tiles at once (F(4x4), the CPU output kernels below):
+ * their M values read as runs of 8 from each of the 36 matrices, KS floats
+ * apart from mp */
+inline void wino_out8(__global const float* mp, int KS, float8* o) {
+    float8 m[WA * WA], sv[WM * WA];
+#pragma unroll
+    for (int k = 0; k < WA * WA; ++k) m[k] = vload8(0, mp + k * KS);
+#pragma unroll
+    for (int b = 0; b < WA; ++b) at1_8(m + b, WA, sv + b, WA);        /* A^T m */
+#pragma unroll
+    for (int a = 0; a < WM; ++a) at1_8(sv + a * WA, 1, o + a * WM, 1); /* (A^T m) A */
+}
+
+/* the forward's activation (act 1: ReLU with slope a, 2: clip to [a, b])
+ * of 8 outputs */
+inline float8 wino_act8(float8 v, int act, float a, float b) {
+    if (act == 1) return select(a * v, v, v > (float8)0.0f);
+    if (act == 2) return fmax((float8)a, fmin((float8)b, v));
+    return v;
+}
+#endif
+
 /* CPU drivers, forward (no beta, act 0-2), F(4x4), tile rows of at least 8
  * tiles: one work-item per strip (channel co, image, tile row ty), 8
  * tiles at a time (the strip's last 8 overlapping the ones before: the
@@ -535,13 +558,8 @@ __kernel void wino_output_rows(int nimg, int CO, int HO, int WO, int TH, int TW,
         const float bv = has_bias ? bias[co] : 0.0f;
         for (int t0 = 0; t0 < TW; t0 += 8) {
             const int tx = min(t0, TW - 8);
-            float8 m[WA * WA], sv[WM * WA], o[WM * WM];
-#pragma unroll
-            for (int k = 0; k < WA * WA; ++k) m[k] = vload8(0, mp + k * KS + tx);
-#pragma unroll
-            for (int b = 0; b < WA; ++b) at1_8(m + b, WA, sv + b, WA);        /* A^T m */
-#pragma unroll
-            for (int a = 0; a < WM; ++a) at1_8(sv + a * WA, 1, o + a * WM, 1); /* (A^T m) A */
+            float8 o[WM * WM];
+            wino_out8(mp + tx, KS, o);
 #pragma unroll
             for (int a = 0; a < WM; ++a) {
                 const int oy = WM * ty + a;
@@ -557,9 +575,7 @@ __kernel void wino_output_rows(int nimg, int CO, int HO, int WO, int TH, int TW,
                 __global float* yr = yp + oy * WO + WM * tx;
 #pragma unroll
                 for (int h = 0; h < 4; ++h) {
-                    float8 v = q[h];
-                    if (act == 1) v = select(act_a * v, v, v > (float8)0.0f);
-                    else if (act == 2) v = fmax((float8)act_a, fmin((float8)act_b, v));
+                    const float8 v = wino_act8(q[h], act, act_a, act_b);
                     if (WM * tx + 8 * h + 8 <= WO) {
                         vstore8(v, 0, yr + 8 * h);
                     } else {
@@ -599,21 +615,11 @@ __kernel void wino_output_runs(int nimg, int CO, int HO, int WO, int TH, int TW,
         const int t0 = min(8 * run, T - 8), first = 8 * run - t0;   /* lanes < first: not ours */
         __global const float* mp = Mm + offM + co * T + t0;
         const float bv = has_bias ? bias[co] : 0.0f;
-        float8 m[WA * WA], sv[WM * WA], o[WM * WM];
-#pragma unroll
-        for (int k = 0; k < WA * WA; ++k) m[k] = vload8(0, mp + k * KS);
-#pragma unroll
-        for (int b = 0; b < WA; ++b) at1_8(m + b, WA, sv + b, WA);        /* A^T m */
-#pragma unroll
-        for (int a = 0; a < WM; ++a) at1_8(sv + a * WA, 1, o + a * WM, 1); /* (A^T m) A */
+        float8 o[WM * WM];
+        wino_out8(mp, KS, o);
         float e[WM * WM][8];      /* e[a * 4 + b][lane] */
 #pragma unroll
-        for (int q = 0; q < WM * WM; ++q) {
-            float8 v = o[q] + bv;
-            if (act == 1) v = select(act_a * v, v, v > (float8)0.0f);
-            else if (act == 2) v = fmax((float8)act_a, fmin((float8)act_b, v));
-            vstore8(v, 0, e[q]);
-        }
+        for (int q = 0; q < WM * WM; ++q) vstore8(wino_act8(o[q] + bv, act, act_a, act_b), 0, e[q]);
         for (int l = first; l < 8; ++l) {
             const int t = t0 + l, img = t / tiles, r = t - img * tiles;
             const int ty = r / TW, tx = r - ty * TW;

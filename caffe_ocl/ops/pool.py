@@ -105,9 +105,8 @@ def ave_forward(dev, shape, out_hw, k, s, p, x, y, impl=None):
     which the plane kernel sums by vectors) or "window"."""
     n, c, h, w = shape
     if impl is None:
-        impl = "global" if not dev.is_cpu and is_global(shape, out_hw, k, p) else "window"
-        if dev.is_cpu and not is_global(shape, out_hw, k, p):
-            impl = "band"
+        whole = is_global(shape, out_hw, k, p)
+        impl = ("window" if whole else "band") if dev.is_cpu else ("global" if whole else "window")
     if impl == "global":
         local = 256 if h * w >= GLOBAL_WIDE_PLANE else 64
         return dev.launch(SRC, "ave_pool_global_fwd", (n * c * local,), (local,),
