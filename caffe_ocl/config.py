@@ -318,10 +318,12 @@ _DECLARED = (
             "tiles (outputs under 32 wide) transform their outputs 8 tiles at a time "
             "across rows and images (off: one tile at a time)", internal=True),
     Setting("CPU_CHANVEC_KBLOCK", "int", 0,
-            "CPU drivers: the 8-pixel channel-vectorized 1x1 convolutions walk their "
-            "input channels in blocks of this many, each block's weights staying in "
-            "cache while every pixel tile of the chunk reads them (0: one block; "
-            "not a win on the 2-core Skylake VM, BENCHMARKS.md twenty-first session)",
+            "CPU drivers: channel-vectorized 1x1 convolutions walk their input "
+            "channels in blocks of this many, each block's weights staying in cache "
+            "while every pixel tile of the chunk reads them (0: automatic -- blocks of "
+            "128 with 8-float vectors (AVX2), one block with 16-float ones (AVX-512), "
+            "where blocks were no win; BENCHMARKS.md twenty-first and twenty-ninth "
+            "sessions)",
             internal=True),
     Setting("CPU_POOL_BANDS", "bool", True,
             "CPU drivers: max pooling without an argmax mask (inference) and average "

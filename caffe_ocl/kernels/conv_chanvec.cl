@@ -181,25 +181,41 @@ void conv_chanvec(int M, int N, int K, int pix,
     }
 }
 
-#if VW == 16
-/* conv_chanvec8 (AVX-512 drivers, VW 16): the same product on tiles of 8
- * pixels x 32 channels -- 16 accumulators and 2 weight vectors of AVX-512's
- * 32 registers, 16 fmas per 2 vector loads and 8 broadcasts instead of 12
- * per 2 and 6 -- and the walk over input channels split into blocks of kbc
- * channels (kbc = C: one block): for each block every tile of the chunk in
- * turn, so the block's weight panel (kbc * KH * KW * 32 floats; 16 KiB for
- * a 1x1 at kbc 128) stays in L1 while the chunk's tiles read it, instead
- * of the whole panel streaming through for each tile. Between blocks the
- * tiles' sums wait as vectors in local scratch (PIXMAX pixels: the host
- * chunks no more); each output's sum is the same fma chain over k in
- * order (the partial sum is stored and reloaded as the float it is), so
- * the results equal conv_chanvec's up to the tile's clamped rows. */
-#define MR8 8
-/* Built only when the host asks for it (PIXMAX defined): a kernel's
+/* conv_chanvec_kb: the same product with the walk over input channels
+ * split into blocks of kbc channels (kbc = C: one block): for each block
+ * every tile of the chunk in turn, so the block's weight panel (kbc * KH *
+ * KW * NR floats; 8 KiB for a 1x1 at VW 8 and kbc 128) stays in L1 while
+ * the chunk's tiles read it, instead of the whole panel streaming through
+ * from L2 for each tile (with the tile's input rows: a cache line per
+ * input channel on 1x1 layers). Between blocks the tiles' sums wait as
+ * vectors in local scratch (PIXMAX pixels: the host chunks no more); each
+ * output's sum is the same fma chain over k in order (the partial sum is
+ * stored and reloaded as the float it is), so the results equal
+ * conv_chanvec's up to the tile's clamped rows.
+ *
+ * Tiles of MRK pixels x NR channels: MRK 6 (12 accumulators, AVX2's 16
+ * registers at VW 8), or MRK 8 at VW 16 (AVX-512's 32 registers: 16
+ * accumulators and 2 weight vectors, 16 fmas per 2 vector loads and 8
+ * broadcasts instead of 12 per 2 and 6).
+ *
+ * Built only when the host asks for it (PIXMAX defined): a kernel's
  * __local array is a module-level variable to the compiler, which a driver
  * may count against every kernel of the program (Oclgrind refused
  * conv_chanvec's launches: 128 KiB of local memory for PIXMAX 1024). */
 #ifdef PIXMAX
+#ifndef MRK
+#define MRK 8
+#endif
+#if MRK == 8
+#define TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#elif MRK == 6
+#define TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#else
+#error "MRK is 6 or 8"
+#endif
+#define DECL_OFF(i) const int o##i = PIX_OFF(i);
+#define DECL_ACC(i) floatV c##i##0, c##i##1;
+#define ZERO_ACC(i) c##i##0 = c##i##1 = 0.0f;
 #define FMA_ROW(i)                                                             \
     {                                                                          \
         const floatV a_ = (floatV)xk[o##i];                                    \
@@ -212,32 +228,29 @@ void conv_chanvec(int M, int N, int K, int pix,
 #define SAVE_PART(i)                                                           \
     part[t + 2 * (i)] = c##i##0;                                               \
     part[t + 2 * (i) + 1] = c##i##1;
+#define STORE_TILE_ROW(i) STORE_ROW(i, c##i##0, c##i##1)
 
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void conv_chanvec8(int M, int N, int K, int pix, int kbc,
+void conv_chanvec_kb(int M, int N, int K, int pix, int kbc,
                      __global const float* Wp, __global const float* X, int offX, int ldxI,
                      __global const float* bias, __global float* Y, int offY, int ldyI,
                      __global const float* R, int offR, float act_a, float act_b,
                      int wp, int hwp, int wo) {
     /* the chunk's partial sums between channel blocks: tile t's pixel i at
-     * vectors 2 * (MR8 * t + i) and + 1 */
+     * vectors 2 * (MRK * t + i) and + 1 */
     __local floatV part[2 * PIXMAX];
     CHANVEC_PROLOGUE
     const int C = K / (KH * KW);
     for (int cb = 0; cb < C; cb += kbc) {
         const int ce = min(C, cb + kbc);
-        for (int n = nbeg, t = 0; n < nend; n += MR8, t += 2 * MR8) {
-            const int rows = min(MR8, nend - n);
-            const int o0 = PIX_OFF(0), o1 = PIX_OFF(1), o2 = PIX_OFF(2), o3 = PIX_OFF(3),
-                      o4 = PIX_OFF(4), o5 = PIX_OFF(5), o6 = PIX_OFF(6), o7 = PIX_OFF(7);
-            floatV c00, c01, c10, c11, c20, c21, c30, c31;
-            floatV c40, c41, c50, c51, c60, c61, c70, c71;
+        for (int n = nbeg, t = 0; n < nend; n += MRK, t += 2 * MRK) {
+            const int rows = min(MRK, nend - n);
+            TILE_ROWS(DECL_OFF)
+            TILE_ROWS(DECL_ACC)
             if (cb == 0) {
-                c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = 0.0f;
-                c40 = c41 = c50 = c51 = c60 = c61 = c70 = c71 = 0.0f;
+                TILE_ROWS(ZERO_ACC)
             } else {
-                LOAD_PART(0) LOAD_PART(1) LOAD_PART(2) LOAD_PART(3)
-                LOAD_PART(4) LOAD_PART(5) LOAD_PART(6) LOAD_PART(7)
+                TILE_ROWS(LOAD_PART)
             }
             __global const float* wk = wpan + (size_t)cb * (KH * KW * NR);
             for (int c = cb; c < ce; ++c) {
@@ -248,25 +261,15 @@ void conv_chanvec8(int M, int N, int K, int pix, int kbc,
                         const floatV w0 = vloadV(0, wk), w1 = vloadV(1, wk);
                         wk += NR;
                         __global const float* xk = Xi + (size_t)c * hwp + kh * DH * wp + kw * DW;
-                        FMA_ROW(0) FMA_ROW(1) FMA_ROW(2) FMA_ROW(3)
-                        FMA_ROW(4) FMA_ROW(5) FMA_ROW(6) FMA_ROW(7)
+                        TILE_ROWS(FMA_ROW)
                     }
             }
             if (ce < C) {
-                SAVE_PART(0) SAVE_PART(1) SAVE_PART(2) SAVE_PART(3)
-                SAVE_PART(4) SAVE_PART(5) SAVE_PART(6) SAVE_PART(7)
+                TILE_ROWS(SAVE_PART)
             } else {
-                STORE_ROW(0, c00, c01)
-                STORE_ROW(1, c10, c11)
-                STORE_ROW(2, c20, c21)
-                STORE_ROW(3, c30, c31)
-                STORE_ROW(4, c40, c41)
-                STORE_ROW(5, c50, c51)
-                STORE_ROW(6, c60, c61)
-                STORE_ROW(7, c70, c71)
+                TILE_ROWS(STORE_TILE_ROW)
             }
         }
     }
 }
 #endif  /* PIXMAX */
-#endif  /* VW == 16 */

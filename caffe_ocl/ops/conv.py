@@ -1335,7 +1335,7 @@ def chanvec_forward(dev, g, algo=None):
     this geometry (CPU_FORWARD_VARIANTS) replaces the plane-size rule.
     Grouped layers with kernels larger than 1x1 take it on any plane,
     grouped 1x1 layers not at all (see CHANVEC_MIN_GROUP_OUT).
-    Which kernel (6- or 8-pixel tiles): _chanvec_tile8."""
+    Which kernel (channel blocks, 6- or 8-pixel tiles): _chanvec_kblocks."""
     if algo is not None or not _chanvec_fits(dev, g):
         return False
     v = _cpu_variant(dev, g)
@@ -1396,7 +1396,7 @@ CHANVEC_MIN_GROUP_OUT = 2
 CHANVEC_GROUPED_1X1 = False
 
 
-# AVX-512 drivers (VW 16): conv_chanvec8's tiles of 8 pixels x 32 channels
+# AVX-512 drivers (VW 16): conv_chanvec_kb's tiles of 8 pixels x 32 channels
 # for 1x1 layers (setting CPU_CHANVEC_TILE8) whose output planes hold at
 # least CHANVEC8_MIN_PIXELS pixels or that have at least CHANVEC8_MIN_K
 # input channels; their walk over input channels in blocks of
@@ -1425,21 +1425,54 @@ CHANVEC8_KXK_MIN_ROW = None
 CHANVEC8_PIXMAX = 1024
 
 
-def _chanvec_tile8(dev, g):
-    """Whether the chanvec forward of ``g`` runs conv_chanvec8 (see above)."""
-    if not (cpu_vw(dev) == 16 and config.get("CPU_CHANVEC_TILE8")):
-        return False
-    if g.kh == g.kw == 1:
-        return g.out_spatial >= CHANVEC8_MIN_PIXELS or g.channels >= CHANVEC8_MIN_K
-    return CHANVEC8_KXK_MIN_ROW is not None and g.out_w >= CHANVEC8_KXK_MIN_ROW
+# AVX2 drivers (VW 8): 1x1 layers with more input channels (a group's)
+# than CHANVEC_KBLOCK_VW8 run conv_chanvec_kb's 6-pixel tiles in blocks of
+# that many channels (setting CPU_CHANVEC_KBLOCK replaces the number). The
+# one-block kernel streams a 1x1 layer's whole weight panel (K x 16
+# floats: 64 KiB at K 1024) and a cache line of input per channel from L2
+# for every 6-pixel tile, 128-190 bytes per 12 fmas, and ran at 0.45-0.65
+# of ONNX Runtime's speed on ResNet-50's 1x1 layers; in blocks of 128 the
+# block's 8 KiB of weights stay in L1. 2-core EPYC Zen 3 (32 KiB L1, 512
+# KiB L2), PoCL 3.1, batch 1, blocks of 128 / one block (medians of 7
+# interleaved rounds, `ab_cpu_layer.py --setting CPU_CHANVEC_KBLOCK`):
+# 2048 -> 512 on 7 x 7 0.53, 512 -> 2048 0.72, 1024 -> 256 on 14 x 14
+# 0.81, 256 -> 1024 0.75, stride 2 from 512 x 28 x 28 / 1024 x 14 x 14
+# 0.51-0.64 / 0.60, MobileNet's and DenseNet's 384-1024 channels 0.67-0.98,
+# 160 -> 960 on 7 x 7 0.83; blocks of 32 / 64 0.59-1.3 (more partial sums
+# saved and reloaded).
+CHANVEC_KBLOCK_VW8 = 128
 
 
-def _chanvec_pixmax(dev):
-    """Most pixels of a conv_chanvec8 chunk: its partial sums (2 vectors of
-    16 floats a pixel) in at most half the device's local memory (PoCL: 2
-    MiB), at most CHANVEC8_PIXMAX; a multiple of the 8-pixel tile."""
+def _chanvec_kblocks(dev, g):
+    """(tile rows, input channels per block) of conv_chanvec_kb when the
+    chanvec forward of ``g`` runs it, else None (conv_chanvec): 8-pixel
+    tiles at VW 16 (above; blocks of CPU_CHANVEC_KBLOCK channels on 1x1
+    layers, default one block), 6-pixel ones for 1x1 layers at VW 8
+    (blocks of CHANVEC_KBLOCK_VW8 or the setting's number, where that
+    leaves more than one block)."""
+    c = g.channels // g.groups
+    kb = int(config.get("CPU_CHANVEC_KBLOCK") or 0)
+    one_by_one = g.kh == g.kw == 1
+    if cpu_vw(dev) == 16:
+        if not config.get("CPU_CHANVEC_TILE8"):
+            return None
+        if one_by_one:
+            if g.out_spatial >= CHANVEC8_MIN_PIXELS or g.channels >= CHANVEC8_MIN_K:
+                return 8, (kb if kb > 0 else c)
+        elif CHANVEC8_KXK_MIN_ROW is not None and g.out_w >= CHANVEC8_KXK_MIN_ROW:
+            return 8, c
+        return None
+    kb = kb if kb > 0 else CHANVEC_KBLOCK_VW8
+    return (6, kb) if one_by_one and kb < c else None
+
+
+def _chanvec_pixmax(dev, mrk):
+    """Most pixels of a conv_chanvec_kb chunk: its partial sums (2 vectors of
+    VW floats a pixel) in at most half the device's local memory (PoCL: 2
+    MiB), at most CHANVEC8_PIXMAX; a multiple of the tile's ``mrk`` rows."""
     local = int(getattr(dev, "local_mem", 0) or 0)
-    return max(8, min(CHANVEC8_PIXMAX, local // 2 // (4 * 32)) // 8 * 8)
+    per_pixel = 4 * 2 * cpu_vw(dev)
+    return max(mrk, min(CHANVEC8_PIXMAX, local // 2 // per_pixel) // mrk * mrk)
 
 
 def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_version,
@@ -1452,14 +1485,13 @@ def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_ve
     defs = dict(VW=vw, BIAS=int(bias is not None), ACT=act_kind,
                 RESIDUAL=int(residual is not None), KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
                 DH=g.dh, DW=g.dw, GROUPS=g.groups)
-    tile8 = _chanvec_tile8(dev, g)
+    blocks = _chanvec_kblocks(dev, g)
     mr, pixmax, kname, kargs = 6, -(-N // 6) * 6, "conv_chanvec", []
-    if tile8:
-        pixmax = _chanvec_pixmax(dev)
-        mr, kname = 8, "conv_chanvec8"
-        defs["PIXMAX"] = pixmax
-        kb = int(config.get("CPU_CHANVEC_KBLOCK") or 0)
-        kargs = [kb if (kb > 0 and g.kh == g.kw == 1) else g.channels // g.groups]
+    if blocks:
+        mr, kbc = blocks
+        kname, kargs = "conv_chanvec_kb", [kbc]
+        pixmax = _chanvec_pixmax(dev, mr)
+        defs.update(PIXMAX=pixmax, MRK=mr)
     wp = dev.alloc(4 * panels * nr * K)
     out = [OnChange(dev.launch(CHANVEC_SRC, "pack_w_chanvec", (panels,), (1,),
                                [M, K, weight, wp], defs), weight_version)]

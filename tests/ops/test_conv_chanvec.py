@@ -1,8 +1,8 @@
 """1x1 convolutions of small planes vectorized over output channels on CPU
 drivers (kernels/conv_chanvec.cl, ops.conv.chanvec_forward): against a
-float64 reference at both vector widths and, at VW 16, with the 8-pixel
-tiles of conv_chanvec8 and their channel blocks (CPU_CHANVEC_TILE8,
-CPU_CHANVEC_KBLOCK) -- channels past whole panels, planes not a multiple
+float64 reference at both vector widths and with conv_chanvec_kb's
+channel blocks (CPU_CHANVEC_KBLOCK: 6-pixel tiles at VW 8, 8-pixel ones at
+VW 16, CPU_CHANVEC_TILE8) -- channels past whole panels, planes not a multiple
 of the tile and split into pixel chunks, channel counts not a multiple of
 the block, two images, a Concat slice, a residual, bias and activations
 -- the weights packed again only when their version changes, and the
@@ -20,22 +20,27 @@ def _cpu_only(d):
         pytest.skip("a CPU-driver path")
 
 
-# (CPU_GEMM_VW, CPU_CHANVEC_TILE8): the 6-pixel kernel at both widths, and
-# at VW 16 conv_chanvec8 with channel blocks of 4 (most cases: several
-# blocks, the last one partial)
-@pytest.fixture(params=[("8", False), ("16", False), ("16", True)],
-                ids=["vw8", "vw16", "vw16-tile8"])
+# (CPU_GEMM_VW, CPU_CHANVEC_TILE8, CPU_CHANVEC_KBLOCK): the 6-pixel kernel
+# at both widths (VW 8: blocks past any layer's channels, one block), and
+# conv_chanvec_kb on 1x1 layers with channel blocks of 4 (most cases:
+# several blocks, the last one partial) -- 6-pixel tiles at VW 8, 8-pixel
+# ones at VW 16
+@pytest.fixture(params=[("8", False, 1 << 20), ("8", False, 4), ("16", False, 4),
+                        ("16", True, 4)],
+                ids=["vw8", "vw8-blocks", "vw16", "vw16-tile8"])
 def vw(request, settings, monkeypatch):
-    width, tile8 = request.param
+    width, tile8, kblock = request.param
     settings(CPU_GEMM_VW=width, CPU_CHANVEC=True, CPU_CHANVEC_TILE8=tile8,
-             CPU_CHANVEC_KBLOCK=4)
+             CPU_CHANVEC_KBLOCK=kblock)
     monkeypatch.setattr(conv_ops, "CHANVEC8_MIN_PIXELS", 0)    # small planes too
-    return int(width), tile8
+    return int(width), tile8, kblock
 
 
 def _kernel_name(vw, g):
-    width, tile8 = vw
-    return "conv_chanvec8" if width == 16 and tile8 and g.kh == g.kw == 1 else "conv_chanvec"
+    width, tile8, kblock = vw
+    if g.kh == g.kw == 1 and (tile8 if width == 16 else kblock < g.channels // g.groups):
+        return "conv_chanvec_kb"
+    return "conv_chanvec"
 
 
 def _geo(num, c, hw, co, k=1, pad=0, stride=1, dil=1, groups=1):
@@ -171,7 +176,7 @@ def test_padded_copies_in_chunks(d, rng, vw, settings, monkeypatch, groups):
     assert names[1:] == ["pad_planes", "conv_chanvec"] * 3     # 3 x 3: the 6-pixel kernel
 
 
-# conv_chanvec8 only: (case as CASES, CPU_CHANVEC_KBLOCK, local memory or
+# conv_chanvec_kb's 8-pixel tiles at VW 16 only: (case as CASES, CPU_CHANVEC_KBLOCK, local memory or
 # None); larger kernels with CHANVEC8_KXK_MIN_ROW at 16 (the rule leaves
 # them to conv_chanvec on the machine measured, the kernel takes them)
 CASES8 = [
@@ -198,7 +203,7 @@ CASES8 = [
 @pytest.mark.parametrize("case,kblock,local", CASES8,
                          ids=["tails", "blocks-residual", "blocks-slice", "chunks", "one-block",
                               "pixmax", "3x3-rows18", "3x3-stride2", "5x5-dilated"])
-def test_chanvec8_equals_reference(d, rng, settings, monkeypatch, case, kblock, local):
+def test_chanvec_kb8_equals_reference(d, rng, settings, monkeypatch, case, kblock, local):
     settings(CPU_GEMM_VW="16", CPU_CHANVEC=True, CPU_CHANVEC_TILE8=True,
              CPU_CHANVEC_KBLOCK=kblock)
     monkeypatch.setattr(d.dev, "compute_units", 2)
@@ -206,7 +211,7 @@ def test_chanvec8_equals_reference(d, rng, settings, monkeypatch, case, kblock, 
     monkeypatch.setattr(conv_ops, "CHANVEC8_MIN_PIXELS", 0)
     if local is not None:
         monkeypatch.setattr(d.dev, "local_mem", local)
-    launches = _check(d, rng, case, lambda g: "conv_chanvec8")
+    launches = _check(d, rng, case, lambda g: "conv_chanvec_kb")
     if local is not None:       # 8 chunks of 8 pixels, not 4 of 16 (4 work-items a core)
         assert launches[-1].gsize[1] == 8
 
@@ -264,23 +269,36 @@ def test_rule(d, settings):
     assert not ok(d.dev, _geo(1, 16, (7, 7), 64))
 
 
-def test_tile8_rule(d, settings, monkeypatch):
-    """conv_chanvec8 at VW 16 with the setting on: 1x1 kernels on planes
-    of at least 100 pixels or with at least 1024 input channels; larger
+def test_kblocks_rule(d, settings, monkeypatch):
+    """conv_chanvec_kb: at VW 16 with CPU_CHANVEC_TILE8, 8-pixel tiles for 1x1
+    kernels on planes of at least 100 pixels or with at least 1024 input
+    channels (blocks of CPU_CHANVEC_KBLOCK channels, 0: one block); larger
     ones only on output rows of at least CHANVEC8_KXK_MIN_ROW pixels (None:
-    never); not at VW 8 or with the setting off."""
-    t8 = conv_ops._chanvec_tile8
-    settings(CPU_GEMM_VW="16", CPU_CHANVEC_TILE8=True)
-    assert t8(d.dev, _geo(1, 1024, (14, 14), 256))
-    assert t8(d.dev, _geo(1, 2048, (7, 7), 512))
-    assert t8(d.dev, _geo(1, 1024, (14, 14), 2048, 1, 0, 2))     # to 7 x 7
-    assert not t8(d.dev, _geo(1, 960, (7, 7), 160))
-    assert not t8(d.dev, _geo(1, 256, (14, 14), 512, 1, 0, 2))
-    assert not t8(d.dev, _geo(1, 128, (28, 28), 32, 3, 1))
+    never). At VW 8, 6-pixel tiles for 1x1 kernels whose (group's) input
+    channels fill more than one block of CHANVEC_KBLOCK_VW8 (or the
+    setting's number); larger kernels never."""
+    kb = conv_ops._chanvec_kblocks
+    settings(CPU_GEMM_VW="16", CPU_CHANVEC_TILE8=True, CPU_CHANVEC_KBLOCK=0)
+    assert kb(d.dev, _geo(1, 1024, (14, 14), 256)) == (8, 1024)
+    assert kb(d.dev, _geo(1, 2048, (7, 7), 512)) == (8, 2048)
+    assert kb(d.dev, _geo(1, 1024, (14, 14), 2048, 1, 0, 2)) == (8, 1024)    # to 7 x 7
+    assert kb(d.dev, _geo(1, 960, (7, 7), 160)) is None
+    assert kb(d.dev, _geo(1, 256, (14, 14), 512, 1, 0, 2)) is None
+    assert kb(d.dev, _geo(1, 128, (28, 28), 32, 3, 1)) is None
+    settings(CPU_CHANVEC_KBLOCK=128)
+    assert kb(d.dev, _geo(1, 1024, (14, 14), 256)) == (8, 128)
     monkeypatch.setattr(conv_ops, "CHANVEC8_KXK_MIN_ROW", 16)
-    assert t8(d.dev, _geo(1, 128, (28, 28), 32, 3, 1))
-    assert not t8(d.dev, _geo(1, 128, (14, 14), 32, 3, 1))
-    settings(CPU_GEMM_VW="8")
-    assert not t8(d.dev, _geo(1, 1024, (14, 14), 256))
+    assert kb(d.dev, _geo(1, 128, (28, 28), 32, 3, 1)) == (8, 128)
+    assert kb(d.dev, _geo(1, 128, (14, 14), 32, 3, 1)) is None
     settings(CPU_GEMM_VW="16", CPU_CHANVEC_TILE8=False)
-    assert not t8(d.dev, _geo(1, 1024, (14, 14), 256))
+    assert kb(d.dev, _geo(1, 1024, (14, 14), 256)) is None
+    settings(CPU_GEMM_VW="8", CPU_CHANVEC_KBLOCK=0)
+    block = conv_ops.CHANVEC_KBLOCK_VW8
+    assert kb(d.dev, _geo(1, block + 1, (14, 14), 256)) == (6, block)
+    assert kb(d.dev, _geo(1, 2048, (7, 7), 512)) == (6, block)
+    assert kb(d.dev, _geo(1, block, (7, 7), 512)) is None          # one block
+    assert kb(d.dev, _geo(1, 1024, (7, 7), 512, 3, 1)) is None
+    assert kb(d.dev, conv_ops.ConvGeometry(1, 4 * block, 7, 7, 64, 1, 1, 0, 0, 1, 1, 1, 1, 4)
+              ) is None                                             # a group's channels
+    settings(CPU_CHANVEC_KBLOCK=64)
+    assert kb(d.dev, _geo(1, 96, (7, 7), 512)) == (6, 64)
