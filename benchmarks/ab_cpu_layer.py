@@ -81,6 +81,10 @@ def ort_runner(g, threads):
     return lambda: sess.run(None, {"x": x})
 
 
+# seconds of pause before each timer when ONNX Runtime is in the round
+SETTLE_S = 0.2
+
+
 def time_calls(fn, runs):
     """Mean milliseconds of ``runs`` calls of fn."""
     t0 = time.perf_counter()
@@ -123,11 +127,19 @@ def main():
         if run_ort:
             time_calls(run_ort, 3)
             times["ORT"] = []
-        for _ in range(a.rounds):
-            for v, (launches, _n) in variants.items():
-                times[v].append(time_launches(dev, launches, warmup=0, runs=a.runs))
-            if run_ort:
-                times["ORT"].append(time_calls(run_ort, a.runs))
+        timers = {v: (lambda ln=launches: time_launches(dev, ln, warmup=0, runs=a.runs))
+                  for v, (launches, _n) in variants.items()}
+        if run_ort:
+            timers["ORT"] = lambda: time_calls(run_ort, a.runs)
+        names = list(timers)
+        for r in range(a.rounds):
+            # the order rotates, and with ONNX Runtime in the round each timer
+            # starts after a pause: its pool threads spin on after a run and
+            # took the 2-core CPU from whatever ran next (bench_zoo.interleave)
+            for k in names[r % len(names):] + names[:r % len(names)]:
+                if run_ort:
+                    time.sleep(SETTLE_S)
+                times[k].append(timers[k]())
         med = {v: statistics.median(t) for v, t in times.items()}
         low = {v: min(t) for v, t in times.items()}
         base, bmin = med[values[0]], low[values[0]]

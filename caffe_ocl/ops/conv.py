@@ -1425,31 +1425,35 @@ CHANVEC8_KXK_MIN_ROW = None
 CHANVEC8_PIXMAX = 1024
 
 
-# AVX2 drivers (VW 8): 1x1 layers with more input channels (a group's)
+# AVX2 drivers (VW 8): 1x1 layers onto planes of at most
+# CHANVEC_KBLOCK_MAX_PIXELS pixels with more input channels (a group's)
 # than CHANVEC_KBLOCK_VW8 run conv_chanvec_kb's 6-pixel tiles in blocks of
 # that many channels (setting CPU_CHANVEC_KBLOCK replaces the number). The
 # one-block kernel streams a 1x1 layer's whole weight panel (K x 16
-# floats: 64 KiB at K 1024) and a cache line of input per channel from L2
-# for every 6-pixel tile, 128-190 bytes per 12 fmas, and ran at 0.45-0.65
-# of ONNX Runtime's speed on ResNet-50's 1x1 layers; in blocks of 128 the
-# block's 8 KiB of weights stay in L1. 2-core EPYC Zen 3 (32 KiB L1, 512
-# KiB L2), PoCL 3.1, batch 1, blocks of 128 / one block (medians of 7
-# interleaved rounds, `ab_cpu_layer.py --setting CPU_CHANVEC_KBLOCK`):
-# 2048 -> 512 on 7 x 7 0.53, 512 -> 2048 0.72, 1024 -> 256 on 14 x 14
-# 0.81, 256 -> 1024 0.75, stride 2 from 512 x 28 x 28 / 1024 x 14 x 14
-# 0.51-0.64 / 0.60, MobileNet's and DenseNet's 384-1024 channels 0.67-0.98,
-# 160 -> 960 on 7 x 7 0.83; blocks of 32 / 64 0.59-1.3 (more partial sums
-# saved and reloaded).
+# floats: 128 KiB at K 2048) and a cache line of input per channel from L2
+# for every 6-pixel tile; in blocks of 128 the block's 8 KiB of weights
+# stay in L1. 2-core EPYC Zen 3 (32 KiB L1, 512 KiB L2), PoCL 3.1, batch 1,
+# blocks of 128 / one block (medians of 11-15 interleaved rounds,
+# `ab_cpu_layer.py --setting CPU_CHANVEC_KBLOCK --values 1048576,0`): on
+# 7 x 7 and 8 x 8 outputs 0.83-0.89 (MobileNet's 960 -> 160 / 320, 160 ->
+# 960, 320 -> 1280, EfficientNet's 1152 / 672 -> 192, DenseNet's 1024 ->
+# 128, ResNet's 512 -> 2048 and 1024 -> 1024), 2048 -> 512 / 384 0.78-0.87,
+# Inception's 1280 -> 320 0.90-0.94; on 14 x 14 outputs level (1024 -> 256
+# / 512 0.99-1.00, 256 -> 1024 1.01, 672 -> 112 1.03, stride 2 from 28 x 28
+# 1.06, 1024 -> 2048 stride 2 onto 7 x 7 0.97-1.01), so those keep one
+# block. Blocks of 256: 0.78-1.02; of 32 / 64: more partial sums saved and
+# reloaded, 0.6-1.3 in a noisier run.
 CHANVEC_KBLOCK_VW8 = 128
+CHANVEC_KBLOCK_MAX_PIXELS = 64
 
 
 def _chanvec_kblocks(dev, g):
     """(tile rows, input channels per block) of conv_chanvec_kb when the
     chanvec forward of ``g`` runs it, else None (conv_chanvec): 8-pixel
     tiles at VW 16 (above; blocks of CPU_CHANVEC_KBLOCK channels on 1x1
-    layers, default one block), 6-pixel ones for 1x1 layers at VW 8
-    (blocks of CHANVEC_KBLOCK_VW8 or the setting's number, where that
-    leaves more than one block)."""
+    layers, default one block), 6-pixel ones for 1x1 layers onto planes of
+    at most CHANVEC_KBLOCK_MAX_PIXELS at VW 8 (blocks of CHANVEC_KBLOCK_VW8
+    or the setting's number, where that leaves more than one block)."""
     c = g.channels // g.groups
     kb = int(config.get("CPU_CHANVEC_KBLOCK") or 0)
     one_by_one = g.kh == g.kw == 1
@@ -1463,7 +1467,8 @@ def _chanvec_kblocks(dev, g):
             return 8, c
         return None
     kb = kb if kb > 0 else CHANVEC_KBLOCK_VW8
-    return (6, kb) if one_by_one and kb < c else None
+    small = g.out_spatial <= CHANVEC_KBLOCK_MAX_PIXELS
+    return (6, kb) if one_by_one and small and kb < c else None
 
 
 def _chanvec_pixmax(dev, mrk):

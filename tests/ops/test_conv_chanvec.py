@@ -33,6 +33,7 @@ def vw(request, settings, monkeypatch):
     settings(CPU_GEMM_VW=width, CPU_CHANVEC=True, CPU_CHANVEC_TILE8=tile8,
              CPU_CHANVEC_KBLOCK=kblock)
     monkeypatch.setattr(conv_ops, "CHANVEC8_MIN_PIXELS", 0)    # small planes too
+    monkeypatch.setattr(conv_ops, "CHANVEC_KBLOCK_MAX_PIXELS", 1 << 20)    # and larger ones
     return int(width), tile8, kblock
 
 
@@ -274,9 +275,10 @@ def test_kblocks_rule(d, settings, monkeypatch):
     kernels on planes of at least 100 pixels or with at least 1024 input
     channels (blocks of CPU_CHANVEC_KBLOCK channels, 0: one block); larger
     ones only on output rows of at least CHANVEC8_KXK_MIN_ROW pixels (None:
-    never). At VW 8, 6-pixel tiles for 1x1 kernels whose (group's) input
-    channels fill more than one block of CHANVEC_KBLOCK_VW8 (or the
-    setting's number); larger kernels never."""
+    never). At VW 8, 6-pixel tiles for 1x1 kernels onto planes of at most
+    CHANVEC_KBLOCK_MAX_PIXELS whose (group's) input channels fill more than
+    one block of CHANVEC_KBLOCK_VW8 (or the setting's number); larger
+    kernels and planes never."""
     kb = conv_ops._chanvec_kblocks
     settings(CPU_GEMM_VW="16", CPU_CHANVEC_TILE8=True, CPU_CHANVEC_KBLOCK=0)
     assert kb(d.dev, _geo(1, 1024, (14, 14), 256)) == (8, 1024)
@@ -294,8 +296,11 @@ def test_kblocks_rule(d, settings, monkeypatch):
     assert kb(d.dev, _geo(1, 1024, (14, 14), 256)) is None
     settings(CPU_GEMM_VW="8", CPU_CHANVEC_KBLOCK=0)
     block = conv_ops.CHANVEC_KBLOCK_VW8
-    assert kb(d.dev, _geo(1, block + 1, (14, 14), 256)) == (6, block)
+    assert kb(d.dev, _geo(1, block + 1, (7, 7), 256)) == (6, block)
     assert kb(d.dev, _geo(1, 2048, (7, 7), 512)) == (6, block)
+    assert kb(d.dev, _geo(1, 2048, (8, 8), 384)) == (6, block)
+    assert kb(d.dev, _geo(1, 1024, (14, 14), 2048, 1, 0, 2)) == (6, block)   # to 7 x 7
+    assert kb(d.dev, _geo(1, 1024, (14, 14), 256)) is None         # a larger plane
     assert kb(d.dev, _geo(1, block, (7, 7), 512)) is None          # one block
     assert kb(d.dev, _geo(1, 1024, (7, 7), 512, 3, 1)) is None
     assert kb(d.dev, conv_ops.ConvGeometry(1, 4 * block, 7, 7, 64, 1, 1, 0, 0, 1, 1, 1, 1, 4)
