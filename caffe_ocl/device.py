@@ -782,6 +782,8 @@ class Device:
             src, _ = self._source(filename)
             opts = [f"-D{k}={v}" for k, v in key[1]]
             opts += ["-I", KERNEL_DIR, "-cl-mad-enable"] + list(key[2])
+            if self.is_cpu:     # kernels/act.h: the CPU's own exp
+                opts.append("-DCAFFE_OCL_CPU=1")
             started, built = time.perf_counter(), self.build_stats["built"]
             prog = self._build(filename, src, opts)
             if self.build_stats["built"] > built and counts_as_compilation(

@@ -18,6 +18,46 @@
 #ifndef ACT
 #define ACT 0
 #endif
+
+/* ACT_EXP, the exp of swish and sigmoid. CPU drivers (CAFFE_OCL_CPU, set
+ * by device.py for every program built for a CPU): Cephes' expf inline --
+ * clamped to [-87.3, 88] (normal floats; swish and sigmoid are 0, v or 1
+ * to float precision beyond), n = rint(x / ln 2), the remainder r = x - n
+ * ln 2 in two parts, a degree-7 polynomial of r, times 2^n built in the
+ * exponent bits; within 1 ulp of exp on that range (tests/ops/
+ * test_act_exp.py), ~15 vector operations. PoCL's exp made swish layers
+ * 4-15% slower than this (BENCHMARKS.md, twenty-ninth session). GPUs keep
+ * the driver's exp (a hardware approximation). */
+#ifdef CAFFE_OCL_CPU
+#define ACT_EXP_OF(T, IT)                                                      \
+    inline T __attribute__((overloadable)) act_exp(T x) {                     \
+        x = clamp(x, (T)-87.3f, (T)88.0f);                                     \
+        /* n = rint(x / ln 2) by adding 1.5 * 2^23 (PoCL built rint as a       \
+         * dozen selects); its integer from the sum's low bits */             \
+        const T t = fma(x, (T)1.44269504088896341f, (T)12582912.0f);          \
+        const T n = t - (T)12582912.0f;                                        \
+        T r = fma(n, (T)-0.693359375f, x);                                     \
+        r = fma(n, (T)2.12194440e-4f, r);                                      \
+        T p = fma((T)1.9875691500e-4f, r, (T)1.3981999507e-3f);               \
+        p = fma(p, r, (T)8.3334519073e-3f);                                    \
+        p = fma(p, r, (T)4.1665795894e-2f);                                    \
+        p = fma(p, r, (T)1.6666665459e-1f);                                    \
+        p = fma(p, r, (T)5.0000001201e-1f);                                    \
+        p = fma(p, r * r, r) + (T)1.0f;                                        \
+        return p * as_##T((as_##IT(t) - (IT)(0x4B400000 - 127)) << 23);        \
+    }
+/* (float16 arguments without AVX-512: clang's -Wpsabi notes, at every
+ * call, that passing them by value differs from AVX-512's ABI; these
+ * functions are inlined, and the note filled the build log) */
+#pragma clang diagnostic ignored "-Wpsabi"
+ACT_EXP_OF(float, int)
+ACT_EXP_OF(float4, int4)
+ACT_EXP_OF(float8, int8)
+ACT_EXP_OF(float16, int16)
+#define ACT_EXP(x) act_exp(x)
+#else
+#define ACT_EXP(x) exp(x)
+#endif
 #if ACT < 0 || ACT > 6
 #error "ACT must be 0 (none), 1 (relu), 2 (clip), 3 (swish), 4 (sigmoid), 5 (hard swish) or 6 (hard sigmoid)"
 #endif
@@ -29,17 +69,17 @@
 #define APPLY_ACT(v) fmax(act_a, fmin(act_b, (v)))
 #define ACT_GRAD(v) (((v) >= act_a && (v) <= act_b) ? 1.0f : 0.0f)
 #elif ACT == 3
-#define APPLY_ACT(v) ((v) / (1.0f + exp(-act_a * (v))))
+#define APPLY_ACT(v) ((v) / (1.0f + ACT_EXP(-act_a * (v))))
 #define ACT_GRAD(v) act_swish_grad((v), act_a)
 inline float act_swish_grad(float v, float beta) {
-    const float s = 1.0f / (1.0f + exp(-beta * v));
+    const float s = 1.0f / (1.0f + ACT_EXP(-beta * v));
     return s + beta * v * s * (1.0f - s);
 }
 #elif ACT == 4
-#define APPLY_ACT(v) (1.0f / (1.0f + exp(-(v))))
+#define APPLY_ACT(v) (1.0f / (1.0f + ACT_EXP(-(v))))
 #define ACT_GRAD(v) act_sigmoid_grad(v)
 inline float act_sigmoid_grad(float v) {
-    const float s = 1.0f / (1.0f + exp(-v));
+    const float s = 1.0f / (1.0f + ACT_EXP(-v));
     return s * (1.0f - s);
 }
 #elif ACT == 5
@@ -64,9 +104,9 @@ inline float act_hardswish_grad(float v, float a, float b) {
 #elif ACT == 2
 #define APPLY_ACT_VEC(v, T) fmax((T)act_a, fmin((T)act_b, (v)))
 #elif ACT == 3
-#define APPLY_ACT_VEC(v, T) ((v) / ((T)1.0f + exp(-act_a * (v))))
+#define APPLY_ACT_VEC(v, T) ((v) / ((T)1.0f + ACT_EXP(-act_a * (v))))
 #elif ACT == 4
-#define APPLY_ACT_VEC(v, T) ((T)1.0f / ((T)1.0f + exp(-(v))))
+#define APPLY_ACT_VEC(v, T) ((T)1.0f / ((T)1.0f + ACT_EXP(-(v))))
 #elif ACT == 5
 #define APPLY_ACT_VEC(v, T) ((v) * fmax((T)0.0f, fmin((T)1.0f, act_a * (v) + act_b)))
 #elif ACT == 6
@@ -82,8 +122,8 @@ inline float act_eval(int kind, float v, float a, float b) {
     switch (kind) {
     case 1: return v > 0.0f ? v : a * v;
     case 2: return fmax(a, fmin(b, v));
-    case 3: return v / (1.0f + exp(-a * v));
-    case 4: return 1.0f / (1.0f + exp(-v));
+    case 3: return v / (1.0f + ACT_EXP(-a * v));
+    case 4: return 1.0f / (1.0f + ACT_EXP(-v));
     case 5: return v * fmax(0.0f, fmin(1.0f, a * v + b));
     case 6: return fmax(0.0f, fmin(1.0f, a * v + b));
     default: return v;
