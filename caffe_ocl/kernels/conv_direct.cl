@@ -50,16 +50,24 @@ __kernel void conv_direct_fwd(int NIMG, int H, int W, int CO, int HO, int WO,
                               __global const float* bias, __global float* Y, int offY,
                               int ych, float act_a, float act_b) {
     const int nb = (CO + OCB - 1) / OCB;
+    /* the current block's weights tap-major (wl[t][o]), so a tap's OCB
+     * weights are adjacent; rows past CO are zero and never stored. A
+     * work-item's run of items holds consecutive rows of one block (items
+     * are image-, block-, row-major), so they are gathered when the block
+     * changes, not for every row (per row they cost ~1/8 of its
+     * arithmetic) */
+    float wl[TAPS * OCB];
+    int wl_block = -1;
     GLOBAL_LOOP(item, NIMG * nb * HO) {
         const int img = item / (nb * HO), r = item - img * nb * HO;
         const int ob = r / HO, ho = r - ob * HO;
         const int co0 = ob * OCB;
-        /* this block's weights tap-major (wl[t][o]), so a tap's OCB weights
-         * are adjacent; rows past CO are zero and never stored */
-        float wl[TAPS * OCB];
-        for (int o = 0; o < OCB; ++o)
-            for (int t = 0; t < TAPS; ++t)
-                wl[t * OCB + o] = co0 + o < CO ? Wt[(co0 + o) * TAPS + t] : 0.0f;
+        if (ob != wl_block) {
+            for (int o = 0; o < OCB; ++o)
+                for (int t = 0; t < TAPS; ++t)
+                    wl[t * OCB + o] = co0 + o < CO ? Wt[(co0 + o) * TAPS + t] : 0.0f;
+            wl_block = ob;
+        }
         __global const float* xi = X + img * C_IN * H * W;
         __global float* yrow = Y + offY + (img * ych + co0) * HO * WO + ho * WO;
         const int hbase = ho * SH - PH;
