@@ -135,6 +135,19 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
     __global const float* wpan = Wp + (size_t)p * K * NR; \
     CHANVEC_BIAS_VECTORS
 
+/* Offsets o<i> of a tile's pixels n + i (past the chunk's end the last
+ * again, not stored) at their tap (0, 0) in the (padded) image: TILE_POS
+ * finds the first pixel's output row and column (one division), DECL_OFF
+ * steps along the row (not a division and a remainder per pixel) */
+#define TILE_POS int ho_ = n / wo, wo_ = n - ho_ * wo;
+#define DECL_OFF(i)                                                            \
+    const int o##i = ho_ * SH * wp + wo_ * SW;                                 \
+    if (n + (i) + 1 < nend && ++wo_ == wo) {                                   \
+        wo_ = 0;                                                               \
+        ++ho_;                                                                 \
+    }
+#define TILE6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void conv_chanvec(int M, int N, int K, int pix,
                      __global const float* Wp, __global const float* X, int offX, int ldxI,
@@ -144,11 +157,8 @@ void conv_chanvec(int M, int N, int K, int pix,
     CHANVEC_PROLOGUE
     for (int n = nbeg; n < nend; n += MR) {
         const int rows = min(MR, nend - n), rl = rows - 1;
-        /* pixel i of the tile (past the end: the last again, not stored)
-         * at offset oi of its tap (0, 0) in the (padded) image */
-#define PIX_OFF(i) (((min(n + (i), nend - 1)) / wo) * SH * wp + ((min(n + (i), nend - 1)) % wo) * SW)
-        const int o0 = PIX_OFF(0), o1 = PIX_OFF(1), o2 = PIX_OFF(2), o3 = PIX_OFF(3),
-                  o4 = PIX_OFF(4), o5 = PIX_OFF(5);
+        TILE_POS
+        TILE6(DECL_OFF)
         floatV c00 = 0.0f, c01 = 0.0f, c10 = 0.0f, c11 = 0.0f;
         floatV c20 = 0.0f, c21 = 0.0f, c30 = 0.0f, c31 = 0.0f;
         floatV c40 = 0.0f, c41 = 0.0f, c50 = 0.0f, c51 = 0.0f;
@@ -209,11 +219,10 @@ void conv_chanvec(int M, int N, int K, int pix,
 #if MRK == 8
 #define TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 #elif MRK == 6
-#define TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define TILE_ROWS(X) TILE6(X)
 #else
 #error "MRK is 6 or 8"
 #endif
-#define DECL_OFF(i) const int o##i = PIX_OFF(i);
 #define DECL_ACC(i) floatV c##i##0, c##i##1;
 #define ZERO_ACC(i) c##i##0 = c##i##1 = 0.0f;
 #define FMA_ROW(i)                                                             \
@@ -245,6 +254,7 @@ void conv_chanvec_kb(int M, int N, int K, int pix, int kbc,
         const int ce = min(C, cb + kbc);
         for (int n = nbeg, t = 0; n < nend; n += MRK, t += 2 * MRK) {
             const int rows = min(MRK, nend - n);
+            TILE_POS
             TILE_ROWS(DECL_OFF)
             TILE_ROWS(DECL_ACC)
             if (cb == 0) {

@@ -140,8 +140,9 @@ def test_chanvec_equals_reference(d, rng, vw, monkeypatch, case):
 # output channels fill panels of their own -- 16 per group (RegNet's
 # width: one whole panel at VW 8, half of one at VW 16), 12 (a partial
 # panel in every group), 40 (two panels a group at VW 8, the second
-# partial), 8, 2 (the narrowest the rule takes); 3 x 3 padded and strided,
-# dilated, a residual, a Concat slice, two images
+# partial), 8, 4, 2 (the narrowest the rule takes; tiles across output
+# rows of 6 and 17 pixels); 3 x 3 padded and strided, dilated, a
+# residual, a Concat slice, two images
 GROUPED = [
     (1, 64, (7, 7), 64, True, ("relu", 0.0), False, False, (3, 1, 1, 1), 4),
     (2, 30, (6, 5), 36, True, ("relu", 0.1), True, False, (3, 1, 2, 1), 3),
@@ -149,13 +150,17 @@ GROUPED = [
     (1, 24, (8, 8), 24, True, None, False, False, (3, 0, 1, 2), 3),
     (1, 32, (7, 7), 16, True, ("relu", 0.0), False, False, (3, 1, 1, 1), 8),
     (2, 48, (5, 5), 32, True, ("swish", 1.0), True, False, ONE, 4),
+    (2, 32, (9, 11), 16, True, ("swish", 1.0), False, True, (3, 1, 2, 1), 4),
+    (1, 12, (13, 17), 12, False, ("relu", 0.0), True, False, (3, 1, 1, 1), 3),
 ]
 
 
 @pytest.mark.parametrize("case", GROUPED, ids=["groups16-3x3", "groups12-stride2-residual",
                                                "groups40-slice", "groups8-dilated",
                                                "groups2",
-                                               "groups8-1x1-residual"])
+                                               "groups8-1x1-residual",
+                                               "groups4-stride2-slice",
+                                               "groups4-rows17-residual"])
 def test_grouped_chanvec_equals_reference(d, rng, vw, settings, monkeypatch, case):
     settings(CPU_CHANVEC_GROUPS=True)
     monkeypatch.setattr(conv_ops, "CHANVEC_GROUPED_1X1", True)   # the 1x1 case: the rule's off
@@ -174,7 +179,8 @@ def test_padded_copies_in_chunks(d, rng, vw, settings, monkeypatch, groups):
     case = (5, 16, (7, 7), 32, True, ("relu", 0.0), True, False, (3, 1, 1, 1), groups)
     names = [ln.name for ln in _check(d, rng, case, lambda g: _kernel_name(vw, g))]
     assert names.count("pad_planes") == 3
-    assert names[1:] == ["pad_planes", "conv_chanvec"] * 3     # 3 x 3: the 6-pixel kernel
+    assert names[1:] == ["pad_planes", _kernel_name(vw, _geo(5, 16, (7, 7), 32, 3, 1, 1, 1,
+                                                             groups))] * 3
 
 
 # conv_chanvec_kb's 8-pixel tiles at VW 16 only: (case as CASES, CPU_CHANVEC_KBLOCK, local memory or
@@ -307,3 +313,4 @@ def test_kblocks_rule(d, settings, monkeypatch):
               ) is None                                             # a group's channels
     settings(CPU_CHANVEC_KBLOCK=64)
     assert kb(d.dev, _geo(1, 96, (7, 7), 512)) == (6, 64)
+
