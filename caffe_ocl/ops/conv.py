@@ -1437,12 +1437,13 @@ CHANVEC8_PIXMAX = 1024
 # `ab_cpu_layer.py --setting CPU_CHANVEC_KBLOCK --values 1048576,0`): on
 # 7 x 7 and 8 x 8 outputs 0.83-0.89 (MobileNet's 960 -> 160 / 320, 160 ->
 # 960, 320 -> 1280, EfficientNet's 1152 / 672 -> 192, DenseNet's 1024 ->
-# 128, ResNet's 512 -> 2048 and 1024 -> 1024), 2048 -> 512 / 384 0.78-0.87,
-# Inception's 1280 -> 320 0.90-0.94; on 14 x 14 outputs level (1024 -> 256
-# / 512 0.99-1.00, 256 -> 1024 1.01, 672 -> 112 1.03, stride 2 from 28 x 28
-# 1.06, 1024 -> 2048 stride 2 onto 7 x 7 0.97-1.01), so those keep one
-# block. Blocks of 256: 0.78-1.02; of 32 / 64: more partial sums saved and
-# reloaded, 0.6-1.3 in a noisier run.
+# 128, ResNet's 512 -> 2048, 1024 -> 1024), 2048 -> 512 / 384 0.78-0.87,
+# Inception's 1280 -> 320 0.90-0.94, ResNet's 1024 -> 2048 stride 2 from
+# 14 x 14 onto 7 x 7 0.97-1.01 (the output plane decides); on 14 x 14
+# outputs level (1024 -> 256 / 512 0.99-1.00, 256 -> 1024 1.01, 672 -> 112
+# 1.03, stride 2 from 28 x 28 1.06), so those keep one block. Blocks of
+# 256: 0.78-1.02; of 32 / 64: more partial sums saved and reloaded, 0.6-1.3
+# in a noisier run.
 CHANVEC_KBLOCK_VW8 = 128
 CHANVEC_KBLOCK_MAX_PIXELS = 64
 

@@ -183,9 +183,10 @@ def test_padded_copies_in_chunks(d, rng, vw, settings, monkeypatch, groups):
                                                              groups))] * 3
 
 
-# conv_chanvec_kb's 8-pixel tiles at VW 16 only: (case as CASES, CPU_CHANVEC_KBLOCK, local memory or
-# None); larger kernels with CHANVEC8_KXK_MIN_ROW at 16 (the rule leaves
-# them to conv_chanvec on the machine measured, the kernel takes them)
+# conv_chanvec_kb's 8-pixel tiles at VW 16 only: (case as CASES,
+# CPU_CHANVEC_KBLOCK, local memory or None); larger kernels with
+# CHANVEC8_KXK_MIN_ROW at 16 (the rule leaves them to conv_chanvec on the
+# machine measured, the kernel takes them)
 CASES8 = [
     # 63 pixels (7 full tiles and one of 7), 40 channels in blocks of 16 + 16 + 8
     ((1, 40, (7, 9), 40, True, ("relu", 0.1), False, False, ONE), 16, None),
