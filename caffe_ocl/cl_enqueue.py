@@ -17,6 +17,7 @@ pyopencl as before.
 """
 import ctypes
 import ctypes.util
+import functools
 import os
 
 from . import config
@@ -72,20 +73,35 @@ def opencl_library():
     return _lib
 
 
+_raw_fn = None
+
+
 def direct_enqueue_fn():
-    """The ctypes ``clEnqueueNDRangeKernel``, or None where launches should
-    go through pyopencl (setting off, or no library found)."""
+    """``clEnqueueNDRangeKernel`` for DirectEnqueue, or None where launches
+    should go through pyopencl (setting off, or no library found). A
+    function object of its own without ``argtypes``: DirectEnqueue hands it
+    ready ctypes objects, which ctypes passes without converting them."""
+    global _raw_fn
     if not config.get("DIRECT_ENQUEUE"):
         return None
     lib = opencl_library()
-    return None if lib is None else lib.clEnqueueNDRangeKernel
+    if lib is None:
+        return None
+    if _raw_fn is None:
+        fn = lib["clEnqueueNDRangeKernel"]      # not the argtypes-checked attribute
+        fn.restype = ctypes.c_int32
+        _raw_fn = fn
+    return _raw_fn
 
 
 class DirectEnqueue:
-    """One launch's ctypes arguments, made once: the sizes as size_t arrays
-    and the kernel handle. ``__call__(queue_ptr)`` returns the OpenCL status
-    (0 = CL_SUCCESS)."""
-    __slots__ = ("fn", "kernel_ptr", "dims", "gsize", "lsize")
+    """One launch's ctypes arguments, made once: the handles, the sizes as
+    size_t arrays, bound with the function into one ``functools.partial``
+    per queue. ``__call__(queue)`` returns the OpenCL status (0 =
+    CL_SUCCESS). Converting nine arguments through ``argtypes`` at every
+    call cost about as much as the driver's own enqueue on PoCL (a few us
+    a launch; benchmarks/bench_enqueue.py)."""
+    __slots__ = ("fn", "kernel_ptr", "dims", "gsize", "lsize", "queue", "call")
 
     def __init__(self, fn, kernel, gsize, lsize):
         self.fn = fn
@@ -93,7 +109,13 @@ class DirectEnqueue:
         self.dims = len(gsize)
         self.gsize = (ctypes.c_size_t * self.dims)(*gsize)
         self.lsize = None if lsize is None else (ctypes.c_size_t * self.dims)(*lsize)
+        self.queue = self.call = None
 
-    def __call__(self, queue_ptr):
-        return self.fn(queue_ptr, self.kernel_ptr, self.dims, None, self.gsize, self.lsize,
-                       0, None, None)
+    def __call__(self, queue):
+        if queue is not self.queue:     # the launch holds the queue it binds
+            self.call = functools.partial(
+                self.fn, ctypes.c_void_p(queue.int_ptr), ctypes.c_void_p(self.kernel_ptr),
+                ctypes.c_uint32(self.dims), None, self.gsize, self.lsize, ctypes.c_uint32(0),
+                None, None)
+            self.queue = queue
+        return self.call()

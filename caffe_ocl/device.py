@@ -669,7 +669,7 @@ class Launch:
         if direct and _event_sink is None:
             # no event wanted: straight to clEnqueueNDRangeKernel (cl_enqueue.py);
             # on any error status pyopencl's call below raises its own error
-            if direct(queue.int_ptr) == 0:
+            if direct(queue) == 0:
                 return
         elif direct is None:
             if self.kernel is None:
@@ -783,7 +783,7 @@ class Device:
             opts = [f"-D{k}={v}" for k, v in key[1]]
             opts += ["-I", KERNEL_DIR, "-cl-mad-enable"] + list(key[2])
             if self.is_cpu:     # kernels/act.h: the CPU's own exp
-                opts.append("-DCAFFE_OCL_CPU=1")
+                opts.append(CPU_MACRO)
             started, built = time.perf_counter(), self.build_stats["built"]
             prog = self._build(filename, src, opts)
             if self.build_stats["built"] > built and counts_as_compilation(
@@ -1079,9 +1079,14 @@ def current_device():
     return _current
 
 
+# defined in every program built for a CPU driver (kernels/act.h)
+CPU_MACRO = "-DCAFFE_OCL_CPU=1"
+
+
 def _macros(opts):
-    """The -D macros of a build's options, as one string."""
-    return " ".join(o for o in opts if o.startswith("-D"))
+    """The -D macros of a build's options (the program's own: not the
+    device-wide CPU_MACRO), as one string."""
+    return " ".join(o for o in opts if o.startswith("-D") and o != CPU_MACRO)
 
 
 def get_device():

@@ -85,3 +85,24 @@ def test_recorded_runs_keep_their_events(kernel):
     out = np.empty_like(x)
     cl.enqueue_copy(dev.queue, out, buf)
     np.testing.assert_array_equal(out, np.full(64, 3.0, np.float32))
+
+
+def test_direct_launch_follows_the_queue_it_is_given(kernel):
+    """A launch binds the queue of its last run: run on another queue (a
+    second one on the same context) it enqueues there, and back again."""
+    dev, k = kernel
+    if cl_enqueue.direct_enqueue_fn() is None:
+        pytest.skip("no OpenCL library reachable through ctypes here")
+    x = np.zeros(64, np.float32)
+    buf = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=x)
+    k.set_args(buf, np.float32(1), np.float32(1), np.int32(64))
+    launch = devmod.Launch(k, (64,), (64,), name="axpb", buffers={0: buf})
+    other = cl.CommandQueue(dev.context)
+    launch.run(dev.queue)       # the first run sets the direct path up (pyopencl's call)
+    for q in (dev.queue, other, dev.queue):     # x -> x + 1 each run
+        launch.run(q)
+        q.finish()
+        assert launch.direct.queue is q
+    out = np.empty_like(x)
+    cl.enqueue_copy(dev.queue, out, buf)
+    np.testing.assert_array_equal(out, np.full(64, 4.0, np.float32))
