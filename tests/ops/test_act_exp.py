@@ -6,7 +6,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from caffe_ocl.device import KERNEL_DIR
+from caffe_ocl.device import CPU_MACRO, KERNEL_DIR
 
 SRC = """
 #include "act.h"
@@ -28,7 +28,7 @@ def _run(d, x, act):
     """act_exp at 1, 4, 8 and 16 lanes, and the ``act`` epilogue, as the
     device's programs are built (the CPU's exp on CPU drivers only)."""
     dev = d.dev
-    cpu = ["-DCAFFE_OCL_CPU=1"] if dev.is_cpu else ["-Dact_exp=exp"]
+    cpu = [CPU_MACRO] if dev.is_cpu else ["-Dact_exp=exp"]
     prog = cl.Program(dev.context, SRC).build(
         options=["-I", KERNEL_DIR, f"-DACT={act}"] + cpu)
     mf = cl.mem_flags
