@@ -1319,6 +1319,18 @@ CHANVEC_MAX_PIXELS = 196
 CHANVEC_MIN_K = 128
 CHANVEC_KXK_MAX_PIXELS = 784
 CHANVEC_MAX_KERNEL = 7
+# AVX2 drivers (VW 8): strided 1x1 layers onto planes of more than
+# CHANVEC_SMALL_PIXELS pixels (ResNet's 512 x 28 x 28 -> 1024 downsample)
+# keep the GEMM, whose columns are the subsampled images (im2col_chan):
+# the channel-vector kernel reads each tile's 6 pixels from 12 floats of
+# every input row. 2-core EPYC Zen 3, PoCL 3.1, GEMM / chanvec time
+# (`ab_cpu_layer.py --setting CPU_CHANVEC --values 1,0 --const
+# CHANVEC_STRIDED_VW8=1`, medians of 11 interleaved rounds), stride 2 onto
+# 14 x 14: 512 -> 1024 0.79, 256 -> 512 0.78, 1024 -> 2048 0.82, 128 -> 256
+# 0.96, 160 -> 320 0.98; batch 16 0.74-0.85. Onto 7 x 7 (the small-plane
+# rule: channel blocks) the two were level (0.97-1.01). AVX-512 drivers:
+# not measured there, the chanvec rule as before.
+CHANVEC_STRIDED_VW8 = False
 
 
 def chanvec_forward(dev, g, algo=None):
@@ -1343,7 +1355,10 @@ def chanvec_forward(dev, g, algo=None):
         return v == "chanvec"
     hw = g.out_spatial
     if g.kh == g.kw == 1:
-        return hw <= CHANVEC_SMALL_PIXELS or (hw <= CHANVEC_MAX_PIXELS
+        # strided 1x1 layers onto planes past CHANVEC_SMALL_PIXELS: the
+        # GEMM on the subsampled columns at VW 8 (CHANVEC_STRIDED_VW8)
+        strided = (g.sh > 1 or g.sw > 1) and cpu_vw(dev) == 8 and not CHANVEC_STRIDED_VW8
+        return hw <= CHANVEC_SMALL_PIXELS or (hw <= CHANVEC_MAX_PIXELS and not strided
                                               and g.channels >= CHANVEC_MIN_K)
     return hw <= CHANVEC_KXK_MAX_PIXELS or g.groups > 1
 

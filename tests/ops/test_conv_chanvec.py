@@ -10,6 +10,7 @@ rule's choice."""
 import numpy as np
 import pytest
 
+from caffe_ocl import config
 from caffe_ocl.ops import conv as conv_ops
 from refs import rel_err
 
@@ -256,6 +257,13 @@ def test_rule(d, settings):
     assert ok(d.dev, _geo(4, 16, (7, 7), 64))
     assert ok(d.dev, _geo(1, 128, (14, 14), 64))
     assert ok(d.dev, G(1, 256, 14, 14, 512, 1, 1, 0, 0, 2, 2, 1, 1, 1))      # 7 x 7 output
+    # strided onto 14 x 14: the GEMM at VW 8 (CHANVEC_STRIDED_VW8), chanvec at VW 16
+    strided = G(1, 512, 28, 28, 1024, 1, 1, 0, 0, 2, 2, 1, 1, 1)
+    with config.override(CPU_GEMM_VW="8"):
+        assert not ok(d.dev, strided)
+        assert ok(d.dev, _geo(1, 512, (14, 14), 1024))
+    with config.override(CPU_GEMM_VW="16"):
+        assert ok(d.dev, strided)
     assert ok(d.dev, _geo(1, 128, (28, 28), 32, 3, 1))
     assert ok(d.dev, _geo(1, 512, (7, 7), 512, 3, 1))
     assert not ok(d.dev, _geo(1, 96, (14, 14), 576))
