@@ -300,9 +300,9 @@ _DECLARED = (
             "scratch, instead of in every block (off: in every block)"),
     Setting("CPU_CHANVEC", "bool", True,
             "CPU drivers, inference: convolutions of small output planes (1x1 "
-            "kernels: 7 x 7, or 14 x 14 from 128 input channels; larger kernels: up "
-            "to 28 x 28) run vectorized over output channels, their weights packed "
-            "once (off: the CPU GEMM, vectorized over pixels)"),
+            "kernels: 7 x 7, or 14 x 14 from 128 input channels, not strided on AVX2; "
+            "larger kernels: up to 28 x 28) run vectorized over output channels, their "
+            "weights packed once (off: the CPU GEMM, vectorized over pixels)"),
     Setting("CPU_CHANVEC_TILE8", "bool", True,
             "CPU drivers with 16-float vectors (AVX-512): those channel-vectorized "
             "convolutions with 1x1 kernels on planes of at least 100 pixels or with "
