@@ -147,6 +147,17 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
         ++ho_;                                                                 \
     }
 #define TILE6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+/* a tile row's two accumulators (pixel i x NR channels): declared, zeroed,
+ * one column row's fmas (its input value broadcast), stored */
+#define DECL_ACC(i) floatV c##i##0, c##i##1;
+#define ZERO_ACC(i) c##i##0 = c##i##1 = 0.0f;
+#define FMA_ROW(i)                                                             \
+    {                                                                          \
+        const floatV a_ = (floatV)xk[o##i];                                    \
+        c##i##0 = fma(a_, w0, c##i##0);                                        \
+        c##i##1 = fma(a_, w1, c##i##1);                                        \
+    }
+#define STORE_TILE_ROW(i) STORE_ROW(i, c##i##0, c##i##1)
 
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void conv_chanvec(int M, int N, int K, int pix,
@@ -156,12 +167,11 @@ void conv_chanvec(int M, int N, int K, int pix,
                      int wp, int hwp, int wo) {
     CHANVEC_PROLOGUE
     for (int n = nbeg; n < nend; n += MR) {
-        const int rows = min(MR, nend - n), rl = rows - 1;
+        const int rows = min(MR, nend - n);
         TILE_POS
         TILE6(DECL_OFF)
-        floatV c00 = 0.0f, c01 = 0.0f, c10 = 0.0f, c11 = 0.0f;
-        floatV c20 = 0.0f, c21 = 0.0f, c30 = 0.0f, c31 = 0.0f;
-        floatV c40 = 0.0f, c41 = 0.0f, c50 = 0.0f, c51 = 0.0f;
+        TILE6(DECL_ACC)
+        TILE6(ZERO_ACC)
         __global const float* wk = wpan;
         const int C = K / (KH * KW);
         for (int c = 0; c < C; ++c) {
@@ -172,22 +182,10 @@ void conv_chanvec(int M, int N, int K, int pix,
                     const floatV w0 = vloadV(0, wk), w1 = vloadV(1, wk);
                     wk += NR;
                     __global const float* xk = Xi + (size_t)c * hwp + kh * DH * wp + kw * DW;
-                    const float a0 = xk[o0], a1 = xk[o1], a2 = xk[o2], a3 = xk[o3],
-                                a4 = xk[o4], a5 = xk[o5];
-                    c00 = fma((floatV)a0, w0, c00); c01 = fma((floatV)a0, w1, c01);
-                    c10 = fma((floatV)a1, w0, c10); c11 = fma((floatV)a1, w1, c11);
-                    c20 = fma((floatV)a2, w0, c20); c21 = fma((floatV)a2, w1, c21);
-                    c30 = fma((floatV)a3, w0, c30); c31 = fma((floatV)a3, w1, c31);
-                    c40 = fma((floatV)a4, w0, c40); c41 = fma((floatV)a4, w1, c41);
-                    c50 = fma((floatV)a5, w0, c50); c51 = fma((floatV)a5, w1, c51);
+                    TILE6(FMA_ROW)
                 }
         }
-        STORE_ROW(0, c00, c01)
-        STORE_ROW(1, c10, c11)
-        STORE_ROW(2, c20, c21)
-        STORE_ROW(3, c30, c31)
-        STORE_ROW(4, c40, c41)
-        STORE_ROW(5, c50, c51)
+        TILE6(STORE_TILE_ROW)
     }
 }
 
@@ -223,21 +221,12 @@ void conv_chanvec(int M, int N, int K, int pix,
 #else
 #error "MRK is 6 or 8"
 #endif
-#define DECL_ACC(i) floatV c##i##0, c##i##1;
-#define ZERO_ACC(i) c##i##0 = c##i##1 = 0.0f;
-#define FMA_ROW(i)                                                             \
-    {                                                                          \
-        const floatV a_ = (floatV)xk[o##i];                                    \
-        c##i##0 = fma(a_, w0, c##i##0);                                        \
-        c##i##1 = fma(a_, w1, c##i##1);                                        \
-    }
 #define LOAD_PART(i)                                                           \
     c##i##0 = part[t + 2 * (i)];                                               \
     c##i##1 = part[t + 2 * (i) + 1];
 #define SAVE_PART(i)                                                           \
     part[t + 2 * (i)] = c##i##0;                                               \
     part[t + 2 * (i) + 1] = c##i##1;
-#define STORE_TILE_ROW(i) STORE_ROW(i, c##i##0, c##i##1)
 
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void conv_chanvec_kb(int M, int N, int K, int pix, int kbc,
