@@ -226,7 +226,9 @@ def ours_timer(net):
 def config_override(pairs):
     """config.override of ``--ab``'s NAME=VALUE pairs; a dotted NAME
     (``gemm_splitk.MIN_CHUNK_FP32=512``) sets that rule constant of
-    caffe_ocl.ops.<module> instead (a number), for as long as the base net
+    caffe_ocl.ops.<module> instead (a number, or a string where the constant
+    is one: ``depthwise.SRC=depthwise_old.cl`` builds that layer kind from
+    another kernel file), for as long as the base net
     is built and first run (its launches keep what they were built with)."""
     import importlib
 
@@ -239,7 +241,8 @@ def config_override(pairs):
             if not hasattr(module, attr):
                 raise SystemExit(f"--ab: caffe_ocl.ops.{mod} has no {attr}")
             consts.append((module, attr, getattr(module, attr)))
-            setattr(module, attr, type(consts[-1][2])(float(value)))
+            old = consts[-1][2]
+            setattr(module, attr, value if isinstance(old, str) else type(old)(float(value)))
         else:
             settings[name] = value
     try:

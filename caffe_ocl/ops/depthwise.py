@@ -84,6 +84,8 @@ def band_rows(dev, g):
     input rows (and the vector loads' slack) in band_floats; 0 when not
     even one does (rows wider than ~5000 on PoCL)."""
     wp = g.width + 2 * g.pw
+    if g.sw == 2:       # rows de-interleaved in two equal halves (DW_DEINT)
+        wp += wp % 2
     room = band_floats(dev) - (8 * g.sw + (g.kw - 1) * g.dw)
     rows_in = room // wp - (g.kh - 1) * g.dh - 1
     return 0 if rows_in < 0 else min(g.out_h, rows_in // g.sh + 1)

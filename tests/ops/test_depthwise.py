@@ -239,6 +239,51 @@ def test_cpu_forward_wide_rows(d, rng, p):
     assert _rel(d.get(yb, yshape), ref) < 1e-5
 
 
+# CPU forward at stride 2 along rows: dw_forward_band keeps each padded
+# row de-interleaved (even columns, then odd ones) so every tap is one
+# contiguous load. Cases: padding 0 / 1 / 2 (x's even columns land in
+# either half), odd and even row widths and 16-float copies with a scalar
+# tail, rows of fewer than 8 outputs (14 x 14 -> 7 x 7 under 5 x 5), a
+# dilation of 2 (every tap in the even half), an even kernel, stride 1
+# down the columns, a 9 x 9 kernel (the runtime-geometry program), and
+# rows of 8-15 and under 8 floats (copied by two overlapping float8 loads,
+# and one by one).
+STRIDE2_GEOMS = [
+    (1, 3, 9, 23, 3, 3, 0, 0, 2, 2, 1, 1),
+    (2, 2, 8, 35, 3, 3, 1, 1, 2, 2, 1, 1),
+    (1, 3, 14, 14, 5, 5, 2, 2, 2, 2, 1, 1),
+    (1, 2, 9, 40, 3, 3, 2, 2, 2, 2, 2, 2),
+    (1, 2, 11, 33, 4, 4, 1, 1, 2, 2, 1, 1),
+    (1, 2, 6, 37, 3, 3, 1, 1, 1, 2, 1, 1),
+    (1, 2, 20, 30, 9, 9, 4, 3, 2, 2, 1, 1),
+    (1, 2, 9, 11, 3, 3, 1, 1, 2, 2, 1, 1),
+    (1, 2, 7, 7, 3, 3, 1, 1, 2, 2, 1, 1),
+]
+
+
+@pytest.mark.parametrize("bands", [False, True], ids=["one-band", "bands"])
+@pytest.mark.parametrize("p", STRIDE2_GEOMS, ids=["pad0-odd-w", "pad1", "7-outputs-k5",
+                                                   "dilated", "even-kernel", "rows-only",
+                                                   "k9-runtime", "width-11", "width-7"])
+def test_cpu_forward_stride2_rows(d, rng, monkeypatch, p, bands):
+    """bands: a host budget of two output rows' input rows a band."""
+    g = _geom(p)
+    if bands:
+        row = g.width + 2 * g.pw + (g.width % 2 if g.sw == 2 else 0)
+        rows_in = (g.kh - 1) * g.dh + 1 + g.sh
+        monkeypatch.setattr(dw_ops, "BAND_FLOATS",
+                            rows_in * row + 8 * g.sw + (g.kw - 1) * g.dw)
+    rows = dw_ops.band_rows(d.dev, g)
+    assert rows == (2 if bands else g.out_h)
+    x, w, b, _ = _case(g, rng)
+    yshape = (g.num, g.channels, g.out_h, g.out_w)
+    ref = np.clip(conv2d(x, w, **_kw(g)) + b.reshape(1, -1, 1, 1), -0.5, 0.7)
+    yb = d.buf(np.full(yshape, np.nan))
+    d.run(dw_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, bias=d.buf(b),
+                         act=("clip", -0.5, 0.7), impl="cpu"))
+    assert _rel(d.get(yb, yshape), ref) < 1e-5
+
+
 # CPU forward of small same-size planes as one flattened run
 # (dw_forward_flat): a 5 x 9 plane under a 3 x 5 kernel (column masks for
 # five taps, two columns of padding), and a 4 x 2 plane of exactly 8
