@@ -323,3 +323,28 @@ def test_kblocks_rule(d, settings, monkeypatch):
     settings(CPU_CHANVEC_KBLOCK=64)
     assert kb(d.dev, _geo(1, 96, (7, 7), 512)) == (6, 64)
 
+
+
+class _Cores:
+    def __init__(self, n):
+        self.compute_units = n
+
+
+def test_chunk_pixels_rule():
+    """chanvec_chunk_pixels: chunks of the plane (multiples of the tile)
+    halved until 4 work-items per core; below 8 per core, more chunks until
+    the cores share the work-items evenly (at most twice as many chunks);
+    never past pixmax."""
+    f = conv_ops.chanvec_chunk_pixels
+    two = _Cores(2)
+    assert f(two, 196, 6, 1 << 30, 13) == 102             # 13 -> 26 items
+    assert f(two, 196, 6, 1 << 30, 26) == 198             # even already
+    assert f(two, 3136, 6, 1 << 30, 6) == 1572            # 6 -> 12 by halving
+    assert f(two, 49, 6, 64, 55) == 54                    # 55 items: 8 per core already
+    assert f(two, 49, 6, 54, 5) == 30                     # 5 -> 10: halved (4 per core)
+    assert f(_Cores(3), 196, 6, 1 << 30, 7) == 66         # 7 x 2 -> 7 x 3 chunks
+    assert f(_Cores(3), 196, 6, 1 << 30, 13) == 198       # 13 x 2 not even either
+    assert f(two, 6, 6, 1 << 30, 3) == 6                  # one tile: cannot split
+    for cores, n, mr, items in ((2, 196, 6, 7), (4, 784, 8, 5), (2, 49, 6, 1)):
+        p = f(_Cores(cores), n, mr, 1 << 30, items)
+        assert p % mr == 0 and p >= mr
