@@ -139,7 +139,7 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
  * again, not stored) at their tap (0, 0) in the (padded) image: TILE_POS
  * finds the first pixel's output row and column (one division), DECL_OFF
  * steps along the row (not a division and a remainder per pixel) */
-#define TILE_POS int ho_ = n / wo, wo_ = n - ho_ * wo;
+#define TILE_POS int ho_ = n / wo, wo_ = n - ho_ * wo; ho_ -= ho_base;
 #define DECL_OFF(i)                                                            \
     const int o##i = ho_ * SH * wp + wo_ * SW;                                 \
     if (n + (i) + 1 < nend && ++wo_ == wo) {                                   \
@@ -159,13 +159,54 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
     }
 #define STORE_TILE_ROW(i) STORE_ROW(i, c##i##0, c##i##1)
 
+/* LPAD_FLOATS (host: ops/conv.py _chanvec_local_pad): X is the images
+ * unpadded (planes of hwp = ih * iw floats), and each work-item first
+ * copies the input rows its chunk of pixels reads, zero-padded (PH, PW;
+ * rows of wp = iw + 2 * PW), of its group's channels into __local memory,
+ * then reads them there as it would the padded copy. That copy was a
+ * launch of its own (pad_planes) before every padded KH x KW layer, made
+ * by other work-items than the ones reading it. Panels of one group and
+ * chunks sharing rows each copy them again: a copy of about
+ * 1 / (2 * KH * KW) of the work-item's fmas. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void conv_chanvec(int M, int N, int K, int pix,
                      __global const float* Wp, __global const float* X, int offX, int ldxI,
                      __global const float* bias, __global float* Y, int offY, int ldyI,
                      __global const float* R, int offR, float act_a, float act_b,
-                     int wp, int hwp, int wo) {
+                     int wp, int hwp, int wo, int ih, int iw) {
+#ifdef LPAD_FLOATS
+    __local float xl[LPAD_FLOATS];
+#endif
     CHANVEC_PROLOGUE
+    const int C = K / (KH * KW);
+#ifdef LPAD_FLOATS
+    /* output rows ho_base .. of the chunk read padded rows ho_base * SH ..
+     * (lrows of them, a plane of lplane floats per channel) */
+    const int ho_base = nbeg / wo;
+    const int lrows = ((nend - 1) / wo - ho_base) * SH + (KH - 1) * DH + 1;
+    const int lplane = lrows * wp;
+    for (int c = 0; c < C; ++c)
+        for (int r = 0; r < lrows; ++r) {
+            __local float* d = xl + c * lplane + r * wp;
+            const int y = ho_base * SH + r - PH;
+            if (y < 0 || y >= ih) {
+                for (int j = 0; j < wp; ++j) d[j] = 0.0f;
+                continue;
+            }
+            __global const float* s = Xi + (size_t)c * hwp + (size_t)y * iw;
+            for (int j = 0; j < PW; ++j) d[j] = 0.0f;
+            int j = 0;
+            for (; j + 8 <= iw; j += 8) vstore8(vload8(0, s + j), 0, d + PW + j);
+            for (; j < iw; ++j) d[PW + j] = s[j];
+            for (j = PW + iw; j < wp; ++j) d[j] = 0.0f;
+        }
+    __local const float* xbase = xl;
+    const int xplane = lplane;
+#else
+    const int ho_base = 0;
+    __global const float* xbase = Xi;
+    const int xplane = hwp;
+#endif
     for (int n = nbeg; n < nend; n += MR) {
         const int rows = min(MR, nend - n);
         TILE_POS
@@ -173,7 +214,6 @@ void conv_chanvec(int M, int N, int K, int pix,
         TILE6(DECL_ACC)
         TILE6(ZERO_ACC)
         __global const float* wk = wpan;
-        const int C = K / (KH * KW);
         for (int c = 0; c < C; ++c) {
 #pragma unroll
             for (int kh = 0; kh < KH; ++kh)
@@ -181,7 +221,11 @@ void conv_chanvec(int M, int N, int K, int pix,
                 for (int kw = 0; kw < KW; ++kw) {
                     const floatV w0 = vloadV(0, wk), w1 = vloadV(1, wk);
                     wk += NR;
-                    __global const float* xk = Xi + (size_t)c * hwp + kh * DH * wp + kw * DW;
+#ifdef LPAD_FLOATS
+                    __local const float* xk = xbase + c * xplane + kh * DH * wp + kw * DW;
+#else
+                    __global const float* xk = xbase + (size_t)c * xplane + kh * DH * wp + kw * DW;
+#endif
                     TILE6(FMA_ROW)
                 }
         }
@@ -233,11 +277,12 @@ void conv_chanvec_kb(int M, int N, int K, int pix, int kbc,
                      __global const float* Wp, __global const float* X, int offX, int ldxI,
                      __global const float* bias, __global float* Y, int offY, int ldyI,
                      __global const float* R, int offR, float act_a, float act_b,
-                     int wp, int hwp, int wo) {
+                     int wp, int hwp, int wo, int ih, int iw) {
     /* the chunk's partial sums between channel blocks: tile t's pixel i at
      * vectors 2 * (MRK * t + i) and + 1 */
     __local floatV part[2 * PIXMAX];
     CHANVEC_PROLOGUE
+    const int ho_base = 0;
     const int C = K / (KH * KW);
     for (int cb = 0; cb < C; cb += kbc) {
         const int ce = min(C, cb + kbc);

@@ -1540,27 +1540,67 @@ def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_ve
     out = [OnChange(dev.launch(CHANVEC_SRC, "pack_w_chanvec", (panels,), (1,),
                                [M, K, weight, wp], defs), weight_version)]
     chw = g.channels * g.height * g.width
-    if g.ph or g.pw:        # the zero-padded images, as the GEMM path reads them
+    hw = g.height * g.width
+    lpad = None if blocks else _chanvec_local_pad(dev, g, mr, panels)
+    if lpad:        # each work-item pads the rows it reads (LPAD_FLOATS)
+        defs.update(LPAD_FLOATS=lpad[1], PH=g.ph, PW=g.pw)
+        chunks = [([], 0, g.num, x, 0, chw, (g.width + 2 * g.pw, hw, g.out_w))]
+    elif g.ph or g.pw:      # the zero-padded images, as the GEMM path reads them
         chunks = []
         for n0, nc in _column_chunks(dev, g):
             pre, src = _columns(dev, g, x, col, n0, nc)
             chunks.append((pre, n0, nc, src.buf, src.off, src.image_stride, src.conv[6:9]))
     else:
-        chunks = [([], 0, g.num, x, 0, chw, (g.width, g.height * g.width, g.out_w))]
+        chunks = [([], 0, g.num, x, 0, chw, (g.width, hw, g.out_w))]
     for pre, n0, nc, xb, xoff, xstride, (wpad, hwp, wo) in chunks:
         # each chunk of images padded into ``col`` right before its
         # convolution reads it: every chunk's copy starts at col's offset
         # 0 (with all the copies first, every chunk read the last one's
         # images -- from a batch of 16 on ResNeXt-50's 28 x 28 layers)
         out += pre
-        pix = chanvec_chunk_pixels(dev, N, mr, pixmax, panels * nc)
+        pix = lpad[0] if lpad else chanvec_chunk_pixels(dev, N, mr, pixmax, panels * nc)
         out.append(dev.launch(
             CHANVEC_SRC, kname, (panels, -(-N // pix), nc), (1, 1, 1),
             [M, N, K, pix] + kargs +
             [wp, xb, xoff, xstride, bias if bias is not None else wp,
              y, y_off + n0 * ych * N, ych * N, residual if residual is not None else y,
-             n0 * ych * N, act_a, act_b, wpad, hwp, wo], defs))
+             n0 * ych * N, act_a, act_b, wpad, hwp, wo, g.height, g.width], defs))
     return out
+
+
+# conv_chanvec's padded KH x KW layers: each work-item copies the padded
+# rows it reads into __local memory (LPAD_FLOATS) instead of a pad_planes
+# launch before the layer, where the copy fits CHANVEC_LPAD_MAX_BYTES (and
+# a quarter of the device's local memory), its chunks of pixels cut smaller
+# where needed down to CHANVEC_LPAD_MIN_PIXELS. 2-core EPYC Zen 3, PoCL 3.1,
+# batch 1, interleaved (see BENCHMARKS.md, thirtieth session).
+CHANVEC_LOCAL_PAD = True
+CHANVEC_LPAD_MAX_BYTES = 256 * 1024
+CHANVEC_LPAD_MIN_PIXELS = 24
+
+
+def _chanvec_local_pad(dev, g, mr, panels):
+    """(pixels per chunk, LPAD_FLOATS) of conv_chanvec padding its own rows
+    of ``g``'s images, or None (pad_planes first): the chunks of
+    chanvec_chunk_pixels, halved while one's padded rows (of a group's
+    channels) do not fit; LPAD_FLOATS the largest chunk's floats rounded up
+    to a power of two (layers of one shape family share a program)."""
+    if not CHANVEC_LOCAL_PAD or g.groups == 1 or not (g.ph or g.pw):
+        return None
+    N, wo = g.out_spatial, g.out_w
+    wp = g.width + 2 * g.pw
+    cin = g.channels // g.groups
+    local = int(getattr(dev, "local_mem", 0) or 0)
+    budget = min(CHANVEC_LPAD_MAX_BYTES, local // 4) // 4
+    pix = chanvec_chunk_pixels(dev, N, mr, -(-N // mr) * mr, panels * g.num)
+    while True:
+        rows = max((min(N, s + pix) - 1) // wo - s // wo + 1 for s in range(0, N, pix))
+        floats = 1 << (cin * ((rows - 1) * g.sh + (g.kh - 1) * g.dh + 1) * wp - 1).bit_length()
+        if floats <= budget:
+            return pix, floats
+        if pix // 2 < max(mr, CHANVEC_LPAD_MIN_PIXELS):
+            return None
+        pix = -(-(pix // 2) // mr) * mr
 
 
 # CPU drivers: forwards of at most DIRECT_MAX_CHANNELS input channels and

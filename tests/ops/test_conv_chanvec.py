@@ -120,7 +120,10 @@ def _check(d, rng, case, kernel):
         residual=d.buf(res) if has_res else None)
     names = [ln.name for ln in launches]
     assert names[0] == "pack_w_chanvec" and names[-1] == kernel(g)
-    assert ("pad_planes" in names) == bool(pad)
+    # grouped padded layers pad their rows inside the kernel (LPAD_FLOATS)
+    local_pad = conv_ops._chanvec_local_pad(d.dev, g, 6, 1) is not None
+    assert not local_pad or (groups > 1 and pad and conv_ops.CHANVEC_LOCAL_PAD)
+    assert ("pad_planes" in names) == bool(pad and not local_pad)
     d.run(launches)
     got = d.get(yb, yshape)
     assert rel_err(got[:, pre:pre + co], ref) < 1e-5
@@ -162,8 +165,10 @@ GROUPED = [
                                                "groups8-1x1-residual",
                                                "groups4-stride2-slice",
                                                "groups4-rows17-residual"])
-def test_grouped_chanvec_equals_reference(d, rng, vw, settings, monkeypatch, case):
+@pytest.mark.parametrize("local_pad", [True, False], ids=["local-pad", "pad-planes"])
+def test_grouped_chanvec_equals_reference(d, rng, vw, settings, monkeypatch, case, local_pad):
     settings(CPU_CHANVEC_GROUPS=True)
+    monkeypatch.setattr(conv_ops, "CHANVEC_LOCAL_PAD", local_pad)
     monkeypatch.setattr(conv_ops, "CHANVEC_GROUPED_1X1", True)   # the 1x1 case: the rule's off
     monkeypatch.setattr(d.dev, "compute_units", 2)
     _check(d, rng, case, lambda g: _kernel_name(vw, g))
@@ -175,6 +180,7 @@ def test_padded_copies_in_chunks(d, rng, vw, settings, monkeypatch, groups):
     pass MAX_COL_FLOATS): each chunk's convolution reads its own images,
     though every chunk's copy lands at the start of the same workspace."""
     settings(CPU_CHANVEC_GROUPS=True)
+    monkeypatch.setattr(conv_ops, "CHANVEC_LOCAL_PAD", False)
     monkeypatch.setattr(d.dev, "compute_units", 2)
     monkeypatch.setattr(conv_ops, "MAX_COL_FLOATS", 2 * 16 * 9 * 9)   # 2 images a chunk
     case = (5, 16, (7, 7), 32, True, ("relu", 0.0), True, False, (3, 1, 1, 1), groups)
@@ -348,3 +354,28 @@ def test_chunk_pixels_rule():
     for cores, n, mr, items in ((2, 196, 6, 7), (4, 784, 8, 5), (2, 49, 6, 1)):
         p = f(_Cores(cores), n, mr, 1 << 30, items)
         assert p % mr == 0 and p >= mr
+
+
+@pytest.mark.parametrize("budget", [None, 3 * 1024, 200], ids=["whole-planes", "row-chunks",
+                                                              "too-small"])
+def test_grouped_local_pad_chunks(d, rng, vw, settings, monkeypatch, budget):
+    """_chanvec_local_pad: chunks of pixels halved until one chunk's padded
+    rows (of a group's channels) fit the budget -- work-items whose rows
+    start mid-plane and overlap their neighbours' -- or, where not even
+    CHANVEC_LPAD_MIN_PIXELS do, pad_planes as before."""
+    settings(CPU_CHANVEC_GROUPS=True)
+    monkeypatch.setattr(d.dev, "compute_units", 2)
+    monkeypatch.setattr(conv_ops, "CHANVEC_LPAD_MIN_PIXELS", 6)
+    if budget is not None:
+        monkeypatch.setattr(conv_ops, "CHANVEC_LPAD_MAX_BYTES", budget)
+    case = (2, 16, (12, 13), 16, True, ("relu", 0.0), True, False, (3, 1, 1, 1), 2)
+    g = _geo(2, 16, (12, 13), 16, 3, 1, 1, 1, 2)
+    lp = conv_ops._chanvec_local_pad(d.dev, g, 6, 2)
+    if budget == 200:
+        assert lp is None
+    else:
+        assert lp is not None and lp[1] * 4 <= (budget or conv_ops.CHANVEC_LPAD_MAX_BYTES)
+        unbound = conv_ops.chanvec_chunk_pixels(d.dev, g.out_spatial, 6, 1 << 30, 2 * g.num)
+        assert (lp[0] < unbound) == (budget is not None)
+    names = [ln.name for ln in _check(d, rng, case, lambda g: _kernel_name(vw, g))]
+    assert ("pad_planes" in names) == (budget == 200)
