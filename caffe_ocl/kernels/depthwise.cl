@@ -186,15 +186,18 @@ inline float8 dw_row8(__local const float* xr, int ow, int kw, int odd_at DW_GEO
 /* Rows ih0 .. ih0 + rows - 1 of plane xp, zero-padded (PW columns on each
  * side, rows outside the image all zeros) into buf ([rows][rs]; at stride
  * 2 each row de-interleaved, see DW_DEINT), then DW_SLACK zeros that the
- * last row's vector loads may read. */
+ * last row's vector loads may read. ``zeros`` 0: the image's values only,
+ * onto a buffer that holds the same rows' padding already (the zeros are
+ * never overwritten). */
 inline void dw_pad_rows(__local float* buf, __global const float* xp, int ih0, int rows,
-                        int H, int W, int rs DW_GEO_PARAMS) {
+                        int H, int W, int rs, int zeros DW_GEO_PARAMS) {
     const int wp = W + 2 * PW;
     for (int r = 0; r < rows; ++r) {
         __local float* d = buf + r * rs;
         const int ih = ih0 + r;
         if (ih < 0 || ih >= H) {
-            for (int j = 0; j < rs; ++j) d[j] = 0.0f;
+            if (zeros)
+                for (int j = 0; j < rs; ++j) d[j] = 0.0f;
             continue;
         }
         __global const float* s = xp + ih * W;
@@ -203,7 +206,8 @@ inline void dw_pad_rows(__local float* buf, __global const float* xp, int ih0, i
             const int odd_at = rs >> 1;
             __local float* de = d + (PW & 1) * odd_at;        /* x's even columns */
             __local float* dod = d + (1 - (PW & 1)) * odd_at; /* x's odd columns */
-            for (int q = 0; q < PW; ++q) d[(q & 1) * odd_at + (q >> 1)] = 0.0f;
+            if (zeros)
+                for (int q = 0; q < PW; ++q) d[(q & 1) * odd_at + (q >> 1)] = 0.0f;
             if (W >= 16) {
                 int j = 0;
                 for (; j + 16 <= W; j += 16) {
@@ -229,16 +233,20 @@ inline void dw_pad_rows(__local float* buf, __global const float* xp, int ih0, i
             } else {
                 for (int j = 0; j < W; ++j) d[((PW + j) & 1) * odd_at + ((PW + j) >> 1)] = s[j];
             }
-            for (int q = PW + W; q < rs; ++q) d[(q & 1) * odd_at + (q >> 1)] = 0.0f;
+            if (zeros)
+                for (int q = PW + W; q < rs; ++q) d[(q & 1) * odd_at + (q >> 1)] = 0.0f;
             continue;
         }
-        for (int j = 0; j < PW; ++j) d[j] = 0.0f;
         int j = 0;
-        for (; j + 8 <= W; j += 8) vstore8(vload8(0, s + j), 0, d + PW + j);
+        if (zeros)
+            for (; j < PW; ++j) d[j] = 0.0f;
+        for (j = 0; j + 8 <= W; j += 8) vstore8(vload8(0, s + j), 0, d + PW + j);
         for (; j < W; ++j) d[PW + j] = s[j];
-        for (j = PW + W; j < wp; ++j) d[j] = 0.0f;
+        if (zeros)
+            for (j = PW + W; j < wp; ++j) d[j] = 0.0f;
     }
-    for (int j = 0; j < DW_SLACK; ++j) buf[rows * rs + j] = 0.0f;
+    if (zeros)
+        for (int j = 0; j < DW_SLACK; ++j) buf[rows * rs + j] = 0.0f;
 }
 
 /* CPU drivers (work-groups of one item, GLOBAL_LOOP giving each a run of
@@ -260,6 +268,9 @@ __kernel void dw_forward_band(int units, int C, int H, int W, int HO, int WO,
     /* floats per padded row in buf (even at stride 2: two equal halves) */
     const int wp = DW_DEINT ? ((W + 2 * PW + 1) & ~1) : W + 2 * PW;
     const int odd_at = wp >> 1;
+    /* planes of one band find its padding in buf from the work-item's
+     * previous plane: only their values are copied */
+    int padded = 0;
     GLOBAL_LOOP(u, units) {
         const int c = u % C;
         __global const float* xp = x + (size_t)u * H * W;
@@ -267,7 +278,9 @@ __kernel void dw_forward_band(int units, int C, int H, int W, int HO, int WO,
         DW_CHANNEL_TAPS(c);
         for (int oh0 = 0; oh0 < HO; oh0 += band) {
             const int nr = min(band, HO - oh0);
-            dw_pad_rows(buf, xp, oh0 * SH - PH, (nr - 1) * SH + (KH - 1) * DH + 1, H, W, wp DW_GEO);
+            dw_pad_rows(buf, xp, oh0 * SH - PH, (nr - 1) * SH + (KH - 1) * DH + 1, H, W, wp,
+                        !padded DW_GEO);
+            padded = band >= HO;
             for (int r = 0; r < nr; ++r) {
                 __local const float* xr = buf + r * SH * wp;
                 __global float* yr = yp + (oh0 + r) * WO;

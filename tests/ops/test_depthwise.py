@@ -312,3 +312,29 @@ def test_cpu_forward_flat_planes(d, rng, p):
     assert [ln.name for ln in launches] == ["dw_forward_flat"]
     d.run(launches)
     assert _rel(d.get(yb, yshape), ref) < 1e-5
+
+
+@pytest.mark.parametrize("p", [(2, 24, 9, 11, 3, 3, 1, 1, 2, 2, 1, 1),
+                               (2, 24, 6, 37, 3, 3, 1, 1, 1, 1, 1, 1),
+                               (1, 40, 7, 7, 5, 5, 2, 2, 2, 2, 1, 1)],
+                         ids=["stride2", "stride1", "7x7-to-4x4"])
+@pytest.mark.parametrize("bands", [False, True], ids=["one-band", "bands"])
+def test_cpu_forward_many_planes(d, rng, monkeypatch, p, bands):
+    """Work-items running many planes in turn: planes of one band copy only
+    their values onto the padding the work-item's first plane left in the
+    buffer; planes of several bands pad every band (its rows differ)."""
+    g = _geom(p)
+    if bands:
+        row = g.width + 2 * g.pw + (g.width % 2 if g.sw == 2 else 0)
+        monkeypatch.setattr(dw_ops, "BAND_FLOATS", ((g.kh - 1) * g.dh + 1 + g.sh) * row
+                            + 8 * g.sw + (g.kw - 1) * g.dw)
+    assert (dw_ops.band_rows(d.dev, g) < g.out_h) == bands
+    units = g.num * g.channels
+    assert units >= 4 * dw_ops._plane_size(d.dev, g)[0][0]     # several planes a work-item
+    x, w, b, _ = _case(g, rng)
+    yshape = (g.num, g.channels, g.out_h, g.out_w)
+    ref = np.clip(conv2d(x, w, **_kw(g)) + b.reshape(1, -1, 1, 1), -0.5, 0.7)
+    yb = d.buf(np.full(yshape, np.nan))
+    d.run(dw_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, bias=d.buf(b),
+                         act=("clip", -0.5, 0.7), impl="cpu"))
+    assert _rel(d.get(yb, yshape), ref) < 1e-5
