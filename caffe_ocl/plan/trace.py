@@ -122,6 +122,12 @@ class _Segment:
 
     def freeze(self):
         self.writes = tuple((m, n) for m, n in self.writes.values())
+        # a blob is in the marks of every step that reads or writes it (a
+        # DenseNet's growing Concat top of dozens): only its last mark
+        # stands after the segment, so only that one is set (2230 marks
+        # a pass -> one per blob)
+        last = {id(b): (b, fn) for b, fn in self.marks}
+        self.marks = tuple(last.values())
 
     def replay(self, queue):
         for m in self.reads:

@@ -180,3 +180,26 @@ def test_not_traced_with_the_setting_off_or_hooks_and_timed_when_replayed(rng):
     traced.before_forward(lambda li: None)       # pycaffe hooks: the ordinary walk
     traced.forward(data=x)
     assert traced._tracer.replays == replays
+
+
+def test_segment_sets_each_blobs_last_mark_once():
+    """A blob in several steps of a segment is marked by each; a replay sets
+    what the last step left (one assignment a blob)."""
+    class Blob:
+        def __init__(self):
+            self.sets = []
+
+        def __setattr__(self, key, value):
+            if key == "compute_on_read":
+                self.sets.append(value)
+            object.__setattr__(self, key, value)
+
+    a, b = Blob(), Blob()
+    seg = trace._Segment()
+    first, second = (lambda: 1), (lambda: 2)
+    seg.add([], [(a, first), (b, None)])
+    seg.add([], [(a, second), (b, first)])
+    seg.add([], [(a, None)])
+    seg.freeze()
+    seg.replay(None)
+    assert a.sets == [None] and b.sets == [first]
