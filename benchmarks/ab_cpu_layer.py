@@ -1,7 +1,8 @@
 """Interleaved A/B of single convolution forwards (inference: weights packed
 once, bias + ReLU) under two or more values of one setting, read when the
 launches are built (e.g. CPU_CHANVEC_TILE8, CPU_CHANVEC_KBLOCK,
-CPU_CHANVEC). Each shape's variants run in turn, --rounds times, so the
+CPU_CHANVEC), or of one ops module's rule constant (a dotted name:
+conv.CHANVEC_LOCAL_PAD, depthwise.SRC). Each shape's variants run in turn, --rounds times, so the
 load of a shared, noisy machine hits them alike; prints per shape the
 median of each variant's --runs-pass means and each variant's time / the
 first's (and the same ratio of the fastest rounds).
@@ -24,7 +25,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from caffe_ocl import config  # noqa: E402
 from caffe_ocl.device import get_device  # noqa: E402
 from caffe_ocl.ops import conv as conv_ops  # noqa: E402
 from common import random_buffers, time_launches  # noqa: E402
@@ -43,8 +43,12 @@ def parse_shape(text, batch):
 
 def build(dev, g, buf, setting, value):
     """The forward's launches with ``setting`` = ``value`` (and the kernels
-    they use, names joined)."""
-    with config.override(**{setting: value}):
+    they use, names joined). A dotted ``setting`` is a rule constant of
+    caffe_ocl.ops.<module> instead (``conv.CHANVEC_LOCAL_PAD``, or
+    ``depthwise.SRC`` with a kernel file's name: a copy of an older
+    kernels/depthwise.cl against the current one), as bench_zoo's --ab."""
+    from bench_zoo import config_override
+    with config_override([f"{setting}={value}"]):
         x = buf(g.num * g.channels * g.height * g.width)
         w = buf(g.out_channels * g.col_rows)
         b = buf(g.out_channels)

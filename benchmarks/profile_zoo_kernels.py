@@ -92,6 +92,30 @@ def gated_ms(net, iters):
     return statistics.median(times)
 
 
+def gated_gaps_us(net, iters):
+    """Median over passes of (the sum, the median) of the gaps in us from one
+    kernel's end to the next one's start, the forward's launches released
+    at once behind a user event (profiling events: the driver's own time
+    between kernels, the host's enqueues out of the way)."""
+    import pyopencl as cl
+    dev = net.layers[0].device
+    q = dev.queue
+    launches = [ln for _, ln in step_launches(net)]
+    sums, meds = [], []
+    for _ in range(iters):
+        q.finish()
+        gate = cl.UserEvent(dev.context)
+        cl.enqueue_barrier(q, wait_for=[gate])
+        evs = [cl.enqueue_nd_range_kernel(q, ln.kernel, ln.gsize, ln.lsize) for ln in launches]
+        gate.set_status(cl.command_execution_status.COMPLETE)
+        q.finish()
+        gaps = [(b.profile.start - a.profile.end) * 1e-3 for a, b in zip(evs, evs[1:])]
+        if gaps:
+            sums.append(sum(gaps))
+            meds.append(statistics.median(gaps))
+    return (statistics.median(sums), statistics.median(meds)) if sums else (0.0, 0.0)
+
+
 def torch_profile(model, x, tf32, top):
     """PyTorch eager's own kernels for the same forward (cuDNN, cuBLAS and
     its elementwise kernels), from torch.profiler, summed per kernel name:
@@ -191,9 +215,11 @@ def main():
             rows = profile(net, args.iters)
             dev_ms = sum(r[0] for r in rows) / 1e3
             gated = gated_ms(net, args.iters)
+            gap_sum, gap_med = gated_gaps_us(net, args.iters)
             print(f"\n## {name} b{args.batch}: forward {wall:.3f} ms, kernels {dev_ms:.3f} ms "
                   f"({len(rows)} launches), host enqueue {host:.3f} ms, "
-                  f"gated queue {gated:.3f} ms")
+                  f"gated queue {gated:.3f} ms (gaps between kernels {gap_sum / 1e3:.3f} ms, "
+                  f"median {gap_med:.1f} us)")
             by_kernel = {}
             for us, lab, ln in rows:
                 t, c = by_kernel.get(ln.name, (0.0, 0))
