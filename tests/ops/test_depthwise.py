@@ -47,6 +47,24 @@ def _kw(g):
     return dict(pad=(g.ph, g.pw), stride=(g.sh, g.sw), dil=(g.dh, g.dw), group=g.groups)
 
 
+def _check_cpu_forward(d, rng, g):
+    """The CPU forward of ``g`` (bias, clip epilogue) against conv2d."""
+    x, w, b, _ = _case(g, rng)
+    yshape = (g.num, g.channels, g.out_h, g.out_w)
+    ref = np.clip(conv2d(x, w, **_kw(g)) + b.reshape(1, -1, 1, 1), -0.5, 0.7)
+    yb = d.buf(np.full(yshape, np.nan))
+    d.run(dw_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, bias=d.buf(b),
+                         act=("clip", -0.5, 0.7), impl="cpu"))
+    assert _rel(d.get(yb, yshape), ref) < 1e-5
+
+
+def _two_row_bands(monkeypatch, g):
+    """A band budget of two output rows' padded input rows (and the slack)."""
+    row = g.width + 2 * g.pw + (g.width % 2 if g.sw == 2 else 0)
+    rows_in = (g.kh - 1) * g.dh + 1 + g.sh
+    monkeypatch.setattr(dw_ops, "BAND_FLOATS", rows_in * row + 8 * g.sw + (g.kw - 1) * g.dw)
+
+
 def _ref_grads(g, x, w, dy):
     """dW and dx of sum(y * dy) by the adjoint identities of conv2d: each is
     linear, so probe it with unit vectors (tiny shapes)."""
@@ -230,13 +248,7 @@ def test_cpu_forward_wide_rows(d, rng, p):
     chains of fmas) with a 5 x 5 stride-2 and a dilated kernel."""
     g = _geom(p)
     assert g.out_w >= 32 and dw_ops.band_rows(d.dev, g) > 0
-    x, w, b, _ = _case(g, rng)
-    yshape = (g.num, g.channels, g.out_h, g.out_w)
-    ref = np.clip(conv2d(x, w, **_kw(g)) + b.reshape(1, -1, 1, 1), -0.5, 0.7)
-    yb = d.buf(np.full(yshape, np.nan))
-    d.run(dw_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, bias=d.buf(b),
-                         act=("clip", -0.5, 0.7), impl="cpu"))
-    assert _rel(d.get(yb, yshape), ref) < 1e-5
+    _check_cpu_forward(d, rng, g)
 
 
 # CPU forward at stride 2 along rows: dw_forward_band keeps each padded
@@ -269,19 +281,10 @@ def test_cpu_forward_stride2_rows(d, rng, monkeypatch, p, bands):
     """bands: a host budget of two output rows' input rows a band."""
     g = _geom(p)
     if bands:
-        row = g.width + 2 * g.pw + (g.width % 2 if g.sw == 2 else 0)
-        rows_in = (g.kh - 1) * g.dh + 1 + g.sh
-        monkeypatch.setattr(dw_ops, "BAND_FLOATS",
-                            rows_in * row + 8 * g.sw + (g.kw - 1) * g.dw)
+        _two_row_bands(monkeypatch, g)
     rows = dw_ops.band_rows(d.dev, g)
     assert rows == (2 if bands else g.out_h)
-    x, w, b, _ = _case(g, rng)
-    yshape = (g.num, g.channels, g.out_h, g.out_w)
-    ref = np.clip(conv2d(x, w, **_kw(g)) + b.reshape(1, -1, 1, 1), -0.5, 0.7)
-    yb = d.buf(np.full(yshape, np.nan))
-    d.run(dw_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, bias=d.buf(b),
-                         act=("clip", -0.5, 0.7), impl="cpu"))
-    assert _rel(d.get(yb, yshape), ref) < 1e-5
+    _check_cpu_forward(d, rng, g)
 
 
 # CPU forward of small same-size planes as one flattened run
@@ -325,16 +328,8 @@ def test_cpu_forward_many_planes(d, rng, monkeypatch, p, bands):
     buffer; planes of several bands pad every band (its rows differ)."""
     g = _geom(p)
     if bands:
-        row = g.width + 2 * g.pw + (g.width % 2 if g.sw == 2 else 0)
-        monkeypatch.setattr(dw_ops, "BAND_FLOATS", ((g.kh - 1) * g.dh + 1 + g.sh) * row
-                            + 8 * g.sw + (g.kw - 1) * g.dw)
+        _two_row_bands(monkeypatch, g)
     assert (dw_ops.band_rows(d.dev, g) < g.out_h) == bands
     units = g.num * g.channels
     assert units >= 4 * dw_ops._plane_size(d.dev, g)[0][0]     # several planes a work-item
-    x, w, b, _ = _case(g, rng)
-    yshape = (g.num, g.channels, g.out_h, g.out_w)
-    ref = np.clip(conv2d(x, w, **_kw(g)) + b.reshape(1, -1, 1, 1), -0.5, 0.7)
-    yb = d.buf(np.full(yshape, np.nan))
-    d.run(dw_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, bias=d.buf(b),
-                         act=("clip", -0.5, 0.7), impl="cpu"))
-    assert _rel(d.get(yb, yshape), ref) < 1e-5
+    _check_cpu_forward(d, rng, g)
