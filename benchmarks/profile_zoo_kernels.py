@@ -29,9 +29,12 @@ import bench_zoo  # noqa: E402
 
 
 def step_launches(net):
-    """[(label, launch)] of one forward, in order; without the launches
-    that run only when a weight changed (ops.conv.OnChange: the CPU's packed
-    copies of convolution weights)."""
+    """[(label, launch)] of one forward, in order: the launches a replayed
+    forward enqueues where the net's whole forward is one recorded trace
+    (plan/trace.py; without the BatchNorm statistics a chain recomputes
+    only after its blobs changed), else the steps' ``fwd`` lists without
+    the launches that run only when a weight changed (ops.conv.OnChange:
+    the CPU's packed copies of convolution weights)."""
     from caffe_ocl.ops.conv import OnChange
     from caffe_ocl.plan import execution
     out = []
@@ -44,6 +47,12 @@ def step_launches(net):
         for ln in (fwd if isinstance(fwd, (list, tuple)) else [fwd]):
             if not isinstance(ln, OnChange):
                 out.append((names[li], ln))
+    tracer = getattr(net, "_tracer", None)
+    trace = tracer.active.get((0, len(net.layers) - 1)) if tracer else None
+    if trace is not None and all(hasattr(e, "launches") for e in trace.entries):
+        label = {id(ln): lab for lab, ln in out}
+        out = [(label.get(id(ln), "?"), ln) for e in trace.entries for ln in e.launches
+               if not isinstance(ln, OnChange)]
     return out
 
 
