@@ -114,7 +114,9 @@ _DECLARED = (
     Setting("SE_GATED_1X1", "bool", True,
             "at TEST on GPUs, an SE block's channel Scale before a 1x1 convolution that the "
             "few-outputs kernel runs is applied by that kernel to its weights as it reads "
-            "them: one launch for the two layers (with CAFFE_OCL_FOLD)"),
+            "them: one launch for the two layers (with CAFFE_OCL_FOLD); on CPU drivers the "
+            "same where a channel-vector kernel runs the convolution (1x1 layers on planes "
+            "of up to 196 pixels)"),
     Setting("FUSE_SE_SQUEEZE", "bool", True,
             "at TEST on GPUs (at most 4 images), an SE block's global pooling and its two "
             "products with their activations run as one launch (plan/se_squeeze.py; with "

@@ -35,6 +35,12 @@
 #ifndef RESIDUAL
 #define RESIDUAL 0
 #endif
+/* GATE: x's channels scaled by gate[img * gate_stride + c] as the weights
+ * of channel c are loaded (an SE block's channel scale applied by the
+ * projection that reads it: plan/se.py, plan/residual.py) */
+#ifndef GATE
+#define GATE 0
+#endif
 #if VW == 16
 #define floatV float16
 #define vloadV vload16
@@ -133,6 +139,8 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
     __global float* Yi = Y + offY + (size_t)img * ldyI; \
     __global const float* Ri = R + offR + (size_t)img * ldyI; \
     __global const float* wpan = Wp + (size_t)p * K * NR; \
+    __global const float* gi = gate + (size_t)img * gate_stride \
+                               + (size_t)grp * (K / (KH * KW)); \
     CHANVEC_BIAS_VECTORS
 
 /* Offsets o<i> of a tile's pixels n + i (past the chunk's end the last
@@ -158,6 +166,25 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
         c##i##1 = fma(a_, w1, c##i##1);                                        \
     }
 #define STORE_TILE_ROW(i) STORE_ROW(i, c##i##0, c##i##1)
+/* GATE: the work-item's weight panel, each channel's rows times its gate,
+ * copied once into __local memory (GATE_FLOATS >= K * NR) and read from
+ * there: scaling the two weight vectors at every tile's every channel
+ * (two more multiplies a 12-fma step) made RegNet's 208- and 440-channel
+ * projections slower than the Scale's pass it saved */
+#if GATE
+#define WSPACE __local
+#define GATE_PANEL                                                             \
+    for (int k = 0; k < K; ++k) {                                              \
+        const float gk = gi[k / (KH * KW)];                                    \
+        vstoreV(vloadV(0, wpan + k * NR) * gk, 0, wsc + k * NR);               \
+        vstoreV(vloadV(1, wpan + k * NR) * gk, 1, wsc + k * NR);               \
+    }
+#define WPANEL wsc
+#else
+#define WSPACE __global
+#define GATE_PANEL
+#define WPANEL wpan
+#endif
 
 /* LPAD_FLOATS (host: ops/conv.py _chanvec_local_pad): X is the images
  * unpadded (planes of hwp = ih * iw floats), and each work-item first
@@ -173,11 +200,16 @@ void conv_chanvec(int M, int N, int K, int pix,
                      __global const float* Wp, __global const float* X, int offX, int ldxI,
                      __global const float* bias, __global float* Y, int offY, int ldyI,
                      __global const float* R, int offR, float act_a, float act_b,
-                     int wp, int hwp, int wo, int ih, int iw) {
+                     int wp, int hwp, int wo, int ih, int iw,
+                     __global const float* gate, int gate_stride) {
 #ifdef LPAD_FLOATS
     __local float xl[LPAD_FLOATS];
 #endif
+#if GATE
+    __local float wsc[GATE_FLOATS];
+#endif
     CHANVEC_PROLOGUE
+    GATE_PANEL
     const int C = K / (KH * KW);
 #ifdef LPAD_FLOATS
     /* output rows ho_base .. of the chunk read padded rows ho_base * SH ..
@@ -213,7 +245,7 @@ void conv_chanvec(int M, int N, int K, int pix,
         TILE6(DECL_OFF)
         TILE6(DECL_ACC)
         TILE6(ZERO_ACC)
-        __global const float* wk = wpan;
+        WSPACE const float* wk = WPANEL;
         for (int c = 0; c < C; ++c) {
 #pragma unroll
             for (int kh = 0; kh < KH; ++kh)
@@ -277,11 +309,16 @@ void conv_chanvec_kb(int M, int N, int K, int pix, int kbc,
                      __global const float* Wp, __global const float* X, int offX, int ldxI,
                      __global const float* bias, __global float* Y, int offY, int ldyI,
                      __global const float* R, int offR, float act_a, float act_b,
-                     int wp, int hwp, int wo, int ih, int iw) {
+                     int wp, int hwp, int wo, int ih, int iw,
+                     __global const float* gate, int gate_stride) {
     /* the chunk's partial sums between channel blocks: tile t's pixel i at
      * vectors 2 * (MRK * t + i) and + 1 */
     __local floatV part[2 * PIXMAX];
+#if GATE
+    __local float wsc[GATE_FLOATS];
+#endif
     CHANVEC_PROLOGUE
+    GATE_PANEL
     const int ho_base = 0;
     const int C = K / (KH * KW);
     for (int cb = 0; cb < C; cb += kbc) {
@@ -296,7 +333,7 @@ void conv_chanvec_kb(int M, int N, int K, int pix, int kbc,
             } else {
                 TILE_ROWS(LOAD_PART)
             }
-            __global const float* wk = wpan + (size_t)cb * (KH * KW * NR);
+            WSPACE const float* wk = WPANEL + (size_t)cb * (KH * KW * NR);
             for (int c = cb; c < ce; ++c) {
 #pragma unroll
                 for (int kh = 0; kh < KH; ++kh)

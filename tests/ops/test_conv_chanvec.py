@@ -379,3 +379,36 @@ def test_grouped_local_pad_chunks(d, rng, vw, settings, monkeypatch, budget):
         assert (lp[0] < unbound) == (budget is not None)
     names = [ln.name for ln in _check(d, rng, case, lambda g: _kernel_name(vw, g))]
     assert ("pad_planes" in names) == (budget == 200)
+
+
+@pytest.mark.parametrize("case", [(1, 20, (7, 7), 40, True, ("relu", 0.0), False, 0),
+                                  (2, 12, (4, 4), 70, True, ("swish", 1.0), True, 12),
+                                  (2, 9, (5, 3), 33, False, None, False, 0)],
+                         ids=["one-gate", "gate-per-image-residual", "two-images-one-gate"])
+def test_gated_chanvec_equals_reference(d, rng, vw, monkeypatch, case):
+    """GATE: x's channels scaled by an SE gate (one for the batch, or one
+    per image: gate_stride) as the kernels load each channel's weights --
+    the plain kernel and conv_chanvec_kb's channel blocks."""
+    num, c, hw, co, has_bias, act, has_res, stride = case
+    monkeypatch.setattr(d.dev, "compute_units", 2)
+    g = _geo(num, c, hw, co)
+    assert conv_ops.takes_gate(d.dev, g) and conv_ops.chanvec_takes_gate(d.dev, g)
+    x = rng.standard_normal((num, c) + hw)
+    w = rng.standard_normal((co, c, 1, 1))
+    b = rng.standard_normal(co) if has_bias else None
+    gate = rng.uniform(0.0, 1.0, (num if stride else 1, c))
+    ref = _reference(x * gate.reshape(-1, c, 1, 1), w, b, 1, 0, 1, 1)
+    res = rng.standard_normal(ref.shape) if has_res else None
+    ref = ACTS[act](ref + (res if has_res else 0.0))
+    yshape = (num, co) + hw
+    yb = d.buf(np.full(yshape, np.nan))
+    launches = conv_ops.forward(
+        d.dev, g, d.buf(x), d.buf(w), yb, d.buf(np.zeros(1)), bias=d.buf(b) if has_bias else None,
+        act=act, weight_version=lambda: 1, residual=d.buf(res) if has_res else None,
+        gate=d.buf(gate), gate_stride=stride)
+    assert [ln.name for ln in launches] == ["pack_w_chanvec", _kernel_name(vw, g)]
+    d.run(launches)
+    assert rel_err(d.get(yb, yshape), ref) < 1e-5
+    with pytest.raises(ValueError, match="weight_version"):
+        conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, d.buf(np.zeros(1)),
+                         gate=d.buf(gate), gate_stride=stride)

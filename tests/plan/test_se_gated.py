@@ -70,6 +70,8 @@ def gate_rule(monkeypatch):
         return (rule["on"] and config.get("SE_GATED_1X1") and g.is_1x1 and g.groups == 1
                 and g.channels <= 8)
     monkeypatch.setattr(conv_ops, "takes_gate", takes_gate)
+    # the GPU's kernel, not the CPU drivers' channel-vector one (below)
+    monkeypatch.setattr(conv_ops, "CHANVEC_GATE", False)
     return rule
 
 
@@ -160,3 +162,23 @@ def test_ranges_and_backward(rng, gate_rule):
     for name, blobs in plain.params.items():
         for a, b in zip(fused.params[name], blobs):
             np.testing.assert_allclose(a.diff, b.diff, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("text,cls", [(PLAIN, se.SEScaleConv), (RESIDUAL, residual.ConvResidual)],
+                         ids=["projection", "residual"])
+def test_cpu_channel_vector_projection_applies_the_gate(d, rng, text, cls):
+    """CPU drivers, the real rule: the projection runs the channel-vector
+    kernel with the gate applied to its weights as it loads them (no Scale
+    pass), one gate per image and one for the batch."""
+    if not d.dev.is_cpu:
+        pytest.skip("the CPU drivers' rule")
+    fused, plain = _nets(text, rng)
+    (group,) = _group(fused, cls)
+    assert conv_ops.chanvec_takes_gate(d.dev, group.conv.geom)
+    for n in (2, 1, 2):
+        _forward((fused, plain), rng, n)
+        names = [ln.name for ln in group.fwd]
+        assert names[-1] in ("conv_chanvec", "conv_chanvec_kb") and "scale_weight_columns" \
+            not in names and len(names) == 2       # the weights' packing, the convolution
+        assert fused.blobs["s"].compute_on_read is not None
+        _assert_blobs_equal(fused, plain)
