@@ -1182,8 +1182,8 @@ def takes_gate(dev, g, algo=None):
 # RegNet-Y's 7 x 7 and 14 x 14 projections); scaling the two weight
 # vectors in every tile instead made RegNet-Y-400MF 0.93x as fast.
 CHANVEC_GATE = True
-
-
+# ... where the gated panel (input channels x NR floats, rounded up to a
+# power of two) is at most this large (and a quarter of the local memory)
 CHANVEC_GATE_MAX_BYTES = 128 * 1024
 
 
