@@ -34,6 +34,8 @@ sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
 import pyopencl as cl  # noqa: E402
 
+from common import hold_queue as gate, release  # noqa: E402
+
 SRC = """
 __kernel void tiny(__global float *x, int n) {
     int i = get_global_id(0);
@@ -47,16 +49,6 @@ def _median_ms(fn, rounds):
     for _ in range(rounds):
         out.append(fn())
     return statistics.median([o[0] for o in out]), statistics.median([o[1] for o in out])
-
-
-def gate(ctx, q):
-    g = cl.UserEvent(ctx)
-    cl.enqueue_barrier(q, wait_for=[g])
-    return g
-
-
-def release(g):
-    g.set_status(cl.command_execution_status.COMPLETE)
 
 
 def run_plain(q, seq, flush_every=None):

@@ -281,11 +281,20 @@ def host_cost(net, runs):
         q.finish()
     # a forward replayed from one recorded trace enqueues what was recorded
     # (a BatchNorm chain's statistics launch only after its blobs changed)
+    trace = whole_forward_trace(net)
+    if trace is not None:
+        n = trace.launches
+    return round(total / max(runs, 1) * 1e3, 4), n
+
+
+def whole_forward_trace(net):
+    """The recorded trace (plan/trace.py) that replays ``net``'s whole
+    forward with no live step between its segments, or None."""
     tracer = getattr(net, "_tracer", None)
     trace = tracer.active.get((0, len(net.layers) - 1)) if tracer else None
     if trace is not None and all(hasattr(e, "launches") for e in trace.entries):
-        n = trace.launches
-    return round(total / max(runs, 1) * 1e3, 4), n
+        return trace
+    return None
 
 
 def torch_eager_timer(model, x):

@@ -118,6 +118,22 @@ def cudnn_conv_ms(n, c, h, co, k, stride, groups, runs, relu=False):
     return min(cuda_ms(conv, runs=runs) for _ in range(3))
 
 
+def hold_queue(ctx, queue):
+    """A user event that ``queue`` waits on (a barrier behind it): what is
+    enqueued next runs only once ``release`` sets it -- the host's enqueues
+    timed, or the device's run timed, without the other in the way."""
+    import pyopencl as cl
+    gate = cl.UserEvent(ctx)
+    cl.enqueue_barrier(queue, wait_for=[gate])
+    return gate
+
+
+def release(gate):
+    """Let a queue held by ``hold_queue`` run."""
+    import pyopencl as cl
+    gate.set_status(cl.command_execution_status.COMPLETE)
+
+
 def time_launches(dev, launches, warmup=1, runs=10):
     """Mean milliseconds of one pass over a list of ``Launch`` objects."""
     def once():

@@ -30,17 +30,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import bench_zoo  # noqa: E402
+from common import hold_queue, release  # noqa: E402
 
 
 def held_forward(net, profiler=None):
     """Seconds of host time of one forward enqueued behind a user event
     (released, and the queue drained, after the clock stops)."""
-    import pyopencl as cl
     dev = net.layers[0].device
     q = dev.queue
     q.finish()
-    gate = cl.UserEvent(dev.context)
-    cl.enqueue_barrier(q, wait_for=[gate])
+    gate = hold_queue(dev.context, q)
     if profiler is not None:
         profiler.enable()
     t0 = time.perf_counter()
@@ -48,15 +47,15 @@ def held_forward(net, profiler=None):
     dt = time.perf_counter() - t0
     if profiler is not None:
         profiler.disable()
-    gate.set_status(cl.command_execution_status.COMPLETE)
+    release(gate)
     q.finish()
     return dt
 
 
 def traced_launches(net):
-    """Launches of the net's active forward traces (what a replay enqueues)."""
-    tracer = getattr(net, "_tracer", None)
-    return sum(t.launches for t in tracer.active.values()) if tracer else 0
+    """Launches of the trace replaying the whole forward (0: none)."""
+    trace = bench_zoo.whole_forward_trace(net)
+    return trace.launches if trace is not None else 0
 
 
 def main():

@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import bench_zoo  # noqa: E402
+from common import hold_queue, release  # noqa: E402
 
 
 def step_launches(net):
@@ -47,9 +48,8 @@ def step_launches(net):
         for ln in (fwd if isinstance(fwd, (list, tuple)) else [fwd]):
             if not isinstance(ln, OnChange):
                 out.append((names[li], ln))
-    tracer = getattr(net, "_tracer", None)
-    trace = tracer.active.get((0, len(net.layers) - 1)) if tracer else None
-    if trace is not None and all(hasattr(e, "launches") for e in trace.entries):
+    trace = bench_zoo.whole_forward_trace(net)
+    if trace is not None:
         label = {id(ln): lab for lab, ln in out}
         out = [(label.get(id(ln), "?"), ln) for e in trace.entries for ln in e.launches
                if not isinstance(ln, OnChange)]
@@ -83,19 +83,17 @@ def gated_ms(net, iters):
     and no host enqueue in the way -- what a recorded command list could
     at best approach. Against ``forward`` it says whether a batch-1
     forward waits on the host or on the device's kernels and gaps."""
-    import pyopencl as cl
     dev = net.layers[0].device
     q = dev.queue
     launches = [ln for _, ln in step_launches(net)]
     times = []
     for _ in range(iters):
         q.finish()
-        gate = cl.UserEvent(dev.context)
-        cl.enqueue_barrier(q, wait_for=[gate])
+        gate = hold_queue(dev.context, q)
         for ln in launches:
             ln.run(q)
         t0 = time.perf_counter()
-        gate.set_status(cl.command_execution_status.COMPLETE)
+        release(gate)
         q.finish()
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
@@ -113,10 +111,9 @@ def gated_gaps_us(net, iters):
     sums, meds = [], []
     for _ in range(iters):
         q.finish()
-        gate = cl.UserEvent(dev.context)
-        cl.enqueue_barrier(q, wait_for=[gate])
+        gate = hold_queue(dev.context, q)
         evs = [cl.enqueue_nd_range_kernel(q, ln.kernel, ln.gsize, ln.lsize) for ln in launches]
-        gate.set_status(cl.command_execution_status.COMPLETE)
+        release(gate)
         q.finish()
         gaps = [(b.profile.start - a.profile.end) * 1e-3 for a, b in zip(evs, evs[1:])]
         if gaps:
