@@ -46,6 +46,8 @@
 #define WG 256
 #endif
 #include "act.h"
+#define PAD_ROWS_GEO_PARAMS DW_GEO_PARAMS
+#include "pad_rows.h"
 
 #define TAPS (KH * KW)
 /* dw_forward_band: __local floats of a band of padded input rows (set by
@@ -166,7 +168,7 @@ __kernel void dw_bwd_data(int total, int C, int H, int W, int HO, int WO,
  * of t's parity). Reading the even lanes of a 16-wide load at every tap
  * took two loads and a shuffle per tap: MobileNet v3's stride-2 layers ran
  * at 0.36-0.57 of ONNX Runtime's speed. */
-#define DW_DEINT (SW == 2)
+#define DW_DEINT PAD_ROWS_DEINT      /* the rows' layout, kernels/pad_rows.h */
 
 /* 8 inputs of (padded) row xr for 8 consecutive outputs from column ow,
  * tap column kw (compile-time stride: one unaligned vector load at stride
@@ -181,72 +183,6 @@ inline float8 dw_row8(__local const float* xr, int ow, int kw, int odd_at DW_GEO
     __local const float* s = xr + ow * SW + kw * DW;
     return (float8)(s[0], s[SW], s[2 * SW], s[3 * SW], s[4 * SW], s[5 * SW], s[6 * SW],
                     s[7 * SW]);
-}
-
-/* Rows ih0 .. ih0 + rows - 1 of plane xp, zero-padded (PW columns on each
- * side, rows outside the image all zeros) into buf ([rows][rs]; at stride
- * 2 each row de-interleaved, see DW_DEINT), then DW_SLACK zeros that the
- * last row's vector loads may read. ``zeros`` 0: the image's values only,
- * onto a buffer that holds the same rows' padding already (the zeros are
- * never overwritten). */
-inline void dw_pad_rows(__local float* buf, __global const float* xp, int ih0, int rows,
-                        int H, int W, int rs, int zeros DW_GEO_PARAMS) {
-    const int wp = W + 2 * PW;
-    for (int r = 0; r < rows; ++r) {
-        __local float* d = buf + r * rs;
-        const int ih = ih0 + r;
-        if (ih < 0 || ih >= H) {
-            if (zeros)
-                for (int j = 0; j < rs; ++j) d[j] = 0.0f;
-            continue;
-        }
-        __global const float* s = xp + ih * W;
-        if (DW_DEINT) {
-            /* padded column q goes to d[(q & 1) * odd_at + q / 2] */
-            const int odd_at = rs >> 1;
-            __local float* de = d + (PW & 1) * odd_at;        /* x's even columns */
-            __local float* dod = d + (1 - (PW & 1)) * odd_at; /* x's odd columns */
-            if (zeros)
-                for (int q = 0; q < PW; ++q) d[(q & 1) * odd_at + (q >> 1)] = 0.0f;
-            if (W >= 16) {
-                int j = 0;
-                for (; j + 16 <= W; j += 16) {
-                    const float16 v = vload16(0, s + j);
-                    vstore8(v.even, 0, de + ((PW + j) >> 1));
-                    vstore8(v.odd, 0, dod + ((PW + j + 1) >> 1));
-                }
-                if (j < W) {    /* the last 16 columns again (overlapping) */
-                    j = W - 16;
-                    const float16 v = vload16(0, s + j);
-                    const int a = (PW + j) & 1;
-                    vstore8(v.even, 0, d + a * odd_at + ((PW + j) >> 1));
-                    vstore8(v.odd, 0, d + (1 - a) * odd_at + ((PW + j + 1) >> 1));
-                }
-            } else if (W >= 8) {    /* columns 0..7 and W-8..W-1 */
-                const float8 v = vload8(0, s);
-                vstore4(v.even, 0, de + (PW >> 1));
-                vstore4(v.odd, 0, dod + ((PW + 1) >> 1));
-                const int j = W - 8, a = (PW + j) & 1;
-                const float8 u = vload8(0, s + j);
-                vstore4(u.even, 0, d + a * odd_at + ((PW + j) >> 1));
-                vstore4(u.odd, 0, d + (1 - a) * odd_at + ((PW + j + 1) >> 1));
-            } else {
-                for (int j = 0; j < W; ++j) d[((PW + j) & 1) * odd_at + ((PW + j) >> 1)] = s[j];
-            }
-            if (zeros)
-                for (int q = PW + W; q < rs; ++q) d[(q & 1) * odd_at + (q >> 1)] = 0.0f;
-            continue;
-        }
-        int j = 0;
-        if (zeros)
-            for (; j < PW; ++j) d[j] = 0.0f;
-        for (j = 0; j + 8 <= W; j += 8) vstore8(vload8(0, s + j), 0, d + PW + j);
-        for (; j < W; ++j) d[PW + j] = s[j];
-        if (zeros)
-            for (j = PW + W; j < wp; ++j) d[j] = 0.0f;
-    }
-    if (zeros)
-        for (int j = 0; j < DW_SLACK; ++j) buf[rows * rs + j] = 0.0f;
 }
 
 /* CPU drivers (work-groups of one item, GLOBAL_LOOP giving each a run of
@@ -278,8 +214,8 @@ __kernel void dw_forward_band(int units, int C, int H, int W, int HO, int WO,
         DW_CHANNEL_TAPS(c);
         for (int oh0 = 0; oh0 < HO; oh0 += band) {
             const int nr = min(band, HO - oh0);
-            dw_pad_rows(buf, xp, oh0 * SH - PH, (nr - 1) * SH + (KH - 1) * DH + 1, H, W, wp,
-                        !padded DW_GEO);
+            pad_rows_local(buf, xp, oh0 * SH - PH, (nr - 1) * SH + (KH - 1) * DH + 1, H, W, wp,
+                           !padded, DW_SLACK DW_GEO);
             padded = band >= HO;
             for (int r = 0; r < nr; ++r) {
                 __local const float* xr = buf + r * SH * wp;

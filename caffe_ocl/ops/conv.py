@@ -1683,16 +1683,18 @@ def direct_forward(dev, g):
     channels and DIRECT_MAX_TAPS kernel taps, output rows of at least 8
     pixels, and at most DIRECT_MAX_OUT_CHANNELS output channels, or
     DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS for at most DIRECT_MAX_IMAGES images
-    (in deterministic mode the rule sees one image: the same kernel at
-    every batch); setting CPU_DIRECT_CONV off: never."""
+    or at any batch where conv_direct_rows runs it (in deterministic mode
+    the rule sees one image: the same kernel at every batch); setting
+    CPU_DIRECT_CONV off: never."""
     if not _direct_fits(dev, g):
         return False
     v = _cpu_variant(dev, g)
     if v is not None:
         return v == "direct"
     num = 1 if deterministic() else g.num
+    few = num <= DIRECT_MAX_IMAGES or direct_rows(dev, g)
     return (g.out_channels <= DIRECT_MAX_OUT_CHANNELS
-            or (num <= DIRECT_MAX_IMAGES and g.out_channels <= DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS))
+            or (few and g.out_channels <= DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS))
 
 
 def _direct_fits(dev, g):
@@ -1745,11 +1747,59 @@ def _cpu_variant(dev, g):
     return None if v in (None, "rules") or v not in CPU_FORWARD_VARIANTS else v
 
 
+# conv_direct_rows (kernels/conv_direct.cl): direct layers of stride 2
+# along rows (DIRECT_ROWS_STRIDES) whose output rows are at least a tile
+# long compute from a padded, de-interleaved copy of their input rows in
+# __local memory (at most DIRECT_ROWS_MAX_LOCAL bytes with the weights);
+# the rest run conv_direct_fwd. 2-core EPYC Zen 3, PoCL 3.1, batch 1,
+# rows / fwd time (`ab_cpu_layer.py --setting conv.DIRECT_ROWS --values
+# 0,1`, medians of 9 interleaved rounds): 3 -> 32, 3 -> 24, 3 -> 16 3 x 3
+# stride 2 from 224 x 224 0.67-0.68. At stride 1 (one load a tap in both)
+# 1.04-1.19: not taken. At batch 16 against the GEMM, 3 -> 32 and 3 -> 24
+# stride 2 0.49-0.51, so those take it at any batch (direct_forward).
+DIRECT_ROWS = True
+DIRECT_ROWS_STRIDES = (2,)
+DIRECT_ROWS_MAX_LOCAL = 128 * 1024
+# tiles of DIRECT_ROWS_CB output channels x DIRECT_ROWS_PV vectors of 8
+# pixels (the kernel's DR_CB, DR_PV); rows shorter than a tile run
+# conv_direct_fwd
+DIRECT_ROWS_CB = 4
+DIRECT_ROWS_PV = 3
+
+
+def _direct_rows_local(dev, g):
+    """(floats a staged row, rows staged a channel, __local bytes) of
+    conv_direct_rows for ``g``."""
+    rs = g.width + 2 * g.pw
+    if g.sw == 2:
+        rs += rs & 1
+    nr = (g.kh - 1) * g.dh + 1
+    blocks = -(-g.out_channels // DIRECT_ROWS_CB)
+    return rs, nr, 4 * (g.channels * nr * rs
+                        + blocks * DIRECT_ROWS_CB * g.channels * g.kh * g.kw)
+
+
+def direct_rows(dev, g):
+    """Whether the direct forward of ``g`` runs conv_direct_rows (see
+    DIRECT_ROWS)."""
+    return (DIRECT_ROWS and g.sw in DIRECT_ROWS_STRIDES and g.sw in (1, 2)
+            and g.out_w >= 8 * DIRECT_ROWS_PV
+            and _direct_rows_local(dev, g)[2] <= min(DIRECT_ROWS_MAX_LOCAL, dev.local_mem // 2))
+
+
 def _direct_forward(dev, g, x, weight, y, bias, act, y_off, ych):
     act_kind, act_a, act_b = act_defines(act)
-    items = g.num * -(-g.out_channels // 8) * g.out_h
     defs = dict(C_IN=g.channels, KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, PH=g.ph, PW=g.pw,
                 DH=g.dh, DW=g.dw, BIAS=int(bias is not None), ACT=act_kind)
+    if direct_rows(dev, g):
+        rs, nr, _ = _direct_rows_local(dev, g)
+        items = g.num * g.out_h
+        return dev.launch(DIRECT_SRC, "conv_direct_rows", (cpu_chunks(dev, items, min_chunk=1),),
+                          (1,), [g.num, g.height, g.width, g.out_h, g.out_w, x, weight,
+                                 bias if bias is not None else weight, y, y_off, ych,
+                                 act_a, act_b], dict(defs, DR_CO=g.out_channels, RS=rs, NR=nr,
+                                                    DR_CB=DIRECT_ROWS_CB, DR_PV=DIRECT_ROWS_PV))
+    items = g.num * -(-g.out_channels // 8) * g.out_h
     return dev.launch(DIRECT_SRC, "conv_direct_fwd", (cpu_chunks(dev, items, min_chunk=1),),
                       (1,), [g.num, g.height, g.width, g.out_channels, g.out_h, g.out_w,
                              x, weight, bias if bias is not None else weight, y, y_off, ych,

@@ -22,6 +22,15 @@ GEOMS = [
     (1, 4, 12, 30, 9, 3, 3, 2, 2, 1, 1, 2, 2),      # dilation 2
     (1, 2, 9, 17, 5, 1, 3, 0, 2, 1, 1, 1, 1),       # 1 x 3, padding past a tap
     (1, 3, 10, 16, 6, 3, 3, 1, 1, 2, 2, 1, 1),      # 8 pixels: the scalar path only
+    # conv_direct_rows (rows of at least 24 pixels)
+    (1, 3, 20, 50, 32, 3, 3, 1, 1, 2, 2, 1, 1),     # stride 2, last tile moved back (25)
+    (2, 3, 9, 61, 13, 3, 3, 1, 1, 1, 1, 1, 1),      # stride 1, odd width, 2 images
+    (1, 2, 13, 63, 6, 3, 3, 0, 0, 2, 2, 1, 1),      # stride 2, no padding, odd width
+    (1, 3, 11, 62, 5, 7, 7, 3, 3, 2, 2, 1, 1),      # 7 x 7 (ResNet's first layer, shrunk)
+    (1, 4, 12, 40, 9, 3, 3, 2, 2, 1, 1, 2, 2),      # dilation 2
+    (1, 3, 16, 54, 7, 3, 3, 2, 3, 2, 2, 1, 2),      # stride 2, odd dilated taps, odd padding
+    (3, 1, 5, 48, 4, 1, 3, 0, 2, 1, 1, 1, 1),       # 1 x 3, padding past a tap, 3 images
+    (2, 3, 7, 49, 3, 5, 5, 2, 2, 3, 2, 1, 1),       # stride 3 down the columns
 ]
 
 
@@ -47,31 +56,62 @@ def _acts(v):
 def _launches(d, monkeypatch, g, *args, **kw):
     """The direct kernel's launches for ``g``, also where the rule would
     give a batch of wider layers to the GEMM."""
-    monkeypatch.setattr(d.dev, "is_cpu", True)
-    monkeypatch.setattr(conv_ops, "DIRECT_MAX_IMAGES", 64)
-    monkeypatch.setattr(conv_ops, "DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS", 1 << 20)
-    assert conv_ops.direct_forward(d.dev, g)
-    launches = conv_ops.forward(d.dev, g, *args, **kw)
-    monkeypatch.undo()
-    assert [ln.name for ln in launches] == ["conv_direct_fwd"]
+    with monkeypatch.context() as m:
+        m.setattr(d.dev, "is_cpu", True)
+        m.setattr(conv_ops, "DIRECT_MAX_IMAGES", 64)
+        m.setattr(conv_ops, "DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS", 1 << 20)
+        assert conv_ops.direct_forward(d.dev, g)
+        launches = conv_ops.forward(d.dev, g, *args, **kw)
+        want = "conv_direct_rows" if conv_ops.direct_rows(d.dev, g) else "conv_direct_fwd"
+    assert [ln.name for ln in launches] == [want]
     return launches
 
 
-@pytest.mark.parametrize("p", GEOMS, ids=["mobilenet", "stride1", "nopad", "dilation",
-                                          "1x3", "short-rows"])
-def test_direct_forward(d, rng, p, monkeypatch):
-    g = conv_ops.ConvGeometry(*p)
+GEOM_IDS = ["mobilenet", "stride1", "nopad", "dilation", "1x3", "short-rows", "rows-s2",
+            "rows-s1", "rows-nopad", "rows-7x7", "rows-dilation", "rows-odd-taps", "rows-1x3",
+            "rows-sh3"]
+
+
+def _check(d, rng, monkeypatch, g, rows, cases):
+    """Both kernels: conv_direct_rows where it applies (``rows``), else
+    conv_direct_fwd (DIRECT_ROWS off), for each (bias?, act) of ``cases``."""
+    monkeypatch.setattr(conv_ops, "DIRECT_ROWS", rows)
+    monkeypatch.setattr(conv_ops, "DIRECT_ROWS_STRIDES", (1, 2))  # the kernel's both
+    monkeypatch.setattr(conv_ops, "DIRECT_MAX_TAPS", 49)    # the 7 x 7 geometry
     x = rng.standard_normal((g.num, g.channels, g.height, g.width))
     w = rng.standard_normal((g.out_channels, g.channels, g.kh, g.kw))
     b = rng.standard_normal(g.out_channels)
     yshape = (g.num, g.out_channels, g.out_h, g.out_w)
     xb, wb, bb = d.buf(x), d.buf(w), d.buf(b)
-    for bias in (bb, None):
-        want = _acts(_ref(x, w, b if bias is not None else None, g))
-        for act, v in want.items():
-            yb = d.buf(np.full(yshape, np.nan))
-            d.run(_launches(d, monkeypatch, g, xb, wb, yb, None, bias=bias, act=act))
-            assert rel_err(d.get(yb, yshape), v) < 1e-5, (act, bias is None)
+    for with_bias, act in cases:
+        v = _acts(_ref(x, w, b if with_bias else None, g))[act]
+        yb = d.buf(np.full(yshape, np.nan))
+        d.run(_launches(d, monkeypatch, g, xb, wb, yb, None, bias=bb if with_bias else None,
+                        act=act))
+        assert rel_err(d.get(yb, yshape), v) < 1e-5, (act, with_bias)
+
+
+@pytest.mark.parametrize("i", range(len(GEOMS)), ids=GEOM_IDS)
+@pytest.mark.parametrize("rows", [True, False], ids=["rows", "fwd"])
+def test_direct_forward(d, rng, i, rows, monkeypatch):
+    """Every geometry on each kernel that takes it, with or without a bias
+    and one activation kind (by turns: every kind compiles a program, and
+    PoCL builds them slowly; test_direct_forward_acts runs them all)."""
+    g = conv_ops.ConvGeometry(*GEOMS[i])
+    monkeypatch.setattr(conv_ops, "DIRECT_ROWS_STRIDES", (1, 2))
+    if rows != conv_ops.direct_rows(d.dev, g):
+        pytest.skip("the other kernel's geometry" if rows else "run by conv_direct_rows")
+    acts = list(_acts(np.zeros(1)))
+    _check(d, rng, monkeypatch, g, rows, [(i % 2 == 0, acts[i % len(acts)])])
+
+
+@pytest.mark.parametrize("rows", [True, False], ids=["rows", "fwd"])
+def test_direct_forward_acts(d, rng, rows, monkeypatch):
+    """Each activation kind, with and without a bias, on both kernels."""
+    g = conv_ops.ConvGeometry(1, 2, 6, 52, 5, 3, 3, 1, 1, 2, 2)
+    assert conv_ops.direct_rows(d.dev, g)       # stride 2: the rule's own choice
+    _check(d, rng, monkeypatch, g, rows,
+           [(bias, act) for bias in (True, False) for act in _acts(np.zeros(1))])
 
 
 def test_direct_forward_into_concat_slice(d, rng, monkeypatch):
@@ -94,17 +134,27 @@ def test_direct_forward_into_concat_slice(d, rng, monkeypatch):
 def test_direct_forward_rule(d, monkeypatch):
     """CPU drivers, automatic algorithm, one group, at most 4 input
     channels and 9 taps, rows of at least 8 pixels, at most 16 output
-    channels, or 32 for at most 4 images (one in deterministic mode); off
-    by the setting."""
+    channels, or 32 for at most 4 images (one in deterministic mode) or at
+    any batch on conv_direct_rows (stride 2, rows of at least 24 pixels);
+    off by the setting."""
     G = conv_ops.ConvGeometry
     monkeypatch.setattr(d.dev, "is_cpu", True)
     first = G(1, 3, 224, 224, 32, 3, 3, 1, 1, 2, 2)
     assert conv_ops.direct_forward(d.dev, first)
     assert conv_ops.direct_forward(d.dev, G(16, 3, 224, 224, 16, 3, 3, 1, 1, 2, 2))
-    batch = G(16, 3, 224, 224, 32, 3, 3, 1, 1, 2, 2)
+    batch = G(16, 3, 224, 224, 32, 3, 3, 1, 1, 1, 1)
     assert not conv_ops.direct_forward(d.dev, batch)
     with config.override(DETERMINISTIC=True):
         assert conv_ops.direct_forward(d.dev, batch)
+    # stride 2 along rows: conv_direct_rows, up to 32 output channels at any batch
+    assert conv_ops.direct_rows(d.dev, first)
+    assert conv_ops.direct_forward(d.dev, G(16, 3, 224, 224, 32, 3, 3, 1, 1, 2, 2))
+    assert not conv_ops.direct_forward(d.dev, G(16, 3, 224, 224, 48, 3, 3, 1, 1, 2, 2))
+    assert not conv_ops.direct_rows(d.dev, batch)                      # stride 1
+    assert not conv_ops.direct_rows(d.dev, G(1, 3, 40, 40, 32, 3, 3, 1, 1, 2, 2))  # rows of 20
+    monkeypatch.setattr(conv_ops, "DIRECT_ROWS", False)
+    assert not conv_ops.direct_rows(d.dev, first)
+    monkeypatch.setattr(conv_ops, "DIRECT_ROWS", True)
     assert not conv_ops.direct_forward(d.dev, G(1, 3, 224, 224, 64, 7, 7, 3, 3, 2, 2))
     assert not conv_ops.direct_forward(d.dev, G(1, 3, 224, 224, 64, 3, 3, 0, 0, 2, 2))
     assert not conv_ops.direct_forward(d.dev, G(1, 8, 56, 56, 32, 3, 3, 1, 1))
