@@ -118,9 +118,9 @@ _DECLARED = (
             "same where a channel-vector kernel runs the convolution (1x1 layers on planes "
             "of up to 196 pixels)"),
     Setting("FUSE_SE_SQUEEZE", "bool", True,
-            "at TEST on GPUs (at most 4 images), an SE block's global pooling and its two "
+            "at TEST (at most 4 images), an SE block's global pooling and its two "
             "products with their activations run as one launch (plan/se_squeeze.py; with "
-            "CAFFE_OCL_FOLD)"),
+            "CAFFE_OCL_FOLD; CPU drivers: inputs of at most 2^17 floats an image)"),
     # channel permutations (issue #27, plan/permute.py)
     Setting("PERMUTE_GATHER", "bool", True,
             "at TEST, a 1x1 convolution / InnerProduct whose weight is a permutation "

@@ -1,4 +1,4 @@
-/* An SE block's squeeze in one launch (GPUs, small batches; plan/se_squeeze.py):
+/* An SE block's squeeze in one launch (small batches; plan/se_squeeze.py):
  *   pooled[c] = mean over the plane of x[n][c]                (global AVE pooling)
  *   hid[s]    = act1(sum_c W1[s][c] pooled[c] + b1[s])        (1x1 conv / InnerProduct)
  *   gate[n][o] = act2(sum_s W2[o][s] hid[s] + b2[o])          (1x1 conv / InnerProduct)
@@ -33,6 +33,113 @@
 #define HAS_B2 0
 #endif
 
+#ifndef SQ_CPU
+#define SQ_CPU 0
+#endif
+
+#if SQ_CPU
+/* CPU drivers (work-groups of one item): SQ_PARTS work-items an image,
+ * each pooling every plane of its image and computing every hidden unit
+ * (the same sums in each: no work-item waits on another), then its own
+ * share of the second product's outputs. At batch 1 the three launches
+ * this replaces cost PoCL ~10-15 us each besides their work (the host's
+ * enqueue, the driver's gap between kernels, threads waking); the
+ * repeated pooling and first product are what a small SE block's input
+ * costs one core (ops/se_squeeze.py bounds it). Sums by float8 vectors. */
+inline float sq_hsum(float8 v) {
+    const float4 h = v.lo + v.hi;
+    return (h.x + h.y) + (h.z + h.w);
+}
+
+/* out[r] = rows r of A (n floats each, ``lda`` apart) . b, r < 4: four
+ * independent fma chains (one chain waited on fma's latency: a 1152-wide
+ * product ran ~4x slower) */
+inline float4 sq_dot4(__global const float* a, int lda, __local const float* b, int n) {
+    float8 s0 = (float8)0.0f, s1 = s0, s2 = s0, s3 = s0;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const float8 v = vload8(0, b + i);
+        s0 = fma(vload8(0, a + i), v, s0);
+        s1 = fma(vload8(0, a + lda + i), v, s1);
+        s2 = fma(vload8(0, a + 2 * lda + i), v, s2);
+        s3 = fma(vload8(0, a + 3 * lda + i), v, s3);
+    }
+    float4 t = (float4)(sq_hsum(s0), sq_hsum(s1), sq_hsum(s2), sq_hsum(s3));
+    for (; i < n; ++i)
+        t += (float4)(a[i], a[lda + i], a[2 * lda + i], a[3 * lda + i]) * b[i];
+    return t;
+}
+
+inline float sq_dot(__global const float* a, __local const float* b, int n) {
+    float8 s = (float8)0.0f;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) s = fma(vload8(0, a + i), vload8(0, b + i), s);
+    float t = sq_hsum(s);
+    for (; i < n; ++i) t = fma(a[i], b[i], t);
+    return t;
+}
+
+/* y[o] = act(A[o] . b + bias[o]) for o in [o0, o1): four rows at a time */
+inline void sq_product(__global const float* A, int n, __local const float* b,
+                       __global const float* bias, int has_bias, int o0, int o1, int k,
+                       float ka, float kb, __global float* yg, __local float* yl) {
+    int o = o0;
+    for (; o + 4 <= o1; o += 4) {
+        float4 t = sq_dot4(A + (size_t)o * n, n, b, n);
+        if (has_bias) t += vload4(0, bias + o);
+        const float4 r = (float4)(act_eval(k, t.x, ka, kb), act_eval(k, t.y, ka, kb),
+                                  act_eval(k, t.z, ka, kb), act_eval(k, t.w, ka, kb));
+        if (yg) vstore4(r, 0, yg + o); else vstore4(r, 0, yl + o);
+    }
+    for (; o < o1; ++o) {
+        float t = sq_dot(A + (size_t)o * n, b, n);
+        if (has_bias) t += bias[o];
+        t = act_eval(k, t, ka, kb);
+        if (yg) yg[o] = t; else yl[o] = t;
+    }
+}
+
+__kernel void se_squeeze_cpu(int C, int HW, int S, int CO, __global const float* X,
+                             __global const float* W1, __global const float* B1,
+                             __global const float* W2, __global const float* B2,
+                             __global float* Y, int k1, float a1, float b1, int k2, float a2,
+                             float b2) {
+    __local float pooled[SQ_MAX_C];
+    __local float hid[SQ_MAX_S];
+    const int img = get_group_id(0) / SQ_PARTS, part = get_group_id(0) % SQ_PARTS;
+    __global const float* x = X + (size_t)img * C * HW;
+    /* four planes at a time: four independent chains of adds */
+    int c = 0;
+    for (; c + 4 <= C; c += 4) {
+        __global const float* pl = x + (size_t)c * HW;
+        float8 s0 = (float8)0.0f, s1 = s0, s2 = s0, s3 = s0;
+        int p = 0;
+        for (; p + 8 <= HW; p += 8) {
+            s0 += vload8(0, pl + p);
+            s1 += vload8(0, pl + HW + p);
+            s2 += vload8(0, pl + 2 * HW + p);
+            s3 += vload8(0, pl + 3 * HW + p);
+        }
+        float4 t = (float4)(sq_hsum(s0), sq_hsum(s1), sq_hsum(s2), sq_hsum(s3));
+        for (; p < HW; ++p)
+            t += (float4)(pl[p], pl[HW + p], pl[2 * HW + p], pl[3 * HW + p]);
+        vstore4(t / HW, 0, pooled + c);
+    }
+    for (; c < C; ++c) {
+        __global const float* pl = x + (size_t)c * HW;
+        float8 s0 = (float8)0.0f;
+        int p = 0;
+        for (; p + 8 <= HW; p += 8) s0 += vload8(0, pl + p);
+        float t = sq_hsum(s0);
+        for (; p < HW; ++p) t += pl[p];
+        pooled[c] = t / HW;
+    }
+    sq_product(W1, C, pooled, B1, HAS_B1, 0, S, k1, a1, b1, 0, hid);
+    const int per = (CO + SQ_PARTS - 1) / SQ_PARTS;
+    sq_product(W2, S, hid, B2, HAS_B2, part * per, min(CO, (part + 1) * per), k2, a2, b2,
+               Y + (size_t)img * CO, 0);
+}
+#else
 __kernel __attribute__((reqd_work_group_size(SQ_THREADS, 1, 1)))
 void se_squeeze(int C, int HW, int S, int CO, __global const float* X,
                 __global const float* W1, __global const float* B1,
@@ -111,3 +218,4 @@ void se_squeeze(int C, int HW, int S, int CO, __global const float* X,
         Y[(size_t)img * CO + o] = act_eval(k2, acc, a2, b2);
     }
 }
+#endif

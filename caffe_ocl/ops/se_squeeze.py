@@ -25,14 +25,28 @@ def _local_floats(c, s):
 
 
 def applies(dev, n, c, hw, s, co):
-    """Whether the one-launch squeeze runs here: GPUs (CPU drivers run
-    the layers: one work-group per image would use one core), setting
-    FUSE_SE_SQUEEZE, at most MAX_IMAGES images of at most
-    MAX_IMAGE_FLOATS floats, channels and hidden units whose arrays fit
+    """Whether the one-launch squeeze runs here: setting FUSE_SE_SQUEEZE, at
+    most MAX_IMAGES images of at most MAX_IMAGE_FLOATS floats (on CPU
+    drivers each of an image's work-items pools all of it: see
+    se_squeeze_cpu), channels and hidden units whose arrays fit
     MAX_LOCAL_FLOATS of local memory."""
-    return (not dev.is_cpu and bool(config.get("FUSE_SE_SQUEEZE")) and 0 < n <= MAX_IMAGES
+    local = c + s if cpu_kernel(dev) else _local_floats(c, s)
+    return (bool(config.get("FUSE_SE_SQUEEZE")) and 0 < n <= MAX_IMAGES
             and 0 < c and c * hw <= MAX_IMAGE_FLOATS and 0 < s and 0 < co
-            and _local_floats(c, s) <= MAX_LOCAL_FLOATS)
+            and local <= MAX_LOCAL_FLOATS)
+
+
+def cpu_kernel(dev):
+    """Whether ``dev`` runs se_squeeze_cpu (work-items of one, each core
+    pooling its image's planes alone) rather than the GPU's work-groups of
+    THREADS."""
+    return bool(dev.is_cpu)
+
+
+def cpu_parts(dev, co):
+    """Work-items an image on a CPU driver: one a core, at most one per
+    output of the second product."""
+    return max(1, min(int(dev.compute_units or 1), co))
 
 
 def forward(dev, n, c, hw, s, co, x, w1, b1, act1, w2, b2, act2, y):
@@ -40,9 +54,13 @@ def forward(dev, n, c, hw, s, co, x, w1, b1, act1, w2, b2, act2, y):
     ``w1`` [s][c], ``w2`` [co][s]; ``b1``/``b2`` None or buffers."""
     k1, a1, c1 = act_defines(act1)
     k2, a2, c2 = act_defines(act2)
-    return dev.launch(SRC, "se_squeeze", (n * THREADS,), (THREADS,),
-                      [c, hw, s, co, x, w1, b1 if b1 is not None else w1, w2,
-                       b2 if b2 is not None else w2, y, k1, a1, c1, k2, a2, c2],
-                      dict(SQ_THREADS=THREADS, SQ_LANES=LANES, SQ_MAX_C=c, SQ_MAX_S=s,
-                           SQ_PART=max(LANES * c, 32 * s), HAS_B1=int(b1 is not None),
-                           HAS_B2=int(b2 is not None)))
+    args = [c, hw, s, co, x, w1, b1 if b1 is not None else w1, w2,
+            b2 if b2 is not None else w2, y, k1, a1, c1, k2, a2, c2]
+    defs = dict(SQ_MAX_C=c, SQ_MAX_S=s, HAS_B1=int(b1 is not None), HAS_B2=int(b2 is not None))
+    if cpu_kernel(dev):
+        parts = cpu_parts(dev, co)
+        return dev.launch(SRC, "se_squeeze_cpu", (n * parts,), (1,), args,
+                          dict(defs, SQ_CPU=1, SQ_PARTS=parts))
+    return dev.launch(SRC, "se_squeeze", (n * THREADS,), (THREADS,), args,
+                      dict(defs, SQ_THREADS=THREADS, SQ_LANES=LANES,
+                           SQ_PART=max(LANES * c, 32 * s)))

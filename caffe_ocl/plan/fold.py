@@ -322,8 +322,8 @@ def find_groups(net):
     the Concats whose inputs their convolutions write in place
     (concat.py), the other convolutions whose weight may be a permutation
     matrix (permute.py: a channel gather while it is), and an SE block's
-    pooling and two products as one launch (se_squeeze.py: GPUs, taking
-    in the groups of its products), and a channel gather with the Slices
+    pooling and two products as one launch (se_squeeze.py, taking in
+    the groups of its products), and a channel gather with the Slices
     right after it reading its top (permute.py: one launch writing their
     tops)."""
     chains = find_chains(net)

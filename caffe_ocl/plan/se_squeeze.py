@@ -1,4 +1,4 @@
-"""TEST-phase rewrite: an SE block's squeeze as one launch (GPUs, small
+"""TEST-phase rewrite: an SE block's squeeze as one launch (small
 batches).
 
 A squeeze-and-excitation block computes its gate from the block's input
@@ -12,9 +12,12 @@ Sigmoid, hard sigmoid, in whatever form the other rewrites fuse into the
 product: elide.py's pairs, swish.py's groups, fold.py's in-place chains).
 On a GPU at batch 1 a forward waits on the host's enqueues (5-15 us each
 on NVIDIA's OpenCL), so those three launches cost more than their work:
-EfficientNet-B0 has 16 such blocks, RegNet-Y 16, MobileNet v3 8-9. Here
+EfficientNet-B0 has 16 such blocks, RegNet-Y 16, MobileNet v3 8-9; on
+a CPU driver (PoCL) each launch costs ~10-15 us besides its work. Here
 one work-group per image pools, multiplies and applies both activations
-(kernels/se_squeeze.cl) and writes ``g``.
+(kernels/se_squeeze.cl) and writes ``g``; on CPU drivers a few work-items
+an image, each pooling the whole image and computing the hidden units,
+then its share of the gate (se_squeeze_cpu).
 
 What matches (``find``, after the other rewrites made their groups): a
 Pooling layer (AVE over whole planes, no padding; in no group) whose top
@@ -25,7 +28,7 @@ in and not writing into a Concat or a shortcut) whose output only the
 next step reads, a second such product; the layers consecutive; none of
 the blobs before ``g`` a net output. Only where the kernel applies at the
 shapes the plan is made for, asked for one image (``ops.se_squeeze.applies``:
-GPUs, at most 4 images, ...): CPU drivers keep their layers and groups.
+at most 4 images of at most 2^17 floats, ...).
 
 Every blob still reads Caffe's value: the blobs before ``g`` are computed
 when read, by running the steps (the layers and the other rewrites'

@@ -2,9 +2,10 @@
 kernels/se_squeeze.cl): global AVE pooling -> product + activation ->
 product + gate activation, in the three forms nets bring it (onnx2caffe's
 1x1 convolutions with SiLU / Sigmoid, MobileNet v3's ReLU / hard sigmoid,
-Caffe SENet's InnerProducts with in-place ReLU / Sigmoid). The rule is the
-GPU's (ops.se_squeeze.applies); here it is made to hold on whatever device
-runs the tests (the kernel runs on PoCL too). Every blob equals the net run
+Caffe SENet's InnerProducts with in-place ReLU / Sigmoid). The rule is
+made to hold on whatever device runs the tests, and each test runs with
+both kernels (the GPU's work-groups run on PoCL too; se_squeeze_cpu, the
+CPU drivers' own). Every blob equals the net run
 layer by layer; batches past the kernel's limit run the steps; ranges
 cutting the group and a backward after it."""
 import numpy as np
@@ -35,14 +36,20 @@ SENET = ('name: "senet" layer { name: "data" type: "Input" top: "data" '
          'scale_param { axis: 0 } }\n')
 
 
-@pytest.fixture(autouse=True)
-def rule_anywhere(monkeypatch):
-    """ops.se_squeeze.applies as on a GPU, whatever the device."""
+KERNEL_NAME = {"gpu": "se_squeeze", "cpu": "se_squeeze_cpu"}
+
+
+@pytest.fixture(autouse=True, params=["gpu", "cpu"])
+def kernel(request, monkeypatch):
+    """ops.se_squeeze.applies as on a GPU, whatever the device, and the
+    kernel of the param (GPU or CPU drivers')."""
     real = squeeze_ops.applies
 
     class _Gpu:
         is_cpu = False
     monkeypatch.setattr(squeeze_ops, "applies", lambda dev, *a: real(_Gpu, *a))
+    monkeypatch.setattr(squeeze_ops, "cpu_kernel", lambda dev: request.param == "cpu")
+    return request.param
 
 
 def _forward(nets, rng, n):
@@ -63,7 +70,7 @@ FORMS = {
 
 
 @pytest.mark.parametrize("form", list(FORMS))
-def test_squeeze_in_one_launch(rng, form):
+def test_squeeze_in_one_launch(rng, form, kernel):
     text, layers, gate = FORMS[form]
     fused, plain = _nets(text, rng)
     (sq,) = [c for c in fused.plan.groups if isinstance(c, se_squeeze.SESqueeze)]
@@ -72,7 +79,7 @@ def test_squeeze_in_one_launch(rng, form):
     assert not taken.intersection(sq.layers)          # its products' groups taken in
     for n in (2, 1, 5, 2):       # 5: past the kernel's images, the steps run
         _forward((fused, plain), rng, n)
-        assert [ln.name for ln in sq.fwd] == ["se_squeeze"]
+        assert [ln.name for ln in sq.fwd] == [KERNEL_NAME[kernel]]
         assert (fused.blobs["gap"].compute_on_read is not None) == (n <= 4)
         _assert_blobs_equal(fused, plain, [gate, fused.outputs[0]])
         _assert_blobs_equal(fused, plain)
@@ -95,7 +102,7 @@ def test_planned_at_a_big_batch(rng):
 
 
 def test_not_applied():
-    # a product's output also read elsewhere; a MAX pooling; not on CPUs by the rule
+    # a product's output also read elsewhere; a MAX pooling
     peek = SENET + ('layer { name: "peek" type: "Power" bottom: "gap" top: "peek" }\n')
     assert not any(isinstance(c, se_squeeze.SESqueeze)
                    for c in Net(parse_net_text(peek), TEST).plan.groups)
@@ -104,9 +111,14 @@ def test_not_applied():
                    for c in Net(parse_net_text(mx), TEST).plan.groups)
 
 
-def test_the_gpu_rule():
-    """GPUs, the setting, at most 4 images of at most 2^17 floats, channels
-    and squeeze units that fit local memory; never on CPU drivers."""
+def test_the_rule(kernel, monkeypatch):
+    """The setting, at most 4 images of at most 2^17 floats, channels and
+    squeeze units that fit local memory (the GPU kernel's partial sums, the
+    CPU's pooled vector and hidden units)."""
+    if kernel == "cpu":
+        pytest.skip("the rule once")
+    monkeypatch.undo()              # the real cpu_kernel
+
     class Dev:
         is_cpu = False
     assert RULE(Dev, 1, 1152, 49, 48, 1152)
@@ -116,8 +128,14 @@ def test_the_gpu_rule():
     assert not RULE(Dev, 1, 8192, 1, 8, 8192)              # channels
     with config.override(FUSE_SE_SQUEEZE=False):
         assert not RULE(Dev, 1, 1152, 49, 48, 1152)
+    assert not RULE(Dev, 1, 4096, 1, 1024, 4096)           # partial sums of 8 lanes
     Dev.is_cpu = True
-    assert not RULE(Dev, 1, 1152, 49, 48, 1152)
+    assert RULE(Dev, 1, 1152, 49, 48, 1152)
+    assert RULE(Dev, 1, 4096, 1, 1024, 4096)               # 5 K floats of local
+    assert not RULE(Dev, 1, 32, 112 * 112, 8, 32)
+    assert not RULE(Dev, 5, 32, 49, 8, 32)
+    with config.override(FUSE_SE_SQUEEZE=False):
+        assert not RULE(Dev, 1, 1152, 49, 48, 1152)
 
 
 def test_ranges_and_backward(rng):
