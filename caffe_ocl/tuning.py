@@ -274,7 +274,7 @@ def _variant_row(dev, variants, rule, launches, names, key, pass_, rounds, out, 
 
 def tune_cpu_forward(dev, g, names, rounds=5, out=print, clock=None, inference=True):
     """CPU drivers: time the kernels that can run ``g``'s im2col forward
-    (ops/conv.py cpu_forward_variants: direct, chanvec, GEMM) as
+    (ops/conv.py cpu_forward_variants: direct, chanvec, pointwise, GEMM) as
     ``tune_forward_variants`` times the GPU's; a row (pass_ "forward-cpu")
     with the fastest, the rules' kept within KEEP_RULE_WITHIN, or None where
     there is nothing to choose. ``inference``: built as an inference net's
@@ -291,6 +291,7 @@ def tune_cpu_forward(dev, g, names, rounds=5, out=print, clock=None, inference=T
     version = (lambda: 1) if inference else None
     with conv_ops.forced_forward_variant(None):
         rule = ("direct" if conv_ops.direct_forward(dev, g) else
+                "pointwise" if conv_ops.pointwise_rows(dev, g) else
                 "chanvec" if inference and conv_ops.chanvec_forward(dev, g) else "gemm")
     return _variant_row(dev, variants, rule,
                         lambda: conv_ops.forward(dev, g, bufs.x, bufs.w, bufs.y, bufs.col,

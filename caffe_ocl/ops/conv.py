@@ -1268,6 +1268,8 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
     ych = y_channels or g.out_channels
     if a == "im2col" and algo is None and direct_forward(dev, g):
         return [_direct_forward(dev, g, x, weight, y, bias, act, y_off, ych)]
+    if a == "im2col" and algo is None and not sliced and pointwise_rows(dev, g):
+        return [_pointwise_rows_forward(dev, g, x, weight, y, bias, act, residual)]
     if fully_connected(dev, g, algo):     # y[n, :] = W x[n, :] + bias
         return [small_m(dev, g.num, g.out_channels, g.channels, x, weight, y, ldc=ych,
                         off_c=y_off, bias=bias, bias_axis=1, act=act)]
@@ -1710,12 +1712,13 @@ def _direct_fits(dev, g):
 # CPU drivers: the kernels that can run an automatic im2col forward, for
 # `caffe_ocl tune` to time (pass "forward-cpu") where more than one can:
 # the direct kernel (first layers), conv_chanvec.cl (small planes; needs
-# the packed weights of an inference net) and the GEMM. Their rules above
+# the packed weights of an inference net), conv1x1_rows.cl (1x1 layers
+# read from the images) and the GEMM. Their rules above
 # were measured on AVX-512 CPUs (VW 16); on an AVX2 EPYC (VW 8) the same
 # MobileNet v2 layers ran 0.76-1.39x the other kernel's time
 # (BENCHMARKS.md, twenty-seventh session), which only timing on the
 # user's CPU can settle.
-CPU_FORWARD_VARIANTS = ("direct", "chanvec", "gemm")
+CPU_FORWARD_VARIANTS = ("direct", "chanvec", "pointwise", "gemm")
 
 
 def cpu_forward_variants(dev, g):
@@ -1726,8 +1729,8 @@ def cpu_forward_variants(dev, g):
     if not dev.is_cpu or deterministic() or algorithm(dev, g, pass_="forward") != "im2col" \
             or fully_connected(dev, g):
         return []
-    out = [v for v, fits in (("direct", _direct_fits), ("chanvec", _chanvec_fits))
-           if fits(dev, g)] + ["gemm"]
+    out = [v for v, fits in (("direct", _direct_fits), ("chanvec", _chanvec_fits),
+                             ("pointwise", _pointwise_fits)) if fits(dev, g)] + ["gemm"]
     return out if len(out) > 1 else []
 
 
@@ -1785,6 +1788,70 @@ def direct_rows(dev, g):
     return (DIRECT_ROWS and g.sw in DIRECT_ROWS_STRIDES and g.sw in (1, 2)
             and g.out_w >= 8 * DIRECT_ROWS_PV
             and _direct_rows_local(dev, g)[2] <= min(DIRECT_ROWS_MAX_LOCAL, dev.local_mem // 2))
+
+
+# CPU drivers: 1x1 convolutions (stride 1, no padding, one group) on planes
+# past the channel-vector kernel's read the images directly
+# (kernels/conv1x1_rows.cl) instead of a GEMM that packs every block of
+# pixels first, where their weights (read by every run of pixels, from L1
+# or L2) are at most POINTWISE_ROWS_MAX_WEIGHTS floats. 2-core EPYC Zen
+# 3, PoCL 3.1, conv1x1_rows / GEMM time (`ab_cpu_layer.py --setting
+# conv.POINTWISE_ROWS --values 0,1`, medians of 7 interleaved rounds),
+# batch 1: 112 x 112 32 -> 16 0.64-0.66, 16 -> 96 0.74; 56 x 56 144 -> 24
+# 0.73, 24 -> 72 0.65, 64 -> 256 0.76, 256 -> 64 0.95; 28 x 28 192 -> 32
+# 0.76, 64 -> 64 0.65, 58 -> 58 0.83, 32 -> 192 0.66, 40 -> 240 and 240
+# -> 40 0.77; batch 16 0.74-0.78 (56 x 56 64 <-> 256 0.95-1.01). Past
+# 16 K floats level: 384 -> 64 0.96, 128 -> 512 0.98, 96 -> 576 on 14 x
+# 14 1.03. (Chunks of 96 pixels had left 28 x 28 planes' 9 chunks to 8
+# work-items: 1.1-1.8x the GEMM's time there; now a plane's chunks match
+# the work-items.)
+POINTWISE_ROWS = True
+POINTWISE_ROWS_SRC = "conv1x1_rows.cl"
+POINTWISE_ROWS_MAX_WEIGHTS = 16384
+POINTWISE_ROWS_CB = 4
+POINTWISE_ROWS_PV = 3
+
+
+def pointwise_rows(dev, g):
+    """Whether ``forward`` of ``g`` (automatic algorithm, not into a slice)
+    runs conv1x1_rows: where it can (_pointwise_fits), a choice `caffe_ocl
+    tune` stored (CPU_FORWARD_VARIANTS "pointwise"), else the rule above
+    (not where the channel-vector kernel runs)."""
+    if not _pointwise_fits(dev, g):
+        return False
+    v = _cpu_variant(dev, g)
+    if v is not None:
+        return v == "pointwise"
+    return (g.out_channels * g.channels <= POINTWISE_ROWS_MAX_WEIGHTS
+            and not chanvec_forward(dev, g))
+
+
+def _pointwise_fits(dev, g):
+    """Whether conv1x1_rows can compute ``g``: CPU drivers, 1x1, stride 1,
+    no padding, one group, planes of at least one run of pixels, an im2col
+    forward that is not a fully-connected one; setting POINTWISE_ROWS."""
+    return (dev.is_cpu and POINTWISE_ROWS and g.kh == g.kw == 1 and g.sh == g.sw == 1
+            and g.ph == g.pw == 0 and g.dh == g.dw == 1 and g.groups == 1 and g.num > 0
+            and g.out_spatial >= 8 * POINTWISE_ROWS_PV and not fully_connected(dev, g)
+            and algorithm(dev, g, None, "forward") == "im2col")
+
+
+def _pointwise_rows_forward(dev, g, x, weight, y, bias, act, residual):
+    act_kind, act_a, act_b = act_defines(act)
+    hw = g.out_spatial
+    pix = 8 * POINTWISE_ROWS_PV
+    # as many chunks as the cores' work-items (cpu_chunks), whole runs each
+    per_image = max(1, cpu_chunks(dev, 1 << 30) // g.num)
+    chunk = max(pix, hw // per_image // pix * pix)
+    chunks = max(1, hw // chunk)
+    return dev.launch(POINTWISE_ROWS_SRC, "conv1x1_rows",
+                      (cpu_chunks(dev, g.num * chunks, min_chunk=1),), (1,),
+                      [g.num, hw, chunk, x, weight, bias if bias is not None else weight, y, 0,
+                       g.out_channels, residual if residual is not None else weight,
+                       act_a, act_b],
+                      dict(K=g.channels, M=g.out_channels, CB=POINTWISE_ROWS_CB,
+                           PV=POINTWISE_ROWS_PV, BIAS=int(bias is not None),
+                           RESIDUAL=int(residual is not None), ACT=act_kind))
 
 
 def _direct_forward(dev, g, x, weight, y, bias, act, y_off, ych):

@@ -449,24 +449,25 @@ def test_train_tf32_forwards_tuned_apart(store, settings):
 def test_cpu_forward_kernels_tuned(store, rng, caplog):
     """CPU drivers: where only im2col applies (a 1x1 layer), the kernels
     that can run it -- the chanvec kernel (an inference forward's, packed
-    weights) and the GEMM -- are timed as pass "forward-cpu" and the
-    fastest stored; a forward built afterwards runs it, with the same
-    values; a TRAIN forward (no packed weights) times no chanvec; a stored
-    kernel that cannot run the layer is ignored with a warning."""
+    weights), conv1x1_rows and the GEMM -- are timed as pass "forward-cpu"
+    and the fastest stored; a forward built afterwards runs it, with the
+    same values; a TRAIN forward (no packed weights) times no chanvec; a
+    stored kernel that cannot run the layer is ignored with a warning."""
     dev = store
     if not dev.is_cpu:
         pytest.skip("CPU kernels")
     g = conv_ops.ConvGeometry(1, 24, 7, 7, 20, 1, 1)
-    assert conv_ops.cpu_forward_variants(dev, g) == ["chanvec", "gemm"]
+    assert conv_ops.cpu_forward_variants(dev, g) == ["chanvec", "pointwise", "gemm"]
     assert conv_ops.chanvec_forward(dev, g)                     # the rules: 49 pixels
-    clock, calls = _fake_clock({"chanvec": 1.0, "gemm": 0.5})
+    assert not conv_ops.pointwise_rows(dev, g)
+    clock, calls = _fake_clock({"chanvec": 1.0, "pointwise": 0.8, "gemm": 0.5})
     lines = []
     rows, path = tuning.tune_passes(dev, [("c", g, "forward")], rounds=2, out=lines.append,
                                     clock=clock)
     assert lines[0] == "c forward: only im2col applies"
     assert [(r["pass_"], r["rule"], r["choice"]) for r in rows] == [
         ("forward-cpu", "chanvec", "gemm")]
-    assert [a for a, _ in calls[-4:]] == ["chanvec", "gemm"] * 2
+    assert [a for a, _ in calls[-6:]] == ["chanvec", "pointwise", "gemm"] * 2
     assert tuned.lookup(dev, tuned.conv_key(g, "forward-cpu", False)) == "gemm"
     assert not conv_ops.chanvec_forward(dev, g)
 
@@ -483,6 +484,7 @@ def test_cpu_forward_kernels_tuned(store, rng, caplog):
                                          weight_version=lambda: 1)
     assert "conv_chanvec" in [ln.name for ln in rule_launches]
     assert "conv_chanvec" not in [ln.name for ln in tuned_launches]
+    assert "conv1x1_rows" not in [ln.name for ln in tuned_launches]
     for ln in rule_launches + tuned_launches:
         ln.run(dev.queue)
     a, b = np.empty(20 * 49, np.float32), np.empty(20 * 49, np.float32)
@@ -495,7 +497,18 @@ def test_cpu_forward_kernels_tuned(store, rng, caplog):
     calls.clear()
     rows, _ = tuning.tune_passes(dev, [("c", g, "forward")], rounds=1, store=False,
                                  out=lambda s: None, clock=clock, training=True)
-    assert rows == [] and calls == []         # TRAIN: the GEMM alone, nothing to time
+    assert {a for a, _ in calls} == {"pointwise", "gemm"}      # TRAIN: no chanvec
+    assert [(r["rule"], r["choice"]) for r in rows] == [("gemm", "gemm")]
+
+    # a stored conv1x1_rows runs it
+    tuned.save(dev, {tuned.conv_key(g, "forward-cpu", False): {"choice": "pointwise"}})
+    assert conv_ops.pointwise_rows(dev, g) and not conv_ops.chanvec_forward(dev, g)
+    launches = conv_ops.forward(dev, g, bufs[0], bufs[1], bufs[2], col, weight_version=lambda: 1)
+    assert [ln.name for ln in launches] == ["conv1x1_rows"]
+    for ln in launches:
+        ln.run(dev.queue)
+    cl.enqueue_copy(dev.queue, a, bufs[2])
+    np.testing.assert_allclose(a, ref, rtol=1e-4, atol=1e-4)
 
     # 24 input channels: the direct kernel (at most 4) cannot run it
     tuned.save(dev, {tuned.conv_key(g, "forward-cpu", False): {"choice": "direct"}})
