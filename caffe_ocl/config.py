@@ -242,8 +242,8 @@ _DECLARED = (
             "device split K over work-groups (off: one pass)", internal=True),
     Setting("CPU_DIRECT_CONV", "bool", True,
             "CPU drivers: convolution forwards of at most 4 input channels (a net's first "
-            "layer; 17-32 output channels only up to 4 images, more never) run a direct kernel "
-            "instead of the GEMM (off: the GEMM)", internal=True),
+            "layer; 17-32 output channels only up to 4 images, at stride 2 up to 64 at any "
+            "batch) run a direct kernel instead of the GEMM (off: the GEMM)", internal=True),
     Setting("GROUPED_DIRECT", "bool", True,
             "GPUs: forwards of grouped convolutions with at most 16 channels per group "
             "(ResNeXt, RegNet) run a direct kernel instead of the implicit GEMM (off: the "

@@ -1684,8 +1684,9 @@ def direct_forward(dev, g):
     kernel: CPU drivers, one group, at most DIRECT_MAX_CHANNELS input
     channels and DIRECT_MAX_TAPS kernel taps, output rows of at least 8
     pixels, and at most DIRECT_MAX_OUT_CHANNELS output channels, or
-    DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS for at most DIRECT_MAX_IMAGES images
-    or at any batch where conv_direct_rows runs it (in deterministic mode
+    DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS for at most DIRECT_MAX_IMAGES images,
+    or DIRECT_ROWS_MAX_OUT_CHANNELS at any batch where conv_direct_rows runs
+    it (in deterministic mode
     the rule sees one image: the same kernel at every batch); setting
     CPU_DIRECT_CONV off: never."""
     if not _direct_fits(dev, g):
@@ -1694,9 +1695,9 @@ def direct_forward(dev, g):
     if v is not None:
         return v == "direct"
     num = 1 if deterministic() else g.num
-    few = num <= DIRECT_MAX_IMAGES or direct_rows(dev, g)
     return (g.out_channels <= DIRECT_MAX_OUT_CHANNELS
-            or (few and g.out_channels <= DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS))
+            or (num <= DIRECT_MAX_IMAGES and g.out_channels <= DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS)
+            or (direct_rows(dev, g) and g.out_channels <= DIRECT_ROWS_MAX_OUT_CHANNELS))
 
 
 def _direct_fits(dev, g):
@@ -1758,10 +1759,13 @@ def _cpu_variant(dev, g):
 # rows / fwd time (`ab_cpu_layer.py --setting conv.DIRECT_ROWS --values
 # 0,1`, medians of 9 interleaved rounds): 3 -> 32, 3 -> 24, 3 -> 16 3 x 3
 # stride 2 from 224 x 224 0.67-0.68. At stride 1 (one load a tap in both)
-# 1.04-1.19: not taken. At batch 16 against the GEMM, 3 -> 32 and 3 -> 24
-# stride 2 0.49-0.51, so those take it at any batch (direct_forward).
+# 1.04-1.19: not taken. Against the GEMM, 3 -> 32 and 3 -> 24 stride 2
+# 0.49-0.51 at batch 16; 3 -> 64 and 3 -> 48 (SqueezeNet's first layer)
+# 0.64-0.71 at batch 1, 0.89 at batch 16: up to
+# DIRECT_ROWS_MAX_OUT_CHANNELS outputs at any batch (direct_forward).
 DIRECT_ROWS = True
 DIRECT_ROWS_STRIDES = (2,)
+DIRECT_ROWS_MAX_OUT_CHANNELS = 64
 DIRECT_ROWS_MAX_LOCAL = 128 * 1024
 # tiles of DIRECT_ROWS_CB output channels x DIRECT_ROWS_PV vectors of 8
 # pixels (the kernel's DR_CB, DR_PV); rows shorter than a tile run

@@ -134,9 +134,9 @@ def test_direct_forward_into_concat_slice(d, rng, monkeypatch):
 def test_direct_forward_rule(d, monkeypatch):
     """CPU drivers, automatic algorithm, one group, at most 4 input
     channels and 9 taps, rows of at least 8 pixels, at most 16 output
-    channels, or 32 for at most 4 images (one in deterministic mode) or at
-    any batch on conv_direct_rows (stride 2, rows of at least 24 pixels);
-    off by the setting."""
+    channels, or 32 for at most 4 images (one in deterministic mode), or 64
+    at any batch on conv_direct_rows (stride 2, rows of at least 24
+    pixels); off by the setting."""
     G = conv_ops.ConvGeometry
     monkeypatch.setattr(d.dev, "is_cpu", True)
     first = G(1, 3, 224, 224, 32, 3, 3, 1, 1, 2, 2)
@@ -146,17 +146,18 @@ def test_direct_forward_rule(d, monkeypatch):
     assert not conv_ops.direct_forward(d.dev, batch)
     with config.override(DETERMINISTIC=True):
         assert conv_ops.direct_forward(d.dev, batch)
-    # stride 2 along rows: conv_direct_rows, up to 32 output channels at any batch
+    # stride 2 along rows: conv_direct_rows, up to 64 output channels at any batch
     assert conv_ops.direct_rows(d.dev, first)
-    assert conv_ops.direct_forward(d.dev, G(16, 3, 224, 224, 32, 3, 3, 1, 1, 2, 2))
-    assert not conv_ops.direct_forward(d.dev, G(16, 3, 224, 224, 48, 3, 3, 1, 1, 2, 2))
+    assert conv_ops.direct_forward(d.dev, G(16, 3, 224, 224, 64, 3, 3, 1, 1, 2, 2))
+    assert not conv_ops.direct_forward(d.dev, G(16, 3, 224, 224, 65, 3, 3, 1, 1, 2, 2))
+    assert not conv_ops.direct_forward(d.dev, G(1, 3, 224, 224, 48, 3, 3, 1, 1, 1, 1))
     assert not conv_ops.direct_rows(d.dev, batch)                      # stride 1
     assert not conv_ops.direct_rows(d.dev, G(1, 3, 40, 40, 32, 3, 3, 1, 1, 2, 2))  # rows of 20
     monkeypatch.setattr(conv_ops, "DIRECT_ROWS", False)
     assert not conv_ops.direct_rows(d.dev, first)
     monkeypatch.setattr(conv_ops, "DIRECT_ROWS", True)
     assert not conv_ops.direct_forward(d.dev, G(1, 3, 224, 224, 64, 7, 7, 3, 3, 2, 2))
-    assert not conv_ops.direct_forward(d.dev, G(1, 3, 224, 224, 64, 3, 3, 0, 0, 2, 2))
+    assert conv_ops.direct_forward(d.dev, G(1, 3, 224, 224, 64, 3, 3, 0, 0, 2, 2))  # SqueezeNet
     assert not conv_ops.direct_forward(d.dev, G(1, 8, 56, 56, 32, 3, 3, 1, 1))
     assert not conv_ops.direct_forward(d.dev, G(1, 4, 56, 56, 8, 3, 3, 1, 1, 1, 1, 1, 1, 2))
     assert not conv_ops.direct_forward(d.dev, G(1, 3, 7, 7, 32, 3, 3, 1, 1))
