@@ -16,7 +16,12 @@
  * plane's end (recomputing a few pixels of the run before: the same
  * values, written by the same work-item).
  *
- * Macros: K, M (channels in / out), CB, PV, BIAS, RESIDUAL, ACT (act.h).
+ * GATE (an SE block's channel scale before its projection, plan/se.py):
+ * x's channels scaled by G[img * gstride + k] -- the weights times the
+ * gate, copied into __local memory once per image a work-item runs (once
+ * for all where gstride is 0), read there instead of Wt.
+ *
+ * Macros: K, M (channels in / out), CB, PV, BIAS, RESIDUAL, GATE, ACT (act.h).
  * Work-items (work-groups of one) over (image, chunk of CHUNK pixels,
  * the last one longer), CHUNK a multiple of PIX. y images lie ych * HW floats apart from offY. */
 #include "common.h"
@@ -28,7 +33,15 @@
 #ifndef RESIDUAL
 #define RESIDUAL 0
 #endif
+#ifndef GATE
+#define GATE 0
+#endif
 #define PIX (8 * PV)
+#if GATE
+#define W_SPACE __local
+#else
+#define W_SPACE __global
+#endif
 #define MBLOCKS ((M + CB - 1) / CB)
 
 /* acc[o][v] += w[o][k] * x[k][run's vector v] (w, xp, acc in scope) */
@@ -48,7 +61,11 @@
 __kernel void conv1x1_rows(int NIMG, int HW, int CHUNK, __global const float* X,
                            __global const float* Wt, __global const float* bias,
                            __global float* Y, int offY, int ych, __global const float* R,
-                           float act_a, float act_b) {
+                           float act_a, float act_b, __global const float* G, int gstride) {
+#if GATE
+    __local float wg[M * K];
+    int wg_img = -1;
+#endif
     /* the last chunk of a plane takes its remainder too (no chunk is
      * shorter than a run: the last run moves back inside its own chunk) */
     const int chunks = max(1, HW / CHUNK);
@@ -56,14 +73,25 @@ __kernel void conv1x1_rows(int NIMG, int HW, int CHUNK, __global const float* X,
         const int img = item / chunks, ch = item - img * chunks;
         const int p_end = ch == chunks - 1 ? HW : (ch + 1) * CHUNK;
         __global const float* x = X + (size_t)img * K * HW;
+#if GATE
+        if (wg_img < 0 || (gstride && img != wg_img)) {
+            __global const float* gi = G + (size_t)img * gstride;
+            for (int m = 0; m < M; ++m)
+                for (int k = 0; k < K; ++k) wg[m * K + k] = Wt[m * K + k] * gi[k];
+            wg_img = img;
+        }
+#define W_BASE wg
+#else
+#define W_BASE Wt
+#endif
         for (int p0 = ch * CHUNK; p0 < p_end; p0 += PIX) {
             const int p = min(p0, HW - PIX);
             __global const float* xp = x + p;
             for (int mb = 0; mb < MBLOCKS; ++mb) {
                 /* rows past M repeat row M - 1 (never stored) */
-                __global const float* w[CB];
+                W_SPACE const float* w[CB];
 #pragma unroll
-                for (int o = 0; o < CB; ++o) w[o] = Wt + (size_t)min(mb * CB + o, M - 1) * K;
+                for (int o = 0; o < CB; ++o) w[o] = W_BASE + (size_t)min(mb * CB + o, M - 1) * K;
                 float8 acc[CB][PV];
 #pragma unroll
                 for (int o = 0; o < CB; ++o)

@@ -1170,8 +1170,17 @@ def takes_gate(dev, g, algo=None):
     if not config.get("SE_GATED_1X1"):
         return False
     if dev.is_cpu:
-        return chanvec_takes_gate(dev, g, algo)
+        return chanvec_takes_gate(dev, g, algo) or pointwise_takes_gate(dev, g, algo)
     return algorithm(dev, g, algo, "forward") == "igemm" and runs_1x1_few(dev, g, algo)
+
+
+def pointwise_takes_gate(dev, g, algo=None):
+    """Whether the CPU forward of ``g`` runs conv1x1_rows (the automatic
+    algorithm, pointwise_rows) with the gate: its weights times the gate
+    in at most a quarter of the local memory."""
+    local = int(getattr(dev, "local_mem", 0) or 0)
+    return (algo is None and POINTWISE_ROWS_GATE and pointwise_rows(dev, g)
+            and 4 * g.out_channels * g.channels <= local // 4)
 
 
 # CPU drivers: 1x1 projections on the channel-vector kernels take an SE
@@ -1236,6 +1245,11 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
     if gate is not None:
         if not takes_gate(dev, g, algo):
             raise ValueError(f"convolution {g}: algorithm {a!r} cannot scale its input by a gate")
+        if pointwise_takes_gate(dev, g, algo):
+            if sliced:
+                raise ValueError(f"convolution {g}: a gated 1x1 kernel cannot write a slice")
+            return [_pointwise_rows_forward(dev, g, x, weight, y, bias, act, residual,
+                                            gate, gate_stride)]
         if chanvec_takes_gate(dev, g, algo):
             if weight_version is None:
                 raise ValueError(f"convolution {g}: a gated CPU forward needs a weight_version")
@@ -1812,6 +1826,9 @@ def direct_rows(dev, g):
 POINTWISE_ROWS = True
 POINTWISE_ROWS_SRC = "conv1x1_rows.cl"
 POINTWISE_ROWS_MAX_WEIGHTS = 16384
+# ... and an SE block's gate before such a projection scales its weights
+# (GATE in the kernel) instead of a Scale's pass over the block's input
+POINTWISE_ROWS_GATE = True
 POINTWISE_ROWS_CB = 4
 POINTWISE_ROWS_PV = 3
 
@@ -1840,7 +1857,8 @@ def _pointwise_fits(dev, g):
             and algorithm(dev, g, None, "forward") == "im2col")
 
 
-def _pointwise_rows_forward(dev, g, x, weight, y, bias, act, residual):
+def _pointwise_rows_forward(dev, g, x, weight, y, bias, act, residual, gate=None,
+                            gate_stride=0):
     act_kind, act_a, act_b = act_defines(act)
     hw = g.out_spatial
     pix = 8 * POINTWISE_ROWS_PV
@@ -1852,10 +1870,11 @@ def _pointwise_rows_forward(dev, g, x, weight, y, bias, act, residual):
                       (cpu_chunks(dev, g.num * chunks, min_chunk=1),), (1,),
                       [g.num, hw, chunk, x, weight, bias if bias is not None else weight, y, 0,
                        g.out_channels, residual if residual is not None else weight,
-                       act_a, act_b],
+                       act_a, act_b, gate if gate is not None else weight, gate_stride],
                       dict(K=g.channels, M=g.out_channels, CB=POINTWISE_ROWS_CB,
                            PV=POINTWISE_ROWS_PV, BIAS=int(bias is not None),
-                           RESIDUAL=int(residual is not None), ACT=act_kind))
+                           RESIDUAL=int(residual is not None), GATE=int(gate is not None),
+                           ACT=act_kind))
 
 
 def _direct_forward(dev, g, x, weight, y, bias, act, y_off, ych):

@@ -83,3 +83,35 @@ def test_pointwise_rows_rule(d, monkeypatch):
     monkeypatch.setattr(conv_ops, "POINTWISE_ROWS", True)
     monkeypatch.setattr(d.dev, "is_cpu", False)
     assert not rule(1, 32, 112, 112, 16, 1, 1)
+
+
+@pytest.mark.parametrize("per_image", [False, True], ids=["one-gate", "gate-per-image"])
+def test_pointwise_rows_gated(d, rng, monkeypatch, per_image):
+    """An SE gate on the input channels (x[n, k] * gate[n * stride + k]):
+    the weights scaled in local memory once per image a work-item runs
+    (12 images of 50 pixels: work-items running two images each), with a
+    residual."""
+    n, c, h, w_, co = 12, 6, 5, 10, 7
+    g = G(n, c, h, w_, co, 1, 1)
+    monkeypatch.setattr(conv_ops, "CHANVEC_SMALL_PIXELS", 0)
+    monkeypatch.setattr(conv_ops, "CHANVEC_MAX_PIXELS", 0)
+    assert conv_ops.pointwise_takes_gate(d.dev, g)
+    with config.override(SE_GATED_1X1=True):
+        assert conv_ops.takes_gate(d.dev, g)
+    x = rng.standard_normal((n, c, h, w_))
+    wt = rng.standard_normal((co, c))
+    b = rng.standard_normal(co)
+    r = rng.standard_normal((n, co, h, w_))
+    gate = rng.uniform(0, 1, (n, c) if per_image else (c,))
+    xs = x * gate.reshape(-1, c, 1, 1)
+    y = d.buf(np.full((n, co, h, w_), np.nan))
+    col = d.buf(np.zeros(max(conv_ops.workspace_floats(d.dev, g), 1)))
+    launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(wt), y, col, bias=d.buf(b),
+                                act=("relu", 0.0), residual=d.buf(r), gate=d.buf(gate),
+                                gate_stride=c if per_image else 0)
+    assert [ln.name for ln in launches] == ["conv1x1_rows"]
+    d.run(launches)
+    want = np.maximum(_ref(xs, wt, b, r), 0)
+    assert rel_err(d.get(y, (n, co, h * w_)), want) < 1e-5
+    monkeypatch.setattr(conv_ops, "POINTWISE_ROWS_GATE", False)
+    assert not conv_ops.pointwise_takes_gate(d.dev, g)
