@@ -117,7 +117,7 @@ _DECLARED = (
             "them: one launch for the two layers (with CAFFE_OCL_FOLD); on CPU drivers the "
             "same where a channel-vector kernel runs the convolution (1x1 layers on planes "
             "of up to 196 pixels) or the 1x1 kernel reading the images (larger planes, at "
-            "most 16 K weights)"),
+            "most 10 K weights)"),
     Setting("FUSE_SE_SQUEEZE", "bool", True,
             "at TEST (at most 4 images), an SE block's global pooling and its two "
             "products with their activations run as one launch (plan/se_squeeze.py; with "

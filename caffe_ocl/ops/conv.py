@@ -1822,15 +1822,21 @@ def direct_rows(dev, g):
 # 16 K floats level: 384 -> 64 0.96, 128 -> 512 0.98, 96 -> 576 on 14 x
 # 14 1.03. (Chunks of 96 pixels had left 28 x 28 planes' 9 chunks to 8
 # work-items: 1.1-1.8x the GEMM's time there; now a plane's chunks match
-# the work-items.)
+# the work-items.) In whole nets, though, ResNet-50 with its 64 <-> 256
+# layers on this kernel (16 K floats; alone 0.83-0.91, with the residual
+# 0.90) read 0.965 and 0.967 (paired, 13-15 rounds; in its kernel profile
+# the 64 -> 256 block ends slower than the GEMM's), DenseNet-121 with
+# its 96 and 128 -> 128 ones 0.94-1.02: so at most 10 K floats (the
+# mobile nets' layers, EfficientNet's 240 <-> 40).
 POINTWISE_ROWS = True
 POINTWISE_ROWS_SRC = "conv1x1_rows.cl"
-POINTWISE_ROWS_MAX_WEIGHTS = 16384
+POINTWISE_ROWS_MAX_WEIGHTS = 10240
 # ... and an SE block's gate before such a projection scales its weights
 # (GATE in the kernel) instead of a Scale's pass over the block's input
 POINTWISE_ROWS_GATE = True
 POINTWISE_ROWS_CB = 4
 POINTWISE_ROWS_PV = 3
+POINTWISE_ROWS_SUB = 4          # tiles a block of output channels goes over at a time
 
 
 def pointwise_rows(dev, g):
@@ -1872,7 +1878,7 @@ def _pointwise_rows_forward(dev, g, x, weight, y, bias, act, residual, gate=None
                        g.out_channels, residual if residual is not None else weight,
                        act_a, act_b, gate if gate is not None else weight, gate_stride],
                       dict(K=g.channels, M=g.out_channels, CB=POINTWISE_ROWS_CB,
-                           PV=POINTWISE_ROWS_PV, BIAS=int(bias is not None),
+                           PV=POINTWISE_ROWS_PV, SUB=POINTWISE_ROWS_SUB, BIAS=int(bias is not None),
                            RESIDUAL=int(residual is not None), GATE=int(gate is not None),
                            ACT=act_kind))
 
