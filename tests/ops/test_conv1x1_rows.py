@@ -2,7 +2,8 @@
 (kernels/conv1x1_rows.cl, ops/conv.py pointwise_rows) against a float64
 reference: output channels not a multiple of the 4-channel blocks, planes
 not a multiple of the 24-pixel runs (the last run moved back), planes past
-one chunk of pixels (several work-items an image), exactly one run,
+one chunk of pixels (several work-items an image), chunks of many runs
+(each block of channels going over 4 at a time), exactly one run,
 several images, bias or none, each activation kind, a residual added
 before the activation; and the rule."""
 import numpy as np
@@ -18,6 +19,8 @@ GEOMS = [  # (n, c, h, w, co): 1x1, stride 1, no padding
     (2, 8, 7, 11, 4),        # 77 pixels: the last run moved back, 2 images
     (1, 5, 15, 15, 6),       # 225 pixels: 3 chunks of 96, the last one short
     (3, 3, 4, 6, 9),         # 24 pixels: one run, 3 images
+    (1, 5, 30, 30, 5),       # 900 pixels: chunks of 4 runs, the last of 9.5
+    (1, 6, 60, 61, 6),       # 3660 pixels: chunks of 18 runs, blocks over 4 at a time
 ]
 
 
