@@ -1700,9 +1700,8 @@ def direct_forward(dev, g):
     pixels, and at most DIRECT_MAX_OUT_CHANNELS output channels, or
     DIRECT_MAX_FEW_IMAGES_OUT_CHANNELS for at most DIRECT_MAX_IMAGES images,
     or DIRECT_ROWS_MAX_OUT_CHANNELS at any batch where conv_direct_rows runs
-    it (in deterministic mode
-    the rule sees one image: the same kernel at every batch); setting
-    CPU_DIRECT_CONV off: never."""
+    it (in deterministic mode the rule sees one image: the same kernel at
+    every batch); setting CPU_DIRECT_CONV off: never."""
     if not _direct_fits(dev, g):
         return False
     v = _cpu_variant(dev, g)
