@@ -40,10 +40,13 @@
 #ifndef SUB
 #define SUB 4
 #endif
+/* where the weights are read: their gated copy (GATE) or Wt */
 #if GATE
 #define W_SPACE __local
+#define W_BASE wg
 #else
 #define W_SPACE __global
+#define W_BASE Wt
 #endif
 #define MBLOCKS ((M + CB - 1) / CB)
 
@@ -83,9 +86,6 @@ __kernel void conv1x1_rows(int NIMG, int HW, int CHUNK, __global const float* X,
                 for (int k = 0; k < K; ++k) wg[m * K + k] = Wt[m * K + k] * gi[k];
             wg_img = img;
         }
-#define W_BASE wg
-#else
-#define W_BASE Wt
 #endif
         /* runs of SUB tiles: each block of channels goes over the run's
          * tiles (its rows of y written SUB * PIX pixels at a time; one tile
@@ -96,45 +96,43 @@ __kernel void conv1x1_rows(int NIMG, int HW, int CHUNK, __global const float* X,
         for (int p0 = s0; p0 < min(p_end, s0 + SUB * PIX); p0 += PIX) {
             const int p = min(p0, HW - PIX);
             __global const float* xp = x + p;
-            {
-                /* rows past M repeat row M - 1 (never stored) */
-                W_SPACE const float* w[CB];
+            /* rows past M repeat row M - 1 (never stored) */
+            W_SPACE const float* w[CB];
 #pragma unroll
-                for (int o = 0; o < CB; ++o) w[o] = W_BASE + (size_t)min(mb * CB + o, M - 1) * K;
-                float8 acc[CB][PV];
+            for (int o = 0; o < CB; ++o) w[o] = W_BASE + (size_t)min(mb * CB + o, M - 1) * K;
+            float8 acc[CB][PV];
 #pragma unroll
-                for (int o = 0; o < CB; ++o)
+            for (int o = 0; o < CB; ++o)
 #pragma unroll
-                    for (int v = 0; v < PV; ++v) acc[o][v] = (float8)0.0f;
-                /* K in steps of 4, then the rest: `#pragma unroll 4` over K
-                 * = 58 or 62 (ShuffleNet v2) ran 1.7x slower than K = 56 or
-                 * 60 on PoCL */
-                int k = 0;
-                for (; k + 4 <= K; k += 4) {
+                for (int v = 0; v < PV; ++v) acc[o][v] = (float8)0.0f;
+            /* K in steps of 4, then the rest: `#pragma unroll 4` over K
+             * = 58 or 62 (ShuffleNet v2) ran 1.7x slower than K = 56 or
+             * 60 on PoCL */
+            int k = 0;
+            for (; k + 4 <= K; k += 4) {
 #pragma unroll
-                    for (int kk = 0; kk < 4; ++kk) R1_STEP(k + kk);
-                }
+                for (int kk = 0; kk < 4; ++kk) R1_STEP(k + kk);
+            }
 #pragma unroll
-                for (; k < K; ++k) R1_STEP(k);
+            for (; k < K; ++k) R1_STEP(k);
 #pragma unroll
-                for (int o = 0; o < CB; ++o) {
-                    const int m = mb * CB + o;
-                    if (m >= M) break;
-                    __global float* yo = Y + offY + ((size_t)img * ych + m) * HW + p;
+            for (int o = 0; o < CB; ++o) {
+                const int m = mb * CB + o;
+                if (m >= M) break;
+                __global float* yo = Y + offY + ((size_t)img * ych + m) * HW + p;
 #if RESIDUAL
-                    __global const float* ro = R + ((size_t)img * M + m) * HW + p;
+                __global const float* ro = R + ((size_t)img * M + m) * HW + p;
 #endif
 #pragma unroll
-                    for (int v = 0; v < PV; ++v) {
-                        float8 r = acc[o][v];
+                for (int v = 0; v < PV; ++v) {
+                    float8 r = acc[o][v];
 #if BIAS
-                        r += (float8)bias[m];
+                    r += (float8)bias[m];
 #endif
 #if RESIDUAL
-                        r += vload8(v, ro);
+                    r += vload8(v, ro);
 #endif
-                        vstore8(APPLY_ACT8(r), v, yo);
-                    }
+                    vstore8(APPLY_ACT8(r), v, yo);
                 }
             }
         }

@@ -14,11 +14,16 @@ CPU_MIN_CHUNK = 4096
 CPU_CHUNKS_PER_CU = 4
 
 
+def cpu_work_items(dev):
+    """The most work-items (work-groups of one) cpu_chunks makes on a CPU
+    driver: CPU_CHUNKS_PER_CU a compute unit."""
+    return max(int(dev.compute_units), 1) * CPU_CHUNKS_PER_CU
+
+
 def cpu_chunks(dev, n, min_chunk=CPU_MIN_CHUNK):
     """How many work-items (work-groups of one) to split ``n`` units of
     contiguous work into on a CPU driver."""
-    cap = max(dev.compute_units, 1) * CPU_CHUNKS_PER_CU
-    return int(max(1, min(cap, -(-max(int(n), 1) // max(int(min_chunk), 1)))))
+    return int(max(1, min(cpu_work_items(dev), -(-max(int(n), 1) // max(int(min_chunk), 1)))))
 
 
 # GPU element-wise passes over float4s run one float4 per work-item (no

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 
 from .. import config
 from ..device import Launch
-from . import cpu_chunks, tuned, work_size
+from . import cpu_chunks, cpu_work_items, tuned, work_size
 from . import conv1x1_few
 from . import depthwise as dw_ops
 from . import grouped as grouped_ops
@@ -1867,8 +1867,8 @@ def _pointwise_rows_forward(dev, g, x, weight, y, bias, act, residual, gate=None
     act_kind, act_a, act_b = act_defines(act)
     hw = g.out_spatial
     pix = 8 * POINTWISE_ROWS_PV
-    # as many chunks as the cores' work-items (cpu_chunks), whole runs each
-    per_image = max(1, cpu_chunks(dev, 1 << 30) // g.num)
+    # as many chunks as the cores' work-items, whole runs each
+    per_image = max(1, cpu_work_items(dev) // g.num)
     chunk = max(pix, hw // per_image // pix * pix)
     chunks = max(1, hw // chunk)
     return dev.launch(POINTWISE_ROWS_SRC, "conv1x1_rows",
