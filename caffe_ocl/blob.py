@@ -87,7 +87,8 @@ def refresh_kept():
 
 class SyncedMemory:
     """float32 storage of ``capacity`` elements on host and device."""
-    __slots__ = ("capacity", "_host", "_buf", "head", "_device", "version", "__weakref__")
+    __slots__ = ("capacity", "_host", "_buf", "head", "_device", "version", "shared",
+                 "__weakref__")
 
     def __init__(self, capacity, device=None):
         self.capacity = max(int(capacity), 1)
@@ -96,6 +97,11 @@ class SyncedMemory:
         self.head = UNINITIALIZED
         self._device = device
         self.version = 0
+        # the owner of a device buffer this memory shares with others from
+        # its start (plan/concat_chain.py: growing Concats at batch 1, each
+        # top the first floats of the next), or None; anything but that
+        # owner's own launches writing here first asks it to ``dissolve()``
+        self.shared = None
 
     @property
     def device(self):
@@ -145,6 +151,8 @@ class SyncedMemory:
         if RECORDER.ops is not None:
             RECORDER.note("R", self)
         if self.head == AT_HOST:
+            if self.shared is not None:     # the upload would overwrite the others' floats
+                self.shared.dissolve(keep=self)
             self.device.upload(self._device_buf(), self._host, blob_sync=True)
             self.head = SYNCED
         elif self.head == UNINITIALIZED:
@@ -160,9 +168,32 @@ class SyncedMemory:
             import pyopencl as cl
             cl.enqueue_copy(self.device.queue, buf, self._buf, byte_count=4 * self.capacity)
         self._buf = buf
+        self.shared = None
         LAYOUT.epoch += 1
 
+    def share_buffer(self, buf, owner):
+        """Keep the device copy in the first ``capacity`` floats of ``buf``,
+        a buffer others use too, under ``owner`` (see ``shared``). Only
+        while this memory holds nothing yet (launch plans bound to a buffer
+        it had are their owners' to rebuild)."""
+        assert self.head == UNINITIALIZED
+        self._buf = buf
+        self.shared = owner
+        LAYOUT.epoch += 1
+
+    def unshare(self):
+        """Leave the shared buffer: an own one, holding the current device
+        contents (launch plans bound to the old one are their owners' to
+        rebuild)."""
+        if self.shared is None:
+            return
+        self.shared = None
+        if self._buf is not None:
+            self.adopt_buffer(self.device.alloc(self.capacity * 4))
+
     def zero_device(self):
+        if self.shared is not None:
+            self.shared.dissolve(keep=self)
         if RECORDER.ops is not None:
             RECORDER.note("W", self)
         buf = self._device_buf()

@@ -104,6 +104,10 @@ _DECLARED = (
             "a Concat whose first inputs are an earlier Concat's inputs copies that Concat's "
             "top as one block, consecutive Slices of one blob copy in one launch (at TEST "
             "with CAFFE_OCL_FOLD, at TRAIN with CAFFE_OCL_FUSE_TRAIN)"),
+    Setting("CONCAT_SHARE", "bool", True,
+            "at TEST, growing Concats (DenseNet's; one image, or along images) keep their tops "
+            "in one buffer, each top the start of the next, and copy only their new inputs "
+            "(with CAFFE_OCL_CONCAT_IN_PLACE)"),
     Setting("AFFINE_NEW_TOPS", "bool", True,
             "at TEST, BatchNorm -> Scale -> ReLU chains writing new tops (ONNX's form) run "
             "as one pass (with CAFFE_OCL_FOLD)"),

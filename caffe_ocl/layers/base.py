@@ -194,6 +194,13 @@ class Layer:
         plan gave a blob another diff): rebuild them at the next backward."""
         self._bwd_key = None
 
+    def rebuild_at_next_reshape(self):
+        """A blob's buffer changed, not its shape (plan/concat_chain.py):
+        the next ``reshape_if_needed`` (the net's walk reaches this layer
+        with its bottoms' shapes settled) builds the launch plans again."""
+        self._shapes = None
+        self._checked = None
+
     def rebind(self, bottom, top):
         """Rebuild the launch plans after a parameter blob changed storage
         (shared weights): same shapes, new buffers to bind."""

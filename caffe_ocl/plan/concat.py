@@ -55,31 +55,33 @@ ops.shape.multi_copy); consecutive Slices of one blob (Silence layers
 between them: onnx2caffe's form of ONNX Split/Slice pairs) copy all their
 tops together (SliceRun).
 """
+import logging
+
 from .. import config
 from ..ops import conv as conv_ops
 from ..ops import pointwise
 from ..ops import shape as shape_ops
+from .concat_chain import ConcatChain
 from .elide import producer_ok
-from .patterns import consumers, one_in_one_out, writers
+from .patterns import concat_axis, consumers, one_in_one_out, writers
 
-
-def concat_axis(layer, bottom0):
-    """The Concat's axis (concat_dim or axis, canonical)."""
-    p = layer.param.concat_param
-    if p.HasField("concat_dim"):
-        return int(p.concat_dim)
-    return bottom0.canonical_axis(p.axis)
+log = logging.getLogger("caffe_ocl")
 
 
 class SliceTarget:
     """Input ``k`` of the Concat at layer ``ci``, written by ``unit``
     (an object with ``run_plain()``: its forward into the blob itself)."""
 
-    def __init__(self, net, ci, k, unit):
+    def __init__(self, net, ci, k, unit, pending=None):
         g = net.graph
         self.net, self.ci, self.k, self.unit = net, ci, k, unit
         self.top = g.tops[ci][0]
         self.blob = g.bottoms[ci][k]
+        # the blobs left to be computed on read: the input, or, through a
+        # Split (a growing chain's input read by every later Concat,
+        # concat_chain.py), the Split's bottom and all its tops
+        self.pending = list(pending) if pending else [self.blob]
+        self.member = None          # the Concat's group where it is in a chain (concat_chain.py)
         self.axis = concat_axis(net.layers[ci], g.bottoms[ci][0])
         self._reader = self._read          # one bound method: compared by identity
         self._top_version = None
@@ -107,6 +109,8 @@ class SliceTarget:
         bots, top, ax = self.net.graph.bottoms[self.ci], self.top, self.axis
         if top.num_axes != 4 or not self._conv_writes_slices():
             return None
+        if self.member is not None:     # a reshape it cannot keep: the top's own buffer first
+            self.member.chain.check(self.member)
         total = 0
         for b in bots:
             if b.num_axes != 4 or any(b.shape[j] != top.shape[j] for j in range(4) if j != ax):
@@ -121,13 +125,15 @@ class SliceTarget:
     # ---- state of the slice --------------------------------------------------
     def written(self):
         """The unit wrote the blob's value into its slice (not the blob)."""
-        self.blob.compute_on_read = self._reader
+        for b in self.pending:
+            b.compute_on_read = self._reader
         self._top_version = self.top.data_mem.version
 
     def release(self):
         """The unit writes the blob itself (its value is no longer pending)."""
-        if self.blob.compute_on_read is self._reader:
-            self.blob.compute_on_read = None
+        for b in self.pending:
+            if b.compute_on_read is self._reader:
+                b.compute_on_read = None
 
     def fresh(self):
         """The slice holds the blob's current value, the blob is pending."""
@@ -151,6 +157,7 @@ class SliceTarget:
     def _read(self):
         """Compute the pending blob: its slice copied out of the top, or,
         when the top changed since, the unit run again into the blob."""
+        self.release()          # one read computes every blob sharing the value
         if self.top.data_mem.version != self._top_version:
             self.unit.run_plain()
             return
@@ -247,6 +254,14 @@ class ConcatInPlace:
         self._launches, self._shapes = {}, None
         self._noted = None
         self._block = (None, None)
+        self.axis = concat_axis(self.layer, self.bottoms[0])
+        # concat_chain.py: the chain whose buffer the top shares, the
+        # member before this one (its top is this top's start), how many
+        # of the first inputs that is, and whether that input is the
+        # earlier top itself (Caffe's form) rather than its inputs
+        self.chain = self.chain_prev = None
+        self.chain_prefix, self.chain_whole = 0, False
+        self.chain_epoch = None         # blob.LAYOUT's epoch at the last check of the layout
 
     def describe(self):
         g = self.net.graph
@@ -254,9 +269,21 @@ class ConcatInPlace:
         if self.targets:
             names = [g.bottoms[self.ci][k].name for k in sorted(self.targets)]
             parts.append(f"in place <- {', '.join(names)}")
+        if self.chain_prev is not None:
+            parts.append(f"after {self.chain_prev.top.name} in its buffer")
         if self.source is not None:
             parts.append(f"{self.source.top.name} as one block for its first {self.m} inputs")
         return f"{g.layer_names[self.ci]} {'; '.join(parts)}"
+
+    def holds_top(self, succ):
+        """(concat_chain.py) The top, current on the device, holds what
+        chain member ``succ`` takes as its first inputs. Caffe's form
+        (``succ`` reads this top itself): always -- only this Concat writes
+        it on the device, and an upload from the host dissolves the chain
+        (its Split's forward moves its version: not compared).
+        torchvision's form (``succ`` reads the same inputs): while they and
+        the top are unchanged since this group's run."""
+        return succ.chain_whole or self.holds_inputs(self.top.shape)
 
     def holds_inputs(self, shape):
         """The top (of ``shape``) still holds the concatenation of the
@@ -314,9 +341,17 @@ class ConcatInPlace:
             self.layer.forward(bottoms, [self.top])
             self._note()
             return
+        start = 0
+        if self.chain is not None:
+            if self.chain_prev is not None and self.chain.prefix_in_place(self):
+                start = self.chain_prefix       # the earlier top is this one's start
+            else:
+                self.chain.check(self)          # dissolved: every input copied below
         fresh = [k for k, t in self.targets.items() if t.fresh()] if self.targets else ()
-        block = self.source is not None and self.source.holds_inputs(self._block_shape())
-        copy = tuple(k for k in range(self.m if block else 0, len(bottoms)) if k not in fresh)
+        block = not start and self.source is not None and \
+            self.source.holds_inputs(self._block_shape())
+        first = start or (self.m if block else 0)
+        copy = tuple(k for k in range(first, len(bottoms)) if k not in fresh)
         for k in copy:
             b = bottoms[k]
             if b.compute_on_read is not None:
@@ -332,6 +367,23 @@ class ConcatInPlace:
         for k in fresh:
             self.targets[k].written()        # still fresh at the top's new version
         self._note()
+
+    def run_member(self, li):
+        """The Concat alone (a forward range that stops inside its chain,
+        concat_chain.py): the chain dissolved first, its inputs computed."""
+        if self.chain is not None:      # the top keeps the buffer its launches bind
+            self.chain.dissolve(keep=self.top.data_mem)
+        for b in self.bottoms:
+            if b.compute_on_read is not None:
+                b.compute_pending()
+        self.layer.forward(self.bottoms, [self.top])
+        self._note()
+
+    def unplan(self):
+        """(execution.py, ``net.unfold()``) The Concat runs as a layer from
+        now on: its chain's tops on buffers of their own."""
+        if self.chain is not None:
+            self.chain.dissolve()
 
     def _note(self):
         mems = [b.data_mem for b in self.bottoms]       # compared by identity
@@ -461,33 +513,58 @@ def slice_runs(net, taken):
     return out
 
 
-def _unit_for(net, ci, k, groups, taken):
-    """The unit that can write input ``k`` of the Concat at ``ci`` into
-    its slice (a group of ``groups``, or a new ConvUnit), or None."""
+def _unit_for(net, ci, k, groups, taken, later_reads=None):
+    """(unit, pending blobs) for the unit that can write input ``k`` of the
+    Concat at ``ci`` into its slice (a group of ``groups``, or a new
+    ConvUnit), or None. With ``later_reads`` (a growing chain's member,
+    concat_chain.py), the input may be a Split top of the unit's output
+    whose other tops only later members read, within their first inputs
+    (``later_reads(layer, bottom index)``): those take it in place."""
     g = net.graph
     c = g.bottoms[ci][k]
-    unit = next((u for u in groups if getattr(u, "out_blob", None) is c
+    x, pending = c, [c]
+    found = writers(g, c)
+    if later_reads is not None and len(found) == 1 and g.layers[found[0]].type == "Split" \
+            and len(g.bottoms[found[0]]) == 1:
+        si = found[0]
+        x = g.bottoms[si][0]
+        tops = list(g.tops[si])
+        if any(t is x or writers(g, t) != [si] for t in tops):
+            return None
+        for t in tops:
+            for lj, kk in consumers(g, t):
+                if (lj, kk) != (ci, k) and not later_reads(lj, kk):
+                    return None
+        if si in taken or any(t.name in set(g.outputs) for t in tops):
+            return None
+        pending = [x] + tops
+    unit = next((u for u in groups if getattr(u, "out_blob", None) is x
                  and hasattr(u, "slice_target")), None)
     if unit is None:
-        found = writers(g, c)
+        found = writers(g, x)
         if len(found) != 1 or found[0] in taken:
             return None
         li = found[0]
         if not (g.layers[li].type == "Convolution" and producer_ok(g.layers[li])
-                and one_in_one_out(g, li)) or g.bottoms[li][0] is c:
+                and one_in_one_out(g, li)) or g.bottoms[li][0] is x:
             return None
         unit = ConvUnit(net, li)
     layer = net.layers[unit.layers[0]]
     if layer.type != "Convolution" or unit.slice_target is not None:
         return None
     inside = set(unit.layers)
-    if any(lj not in inside and (lj, kk) != (ci, k) for lj, kk in consumers(g, c)):
+    if x is c:
+        if any(lj not in inside and (lj, kk) != (ci, k) for lj, kk in consumers(g, c)):
+            return None
+    elif any(lj not in inside and g.layers[lj].type != "Split" for lj, _ in consumers(g, x)) \
+            or len([lj for lj, _ in consumers(g, x) if lj not in inside]) != 1 \
+            or x.name in set(g.outputs):
         return None
-    if any(lj not in inside for lj in writers(g, c)):
+    if any(lj not in inside for lj in writers(g, x)):
         return None
     if not conv_ops.writes_slices(layer.device, layer.geom):
         return None
-    return unit
+    return unit, pending
 
 
 def split_roots(g):
@@ -535,12 +612,104 @@ def _prefix_sources(net, taken):
     return out
 
 
+def _chain_links(net, taken):
+    """{ci: (pi, prefix, whole)}: the Concat at ``ci`` whose first
+    ``prefix`` inputs the Concat at ``pi`` concatenates -- its inputs
+    (torchvision's form, ``_prefix_sources``) or its top itself through
+    Splits (Caffe's DenseNet form, ``whole``) -- along the same axis, 0 or
+    1; both tops 4-D, no net output, written by no layer but their
+    Concat (Splits of them aside). One later Concat per earlier one (the
+    first): concat_chain.py shares their buffer."""
+    g = net.graph
+    root = split_roots(g)
+    outputs = set(g.outputs)
+    by_root = {}
+    for li, layer in enumerate(g.layers):
+        for t in g.tops[li]:
+            by_root.setdefault(root(t), []).append((li, t))
+
+    def candidate(li):
+        layer = g.layers[li]
+        if layer.type != "Concat" or li in taken or len(g.tops[li]) != 1:
+            return False
+        bots, top = g.bottoms[li], g.tops[li][0]
+        if len(bots) < 2 or any(b is top for b in bots) or top.num_axes != 4 or \
+                len({id(b) for b in bots}) != len(bots):
+            return False
+        if concat_axis(net.layers[li], bots[0]) not in (0, 1):
+            return False
+        for lj, t in by_root.get(root(top), ()):
+            if t.name in outputs or (lj != li and g.layers[lj].type != "Split"):
+                return False
+        return True
+
+    cats = [li for li in range(len(g.layers)) if candidate(li)]
+    axis = {li: concat_axis(net.layers[li], g.bottoms[li][0]) for li in cats}
+    top_root = {root(g.tops[li][0]): li for li in cats}
+    links, has_next = {}, set()
+    inputs_of = {ci: (pi, m) for ci, pi, m in _prefix_sources(net, taken)}
+    for ci in cats:
+        pi, prefix, whole = None, 0, False
+        if ci in inputs_of and inputs_of[ci][0] in axis:
+            pi, prefix = inputs_of[ci]
+        else:
+            pj = top_root.get(root(g.bottoms[ci][0]))
+            if pj is not None and pj < ci:
+                pi, prefix, whole = pj, 1, True
+        if pi is None or pi in has_next or axis[pi] != axis[ci]:
+            continue
+        links[ci] = (pi, prefix, whole)
+        has_next.add(pi)
+    return links
+
+
+def _chains(links):
+    """[[ci, ...]]: the links' chains in layer order, two Concats or more."""
+    nxt = {pi: ci for ci, (pi, _, _) in links.items()}
+    out = []
+    for head in sorted(nxt):
+        if head in links:
+            continue            # not a chain's first
+        chain = [head]
+        while chain[-1] in nxt:
+            chain.append(nxt[chain[-1]])
+        out.append(chain)
+    return out
+
+
+def _later_reads(member, links, sources, ci):
+    """later_reads(layer, bottom index) for ``_unit_for``: a later member of
+    the chain of the Concat at ``ci`` reading the blob within its first
+    inputs (``member``: {layer: (chain number, position)}), or a Concat
+    after the chain taking such a member's inputs first (``sources``:
+    ``_prefix_sources`` as {layer: (earlier layer, m)}; its ConcatInPlace
+    group copies the earlier top as a block, or computes the blob first)."""
+    n, pos = member[ci]
+
+    def later_reads(lj, kk):
+        m = member.get(lj)
+        if m is not None:
+            return m[0] == n and m[1] > pos and kk < links[lj][1]
+        if lj not in sources:
+            return False
+        pi, count = sources[lj]
+        m = member.get(pi)
+        return m is not None and m[0] == n and m[1] >= pos and kk < count
+    return later_reads
+
+
 def find(net, groups, taken):
     """[ConcatInPlace and new ConvUnit groups]; sets ``slice_target`` on the
     units of ``groups`` it uses. ``taken``: layer indices already in a group."""
     g = net.graph
     taken = set(taken)
     out, cats = [], {}
+    links, chains, member = {}, [], {}
+    if config.get("CONCAT_IN_PLACE") and config.get("CONCAT_SHARE"):
+        links = _chain_links(net, taken)
+        chains = [ch for ch in _chains(links) if ConcatChain.can_share(net, ch, links)]
+        member = {ci: (n, pos) for n, ch in enumerate(chains) for pos, ci in enumerate(ch)}
+        sources = {ci: (pi, m) for ci, pi, m in _prefix_sources(net, taken)}
     if config.get("CONCAT_IN_PLACE"):
         outputs = set(g.outputs)
         for ci, layer in enumerate(g.layers):
@@ -554,22 +723,30 @@ def find(net, groups, taken):
                 continue
             if concat_axis(net.layers[ci], bots[0]) not in (0, 1):
                 continue
+            later_reads = _later_reads(member, links, sources, ci) if ci in member else None
             targets = {}
             for k, c in enumerate(bots):
                 if c.name in outputs:
                     continue
-                unit = _unit_for(net, ci, k, groups, taken)
-                if unit is None:
+                found = _unit_for(net, ci, k, groups, taken, later_reads)
+                if found is None:
                     continue
-                unit.slice_target = targets[k] = SliceTarget(net, ci, k, unit)
+                unit, pending = found
+                unit.slice_target = targets[k] = SliceTarget(net, ci, k, unit, pending)
                 unit.forward_through = ci       # execution.py: fused only up to the Concat
                 if isinstance(unit, ConvUnit):
                     out.append(unit)
                     taken.add(unit.li)
-            if targets:
+            if targets or ci in member:
                 cats[ci] = ConcatInPlace(net, ci, targets)
                 taken.add(ci)
-    return out + copy_groups(net, taken - set(cats), cats)
+    groups_out = out + copy_groups(net, taken - set(cats), cats)
+    for ch in chains:
+        c = ConcatChain(net, [cats[ci] for ci in ch], links)
+        if not c.attach():
+            log.info("Concat chain %s: not shared (its tops hold values already)",
+                     c.describe())
+    return groups_out
 
 
 def copy_groups(net, taken, cats=None):

@@ -130,6 +130,8 @@ class ExecutionPlan:
         for c in self.fold_groups:
             if hasattr(c, "before_backward"):
                 c.before_backward()
+            if hasattr(c, "unplan"):        # memory the plan shares (concat_chain.py)
+                c.unplan()
         return ExecutionPlan(self.graph, (), self.train_groups)
 
     def check_backward(self):

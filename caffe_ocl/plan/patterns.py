@@ -65,6 +65,14 @@ def in_place_run(graph, li, blob):
     return out
 
 
+def concat_axis(layer, bottom0):
+    """The Concat's axis (concat_dim or axis, canonical)."""
+    p = layer.param.concat_param
+    if p.HasField("concat_dim"):
+        return int(p.concat_dim)
+    return bottom0.canonical_axis(p.axis)
+
+
 def consumers(graph, blob, start=0):
     """[(layer index, bottom index)] of the layers from ``start`` on that
     read ``blob`` (in place ones included)."""

@@ -1,0 +1,171 @@
+"""TEST-phase memory rewrite: growing Concats in one buffer.
+
+A dense block concatenates every feature so far in each layer, in one of
+two forms:
+
+- torchvision's, as ONNX exports it: ``cat_j = Concat(x0, x1, .., x_j)``,
+  the first ``j`` inputs being the inputs of ``cat_j-1`` (concat.py's
+  ``_prefix_sources``);
+- Caffe's own DenseNet prototxts: ``cat_j = Concat(cat_j-1, x_j)``.
+
+Either way ``cat_j``'s first floats are ``cat_j-1`` when the Concat runs
+along images (axis 0), or along channels (axis 1) of one image: each
+top is the start of the next. So the tops of such a chain share one
+device buffer (``SyncedMemory.share_buffer``), the last top's size, and
+each Concat writes only its new inputs after its predecessor's floats
+(concat.ConcatInPlace with ``chain``); a convolution that writes its
+output into its slice of the top (concat.py's slice targets, now also
+through the Split that hands ``x_j`` to every later Concat) leaves the
+Concat nothing to copy. torchvision's DenseNet-121 at batch 1: 58 copy
+launches per forward to 4, and a quarter of its activation memory.
+
+Every blob still reads Caffe's value. The chain holds while its tops are
+written only by its own Concats and the convolutions writing into them,
+at a layout where each top is the start of the next; anything else
+*dissolves* it first (``dissolve``: each top gets its own buffer with its
+current contents, the layers binding them rebuild their launches, the
+Concats copy as before): an upload of a top's host copy (a write, or a
+read through pycaffe's ``.data``, which may write) or a zero fill, a
+Concat whose predecessor no longer holds what it would put in place (a
+write to an input from the host, a forward range after a change), a
+reshape to more than one image along channels or beyond the buffer
+(``check``), a forward range that stops inside the chain (its Concats
+then run as layers: ``forward_through`` is the chain's last Concat),
+``net.unfold()``. A dissolved chain stays so. Off with
+``CAFFE_OCL_CONCAT_SHARE=0``.
+"""
+from ..blob import AT_DEVICE, LAYOUT, SYNCED, UNINITIALIZED
+from .patterns import concat_axis
+
+
+class ConcatChain:
+    """The Concat groups ``members`` (concat.ConcatInPlace, in layer
+    order), each top the start of the next's; ``links`` (concat.py
+    ``_chain_links``): {layer: (earlier layer, prefix, whole)}."""
+
+    def __init__(self, net, members, links):
+        self.net, self.members = net, list(members)
+        self.alive = False
+        self._mems = []             # the memories sharing the buffer
+        self._link_of = links
+        self._links = [(None, 0, False)] + [
+            (self.members[j - 1], links[c.ci][1], links[c.ci][2])
+            for j, c in enumerate(self.members) if j]
+
+    def describe(self):
+        g = self.net.graph
+        return f"{', '.join(g.layer_names[c.ci] for c in self.members)} in one buffer"
+
+    @staticmethod
+    def can_share(net, chain, links):
+        """Whether the Concats at layers ``chain`` can share a buffer now:
+        their tops distinct memories holding nothing yet, each top the start
+        of the next at the current shapes (one image along channels)."""
+        g = net.graph
+        tops = [g.tops[ci][0] for ci in chain]
+        mems = [t.data_mem for t in tops]
+        if len({id(m) for m in mems}) != len(mems) or \
+                any(m.shared is not None or m.head != UNINITIALIZED for m in mems):
+            return False
+        for j, ci in enumerate(chain):
+            bots = g.bottoms[ci]
+            axis = concat_axis(net.layers[ci], bots[0])
+            if tops[j].num_axes != 4 or (axis == 1 and tops[j].shape[0] != 1):
+                return False
+            if j and tops[j - 1].count != sum(b.count for b in bots[:links[ci][1]]):
+                return False
+        return True
+
+    def attach(self):
+        """Share one buffer among the members' top memories, if none holds
+        anything on the device yet (a net's plan is built before its first
+        forward) and the shapes have each top at the start of the next;
+        the members and the units writing into them learn of it."""
+        mems = [c.top.data_mem for c in self.members]
+        if not self.can_share(self.net, [c.ci for c in self.members], self._link_of):
+            return False
+        last = self.members[-1].ci
+        for c, (prev, prefix, whole) in zip(self.members, self._links):
+            c.chain, c.chain_prev, c.chain_prefix, c.chain_whole = self, prev, prefix, whole
+            c.forward_through = last
+            for t in c.targets.values():
+                t.member = c
+                t.unit.forward_through = last
+        buf = mems[-1].device.alloc(4 * max(m.capacity for m in mems))
+        for m in mems:
+            m.share_buffer(buf, self)
+        self._mems, self.alive = mems, True
+        self._rebind_users(mems)
+        return True
+
+    @staticmethod
+    def _layout_ok(c):
+        """Whether member ``c``'s top starts with its predecessor's, float
+        for float: along images, or along channels of one image."""
+        top = c.top
+        if top.num_axes != 4 or (c.axis == 1 and top.shape[0] != 1):
+            return False
+        prev = c.chain_prev
+        return prev is None or prev.top.count == sum(b.count for b in c.bottoms[:c.chain_prefix])
+
+    def check(self, c):
+        """Before a write into member ``c``'s top: whether the chain still
+        holds, dissolved first when ``c``'s top left the buffer (a reshape
+        to more floats) or its shapes no longer have it start with its
+        predecessor's. Asked of the member being written only: in a forward
+        after a reshape the later members are not reshaped yet (each is
+        asked at its own turn; the floats an earlier member writes are only
+        later members' starts, and those run in the same pass: a range
+        that stops inside the chain runs its Concats as layers)."""
+        if not self.alive:
+            return False
+        if c.chain_epoch != LAYOUT.epoch:
+            if c.top.data_mem.shared is not self or not self._layout_ok(c):
+                self.dissolve()
+                return False
+            c.chain_epoch = LAYOUT.epoch
+        return True
+
+    def prefix_in_place(self, c):
+        """Whether member ``c``'s first ``chain_prefix`` inputs are in its
+        top already: its predecessor's top, written on the device, still
+        holding the concatenation of those inputs."""
+        prev = c.chain_prev
+        if prev is None or not self.check(c):
+            return False
+        mem = prev.top.data_mem
+        if mem.head not in (AT_DEVICE, SYNCED) or not prev.holds_top(c):
+            self.dissolve()
+            return False
+        return True
+
+    def dissolve(self, keep=None):
+        """Every top on a buffer of its own (its current contents), the
+        layers binding one rebuild their launches; for good. ``keep``: the
+        memory that stays on the buffer (alone now): the one being uploaded
+        or written by the step that asks, whose launches, built already,
+        bind it."""
+        if not self.alive:
+            return
+        self.alive = False
+        moved = [m for m in self._mems if m is not keep]
+        for m in moved:
+            m.unshare()
+        if keep is not None:
+            keep.shared = None
+        self._rebind_users(moved)
+
+    def _rebind_users(self, mems):
+        """The layers binding one of ``mems`` (a member's top, or a Split
+        top of it) build
+        their launches again when the net's walk next reaches them: its
+        buffer changed, its shape did not. (Not now: a dissolve in the
+        middle of a reshaped forward finds later layers' bottoms not yet
+        reshaped.) The groups' own launches are keyed on the buffers or
+        on their layers' reshape counts."""
+        g = self.net.graph
+        ids = {id(m) for m in mems}
+        for li, layer in enumerate(self.net.layers):
+            if any(id(b.data_mem) in ids for b in list(g.bottoms[li]) + list(g.tops[li])):
+                layer.rebuild_at_next_reshape()
+
