@@ -182,14 +182,20 @@ class SyncedMemory:
         LAYOUT.epoch += 1
 
     def unshare(self):
-        """Leave the shared buffer: an own one, holding the current device
-        contents (launch plans bound to the old one are their owners' to
-        rebuild)."""
+        """Leave the shared buffer: an own one, holding the device contents
+        whatever the head says (a convolution may have written a slice in
+        place since the host became the head: plan/concat.py's slice
+        targets); launch plans bound to the old one are their owners' to
+        rebuild."""
         if self.shared is None:
             return
         self.shared = None
         if self._buf is not None:
-            self.adopt_buffer(self.device.alloc(self.capacity * 4))
+            import pyopencl as cl
+            buf = self.device.alloc(self.capacity * 4)
+            cl.enqueue_copy(self.device.queue, buf, self._buf, byte_count=4 * self.capacity)
+            self._buf = buf
+            LAYOUT.epoch += 1
 
     def zero_device(self):
         if self.shared is not None:

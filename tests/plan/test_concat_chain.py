@@ -310,3 +310,21 @@ def test_unfold_then_backward():
                                    atol=1e-5, err_msg=name)
         np.testing.assert_allclose(shared.blobs[name].diff, off.blobs[name].diff, rtol=1e-4,
                                    atol=1e-5, err_msg=name)
+
+
+def test_dissolved_with_a_slice_written_in_place():
+    # a top read on the host (its host copy newest) and an input of the
+    # Concat before it written, then a forward from inside the block: the
+    # later Concat's new input is written into the shared buffer first,
+    # then the earlier Concat (not rerun, its input changed) dissolves the
+    # chain -- the slice written in place must move with the top
+    text, inp, bn = _dense("torchvision")
+    nets = shared, plain, off = _nets(text, bn)
+    chain = next(iter(_chains(shared).values()))
+    _forward(nets, **{inp: rnd(1, 3, 5, 4)})
+    for net in nets:
+        net.blobs["cat4"].data
+        net.blobs["x1"].data[...] += 1.0
+        net.forward(start="r3")       # c3 writes x3 into cat4's slice, then cat4 runs
+    assert not chain.alive
+    _check(*nets)
