@@ -171,12 +171,13 @@ class SyncedMemory:
         self.shared = None
         LAYOUT.epoch += 1
 
-    def share_buffer(self, buf, owner):
+    def share_buffer(self, buf, owner, holding=False):
         """Keep the device copy in the first ``capacity`` floats of ``buf``,
         a buffer others use too, under ``owner`` (see ``shared``). Only
-        while this memory holds nothing yet (launch plans bound to a buffer
-        it had are their owners' to rebuild)."""
-        assert self.head == UNINITIALIZED
+        while this memory holds nothing yet, or (``holding``) when ``buf``
+        holds its device contents already; launch plans bound to a buffer
+        it had are their owners' to rebuild."""
+        assert holding or self.head == UNINITIALIZED
         self._buf = buf
         self.shared = owner
         LAYOUT.epoch += 1

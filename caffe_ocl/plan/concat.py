@@ -262,6 +262,7 @@ class ConcatInPlace:
         self.chain = self.chain_prev = None
         self.chain_prefix, self.chain_whole = 0, False
         self.chain_epoch = None         # blob.LAYOUT's epoch at the last check of the layout
+        self.chain_pass = None          # the chain's pass this group last ran in (not shared yet)
 
     def describe(self):
         g = self.net.graph
@@ -269,7 +270,7 @@ class ConcatInPlace:
         if self.targets:
             names = [g.bottoms[self.ci][k].name for k in sorted(self.targets)]
             parts.append(f"in place <- {', '.join(names)}")
-        if self.chain_prev is not None:
+        if self.chain_prev is not None and self.chain.alive:
             parts.append(f"after {self.chain_prev.top.name} in its buffer")
         if self.source is not None:
             parts.append(f"{self.source.top.name} as one block for its first {self.m} inputs")
@@ -367,6 +368,8 @@ class ConcatInPlace:
         for k in fresh:
             self.targets[k].written()        # still fresh at the top's new version
         self._note()
+        if self.chain is not None and self.chain.pending:
+            self.chain.ran(self)
 
     def run_member(self, li):
         """The Concat alone (a forward range that stops inside its chain,
@@ -704,11 +707,19 @@ def find(net, groups, taken):
     g = net.graph
     taken = set(taken)
     out, cats = [], {}
-    links, chains, member = {}, [], {}
+    links, chains, member, in_chain = {}, [], {}, set()
     if config.get("CONCAT_IN_PLACE") and config.get("CONCAT_SHARE"):
         links = _chain_links(net, taken)
-        chains = [ch for ch in _chains(links) if ConcatChain.can_share(net, ch, links)]
-        member = {ci: (n, pos) for n, ch in enumerate(chains) for pos, ci in enumerate(ch)}
+        chains = _chains(links)
+        in_chain = {ci for ch in chains for ci in ch}
+        # new inputs written in place through their Split: only where the
+        # chain shares its buffer from the start (a net built at one image).
+        # One built at more shares after a whole pass at one image
+        # (ConcatChain.ran), copying its new inputs (a blob left to be
+        # computed from a slice would read another layout's floats after a
+        # reshape without a forward)
+        member = {ci: (n, pos) for n, ch in enumerate(chains) for pos, ci in enumerate(ch)
+                  if ConcatChain.can_share(net, ch, links)}
         sources = {ci: (pi, m) for ci, pi, m in _prefix_sources(net, taken)}
     if config.get("CONCAT_IN_PLACE"):
         outputs = set(g.outputs)
@@ -737,15 +748,14 @@ def find(net, groups, taken):
                 if isinstance(unit, ConvUnit):
                     out.append(unit)
                     taken.add(unit.li)
-            if targets or ci in member:
+            if targets or ci in in_chain:
                 cats[ci] = ConcatInPlace(net, ci, targets)
                 taken.add(ci)
     groups_out = out + copy_groups(net, taken - set(cats), cats)
     for ch in chains:
         c = ConcatChain(net, [cats[ci] for ci in ch], links)
         if not c.attach():
-            log.info("Concat chain %s: not shared (its tops hold values already)",
-                     c.describe())
+            log.info("Concat chain %s: shared after a forward at one image", c.describe())
     return groups_out
 
 

@@ -33,8 +33,15 @@ write to an input from the host, a forward range after a change), a
 reshape to more than one image along channels or beyond the buffer
 (``check``), a forward range that stops inside the chain (its Concats
 then run as layers: ``forward_through`` is the chain's last Concat),
-``net.unfold()``. A dissolved chain stays so. Off with
-``CAFFE_OCL_CONCAT_SHARE=0``.
+``net.unfold()``. A dissolved chain stays so.
+
+A chain found in a net built at shapes it cannot share at (more than one
+image along channels: a deploy prototxt's ``input_dim: 10``) shares
+after a whole pass at one image (``ran``: every member ran in the pass
+that the first one started, so the last top's floats hold every
+member's value); its new inputs are copied, not written in place (a
+blob left to be computed from a slice would read another layout's floats
+after a reshape without a forward). Off with ``CAFFE_OCL_CONCAT_SHARE=0``.
 """
 from ..blob import AT_DEVICE, LAYOUT, SYNCED, UNINITIALIZED
 from .patterns import concat_axis
@@ -48,11 +55,21 @@ class ConcatChain:
     def __init__(self, net, members, links):
         self.net, self.members = net, list(members)
         self.alive = False
+        # not shared yet (built at shapes it cannot share at): ``ran``
+        # shares the buffer after a pass at one image; False once shared
+        self.pending = True
         self._mems = []             # the memories sharing the buffer
         self._link_of = links
-        self._links = [(None, 0, False)] + [
-            (self.members[j - 1], links[c.ci][1], links[c.ci][2])
-            for j, c in enumerate(self.members) if j]
+        self._pass = 0              # the head member's runs (``ran``)
+        last = self.members[-1].ci
+        for j, c in enumerate(self.members):
+            c.chain = self
+            c.chain_prev = self.members[j - 1] if j else None
+            c.chain_prefix, c.chain_whole = (links[c.ci][1], links[c.ci][2]) if j else (0, False)
+            c.forward_through = last
+            for t in c.targets.values():
+                t.member = c
+                t.unit.forward_through = last
 
     def describe(self):
         g = self.net.graph
@@ -81,24 +98,48 @@ class ConcatChain:
     def attach(self):
         """Share one buffer among the members' top memories, if none holds
         anything on the device yet (a net's plan is built before its first
-        forward) and the shapes have each top at the start of the next;
-        the members and the units writing into them learn of it."""
+        forward) and the shapes have each top at the start of the next."""
         mems = [c.top.data_mem for c in self.members]
         if not self.can_share(self.net, [c.ci for c in self.members], self._link_of):
             return False
-        last = self.members[-1].ci
-        for c, (prev, prefix, whole) in zip(self.members, self._links):
-            c.chain, c.chain_prev, c.chain_prefix, c.chain_whole = self, prev, prefix, whole
-            c.forward_through = last
-            for t in c.targets.values():
-                t.member = c
-                t.unit.forward_through = last
         buf = mems[-1].device.alloc(4 * max(m.capacity for m in mems))
         for m in mems:
             m.share_buffer(buf, self)
-        self._mems, self.alive = mems, True
-        self._rebind_users(mems)
+        self._shared(mems)
         return True
+
+    def ran(self, c):
+        """Member ``c`` ran its group while the chain is not shared yet:
+        after the last member, where every member ran in this pass (the
+        head's last run) at a layout where each top starts the next and
+        holds its value on the device, the last top's contents hold every
+        member's value: they go to one buffer and the members share it."""
+        if c is self.members[0]:
+            self._pass += 1
+        c.chain_pass = self._pass
+        if c is not self.members[-1]:
+            return
+        whole = all(m.chain_pass == self._pass for m in self.members)
+        for m in self.members:          # a pass counts once: the next must run them all again
+            m.chain_pass = None
+        if not whole:
+            return
+        mems = [m.top.data_mem for m in self.members]
+        if len({id(m) for m in mems}) != len(mems) or \
+                any(m.shared is not None or m.head != AT_DEVICE or m._buf is None for m in mems) \
+                or not all(self._layout_ok(m) for m in self.members):
+            return
+        import pyopencl as cl
+        last = mems[-1]
+        buf = last.device.alloc(4 * max(m.capacity for m in mems))
+        cl.enqueue_copy(last.device.queue, buf, last.buffer(), byte_count=4 * last.capacity)
+        for m in mems:
+            m.share_buffer(buf, self, holding=True)
+        self._shared(mems)
+
+    def _shared(self, mems):
+        self._mems, self.alive, self.pending = mems, True, False
+        self._rebind_users(mems)
 
     @staticmethod
     def _layout_ok(c):

@@ -280,9 +280,13 @@ def test_axis0_any_batch():
 
 
 def test_not_shared():
-    # batch 2 along channels; an output among the tops; a top written in place
+    # batch 2 along channels (found, waiting for a pass at one image); an
+    # output among the tops; a top written in place
     text = _torchvision_dense(4, 1, (2, 3, 5, 4))
-    assert not _chains(Net(parse_net_text(text), TEST, fold=True))
+    net = Net(parse_net_text(text), TEST, fold=True)
+    chain = next(iter(_chains(net).values()))
+    net.forward(x0=rnd(2, 3, 5, 4))
+    assert chain.pending and not chain.alive
     text = _caffe_dense(3)
     net = Net(parse_net_text(text.replace('top: "cat2" }', 'top: "cat2" }\n'
                                           'layer { name: "rr" type: "ReLU" bottom: "cat2" '
@@ -327,4 +331,63 @@ def test_dissolved_with_a_slice_written_in_place():
         net.blobs["x1"].data[...] += 1.0
         net.forward(start="r3")       # c3 writes x3 into cat4's slice, then cat4 runs
     assert not chain.alive
+    _check(*nets)
+
+
+@pytest.mark.parametrize("form", ["torchvision", "caffe"])
+def test_built_at_more_images_shares_after_a_pass_at_one(form):
+    # a deploy prototxt of several images (Caffe's usual input_dim 10)
+    # reshaped to one: the chain shares its buffer after the first whole
+    # pass at one image, the later Concats then copy only their new inputs
+    if form == "torchvision":
+        text, inp, bn = _torchvision_dense(5, 1, (3, 3, 5, 4)) + \
+            'layer { name: "tail" type: "ReLU" bottom: "out" top: "tail" }\n', "x0", ()
+    else:
+        text, inp, bn = _caffe_dense(5, (3, 3, 5, 4)), "data", [f"bn{k}" for k in range(1, 6)]
+    nets = shared, plain, off = _nets(text, bn)
+    chain = next(iter(_chains(shared).values()))
+    _forward(nets, **{inp: rnd(3, 3, 5, 4)})
+    assert chain.pending and not chain.alive
+    _check(*nets)
+    x = rnd(1, 3, 5, 4)
+    for net in nets:
+        net.blobs[inp].reshape(x.shape)
+        net.forward(**{inp: x})
+    assert chain.alive and not chain.pending
+    assert len({id(c.top.data_buffer()) for c in chain.members}) == 1
+    _check(*nets)
+    _forward(nets, **{inp: x})
+    # Caffe's form: nothing copied after the first (each new input written
+    # in place, as before); torchvision's: only the new input, no block (the
+    # last one's, read by that Concat alone, written in place)
+    n = len(chain.members) - 1
+    assert [len(c.fwd) for c in chain.members[1:]] == \
+        ([0] * n if form == "caffe" else [1] * (n - 1) + [0])
+    assert all(c.chain.prefix_in_place(c) for c in chain.members[1:])
+    assert _count_forward(shared) <= _count_forward(plain) - \
+        (len(chain.members) - 1 if form == "caffe" else 0)
+    _check(*nets)
+    x = rnd(2, 3, 5, 4)                 # more images again: dissolved, values kept right
+    for net in nets:
+        net.blobs[inp].reshape(x.shape)
+        net.forward(**{inp: x})
+    assert not chain.alive
+    _check(*nets)
+
+
+def test_no_sharing_after_a_pass_that_skipped_the_first_concats():
+    # reshaped to one image, then a forward from inside the block: the
+    # earlier tops still hold the last pass's floats (Caffe keeps them), so
+    # the later top's contents are not theirs: the chain must not share yet
+    text = _caffe_dense(5, (3, 3, 5, 4))
+    nets = shared, plain, off = _nets(text, [f"bn{k}" for k in range(1, 6)])
+    chain = next(iter(_chains(shared).values()))
+    _forward(nets, data=rnd(3, 3, 5, 4))
+    x = rnd(1, 3, 5, 4)
+    for net in nets:
+        net.blobs["data"].reshape(x.shape)
+        net.reshape()
+        net.blobs["data"].data[...] = x
+        net.forward(start="bn4")
+    assert chain.pending and not chain.alive
     _check(*nets)
