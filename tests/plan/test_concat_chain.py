@@ -119,15 +119,9 @@ def test_caffe_form_nothing_copied():
 
 @pytest.mark.parametrize("form", ["torchvision", "caffe"])
 def test_host_writes_ranges_reshapes(form):
-    if form == "torchvision":
-        text, inp, w = _torchvision_dense(5, 1, (1, 3, 5, 4)) + \
-            'layer { name: "tail" type: "ReLU" bottom: "out" top: "tail" }\n', "x0", "x2"
-        nets = shared, plain, off = _nets(text)
-        late, mid, early_end = "cat4", "cat3", "c2"
-    else:
-        text, inp, w = _caffe_dense(5), "data", "x2"
-        nets = shared, plain, off = _nets(text, batchnorm=[f"bn{k}" for k in range(1, 6)])
-        late, mid, early_end = "cat4", "cat3", "c2"
+    text, inp, bn = _dense(form)
+    nets = shared, plain, off = _nets(text, bn)
+    w, late, mid = "x2", "cat4", "cat3"
     chain = next(iter(_chains(shared).values()))
     x = rnd(1, 3, 5, 4)
     _forward(nets, **{inp: x})
