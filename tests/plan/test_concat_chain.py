@@ -150,16 +150,23 @@ def _dense(form, layers=5):
     return _caffe_dense(layers), "data", [f"bn{k}" for k in range(1, layers + 1)]
 
 
+def _after_a_forward(form):
+    """(nets, the shared net's chain, input name): a dense block in ``form``
+    after one forward on a random input, nothing read on the host."""
+    text, inp, bn = _dense(form)
+    nets = _nets(text, bn)
+    chain = next(iter(_chains(nets[0]).values()))
+    _forward(nets, **{inp: rnd(1, 3, 5, 4)})
+    return nets, chain, inp
+
+
 @pytest.mark.parametrize("form", ["torchvision", "caffe"])
 def test_input_written_then_forward_from_a_later_concat(form):
     # no host read before: the earlier Concat's top is current on the
     # device; its input changed since it ran, so the later Concat cannot
     # take that top as its start (torchvision's form: it reads the same
     # inputs) -- Caffe's form reads the earlier top itself, which is unchanged
-    text, inp, bn = _dense(form)
-    nets = shared, plain, off = _nets(text, bn)
-    chain = next(iter(_chains(shared).values()))
-    _forward(nets, **{inp: rnd(1, 3, 5, 4)})
+    nets, chain, _ = _after_a_forward(form)
     for net in nets:
         net.blobs["x2"].data[...] += 2.0
         net.forward(start="cat4")
@@ -171,10 +178,8 @@ def test_input_written_then_forward_from_a_later_concat(form):
 def test_top_written_then_forward_after_it(form):
     # a host write to a Concat's top, uploaded by the layer after it: the
     # upload must not reach the other tops' floats
-    text, inp, bn = _dense(form)
-    nets = shared, plain, off = _nets(text, bn)
-    chain = next(iter(_chains(shared).values()))
-    _forward(nets, **{inp: rnd(1, 3, 5, 4)})
+    nets, chain, _ = _after_a_forward(form)
+    shared = nets[0]
     after = shared.graph.layer_names[shared.graph.layer_names.index("cat3") + 1]
     for net in nets:
         net.blobs["cat3"].data[...] = -1.0
@@ -210,15 +215,7 @@ def test_a_new_feature_read_elsewhere_is_not_written_in_place():
 
 @pytest.mark.parametrize("form", ["torchvision", "caffe"])
 def test_range_stopping_inside_the_chain_keeps_later_tops(form):
-    if form == "torchvision":
-        text, inp = _torchvision_dense(5, 1, (1, 3, 5, 4)) + \
-            'layer { name: "tail" type: "ReLU" bottom: "out" top: "tail" }\n', "x0"
-        nets = _nets(text)
-    else:
-        text, inp = _caffe_dense(5), "data"
-        nets = _nets(text, batchnorm=[f"bn{k}" for k in range(1, 6)])
-    shared = nets[0]
-    _forward(nets, **{inp: rnd(1, 3, 5, 4)})
+    nets, chain, inp = _after_a_forward(form)
     # no host read in between: the chain is whole when the range stops
     # inside it; the later tops keep the last full forward's values
     x2 = rnd(1, 3, 5, 4)
@@ -229,7 +226,7 @@ def test_range_stopping_inside_the_chain_keeps_later_tops(form):
     for net in nets:
         net.forward(start="cat3")
     _check(*nets)
-    assert not next(iter(_chains(shared).values())).alive
+    assert not chain.alive
 
 
 def test_reshapes_dissolve_or_keep():
@@ -316,10 +313,7 @@ def test_dissolved_with_a_slice_written_in_place():
     # later Concat's new input is written into the shared buffer first,
     # then the earlier Concat (not rerun, its input changed) dissolves the
     # chain -- the slice written in place must move with the top
-    text, inp, bn = _dense("torchvision")
-    nets = shared, plain, off = _nets(text, bn)
-    chain = next(iter(_chains(shared).values()))
-    _forward(nets, **{inp: rnd(1, 3, 5, 4)})
+    nets, chain, _ = _after_a_forward("torchvision")
     for net in nets:
         net.blobs["cat4"].data
         net.blobs["x1"].data[...] += 1.0
