@@ -197,9 +197,11 @@ class Layer:
     def rebuild_at_next_reshape(self):
         """A blob's buffer changed, not its shape (plan/concat_chain.py):
         the next ``reshape_if_needed`` (the net's walk reaches this layer
-        with its bottoms' shapes settled) builds the launch plans again."""
+        with its bottoms' shapes settled) builds the launch plans again,
+        the backward's at its next run."""
         self._shapes = None
         self._checked = None
+        self._bwd_key = None
 
     def rebind(self, bottom, top):
         """Rebuild the launch plans after a parameter blob changed storage
