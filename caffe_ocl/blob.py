@@ -159,12 +159,13 @@ class SyncedMemory:
             self.zero_device()
         return self._buf
 
-    def adopt_buffer(self, buf):
+    def adopt_buffer(self, buf, whatever_the_head=False):
         """Keep the device copy in ``buf`` from now on (a sub-buffer of a
         parameter arena, caffe_ocl/solvers/param_arena.py), copying the current
-        device contents over. Launch plans bound to the old buffer must be
-        rebuilt by their owners."""
-        if self._buf is not None and self.head in (AT_DEVICE, SYNCED):
+        device contents over (only where the device holds the current
+        value, unless ``whatever_the_head``). Launch plans bound to the old
+        buffer must be rebuilt by their owners."""
+        if self._buf is not None and (whatever_the_head or self.head in (AT_DEVICE, SYNCED)):
             import pyopencl as cl
             cl.enqueue_copy(self.device.queue, buf, self._buf, byte_count=4 * self.capacity)
         self._buf = buf
@@ -192,11 +193,7 @@ class SyncedMemory:
             return
         self.shared = None
         if self._buf is not None:
-            import pyopencl as cl
-            buf = self.device.alloc(self.capacity * 4)
-            cl.enqueue_copy(self.device.queue, buf, self._buf, byte_count=4 * self.capacity)
-            self._buf = buf
-            LAYOUT.epoch += 1
+            self.adopt_buffer(self.device.alloc(self.capacity * 4), whatever_the_head=True)
 
     def zero_device(self):
         if self.shared is not None:

@@ -59,7 +59,6 @@ class ConcatChain:
         # shares the buffer after a pass at one image; False once shared
         self.pending = True
         self._mems = []             # the memories sharing the buffer
-        self._link_of = links
         self._pass = 0              # the head member's runs (``ran``)
         last = self.members[-1].ci
         for j, c in enumerate(self.members):
@@ -77,30 +76,23 @@ class ConcatChain:
 
     @staticmethod
     def can_share(net, chain, links):
-        """Whether the Concats at layers ``chain`` can share a buffer now:
+        """Whether the Concats at layers ``chain`` (``links`` as in
+        ``__init__``) can share a buffer now, before their groups exist:
         their tops distinct memories holding nothing yet, each top the start
-        of the next at the current shapes (one image along channels)."""
+        of the next at the current shapes."""
         g = net.graph
         tops = [g.tops[ci][0] for ci in chain]
-        mems = [t.data_mem for t in tops]
-        if len({id(m) for m in mems}) != len(mems) or \
-                any(m.shared is not None or m.head != UNINITIALIZED for m in mems):
-            return False
-        for j, ci in enumerate(chain):
-            bots = g.bottoms[ci]
-            axis = concat_axis(net.layers[ci], bots[0])
-            if tops[j].num_axes != 4 or (axis == 1 and tops[j].shape[0] != 1):
-                return False
-            if j and tops[j - 1].count != sum(b.count for b in bots[:links[ci][1]]):
-                return False
-        return True
+        return _unshared([t.data_mem for t in tops], (UNINITIALIZED,)) and all(
+            _starts_next(tops[j], concat_axis(net.layers[ci], g.bottoms[ci][0]),
+                         tops[j - 1] if j else None, g.bottoms[ci][:links[ci][1] if j else 0])
+            for j, ci in enumerate(chain))
 
     def attach(self):
         """Share one buffer among the members' top memories, if none holds
         anything on the device yet (a net's plan is built before its first
         forward) and the shapes have each top at the start of the next."""
         mems = [c.top.data_mem for c in self.members]
-        if not self.can_share(self.net, [c.ci for c in self.members], self._link_of):
+        if not (_unshared(mems, (UNINITIALIZED,)) and all(map(self._layout_ok, self.members))):
             return False
         buf = mems[-1].device.alloc(4 * max(m.capacity for m in mems))
         for m in mems:
@@ -122,19 +114,13 @@ class ConcatChain:
         whole = all(m.chain_pass == self._pass for m in self.members)
         for m in self.members:          # a pass counts once: the next must run them all again
             m.chain_pass = None
-        if not whole:
-            return
         mems = [m.top.data_mem for m in self.members]
-        if len({id(m) for m in mems}) != len(mems) or \
-                any(m.shared is not None or m.head != AT_DEVICE or m._buf is None for m in mems) \
-                or not all(self._layout_ok(m) for m in self.members):
+        if not (whole and _unshared(mems, (AT_DEVICE,)) and all(map(self._layout_ok, self.members))):
             return
-        import pyopencl as cl
         last = mems[-1]
-        buf = last.device.alloc(4 * max(m.capacity for m in mems))
-        cl.enqueue_copy(last.device.queue, buf, last.buffer(), byte_count=4 * last.capacity)
+        last.adopt_buffer(last.device.alloc(4 * max(m.capacity for m in mems)))
         for m in mems:
-            m.share_buffer(buf, self, holding=True)
+            m.share_buffer(last.buffer(), self, holding=True)
         self._shared(mems)
 
     def _shared(self, mems):
@@ -143,13 +129,10 @@ class ConcatChain:
 
     @staticmethod
     def _layout_ok(c):
-        """Whether member ``c``'s top starts with its predecessor's, float
-        for float: along images, or along channels of one image."""
-        top = c.top
-        if top.num_axes != 4 or (c.axis == 1 and top.shape[0] != 1):
-            return False
+        """Whether member ``c``'s top starts with its predecessor's."""
         prev = c.chain_prev
-        return prev is None or prev.top.count == sum(b.count for b in c.bottoms[:c.chain_prefix])
+        return _starts_next(c.top, c.axis, prev.top if prev is not None else None,
+                            c.bottoms[:c.chain_prefix])
 
     def check(self, c):
         """Before a write into member ``c``'s top: whether the chain still
@@ -212,3 +195,19 @@ class ConcatChain:
             if any(id(b.data_mem) in ids for b in list(g.bottoms[li]) + list(g.tops[li])):
                 layer.rebuild_at_next_reshape()
 
+
+
+def _unshared(mems, heads):
+    """Distinct memories, none shared yet, each in one of ``heads``."""
+    return len({id(m) for m in mems}) == len(mems) and \
+        all(m.shared is None and m.head in heads for m in mems)
+
+
+def _starts_next(top, axis, prev_top, prefix):
+    """Whether the 4-D ``top`` of a Concat along ``axis`` starts with
+    ``prev_top`` (None: the chain's first) float for float: along images,
+    or along channels of one image, its first inputs ``prefix`` being as
+    many floats as ``prev_top``."""
+    if top.num_axes != 4 or (axis == 1 and top.shape[0] != 1):
+        return False
+    return prev_top is None or prev_top.count == sum(b.count for b in prefix)
