@@ -320,6 +320,11 @@ _DECLARED = (
             "(ResNeXt, RegNet) run vectorized over each group's output channels, on any "
             "plane (off: the GEMM, one product per group)",
             internal=True),
+    Setting("CPU_CHANVEC_GROUP_PAIRS", "bool", True,
+            "CPU drivers: those grouped convolutions whose groups have at most one "
+            "vector's worth of output channels (RegNet's 8, ResNeXt-50's 4 and 8 at "
+            "AVX2) put two groups in each 2-vector panel of channels (off: one group a "
+            "panel, the rest of its lanes idle)", internal=True),
     Setting("CPU_WINO_RUNS", "bool", True,
             "CPU drivers: Winograd F(4x4) forwards whose output rows hold fewer than 8 "
             "tiles (outputs under 32 wide) transform their outputs 8 tiles at a time "

@@ -70,11 +70,34 @@
 #ifndef GROUPS
 #define GROUPS 1
 #endif
+/* GPAIR (groups of at most VW output channels, conv_chanvec only): a panel
+ * holds two groups, group 2p in its first vector and group 2p + 1 in its
+ * second (m1, mc1 of them; none past the last group), each vector's fmas
+ * taking its own group's input value. A 16-lane panel of RegNet's
+ * 8-channel groups is then full instead of half idle: twice the broadcasts
+ * a step (12 for 12 fmas), half the steps. */
+#ifndef GPAIR
+#define GPAIR 0
+#endif
+#if GPAIR
+#if defined(PIXMAX) || GATE
+#error "GPAIR is conv_chanvec's, without a gate"
+#endif
+#define PANELS ((GROUPS + 1) / 2)
+#define PANEL_CHANNELS(p, m0, mc)                                              \
+    const int mg_ = M / GROUPS, grp = 2 * (p);                                 \
+    const int m0 = grp * mg_, mc = mg_;                                        \
+    const int m1 = m0 + mg_, mc1 = grp + 1 < GROUPS ? mg_ : 0;
+/* lane j of panel p: output channel, and whether it has one */
+#define PAIR_LANE(p, j) ((2 * (p) + (j) / VW) * (M / GROUPS) + (j) % VW)
+#define PAIR_LANE_REAL(p, j) ((j) % VW < M / GROUPS && 2 * (p) + (j) / VW < GROUPS)
+#else
 #define PANELS (GROUPS * ((M / GROUPS + NR - 1) / NR))    /* over all groups */
 #define PANEL_CHANNELS(p, m0, mc)                                              \
     const int mg_ = M / GROUPS, ppg_ = (mg_ + NR - 1) / NR;                    \
     const int grp = (p) / ppg_, pj_ = (p) - grp * ppg_;                        \
     const int m0 = grp * mg_ + pj_ * NR, mc = min(NR, mg_ - pj_ * NR);
+#endif
 
 /* Wp[p][k][j] = W[channel j of panel p][k] (zero past the panel's channels;
  * W rows of K values, one group's column rows): one work-item per panel */
@@ -85,8 +108,14 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
     PANEL_CHANNELS(p, m0, mc)
     __global float* d = Wp + (size_t)p * K * NR;
     for (int j = 0; j < NR; ++j) {
+#if GPAIR
+        const bool real = PAIR_LANE_REAL(p, j);
+        __global const float* s = W + (size_t)(real ? PAIR_LANE(p, j) : m0) * K;
+#else
+        const bool real = j < mc;
         __global const float* s = W + (size_t)(m0 + min(j, mc - 1)) * K;
-        for (int k = 0; k < K; ++k) d[k * NR + j] = j < mc ? s[k] : 0.0f;
+#endif
+        for (int k = 0; k < K; ++k) d[k * NR + j] = real ? s[k] : 0.0f;
     }
 }
 
@@ -101,6 +130,23 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
 #define TILE_ACT(v) APPLY_ACT_VEC(v, floatV)
 #define ELEM_OUT(v, idx) (v)
 #endif
+#if GPAIR
+/* each vector its own group's channels */
+#define STORE_ROW(i, va, vb)                                                   \
+    if ((i) < rows) {                                                          \
+        float t_[NR];                                                          \
+        vstoreV(TILE_ACT((va) + bv0), 0, t_);                                  \
+        vstoreV(TILE_ACT((vb) + bv1), 1, t_);                                  \
+        for (int j = 0; j < mc; ++j) {                                         \
+            const size_t idx_ = (size_t)(m0 + j) * N + n + (i);                \
+            Yi[idx_] = ELEM_OUT(t_[j], idx_);                                  \
+        }                                                                      \
+        for (int j = 0; j < mc1; ++j) {                                        \
+            const size_t idx_ = (size_t)(m1 + j) * N + n + (i);                \
+            Yi[idx_] = ELEM_OUT(t_[VW + j], idx_);                             \
+        }                                                                      \
+    }
+#else
 #define STORE_ROW(i, va, vb)                                                   \
     if ((i) < rows) {                                                          \
         float t_[NR];                                                          \
@@ -110,18 +156,24 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
         for (int j = 0; j < mc; ++j)                                           \
             yp[(size_t)j * N] = ELEM_OUT(t_[j], (size_t)(m0 + j) * N + n + (i)); \
     }
+#endif
 
 /* What both tile kernels start with: the work-item's panel of NR output
  * channels (m0, mc of them real) and pixel range [nbeg, nend) of image img,
  * its image's input, output and residual, its weight panel, and bv0 / bv1,
  * the panel's bias (the last channel repeated past M; zeros without BIAS).
  * Returns when the work-item has no panel or pixels. */
+#if GPAIR
+#define BIAS_LANE(j) (PAIR_LANE_REAL(p, j) ? PAIR_LANE(p, j) : m0)
+#else
+#define BIAS_LANE(j) (m0 + (j))
+#endif
 #if BIAS
 #define CHANVEC_BIAS_VECTORS \
     floatV bv0, bv1; \
     { \
         float t[NR]; \
-        for (int j = 0; j < NR; ++j) t[j] = bias[min(m0 + j, M - 1)]; \
+        for (int j = 0; j < NR; ++j) t[j] = bias[min(BIAS_LANE(j), M - 1)]; \
         bv0 = vloadV(0, t); \
         bv1 = vloadV(1, t); \
     }
@@ -159,12 +211,22 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
  * one column row's fmas (its input value broadcast), stored */
 #define DECL_ACC(i) floatV c##i##0, c##i##1;
 #define ZERO_ACC(i) c##i##0 = c##i##1 = 0.0f;
+#if GPAIR
+/* the second vector's group: its input channels xoff1 floats further on
+ * (0 where the panel has no second group: its weights are zeros) */
+#define FMA_ROW(i)                                                             \
+    {                                                                          \
+        c##i##0 = fma((floatV)xk[o##i], w0, c##i##0);                          \
+        c##i##1 = fma((floatV)xk[xoff1 + o##i], w1, c##i##1);                  \
+    }
+#else
 #define FMA_ROW(i)                                                             \
     {                                                                          \
         const floatV a_ = (floatV)xk[o##i];                                    \
         c##i##0 = fma(a_, w0, c##i##0);                                        \
         c##i##1 = fma(a_, w1, c##i##1);                                        \
     }
+#endif
 #define STORE_TILE_ROW(i) STORE_ROW(i, c##i##0, c##i##1)
 /* GATE: the work-item's weight panel, each channel's rows times its gate,
  * copied once into __local memory (GATE_FLOATS >= K * NR) and read from
@@ -217,7 +279,12 @@ void conv_chanvec(int M, int N, int K, int pix,
     const int ho_base = nbeg / wo;
     const int lrows = ((nend - 1) / wo - ho_base) * SH + (KH - 1) * DH + 1;
     const int lplane = lrows * wp;
-    for (int c = 0; c < C; ++c)
+#if GPAIR
+    const int ccopy = mc1 ? 2 * C : C;      /* the second group's channels follow */
+#else
+    const int ccopy = C;
+#endif
+    for (int c = 0; c < ccopy; ++c)
         for (int r = 0; r < lrows; ++r) {
             __local float* d = xl + c * lplane + r * wp;
             const int y = ho_base * SH + r - PH;
@@ -238,6 +305,9 @@ void conv_chanvec(int M, int N, int K, int pix,
     const int ho_base = 0;
     __global const float* xbase = Xi;
     const int xplane = hwp;
+#endif
+#if GPAIR
+    const int xoff1 = mc1 ? C * xplane : 0;
 #endif
     for (int n = nbeg; n < nend; n += MR) {
         const int rows = min(MR, nend - n);

@@ -1468,6 +1468,15 @@ CHANVEC_MIN_GROUP_OUT = 2
 CHANVEC_GROUPED_1X1 = False
 
 
+def _chanvec_group_pairs(dev, g, blocks):
+    """Whether conv_chanvec computes ``g`` with two groups a panel (GPAIR:
+    each of the panel's two vectors one group's channels): groups of at
+    most VW output channels, which alone fill at most half a panel, on the
+    one-block kernel (not conv_chanvec_kb), setting CPU_CHANVEC_GROUP_PAIRS."""
+    return (g.groups > 1 and g.out_channels // g.groups <= cpu_vw(dev) and not blocks
+            and bool(config.get("CPU_CHANVEC_GROUP_PAIRS")))
+
+
 # AVX-512 drivers (VW 16): conv_chanvec_kb's tiles of 8 pixels x 32 channels
 # for 1x1 layers (setting CPU_CHANVEC_TILE8) whose output planes hold at
 # least CHANVEC8_MIN_PIXELS pixels or that have at least CHANVEC8_MIN_K
@@ -1589,6 +1598,10 @@ def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_ve
     if gate is not None:
         defs.update(GATE_FLOATS=_gate_floats(dev, g))
     blocks = _chanvec_kblocks(dev, g)
+    pairs = gate is None and _chanvec_group_pairs(dev, g, blocks)
+    if pairs:
+        panels = -(-g.groups // 2)
+        defs.update(GPAIR=1)
     mr, pixmax, kname, kargs = 6, -(-N // 6) * 6, "conv_chanvec", []
     if blocks:
         mr, kbc = blocks
@@ -1600,7 +1613,7 @@ def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_ve
                                [M, K, weight, wp], defs), weight_version)]
     chw = g.channels * g.height * g.width
     hw = g.height * g.width
-    lpad = None if blocks else _chanvec_local_pad(dev, g, mr, panels)
+    lpad = None if blocks else _chanvec_local_pad(dev, g, mr, panels, 2 if pairs else 1)
     if lpad:        # each work-item pads the rows it reads (LPAD_FLOATS)
         defs.update(LPAD_FLOATS=lpad[1], PH=g.ph, PW=g.pw)
         chunks = [([], 0, g.num, x, 0, chw, (g.width + 2 * g.pw, hw, g.out_w))]
@@ -1639,17 +1652,18 @@ CHANVEC_LPAD_MAX_BYTES = 256 * 1024
 CHANVEC_LPAD_MIN_PIXELS = 24
 
 
-def _chanvec_local_pad(dev, g, mr, panels):
+def _chanvec_local_pad(dev, g, mr, panels, groups_a_panel=1):
     """(pixels per chunk, LPAD_FLOATS) of conv_chanvec padding its own rows
     of ``g``'s images, or None (pad_planes first): the chunks of
-    chanvec_chunk_pixels, halved while one's padded rows (of a group's
-    channels) do not fit; LPAD_FLOATS the largest chunk's floats rounded up
-    to a power of two (layers of one shape family share a program)."""
+    chanvec_chunk_pixels, halved while one's padded rows (of a panel's
+    groups' channels) do not fit; LPAD_FLOATS the largest chunk's floats
+    rounded up to a power of two (layers of one shape family share a
+    program)."""
     if not CHANVEC_LOCAL_PAD or g.groups == 1 or not (g.ph or g.pw):
         return None
     N, wo = g.out_spatial, g.out_w
     wp = g.width + 2 * g.pw
-    cin = g.channels // g.groups
+    cin = g.channels // g.groups * groups_a_panel
     local = int(getattr(dev, "local_mem", 0) or 0)
     budget = min(CHANVEC_LPAD_MAX_BYTES, local // 4) // 4
     pix = chanvec_chunk_pixels(dev, N, mr, -(-N // mr) * mr, panels * g.num)

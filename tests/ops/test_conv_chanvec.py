@@ -96,6 +96,10 @@ def _reference(x, w, b, k, pad, stride, dil, groups=1):
     return out
 
 
+def _pairs(d, g):
+    return conv_ops._chanvec_group_pairs(d.dev, g, conv_ops._chanvec_kblocks(d.dev, g))
+
+
 def _check(d, rng, case, kernel):
     num, c, hw, co, has_bias, act, has_res, sliced, (k, pad, stride, dil), *grp = case
     groups = grp[0] if grp else 1
@@ -120,8 +124,13 @@ def _check(d, rng, case, kernel):
         residual=d.buf(res) if has_res else None)
     names = [ln.name for ln in launches]
     assert names[0] == "pack_w_chanvec" and names[-1] == kernel(g)
+    # groups of at most VW channels two a panel (GPAIR), else each group
+    # its own panels
+    pairs = _pairs(d, g)
+    nr, mg = 2 * conv_ops.cpu_vw(d.dev), co // groups
+    assert launches[-1].gsize[0] == (-(-groups // 2) if pairs else groups * -(-mg // nr))
     # grouped padded layers pad their rows inside the kernel (LPAD_FLOATS)
-    local_pad = conv_ops._chanvec_local_pad(d.dev, g, 6, 1) is not None
+    local_pad = conv_ops._chanvec_local_pad(d.dev, g, 6, 1, 2 if pairs else 1) is not None
     assert not local_pad or (groups > 1 and pad and conv_ops.CHANVEC_LOCAL_PAD)
     assert ("pad_planes" in names) == bool(pad and not local_pad)
     d.run(launches)
@@ -166,8 +175,12 @@ GROUPED = [
                                                "groups4-stride2-slice",
                                                "groups4-rows17-residual"])
 @pytest.mark.parametrize("local_pad", [True, False], ids=["local-pad", "pad-planes"])
-def test_grouped_chanvec_equals_reference(d, rng, vw, settings, monkeypatch, case, local_pad):
-    settings(CPU_CHANVEC_GROUPS=True)
+@pytest.mark.parametrize("pairs", [True, False], ids=["pairs", "group-a-panel"])
+def test_grouped_chanvec_equals_reference(d, rng, vw, settings, monkeypatch, case, local_pad,
+                                          pairs):
+    """Groups of at most VW channels run two a panel (GPAIR) unless the
+    setting is off: odd group counts leave the last panel one group."""
+    settings(CPU_CHANVEC_GROUPS=True, CPU_CHANVEC_GROUP_PAIRS=pairs)
     monkeypatch.setattr(conv_ops, "CHANVEC_LOCAL_PAD", local_pad)
     monkeypatch.setattr(conv_ops, "CHANVEC_GROUPED_1X1", True)   # the 1x1 case: the rule's off
     monkeypatch.setattr(d.dev, "compute_units", 2)
@@ -356,7 +369,7 @@ def test_chunk_pixels_rule():
         assert p % mr == 0 and p >= mr
 
 
-@pytest.mark.parametrize("budget", [None, 3 * 1024, 200], ids=["whole-planes", "row-chunks",
+@pytest.mark.parametrize("budget", [None, 6 * 1024, 200], ids=["whole-planes", "row-chunks",
                                                               "too-small"])
 def test_grouped_local_pad_chunks(d, rng, vw, settings, monkeypatch, budget):
     """_chanvec_local_pad: chunks of pixels halved until one chunk's padded
@@ -370,12 +383,14 @@ def test_grouped_local_pad_chunks(d, rng, vw, settings, monkeypatch, budget):
         monkeypatch.setattr(conv_ops, "CHANVEC_LPAD_MAX_BYTES", budget)
     case = (2, 16, (12, 13), 16, True, ("relu", 0.0), True, False, (3, 1, 1, 1), 2)
     g = _geo(2, 16, (12, 13), 16, 3, 1, 1, 1, 2)
-    lp = conv_ops._chanvec_local_pad(d.dev, g, 6, 2)
+    panels, pair = (1, 2) if _pairs(d, g) else (2, 1)     # groups of 8: two a panel at VW 8
+    lp = conv_ops._chanvec_local_pad(d.dev, g, 6, panels, pair)
     if budget == 200:
         assert lp is None
     else:
         assert lp is not None and lp[1] * 4 <= (budget or conv_ops.CHANVEC_LPAD_MAX_BYTES)
-        unbound = conv_ops.chanvec_chunk_pixels(d.dev, g.out_spatial, 6, 1 << 30, 2 * g.num)
+        unbound = conv_ops.chanvec_chunk_pixels(d.dev, g.out_spatial, 6, 1 << 30,
+                                                panels * g.num)
         assert (lp[0] < unbound) == (budget is not None)
     names = [ln.name for ln in _check(d, rng, case, lambda g: _kernel_name(vw, g))]
     assert ("pad_planes" in names) == (budget == 200)
