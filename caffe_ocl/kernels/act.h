@@ -51,6 +51,7 @@
  * functions are inlined, and the note filled the build log) */
 #pragma clang diagnostic ignored "-Wpsabi"
 ACT_EXP_OF(float, int)
+ACT_EXP_OF(float2, int2)
 ACT_EXP_OF(float4, int4)
 ACT_EXP_OF(float8, int8)
 ACT_EXP_OF(float16, int16)

@@ -158,6 +158,51 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
     }
 #endif
 
+/* CHANVEC_ROW_STORES: a whole 6-pixel tile stored channel by channel, each
+ * channel's 6 pixels (consecutive in y's plane) as a 4- and a 2-float
+ * store from the tile spilled to private memory, instead of 6 scattered
+ * scalar stores per channel */
+#ifndef CHANVEC_ROW_STORES
+#define CHANVEC_ROW_STORES 1
+#endif
+#define SPILL_ROW(i)                                                           \
+    vstoreV(TILE_ACT(c##i##0 + bv0), 0, tt_[i]);                               \
+    vstoreV(TILE_ACT(c##i##1 + bv1), 1, tt_[i]);
+#if RESIDUAL
+#define STORE_CH6(lane, ch)                                                    \
+    {                                                                          \
+        const size_t o_ = (size_t)(ch) * N + n;                                \
+        float4 v4_ = (float4)(tt_[0][lane], tt_[1][lane], tt_[2][lane], tt_[3][lane]) \
+                     + vload4(0, Ri + o_);                                     \
+        float2 v2_ = (float2)(tt_[4][lane], tt_[5][lane]) + vload2(0, Ri + o_ + 4); \
+        vstore4(APPLY_ACT_VEC(v4_, float4), 0, Yi + o_);                       \
+        vstore2(APPLY_ACT_VEC(v2_, float2), 0, Yi + o_ + 4);                   \
+    }
+#else
+#define STORE_CH6(lane, ch)                                                    \
+    {                                                                          \
+        const size_t o_ = (size_t)(ch) * N + n;                                \
+        vstore4((float4)(tt_[0][lane], tt_[1][lane], tt_[2][lane], tt_[3][lane]), 0, Yi + o_); \
+        vstore2((float2)(tt_[4][lane], tt_[5][lane]), 0, Yi + o_ + 4);         \
+    }
+#endif
+#if GPAIR
+#define STORE_TILE_BY_CHANNEL                                                  \
+    {                                                                          \
+        float tt_[MR][NR];                                                     \
+        TILE6(SPILL_ROW)                                                       \
+        for (int j = 0; j < mc; ++j) STORE_CH6(j, m0 + j)                      \
+        for (int j = 0; j < mc1; ++j) STORE_CH6(VW + j, m1 + j)                \
+    }
+#else
+#define STORE_TILE_BY_CHANNEL                                                  \
+    {                                                                          \
+        float tt_[MR][NR];                                                     \
+        TILE6(SPILL_ROW)                                                       \
+        for (int j = 0; j < mc; ++j) STORE_CH6(j, m0 + j)                      \
+    }
+#endif
+
 /* What both tile kernels start with: the work-item's panel of NR output
  * channels (m0, mc of them real) and pixel range [nbeg, nend) of image img,
  * its image's input, output and residual, its weight panel, and bv0 / bv1,
@@ -331,7 +376,15 @@ void conv_chanvec(int M, int N, int K, int pix,
                     TILE6(FMA_ROW)
                 }
         }
+#if CHANVEC_ROW_STORES
+        if (rows == MR) {
+            STORE_TILE_BY_CHANNEL
+        } else {
+            TILE6(STORE_TILE_ROW)
+        }
+#else
         TILE6(STORE_TILE_ROW)
+#endif
     }
 }
 

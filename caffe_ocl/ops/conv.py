@@ -1468,6 +1468,12 @@ CHANVEC_MIN_GROUP_OUT = 2
 CHANVEC_GROUPED_1X1 = False
 
 
+# conv_chanvec stores a whole 6-pixel tile channel by channel (4- and
+# 2-float stores of each channel's consecutive pixels) instead of 6 scalar
+# stores per channel (CHANVEC_ROW_STORES in the kernel)
+CHANVEC_ROW_STORES = True
+
+
 def _chanvec_group_pairs(dev, g, blocks):
     """Whether conv_chanvec computes ``g`` with two groups a panel (GPAIR:
     each of the panel's two vectors one group's channels): groups of at
@@ -1598,6 +1604,7 @@ def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_ve
     if gate is not None:
         defs.update(GATE_FLOATS=_gate_floats(dev, g))
     blocks = _chanvec_kblocks(dev, g)
+    defs.update(CHANVEC_ROW_STORES=int(CHANVEC_ROW_STORES))
     pairs = gate is None and _chanvec_group_pairs(dev, g, blocks)
     if pairs:
         panels = -(-g.groups // 2)
