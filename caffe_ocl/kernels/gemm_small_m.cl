@@ -22,6 +22,9 @@
 #ifndef BIAS
 #define BIAS 0
 #endif
+#ifndef SM_ONE_ROW
+#define SM_ONE_ROW 0
+#endif
 
 inline float hsum8(float8 v) {
     float4 s = v.lo + v.hi;
@@ -38,6 +41,39 @@ __kernel void gemm_small_m(int M, int N, int K, float alpha,
     A += off_a;
     B += off_b;
     C += off_c;
+#if SM_ONE_ROW
+    /* one row of A (batch 1): SM_ONE_ROW rows of B at a time against it, no
+     * second row computed and dropped */
+    for (int n = n_begin; n < n_end; n += SM_ONE_ROW) {
+        const int nb = min(SM_ONE_ROW, n_end - n);
+        float8 acc[SM_ONE_ROW];
+        __global const float* bp[SM_ONE_ROW];
+        for (int j = 0; j < SM_ONE_ROW; ++j) {
+            acc[j] = 0.0f;
+            bp[j] = B + (size_t)(n + min(j, nb - 1)) * ldb;
+        }
+        int k = 0;
+        for (; k + 8 <= K; k += 8) {
+            const float8 x = vload8(0, A + k);
+#pragma unroll
+            for (int j = 0; j < SM_ONE_ROW; ++j) acc[j] = fma(x, vload8(0, bp[j] + k), acc[j]);
+        }
+        for (int j = 0; j < nb; ++j) {
+            float v = hsum8(acc[j]);
+            for (int kk = k; kk < K; ++kk) v = fma(A[kk], bp[j][kk], v);
+            __global float* c = C + n + j;
+            v *= alpha;
+#if BIAS == 1
+            v += bias[0];
+#elif BIAS == 2
+            v += bias[n + j];
+#endif
+            if (beta != 0.0f) v += beta * *c;
+            *c = APPLY_ACT(v);
+        }
+    }
+    return;
+#endif
     for (int n = n_begin; n < n_end; n += 4) {
         const int nb = min(4, n_end - n);
         /* rows past the run repeat the last one; their sums are dropped */

@@ -55,12 +55,19 @@ def test_split_factor_only_where_tiles_are_few(tf32):
     assert splitk_factor(cpu, 64, 4096, 9216) == 1
 
 
-@pytest.mark.parametrize("M,N,K", [(1, 17, 70), (5, 64, 1000), (16, 130, 2061), (32, 20, 4100)])
-def test_small_m_cpu_kernel(d, rng, M, N, K):
+# (M, N, K, SMALL_M_ONE_ROW): batch 1 through its own loop (runs of 8 or 3
+# columns) or the paired rows' (0)
+@pytest.mark.parametrize("M,N,K,one_row", [
+    (1, 17, 70, 8), (1, 203, 2061, 8), (1, 17, 70, 3), (1, 203, 2061, 3), (1, 17, 70, 0),
+    (1, 203, 2061, 0), (5, 64, 1000, 8), (16, 130, 2061, 8), (32, 20, 4100, 8)])
+def test_small_m_cpu_kernel(d, rng, monkeypatch, M, N, K, one_row):
     """The CPU kernel for few rows (kernels/gemm_small_m.cl): C = act(alpha
     A B^T + bias + beta C) for odd M, N, K (K over the 2048-float chunk and
-    off the 8-wide vectors), per-column and per-row bias, beta, clip."""
+    off the 8-wide vectors), per-column and per-row bias, beta, clip; batch
+    1 through its own loop (SM_ONE_ROW: runs of columns not a multiple of
+    it) or the paired rows'."""
     from caffe_ocl.ops import gemm_splitk
+    monkeypatch.setattr(gemm_splitk, "SMALL_M_ONE_ROW", one_row)
     a, b = rng.standard_normal((M, K)), rng.standard_normal((N, K))
     c0 = rng.standard_normal((M, N))
     bias_n, bias_m = rng.standard_normal(N), rng.standard_normal(M)
