@@ -38,6 +38,13 @@ ACTS = {None: lambda v: v, ("relu", 0.1): lambda v: np.where(v > 0, v, 0.1 * v),
         ("hardswish", 1 / 6, 0.5): lambda v: v * np.clip(v / 6 + 0.5, 0, 1)}
 
 
+@pytest.fixture
+def cpu_driver(d):
+    if not d.dev.is_cpu:
+        pytest.skip("a CPU-driver kernel (the rule's test runs everywhere)")
+
+
+@pytest.mark.usefixtures("cpu_driver")
 @pytest.mark.parametrize("i", range(len(GEOMS)))
 def test_pointwise_rows_forward(d, rng, monkeypatch, i):
     n, c, h, w_, co = GEOMS[i]
@@ -88,6 +95,7 @@ def test_pointwise_rows_rule(d, monkeypatch):
     assert not rule(1, 32, 112, 112, 16, 1, 1)
 
 
+@pytest.mark.usefixtures("cpu_driver")
 @pytest.mark.parametrize("per_image", [False, True], ids=["one-gate", "gate-per-image"])
 def test_pointwise_rows_gated(d, rng, monkeypatch, per_image):
     """An SE gate on the input channels (x[n, k] * gate[n * stride + k]):
