@@ -420,6 +420,25 @@ void conv_chanvec(int M, int N, int K, int pix,
 #else
 #error "MRK is 6 or 8"
 #endif
+/* a whole tile's channel ``lane``: its MRK consecutive pixels of y in one
+ * or two vector stores (CHANVEC_ROW_STORES) */
+#if MRK == 6
+#define STORE_CH_MRK(lane, ch) STORE_CH6(lane, ch)
+#elif RESIDUAL
+#define STORE_CH_MRK(lane, ch)                                                 \
+    {                                                                          \
+        const size_t o_ = (size_t)(ch) * N + n;                                \
+        const float8 v8_ = (float8)(tt_[0][lane], tt_[1][lane], tt_[2][lane], tt_[3][lane], \
+                                    tt_[4][lane], tt_[5][lane], tt_[6][lane], tt_[7][lane]) \
+                           + vload8(0, Ri + o_);                               \
+        vstore8(APPLY_ACT_VEC(v8_, float8), 0, Yi + o_);                       \
+    }
+#else
+#define STORE_CH_MRK(lane, ch)                                                 \
+    vstore8((float8)(tt_[0][lane], tt_[1][lane], tt_[2][lane], tt_[3][lane],    \
+                     tt_[4][lane], tt_[5][lane], tt_[6][lane], tt_[7][lane]),   \
+            0, Yi + (size_t)(ch) * N + n);
+#endif
 #define LOAD_PART(i)                                                           \
     c##i##0 = part[t + 2 * (i)];                                               \
     c##i##1 = part[t + 2 * (i) + 1];
@@ -470,6 +489,10 @@ void conv_chanvec_kb(int M, int N, int K, int pix, int kbc,
             }
             if (ce < C) {
                 TILE_ROWS(SAVE_PART)
+            } else if (CHANVEC_ROW_STORES && rows == MRK) {
+                float tt_[MRK][NR];
+                TILE_ROWS(SPILL_ROW)
+                for (int j = 0; j < mc; ++j) STORE_CH_MRK(j, m0 + j)
             } else {
                 TILE_ROWS(STORE_TILE_ROW)
             }
