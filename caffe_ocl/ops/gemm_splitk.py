@@ -68,8 +68,9 @@ SMALL_M_MAX = 32         # rows of C the CPU small-M kernel holds (SM_MAXM)
 # pairs rows of A and so computed a copy of the one row and dropped it).
 # 2-core EPYC Zen 3, PoCL 3.1, a fully-connected layer's launch alone,
 # interleaved (11 rounds): 1280 / 2048 / 4096 / 512 -> 1000 and AlexNet's
-# 9216 -> 4096 (151 MB of weights, read from memory) 0.75-0.93 of the
-# general kernel's time; 4 rows at a time were level with 8.
+# 9216 -> 4096 (151 MB of weights, read from memory) 0.77-1.02 of the
+# general kernel's time (median 0.90; BENCHMARKS.md, thirty-third
+# session); 4 rows at a time were level with 8.
 SMALL_M_ONE_ROW = 8
 
 
