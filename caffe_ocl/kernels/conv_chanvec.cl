@@ -96,7 +96,8 @@
 #define PANEL_CHANNELS(p, m0, mc)                                              \
     const int mg_ = M / GROUPS, ppg_ = (mg_ + NR - 1) / NR;                    \
     const int grp = (p) / ppg_, pj_ = (p) - grp * ppg_;                        \
-    const int m0 = grp * mg_ + pj_ * NR, mc = min(NR, mg_ - pj_ * NR);
+    const int m0 = grp * mg_ + pj_ * NR, mc = min(NR, mg_ - pj_ * NR);        \
+    const int m1 = m0, mc1 = 0;     /* no second group: lanes j < mc hold m0 + j */
 #endif
 
 /* Wp[p][k][j] = W[channel j of panel p][k] (zero past the panel's channels;
@@ -130,8 +131,9 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
 #define TILE_ACT(v) APPLY_ACT_VEC(v, floatV)
 #define ELEM_OUT(v, idx) (v)
 #endif
-#if GPAIR
-/* each vector its own group's channels */
+/* lanes j < mc of the tile to channels m0 + j (with one group a panel mc
+ * runs up to NR, into the second vector), and with GPAIR the second
+ * vector's lanes j < mc1 to the second group's channels m1 + j */
 #define STORE_ROW(i, va, vb)                                                   \
     if ((i) < rows) {                                                          \
         float t_[NR];                                                          \
@@ -146,17 +148,6 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
             Yi[idx_] = ELEM_OUT(t_[VW + j], idx_);                             \
         }                                                                      \
     }
-#else
-#define STORE_ROW(i, va, vb)                                                   \
-    if ((i) < rows) {                                                          \
-        float t_[NR];                                                          \
-        vstoreV(TILE_ACT((va) + bv0), 0, t_);                                  \
-        vstoreV(TILE_ACT((vb) + bv1), 1, t_);                                  \
-        __global float* yp = Yi + (size_t)m0 * N + n + (i);                    \
-        for (int j = 0; j < mc; ++j)                                           \
-            yp[(size_t)j * N] = ELEM_OUT(t_[j], (size_t)(m0 + j) * N + n + (i)); \
-    }
-#endif
 
 /* CHANVEC_ROW_STORES: a whole 6-pixel tile stored channel by channel, each
  * channel's 6 pixels (consecutive in y's plane) as a 4- and a 2-float
@@ -186,22 +177,15 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
         vstore2((float2)(tt_[4][lane], tt_[5][lane]), 0, Yi + o_ + 4);         \
     }
 #endif
-#if GPAIR
-#define STORE_TILE_BY_CHANNEL                                                  \
+/* a whole tile of NROWS rows (ROWS: their row macro list) spilled, then
+ * stored channel by channel with STORE_CH (lane, channel) */
+#define STORE_TILE_BY_CHANNEL(ROWS, NROWS, STORE_CH)                           \
     {                                                                          \
-        float tt_[MR][NR];                                                     \
-        TILE6(SPILL_ROW)                                                       \
-        for (int j = 0; j < mc; ++j) STORE_CH6(j, m0 + j)                      \
-        for (int j = 0; j < mc1; ++j) STORE_CH6(VW + j, m1 + j)                \
+        float tt_[NROWS][NR];                                                  \
+        ROWS(SPILL_ROW)                                                        \
+        for (int j = 0; j < mc; ++j) STORE_CH(j, m0 + j)                       \
+        for (int j = 0; j < mc1; ++j) STORE_CH(VW + j, m1 + j)                 \
     }
-#else
-#define STORE_TILE_BY_CHANNEL                                                  \
-    {                                                                          \
-        float tt_[MR][NR];                                                     \
-        TILE6(SPILL_ROW)                                                       \
-        for (int j = 0; j < mc; ++j) STORE_CH6(j, m0 + j)                      \
-    }
-#endif
 
 /* What both tile kernels start with: the work-item's panel of NR output
  * channels (m0, mc of them real) and pixel range [nbeg, nend) of image img,
@@ -378,7 +362,7 @@ void conv_chanvec(int M, int N, int K, int pix,
         }
 #if CHANVEC_ROW_STORES
         if (rows == MR) {
-            STORE_TILE_BY_CHANNEL
+            STORE_TILE_BY_CHANNEL(TILE6, MR, STORE_CH6)
         } else {
             TILE6(STORE_TILE_ROW)
         }
@@ -490,9 +474,7 @@ void conv_chanvec_kb(int M, int N, int K, int pix, int kbc,
             if (ce < C) {
                 TILE_ROWS(SAVE_PART)
             } else if (CHANVEC_ROW_STORES && rows == MRK) {
-                float tt_[MRK][NR];
-                TILE_ROWS(SPILL_ROW)
-                for (int j = 0; j < mc; ++j) STORE_CH_MRK(j, m0 + j)
+                STORE_TILE_BY_CHANNEL(TILE_ROWS, MRK, STORE_CH_MRK)
             } else {
                 TILE_ROWS(STORE_TILE_ROW)
             }

@@ -22,9 +22,29 @@
 #ifndef BIAS
 #define BIAS 0
 #endif
+/* the bias of C's row m, column col */
+#if BIAS == 1
+#define BIAS_OF(m, col) bias[m]
+#elif BIAS == 2
+#define BIAS_OF(m, col) bias[col]
+#else
+#define BIAS_OF(m, col) 0.0f
+#endif
 #ifndef SM_ONE_ROW
 #define SM_ONE_ROW 0
 #endif
+
+/* C's element c from its sum: alpha * sum + bias (b: 0 without), plus
+ * beta * c where beta is not 0, activated */
+inline void store_c(__global float* c, float sum, float alpha, float b, float beta,
+                    float act_a, float act_b) {
+    float v = alpha * sum;
+#if BIAS
+    v += b;
+#endif
+    if (beta != 0.0f) v += beta * *c;
+    *c = APPLY_ACT(v);
+}
 
 inline float hsum8(float8 v) {
     float4 s = v.lo + v.hi;
@@ -61,15 +81,7 @@ __kernel void gemm_small_m(int M, int N, int K, float alpha,
         for (int j = 0; j < nb; ++j) {
             float v = hsum8(acc[j]);
             for (int kk = k; kk < K; ++kk) v = fma(A[kk], bp[j][kk], v);
-            __global float* c = C + n + j;
-            v *= alpha;
-#if BIAS == 1
-            v += bias[0];
-#elif BIAS == 2
-            v += bias[n + j];
-#endif
-            if (beta != 0.0f) v += beta * *c;
-            *c = APPLY_ACT(v);
+            store_c(C + n + j, v, alpha, BIAS_OF(0, n + j), beta, act_a, act_b);
         }
     }
     return;
@@ -117,17 +129,9 @@ __kernel void gemm_small_m(int M, int N, int K, float alpha,
             }
         }
         for (int m = 0; m < M; ++m) {
-            for (int j = 0; j < nb; ++j) {
-                __global float* c = C + (size_t)m * ldc + n + j;
-                float v = alpha * tot[m][j];
-#if BIAS == 1
-                v += bias[m];
-#elif BIAS == 2
-                v += bias[n + j];
-#endif
-                if (beta != 0.0f) v += beta * *c;
-                *c = APPLY_ACT(v);
-            }
+            for (int j = 0; j < nb; ++j)
+                store_c(C + (size_t)m * ldc + n + j, tot[m][j], alpha, BIAS_OF(m, n + j), beta,
+                        act_a, act_b);
         }
     }
 }

@@ -196,7 +196,6 @@ class ConcatChain:
                 layer.rebuild_at_next_reshape()
 
 
-
 def _unshared(mems, heads):
     """Distinct memories, none shared yet, each in one of ``heads``."""
     return len({id(m) for m in mems}) == len(mems) and \
