@@ -122,6 +122,19 @@ _DECLARED = (
             "same where a channel-vector kernel runs the convolution (1x1 layers on planes "
             "of up to 196 pixels) or the 1x1 kernel reading the images (larger planes, at "
             "most 10 K weights)"),
+    Setting("FOLD_NEW_TOPS", "bool", True,
+            "at TEST, a BatchNorm (global statistics) -> Scale -> activation chain that "
+            "writes new tops (BatchNorm's output a new blob, e.g. shicai's MobileNet v2) is "
+            "folded into the Convolution / InnerProduct before it as an in-place chain is "
+            "(the producer's top computed when read) instead of running as a pass of its "
+            "own after it (with CAFFE_OCL_FOLD)"),
+    Setting("FUSE_DW_POINTWISE", "bool", False,
+            "at TEST on GPUs, a depthwise convolution (its BatchNorm / Scale / activation "
+            "folded) whose output only a 1x1 convolution run by the few-outputs kernel reads "
+            "(batch 1 on small planes: the mobile nets' blocks) is computed by that kernel "
+            "where it loads its input: one launch for the two layers (with CAFFE_OCL_FOLD). "
+            "Off by default: measured level or slower on the H100 (the kernel computes each "
+            "depthwise output again for every 8 output channels)"),
     Setting("FUSE_SE_SQUEEZE", "bool", True,
             "at TEST (at most 4 images), an SE block's global pooling and its two "
             "products with their activations run as one launch (plan/se_squeeze.py; with "

@@ -20,7 +20,14 @@
  * GATE 1: the input channels scaled by a gate first, x[n][k][p] * G[n *
  * gstride + k] (an SE block's channel scale before its projection,
  * plan/se.py, plan/residual.py; gstride 0: one gate for every image),
- * applied to the block of weights as it goes to local memory. */
+ * applied to the block of weights as it goes to local memory.
+ * DWP 1: x is not read; its values are a depthwise convolution's output
+ * computed where they are loaded, x[n][k][p] = DW_ACT(sum_taps Wd[k][t] *
+ * Xd[n][k][pixel p's tap t] (+ Bd[k])) over the DKH x DKW taps (stride,
+ * padding, dilation DSH, DSW, DPH, DPW, DDH, DDW) of Xd's DIH x DIW planes;
+ * the output plane is DOW wide (plan/dw_pointwise.py: a depthwise layer and
+ * the 1x1 layer reading it as one launch at batch 1, where a launch costs
+ * more than the depthwise sums each block of output channels repeats). */
 #include "common.h"
 #include "act.h"
 
@@ -48,12 +55,68 @@
 #ifndef GATE
 #define GATE 0
 #endif
+#ifndef DWP
+#define DWP 0
+#endif
+
+#if DWP
+#ifndef DBIAS
+#define DBIAS 0
+#endif
+#ifndef DACT
+#define DACT 0
+#endif
+/* the depthwise layer's activation (act.h's kinds, its own arguments) */
+#if DACT == 0
+#define DW_ACT(v) (v)
+#elif DACT == 1
+#define DW_ACT(v) ((v) > 0.0f ? (v) : dact_a * (v))
+#elif DACT == 2
+#define DW_ACT(v) fmax(dact_a, fmin(dact_b, (v)))
+#elif DACT == 3
+#define DW_ACT(v) ((v) / (1.0f + ACT_EXP(-dact_a * (v))))
+#elif DACT == 4
+#define DW_ACT(v) (1.0f / (1.0f + ACT_EXP(-(v))))
+#elif DACT == 5
+#define DW_ACT(v) ((v) * fmax(0.0f, fmin(1.0f, dact_a * (v) + dact_b)))
+#elif DACT == 6
+#define DW_ACT(v) fmax(0.0f, fmin(1.0f, dact_a * (v) + dact_b))
+#else
+#error "DACT: an act.h kind, 0-6"
+#endif
+/* channel k of the depthwise output at the output pixel whose first tap
+ * row / column are iy0, ix0 (taps outside the plane are zero padding) */
+#define DW_VALUE(k) dw_value(xd, Wd, Bd, (k), iy0, ix0, dact_a, dact_b)
+inline float dw_value(__global const float* xd, __global const float* Wd,
+                      __global const float* Bd, int k, int iy0, int ix0,
+                      float dact_a, float dact_b) {
+    __global const float* xp = xd + (size_t)k * (DIH * DIW);
+    __global const float* wp = Wd + k * (DKH * DKW);
+    float v = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DKH; ++i) {
+        const int iy = iy0 + i * DDH;
+        if (iy < 0 || iy >= DIH) continue;
+#pragma unroll
+        for (int j = 0; j < DKW; ++j) {
+            const int ix = ix0 + j * DDW;
+            if (ix >= 0 && ix < DIW) v = fma(wp[i * DKW + j], xp[iy * DIW + ix], v);
+        }
+    }
+#if DBIAS
+    v += Bd[k];
+#endif
+    return DW_ACT(v);
+}
+#endif
 
 __kernel __attribute__((reqd_work_group_size(PB * SL, 1, 1)))
 void conv1x1_few(int M, int K, int HW, __global const float* X, __global const float* Wt,
                  __global float* Y, int y_off, int ych, __global const float* bias,
                  float act_a, float act_b, __global const float* R,
-                 __global const float* G, int gstride) {
+                 __global const float* G, int gstride, __global const float* Xd,
+                 __global const float* Wd, __global const float* Bd, float dact_a,
+                 float dact_b) {
     __local float ws[MB * KC];
     __local float part[SL * MB * PB];
     const int lid = get_local_id(0);
@@ -63,6 +126,14 @@ void conv1x1_few(int M, int K, int HW, __global const float* X, __global const f
     const int img = get_group_id(2);
     const int pok = n < HW;
     __global const float* x = X + (size_t)img * K * HW + (pok ? n : 0);
+#if DWP
+    __global const float* xd = Xd + (size_t)img * K * (DIH * DIW);
+    const int oy = (pok ? n : 0) / DOW, ox = (pok ? n : 0) - oy * DOW;
+    const int iy0 = oy * DSH - DPH, ix0 = ox * DSW - DPW;
+#define X_AT(k) DW_VALUE(k)
+#else
+#define X_AT(k) x[(size_t)(k) * HW]
+#endif
 
     float acc[MB];
 #pragma unroll
@@ -87,7 +158,7 @@ void conv1x1_few(int M, int K, int HW, __global const float* X, __global const f
         for (; k + (XB - 1) * SL < kc; k += XB * SL) {
             float xv[XB];
 #pragma unroll
-            for (int u = 0; u < XB; ++u) xv[u] = pok ? x[(size_t)(k0 + k + u * SL) * HW] : 0.0f;
+            for (int u = 0; u < XB; ++u) xv[u] = pok ? X_AT(k0 + k + u * SL) : 0.0f;
 #pragma unroll
             for (int u = 0; u < XB; ++u) {
 #pragma unroll
@@ -95,7 +166,7 @@ void conv1x1_few(int M, int K, int HW, __global const float* X, __global const f
             }
         }
         for (; k < kc; k += SL) {
-            const float xv = pok ? x[(size_t)(k0 + k) * HW] : 0.0f;
+            const float xv = pok ? X_AT(k0 + k) : 0.0f;
 #pragma unroll
             for (int j = 0; j < MB; ++j) acc[j] = fma(ws[j * KC + k], xv, acc[j]);
         }

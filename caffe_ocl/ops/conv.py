@@ -1174,6 +1174,19 @@ def takes_gate(dev, g, algo=None):
     return algorithm(dev, g, algo, "forward") == "igemm" and runs_1x1_few(dev, g, algo)
 
 
+def takes_dw_input(dev, g, gd, algo=None):
+    """Whether ``forward`` of the 1x1 convolution ``g`` can compute its
+    input as the depthwise convolution ``gd`` where it loads it
+    (``dw_input``): where the few-outputs 1x1 kernel runs ``g`` (GPUs,
+    small batches) and reaches ``gd`` (conv1x1_few.takes_dw), setting
+    FUSE_DW_POINTWISE. A depthwise layer and the 1x1 layer after it are
+    then one launch (plan/dw_pointwise.py)."""
+    if not config.get("FUSE_DW_POINTWISE") or dev.is_cpu:
+        return False
+    return (algorithm(dev, g, algo, "forward") == "igemm" and runs_1x1_few(dev, g, algo)
+            and conv1x1_few.takes_dw(g, gd))
+
+
 def pointwise_takes_gate(dev, g, algo=None):
     """Whether the CPU forward of ``g`` runs conv1x1_rows (the automatic
     algorithm, pointwise_rows) with the gate: its weights times the gate
@@ -1215,7 +1228,8 @@ def chanvec_takes_gate(dev, g, algo=None):
 
 
 def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
-            y_channels=None, weight_version=None, residual=None, gate=None, gate_stride=0):
+            y_channels=None, weight_version=None, residual=None, gate=None, gate_stride=0,
+            dw_input=None):
     """y[n, Co, Ho, Wo] = act(conv(x[n, C, H, W], weight[Co, C/G, KH, KW]) (+ bias)).
 
     ``act``: None, ("relu", negative_slope) or ("clip", lo, hi), applied in
@@ -1235,8 +1249,17 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
     the convolution, plan/residual.py); only where ``writes_residual``.
     ``gate``: None, or x's channels are scaled by it first (x[n, c] *
     gate[n * gate_stride + c]; ``gate_stride`` 0: one gate for every
-    image); only where ``takes_gate``."""
+    image); only where ``takes_gate``.
+    ``dw_input``: None, or a conv1x1_few.DwInput: ``x`` is not read, the
+    convolution's input is that depthwise convolution's output, computed
+    as it is loaded; only where ``takes_dw_input``."""
     a = algorithm(dev, g, algo, "forward")
+    if dw_input is not None:
+        if not takes_dw_input(dev, g, dw_input.g, algo) or gate is not None:
+            raise ValueError(f"convolution {g}: algorithm {a!r} cannot compute its input as "
+                             f"the depthwise convolution {dw_input.g}")
+        return [conv1x1_few.forward(dev, g, x, weight, y, bias, act, y_off=y_off,
+                                    y_channels=y_channels, residual=residual, dw=dw_input)]
     sliced = bool(y_off) or y_channels not in (None, g.out_channels)
     if sliced and not writes_slices(dev, g, algo):
         raise ValueError(f"convolution {g}: algorithm {a!r} cannot write into a slice")

@@ -5,6 +5,8 @@ at every step of K. ops.conv.forward takes it instead of the implicit GEMM
 for the automatic algorithm where ``applies``; backward passes are
 unchanged.
 """
+from collections import namedtuple
+
 from .. import config
 from .gemm import act_defines, deterministic
 
@@ -33,6 +35,39 @@ MAX_MACS = 32_000_000
 # Loads of the input each work-item issues before using them (kernel XB):
 # same run, 18 layers, tiles / this kernel geomean 1.30 with 8, 1.16 with 1.
 LOADS_IN_FLIGHT = 8
+
+
+# The depthwise convolution whose output the kernel computes where it loads
+# its input (DWP): geometry ``g`` (a ConvGeometry with groups == channels ==
+# out_channels), its input buffer ``x``, ``weight`` (C x KH x KW), ``bias``
+# (C floats or None) and activation ``act`` (ops.gemm.act_defines' spec).
+DwInput = namedtuple("DwInput", "g x weight bias act")
+
+# Most depthwise multiply-adds the fused launch may compute, summed over its
+# blocks of output channels (each block computes every depthwise output it
+# reads: ceil(M / MB) times the layer's own, each work-item its values one
+# after another). H100, batch 1, whole nets with the rewrite against
+# without, interleaved (BENCHMARKS.md, thirty-fourth session): with a bound
+# of 32 million ShuffleNet v2 (every layer 3.0-3.3 million) ran 1.16x as
+# fast, MobileNet v2 (5-12 million) 0.72x and MNASNet (5 x 5 taps) 0.55x.
+DW_MAX_MACS = 4_000_000
+# Most taps of a depthwise kernel the fused launch unrolls (7 x 7)
+DW_MAX_TAPS = 49
+
+
+def takes_dw(g, gd):
+    """Whether ``forward`` can compute ``g``'s input as the depthwise
+    convolution ``gd`` (DwInput.g) where it loads it: ``gd`` one channel
+    a group, its output ``g``'s input, its kernel at most DW_MAX_TAPS taps,
+    and its multiply-adds repeated for every MB output channels at most
+    DW_MAX_MACS. Only the kernel's reach: ``applies``/``eligible`` say
+    whether this kernel runs ``g`` at all."""
+    if not (gd.groups == gd.channels == gd.out_channels == g.channels and gd.num == g.num):
+        return False
+    if (gd.out_h, gd.out_w) != (g.height, g.width) or gd.kh * gd.kw > DW_MAX_TAPS:
+        return False
+    blocks = -(-g.out_channels // MB)
+    return blocks * gd.num * gd.channels * gd.out_spatial * gd.kh * gd.kw <= DW_MAX_MACS
 
 
 def eligible(dev, g):
@@ -69,19 +104,34 @@ def split(k):
 
 
 def forward(dev, g, x, weight, y, bias=None, act=None, y_off=0, y_channels=None,
-            residual=None, gate=None, gate_stride=0):
+            residual=None, gate=None, gate_stride=0, dw=None):
     """y = act(conv(x, weight) (+ bias) (+ residual)): one launch.
     ``gate``: x's channels scaled by it first (x[n, k] * gate[n *
-    gate_stride + k]; ``gate_stride`` 0: one gate for all images)."""
+    gate_stride + k]; ``gate_stride`` 0: one gate for all images).
+    ``dw``: a DwInput whose output is the convolution's input (``x`` is
+    then not read; where ``takes_dw``; not with a gate)."""
     act_kind, act_a, act_b = act_defines(act)
     hw, M = g.out_spatial, g.out_channels
     pb, sl = split(g.channels)
     gsize = (-(-hw // pb) * THREADS, -(-M // MB), g.num)
+    defines = dict(MB=MB, PB=pb, SL=sl, XB=LOADS_IN_FLIGHT, BIAS=int(bias is not None),
+                   ACT=act_kind, RESIDUAL=int(residual is not None),
+                   GATE=int(gate is not None))
+    dw_args = [weight, weight, weight, 0.0, 0.0]
+    if dw is not None:
+        if gate is not None or not takes_dw(g, dw.g):
+            raise ValueError(f"conv1x1_few: {g} cannot read the depthwise output {dw.g}")
+        gd = dw.g
+        dact, dact_a, dact_b = act_defines(dw.act)
+        defines.update(DWP=1, DBIAS=int(dw.bias is not None), DACT=dact,
+                       DKH=gd.kh, DKW=gd.kw, DSH=gd.sh, DSW=gd.sw, DPH=gd.ph, DPW=gd.pw,
+                       DDH=gd.dh, DDW=gd.dw, DIH=gd.height, DIW=gd.width, DOW=gd.out_w)
+        dw_args = [dw.x, dw.weight, dw.bias if dw.bias is not None else dw.weight,
+                   dact_a, dact_b]
+        x = dw.x            # not read: the argument must be a buffer
     return dev.launch(SRC, "conv1x1_few", gsize, (THREADS, 1, 1),
                       [M, g.channels, hw, x, weight, y, int(y_off),
                        int(y_channels or M), bias if bias is not None else weight,
                        act_a, act_b, residual if residual is not None else weight,
-                       gate if gate is not None else weight, int(gate_stride)],
-                      dict(MB=MB, PB=pb, SL=sl, XB=LOADS_IN_FLIGHT, BIAS=int(bias is not None),
-                           ACT=act_kind, RESIDUAL=int(residual is not None),
-                           GATE=int(gate is not None)))
+                       gate if gate is not None else weight, int(gate_stride)] + dw_args,
+                      defines)

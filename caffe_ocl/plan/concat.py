@@ -12,7 +12,7 @@ Which inputs (``find``): an input blob ``c`` of a Concat (two or more
 distinct bottoms, a top that no other layer writes in place) whose unit
 is
 
-- a folded chain (fold.Chain: Convolution <- BatchNorm/Scale/activation
+- a folded chain (chain.Chain: Convolution <- BatchNorm/Scale/activation
   in place), ``c`` its top;
 - a Convolution -> activation pair writing a new top (elide.py), ``c``
   the activation's top;

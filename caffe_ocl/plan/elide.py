@@ -90,6 +90,9 @@ class PendingPair(LayerPair):
         # concat.py: where the pair writes ``r`` instead (a slice of a
         # Concat's top), or None
         self.slice_target = None
+        # dw_pointwise.py: the depthwise convolution (ops.conv1x1_few.DwInput)
+        # whose output the producer computes as it reads its input, or None
+        self.dw_input = None
 
     @property
     def out_blob(self):
@@ -128,6 +131,7 @@ class ProducerActPair(PendingPair):
         prod = self.producer
         w = params[0]
         b = params[1] if prod.bias_term else None
+        dw = dict(dw_input=self.dw_input) if self.dw_input is not None else {}
         if prod.type == "InnerProduct":
             self.fwd = prod.forward_launches(self.x, self.r, w, b, act=self.act)
         elif layout is not None:        # into a slice of a Concat's top
@@ -135,11 +139,11 @@ class ProducerActPair(PendingPair):
             self.fwd = conv_ops.forward(prod.device, prod.geom, self.x.data_buffer(), w, y,
                                         prod.col, b, act=self.act, y_off=y_off,
                                         y_channels=y_channels,
-                                        weight_version=prod.weight_version())
+                                        weight_version=prod.weight_version(), **dw)
         else:
             self.fwd = conv_ops.forward(prod.device, prod.geom, self.x.data_buffer(), w,
                                         self.r.data_buffer(), prod.col, b, act=self.act,
-                                        weight_version=prod.weight_version())
+                                        weight_version=prod.weight_version(), **dw)
         if self.x.count == 0 or self.r.count == 0:
             self.fwd = []
 
@@ -156,7 +160,8 @@ class ProducerActPair(PendingPair):
         for p in prod.blobs:            # the user may have written them on the host
             p.data_mem.to_device()
         params = tuple(p.data_buffer() for p in prod.blobs)
-        key = (prod.reshape_count, self.x.data_buffer(), self.r.data_buffer(), params, layout)
+        key = (prod.reshape_count, self.x.data_buffer(), self.r.data_buffer(), params, layout,
+               self.dw_input)
         if key != self._key:
             self._build(params, layout)
             self._key = key

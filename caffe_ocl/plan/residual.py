@@ -15,7 +15,7 @@ Eltwise would (``c + r`` rounded once, then the activation), so the values
 are the layers' own bit for bit.
 
 What matches (``find``): a 2-D Convolution (one bottom, one top, not in
-place, in no other group), or a folded chain of one (fold.Chain: the
+place, in no other group), or a folded chain of one (chain.Chain: the
 convolution with BatchNorm / Scale in place, no activation; Caffe's
 ResNets), directly followed by an Eltwise SUM of two
 distinct blobs, one of them the convolution's top ``c`` and both
@@ -112,7 +112,7 @@ class ConvResidual(PendingTops):
         g = net.graph
         self.net = net
         self.ci, self.ei = ci, ei
-        self.chain = chain              # fold.Chain of the convolution, or None
+        self.chain = chain              # chain.Chain of the convolution, or None
         self.scale = scale              # the SE Scale's index before a lone convolution, or None
         producer = chain.layers if chain is not None else [ci]
         self.layers = ([scale] if scale is not None else []) + producer + [ei] \
@@ -139,6 +139,10 @@ class ConvResidual(PendingTops):
             pending.append(self.z)
             layers.append(ei)
         self._init_pending(pending, layers)
+        # dw_pointwise.py: the depthwise convolution (ops.conv1x1_few.DwInput)
+        # whose output the convolution computes as it reads its input, or
+        # None (with a chain: the chain's own, set beside this one)
+        self.dw_input = None
         self._key = None                # what the launches (or the chain's target) were built for
         self._fused = None              # (shapes decided for, whether to fuse, by the gate)
         self.fwd = []
@@ -154,7 +158,7 @@ class ConvResidual(PendingTops):
         w = params[0]
         b = params[1] if conv.bias_term else None
         out = self.out.data_buffer()
-        gate = {}
+        gate = dict(dw_input=self.dw_input) if self.dw_input is not None else {}
         if by_gate:         # reads x, scaled by the gate as its kernel loads weights
             x = self.x.data_buffer()
             gate = dict(gate=self.gate.data_buffer(),
@@ -231,7 +235,7 @@ class ConvResidual(PendingTops):
         key = (conv.reshape_count, net.layers[self.ei].reshape_count, fused, by_gate,
                self.x.data_buffer(), self.r.data_buffer(), self.c.data_buffer(),
                self.out.data_buffer(), params,
-               (self.gate.shape, self.gate.data_buffer()) if by_gate else None)
+               (self.gate.shape, self.gate.data_buffer()) if by_gate else None, self.dw_input)
         if key != self._key:
             self._build(params, fused, by_gate)
             self._key = key

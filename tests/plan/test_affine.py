@@ -5,6 +5,7 @@ or an Eltwise. Every blob equals the unfused net's."""
 import numpy as np
 import pytest
 
+from caffe_ocl import config
 from caffe_ocl.errors import NetError
 from caffe_ocl.net import Net, TEST, TRAIN
 from caffe_ocl.plan import affine
@@ -45,6 +46,15 @@ layer { name: "sum/scale" type: "Scale" bottom: "sum" top: "sum"
 layer { name: "sum/clip" type: "Clip" bottom: "sum" top: "sum"
         clip_param { min: -0.4 max: 0.6 } }
 """
+@pytest.fixture(autouse=True)
+def chains_not_folded_into_producers():
+    """The BatchNorm chains after a convolution here would fold into it
+    (plan/fold_new_top.py, tested in test_fold_new_top.py): these tests are
+    of the pass that runs where no producer can take them."""
+    with config.override(FOLD_NEW_TOPS=False):
+        yield
+
+
 # "pool2": a second pooling of cat/bn so that the Eltwise has two bottoms
 NET = NET.replace('layer { name: "sum"', '''layer { name: "pool2" type: "Pooling" bottom: "cat/bn" top: "pool2"
         pooling_param { pool: MAX kernel_size: 3 stride: 1 } }

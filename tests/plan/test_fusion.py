@@ -232,10 +232,11 @@ layer { name: "scale3" type: "Scale" bottom: "conv3" top: "conv3" }
 
 def test_non_foldable_left_alone(rng):
     net = _net(NOT_IN_PLACE)
-    # conv1: BN not in place (conv1 stays visible: the BN -> Scale -> ReLU
-    # chain on bn1 runs as one pass after it, plan/affine.py); conv2: read by
-    # a Split (pooling + relu); conv3: BN computes batch statistics.
-    assert net.plan.describe() == ["bn1 -> scale1 -> relu1"]
+    # conv1: BN not in place (folded all the same, BatchNorm's new top
+    # written by the convolution and conv1 computed when read:
+    # plan/fold_new_top.py); conv2: read by a Split (pooling + relu); conv3:
+    # BN computes batch statistics.
+    assert net.plan.describe() == ["conv1 <- bn1, scale1, relu1 (BatchNorm's new top)"]
     assert any(n.endswith("_split") for n in net.graph.layer_names)
     _randomize(net, rng)
     x = _x(rng, (2, 3, 5, 5))

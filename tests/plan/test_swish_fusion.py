@@ -10,7 +10,7 @@ import pytest
 
 from caffe_ocl import config
 from caffe_ocl.net import Net, TEST
-from caffe_ocl.plan import elide, fold, se, swish
+from caffe_ocl.plan import chain, elide, se, swish
 from caffe_ocl.proto import parse_net_text
 
 _W = 'weight_filler { type: "gaussian" std: 0.4 }'
@@ -188,7 +188,7 @@ def test_mobilenet_v3_form(rng):
 def test_caffe_forms(rng):
     fused, plain, _ = _nets(CAFFE, rng)
     groups = fused.plan.groups
-    chains = [c for c in groups if isinstance(c, fold.Chain)]
+    chains = [c for c in groups if isinstance(c, chain.Chain)]
     assert [(c.describe(), c.act) for c in chains] == [("conv1 <- bn1, sc1, sw1",
                                                         ("swish", 1.0))]
     pairs = [c for c in groups if isinstance(c, elide.ProducerActPair)]

@@ -1,0 +1,256 @@
+"""The folded chain: a Convolution / InnerProduct with the BatchNorm /
+Scale / activation after it folded into its weights and epilogue (the
+group fold.py finds where they run in place on its top; fold_new_top.py
+where BatchNorm writes a new top). See fold.py for what is folded and
+how it runs.
+"""
+from ..blob import Blob
+from ..ops import conv as conv_ops
+from ..ops import work_size
+from .patterns import inference_act_of, producer_fuses
+
+
+class Chain:
+    """One producer plus the in-place layers folded into it."""
+    traceable = True          # its run replays from a recorded pass (plan/trace.py)
+
+    def __init__(self, net, p, members, bn, scale, act):
+        self.net = net
+        self.p = p
+        self.members = members            # absorbed layer indices (consecutive)
+        self.layers = [p] + members
+        self.first, self.last = p, members[-1]
+        self.producer = net.layers[p]
+        self.bn, self.scale, self.act = bn, scale, act
+        self.affine = bn is not None or scale is not None
+        self.params = list(self.producer.blobs)
+        if bn is not None:
+            self.params += bn.blobs
+        if scale is not None:
+            self.params += scale.blobs
+        self._mems = None                 # SyncedMemory objects the launches bind
+        self._versions = None             # their versions at the last fold
+        self._built_for = None            # producer.reshape_count at the last build
+        self.fold_launch = None
+        self.w_fold = self.b_fold = None
+        self.fwd = []
+        # concat.py: where the chain writes its top instead (a slice of a
+        # Concat's top), or None
+        self.slice_target = None
+        self._layout = None               # the slice layout the launches write
+        # residual.py: (shortcut blob, output blob, activation) when the
+        # chain adds an Eltwise's shortcut and writes the sum instead of its
+        # top, or None
+        self.residual_target = None
+        # dw_pointwise.py: the depthwise convolution (ops.conv1x1_few.DwInput)
+        # whose output the producer computes as it reads its input, or None
+        self.dw_input = None
+        self._dw_built = None             # the dw_input the launches were built for
+
+    @property
+    def out_blob(self):
+        return self.net.graph.tops[self.p][0]
+
+    def describe(self):
+        names = [self.net.graph.layer_names[i] for i in self.members]
+        return f"{self.net.graph.layer_names[self.p]} <- {', '.join(names)}"
+
+    # ---- building ----------------------------------------------------------
+    def _build_fold(self):
+        prod, dev = self.producer, self.producer.device
+        w = prod.blobs[0]
+        C = prod.num_output
+        if prod.type == "InnerProduct":
+            inner = 1 if prod.transpose else prod.K
+        else:
+            inner = w.count // C
+        if self.w_fold is None or self.w_fold.count != w.count:
+            self.w_fold = Blob(w.shape, name=f"{prod.name}.folded_weight", device=dev)
+            self.b_fold = Blob((C,), name=f"{prod.name}.folded_bias", device=dev)
+        wbuf = w.data_buffer()
+        has_bias = bool(prod.bias_term)
+        bias = prod.blobs[1].data_buffer() if has_bias else wbuf
+        if self.bn is not None:
+            bm, bv, bs = (b.data_buffer() for b in self.bn.blobs)
+            eps = float(self.bn.eps)
+        else:
+            bm = bv = bs = wbuf
+            eps = 0.0
+        has_shift = self.scale is not None and self.scale.bias_term
+        if self.scale is not None:
+            gamma = self.scale.blobs[0].data_buffer()
+            beta = self.scale.blobs[self.scale.bias_id].data_buffer() if has_shift else wbuf
+        else:
+            gamma = beta = wbuf
+        g, l = work_size(dev, w.count + C)
+        self.fold_launch = dev.launch(
+            "fold.cl", "fold_affine", g, l,
+            [w.count, C, inner, wbuf, bias, bm, bv, bs, eps, gamma, beta,
+             self.w_fold.data_buffer(), self.b_fold.data_buffer()],
+            dict(HAS_BIAS=int(has_bias), HAS_BN=int(self.bn is not None),
+                 HAS_SCALE=int(self.scale is not None), HAS_SHIFT=int(has_shift)))
+
+    def weights(self):
+        """(weight, bias or None): the buffers the producer computes with
+        (the folded ones where BatchNorm / Scale fold), as of the last
+        ``sync_params``."""
+        prod = self.producer
+        if self.affine:
+            return self.w_fold.data_buffer(), self.b_fold.data_buffer()
+        return (prod.blobs[0].data_buffer(),
+                prod.blobs[1].data_buffer() if prod.bias_term else None)
+
+    def sync_params(self):
+        """Make the parameters current on the device and fold them again
+        where any changed (a new memory: the fold and the launches are
+        built again)."""
+        for p in self.params:       # the user may have written them on the host
+            p.data_mem.to_device()
+        mems = [p.data_mem for p in self.params]
+        if self._mems is None or any(a is not b for a, b in zip(mems, self._mems)):
+            if self.affine:
+                self._build_fold()
+            self._mems, self._versions = mems, None
+            self._built_for = None
+        if self.affine:
+            versions = [m.version for m in mems]
+            if versions != self._versions:
+                self.fold_launch.run(self.producer.device.queue)
+                self._versions = versions
+
+    def _build_forward(self):
+        prod, dev = self.producer, self.producer.device
+        bottom = self.net.graph.bottoms[self.p][0]
+        top = self.out_blob
+        w, b = self.weights()
+        dw = dict(dw_input=self.dw_input) if self.dw_input is not None else {}
+        # the folded weights change when the fold runs again (its versions)
+        version = None if prod.type == "InnerProduct" else prod.weight_version()
+        if self.affine and version is not None:
+            version = lambda: self._versions   # noqa: E731
+        if prod.type == "InnerProduct":
+            self.fwd = prod.forward_launches(bottom, top, w, b, act=self.act)
+        elif self._layout is not None:     # into a slice of a Concat's top
+            y, y_off, y_channels = self._layout
+            self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w, y, prod.col,
+                                        b, act=self.act, y_off=y_off, y_channels=y_channels,
+                                        weight_version=version, **dw)
+        elif self.residual_target is not None:     # the sum with a shortcut
+            r, out, act = self.residual_target
+            self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w,
+                                        out.data_buffer(), prod.col, b, act=act,
+                                        weight_version=version, residual=r.data_buffer(), **dw)
+        else:
+            col = prod.col       # a device buffer or None (shared scratch)
+            self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w,
+                                        top.data_buffer(), col, b, act=self.act,
+                                        weight_version=version, **dw)
+        if bottom.count == 0 or top.count == 0:
+            self.fwd = []
+
+    # ---- running -------------------------------------------------------------
+    def run_member(self, li):
+        """Layer ``li``'s own forward in a range that cuts the chain."""
+        if self.slice_target is not None:     # its value from the last forward first
+            self.slice_target.blob.compute_pending()
+        g = self.net.graph
+        self.net.layers[li].forward(g.bottoms[li], g.tops[li])
+
+    def run_plain(self):
+        """The chain's forward into its own top (a slice target's fallback)."""
+        self.run(plain=True)
+
+    def run(self, plain=False):
+        prod = self.producer
+        layout = None if plain or self.slice_target is None else self.slice_target.layout()
+        if layout != self._layout:
+            self._layout, self._built_for = layout, None
+        for b in self.net.graph.bottoms[self.p]:
+            b.data_mem.to_device()
+        self.sync_params()
+        if prod.reshape_count != self._built_for or self.dw_input != self._dw_built:
+            self._build_forward()
+            self._built_for, self._dw_built = prod.reshape_count, self.dw_input
+        q = prod.device.queue
+        for launch in self.fwd:
+            launch.run(q)
+        if layout is not None:
+            self.slice_target.written()
+            return
+        if self.slice_target is not None:
+            self.slice_target.release()
+        if self.residual_target is not None:
+            self.residual_target[1].data_mem.device_written()
+            return
+        self.out_blob.data_mem.device_written()
+
+
+def foldable_producer(net, li):
+    layer = net.layers[li]
+    if len(net.graph.bottoms[li]) != 1 or len(net.graph.tops[li]) != 1:
+        return False
+    if layer.type == "Convolution":      # 2-D (ops/conv.py): N-D ones run ops/conv_nd.py
+        return not getattr(layer, "reverse", False) and layer.spatial == 2
+    return layer.type == "InnerProduct"
+
+
+def channel_axis_ok(net, li):
+    """BatchNorm/Scale act on axis 1: it must be the producer's output axis."""
+    layer, top = net.layers[li], net.graph.tops[li][0]
+    if layer.type == "InnerProduct":
+        return top.num_axes == 2
+    return layer.axis == 1
+
+
+def bn_ok(layer, C):
+    return layer.use_global_stats and layer.channels == C
+
+
+def scale_ok(layer, bottom, C):
+    if len(layer.blobs) < 1 or layer.blobs[0].shape != (C,):
+        return False
+    try:
+        axis = bottom.canonical_axis(layer.param.scale_param.axis)
+    except Exception:
+        return False
+    if axis != 1:
+        return False
+    return not layer.bias_term or layer.blobs[layer.bias_id].shape == (C,)
+
+
+def find_chains(net):
+    chains = []
+    n = len(net.layers)
+    li = 0
+    while li < n:
+        if not foldable_producer(net, li):
+            li += 1
+            continue
+        prod = net.layers[li]
+        blob = net.graph.tops[li][0]
+        C = prod.num_output
+        axis_ok = channel_axis_ok(net, li)
+        members, bn, scale, act, stage = [], None, None, None, 0
+        j = li + 1
+        while j < n:
+            layer = net.layers[j]
+            bots, tops = net.graph.bottoms[j], net.graph.tops[j]
+            if not (len(bots) == 1 and len(tops) == 1 and bots[0] is blob
+                    and tops[0] is blob):
+                break
+            if layer.type == "BatchNorm" and stage < 1 and axis_ok and bn_ok(layer, C):
+                bn, stage = layer, 1
+            elif layer.type == "Scale" and stage < 2 and axis_ok \
+                    and scale_ok(layer, blob, C):
+                scale, stage = layer, 2
+            elif stage < 3 and inference_act_of(layer) is not None \
+                    and producer_fuses(prod, inference_act_of(layer)):
+                act, stage = inference_act_of(layer), 3
+            else:
+                break
+            members.append(j)
+            j += 1
+        if members:
+            chains.append(Chain(net, li, members, bn, scale, act))
+        li = j
+    return chains
