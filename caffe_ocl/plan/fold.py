@@ -96,6 +96,10 @@ def find_groups(net):
     it (dw_pointwise.py: the 1x1 kernel computes the depthwise output)."""
     chains = find_chains(net)
     taken = {li for c in chains for li in c.layers}
+    # chains writing new tops folded into the producer before them, before
+    # the residual pass (which takes those without an activation too)
+    chains += fold_new_top.find(net, affine.chains_of(net, taken), taken)
+    taken = {li for c in chains for li in c.layers}
     sums = residual.find(net, chains, taken)
     absorbed = {id(s.chain) for s in sums if s.chain is not None}
     chains = [c for c in chains if id(c) not in absorbed] + sums
@@ -105,10 +109,7 @@ def find_groups(net):
     taken = {li for c in chains for li in c.layers}
     chains += [c for c in eltwise.chains_of(net, train=False) if not taken.intersection(c.layers)]
     taken = {li for c in chains for li in c.layers}
-    affines = affine.chains_of(net, taken)
-    new_tops = fold_new_top.find(net, affines, taken)
-    folded = {id(c.affine_chain) for c in new_tops}
-    chains += [c for c in affines if id(c) not in folded] + new_tops
+    chains += affine.chains_of(net, taken)
     taken = {li for c in chains for li in c.layers}
     chains += elide.pairs_of(net, taken)
     taken = {li for c in chains for li in c.layers}

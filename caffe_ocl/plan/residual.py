@@ -68,11 +68,13 @@ def _act_after(g, ai, z, outputs):
     return act, True
 
 
-def match(net, ci, ei, outputs, taken=(), members=()):
+def match(net, ci, ei, outputs, taken=(), members=(), c=None):
     """(activation index or None, act, new top) of a residual group of
     convolution ``ci`` (alone or with the chain up to ``ei`` - 1) and the
-    Eltwise at ``ei``, or None. ``members``: the chain's in-place layers
-    (readers of the convolution's top besides the Eltwise)."""
+    Eltwise at ``ei``, or None. ``members``: the chain's layers (readers of
+    the convolution's top besides the Eltwise); ``c``: the blob the chain
+    leaves its value in (fold_new_top.NewTopChain's new top), by default
+    the convolution's top."""
     g = net.graph
     if ei >= len(g.layers) or ei in taken:
         return None
@@ -80,7 +82,7 @@ def match(net, ci, ei, outputs, taken=(), members=()):
     if g.layer_types[ci] != "Convolution" or not producer_ok(conv) \
             or not one_in_one_out(g, ci):
         return None
-    c = g.tops[ci][0]
+    c = g.tops[ci][0] if c is None else c
     if c is g.bottoms[ci][0] or c.name in outputs:
         return None
     if g.layer_types[ei] != "Eltwise" or elt.op != elt.SUM or list(elt.coeffs) != [1.0, 1.0]:
@@ -119,7 +121,10 @@ class ConvResidual(PendingTops):
             + ([ai] if ai is not None else [])
         self.first, self.last = self.layers[0], self.layers[-1]
         self.conv = net.layers[ci]
-        self.x, self.c = g.bottoms[ci][0], g.tops[ci][0]
+        # c: the blob the Eltwise reads (a chain writing a new top leaves
+        # its value there, not in the convolution's top)
+        self.x = g.bottoms[ci][0]
+        self.c = chain.out_blob if chain is not None else g.tops[ci][0]
         if scale is not None:           # the convolution reads s = x * gate
             self.s = self.x
             self.x, self.gate = g.bottoms[scale]
@@ -278,7 +283,8 @@ def find(net, chains=(), taken=()):
             continue
         ei = (chain.last if chain is not None else ci) + 1
         found = match(net, ci, ei, outputs, used,
-                      chain.members if chain is not None else ())
+                      chain.members if chain is not None else (),
+                      chain.out_blob if chain is not None else None)
         if found is None:
             continue
         si = ci - 1         # an SE channel scale the convolution's kernel can apply

@@ -11,7 +11,7 @@ import pytest
 from caffe_ocl import config
 from caffe_ocl.errors import NetError
 from caffe_ocl.net import Net, TEST
-from caffe_ocl.plan import affine, fold_new_top
+from caffe_ocl.plan import affine, fold_new_top, residual
 from caffe_ocl.proto import parse_net_text
 from test_swish_fusion import _assert_blobs_equal
 
@@ -52,6 +52,20 @@ NETS = {
     # every layer into a new top (no Scale in place: backward allowed)
     "all-new-tops": (HEAD + _conv("c1", "data", "c1", 4, bias=True) + _bn("c1_bn", "c1", "b")
                      + _scale("c1_sc", "b", "s") + _relu("c1_relu", "s", "r") + _POOL % "r"),
+    # Inception-BN's branches: each chain's last blob a slice of a Concat's
+    # top, written there by the folded convolution where it can (concat.py)
+    "into-a-concat": (HEAD + _conv("c1", "data", "c1", 4, k=1, pad=0) + _bn("c1_bn", "c1", "c1/bn")
+                      + _scale("c1_sc", "c1/bn", "c1/bn") + _relu("c1_relu", "c1/bn", "c1/bn")
+                      + _conv("c2", "data", "c2", 3) + _bn("c2_bn", "c2", "c2/bn")
+                      + _relu("c2_relu", "c2/bn", "c2/bn")
+                      + 'layer { name: "cat" type: "Concat" bottom: "c1/bn" bottom: "c2/bn" '
+                        'top: "cat" }\n' + _POOL % "cat"),
+    # shicai's MobileNet v2 block end: the chain's new top summed with the
+    # shortcut (residual.py adds it in the folded convolution's epilogue)
+    "residual": (HEAD + _conv("c1", "data", "c1", 3) + _bn("c1_bn", "c1", "c1/bn")
+                 + _scale("c1_sc", "c1/bn", "c1/bn")
+                 + 'layer { name: "add" type: "Eltwise" bottom: "data" bottom: "c1/bn" '
+                   'top: "sum" }\n' + _relu("relu", "sum", "sum") + _POOL % "sum"),
     # an InnerProduct producer, BatchNorm and ReLU (no Scale)
     "inner-product": (HEAD + 'layer { name: "ip" type: "InnerProduct" bottom: "data" '
                       f'top: "ip" inner_product_param {{ num_output: 6 {_W} }} }}\n'
@@ -89,6 +103,10 @@ def _groups(net, cls):
 def test_folded_into_the_producer(rng, name):
     fused, plain = _nets(NETS[name], rng)
     groups = _groups(fused, fold_new_top.NewTopChain)
+    if name == "residual":      # the chain inside the residual group
+        (res,) = _groups(fused, residual.ConvResidual)
+        assert isinstance(res.chain, fold_new_top.NewTopChain)
+        groups = [res.chain]
     assert groups and not _groups(fused, affine.AffineActChain)
     first = groups[0]
     assert first.describe().endswith("(BatchNorm's new top)")
@@ -96,6 +114,7 @@ def test_folded_into_the_producer(rng, name):
         _forward((fused, plain), rng, n)
         for grp in groups:      # the producer's launches alone write the chain's last blob
             names = [getattr(ln, "name", "") for ln in grp.fwd]
+            assert not [nm for nm in names if nm.startswith(("eltwise", "sum2"))], names
             assert not [nm for nm in names if nm.startswith("bn_")], names
             assert grp.c.compute_on_read is not None
         _assert_blobs_equal(fused, plain, ["out"])
@@ -106,6 +125,8 @@ def test_folded_into_the_producer(rng, name):
     with config.override(FOLD_NEW_TOPS=False):
         net = Net(parse_net_text(NETS[name]), TEST)
         assert not _groups(net, fold_new_top.NewTopChain)
+        assert not [c for c in _groups(net, residual.ConvResidual)
+                    if isinstance(c.chain, fold_new_top.NewTopChain)]
         assert _groups(net, affine.AffineActChain)
 
 
