@@ -1,0 +1,149 @@
+"""Published Caffe deploy prototxts on the CPU: caffe_ocl against OpenCV's
+DNN module (its Caffe importer, CPU backend), same weights, same input, in
+the same process, rounds interleaved (this machine's speed drifts between
+minutes); ratio = OpenCV ms / caffe_ocl ms (>= 1: caffe_ocl ahead).
+
+    python3 benchmarks/bench_caffe_opencv.py NET.prototxt [...] [--weights W.caffemodel]
+        [--batch 1] [--rounds 9] [--runs 5] [--ab SETTING[,SETTING]]
+
+Without --weights each net gets seeded random weights (BatchNorm variances
+positive, its scale factor 1), written to a temporary .caffemodel that
+OpenCV reads. ``--ab``: a caffe_ocl net built with those settings off
+(``base``) is timed in the same rounds, paired ratio base / ours. The
+first input blob is fed; the first output compared (largest difference
+relative to the output's largest value).
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from caffe_ocl import config  # noqa: E402
+from caffe_ocl.net import Net, TEST  # noqa: E402
+
+
+def _random_weights(net, seed=1):
+    rng = np.random.default_rng(seed)
+    for name, blobs in net.params.items():
+        values = [rng.normal(0, 0.3, b.shape) for b in blobs]
+        if net.layer_dict[name].type == "BatchNorm" and len(blobs) == 3:
+            values[1] = np.abs(values[1]) + 0.5         # variance
+            values[2] = np.ones(blobs[2].shape)         # scale factor
+        for b, v in zip(blobs, values):
+            b.data[...] = v
+
+
+def _build(proto, weights, batch, settings):
+    with config.override(**settings):
+        net = Net(proto, TEST, weights=weights)
+    name = net.inputs[0]
+    shape = (batch,) + tuple(net.blobs[name].shape[1:])
+    if net.blobs[name].shape != shape:
+        net.blobs[name].reshape(*shape)
+        net.reshape()
+    return net
+
+
+def _time_ours(net, runs):
+    q = net.layers[0].device.queue
+    last = len(net.layers) - 1
+    net.forward_from_to(0, last)
+    q.finish()
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        net.forward_from_to(0, last)
+    q.finish()
+    return (time.perf_counter() - t0) / runs * 1e3
+
+
+def _time_cv(cv_net, x, runs):
+    cv_net.setInput(x)
+    cv_net.forward()
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        cv_net.setInput(x)
+        cv_net.forward()
+    return (time.perf_counter() - t0) / runs * 1e3
+
+
+def run_one(proto, args):
+    import cv2
+    settings_off = {s: False for s in args.ab.split(",") if s} if args.ab else None
+    with tempfile.TemporaryDirectory() as tmp:
+        weights = args.weights
+        ours = _build(proto, weights, args.batch, {})
+        if weights is None:
+            _random_weights(ours)
+            weights = os.path.join(tmp, "w.caffemodel")
+            ours.save(weights)
+            ours = _build(proto, weights, args.batch, {})
+        base = _build(proto, weights, args.batch, settings_off) if settings_off else None
+        cv_net = cv2.dnn.readNetFromCaffe(proto, weights)
+    cv_net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
+    cv_net.setPreferableTarget(cv2.dnn.DNN_TARGET_CPU)
+    name = ours.inputs[0]
+    x = np.random.default_rng(2).normal(0, 1, ours.blobs[name].shape).astype(np.float32)
+    nets = {"ours": ours} if base is None else {"ours": ours, "base": base}
+    outs = {}
+    for k, n in nets.items():
+        out = n.forward(**{name: x})
+        outs[k] = out[n.outputs[0]].copy()
+    cv_net.setInput(x)
+    ref = cv_net.forward().reshape(outs["ours"].shape)
+    err = float(np.abs(outs["ours"] - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+    times = {k: [] for k in list(nets) + ["opencv"]}
+    order = list(nets) + ["opencv"]
+    for r in range(args.rounds):
+        for k in (order if r % 2 == 0 else order[::-1]):
+            times[k].append(_time_cv(cv_net, x, args.runs) if k == "opencv"
+                            else _time_ours(nets[k], args.runs))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    row = {"net": os.path.basename(proto), "batch": args.batch, "ours_ms": med["ours"],
+           "opencv_ms": med["opencv"], "rel_err": err,
+           "opencv/ours": statistics.median(a / b for a, b in zip(times["opencv"],
+                                                                  times["ours"]))}
+    if base is not None:
+        row["base_ms"] = med["base"]
+        row["base/ours"] = statistics.median(a / b for a, b in zip(times["base"],
+                                                                   times["ours"]))
+    return row
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("prototxt", nargs="+")
+    ap.add_argument("--weights", help="a .caffemodel for the (one) net; default random")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--ab", default="", help="settings turned off for a base net, comma-separated")
+    args = ap.parse_args(argv)
+    if args.weights and len(args.prototxt) != 1:
+        ap.error("--weights goes with one prototxt")
+    import cv2
+    cv2.setNumThreads(max(os.cpu_count() or 1, 1))
+    rows = [run_one(p, args) for p in args.prototxt]
+    head = "| net | batch | caffe_ocl ms | OpenCV ms | OpenCV/ours (paired) |"
+    sep = "|---|---|---|---|---|"
+    if args.ab:
+        head += f" base ({args.ab} off) ms | base/ours (paired) |"
+        sep += "---|---|"
+    print(head + " rel. err |")
+    print(sep + "---|")
+    for r in rows:
+        line = (f"| {r['net']} | {r['batch']} | {r['ours_ms']:.2f} | {r['opencv_ms']:.2f} "
+                f"| {r['opencv/ours']:.2f} |")
+        if args.ab:
+            line += f" {r['base_ms']:.2f} | {r['base/ours']:.2f} |"
+        print(line + f" {r['rel_err']:.1e} |")
+
+
+if __name__ == "__main__":
+    main()
