@@ -17,18 +17,18 @@ def assert_same_bits(a, b, skip=(), zero_sign=True):
         np.testing.assert_array_equal(x.view(np.int32), y.view(np.int32), err_msg=name)
 
 
-def same_random_weights(nets, seed, batchnorm=()):
+def same_random_weights(nets, seed, batchnorm=(), scale_factor=1.0):
     """The same random parameters in every net of ``nets`` (built from one
     prototxt): N(0, 0.5), but for the BatchNorm layers named in
     ``batchnorm`` a random mean, a variance in [0.5, 2) and a scale factor
-    of 1."""
+    of ``scale_factor``."""
     nets = list(nets)
     rng = np.random.default_rng(seed)
     for name, blobs in nets[0].params.items():
         for k, b in enumerate(blobs):
             if name in batchnorm:
                 v = [rng.normal(0, 0.5, b.shape), rng.uniform(0.5, 2, b.shape),
-                     np.ones(b.shape)][k]
+                     np.full(b.shape, scale_factor)][k]
             else:
                 v = rng.normal(0, 0.5, b.shape)
             for net in nets:
@@ -41,3 +41,16 @@ def forward_reshaped(nets, x):
         net.blobs["data"].reshape(*x.shape)
         net.reshape()
         net.forward(data=x)
+
+
+def assert_same_backward(fused, plain, top="out"):
+    """A backward from a diff of ones at ``top`` gives the same input and
+    parameter gradients in both nets (the rewrite computes the blobs it
+    left pending first)."""
+    for net in (fused, plain):
+        net.blobs[top].diff[...] = 1.0
+    gf, gp = fused.backward(diffs=["data"]), plain.backward(diffs=["data"])
+    np.testing.assert_allclose(gf["data"], gp["data"], rtol=1e-4, atol=1e-5)
+    for name, blobs in plain.params.items():
+        for a, b in zip(fused.params[name], blobs):
+            np.testing.assert_allclose(a.diff, b.diff, rtol=1e-4, atol=1e-5, err_msg=name)

@@ -18,6 +18,7 @@ from caffe_ocl.ops import conv as conv_ops
 from caffe_ocl.ops import conv1x1_few
 from caffe_ocl.plan import dw_pointwise
 from caffe_ocl.proto import parse_net_text
+from plan_pairs import assert_same_backward, forward_reshaped, same_random_weights
 from test_swish_fusion import _assert_blobs_equal
 
 pytestmark = pytest.mark.usefixtures("gpu_kernels_unoptimized_on_cpu")
@@ -107,23 +108,13 @@ def dw_rule(monkeypatch):
 def _nets(text, rng):
     fused = Net(parse_net_text(text), TEST)
     plain = Net(parse_net_text(text), TEST, fold=False)
-    for name, blobs in plain.params.items():
-        values = [rng.normal(0, 0.5, b.shape) for b in blobs]
-        if name.endswith("_bn"):        # mean, variance, scale factor
-            values[1] = np.abs(values[1]) + 0.5
-            values[2] = np.ones(blobs[2].shape)
-        for a, b, v in zip(fused.params[name], blobs, values):
-            a.data[...] = b.data[...] = v
+    same_random_weights((fused, plain), int(rng.integers(1 << 30)),
+                        [n for n in plain.params if n.endswith("_bn")])
     return fused, plain
 
 
 def _forward(nets, rng, n=2):
-    x = rng.normal(0, 1, (n, 8, 7, 6)).astype(np.float32)
-    for net in nets:
-        if net.blobs["data"].shape[0] != n:
-            net.blobs["data"].reshape(n, 8, 7, 6)
-            net.reshape()
-        net.forward(data=x)
+    forward_reshaped(nets, rng.normal(0, 1, (n,) + (8, 7, 6)).astype(np.float32))
 
 
 def _group(net):
@@ -183,13 +174,7 @@ def test_ranges_cutting_the_group(rng, dw_rule):
 def test_backward_after_the_fused_forward(rng, dw_rule):
     fused, plain = _nets(FORMS["onnx-residual"], rng)
     _forward((fused, plain), rng)
-    for net in (fused, plain):
-        net.blobs["out"].diff[...] = 1.0
-    gf, gp = fused.backward(diffs=["data"]), plain.backward(diffs=["data"])
-    np.testing.assert_allclose(gf["data"], gp["data"], rtol=1e-4, atol=1e-5)
-    for name, blobs in plain.params.items():
-        for a, b in zip(fused.params[name], blobs):
-            np.testing.assert_allclose(a.diff, b.diff, rtol=1e-4, atol=1e-5, err_msg=name)
+    assert_same_backward(fused, plain)
     folded, _ = _nets(FORMS["caffe-chains"], rng)      # BatchNorm folded: refused
     _forward((folded,), rng)
     with pytest.raises(NetError, match="folded"):

@@ -13,6 +13,7 @@ from caffe_ocl.errors import NetError
 from caffe_ocl.net import Net, TEST
 from caffe_ocl.plan import affine, fold_new_top, residual
 from caffe_ocl.proto import parse_net_text
+from plan_pairs import assert_same_backward, forward_reshaped, same_random_weights
 from test_swish_fusion import _assert_blobs_equal
 
 _W = 'weight_filler { type: "gaussian" std: 0.4 }'
@@ -76,23 +77,13 @@ NETS = {
 def _nets(text, rng):
     fused = Net(parse_net_text(text), TEST)
     plain = Net(parse_net_text(text), TEST, fold=False)
-    for name, blobs in plain.params.items():
-        values = [rng.normal(0, 0.5, b.shape) for b in blobs]
-        if name.endswith("_bn"):        # mean, variance, scale factor
-            values[1] = np.abs(values[1]) + 0.5
-            values[2] = np.full(blobs[2].shape, 2.0)
-        for a, b, v in zip(fused.params[name], blobs, values):
-            a.data[...] = b.data[...] = v
+    same_random_weights((fused, plain), int(rng.integers(1 << 30)),
+                        [n for n in plain.params if n.endswith("_bn")], scale_factor=2.0)
     return fused, plain
 
 
 def _forward(nets, rng, n=2):
-    x = rng.normal(0, 1, (n, 3, 6, 5)).astype(np.float32)
-    for net in nets:
-        if net.blobs["data"].shape[0] != n:
-            net.blobs["data"].reshape(n, 3, 6, 5)
-            net.reshape()
-        net.forward(data=x)
+    forward_reshaped(nets, rng.normal(0, 1, (n,) + (3, 6, 5)).astype(np.float32))
 
 
 def _groups(net, cls):
@@ -142,10 +133,7 @@ def test_ranges_cutting_the_group(rng):
 def test_backward(rng):
     fused, plain = _nets(NETS["all-new-tops"], rng)
     _forward((fused, plain), rng)
-    for net in (fused, plain):
-        net.blobs["out"].diff[...] = 1.0
-    gf, gp = fused.backward(diffs=["data"]), plain.backward(diffs=["data"])
-    np.testing.assert_allclose(gf["data"], gp["data"], rtol=1e-4, atol=1e-5)
+    assert_same_backward(fused, plain)
     in_place, _ = _nets(NETS["bn-new-top"], rng)     # a Scale in place: refused
     _forward((in_place,), rng)
     with pytest.raises(NetError, match="folded"):
