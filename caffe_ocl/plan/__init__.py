@@ -5,8 +5,8 @@ Net builds its layers and exposes the result as a read-only graph
 graph and return groups of layers to run as one:
 
 - ``fold.py``: TEST-phase folding of BatchNorm/Scale/activations into the
-  producing Convolution/InnerProduct (``fold_new_top.py``: the same where
-  BatchNorm writes a new top);
+  producing Convolution/InnerProduct (``chain.py``: the folded chain, in
+  place or writing new tops);
 - ``dw_pointwise.py``: TEST-phase depthwise convolution and the 1x1
   convolution reading it as one launch (GPUs, batch-1 sizes);
 - ``eltwise.py``: Eltwise SUM -> activation as one kernel (TEST and TRAIN);

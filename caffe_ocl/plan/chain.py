@@ -1,13 +1,29 @@
 """The folded chain: a Convolution / InnerProduct with the BatchNorm /
-Scale / activation after it folded into its weights and epilogue (the
-group fold.py finds where they run in place on its top; fold_new_top.py
-where BatchNorm writes a new top). See fold.py for what is folded and
-how it runs.
+Scale / activation after it folded into its weights and epilogue (see
+fold.py for what is folded and how it runs).
+
+``Chain``: every absorbed layer in place on the producer's top (Caffe's
+ResNet pattern). ``NewTopChain``: some of them write a new top instead --
+many published Caffe prototxts write BatchNorm's output to a new blob and
+run Scale and the activation in place on that one (shicai/MobileNet-Caffe's
+MobileNet v2: ``conv2_1/expand -> conv2_1/expand/bn``), converters write
+every layer or the activation alone into a new top. The producer then
+writes the chain's last blob from its epilogue (folded weights, the
+activation), and the blobs before it -- the producer's own top, a blob
+BatchNorm / Scale left before a new top -- are computed when read
+(``Blob.compute_on_read``: the producer's and those layers' own forwards
+run then), so every blob holds Caffe's value whenever read. Before,
+these chains ran as the convolution and a BatchNorm pass of their own
+(affine.py): a launch and a write and read of the producer's output more.
+A blob before a new top must have no other reader (the chain's own
+layers aside) and be no net output. ``CAFFE_OCL_FOLD_NEW_TOPS=0``: only
+the in-place form.
 """
 from ..blob import Blob
 from ..ops import conv as conv_ops
 from ..ops import work_size
-from .patterns import inference_act_of, producer_fuses
+from .. import config
+from .patterns import PendingTops, consumers, inference_act_of, producer_fuses
 
 
 class Chain:
@@ -218,7 +234,61 @@ def scale_ok(layer, bottom, C):
     return not layer.bias_term or layer.blobs[layer.bias_id].shape == (C,)
 
 
+class NewTopChain(PendingTops, Chain):
+    """A producer and the BatchNorm -> Scale -> activation after it, some
+    of them writing new tops, folded as Chain folds one in place, writing
+    the chain's last blob (``y``); ``pending``: the blobs before it, made
+    by ``pending_layers``' own forwards when read."""
+
+    def __init__(self, net, p, members, bn, scale, act, y, pending, pending_layers):
+        Chain.__init__(self, net, p, members, bn, scale, act)
+        self.y = y
+        self.c = net.graph.tops[p][0]
+        # BatchNorm or Scale in place: their backward reads what their
+        # forward saves (the Scale's input copy), which the fold does not make
+        g = net.graph
+        self.loses_values = any(g.layer_types[li] in ("BatchNorm", "Scale")
+                                and g.tops[li][0] is g.bottoms[li][0] for li in members)
+        self._init_pending(pending, pending_layers)
+
+    @property
+    def out_blob(self):
+        return self.y
+
+    def describe(self):
+        return Chain.describe(self) + " (new tops)"
+
+    def run(self, plain=False):
+        net, g = self.net, self.net.graph
+        for li in self.members:         # the net's loop reshaped the producer only
+            net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
+        self._unmark_pending()
+        Chain.run(self, plain)
+        self._mark_pending()
+
+    def run_member(self, li):
+        """Layer ``li``'s own forward in a range that cuts the group."""
+        if self.slice_target is not None:     # its value from the last forward first
+            self.slice_target.blob.compute_pending()
+        PendingTops.run_member(self, li)
+
+
+def _takes_new_top(graph, j, blob, outputs, chain):
+    """Whether layer ``j`` may continue a chain on ``blob`` by writing a new
+    top: new tops folded (FOLD_NEW_TOPS), ``blob`` no net output and read
+    by ``j`` alone (the ``chain``'s own layers aside)."""
+    if not config.get("FOLD_NEW_TOPS") or blob.name in outputs:
+        return False
+    return [c for c in consumers(graph, blob) if c[0] not in chain] == [(j, 0)]
+
+
 def find_chains(net):
+    """[Chain or NewTopChain]: each foldable producer with the BatchNorm /
+    Scale / activation layers right after it, in that order, each
+    optional, in place on the chain's blob or (NewTopChain) writing a new
+    one."""
+    g = net.graph
+    outputs = set(g.outputs)
     chains = []
     n = len(net.layers)
     li = 0
@@ -227,16 +297,21 @@ def find_chains(net):
             li += 1
             continue
         prod = net.layers[li]
-        blob = net.graph.tops[li][0]
+        blob = g.tops[li][0]
         C = prod.num_output
         axis_ok = channel_axis_ok(net, li)
         members, bn, scale, act, stage = [], None, None, None, 0
+        written = [li]                   # the layers that wrote ``blob``'s value
+        pending, pending_layers = [], []
         j = li + 1
         while j < n:
             layer = net.layers[j]
-            bots, tops = net.graph.bottoms[j], net.graph.tops[j]
-            if not (len(bots) == 1 and len(tops) == 1 and bots[0] is blob
-                    and tops[0] is blob):
+            bots, tops = g.bottoms[j], g.tops[j]
+            if not (len(bots) == 1 and len(tops) == 1 and bots[0] is blob):
+                break
+            new_top = tops[0] is not blob
+            if new_top and (tops[0] is g.bottoms[li][0]
+                            or not _takes_new_top(g, j, blob, outputs, [li] + members)):
                 break
             if layer.type == "BatchNorm" and stage < 1 and axis_ok and bn_ok(layer, C):
                 bn, stage = layer, 1
@@ -249,8 +324,22 @@ def find_chains(net):
             else:
                 break
             members.append(j)
+            if new_top:                 # blob's value so far: computed when read
+                pending.append(blob)
+                pending_layers += written
+                written, blob = [j], tops[0]
+            else:
+                written.append(j)
             j += 1
-        if members:
+        if members and pending and bn is None and scale is None:
+            # an activation alone into a new top: elide.py's producer ->
+            # activation pair (the other rewrites know that form)
+            li += 1
+            continue
+        if members and pending:
+            chains.append(NewTopChain(net, li, members, bn, scale, act, blob, pending,
+                                      pending_layers))
+        elif members:
             chains.append(Chain(net, li, members, bn, scale, act))
         li = j
     return chains

@@ -222,7 +222,7 @@ class DwPointwise:
         grp = self.dw_group
         if type(grp) is ProducerActPair:                # its pre-activation top
             grp.c.compute_on_read = grp._compute_c
-        elif hasattr(grp, "_mark_pending"):            # fold_new_top.NewTopChain's
+        elif hasattr(grp, "_mark_pending"):            # chain.NewTopChain's
             grp._mark_pending()
 
     def run_member(self, li):

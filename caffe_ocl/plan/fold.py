@@ -55,8 +55,8 @@ import logging
 from .. import config
 from ..errors import NetError
 from ..proto import caffe_pb2
-from . import (affine, concat, dw_pointwise, eltwise, elide, fold_new_top, permute, residual,
-               se, se_squeeze, siblings, swish)
+from . import (affine, concat, dw_pointwise, eltwise, elide, permute, residual, se,
+               se_squeeze, siblings, swish)
 from .chain import find_chains
 
 log = logging.getLogger("caffe_ocl")
@@ -80,8 +80,7 @@ def find_groups(net):
     """The groups the TEST folding runs fused: the folded chains, the
     convolutions adding an Eltwise's shortcut in their epilogue
     (residual.py), the Eltwise SUM -> activation pairs (eltwise.py) and the BatchNorm -> Scale
-    -> activation chains that cannot fold into a producer (affine.py) or
-    fold into one though BatchNorm writes a new top (fold_new_top.py), the
+    -> activation chains that cannot fold into a producer (affine.py), the
     producer -> activation pairs writing a new top (elide.py), ONNX's
     Sigmoid * x after a producer (swish.py), SE channel scales folded into
     the 1x1 convolution after them (se.py), a Concat whose top only a
@@ -95,10 +94,6 @@ def find_groups(net):
     tops), and a depthwise convolution with the 1x1 convolution reading
     it (dw_pointwise.py: the 1x1 kernel computes the depthwise output)."""
     chains = find_chains(net)
-    taken = {li for c in chains for li in c.layers}
-    # chains writing new tops folded into the producer before them, before
-    # the residual pass (which takes those without an activation too)
-    chains += fold_new_top.find(net, affine.chains_of(net, taken), taken)
     taken = {li for c in chains for li in c.layers}
     sums = residual.find(net, chains, taken)
     absorbed = {id(s.chain) for s in sums if s.chain is not None}

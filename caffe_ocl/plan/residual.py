@@ -73,7 +73,7 @@ def match(net, ci, ei, outputs, taken=(), members=(), c=None):
     convolution ``ci`` (alone or with the chain up to ``ei`` - 1) and the
     Eltwise at ``ei``, or None. ``members``: the chain's layers (readers of
     the convolution's top besides the Eltwise); ``c``: the blob the chain
-    leaves its value in (fold_new_top.NewTopChain's new top), by default
+    leaves its value in (chain.NewTopChain's new top), by default
     the convolution's top."""
     g = net.graph
     if ei >= len(g.layers) or ei in taken:

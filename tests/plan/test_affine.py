@@ -49,7 +49,7 @@ layer { name: "sum/clip" type: "Clip" bottom: "sum" top: "sum"
 @pytest.fixture(autouse=True)
 def chains_not_folded_into_producers():
     """The BatchNorm chains after a convolution here would fold into it
-    (plan/fold_new_top.py, tested in test_fold_new_top.py): these tests are
+    (plan/chain.py NewTopChain, tested in test_fold_new_top.py): these tests are
     of the pass that runs where no producer can take them."""
     with config.override(FOLD_NEW_TOPS=False):
         yield

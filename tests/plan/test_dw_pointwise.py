@@ -69,7 +69,7 @@ FORMS = {
                        + 'layer { name: "relu" type: "ReLU" bottom: "sum" top: "sum" }\n'
                        + _LOSS % ("sum", _W)),
     # shicai's MobileNet v2: BatchNorm writes a new top, Scale / ReLU in place
-    # (fold_new_top.NewTopChain on both sides)
+    # (chain.NewTopChain on both sides)
     "caffe-new-tops": (HEAD + _conv("dw", "data", "d", 8, k=3, pad=1, group=8, bias=False)
                        + 'layer { name: "dw_bn" type: "BatchNorm" bottom: "d" top: "dc" }\n'
                        + 'layer { name: "dw_sc" type: "Scale" bottom: "dc" top: "dc" '

@@ -1,5 +1,5 @@
 """BatchNorm -> Scale -> activation writing new tops folded into the
-producer before it (plan/fold_new_top.py): shicai's MobileNet v2 form
+producer before it (plan/chain.py NewTopChain): shicai's MobileNet v2 form
 (BatchNorm's output a new blob, Scale and ReLU in place on it), every
 layer into a new top, an InnerProduct producer; each checked blob by
 blob against the same net layer by layer, the producer's top computed when
@@ -11,7 +11,7 @@ import pytest
 from caffe_ocl import config
 from caffe_ocl.errors import NetError
 from caffe_ocl.net import Net, TEST
-from caffe_ocl.plan import affine, fold_new_top, residual
+from caffe_ocl.plan import affine, chain, residual
 from caffe_ocl.proto import parse_net_text
 from plan_pairs import assert_same_backward, forward_reshaped, same_random_weights
 from test_swish_fusion import _assert_blobs_equal
@@ -67,6 +67,15 @@ NETS = {
                  + _scale("c1_sc", "c1/bn", "c1/bn")
                  + 'layer { name: "add" type: "Eltwise" bottom: "data" bottom: "c1/bn" '
                    'top: "sum" }\n' + _relu("relu", "sum", "sum") + _POOL % "sum"),
+    # converters' forms: BatchNorm and Scale in place, the ReLU into a new
+    # top; BatchNorm in place, Scale into a new top; a Scale alone (no
+    # BatchNorm) into a new top
+    "relu-new-top": (HEAD + _conv("c1", "data", "c1", 4) + _bn("c1_bn", "c1", "c1")
+                     + _scale("c1_sc", "c1", "c1") + _relu("c1_relu", "c1", "r") + _POOL % "r"),
+    "scale-new-top": (HEAD + _conv("c1", "data", "c1", 4) + _bn("c1_bn", "c1", "c1")
+                      + _scale("c1_sc", "c1", "s") + _relu("c1_relu", "s", "s") + _POOL % "s"),
+    "scale-alone": (HEAD + _conv("c1", "data", "c1", 4, bias=True) + _scale("c1_sc", "c1", "s")
+                    + _relu("c1_relu", "s", "s") + _POOL % "s"),
     # an InnerProduct producer, BatchNorm and ReLU (no Scale)
     "inner-product": (HEAD + 'layer { name: "ip" type: "InnerProduct" bottom: "data" '
                       f'top: "ip" inner_product_param {{ num_output: 6 {_W} }} }}\n'
@@ -93,14 +102,14 @@ def _groups(net, cls):
 @pytest.mark.parametrize("name", list(NETS))
 def test_folded_into_the_producer(rng, name):
     fused, plain = _nets(NETS[name], rng)
-    groups = _groups(fused, fold_new_top.NewTopChain)
+    groups = _groups(fused, chain.NewTopChain)
     if name == "residual":      # the chain inside the residual group
         (res,) = _groups(fused, residual.ConvResidual)
-        assert isinstance(res.chain, fold_new_top.NewTopChain)
+        assert isinstance(res.chain, chain.NewTopChain)
         groups = [res.chain]
     assert groups and not _groups(fused, affine.AffineActChain)
     first = groups[0]
-    assert first.describe().endswith("(BatchNorm's new top)")
+    assert first.describe().endswith("(new tops)")
     for n in (2, 1):
         _forward((fused, plain), rng, n)
         for grp in groups:      # the producer's launches alone write the chain's last blob
@@ -115,10 +124,11 @@ def test_folded_into_the_producer(rng, name):
             net.params[net.layers[first.p].name][0].data[...] *= 0.5
     with config.override(FOLD_NEW_TOPS=False):
         net = Net(parse_net_text(NETS[name]), TEST)
-        assert not _groups(net, fold_new_top.NewTopChain)
+        assert not _groups(net, chain.NewTopChain)
         assert not [c for c in _groups(net, residual.ConvResidual)
-                    if isinstance(c.chain, fold_new_top.NewTopChain)]
-        assert _groups(net, affine.AffineActChain)
+                    if isinstance(c.chain, chain.NewTopChain)]
+        if not name.startswith(("relu-", "scale-")):   # BatchNorm writing the new top
+            assert _groups(net, affine.AffineActChain)
 
 
 def test_ranges_cutting_the_group(rng):
@@ -152,6 +162,6 @@ def test_what_is_not_taken(rng):
     output = output.replace('top: "data" ', 'top: "data" ', 1)
     for text in (second,):
         net = Net(parse_net_text(text), TEST)
-        assert not _groups(net, fold_new_top.NewTopChain)
+        assert not _groups(net, chain.NewTopChain)
     net = Net(parse_net_text(output + _relu("r", "c1", "c1r")), TEST)   # c1 read twice
-    assert not _groups(net, fold_new_top.NewTopChain)
+    assert not _groups(net, chain.NewTopChain)

@@ -234,9 +234,9 @@ def test_non_foldable_left_alone(rng):
     net = _net(NOT_IN_PLACE)
     # conv1: BN not in place (folded all the same, BatchNorm's new top
     # written by the convolution and conv1 computed when read:
-    # plan/fold_new_top.py); conv2: read by a Split (pooling + relu); conv3:
+    # plan/chain.py NewTopChain); conv2: read by a Split (pooling + relu); conv3:
     # BN computes batch statistics.
-    assert net.plan.describe() == ["conv1 <- bn1, scale1, relu1 (BatchNorm's new top)"]
+    assert net.plan.describe() == ["conv1 <- bn1, scale1, relu1 (new tops)"]
     assert any(n.endswith("_split") for n in net.graph.layer_names)
     _randomize(net, rng)
     x = _x(rng, (2, 3, 5, 5))
