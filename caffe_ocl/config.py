@@ -123,11 +123,12 @@ _DECLARED = (
             "of up to 196 pixels) or the 1x1 kernel reading the images (larger planes, at "
             "most 10 K weights)"),
     Setting("FOLD_NEW_TOPS", "bool", True,
-            "at TEST, a BatchNorm (global statistics) -> Scale -> activation chain that "
-            "writes new tops (BatchNorm's output a new blob, e.g. shicai's MobileNet v2) is "
-            "folded into the Convolution / InnerProduct before it as an in-place chain is "
-            "(the producer's top computed when read) instead of running as a pass of its "
-            "own after it (with CAFFE_OCL_FOLD)"),
+            "at TEST, a BatchNorm (global statistics) -> Scale -> activation chain after a "
+            "Convolution / InnerProduct in which some layers write new tops (BatchNorm's "
+            "output a new blob, e.g. shicai's MobileNet v2; Scale or the ReLU into a new top) "
+            "is folded into the producer as an in-place chain is (the blobs before the last "
+            "computed when read) instead of running as passes of their own (with "
+            "CAFFE_OCL_FOLD)"),
     Setting("FUSE_DW_POINTWISE", "bool", False,
             "at TEST on GPUs, a depthwise convolution (its BatchNorm / Scale / activation "
             "folded) whose output only a 1x1 convolution run by the few-outputs kernel reads "
