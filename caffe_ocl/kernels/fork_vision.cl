@@ -6,6 +6,7 @@
  * caffe_ocl/ops/fork_vision.py; each kernel follows the fork's source
  * (named at the kernel). Layouts are NCHW. */
 #include "common.h"
+#include "act.h"
 
 /* ShuffleChannel: y channel j*G + i = x channel i*(C/G) + j, per image
  * (the fork's Resize_cpu(top, bottom, G, C/G, spatial)); its backward is the
@@ -23,11 +24,16 @@ __kernel void shuffle_channel(int total, int C, int G, int spatial,
     }
 }
 
-/* Axpy: top = a * x + y, a of shape (N, C) broadcast over the spatial axes. */
+/* Axpy: top = a * x + y, a of shape (N, C) broadcast over the spatial axes;
+ * ACT: the activation after it (SENet's in-place ReLU, plan/axpy.py),
+ * applied before the store (act.h; 0: none). */
 __kernel void axpy_fwd(int total, int spatial, __global const float* a,
                        __global const float* x, __global const float* yb,
-                       __global float* top) {
-    GLOBAL_LOOP(t, total) top[t] = fma(a[t / spatial], x[t], yb[t]);
+                       __global float* top, float act_a, float act_b) {
+    GLOBAL_LOOP(t, total) {
+        const float v = fma(a[t / spatial], x[t], yb[t]);
+        top[t] = APPLY_ACT(v);
+    }
 }
 
 /* dx = a * dtop (the fork's Backward for bottom[1]). */

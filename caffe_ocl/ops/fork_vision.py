@@ -2,13 +2,14 @@
 ShuffleChannel, Axpy, Interp, Upsample (max-unpooling and nearest) and
 ROIPooling. Each returns a list of Launch objects."""
 from . import cpu_chunks, work_size
+from .gemm import act_defines
 
 SRC = "fork_vision.cl"
 
 
-def _launch(dev, n, name, args):
+def _launch(dev, n, name, args, defines=None):
     g, l = work_size(dev, n)
-    return dev.launch(SRC, name, g, l, args)
+    return dev.launch(SRC, name, g, l, args, defines)
 
 
 def _planes(dev, n, name, args):
@@ -28,9 +29,12 @@ def shuffle_channel(dev, num, channels, group, spatial, x, y):
 
 
 # ---- Axpy -------------------------------------------------------------------
-def axpy_forward(dev, planes, spatial, a, x, y, top):
+def axpy_forward(dev, planes, spatial, a, x, y, top, act=None):
+    """top = act(a * x + y) (``act``: ops.gemm.act_defines' spec or None)."""
     total = planes * spatial
-    return [_launch(dev, total, "axpy_fwd", [total, spatial, a, x, y, top])]
+    kind, act_a, act_b = act_defines(act)
+    return [_launch(dev, total, "axpy_fwd", [total, spatial, a, x, y, top, act_a, act_b],
+                    dict(ACT=kind) if kind else None)]
 
 
 def axpy_backward_x(dev, planes, spatial, a, dtop, dx):

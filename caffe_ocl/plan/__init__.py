@@ -7,6 +7,7 @@ graph and return groups of layers to run as one:
 - ``fold.py``: TEST-phase folding of BatchNorm/Scale/activations into the
   producing Convolution/InnerProduct (``chain.py``: the folded chain, in
   place or writing new tops);
+- ``axpy.py``: TEST-phase SENet Axpy -> ReLU as one pass;
 - ``dw_pointwise.py``: TEST-phase depthwise convolution and the 1x1
   convolution reading it as one launch (GPUs, batch-1 sizes);
 - ``eltwise.py``: Eltwise SUM -> activation as one kernel (TEST and TRAIN);

@@ -55,7 +55,7 @@ import logging
 from .. import config
 from ..errors import NetError
 from ..proto import caffe_pb2
-from . import (affine, concat, dw_pointwise, eltwise, elide, permute, residual, se,
+from . import (affine, axpy, concat, dw_pointwise, eltwise, elide, permute, residual, se,
                se_squeeze, siblings, swish)
 from .chain import find_chains
 
@@ -81,7 +81,8 @@ def find_groups(net):
     convolutions adding an Eltwise's shortcut in their epilogue
     (residual.py), the Eltwise SUM -> activation pairs (eltwise.py) and the BatchNorm -> Scale
     -> activation chains that cannot fold into a producer (affine.py), the
-    producer -> activation pairs writing a new top (elide.py), ONNX's
+    producer -> activation pairs writing a new top (elide.py), SENet's
+    Axpy -> ReLU (axpy.py), ONNX's
     Sigmoid * x after a producer (swish.py), SE channel scales folded into
     the 1x1 convolution after them (se.py), a Concat whose top only a
     permutation layer reads, as one gather from its inputs (permute.py),
@@ -107,6 +108,8 @@ def find_groups(net):
     chains += affine.chains_of(net, taken)
     taken = {li for c in chains for li in c.layers}
     chains += elide.pairs_of(net, taken)
+    taken = {li for c in chains for li in c.layers}
+    chains += axpy.find(net, taken)
     taken = {li for c in chains for li in c.layers}
     chains += swish.find(net, taken)
     taken = {li for c in chains for li in c.layers}
