@@ -15,10 +15,16 @@ from caffe_ocl.net import Net, TEST
 from caffe_ocl.plan import trace
 from caffe_ocl.proto import parse_net_text
 from test_concat_in_place import DENSE, INCEPTION
+from test_axpy import FORMS as AXPY_FORMS, _net as axpy_net
+from test_fold_new_top import NETS as NEW_TOP_NETS
 from test_swish_fusion import CAFFE, CONVERTED, MOBILENET_V3
 
 NETS = {"inception": INCEPTION, "dense": DENSE, "silu_se": CONVERTED,
-        "mobilenet_v3": MOBILENET_V3, "caffe_swish_bn": CAFFE}
+        "mobilenet_v3": MOBILENET_V3, "caffe_swish_bn": CAFFE,
+        # folded chains writing new tops (the residual one inside a shortcut
+        # group), SENet's Axpy with a ReLU into a new top: their pending blobs
+        "bn_new_top": NEW_TOP_NETS["bn-new-top"], "new_top_residual": NEW_TOP_NETS["residual"],
+        "axpy_relu": axpy_net(AXPY_FORMS["relu-new-top"])}
 
 
 def _pair(text, rng):
@@ -32,7 +38,7 @@ def _pair(text, rng):
     for name, blobs in traced.params.items():
         for t, p in zip(blobs, plain.params[name]):
             v = rng.normal(0, 0.5, t.shape)
-            if name.startswith("bn") and len(t.shape) == 1:
+            if (name.startswith("bn") or name.endswith("_bn")) and len(t.shape) == 1:
                 v = np.abs(v) + 0.5
             t.data[...] = v
             p.data[...] = v
