@@ -19,10 +19,10 @@ A blob before a new top must have no other reader (the chain's own
 layers aside) and be no net output. ``CAFFE_OCL_FOLD_NEW_TOPS=0``: only
 the in-place form.
 """
+from .. import config
 from ..blob import Blob
 from ..ops import conv as conv_ops
 from ..ops import work_size
-from .. import config
 from .patterns import PendingTops, consumers, inference_act_of, producer_fuses
 
 

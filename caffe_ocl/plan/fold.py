@@ -15,13 +15,17 @@ each optional:
 
 That is Caffe's ResNet pattern ``conv -> bn -> scale -> relu`` on one blob.
 BatchNorm/Scale fold only when the producer's channel axis is axis 1 (an
-InnerProduct top must be 2-D). Anything else is left alone: a BatchNorm
-that is not in place (its bottom is a visible blob), a producer top that
-another layer also reads (Net inserts a Split, which is not in place), a
-Scale with two bottoms, BatchNorm computing batch statistics, ...
-Because every absorbed layer is in place, the only user-visible blob of the
-chain is the producer's top, and after ``forward`` it holds the same value
-as without folding (up to float rounding: the folded weights are
+InnerProduct top must be 2-D). A layer of the chain may also write a new
+top (BatchNorm ``conv1 -> conv1/bn`` with Scale and ReLU in place on it,
+or Scale / the activation into a new blob) where the blob before it has
+no other reader and is no net output: the producer then writes the
+chain's last blob and the blobs before it are computed when read
+(chain.NewTopChain; ``CAFFE_OCL_FOLD_NEW_TOPS=0`` turns that off).
+Anything else is left alone: a producer top that another layer also reads
+(Net inserts a Split), a Scale with two bottoms, BatchNorm computing batch
+statistics, ... With every absorbed layer in place, the only user-visible
+blob of the chain is the producer's top, and after ``forward`` it holds the
+same value as without folding (up to float rounding: the folded weights are
 ``W * gamma / std`` instead of applying the three steps one after another).
 
 How it runs
