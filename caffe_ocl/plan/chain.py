@@ -139,7 +139,6 @@ class Chain:
         bottom = self.net.graph.bottoms[self.p][0]
         top = self.out_blob
         w, b = self.weights()
-        dw = dict(dw_input=self.dw_input) if self.dw_input is not None else {}
         # the folded weights change when the fold runs again (its versions)
         version = None if prod.type == "InnerProduct" else prod.weight_version()
         if self.affine and version is not None:
@@ -150,17 +149,18 @@ class Chain:
             y, y_off, y_channels = self._layout
             self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w, y, prod.col,
                                         b, act=self.act, y_off=y_off, y_channels=y_channels,
-                                        weight_version=version, **dw)
+                                        weight_version=version, dw_input=self.dw_input)
         elif self.residual_target is not None:     # the sum with a shortcut
             r, out, act = self.residual_target
             self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w,
                                         out.data_buffer(), prod.col, b, act=act,
-                                        weight_version=version, residual=r.data_buffer(), **dw)
+                                        weight_version=version, residual=r.data_buffer(),
+                                        dw_input=self.dw_input)
         else:
             col = prod.col       # a device buffer or None (shared scratch)
             self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w,
                                         top.data_buffer(), col, b, act=self.act,
-                                        weight_version=version, **dw)
+                                        weight_version=version, dw_input=self.dw_input)
         if bottom.count == 0 or top.count == 0:
             self.fwd = []
 

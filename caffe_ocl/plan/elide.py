@@ -131,7 +131,6 @@ class ProducerActPair(PendingPair):
         prod = self.producer
         w = params[0]
         b = params[1] if prod.bias_term else None
-        dw = dict(dw_input=self.dw_input) if self.dw_input is not None else {}
         if prod.type == "InnerProduct":
             self.fwd = prod.forward_launches(self.x, self.r, w, b, act=self.act)
         elif layout is not None:        # into a slice of a Concat's top
@@ -139,11 +138,13 @@ class ProducerActPair(PendingPair):
             self.fwd = conv_ops.forward(prod.device, prod.geom, self.x.data_buffer(), w, y,
                                         prod.col, b, act=self.act, y_off=y_off,
                                         y_channels=y_channels,
-                                        weight_version=prod.weight_version(), **dw)
+                                        weight_version=prod.weight_version(),
+                                        dw_input=self.dw_input)
         else:
             self.fwd = conv_ops.forward(prod.device, prod.geom, self.x.data_buffer(), w,
                                         self.r.data_buffer(), prod.col, b, act=self.act,
-                                        weight_version=prod.weight_version(), **dw)
+                                        weight_version=prod.weight_version(),
+                                        dw_input=self.dw_input)
         if self.x.count == 0 or self.r.count == 0:
             self.fwd = []
 

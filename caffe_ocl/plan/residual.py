@@ -163,7 +163,7 @@ class ConvResidual(PendingTops):
         w = params[0]
         b = params[1] if conv.bias_term else None
         out = self.out.data_buffer()
-        gate = dict(dw_input=self.dw_input) if self.dw_input is not None else {}
+        gate = {}
         if by_gate:         # reads x, scaled by the gate as its kernel loads weights
             x = self.x.data_buffer()
             gate = dict(gate=self.gate.data_buffer(),
@@ -173,10 +173,12 @@ class ConvResidual(PendingTops):
         if fused:
             self.fwd = conv_ops.forward(dev, conv.geom, x, w, out, conv.col, b, act=self.act,
                                         weight_version=conv.weight_version(),
-                                        residual=self.r.data_buffer(), **gate)
+                                        residual=self.r.data_buffer(), dw_input=self.dw_input,
+                                        **gate)
         else:       # the convolution into c, then one summing pass
             self.fwd = conv_ops.forward(dev, conv.geom, x, w, self.c.data_buffer(), conv.col, b,
-                                        weight_version=conv.weight_version(), **gate)
+                                        weight_version=conv.weight_version(),
+                                        dw_input=self.dw_input, **gate)
             self.fwd.append(self._summing_pass())
         if self.x.count == 0 or self.out.count == 0:
             self.fwd = []
