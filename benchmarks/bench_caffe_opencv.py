@@ -4,13 +4,13 @@ the same process, rounds interleaved (this machine's speed drifts between
 minutes); ratio = OpenCV ms / caffe_ocl ms (>= 1: caffe_ocl ahead).
 
     python3 benchmarks/bench_caffe_opencv.py NET.prototxt [...] [--weights W.caffemodel]
-        [--batch 1] [--rounds 9] [--runs 5] [--ab SETTING[,SETTING]]
+        [--batch 1] [--size H,W] [--rounds 9] [--runs 5] [--ab SETTING[,SETTING]]
 
 Without --weights each net gets seeded random weights (BatchNorm variances
 positive, its scale factor 1), written to a temporary .caffemodel that
 OpenCV reads. ``--ab``: a caffe_ocl net built with those settings off
 (``base``) is timed in the same rounds, paired ratio base / ours. The
-first input blob is fed; the first output compared (largest difference
+first input blob is fed; every output compared by name (largest difference
 relative to the output's largest value).
 """
 import argparse
@@ -39,11 +39,13 @@ def _random_weights(net, seed=1):
             b.data[...] = v
 
 
-def _build(proto, weights, batch, settings):
+def _build(proto, weights, batch, settings, size=None):
     with config.override(**settings):
         net = Net(proto, TEST, weights=weights)
     name = net.inputs[0]
     shape = (batch,) + tuple(net.blobs[name].shape[1:])
+    if size:
+        shape = shape[:-len(size)] + tuple(size)
     if net.blobs[name].shape != shape:
         net.blobs[name].reshape(*shape)
         net.reshape()
@@ -62,13 +64,13 @@ def _time_ours(net, runs):
     return (time.perf_counter() - t0) / runs * 1e3
 
 
-def _time_cv(cv_net, x, runs):
+def _time_cv(cv_net, x, runs, names):
     cv_net.setInput(x)
-    cv_net.forward()
+    cv_net.forward(names)
     t0 = time.perf_counter()
     for _ in range(runs):
         cv_net.setInput(x)
-        cv_net.forward()
+        cv_net.forward(names)
     return (time.perf_counter() - t0) / runs * 1e3
 
 
@@ -77,34 +79,39 @@ def run_one(proto, args):
     settings_off = {s: False for s in args.ab.split(",") if s} if args.ab else None
     with tempfile.TemporaryDirectory() as tmp:
         weights = args.weights
-        ours = _build(proto, weights, args.batch, {})
+        ours = _build(proto, weights, args.batch, {}, args.size)
         if weights is None:
             _random_weights(ours)
             weights = os.path.join(tmp, "w.caffemodel")
             ours.save(weights)
-            ours = _build(proto, weights, args.batch, {})
-        base = _build(proto, weights, args.batch, settings_off) if settings_off else None
+            ours = _build(proto, weights, args.batch, {}, args.size)
+        base = (_build(proto, weights, args.batch, settings_off, args.size)
+                if settings_off else None)
         cv_net = cv2.dnn.readNetFromCaffe(proto, weights)
     cv_net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
     cv_net.setPreferableTarget(cv2.dnn.DNN_TARGET_CPU)
     name = ours.inputs[0]
     x = np.random.default_rng(2).normal(0, 1, ours.blobs[name].shape).astype(np.float32)
     nets = {"ours": ours} if base is None else {"ours": ours, "base": base}
+    # every output of the net, by name (MTCNN's nets have two or three;
+    # OpenCV's forward() alone computes only its last layer's)
+    outputs = list(ours.outputs)
     outs = {}
     for k, n in nets.items():
         out = n.forward(**{name: x})
-        outs[k] = out[n.outputs[0]].copy()
+        outs[k] = [out[o].copy() for o in outputs]
     cv_net.setInput(x)
-    ref = cv_net.forward().reshape(outs["ours"].shape)
-    err = float(np.abs(outs["ours"] - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+    refs = cv_net.forward(outputs)
+    err = max(float(np.abs(o - r.reshape(o.shape)).max() / max(float(np.abs(r).max()), 1e-30))
+              for o, r in zip(outs["ours"], refs))
     times = {k: [] for k in list(nets) + ["opencv"]}
     order = list(nets) + ["opencv"]
     for r in range(args.rounds):
         for k in (order if r % 2 == 0 else order[::-1]):
-            times[k].append(_time_cv(cv_net, x, args.runs) if k == "opencv"
+            times[k].append(_time_cv(cv_net, x, args.runs, outputs) if k == "opencv"
                             else _time_ours(nets[k], args.runs))
     med = {k: statistics.median(v) for k, v in times.items()}
-    row = {"net": os.path.basename(proto), "batch": args.batch, "ours_ms": med["ours"],
+    row = {"net": os.path.basename(proto), "input": "x".join(map(str, x.shape)), "ours_ms": med["ours"],
            "opencv_ms": med["opencv"], "rel_err": err,
            "opencv/ours": statistics.median(a / b for a, b in zip(times["opencv"],
                                                                   times["ours"]))}
@@ -121,6 +128,9 @@ def main(argv=None):
     ap.add_argument("prototxt", nargs="+")
     ap.add_argument("--weights", help="a .caffemodel for the (one) net; default random")
     ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--size", type=lambda v: tuple(int(d) for d in v.split(",")),
+                    help="H,W of the input instead of the prototxt's (fully convolutional "
+                         "nets such as MTCNN's P-Net run on each scale of an image pyramid)")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--ab", default="", help="settings turned off for a base net, comma-separated")
@@ -130,7 +140,7 @@ def main(argv=None):
     import cv2
     cv2.setNumThreads(max(os.cpu_count() or 1, 1))
     rows = [run_one(p, args) for p in args.prototxt]
-    head = "| net | batch | caffe_ocl ms | OpenCV ms | OpenCV/ours (paired) |"
+    head = "| net | input | caffe_ocl ms | OpenCV ms | OpenCV/ours (paired) |"
     sep = "|---|---|---|---|---|"
     if args.ab:
         head += f" base ({args.ab} off) ms | base/ours (paired) |"
@@ -138,7 +148,7 @@ def main(argv=None):
     print(head + " rel. err |")
     print(sep + "---|")
     for r in rows:
-        line = (f"| {r['net']} | {r['batch']} | {r['ours_ms']:.2f} | {r['opencv_ms']:.2f} "
+        line = (f"| {r['net']} | {r['input']} | {r['ours_ms']:.2f} | {r['opencv_ms']:.2f} "
                 f"| {r['opencv/ours']:.2f} |")
         if args.ab:
             line += f" {r['base_ms']:.2f} | {r['base/ours']:.2f} |"

@@ -375,8 +375,11 @@ class Net(NetPycaffeMixin):
             log.info("This network produces output %s", o)
         self._share_weights()
         for li, (layer, bn) in enumerate(zip(self.layers, self._bottom_need_backward)):
-            seen, layer.propagate_down = layer.propagate_down, list(bn)
-            if layer.forward_reads_propagate_down and seen != layer.propagate_down:
+            seen = (layer.propagate_down, layer.need_backward)
+            layer.propagate_down = list(bn)
+            layer.need_backward = bool(self._layer_need_backward[li])
+            if (layer.forward_reads_propagate_down
+                    and seen != (layer.propagate_down, layer.need_backward)):
                 # its forward plan was built for the needs before the backward
                 # pass pruned them (or force_backward added them)
                 layer.rebind(self._bottom_vecs[li], self._top_vecs[li])

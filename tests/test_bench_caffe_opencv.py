@@ -3,7 +3,9 @@ published MobileNet v2 prototxts (BatchNorm writing a new top, Scale and
 ReLU in place on it, a residual sum): random weights written to a
 .caffemodel that OpenCV's Caffe importer reads too, the outputs compared
 (the folded net against another implementation), one timing round with
-the new-top folding off as the base."""
+the new-top folding off as the base. And a net in MTCNN's form (PReLU in
+place, two heads, one a Softmax) at another input size: every output
+compared by name."""
 import os
 import re
 import subprocess
@@ -29,17 +31,38 @@ NET = ('name: "tiny" input: "data" input_shape { dim: 1 dim: 8 dim: 9 dim: 8 }\n
        'pooling_param { pool: AVE global_pooling: true } }\n')
 
 
-def test_tiny_net_against_opencv(tmp_path):
+MTCNN_FORM = ('name: "pnet" input: "data" input_shape { dim: 1 dim: 3 dim: 12 dim: 12 }\n'
+              f'layer {{ name: "c1" type: "Convolution" bottom: "data" top: "c1" '
+              f'convolution_param {{ num_output: 6 kernel_size: 3 {_W} }} }}\n'
+              'layer { name: "p1" type: "PReLU" bottom: "c1" top: "c1" }\n'
+              f'layer {{ name: "cls" type: "Convolution" bottom: "c1" top: "cls" '
+              f'convolution_param {{ num_output: 2 kernel_size: 1 {_W} }} }}\n'
+              'layer { name: "prob" type: "Softmax" bottom: "cls" top: "prob" }\n'
+              f'layer {{ name: "box" type: "Convolution" bottom: "c1" top: "box" '
+              f'convolution_param {{ num_output: 4 kernel_size: 1 {_W} }} }}\n')
+
+
+def _run(tmp_path, text, *args):
     proto = tmp_path / "tiny.prototxt"
-    proto.write_text(NET)
+    proto.write_text(text)
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, os.path.join(str(ROOT), "benchmarks",
                                                      "bench_caffe_opencv.py"),
-                        str(proto), "--rounds", "1", "--runs", "1", "--ab", "FOLD_NEW_TOPS"],
+                        str(proto), "--rounds", "1", "--runs", "1", *args],
                        capture_output=True, text=True, env=env, timeout=300, cwd=str(tmp_path))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     row = next(line for line in p.stdout.splitlines() if line.startswith("| tiny.prototxt"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[1] == "1" and all(float(c) > 0 for c in cells[2:7])
     # the outputs of the two implementations: close, and actually compared
-    assert re.fullmatch(r"\d\.\de[-+]\d\d", cells[7]) and float(cells[7]) < 1e-4
+    assert re.fullmatch(r"\d\.\de[-+]\d\d", cells[-1]) and float(cells[-1]) < 1e-4
+    return cells
+
+
+def test_tiny_net_against_opencv(tmp_path):
+    cells = _run(tmp_path, NET, "--ab", "FOLD_NEW_TOPS")
+    assert cells[1] == "1x8x9x8" and all(float(c) > 0 for c in cells[2:7])
+
+
+def test_two_outputs_at_another_size_against_opencv(tmp_path):
+    cells = _run(tmp_path, MTCNN_FORM, "--batch", "2", "--size", "17,23")
+    assert cells[1] == "2x3x17x23" and all(float(c) > 0 for c in cells[2:5])

@@ -96,9 +96,10 @@ class Layer:
     # True for layers whose outputs do not depend on bottoms' values in a
     # differentiable way (Data layers, Accuracy, ArgMax, ...).
     has_backward = True
-    # True where reshape builds a lighter forward once ``propagate_down`` says
-    # no backward will run (the Net reshapes such layers again after setting
-    # it): MAX pooling then writes no argmax mask.
+    # True where reshape builds a lighter forward once ``propagate_down`` /
+    # ``need_backward`` say no backward will run (the Net reshapes such
+    # layers again after setting them): MAX pooling then writes no argmax
+    # mask, an in-place PReLU (or ELU, AbsVal, ...) keeps no copy of its input.
     forward_reads_propagate_down = False
 
     def __init__(self, param, phase=None):
@@ -112,6 +113,10 @@ class Layer:
         self.loss_weights = []   # one per top
         self.param_propagate_down = []
         self.propagate_down = None   # set by Net before backward plans are built
+        # whether the Net will run this layer's backward at all (Caffe's
+        # layer_need_backward: False in a deploy net without a loss or
+        # force_backward); set by Net after its backward pass, True until then
+        self.need_backward = True
         self._bwd_key = None
         self._reshapes = 0
 

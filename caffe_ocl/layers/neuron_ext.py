@@ -21,7 +21,10 @@ from .neuron import UnaryNeuron
 
 
 class _Neuron(UnaryNeuron):
-    """UnaryNeuron whose backward reads x; keeps a copy of x when in place."""
+    """UnaryNeuron whose backward reads x; keeps a copy of x when in place
+    (only where the net will run its backward)."""
+
+    forward_reads_propagate_down = True     # the copy depends on need_backward
 
     def backward_needs_x(self):
         return True
@@ -31,7 +34,9 @@ class _Neuron(UnaryNeuron):
         return the forward launches that save it (a copy when in place)."""
         self.bottom_memory = None
         self._x = bottom[0].data_buffer()
-        if bottom[0] is top[0] and self.backward_needs_x():
+        # no copy where the net runs no backward through this layer (a
+        # deploy net): Caffe copies anyway, but nothing reads it
+        if bottom[0] is top[0] and self.backward_needs_x() and self.need_backward:
             self.bottom_memory = Blob(bottom[0].shape, name=f"{self.name}.bottom_memory",
                                       device=self.device)
             self._x = self.bottom_memory.data_buffer()

@@ -1,18 +1,35 @@
 """PReLU primitives (kernels/prelu.cl); the slope gradient is ops.reduce.channel_sum."""
-from . import work_size
+from . import CPU_MIN_CHUNK, cpu_chunks, work_size
 from . import reduce as reduce_ops
 
 SRC = "prelu.cl"
 
 
-def forward(dev, n, channels, dim, div_factor, x, y, slope):
+# floats of a plane one CPU work-item step takes at most (prelu.cl's CHUNK)
+CPU_CHUNK = 4096
+
+
+def _launch(dev, name, n, channels, dim, div_factor, buffers):
+    """GPUs: one float a work-item (prelu_fwd / prelu_bwd). CPU drivers: the
+    planes kernels, work-items over pieces of the (image, channel) planes."""
+    if dev.is_cpu and dim > 0:
+        planes = n // dim
+        pieces = planes * -(-dim // CPU_CHUNK)
+        # pieces are whole units of work: min_chunk 1 (work_size counts floats)
+        g, l = (cpu_chunks(dev, pieces, min_chunk=max(1, CPU_MIN_CHUNK // CPU_CHUNK)),), (1,)
+        return dev.launch(SRC, name + "_planes", g, l,
+                          [planes, channels, dim, div_factor] + buffers,
+                          defines={"CHUNK": CPU_CHUNK})
     g, l = work_size(dev, n)
-    return dev.launch(SRC, "prelu_fwd", g, l, [n, channels, dim, div_factor, x, y, slope])
+    return dev.launch(SRC, name, g, l, [n, channels, dim, div_factor] + buffers)
+
+
+def forward(dev, n, channels, dim, div_factor, x, y, slope):
+    return _launch(dev, "prelu_fwd", n, channels, dim, div_factor, [x, y, slope])
 
 
 def backward(dev, n, channels, dim, div_factor, x, dy, dx, slope):
-    g, l = work_size(dev, n)
-    return dev.launch(SRC, "prelu_bwd", g, l, [n, channels, dim, div_factor, x, dy, dx, slope])
+    return _launch(dev, "prelu_bwd", n, channels, dim, div_factor, [x, dy, dx, slope])
 
 
 def slope_grad(dev, outer, channels, inner, x, dy, dslope):

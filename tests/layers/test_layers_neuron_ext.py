@@ -164,7 +164,11 @@ def _prelu_ref(x, a, shared):
     return np.maximum(x, 0) + a * np.minimum(x, 0)
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 2, 3), (1, 5), (3, 1, 5)])
+# (2, 3, 13): planes not a multiple of 8 floats; (2, 3, 9001): planes of
+# several CPU pieces (ops/prelu.py CPU_CHUNK) with a tail; (1, 5): one float
+# a plane
+@pytest.mark.parametrize("shape", [(2, 3, 2, 3), (1, 5), (3, 1, 5), (2, 3, 13),
+                                   (2, 3, 9001)])
 @pytest.mark.parametrize("shared", [False, True])
 def test_prelu_forward(shape, shared):
     x = _away(shape, -2, 2, [0])
@@ -215,6 +219,67 @@ def test_prelu_param_gradient_accumulates_and_inplace():
     np.testing.assert_allclose(layer.blobs[0].host_diff(), 1.0 + expect_da, rtol=1e-5,
                                atol=1e-5)
     np.testing.assert_allclose(blob.host_diff(), expect_dx, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 9001), (3, 4, 7)])
+def test_prelu_backward_long_planes(shape):
+    """dx = dy * (x > 0 ? 1 : a_c) on planes of several CPU pieces and on
+    planes shorter than one 8-float step."""
+    x = _away(shape, -2, 2, [0])
+    x64 = x.astype(np.float64)
+    layer, b, t = testing.make_layer('type: "PReLU"', [x])
+    a = RNG.uniform(-0.5, 1.0, size=shape[1]).astype(np.float32)
+    layer.blobs[0].data[...] = a
+    dy = RNG.standard_normal(shape).astype(np.float32)
+    testing.forward(layer, b, t)
+    t[0].diff[...] = dy
+    layer.backward(t, [True], b)
+    expect = dy * np.where(x64 > 0, 1.0, a[None, :, None])
+    np.testing.assert_allclose(b[0].host_diff(), expect, rtol=1e-6, atol=1e-6)
+
+
+_PRELU_NET = """
+name: "p" input: "data" input_shape { dim: 2 dim: 3 dim: 4 dim: 5 }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+  convolution_param { num_output: 4 kernel_size: 3 pad: 1
+    weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "prelu" type: "PReLU" bottom: "conv" top: "conv"
+  prelu_param { filler { type: "constant" value: -0.3 } } }
+"""
+
+
+@pytest.mark.parametrize("force_backward", [False, True])
+def test_inplace_prelu_copies_input_only_for_a_backward(tmp_path, force_backward):
+    """A deploy net (no loss, no force_backward) runs no backward, so an
+    in-place PReLU keeps no copy of its input (a pass over the blob per
+    forward); with force_backward it keeps one and the input gradient is
+    right although the forward overwrote the input (a negative slope: read
+    from the output, every negative input would take the positive branch)."""
+    from caffe_ocl.net import Net, TEST
+    proto = tmp_path / "p.prototxt"
+    proto.write_text(_PRELU_NET + ("force_backward: true\n" if force_backward else ""))
+    net = Net(str(proto), TEST)
+    layer = net.layer_dict["prelu"]
+    assert layer.need_backward is force_backward
+    assert (layer.bottom_memory is not None) is force_backward
+    assert len(layer.fwd) == (2 if force_backward else 1)
+    x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    net.forward(data=x)
+    # the conv's output as the PReLU saw it: the same net without the PReLU
+    plain = tmp_path / "plain.prototxt"
+    plain.write_text(_PRELU_NET.split('layer { name: "prelu"')[0])
+    ref = Net(str(plain), TEST)
+    ref.params["conv"][0].data[...] = net.params["conv"][0].data
+    ref.params["conv"][1].data[...] = net.params["conv"][1].data
+    z = ref.forward(data=x)["conv"].astype(np.float64)
+    np.testing.assert_allclose(net.blobs["conv"].data, np.where(z > 0, z, -0.3 * z),
+                               rtol=1e-5, atol=1e-5)
+    if force_backward:
+        dy = RNG.standard_normal(z.shape).astype(np.float32)
+        net.blobs["conv"].diff[...] = dy
+        net.backward(start="prelu", end="prelu")
+        np.testing.assert_allclose(net.blobs["conv"].diff, dy * np.where(z > 0, 1.0, -0.3),
+                                   rtol=1e-5, atol=1e-5)
 
 
 # ---- bad parameters ------------------------------------------------------------
