@@ -6,8 +6,8 @@ minutes); ratio = OpenCV ms / caffe_ocl ms (>= 1: caffe_ocl ahead).
     python3 benchmarks/bench_caffe_opencv.py NET.prototxt [...] [--weights W.caffemodel]
         [--batch 1] [--size H,W] [--rounds 9] [--runs 5] [--ab SETTING[,SETTING]]
 
-Without --weights each net gets seeded random weights (BatchNorm variances
-positive, its scale factor 1), written to a temporary .caffemodel that
+Without --weights each net gets seeded random weights (scaled by fan-in,
+BatchNorm variances positive, its scale factor 1), written to a temporary .caffemodel that
 OpenCV reads. ``--ab``: a caffe_ocl net built with those settings off
 (``base``) is timed in the same rounds, paired ratio base / ours. The
 first input blob is fed; every output compared by name (largest difference
@@ -29,9 +29,14 @@ from caffe_ocl.net import Net, TEST  # noqa: E402
 
 
 def _random_weights(net, seed=1):
+    """Seeded weights scaled by fan-in (std 1 / sqrt(fan-in)), other
+    parameters std 0.3: activations keep their size through deep nets, so
+    softmax outputs are not one-hot and the comparison with OpenCV means
+    something (a fixed std saturated every classifier: errors of exactly 0)."""
     rng = np.random.default_rng(seed)
     for name, blobs in net.params.items():
-        values = [rng.normal(0, 0.3, b.shape) for b in blobs]
+        values = [rng.normal(0, 1.0 / np.sqrt(np.prod(b.shape[1:])) if len(b.shape) > 1
+                             else 0.3, b.shape) for b in blobs]
         if net.layer_dict[name].type == "BatchNorm" and len(blobs) == 3:
             values[1] = np.abs(values[1]) + 0.5         # variance
             values[2] = np.ones(blobs[2].shape)         # scale factor
@@ -74,6 +79,19 @@ def _time_cv(cv_net, x, runs, names):
     return (time.perf_counter() - t0) / runs * 1e3
 
 
+def _opencv_output_names(net, blobs):
+    """OpenCV's forward() takes layer names: each output blob's producer
+    where it has one top (LightCNN's "softmax" writes "prob"), else the
+    blob's name."""
+    names = []
+    for blob in blobs:
+        producer = [ln for ln, tops in zip(net.graph.layer_names, net.graph.tops)
+                    if any(t is net.blobs[blob] for t in tops)]
+        tops = net.graph.tops[net.graph.layer_names.index(producer[-1])] if producer else ()
+        names.append(producer[-1] if len(tops) == 1 else blob)
+    return names
+
+
 def run_one(proto, args):
     import cv2
     settings_off = {s: False for s in args.ab.split(",") if s} if args.ab else None
@@ -100,15 +118,16 @@ def run_one(proto, args):
     for k, n in nets.items():
         out = n.forward(**{name: x})
         outs[k] = [out[o].copy() for o in outputs]
+    cv_names = _opencv_output_names(ours, outputs)
     cv_net.setInput(x)
-    refs = cv_net.forward(outputs)
+    refs = cv_net.forward(cv_names)
     err = max(float(np.abs(o - r.reshape(o.shape)).max() / max(float(np.abs(r).max()), 1e-30))
               for o, r in zip(outs["ours"], refs))
     times = {k: [] for k in list(nets) + ["opencv"]}
     order = list(nets) + ["opencv"]
     for r in range(args.rounds):
         for k in (order if r % 2 == 0 else order[::-1]):
-            times[k].append(_time_cv(cv_net, x, args.runs, outputs) if k == "opencv"
+            times[k].append(_time_cv(cv_net, x, args.runs, cv_names) if k == "opencv"
                             else _time_ours(nets[k], args.runs))
     med = {k: statistics.median(v) for k, v in times.items()}
     row = {"net": os.path.basename(proto), "input": "x".join(map(str, x.shape)), "ours_ms": med["ours"],

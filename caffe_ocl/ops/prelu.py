@@ -1,5 +1,5 @@
 """PReLU primitives (kernels/prelu.cl); the slope gradient is ops.reduce.channel_sum."""
-from . import CPU_MIN_CHUNK, cpu_chunks, work_size
+from . import cpu_chunks, work_size
 from . import reduce as reduce_ops
 
 SRC = "prelu.cl"
@@ -15,8 +15,9 @@ def _launch(dev, name, n, channels, dim, div_factor, buffers):
     if dev.is_cpu and dim > 0:
         planes = n // dim
         pieces = planes * -(-dim // CPU_CHUNK)
-        # pieces are whole units of work: min_chunk 1 (work_size counts floats)
-        g, l = (cpu_chunks(dev, pieces, min_chunk=max(1, CPU_MIN_CHUNK // CPU_CHUNK)),), (1,)
+        # as many work-items as the floats ask for (one for a small blob),
+        # at most one a piece
+        g, l = (min(pieces, cpu_chunks(dev, n)),), (1,)
         return dev.launch(SRC, name + "_planes", g, l,
                           [planes, channels, dim, div_factor] + buffers,
                           defines={"CHUNK": CPU_CHUNK})
