@@ -311,14 +311,16 @@ class CropLayer(Layer):
         self._geom, self._geom_host = _int_buffer(self.device, shape + strides + offsets)
         self.nd = nd
         self.fwd = [shape_ops.crop_copy(self.device, top[0].count, nd, self._geom,
-                                        b.data_buffer(), top[0].data_buffer(), True)]
+                                        b.data_buffer(), top[0].data_buffer(), True,
+                                        row=shape[-1])]
 
     def build_backward(self, bottom, top):
         if self.propagate_down[0]:
             b = bottom[0]
             self.bwd = [pointwise.fill_launch(self.device, b.diff_buffer(), b.count, 0.0),
                         shape_ops.crop_copy(self.device, top[0].count, self.nd, self._geom,
-                                            top[0].diff_buffer(), b.diff_buffer(), False)]
+                                            top[0].diff_buffer(), b.diff_buffer(), False,
+                                            row=top[0].shape[-1])]
 
 
 @register("Tile")

@@ -159,11 +159,25 @@ class PermuteLayer(Layer):
         new_steps = [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(nax)]
         self.geom = int_buffer(self.device, new_steps + [old_steps[o] for o in orders])
         self.nax = nax
-        self.fwd = [ssd_ops.permute(self.device, b.count, nax, self.geom, b.data_buffer(),
-                                    top[0].data_buffer())] if b.count else []
+        # CPU drivers: an order that swaps two runs of axes is a batched
+        # transpose (ops/ssd.py transpose_shape), its inverse one too
+        self.transpose = (ssd_ops.transpose_shape(b.shape, orders)
+                          if self.device.is_cpu and b.count else None)
+        if self.transpose is not None:
+            outer, rows, cols = self.transpose
+            self.fwd = [ssd_ops.transpose(self.device, outer, rows, cols, b.data_buffer(),
+                                          top[0].data_buffer())]
+        else:
+            self.fwd = [ssd_ops.permute(self.device, b.count, nax, self.geom, b.data_buffer(),
+                                        top[0].data_buffer())] if b.count else []
 
     def build_backward(self, bottom, top):
         if self.propagate_down[0] and bottom[0].count:
+            if self.transpose is not None:
+                outer, rows, cols = self.transpose
+                self.bwd = [ssd_ops.transpose(self.device, outer, cols, rows,
+                                              top[0].diff_buffer(), bottom[0].diff_buffer())]
+                return
             self.bwd = [ssd_ops.permute(self.device, bottom[0].count, self.nax, self.geom,
                                         top[0].diff_buffer(), bottom[0].diff_buffer(),
                                         forward=False)]

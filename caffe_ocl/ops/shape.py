@@ -1,7 +1,7 @@
 """Shape/data-movement primitives (kernels/shape.cl): Concat/Slice pieces
 (``multi_copy``), Eltwise PROD/MAX, Tile, Crop, ArgMax, row gathers, Embed."""
 from ..errors import DeviceError
-from . import work_size
+from . import cpu_chunks, work_size
 
 SRC = "shape.cl"
 
@@ -67,9 +67,14 @@ def tile_backward(dev, outer, tiles, inner, dy, dx):
     return _launch(dev, outer * inner, "tile_bwd", [outer, tiles, inner, dy, dx])
 
 
-def crop_copy(dev, n, ndim, geom, src, dst, forward=True):
+def crop_copy(dev, n, ndim, geom, src, dst, forward=True, row=None):
     """Copy the region described by ``geom`` (int buffer: top shape, bottom
-    strides, offsets; ndim each) from src to dst (forward) or back."""
+    strides, offsets; ndim each) from src to dst (forward) or back. ``row``:
+    the top's last axis, where CPU drivers copy row by row (crop_rows)."""
+    if dev.is_cpu and row and ndim >= 1 and n:
+        rows = n // row
+        return dev.launch(SRC, "crop_rows", (min(rows, cpu_chunks(dev, n)),), (1,),
+                          [rows, ndim, geom, src, dst, int(bool(forward))])
     return _launch(dev, n, "crop_copy", [n, ndim, geom, src, dst, int(bool(forward))])
 
 

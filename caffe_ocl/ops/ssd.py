@@ -1,6 +1,8 @@
 """SSD fork primitives (kernels/ssd.cl): Normalize, Permute, PriorBox and
 DetectionOutput's decoding, NMS, keep_top_k and output rows."""
-from . import work_size
+import numpy as np
+
+from . import cpu_chunks, work_size
 
 SRC = "ssd.cl"
 
@@ -49,6 +51,31 @@ def norm_scale_grad(dev, num, channels, spatial, shared, y, dy, scale, dscale):
 def permute(dev, n, ndim, geom, src, dst, forward=True):
     """geom: int buffer [new_steps(ndim), old_steps[order[j]] (ndim)]."""
     return _launch(dev, n, "permute", [n, ndim, geom, src, dst, int(bool(forward))])
+
+
+def transpose(dev, outer, rows, cols, src, dst):
+    """[outer][rows][cols] -> [outer][cols][rows] (kernels/ssd.cl
+    transpose_rs; for CPU drivers: work-groups of one, see ``transpose_shape``)."""
+    blocks = outer * -(-cols // TRANSPOSE_COL_BLOCK)
+    g = min(blocks, cpu_chunks(dev, outer * rows * cols))
+    return dev.launch(SRC, "transpose_rs", (g,), (1,), [outer, rows, cols, src, dst])
+
+
+# columns a transpose_rs work-item takes (ssd.cl TR_SB)
+TRANSPOSE_COL_BLOCK = 64
+
+
+def transpose_shape(shape, orders):
+    """(outer, rows, cols) where reordering ``shape``'s axes by ``orders``
+    (new axis i = old axis orders[i]) swaps two runs of axes -- orders
+    0..k-1, j..n-1, k..j-1 -- i.e. is a batched 2-D transpose; else None."""
+    n = len(orders)
+    for k in range(n):
+        for j in range(k + 1, n):
+            if list(orders) == list(range(k)) + list(range(j, n)) + list(range(k, j)):
+                prod = lambda axes: int(np.prod([shape[a] for a in axes], dtype=np.int64))  # noqa: E731
+                return prod(range(k)), prod(range(k, j)), prod(range(j, n))
+    return None
 
 
 # ---- PriorBox ----------------------------------------------------------------

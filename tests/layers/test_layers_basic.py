@@ -37,8 +37,10 @@ def test_inner_product_input_size_change_is_an_error(rng):
         forward(layer, b, t)
 
 
+# (2, 5, 3, 7) and (1, 21, 19): runs of 8 positions as vectors on CPU
+# drivers (softmax_fwd_cpu) with a tail
 @pytest.mark.parametrize("shape,axis", [((2, 5), 1), ((2, 3, 4), 1), ((2, 3, 4), 2), ((3, 4, 2), 0),
-                                        ((1, 1000), -1)])
+                                        ((1, 1000), -1), ((2, 5, 3, 7), 1), ((1, 21, 19), 1)])
 def test_softmax_any_axis(rng, shape, axis):
     x = rng.standard_normal(shape) * 5
     layer, b, t = make_layer(f'type: "Softmax" softmax_param {{ axis: {axis} }}', [x])
@@ -46,6 +48,18 @@ def test_softmax_any_axis(rng, shape, axis):
     np.testing.assert_allclose(y, refs.softmax(x, axis), rtol=1e-5, atol=1e-7)
     if np.prod(shape) <= 24:
         check_gradient(layer, b, t)
+
+
+def test_softmax_underflow_is_zero(rng):
+    """Logits 200 apart: the smaller ones' probabilities are 0 (exp's result
+    below the smallest normal float), in the vector runs and the tail alike,
+    and the rest sum to 1."""
+    x = rng.standard_normal((1, 3, 11)) * 2
+    x[0, 0] += 200.0
+    layer, b, t = make_layer('type: "Softmax"', [x])
+    (y,) = forward(layer, b, t)
+    assert np.all(y[0, 1:] == 0.0)
+    np.testing.assert_allclose(y[0, 0], 1.0, rtol=1e-6)
 
 
 @pytest.mark.parametrize("outer,c,inner", [(3, 1000, 1), (2, 70, 3), (1, 5, 2)])
@@ -77,6 +91,35 @@ def test_neurons(rng, text, fn, kink):
     (y,) = forward(layer, b, t)
     np.testing.assert_allclose(y, fn(x.astype(np.float64)), rtol=1e-5, atol=1e-6)
     check_gradient(layer, b, t, kink=0.0, kink_range=0.01 if kink else -1)
+
+
+def test_tanh_relative_accuracy_over_its_range():
+    """TanH within a few float32 ulps of float64 tanh, relative, from 1e-30
+    through the 0.625 boundary of the CPU's two formulas (pointwise.cl) to
+    saturation, both signs; NaN stays NaN."""
+    mag = np.concatenate([np.geomspace(1e-30, 1e-3, 40), np.linspace(1e-3, 2, 400),
+                          np.array([0.625, np.nextafter(np.float32(0.625), 1),
+                                    np.nextafter(np.float32(0.625), 0), 9.0, 20.0, 90.0, 1e30])])
+    x = np.concatenate([mag, -mag, [0.0, np.nan]]).astype(np.float32).reshape(1, -1)
+    layer, b, t = make_layer('type: "TanH"', [x])
+    (y,) = forward(layer, b, t)
+    want = np.tanh(x.astype(np.float64))
+    finite = ~np.isnan(want)
+    np.testing.assert_allclose(y[finite], want[finite], rtol=5e-7, atol=0)
+    assert np.isnan(y[~finite]).all()
+
+
+@pytest.mark.parametrize("power", [2.0, 0.5, -1.0, 3.0])
+def test_power_shortcut_exponents(rng, power):
+    """Power's exponents computed without pow (2, 0.5, -1) and one with it,
+    against float64, 0 and inf included."""
+    x = np.concatenate([rng.uniform(0.1, 3.0, 50), [0.0, np.inf]])
+    x = x.astype(np.float32).reshape(1, -1)
+    layer, b, t = make_layer(f'type: "Power" power_param {{ power: {power} }}', [x])
+    (y,) = forward(layer, b, t)
+    with np.errstate(divide="ignore"):
+        want = np.power(x.astype(np.float64), power)
+    np.testing.assert_allclose(y, want, rtol=2e-7, atol=0)
 
 
 def test_relu_in_place(rng):

@@ -193,6 +193,38 @@ def test_permute(order):
     check_gradient(layer, b, t, stepsize=1e-2, threshold=1e-3)
 
 
+# orders that swap two runs of axes (a batched transpose on CPU drivers,
+# ops/ssd.py transpose_shape), on shapes whose rows are not a multiple of
+# 8 and whose columns span more than one 64-column block
+@pytest.mark.parametrize("shape,order", [((2, 19, 9, 11), (0, 2, 3, 1)),
+                                         ((1, 16, 70), (0, 2, 1)),
+                                         ((3, 5, 2, 13), (0, 3, 1, 2)),
+                                         ((9, 4, 3), (1, 2, 0)),
+                                         ((2, 3, 4, 5, 6), (0, 1, 4, 2, 3))])
+def test_permute_as_transpose(shape, order):
+    from caffe_ocl.ops import ssd as ssd_ops
+    assert ssd_ops.transpose_shape(shape, order) is not None
+    x = RNG.standard_normal(shape).astype(np.float32)
+    text = 'type: "Permute" permute_param { ' + " ".join(f"order: {o}" for o in order) + " }"
+    layer, b, t = make_layer(text, [x])
+    (y,) = forward(layer, b, t)
+    np.testing.assert_array_equal(y, np.transpose(x, order))
+    dy = RNG.standard_normal(y.shape).astype(np.float32)
+    t[0].diff[...] = dy
+    layer.backward(t, [True], b)
+    np.testing.assert_array_equal(b[0].host_diff(), np.transpose(dy, np.argsort(order)))
+
+
+def test_transpose_shape_only_for_two_runs():
+    from caffe_ocl.ops import ssd as ssd_ops
+    shape = (2, 3, 4, 5)
+    assert ssd_ops.transpose_shape(shape, (0, 2, 3, 1)) == (2, 3, 20)
+    assert ssd_ops.transpose_shape(shape, (2, 3, 0, 1)) == (1, 6, 20)
+    assert ssd_ops.transpose_shape(shape, (0, 1, 2, 3)) is None
+    assert ssd_ops.transpose_shape(shape, (3, 1, 0, 2)) is None
+    assert ssd_ops.transpose_shape(shape, (0, 3, 2, 1)) is None
+
+
 def test_permute_bad_order():
     x = np.zeros((1, 2, 3), np.float32)
     with pytest.raises(CaffeOclError, match="out of range"):
