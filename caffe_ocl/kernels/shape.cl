@@ -87,7 +87,7 @@ __kernel void crop_rows(int rows, int nd, __global const int* geom, __global con
                         __global float* dst, int forward) {
     const int w = geom[nd - 1];
     GLOBAL_LOOP(r, rows) {
-        int rem = r, b = geom[3 * nd - 1];
+        int rem = r, b = geom[3 * nd - 1] * geom[2 * nd - 1];
         for (int d = nd - 2; d >= 0; --d) {
             const int s = geom[d];
             const int id = rem % s;

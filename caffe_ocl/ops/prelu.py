@@ -12,7 +12,7 @@ CPU_CHUNK = 4096
 def _launch(dev, name, n, channels, dim, div_factor, buffers):
     """GPUs: one float a work-item (prelu_fwd / prelu_bwd). CPU drivers: the
     planes kernels, work-items over pieces of the (image, channel) planes."""
-    if dev.is_cpu and dim > 0:
+    if dev.is_cpu and dim > 0 and n > 0:
         planes = n // dim
         pieces = planes * -(-dim // CPU_CHUNK)
         # as many work-items as the floats ask for (one for a small blob),
