@@ -79,16 +79,16 @@ def _time_cv(cv_net, x, runs, names):
     return (time.perf_counter() - t0) / runs * 1e3
 
 
-def _opencv_output_names(net, blobs):
+def _opencv_output_names(net, blobs, cv_layers):
     """OpenCV's forward() takes layer names: each output blob's producer
-    where it has one top (LightCNN's "softmax" writes "prob"), else the
-    blob's name."""
+    (LightCNN's "softmax" writes "prob") where OpenCV has a layer of that
+    name, else the blob's name (OpenCV names some one-layer nets' layers
+    after their tops)."""
     names = []
     for blob in blobs:
         producer = [ln for ln, tops in zip(net.graph.layer_names, net.graph.tops)
                     if any(t is net.blobs[blob] for t in tops)]
-        tops = net.graph.tops[net.graph.layer_names.index(producer[-1])] if producer else ()
-        names.append(producer[-1] if len(tops) == 1 else blob)
+        names.append(producer[-1] if producer and producer[-1] in cv_layers else blob)
     return names
 
 
@@ -118,7 +118,7 @@ def run_one(proto, args):
     for k, n in nets.items():
         out = n.forward(**{name: x})
         outs[k] = [out[o].copy() for o in outputs]
-    cv_names = _opencv_output_names(ours, outputs)
+    cv_names = _opencv_output_names(ours, outputs, set(cv_net.getLayerNames()))
     cv_net.setInput(x)
     refs = cv_net.forward(cv_names)
     err = max(float(np.abs(o - r.reshape(o.shape)).max() / max(float(np.abs(r).max()), 1e-30))

@@ -51,6 +51,11 @@ def interp_forward(dev, planes, crop, in_hw, eff_hw, out_hw, x, y):
     """Bilinear (corners aligned) from the eff_hw window at ``crop`` (x, y)
     of each in_hw plane to out_hw."""
     total = planes * out_hw[0] * out_hw[1]
+    if dev.is_cpu and total:        # by output rows (fork_vision.cl interp_fwd_rows)
+        rows = planes * out_hw[0]
+        return [dev.launch(SRC, "interp_fwd_rows", (min(rows, cpu_chunks(dev, total)),), (1,),
+                           [rows, crop[0], crop[1], eff_hw[0], eff_hw[1], in_hw[0], in_hw[1],
+                            out_hw[0], out_hw[1], x, y])]
     return [_launch(dev, total, "interp_fwd",
                     [total, crop[0], crop[1], eff_hw[0], eff_hw[1], in_hw[0], in_hw[1],
                      out_hw[0], out_hw[1], x, y])]
