@@ -36,6 +36,12 @@ def bn_global_stats(dev, C, run_mean, run_var, run_scale, mean, stdv, eps):
 
 
 def mvn_stats(dev, rows, dim, x, mean, stdv, eps):
+    """mean and sqrt(biased variance) + eps of each of ``rows`` rows of
+    ``dim`` floats (CPU drivers: a work-item a row, mvn_stats_rows)."""
+    if dev.is_cpu and rows:
+        g = min(rows, cpu_chunks(dev, rows * dim))
+        return dev.launch(SRC, "mvn_stats_rows", (g,), (1,),
+                          [rows, dim, x, mean, stdv, float(eps)])
     return _per_channel(dev, "mvn_stats", rows, [1, rows, dim, x, mean, stdv, float(eps)])
 
 
@@ -43,7 +49,7 @@ def normalize(dev, O, C, I, x, mean, stdv, y, xnorm=None, use_std=True):
     """y = (x - mean[c]) / stdv[c] (copy to xnorm too when given)."""
     n = O * C * I
     g, l = work_size(dev, n)
-    return dev.launch(SRC, "chan_normalize", g, l,
+    return dev.launch(SRC, "chan_normalize_runs" if dev.is_cpu else "chan_normalize", g, l,
                       [n, C, I, x, mean, stdv, y, xnorm if xnorm is not None else y,
                        int(bool(use_std)), int(xnorm is not None)])
 
@@ -51,7 +57,7 @@ def normalize(dev, O, C, I, x, mean, stdv, y, xnorm=None, use_std=True):
 def channel_div(dev, O, C, I, x, d, y):
     n = O * C * I
     g, l = work_size(dev, n)
-    return dev.launch(SRC, "chan_div", g, l, [n, C, I, x, d, y])
+    return dev.launch(SRC, "chan_div_runs" if dev.is_cpu else "chan_div", g, l, [n, C, I, x, d, y])
 
 
 def normalize_backward(dev, O, C, I, dy, y, stdv, dx, use_std=True):
