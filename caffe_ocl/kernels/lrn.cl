@@ -58,48 +58,88 @@ __kernel void lrn_across_bwd(int outer, int C, int inner, int size, float cache_
 /* WITHIN_CHANNEL, as Caffe composes it: square -> AVE pool (size, pad
  * (size-1)/2, stride 1, divisor counting padding) -> (1 + alpha*pool)^-beta
  * -> times x. `scale` keeps 1 + alpha*pool for backward. */
+/* one output of WITHIN_CHANNEL LRN: pixel (h, w) of plane nc */
+inline void lrn_within_fwd_at(int nc, int h, int w, int H, int W, int size, float alpha,
+                              float beta, __global const float* x, __global float* scale,
+                              __global float* y) {
+    const int pad = (size - 1) / 2;
+    int hs = h - pad, ws = w - pad;
+    int he = min(hs + size, H + pad), we = min(ws + size, W + pad);
+    const int cnt = (he - hs) * (we - ws);
+    hs = max(hs, 0); ws = max(ws, 0); he = min(he, H); we = min(we, W);
+    __global const float* p = x + (size_t)nc * H * W;
+    float acc = 0.0f;
+    for (int i = hs; i < he; ++i)
+        for (int j = ws; j < we; ++j) { float v = p[i * W + j]; acc += v * v; }
+    const float sc = 1.0f + alpha * (acc / cnt);
+    const size_t idx = ((size_t)nc * H + h) * W + w;
+    scale[idx] = sc;
+    y[idx] = x[idx] * POW_NEG(sc, beta);
+}
+
 __kernel void lrn_within_fwd(int total, int H, int W, int size, float alpha, float beta,
                              __global const float* x, __global float* scale,
                              __global float* y) {
-    int pad = (size - 1) / 2;
     GLOBAL_LOOP(idx, total) {
-        int w = idx % W, h = (idx / W) % H, nc = idx / (W * H);
-        int hs = h - pad, ws = w - pad;
-        int he = min(hs + size, H + pad), we = min(ws + size, W + pad);
-        int cnt = (he - hs) * (we - ws);
-        hs = max(hs, 0); ws = max(ws, 0); he = min(he, H); we = min(we, W);
-        __global const float* p = x + nc * H * W;
-        float acc = 0.0f;
-        for (int i = hs; i < he; ++i)
-            for (int j = ws; j < we; ++j) { float v = p[i * W + j]; acc += v * v; }
-        float sc = 1.0f + alpha * (acc / cnt);
-        scale[idx] = sc;
-        y[idx] = x[idx] * POW_NEG(sc, beta);
+        lrn_within_fwd_at(idx / (W * H), (idx / W) % H, idx % W, H, W, size, alpha, beta,
+                          x, scale, y);
     }
 }
 
 /* d/dx of y = x * (1 + alpha*avgpool(x^2))^-beta:
  * dx = dy*scale^-beta - 2*alpha*beta*x * sum_{windows q covering me}
  *        dy[q]*y[q]/scale[q] / cnt(q) */
+inline void lrn_within_bwd_at(int nc, int h, int w, int H, int W, int size, float alpha,
+                              float beta, __global const float* x, __global const float* y,
+                              __global const float* scale, __global const float* dy,
+                              __global float* dx) {
+    const int pad = (size - 1) / 2;
+    const int base = nc * H * W;
+    float acc = 0.0f;
+    /* window of output q=(qh,qw) covers rows qh-pad .. qh-pad+size-1 */
+    for (int qh = max(h - (size - 1 - pad), 0); qh <= min(h + pad, H - 1); ++qh)
+        for (int qw = max(w - (size - 1 - pad), 0); qw <= min(w + pad, W - 1); ++qw) {
+            int hs = qh - pad, ws = qw - pad;
+            int he = min(hs + size, H + pad), we = min(ws + size, W + pad);
+            int cnt = (he - hs) * (we - ws);
+            int q = base + qh * W + qw;
+            acc += dy[q] * y[q] / scale[q] / cnt;
+        }
+    const int idx = base + h * W + w;
+    dx[idx] = dy[idx] * POW_NEG(scale[idx], beta) - 2.0f * alpha * beta * x[idx] * acc;
+}
+
 __kernel void lrn_within_bwd(int total, int H, int W, int size, float alpha, float beta,
                              __global const float* x, __global const float* y,
                              __global const float* scale, __global const float* dy,
                              __global float* dx) {
-    int pad = (size - 1) / 2;
     GLOBAL_LOOP(idx, total) {
-        int w = idx % W, h = (idx / W) % H, nc = idx / (W * H);
-        int base = nc * H * W;
-        float acc = 0.0f;
-        /* window of output q=(qh,qw) covers rows qh-pad .. qh-pad+size-1 */
-        for (int qh = max(h - (size - 1 - pad), 0); qh <= min(h + pad, H - 1); ++qh)
-            for (int qw = max(w - (size - 1 - pad), 0); qw <= min(w + pad, W - 1); ++qw) {
-                int hs = qh - pad, ws = qw - pad;
-                int he = min(hs + size, H + pad), we = min(ws + size, W + pad);
-                int cnt = (he - hs) * (we - ws);
-                int q = base + qh * W + qw;
-                acc += dy[q] * y[q] / scale[q] / cnt;
-            }
-        dx[idx] = dy[idx] * POW_NEG(scale[idx], beta) - 2.0f * alpha * beta * x[idx] * acc;
+        lrn_within_bwd_at(idx / (W * H), (idx / W) % H, idx % W, H, W, size, alpha, beta,
+                          x, y, scale, dy, dx);
+    }
+}
+
+/* CPU drivers (ops/lrn.py): the same outputs by rows of a plane, the row
+ * found once (per element, three divisions: WITHIN_CHANNEL LRN -- BVLC's
+ * CIFAR-10 full net -- ran at half OpenCV's speed on PoCL) */
+__kernel void lrn_within_fwd_rows(int rows, int H, int W, int size, float alpha, float beta,
+                                  __global const float* x, __global float* scale,
+                                  __global float* y) {
+    GLOBAL_LOOP(r, rows) {
+        const int nc = r / H, h = r - nc * H;
+        for (int w = 0; w < W; ++w)
+            lrn_within_fwd_at(nc, h, w, H, W, size, alpha, beta, x, scale, y);
+    }
+}
+
+__kernel void lrn_within_bwd_rows(int rows, int H, int W, int size, float alpha, float beta,
+                                  __global const float* x, __global const float* y,
+                                  __global const float* scale, __global const float* dy,
+                                  __global float* dx) {
+    GLOBAL_LOOP(r, rows) {
+        const int nc = r / H, h = r - nc * H;
+        for (int w = 0; w < W; ++w)
+            lrn_within_bwd_at(nc, h, w, H, W, size, alpha, beta, x, y, scale, dy, dx);
     }
 }
 

@@ -33,15 +33,21 @@ def across_backward(dev, outer, c, inner, size, alpha, beta, x, y, scale, dy, dx
                        x, y, scale, dy, dx], _beta_defs(beta))
 
 
-def within_forward(dev, nc, h, w, size, alpha, beta, x, scale, y):
+def _within(dev, name, nc, h, w, args, beta):
+    """GPUs: an output a work-item; CPU drivers: rows of planes (*_rows)."""
     total = nc * h * w
+    if dev.is_cpu and total:
+        rows = nc * h
+        return dev.launch(SRC, name + "_rows", (min(rows, cpu_chunks(dev, total)),), (1,),
+                          [rows, h, w] + args, _beta_defs(beta))
     gs, ls = work_size(dev, total)
-    return dev.launch(SRC, "lrn_within_fwd", gs, ls,
-                      [total, h, w, size, alpha, beta, x, scale, y], _beta_defs(beta))
+    return dev.launch(SRC, name, gs, ls, [total, h, w] + args, _beta_defs(beta))
+
+
+def within_forward(dev, nc, h, w, size, alpha, beta, x, scale, y):
+    return _within(dev, "lrn_within_fwd", nc, h, w, [size, alpha, beta, x, scale, y], beta)
 
 
 def within_backward(dev, nc, h, w, size, alpha, beta, x, y, scale, dy, dx):
-    total = nc * h * w
-    gs, ls = work_size(dev, total)
-    return dev.launch(SRC, "lrn_within_bwd", gs, ls,
-                      [total, h, w, size, alpha, beta, x, y, scale, dy, dx], _beta_defs(beta))
+    return _within(dev, "lrn_within_bwd", nc, h, w, [size, alpha, beta, x, y, scale, dy, dx],
+                   beta)
