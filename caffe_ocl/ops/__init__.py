@@ -26,6 +26,14 @@ def cpu_chunks(dev, n, min_chunk=CPU_MIN_CHUNK):
     return int(max(1, min(cpu_work_items(dev), -(-max(int(n), 1) // max(int(min_chunk), 1)))))
 
 
+def cpu_units_work_size(dev, units, floats):
+    """(global, local) sizes on a CPU driver for a GLOBAL_LOOP kernel over
+    ``units`` whole pieces of work (rows, planes, runs of a plane) that
+    together touch ``floats`` floats: as many work-items (work-groups of
+    one) as cpu_chunks gives the floats, at most one a unit, at least one."""
+    return (max(1, min(int(units), cpu_chunks(dev, floats))),), (1,)
+
+
 # GPU element-wise passes over float4s run one float4 per work-item (no
 # grid-stride loop): on the H200 a 1-read-2-write pass over 196 MiB ran at
 # 4.0 TB/s that way and 3.7-3.8 grid-strided over 2048 items per compute

@@ -1,7 +1,7 @@
 """Segmentation / mobile / Faster R-CNN fork primitives (kernels/fork_vision.cl):
 ShuffleChannel, Axpy, Interp, Upsample (max-unpooling and nearest) and
 ROIPooling. Each returns a list of Launch objects."""
-from . import cpu_chunks, work_size
+from . import cpu_chunks, cpu_units_work_size, work_size
 from .gemm import act_defines
 
 SRC = "fork_vision.cl"
@@ -52,10 +52,10 @@ def interp_forward(dev, planes, crop, in_hw, eff_hw, out_hw, x, y):
     of each in_hw plane to out_hw."""
     total = planes * out_hw[0] * out_hw[1]
     if dev.is_cpu and total:        # by output rows (fork_vision.cl interp_fwd_rows)
-        rows = planes * out_hw[0]
-        return [dev.launch(SRC, "interp_fwd_rows", (min(rows, cpu_chunks(dev, total)),), (1,),
-                           [rows, crop[0], crop[1], eff_hw[0], eff_hw[1], in_hw[0], in_hw[1],
-                            out_hw[0], out_hw[1], x, y])]
+        g, l = cpu_units_work_size(dev, planes * out_hw[0], total)
+        return [dev.launch(SRC, "interp_fwd_rows", g, l,
+                           [planes * out_hw[0], crop[0], crop[1], eff_hw[0], eff_hw[1],
+                            in_hw[0], in_hw[1], out_hw[0], out_hw[1], x, y])]
     return [_launch(dev, total, "interp_fwd",
                     [total, crop[0], crop[1], eff_hw[0], eff_hw[1], in_hw[0], in_hw[1],
                      out_hw[0], out_hw[1], x, y])]

@@ -1,5 +1,5 @@
 """Local response normalisation primitives (kernels/lrn.cl)."""
-from . import cpu_chunks, work_size
+from . import cpu_chunks, cpu_units_work_size, work_size
 
 SRC = "lrn.cl"
 
@@ -37,9 +37,8 @@ def _within(dev, name, nc, h, w, args, beta):
     """GPUs: an output a work-item; CPU drivers: rows of planes (*_rows)."""
     total = nc * h * w
     if dev.is_cpu and total:
-        rows = nc * h
-        return dev.launch(SRC, name + "_rows", (min(rows, cpu_chunks(dev, total)),), (1,),
-                          [rows, h, w] + args, _beta_defs(beta))
+        g, l = cpu_units_work_size(dev, nc * h, total)
+        return dev.launch(SRC, name + "_rows", g, l, [nc * h, h, w] + args, _beta_defs(beta))
     gs, ls = work_size(dev, total)
     return dev.launch(SRC, name, gs, ls, [total, h, w] + args, _beta_defs(beta))
 

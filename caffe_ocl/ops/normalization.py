@@ -3,7 +3,7 @@
 Blobs are viewed as ``O x C x I``; statistics of channel c run over (o, i)
 by one work-group per channel (BatchNorm: O=num, I=spatial; MVN: O=1,
 C=rows, I=row length)."""
-from . import cpu_chunks, vec_work_size, work_size
+from . import cpu_chunks, cpu_units_work_size, vec_work_size, work_size
 from .gemm import act_defines
 from .channel import channel_partials, partial_finish, reduce_groups, reduce_wg, vec_of
 
@@ -39,9 +39,8 @@ def mvn_stats(dev, rows, dim, x, mean, stdv, eps):
     """mean and sqrt(biased variance) + eps of each of ``rows`` rows of
     ``dim`` floats (CPU drivers: a work-item a row, mvn_stats_rows)."""
     if dev.is_cpu and rows:
-        g = min(rows, cpu_chunks(dev, rows * dim))
-        return dev.launch(SRC, "mvn_stats_rows", (g,), (1,),
-                          [rows, dim, x, mean, stdv, float(eps)])
+        g, l = cpu_units_work_size(dev, rows, rows * dim)
+        return dev.launch(SRC, "mvn_stats_rows", g, l, [rows, dim, x, mean, stdv, float(eps)])
     return _per_channel(dev, "mvn_stats", rows, [1, rows, dim, x, mean, stdv, float(eps)])
 
 

@@ -1,5 +1,5 @@
 """PReLU primitives (kernels/prelu.cl); the slope gradient is ops.reduce.channel_sum."""
-from . import cpu_chunks, work_size
+from . import cpu_units_work_size, work_size
 from . import reduce as reduce_ops
 
 SRC = "prelu.cl"
@@ -15,9 +15,7 @@ def _launch(dev, name, n, channels, dim, div_factor, buffers):
     if dev.is_cpu and dim > 0 and n > 0:
         planes = n // dim
         pieces = planes * -(-dim // CPU_CHUNK)
-        # as many work-items as the floats ask for (one for a small blob),
-        # at most one a piece
-        g, l = (min(pieces, cpu_chunks(dev, n)),), (1,)
+        g, l = cpu_units_work_size(dev, pieces, n)
         return dev.launch(SRC, name + "_planes", g, l,
                           [planes, channels, dim, div_factor] + buffers,
                           defines={"CHUNK": CPU_CHUNK})

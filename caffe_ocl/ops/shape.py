@@ -1,7 +1,7 @@
 """Shape/data-movement primitives (kernels/shape.cl): Concat/Slice pieces
 (``multi_copy``), Eltwise PROD/MAX, Tile, Crop, ArgMax, row gathers, Embed."""
 from ..errors import DeviceError
-from . import cpu_chunks, work_size
+from . import cpu_units_work_size, work_size
 
 SRC = "shape.cl"
 
@@ -73,8 +73,8 @@ def crop_copy(dev, n, ndim, geom, src, dst, forward=True, row=None):
     the top's last axis, where CPU drivers copy row by row (crop_rows)."""
     if dev.is_cpu and row and ndim >= 1 and n:
         rows = n // row
-        return dev.launch(SRC, "crop_rows", (min(rows, cpu_chunks(dev, n)),), (1,),
-                          [rows, ndim, geom, src, dst, int(bool(forward))])
+        g, l = cpu_units_work_size(dev, rows, n)
+        return dev.launch(SRC, "crop_rows", g, l, [rows, ndim, geom, src, dst, int(bool(forward))])
     return _launch(dev, n, "crop_copy", [n, ndim, geom, src, dst, int(bool(forward))])
 
 

@@ -3,7 +3,7 @@
 One work-item per (outer, inner) pair, or on GPUs, when there are few
 pairs with many channels (a classifier: 64 images x 1000 classes), one
 work-group per pair sharing the pass over C (``use_groups``)."""
-from . import cpu_chunks, work_size
+from . import cpu_units_work_size, work_size
 
 SRC = "softmax.cl"
 GROUP_LSIZE = 256
@@ -30,9 +30,8 @@ def forward(dev, outer, c, inner, x, y, groups=None):
     """``groups``: force (True) or forbid (False) the work-group kernels.
     CPU drivers: softmax_fwd_cpu (runs of 8 positions as vectors)."""
     if dev.is_cpu and not groups:
-        runs = outer * -(-inner // 8)
-        g = min(runs, cpu_chunks(dev, outer * c * inner))
-        return dev.launch(SRC, "softmax_fwd_cpu", (g,), (1,), [outer, c, inner, x, y])
+        g, l = cpu_units_work_size(dev, outer * -(-inner // 8), outer * c * inner)
+        return dev.launch(SRC, "softmax_fwd_cpu", g, l, [outer, c, inner, x, y])
     return _launch(dev, "softmax_fwd", outer, c, inner, [x, y], groups)
 
 

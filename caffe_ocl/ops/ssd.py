@@ -2,7 +2,7 @@
 DetectionOutput's decoding, NMS, keep_top_k and output rows."""
 import numpy as np
 
-from . import cpu_chunks, work_size
+from . import cpu_units_work_size, work_size
 
 SRC = "ssd.cl"
 
@@ -56,9 +56,8 @@ def permute(dev, n, ndim, geom, src, dst, forward=True):
 def transpose(dev, outer, rows, cols, src, dst):
     """[outer][rows][cols] -> [outer][cols][rows] (kernels/ssd.cl
     transpose_rs; for CPU drivers: work-groups of one, see ``transpose_shape``)."""
-    blocks = outer * -(-cols // TRANSPOSE_COL_BLOCK)
-    g = min(blocks, cpu_chunks(dev, outer * rows * cols))
-    return dev.launch(SRC, "transpose_rs", (g,), (1,), [outer, rows, cols, src, dst])
+    g, l = cpu_units_work_size(dev, outer * -(-cols // TRANSPOSE_COL_BLOCK), outer * rows * cols)
+    return dev.launch(SRC, "transpose_rs", g, l, [outer, rows, cols, src, dst])
 
 
 # columns a transpose_rs work-item takes (ssd.cl TR_SB)
