@@ -134,7 +134,9 @@ __kernel void permute(int n, int ndim, __global const int* geom,
  * 56 map ran at 0.11x OpenCV's speed on PoCL. Work-items over (outer,
  * block of TR_SB columns s), each writing whole rows of the output (no
  * two cores on one cache line); 8 rows r gathered into one vector store. */
+#ifndef TR_SB
 #define TR_SB 64
+#endif
 __kernel void transpose_rs(int outer, int R, int S, __global const float* src,
                            __global float* dst) {
     const int sblocks = (S + TR_SB - 1) / TR_SB;

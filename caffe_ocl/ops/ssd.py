@@ -1,6 +1,6 @@
 """SSD fork primitives (kernels/ssd.cl): Normalize, Permute, PriorBox and
 DetectionOutput's decoding, NMS, keep_top_k and output rows."""
-import numpy as np
+import math
 
 from . import cpu_units_work_size, work_size
 
@@ -53,15 +53,16 @@ def permute(dev, n, ndim, geom, src, dst, forward=True):
     return _launch(dev, n, "permute", [n, ndim, geom, src, dst, int(bool(forward))])
 
 
+# columns a transpose_rs work-item takes (its TR_SB)
+TRANSPOSE_COL_BLOCK = 64
+
+
 def transpose(dev, outer, rows, cols, src, dst):
     """[outer][rows][cols] -> [outer][cols][rows] (kernels/ssd.cl
     transpose_rs; for CPU drivers: work-groups of one, see ``transpose_shape``)."""
     g, l = cpu_units_work_size(dev, outer * -(-cols // TRANSPOSE_COL_BLOCK), outer * rows * cols)
-    return dev.launch(SRC, "transpose_rs", g, l, [outer, rows, cols, src, dst])
-
-
-# columns a transpose_rs work-item takes (ssd.cl TR_SB)
-TRANSPOSE_COL_BLOCK = 64
+    return dev.launch(SRC, "transpose_rs", g, l, [outer, rows, cols, src, dst],
+                      {"TR_SB": TRANSPOSE_COL_BLOCK})
 
 
 def transpose_shape(shape, orders):
@@ -72,8 +73,7 @@ def transpose_shape(shape, orders):
     for k in range(n):
         for j in range(k + 1, n):
             if list(orders) == list(range(k)) + list(range(j, n)) + list(range(k, j)):
-                prod = lambda axes: int(np.prod([shape[a] for a in axes], dtype=np.int64))  # noqa: E731
-                return prod(range(k)), prod(range(k, j)), prod(range(j, n))
+                return math.prod(shape[:k]), math.prod(shape[k:j]), math.prod(shape[j:])
     return None
 
 
