@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 
 from caffe_ocl import config  # noqa: E402
 from caffe_ocl.net import Net, TEST  # noqa: E402
+from caffe_ocl.plan.patterns import writers  # noqa: E402
 
 
 def _random_weights(net, seed=1):
@@ -80,15 +81,15 @@ def _time_cv(cv_net, x, runs, names):
 
 
 def _opencv_output_names(net, blobs, cv_layers):
-    """OpenCV's forward() takes layer names: each output blob's producer
+    """OpenCV's forward() takes layer names: each output blob's last writer
     (LightCNN's "softmax" writes "prob") where OpenCV has a layer of that
     name, else the blob's name (OpenCV names some one-layer nets' layers
     after their tops)."""
     names = []
     for blob in blobs:
-        producer = [ln for ln, tops in zip(net.graph.layer_names, net.graph.tops)
-                    if any(t is net.blobs[blob] for t in tops)]
-        names.append(producer[-1] if producer and producer[-1] in cv_layers else blob)
+        found = writers(net.graph, net.blobs[blob])
+        last = net.graph.layer_names[found[-1]] if found else None
+        names.append(last if last in cv_layers else blob)
     return names
 
 
