@@ -36,21 +36,14 @@ __kernel void chan_affine(int n, int D, int I, __global const float* x,
 __kernel void chan_affine_runs(int n, int D, int I, __global const float* x,
                                __global const float* scale, __global const float* bias,
                                __global float* y) {
-    const int chunk = _gl_chunk(n);
-    int k = (int)get_global_id(0) * chunk;
-    const int end = min(n, k + chunk);
-    if (k >= end) return;
-    int i = k % I;
-    int d = (k / I) % D;
-    while (k < end) {
-        const int len = min(I - i, end - k);
+    CHANNEL_RUNS_BEGIN(n, D, I)
 #if HAS_SCALE
-        const float s = scale[d];
+        const float s = scale[c];
 #else
         const float s = 1.0f;
 #endif
 #if HAS_BIAS
-        const float b = bias[d];
+        const float b = bias[c];
 #else
         const float b = 0.0f;
 #endif
@@ -67,10 +60,7 @@ __kernel void chan_affine_runs(int n, int D, int I, __global const float* x,
             ys[j] = xs[j];
 #endif
         }
-        k += len;
-        i = 0;
-        if (++d == D) d = 0;
-    }
+    CHANNEL_RUNS_END(D)
 }
 
 /* ---- Split per-channel reductions ------------------------------------------

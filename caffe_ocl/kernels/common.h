@@ -23,6 +23,27 @@ inline int _gl_chunk(int n) {
     return (n + g - 1) / g;
 }
 
+/* CPU drivers (work-groups of one item): the work-item's GLOBAL_LOOP chunk
+ * of an [outer][C][I] tensor of n floats walked as runs of one channel --
+ * the channel `c` found once per chunk and stepped, not divided out per
+ * element. Between BEGIN and END the body sees the run's first index `k`,
+ * its length `len` and its channel `c` (channel.cl chan_affine_runs,
+ * normalization.cl's *_runs kernels). */
+#define CHANNEL_RUNS_BEGIN(n, C, I)                                            \
+    const int chunk_ = _gl_chunk(n);                                           \
+    int k = (int)get_global_id(0) * chunk_;                                    \
+    const int end_ = min((n), k + chunk_);                                     \
+    if (k >= end_) return;                                                     \
+    int i_ = k % (I);                                                          \
+    int c = (k / (I)) % (C);                                                   \
+    while (k < end_) {                                                         \
+        const int len = min((I) - i_, end_ - k);
+#define CHANNEL_RUNS_END(C)                                                    \
+        k += len;                                                              \
+        i_ = 0;                                                                \
+        if (++c == (C)) c = 0;                                                 \
+    }
+
 /* Philox2x32-10 counter-based generator: reproducible random numbers from
  * (seed, index) with no state on the device. */
 inline uint2 philox2x32(uint2 ctr, uint key) {

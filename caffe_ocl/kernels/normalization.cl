@@ -135,43 +135,30 @@ __kernel void chan_div(int n, int C, int I, __global const float* x,
 }
 
 /* CPU drivers (work-groups of one item, ops.work_size): chan_normalize and
- * chan_div walking each work-item's chunk as runs of one channel, the
- * channel found once per chunk (as channel.cl's chan_affine_runs; per
- * element, the two divisions made MVN 0.36x OpenCV's speed on PoCL). */
-#define CHANNEL_RUNS(...)                                                      \
-    const int chunk = _gl_chunk(n);                                            \
-    int k = (int)get_global_id(0) * chunk;                                     \
-    const int end = min(n, k + chunk);                                         \
-    if (k >= end) return;                                                      \
-    int i = k % I;                                                             \
-    int c = (k / I) % C;                                                       \
-    while (k < end) {                                                          \
-        const int len = min(I - i, end - k);                                   \
-        __VA_ARGS__                                                            \
-        k += len;                                                              \
-        i = 0;                                                                 \
-        if (++c == C) c = 0;                                                   \
-    }
-
+ * chan_div walking each work-item's chunk as runs of one channel
+ * (common.h CHANNEL_RUNS_*; per element, the two divisions made MVN 0.36x
+ * OpenCV's speed on PoCL). */
 __kernel void chan_normalize_runs(int n, int C, int I, __global const float* x,
                                   __global const float* mean, __global const float* stdv,
                                   __global float* y, __global float* xnorm, int use_std,
                                   int save) {
-    CHANNEL_RUNS(
+    CHANNEL_RUNS_BEGIN(n, C, I)
         const float m = mean[c], sd = stdv[c];
         for (int j = k; j < k + len; ++j) {
             float v = x[j] - m;
             if (use_std) v = v / sd;
             y[j] = v;
             if (save) xnorm[j] = v;
-        })
+        }
+    CHANNEL_RUNS_END(C)
 }
 
 __kernel void chan_div_runs(int n, int C, int I, __global const float* x,
                             __global const float* d, __global float* y) {
-    CHANNEL_RUNS(
+    CHANNEL_RUNS_BEGIN(n, C, I)
         const float dc = d[c];
-        for (int j = k; j < k + len; ++j) y[j] = x[j] / dc;)
+        for (int j = k; j < k + len; ++j) y[j] = x[j] / dc;
+    CHANNEL_RUNS_END(C)
 }
 
 /* Gradient of y = (x - mean) / stdv with batch statistics:
@@ -285,14 +272,7 @@ __kernel void bn_scale_act_fwd_runs(int n, int C, int I, __global const float* x
 #if SNAP
     bn_snap_params(C, gamma, beta, gsnap, bsnap);
 #endif
-    const int chunk = _gl_chunk(n);
-    int k = (int)get_global_id(0) * chunk;
-    const int end = min(n, k + chunk);
-    if (k >= end) return;
-    int i = k % I;
-    int c = (k / I) % C;
-    while (k < end) {
-        const int len = min(I - i, end - k);
+    CHANNEL_RUNS_BEGIN(n, C, I)
         const float m = mean[c], sd = stdv[c], g = gamma[c], b = beta[c];
         __global const float* xs = x + k;
         __global float* xn_ = xnorm + k;
@@ -312,10 +292,7 @@ __kernel void bn_scale_act_fwd_runs(int n, int C, int I, __global const float* x
             const float v = fma(g, xn, b);
             ys[j] = APPLY_ACT(v);
         }
-        k += len;
-        i = 0;
-        if (++c == C) c = 0;
-    }
+    CHANNEL_RUNS_END(C)
 }
 
 /* The TRAIN residual-block tail (fusion_train.ResidualTailChain): BatchNorm
