@@ -45,6 +45,53 @@ void softmax_fwd_group(int outer, int C, int inner,
     for (int c = lid; c < C; c += SM_LSIZE) py[c * inner] *= inv;
 }
 
+/* Few pairs with very many channels (a face-recognition classifier's 79077
+ * classes at batch 1: one work-group walked them in 150 us on an H100): a
+ * pair's C is cut into `parts` runs of `chunk` channels, a work-group
+ * each. softmax_fwd_parts writes each run's max and sum of exp(x - max)
+ * to P[pair][part][2]; softmax_fwd_wide combines its pair's runs (the max
+ * of the maxima M, the sums scaled by exp(max - M)) and writes its run of
+ * y = exp(x - M) / sum. Groups (parts, pairs). */
+__kernel __attribute__((reqd_work_group_size(SM_LSIZE, 1, 1)))
+void softmax_fwd_parts(int outer, int C, int inner, int parts, int chunk,
+                       __global const float* x, __global float* P) {
+    __local float r[SM_LSIZE];
+    const int part = get_group_id(0), idx = get_group_id(1), lid = get_local_id(0);
+    const int s = idx % inner, o = idx / inner;
+    __global const float* px = x + (size_t)o * C * inner + s;
+    const int c1 = min(C, (part + 1) * chunk);
+    float m = -FLT_MAX;
+    for (int c = part * chunk + lid; c < c1; c += SM_LSIZE) m = fmax(m, px[(size_t)c * inner]);
+    m = sm_reduce(r, m, 1);
+    float sum = 0.0f;
+    for (int c = part * chunk + lid; c < c1; c += SM_LSIZE) sum += exp(px[(size_t)c * inner] - m);
+    sum = sm_reduce(r, sum, 0);
+    if (lid == 0) {
+        P[2 * ((size_t)idx * parts + part)] = m;
+        P[2 * ((size_t)idx * parts + part) + 1] = sum;
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(SM_LSIZE, 1, 1)))
+void softmax_fwd_wide(int outer, int C, int inner, int parts, int chunk,
+                      __global const float* x, __global const float* P, __global float* y) {
+    __local float r[SM_LSIZE];
+    const int part = get_group_id(0), idx = get_group_id(1), lid = get_local_id(0);
+    const int s = idx % inner, o = idx / inner;
+    __global const float* pp = P + 2 * (size_t)idx * parts;
+    float m = -FLT_MAX;
+    for (int q = lid; q < parts; q += SM_LSIZE) m = fmax(m, pp[2 * q]);
+    m = sm_reduce(r, m, 1);
+    float sum = 0.0f;
+    for (int q = lid; q < parts; q += SM_LSIZE) sum += pp[2 * q + 1] * exp(pp[2 * q] - m);
+    const float inv = 1.0f / sm_reduce(r, sum, 0);
+    __global const float* px = x + (size_t)o * C * inner + s;
+    __global float* py = y + (size_t)o * C * inner + s;
+    const int c1 = min(C, (part + 1) * chunk);
+    for (int c = part * chunk + lid; c < c1; c += SM_LSIZE)
+        py[(size_t)c * inner] = exp(px[(size_t)c * inner] - m) * inv;
+}
+
 __kernel __attribute__((reqd_work_group_size(SM_LSIZE, 1, 1)))
 void softmax_bwd_group(int outer, int C, int inner, __global const float* y,
                        __global const float* dy, __global float* dx) {

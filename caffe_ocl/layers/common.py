@@ -79,8 +79,8 @@ class SoftmaxLayer(Layer):
         self.dims = (bottom[0].count_range(0, axis), bottom[0].shape[axis],
                      bottom[0].count_range(axis + 1))
         top[0].reshape(bottom[0].shape)
-        self.fwd = [softmax_ops.forward(self.device, *self.dims, bottom[0].data_buffer(),
-                                        top[0].data_buffer())]
+        self.fwd = softmax_ops.forward(self.device, *self.dims, bottom[0].data_buffer(),
+                                       top[0].data_buffer())
 
     def build_backward(self, bottom, top):
         if self.propagate_down[0]:

@@ -221,7 +221,7 @@ class SoftmaxWithLossLayer(_SoftmaxLossBase):
         n = self.outer * self.inner
         self._scratch(n, with_count=True)
         fixed, cnt = self._norm_args(self.normalization, self.outer, self.inner, self.ignore)
-        self.fwd = [sm,
+        self.fwd = sm + [
                     loss_ops.softmax_loss_forward(self.device, self.outer, self.C, self.inner,
                                                   self.prob_buf, bottom[1].data_buffer(),
                                                   self.ignore, self.s_loss, self.s_cnt,
@@ -285,7 +285,7 @@ class InfogainLossLayer(_SoftmaxLossBase):
         n = self.outer * self.inner
         self._scratch(n, with_count=True)
         fixed, cnt = self._norm_args(self.normalization, self.outer, self.inner, self.ignore)
-        self.fwd = [sm,
+        self.fwd = sm + [
                     loss_ops.infogain_forward(self.device, self.outer, self.C, self.inner,
                                               self.prob_buf, bottom[1].data_buffer(),
                                               self.H_buf, self.ignore, self.s_loss,

@@ -2,7 +2,9 @@
 
 One work-item per (outer, inner) pair, or on GPUs, when there are few
 pairs with many channels (a classifier: 64 images x 1000 classes), one
-work-group per pair sharing the pass over C (``use_groups``)."""
+work-group per pair sharing the pass over C (``use_groups``), or, for a
+handful of pairs with tens of thousands of channels, several work-groups
+per pair (``use_wide``: two launches)."""
 from . import cpu_units_work_size, work_size
 
 SRC = "softmax.cl"
@@ -10,11 +12,33 @@ GROUP_LSIZE = 256
 # group kernels when pairs x GROUP_MAX_PAIRS_PER_CU stays small and C is wide
 GROUP_MIN_C = 64
 GROUP_MAX_PAIRS = 1 << 14
+# A pair's channels split over work-groups of WIDE_CHUNK channels each
+# (softmax_fwd_parts / softmax_fwd_wide) where C is at least WIDE_MIN_C and
+# the pairs are fewer than half the compute units: one work-group per pair
+# leaves the rest idle (LightCNN's 79077 classes at batch 1: 150 us on an
+# H100, BENCHMARKS.md, thirty-sixth session).
+WIDE_CHUNK = 2048
+WIDE_MIN_C = 4 * WIDE_CHUNK
 
 
 def use_groups(dev, outer, c, inner):
     return bool(getattr(dev, "is_gpu", False)) and c >= GROUP_MIN_C and \
         outer * inner <= GROUP_MAX_PAIRS
+
+
+def use_wide(dev, outer, c, inner):
+    return bool(getattr(dev, "is_gpu", False)) and c >= WIDE_MIN_C and \
+        2 * outer * inner < max(int(getattr(dev, "compute_units", 1)), 1)
+
+
+def _wide_forward(dev, outer, c, inner, x, y):
+    pairs, parts = outer * inner, -(-c // WIDE_CHUNK)
+    scratch = dev.shared_scratch(2 * pairs * parts)
+    sizes = [outer, c, inner, parts, WIDE_CHUNK]
+    gs, ls = (parts * GROUP_LSIZE, pairs), (GROUP_LSIZE, 1)
+    defines = {"SM_LSIZE": GROUP_LSIZE}
+    return [dev.launch(SRC, "softmax_fwd_parts", gs, ls, sizes + [x, scratch], defines),
+            dev.launch(SRC, "softmax_fwd_wide", gs, ls, sizes + [x, scratch, y], defines)]
 
 
 def _launch(dev, kernel, outer, c, inner, args, groups=None):
@@ -26,13 +50,17 @@ def _launch(dev, kernel, outer, c, inner, args, groups=None):
     return dev.launch(SRC, kernel, gs, ls, [outer, c, inner] + args)
 
 
-def forward(dev, outer, c, inner, x, y, groups=None):
-    """``groups``: force (True) or forbid (False) the work-group kernels.
-    CPU drivers: softmax_fwd_cpu (runs of 8 positions as vectors)."""
+def forward(dev, outer, c, inner, x, y, groups=None, wide=None):
+    """The launches (a list: two where ``use_wide``). ``groups``: force (True)
+    or forbid (False) the work-group kernels; ``wide``: force or forbid the
+    split of C over work-groups (before ``groups``). CPU drivers:
+    softmax_fwd_cpu (runs of 8 positions as vectors)."""
+    if use_wide(dev, outer, c, inner) if wide is None else wide:
+        return _wide_forward(dev, outer, c, inner, x, y)
     if dev.is_cpu and not groups:
         g, l = cpu_units_work_size(dev, outer * -(-inner // 8), outer * c * inner)
-        return dev.launch(SRC, "softmax_fwd_cpu", g, l, [outer, c, inner, x, y])
-    return _launch(dev, "softmax_fwd", outer, c, inner, [x, y], groups)
+        return [dev.launch(SRC, "softmax_fwd_cpu", g, l, [outer, c, inner, x, y])]
+    return [_launch(dev, "softmax_fwd", outer, c, inner, [x, y], groups)]
 
 
 def backward(dev, outer, c, inner, y, dy, dx, groups=None):

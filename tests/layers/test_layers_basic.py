@@ -1,5 +1,7 @@
 """InnerProduct, Softmax, ReLU/Sigmoid/TanH, Dropout, Input, DummyData and
 the fillers, against float64 NumPy references."""
+import types
+
 import numpy as np
 import pytest
 
@@ -71,12 +73,32 @@ def test_softmax_work_group_kernels(d, rng, outer, c, inner):
     dy = rng.standard_normal((outer, c, inner))
     xb, yb, dyb = d.buf(x), d.buf(np.full(x.shape, np.nan)), d.buf(dy)
     dxb = d.buf(np.full(x.shape, np.nan))
-    d.run([softmax_ops.forward(d.dev, outer, c, inner, xb, yb, groups=True)])
+    d.run(softmax_ops.forward(d.dev, outer, c, inner, xb, yb, groups=True, wide=False))
     y = refs.softmax(x, 1)
     np.testing.assert_allclose(d.get(yb, x.shape), y, rtol=1e-5, atol=1e-7)
     d.run([softmax_ops.backward(d.dev, outer, c, inner, yb, dyb, dxb, groups=True)])
     dx = y * (dy - (dy * y).sum(1, keepdims=True))
     np.testing.assert_allclose(d.get(dxb, x.shape), dx, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("outer,c,inner", [(1, 79077, 1), (2, 9000, 3), (1, 8192, 1)])
+def test_softmax_wide_kernels(d, rng, outer, c, inner):
+    """The GPU's softmax of few rows with very many channels, each row's C
+    cut over work-groups (a last run shorter than the rest; strided
+    channels), forced on the test device, against NumPy: one run of
+    values far above the rest (its exp dominates every other run's sum)."""
+    from caffe_ocl.ops import softmax as softmax_ops
+    x = rng.standard_normal((outer, c, inner)) * 5
+    x[:, 5000:5010] += 30.0
+    xb, yb = d.buf(x), d.buf(np.full(x.shape, np.nan))
+    launches = softmax_ops.forward(d.dev, outer, c, inner, xb, yb, wide=True)
+    assert [ln.name for ln in launches] == ["softmax_fwd_parts", "softmax_fwd_wide"]
+    d.run(launches)
+    np.testing.assert_allclose(d.get(yb, x.shape), refs.softmax(x, 1), rtol=2e-5, atol=1e-9)
+    gpu = types.SimpleNamespace(is_gpu=True, compute_units=132)
+    assert softmax_ops.use_wide(gpu, outer, c, inner) == (c >= softmax_ops.WIDE_MIN_C)
+    assert not softmax_ops.use_wide(gpu, 66, c, 1)
+    assert not softmax_ops.use_wide(types.SimpleNamespace(is_gpu=False), outer, c, inner)
 
 
 @pytest.mark.parametrize("text,fn,kink", [
