@@ -797,14 +797,28 @@ ROW_TILE_WASTE = 0.85
 
 
 def _splits(dev, g, t):
-    """Whether ``forward_splitk`` would split K for tiles ``t``: too few
-    tiles to give half the compute units work, splitting allowed."""
+    """Whether ``forward_splitk`` would split K for tiles ``t`` because
+    they are too few to give half the compute units work (splitting
+    allowed); ``_splits_wide`` is its other reason."""
     if deterministic() or not config.get("CONV_SPLITK") \
             or _forward_variant(dev, g)[1] == "nosplit":
         return False
     M, N = g.out_channels // g.groups, g.num * g.out_spatial
     tiles = -(-M // t["TM"]) * -(-N // t["TN"]) * g.groups
     return 2 * tiles <= max(int(dev.compute_units), 1)
+
+
+def _splits_wide(dev, g, t, tiles, ktiles):
+    """Whether ``forward_splitk`` splits K although ``tiles`` give half the
+    compute units work (FWD_SPLITK_WIDE_MIN_KTILES): the small 64 x 64
+    tiles (one of them keeps a unit far from busy; the 128-column tiles of
+    ResNet's 7 x 7 layers at batch 64, 100 on 132 units, do not split),
+    fewer of them than units, a main loop of at least that many steps,
+    splitting allowed (as ``_splits``)."""
+    if dev.is_cpu or t.get("MICRO") != 4 or deterministic() or not config.get("CONV_SPLITK") \
+            or _forward_variant(dev, g)[1] == "nosplit":
+        return False
+    return tiles < max(int(dev.compute_units), 1) and ktiles >= FWD_SPLITK_WIDE_MIN_KTILES
 
 
 def forward_tiles(dev, g):
@@ -844,6 +858,15 @@ def forward_tiles(dev, g):
 # kernels/splitk.cl conv_splitk_reduce (which applies bias, beta, act).
 FWD_SPLITK_PER_CU = 2
 SPLITK_SRC = "splitk.cl"
+# Forwards whose tiles give more than half the compute units work but fewer
+# than FWD_SPLITK_PER_CU per unit also split K when its main loop is at
+# least this many 16-deep steps: each unit then runs two or three
+# work-groups where it ran one or none, and the extra launch (the reduce)
+# costs less than the steps saved. OpenPose's 7 x 7 stage convolutions
+# (185 -> 128 channels on 46 x 46 at batch 1: 68 tiles of 64 x 64 on 132
+# units, 567 steps each) ran at 7 TFLOP/s unsplit (BENCHMARKS.md,
+# thirty-sixth session).
+FWD_SPLITK_WIDE_MIN_KTILES = 128
 
 
 def forward_splitk(dev, g):
@@ -854,14 +877,17 @@ def forward_splitk(dev, g):
     M, K = g.out_channels // g.groups, g.col_rows // g.groups
     N = g.num * g.out_spatial
     t = forward_tiles(dev, g)
-    if not _splits(dev, g, t):
-        return 1, K
     tiles = -(-M // t["TM"]) * -(-N // t["TN"]) * g.groups
     cus = max(int(dev.compute_units), 1)
     ktiles = -(-K // t["TK"])
+    if _splits(dev, g, t):
+        want = -(-FWD_SPLITK_PER_CU * cus // tiles)
+    elif _splits_wide(dev, g, t, tiles, ktiles):
+        want = FWD_SPLITK_PER_CU * cus // tiles     # every work-group in one wave
+    else:
+        return 1, K
     total = g.num * g.out_channels * g.out_spatial
-    nsplit = min(-(-FWD_SPLITK_PER_CU * cus // tiles),
-                 ktiles // max(int(config.get("CONV_SPLITK_MIN_KTILES")), 1),
+    nsplit = min(want, ktiles // max(int(config.get("CONV_SPLITK_MIN_KTILES")), 1),
                  MAX_SPLITK_FLOATS // max(total, 1))
     if nsplit <= 1:
         return 1, K
@@ -1038,7 +1064,9 @@ def _image_gemm(dev, M, N, K, A, B, C, *, nsplit=0, nstride=(0, 0), ksplit=0,
 
 def fuses_act(dev, g, act, algo=None):
     """Whether ``forward`` of ``g`` applies ``act`` in its epilogue: every
-    path for ReLU and clip; not Winograd for swish and sigmoid."""
+    path for ReLU and clip; not Winograd for swish, sigmoid and PReLU (a
+    PReLU, ``("prelu", channels)``, needs ``bias`` to hold the biases then
+    the slopes: plan/chain.py)."""
     return (act is None or act_defines(act)[0] <= 2
             or algorithm(dev, g, algo, "forward") != "winograd")
 

@@ -173,6 +173,24 @@ def test_forward_split_rule():
         assert conv_ops.forward_splitk(H200, small) == (1, 4608)
 
 
+def test_forward_split_rule_for_long_k_on_most_units():
+    """Small tiles that give more than half the compute units work still
+    split a long K so that every unit runs two or three work-groups in one
+    wave (OpenPose's 7 x 7 stage layer: 68 tiles, 567 steps); a short K
+    (or deterministic mode) does not split, nor do 128-column tiles on
+    most units (test_forward_split_rule: ResNet at batch 64)."""
+    G = conv_ops.ConvGeometry
+    pose = G(1, 185, 46, 46, 128, 7, 7, 3, 3)
+    assert conv_ops.forward_tiles(H200, pose)["MICRO"] == 4
+    nsplit, kchunk = conv_ops.forward_splitk(H200, pose)
+    tiles = 2 * -(-46 * 46 // 64)
+    assert nsplit in (2, 3) and tiles * nsplit <= 2 * H200.compute_units
+    assert (nsplit - 1) * kchunk < pose.col_rows <= nsplit * kchunk
+    assert conv_ops.forward_splitk(H200, G(1, 64, 46, 46, 128, 3, 3, 1, 1)) == (1, 576)
+    with config.override(DETERMINISTIC=True):
+        assert conv_ops.forward_splitk(H200, pose) == (1, pose.col_rows)
+
+
 def test_winograd_rule_counts_empty_columns():
     """On GPUs Winograd is left to the implicit GEMM where its GEMMs' few
     columns (output tiles of the batch) fill little of a tile: batch 1 on
