@@ -2,6 +2,8 @@
 DNN module (its Caffe importer, CPU backend), same weights, same input, in
 the same process, rounds interleaved (this machine's speed drifts between
 minutes); ratio = OpenCV ms / caffe_ocl ms (>= 1: caffe_ocl ahead).
+``--target opencl``: OpenCV's own OpenCL kernels instead of its CPU
+backend (on a GPU machine, the other OpenCL engine on the same GPU).
 
     python3 benchmarks/bench_caffe_opencv.py NET.prototxt [...] [--weights W.caffemodel]
         [--batch 1] [--size H,W] [--rounds 9] [--runs 5] [--ab SETTING[,SETTING]]
@@ -108,7 +110,8 @@ def run_one(proto, args):
                 if settings_off else None)
         cv_net = cv2.dnn.readNetFromCaffe(proto, weights)
     cv_net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
-    cv_net.setPreferableTarget(cv2.dnn.DNN_TARGET_CPU)
+    cv_net.setPreferableTarget(cv2.dnn.DNN_TARGET_OPENCL if args.target == "opencl"
+                               else cv2.dnn.DNN_TARGET_CPU)
     name = ours.inputs[0]
     x = np.random.default_rng(2).normal(0, 1, ours.blobs[name].shape).astype(np.float32)
     nets = {"ours": ours} if base is None else {"ours": ours, "base": base}
@@ -153,12 +156,20 @@ def main(argv=None):
                          "nets such as MTCNN's P-Net run on each scale of an image pyramid)")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--target", choices=("cpu", "opencl"), default="cpu",
+                    help="OpenCV's DNN target: its CPU backend, or its OpenCL kernels on "
+                         "OpenCV's default OpenCL device (a GPU beside ours)")
     ap.add_argument("--ab", default="", help="settings turned off for a base net, comma-separated")
     args = ap.parse_args(argv)
     if args.weights and len(args.prototxt) != 1:
         ap.error("--weights goes with one prototxt")
     import cv2
     cv2.setNumThreads(max(os.cpu_count() or 1, 1))
+    if args.target == "opencl":
+        cv2.ocl.setUseOpenCL(True)
+        if not cv2.ocl.haveOpenCL():
+            sys.exit("OpenCV sees no OpenCL device (--target opencl)")
+        print(f"# OpenCV OpenCL device: {cv2.ocl.Device.getDefault().name()}")
     rows = [run_one(p, args) for p in args.prototxt]
     head = "| net | input | caffe_ocl ms | OpenCV ms | OpenCV/ours (paired) |"
     sep = "|---|---|---|---|---|"
