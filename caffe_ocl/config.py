@@ -168,6 +168,9 @@ _DECLARED = (
     Setting("FUSE_SWISH", "bool", True,
             "at TEST, Swish / ONNX's Sigmoid * x / Sigmoid after a convolution or "
             "InnerProduct run in its epilogue (with CAFFE_OCL_FOLD)"),
+    Setting("FUSE_PRELU", "bool", True,
+            "at TEST, a PReLU after a convolution or InnerProduct (and its BatchNorm / "
+            "Scale) runs in its epilogue, the slopes beside the bias (with CAFFE_OCL_FOLD)"),
     Setting("FUSE_TRAIN", "bool", True,
             "fused kernels for TRAIN nets (BatchNorm->Scale->ReLU, Eltwise->ReLU, ...)"),
     Setting("NEW_TOP_TAILS", "bool", True,

@@ -59,8 +59,8 @@ ACT_EXP_OF(float16, int16)
 #else
 #define ACT_EXP(x) exp(x)
 #endif
-#if ACT < 0 || ACT > 6
-#error "ACT must be 0 (none), 1 (relu), 2 (clip), 3 (swish), 4 (sigmoid), 5 (hard swish) or 6 (hard sigmoid)"
+#if ACT < 0 || ACT > 7
+#error "ACT must be 0 (none), 1 (relu), 2 (clip), 3 (swish), 4 (sigmoid), 5 (hard swish), 6 (hard sigmoid) or 7 (prelu)"
 #endif
 
 #if ACT == 1
@@ -93,6 +93,14 @@ inline float act_hardswish_grad(float v, float a, float b) {
 #elif ACT == 6
 #define APPLY_ACT(v) fmax(0.0f, fmin(1.0f, act_a * (v) + act_b))
 #define ACT_GRAD(v) ((act_a * (v) + act_b > 0.0f && act_a * (v) + act_b < 1.0f) ? act_a : 0.0f)
+#elif ACT == 7
+/* PReLU, one slope per output channel (the TEST plan's chains, plan/
+ * chain.py): the op hands the bias and the slopes over as one buffer, the
+ * slope of the channel whose bias is bias[i] at bias[i + act_a] (act_a =
+ * the number of biases, exact in a float). Only APPLY_ACT_CH and
+ * APPLY_ACT_VEC_CH know it: a kernel site still calling APPLY_ACT does not
+ * build with ACT 7 (ops.conv.fuses_act keeps PReLU from such paths). */
+#define PRELU_SLOPE(bias, i) ((bias)[(int)act_a + (i)])
 #else
 #define APPLY_ACT(v) (v)
 #define ACT_GRAD(v) 1.0f
@@ -112,10 +120,30 @@ inline float act_hardswish_grad(float v, float a, float b) {
 #define APPLY_ACT_VEC(v, T) ((v) * fmax((T)0.0f, fmin((T)1.0f, act_a * (v) + act_b)))
 #elif ACT == 6
 #define APPLY_ACT_VEC(v, T) fmax((T)0.0f, fmin((T)1.0f, act_a * (v) + act_b))
+#elif ACT == 7
+/* (none: APPLY_ACT_VEC_CH / _LANES below) */
 #else
 #define APPLY_ACT_VEC(v, T) (v)
 #endif
+#if ACT != 7
 #define APPLY_ACT8(v) APPLY_ACT_VEC(v, float8)
+#endif
+
+/* The activation of a value of one channel whose slope (ACT 7) is
+ * ``slope`` -- an expression read only under ACT 7, e.g.
+ * PRELU_SLOPE(bias, m) -- and the same on a vector of one channel's
+ * values (APPLY_ACT_VEC_CH) or of a vector of slopes, lane by lane
+ * (APPLY_ACT_VEC_LANES). Every other kind ignores ``slope``. */
+#if ACT == 7
+#define APPLY_ACT_CH(v, slope) ((v) > 0.0f ? (v) : (slope) * (v))
+#define APPLY_ACT_VEC_CH(v, T, slope) select((T)(slope) * (v), (v), (v) > (T)0.0f)
+#define APPLY_ACT_VEC_LANES(v, T, slopes) select((slopes) * (v), (v), (v) > (T)0.0f)
+#else
+#define APPLY_ACT_CH(v, slope) APPLY_ACT(v)
+#define APPLY_ACT_VEC_CH(v, T, slope) APPLY_ACT_VEC(v, T)
+#define APPLY_ACT_VEC_LANES(v, T, slopes) APPLY_ACT_VEC(v, T)
+#endif
+#define APPLY_ACT8_CH(v, slope) APPLY_ACT_VEC_CH(v, float8, slope)
 
 /* The same activations with the kind given at run time (kernels applying
  * two different ones, se_squeeze.cl): kind as ACT, a and b as act_a, act_b. */

@@ -188,6 +188,6 @@ void conv1x1_few(int M, int K, int HW, __global const float* X, __global const f
 #if RESIDUAL
         v += R[at];
 #endif
-        Y[at] = APPLY_ACT(v);
+        Y[at] = APPLY_ACT_CH(v, PRELU_SLOPE(bias, m));
     }
 }

@@ -132,7 +132,7 @@ __kernel void conv1x1_rows(int NIMG, int HW, int CHUNK, __global const float* X,
 #if RESIDUAL
                     r += vload8(v, ro);
 #endif
-                    vstore8(APPLY_ACT8(r), v, yo);
+                    vstore8(APPLY_ACT8_CH(r, PRELU_SLOPE(bias, m)), v, yo);
                 }
             }
         }

@@ -125,11 +125,11 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
  * channel by channel (with a residual: added, then activated, element by
  * element -- act(sum + bias + R) as the GEMM's epilogue) */
 #if RESIDUAL
-#define TILE_ACT(v) (v)
-#define ELEM_OUT(v, idx) APPLY_ACT((v) + Ri[idx])
+#define TILE_ACT(v, sv) (v)
+#define ELEM_OUT(v, idx, ch) APPLY_ACT_CH((v) + Ri[idx], PRELU_SLOPE(bias, ch))
 #else
-#define TILE_ACT(v) APPLY_ACT_VEC(v, floatV)
-#define ELEM_OUT(v, idx) (v)
+#define TILE_ACT(v, sv) APPLY_ACT_VEC_LANES(v, floatV, sv)
+#define ELEM_OUT(v, idx, ch) (v)
 #endif
 /* lanes j < mc of the tile to channels m0 + j (with one group a panel mc
  * runs up to NR, into the second vector), and with GPAIR the second
@@ -137,15 +137,15 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
 #define STORE_ROW(i, va, vb)                                                   \
     if ((i) < rows) {                                                          \
         float t_[NR];                                                          \
-        vstoreV(TILE_ACT((va) + bv0), 0, t_);                                  \
-        vstoreV(TILE_ACT((vb) + bv1), 1, t_);                                  \
+        vstoreV(TILE_ACT((va) + bv0, sv0), 0, t_);                             \
+        vstoreV(TILE_ACT((vb) + bv1, sv1), 1, t_);                             \
         for (int j = 0; j < mc; ++j) {                                         \
             const size_t idx_ = (size_t)(m0 + j) * N + n + (i);                \
-            Yi[idx_] = ELEM_OUT(t_[j], idx_);                                  \
+            Yi[idx_] = ELEM_OUT(t_[j], idx_, m0 + j);                          \
         }                                                                      \
         for (int j = 0; j < mc1; ++j) {                                        \
             const size_t idx_ = (size_t)(m1 + j) * N + n + (i);                \
-            Yi[idx_] = ELEM_OUT(t_[VW + j], idx_);                             \
+            Yi[idx_] = ELEM_OUT(t_[VW + j], idx_, m1 + j);                     \
         }                                                                      \
     }
 
@@ -157,8 +157,8 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
 #define CHANVEC_ROW_STORES 1
 #endif
 #define SPILL_ROW(i)                                                           \
-    vstoreV(TILE_ACT(c##i##0 + bv0), 0, tt_[i]);                               \
-    vstoreV(TILE_ACT(c##i##1 + bv1), 1, tt_[i]);
+    vstoreV(TILE_ACT(c##i##0 + bv0, sv0), 0, tt_[i]);                          \
+    vstoreV(TILE_ACT(c##i##1 + bv1, sv1), 1, tt_[i]);
 #if RESIDUAL
 #define STORE_CH6(lane, ch)                                                    \
     {                                                                          \
@@ -166,8 +166,8 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
         float4 v4_ = (float4)(tt_[0][lane], tt_[1][lane], tt_[2][lane], tt_[3][lane]) \
                      + vload4(0, Ri + o_);                                     \
         float2 v2_ = (float2)(tt_[4][lane], tt_[5][lane]) + vload2(0, Ri + o_ + 4); \
-        vstore4(APPLY_ACT_VEC(v4_, float4), 0, Yi + o_);                       \
-        vstore2(APPLY_ACT_VEC(v2_, float2), 0, Yi + o_ + 4);                   \
+        vstore4(APPLY_ACT_VEC_CH(v4_, float4, PRELU_SLOPE(bias, ch)), 0, Yi + o_); \
+        vstore2(APPLY_ACT_VEC_CH(v2_, float2, PRELU_SLOPE(bias, ch)), 0, Yi + o_ + 4); \
     }
 #else
 #define STORE_CH6(lane, ch)                                                    \
@@ -209,6 +209,19 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
 #else
 #define CHANVEC_BIAS_VECTORS const floatV bv0 = 0.0f, bv1 = 0.0f;
 #endif
+/* ... and sv0 / sv1, the panel's PReLU slopes (ACT 7: the op passes a bias) */
+#if ACT == 7
+#define CHANVEC_SLOPE_VECTORS \
+    floatV sv0, sv1; \
+    { \
+        float t[NR]; \
+        for (int j = 0; j < NR; ++j) t[j] = PRELU_SLOPE(bias, min(BIAS_LANE(j), M - 1)); \
+        sv0 = vloadV(0, t); \
+        sv1 = vloadV(1, t); \
+    }
+#else
+#define CHANVEC_SLOPE_VECTORS
+#endif
 #define CHANVEC_PROLOGUE \
     const int p = get_global_id(0), img = get_global_id(2); \
     const int nbeg = get_global_id(1) * pix; \
@@ -222,7 +235,8 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
     __global const float* wpan = Wp + (size_t)p * K * NR; \
     __global const float* gi = gate + (size_t)img * gate_stride \
                                + (size_t)grp * (K / (KH * KW)); \
-    CHANVEC_BIAS_VECTORS
+    CHANVEC_BIAS_VECTORS \
+    CHANVEC_SLOPE_VECTORS
 
 /* Offsets o<i> of a tile's pixels n + i (past the chunk's end the last
  * again, not stored) at their tap (0, 0) in the (padded) image: TILE_POS
@@ -415,7 +429,7 @@ void conv_chanvec(int M, int N, int K, int pix,
         const float8 v8_ = (float8)(tt_[0][lane], tt_[1][lane], tt_[2][lane], tt_[3][lane], \
                                     tt_[4][lane], tt_[5][lane], tt_[6][lane], tt_[7][lane]) \
                            + vload8(0, Ri + o_);                               \
-        vstore8(APPLY_ACT_VEC(v8_, float8), 0, Yi + o_);                       \
+        vstore8(APPLY_ACT_VEC_CH(v8_, float8, PRELU_SLOPE(bias, ch)), 0, Yi + o_); \
     }
 #else
 #define STORE_CH_MRK(lane, ch)                                                 \

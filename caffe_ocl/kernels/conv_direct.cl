@@ -90,7 +90,7 @@ __kernel void conv_direct_fwd(int NIMG, int H, int W, int CO, int HO, int WO,
 #if BIAS
                 v += (float8)bias[co0 + o];
 #endif
-                vstore8(APPLY_ACT8(v), 0, yrow + o * HO * WO + wo0);
+                vstore8(APPLY_ACT8_CH(v, PRELU_SLOPE(bias, co0 + o)), 0, yrow + o * HO * WO + wo0);
             }
         }
         /* the rest one pixel at a time: the row's ends, where taps fall in
@@ -108,7 +108,7 @@ __kernel void conv_direct_fwd(int NIMG, int H, int W, int CO, int HO, int WO,
 #if BIAS
                 v += bias[co0 + o];
 #endif
-                yrow[o * HO * WO + wo] = APPLY_ACT(v);
+                yrow[o * HO * WO + wo] = APPLY_ACT_CH(v, PRELU_SLOPE(bias, co0 + o));
             }
         }
     }
@@ -210,7 +210,7 @@ __kernel void conv_direct_rows(int NIMG, int H, int W, int HO, int WO,
 #if BIAS
                         r += bv;
 #endif
-                        vstore8(APPLY_ACT8(r), v, yrow + co * HO * WO + p);
+                        vstore8(APPLY_ACT8_CH(r, PRELU_SLOPE(bias, co)), v, yrow + co * HO * WO + p);
                     }
                 }
             }

@@ -92,7 +92,9 @@ __kernel void grouped_fwd(int total, int C, int H, int W, int CO, int HO, int WO
 #endif
 #pragma unroll
             for (int p = 0; p < PB; ++p)
-                if (p < np) yp[o * HO * WO + p] = APPLY_ACT(acc[o][p] + b);
+                if (p < np)
+                    yp[o * HO * WO + p] = APPLY_ACT_CH(acc[o][p] + b,
+                                                       PRELU_SLOPE(bias, co0 + o));
         }
     }
 }

@@ -136,7 +136,7 @@ void conv_fwd(int NIMG, int C, int H, int W, int CO, int HO, int WO, float alpha
         float v = alpha * (acc_v) + BIAS_AT(m);                           \
         if (beta != 0.0f) v += beta * yb[(m) * HOWO];                     \
         v += RES_AT(m);                                                   \
-        yb[(m) * HOWO] = APPLY_ACT(v);                                    \
+        yb[(m) * HOWO] = APPLY_ACT_CH(v, PRELU_SLOPE(bias, offBias + g * M + (m))); \
     }
 #include "tile_store.h"
 }

@@ -72,15 +72,23 @@
 #else
 #define DW_BIAS_OF(c) 0.0f
 #endif
+/* channel c's PReLU slope (ACT 7, act.h) */
+#if ACT == 7
+#define DW_SLOPE_OF(c) PRELU_SLOPE(bias, c)
+#else
+#define DW_SLOPE_OF(c) 0.0f
+#endif
 #if DW_RUNTIME
 #define DW_CHANNEL_TAPS(c)                                          \
     __global const float* wv = w + (c) * TAPS;                      \
+    const float slope_ = DW_SLOPE_OF(c);                            \
     const float b = DW_BIAS_OF(c)
 #else
 #define DW_CHANNEL_TAPS(c)                                          \
     float wv[TAPS];                                                 \
     _Pragma("unroll")                                               \
     for (int t_ = 0; t_ < TAPS; ++t_) wv[t_] = w[(c) * TAPS + t_];  \
+    const float slope_ = DW_SLOPE_OF(c);                            \
     const float b = DW_BIAS_OF(c)
 #endif
 
@@ -123,7 +131,7 @@ __kernel void dw_forward(int total, int C, int H, int W, int HO, int WO,
 #if BIAS
         acc += bias[c];
 #endif
-        y[i] = APPLY_ACT(acc);
+        y[i] = APPLY_ACT_CH(acc, PRELU_SLOPE(bias, c));
     }
 }
 
@@ -238,10 +246,10 @@ __kernel void dw_forward_band(int units, int C, int H, int W, int HO, int WO,
                             a2 = fma(dw_row8(xk, ow0 + 16, kw, odd_at DW_GEO), t, a2);
                             a3 = fma(dw_row8(xk, ow0 + 24, kw, odd_at DW_GEO), t, a3);
                         }
-                    vstore8(APPLY_ACT8(a0 + b), 0, yr + ow0);
-                    vstore8(APPLY_ACT8(a1 + b), 0, yr + ow0 + 8);
-                    vstore8(APPLY_ACT8(a2 + b), 0, yr + ow0 + 16);
-                    vstore8(APPLY_ACT8(a3 + b), 0, yr + ow0 + 24);
+                    vstore8(APPLY_ACT8_CH(a0 + b, slope_), 0, yr + ow0);
+                    vstore8(APPLY_ACT8_CH(a1 + b, slope_), 0, yr + ow0 + 8);
+                    vstore8(APPLY_ACT8_CH(a2 + b, slope_), 0, yr + ow0 + 16);
+                    vstore8(APPLY_ACT8_CH(a3 + b, slope_), 0, yr + ow0 + 24);
                 }
 #endif
 #if DW_CHUNKS >= 2
@@ -256,8 +264,8 @@ __kernel void dw_forward_band(int units, int C, int H, int W, int HO, int WO,
                             a0 = fma(dw_row8(xk, ow0, kw, odd_at DW_GEO), t, a0);
                             a1 = fma(dw_row8(xk, ow0 + 8, kw, odd_at DW_GEO), t, a1);
                         }
-                    vstore8(APPLY_ACT8(a0 + b), 0, yr + ow0);
-                    vstore8(APPLY_ACT8(a1 + b), 0, yr + ow0 + 8);
+                    vstore8(APPLY_ACT8_CH(a0 + b, slope_), 0, yr + ow0);
+                    vstore8(APPLY_ACT8_CH(a1 + b, slope_), 0, yr + ow0 + 8);
                 }
 #endif
                 for (int ow = ow0; ow < WO; ow += 8) {
@@ -269,7 +277,7 @@ __kernel void dw_forward_band(int units, int C, int H, int W, int HO, int WO,
                         for (int kw = 0; kw < KW; ++kw)
                             acc = fma(dw_row8(xr + kh * DH * wp, o, kw, odd_at DW_GEO),
                                       (float8)wv[kh * KW + kw], acc);
-                    acc = APPLY_ACT8(acc + b);
+                    acc = APPLY_ACT8_CH(acc + b, slope_);
                     if (WO >= 8) {
                         vstore8(acc, 0, yr + o);
                     } else {
@@ -339,7 +347,7 @@ __kernel void dw_forward_flat(int units, int C, int H, int W, int HO, int WO,
                                part);
                 acc += select((float8)0.0f, part, ok);
             }
-            vstore8(APPLY_ACT8(acc + b), 0, yp + p0);
+            vstore8(APPLY_ACT8_CH(acc + b, slope_), 0, yp + p0);
         }
     }
 }

@@ -60,6 +60,25 @@ __kernel void fold_affine(int nw, int C, int inner,
     }
 }
 
+/* A PReLU folded into its producer's epilogue (caffe_ocl/plan/chain.py,
+ * act.h ACT 7): the producer's bias buffer b_out holds C biases, then the C
+ * slopes (slope[0] for all where shared). FOLD_BIAS: the biases are
+ * written here too (bias, or 0 without HAS_BIAS) -- a chain without
+ * BatchNorm / Scale, whose fold_affine does not run. */
+__kernel void fold_prelu(int C, int shared, __global const float* bias,
+                         __global const float* slope, __global float* b_out) {
+    GLOBAL_LOOP(c, C) {
+        b_out[C + c] = slope[shared ? 0 : c];
+#if FOLD_BIAS
+#if HAS_BIAS
+        b_out[c] = bias[c];
+#else
+        b_out[c] = 0.0f;
+#endif
+#endif
+    }
+}
+
 /* An SE block's channel scale folded into the 1x1 convolution after it
  * (caffe_ocl/plan/se.py): w_out[n][o][c] = w[o][c] * g[n][c] (M x K
  * weights, mk = M * K, n < total / mk, g: one K-vector per n). */

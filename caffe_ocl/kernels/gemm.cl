@@ -139,10 +139,13 @@ void gemm(int M, int N, int K, float alpha,
 #endif
 #if BIAS == 1
 #define BIAS_AT(m, n) bias[offBias + zg * M + (m)]
+#define ACT_AT(v, m, n) APPLY_ACT_CH(v, PRELU_SLOPE(bias, offBias + zg * M + (m)))
 #elif BIAS == 2
 #define BIAS_AT(m, n) bias[offBias + (n)]
+#define ACT_AT(v, m, n) APPLY_ACT_CH(v, PRELU_SLOPE(bias, offBias + (n)))
 #else
 #define BIAS_AT(m, n) 0.0f
+#define ACT_AT(v, m, n) APPLY_ACT(v)
 #endif
 /* RESIDUAL: + R at C's place before the activation (gemm_cpu.cl), read
  * ahead of the stores (tile_store.h ADDEND_AT) */
@@ -161,14 +164,14 @@ void gemm(int M, int N, int K, float alpha,
         float v = alpha * (acc_v) + BIAS_AT(m, n);                  \
         if (beta != 0.0f) v += beta * (old);                        \
         v += RES_AT(m, n);                                          \
-        C_AT(m, n) = APPLY_ACT(v);                                  \
+        C_AT(m, n) = ACT_AT(v, m, n);                               \
     }
 #else
 #define STORE_ROW(m, n, acc_v) {                                    \
         float v = alpha * (acc_v) + BIAS_AT(m, n);                  \
         if (beta != 0.0f) v += beta * C_AT(m, n);                   \
         v += RES_AT(m, n);                                          \
-        C_AT(m, n) = APPLY_ACT(v);                                  \
+        C_AT(m, n) = ACT_AT(v, m, n);                               \
     }
 #endif
 /* the same, 4 adjacent columns at once (tile_store.h VSTORE4; the host sets
@@ -195,8 +198,8 @@ void gemm(int M, int N, int K, float alpha,
         float4 v4 = alpha * (acc4) + BIAS4_AT(m, n);                \
         if (beta != 0.0f) v4 += beta * OLD4_AT(m, n, old4);         \
         ADD4_(v4, add4)                                             \
-        v4.x = APPLY_ACT(v4.x); v4.y = APPLY_ACT(v4.y);             \
-        v4.z = APPLY_ACT(v4.z); v4.w = APPLY_ACT(v4.w);             \
+        v4.x = ACT_AT(v4.x, m, n); v4.y = ACT_AT(v4.y, m, n + 1);   \
+        v4.z = ACT_AT(v4.z, m, n + 2); v4.w = ACT_AT(v4.w, m, n + 3); \
         *(__global float4*)&C_AT(m, n) = v4;                        \
     }
 #include "tile_store.h"

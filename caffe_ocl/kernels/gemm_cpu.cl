@@ -139,10 +139,22 @@ inline int split_off(int n, int nsplit, int stride) {
 #define BIAS_ROW_ADD(v, m, col) v += vloadV(0, bias + offBias + (col))
 #endif
 
-#if ACT
-#define ACT_IF_LAST(v) if (last) v = APPLY_ACT_VEC(v, floatV)
+#if ACT == 7 && BIAS == 2
+#define ACT_IF_LAST(v, m, col) \
+    if (last) v = APPLY_ACT_VEC_LANES(v, floatV, vloadV(0, bias + (int)act_a + offBias + (col)))
+#elif ACT == 7
+#define ACT_IF_LAST(v, m, col) \
+    if (last) v = APPLY_ACT_VEC_CH(v, floatV, PRELU_SLOPE(bias, offBias + zg * M + (m)))
+#elif ACT
+#define ACT_IF_LAST(v, m, col) if (last) v = APPLY_ACT_VEC(v, floatV)
 #else
-#define ACT_IF_LAST(v)
+#define ACT_IF_LAST(v, m, col)
+#endif
+/* the scalar epilogues' activation of C's (m, n) (ACT 7: its channel's slope) */
+#if BIAS == 2
+#define ACT_AT(v, m, n) APPLY_ACT_CH(v, PRELU_SLOPE(bias, offBias + (n)))
+#else
+#define ACT_AT(v, m, n) APPLY_ACT_CH(v, PRELU_SLOPE(bias, offBias + zg * M + (m)))
 #endif
 #ifndef RESIDUAL
 #define RESIDUAL 0
@@ -163,7 +175,7 @@ inline int split_off(int n, int nsplit, int stride) {
             v_ += vloadV(0, cp);                                  \
         }                                                         \
         RES_IF_LAST(v_, cp);                                      \
-        ACT_IF_LAST(v_);                                          \
+        ACT_IF_LAST(v_, m, col);                                  \
         vstoreV(v_, 0, cp);                                       \
     } while (0)
 
@@ -326,7 +338,7 @@ void gemm(int M, int N, int K, float alpha,
 #if RESIDUAL
                 v += R[cp - C];
 #endif
-                *cp = APPLY_ACT(v);
+                *cp = ACT_AT(v, m, n);
             }
         return;
     }
@@ -614,7 +626,7 @@ void gemm(int M, int N, int K, float alpha,
                     if (last) v += R[cp - C];
 #endif
 #if ACT
-                    if (last) v = APPLY_ACT(v);
+                    if (last) v = ACT_AT(v, m + i, n + j);
 #endif
                     *cp = v;
                 }

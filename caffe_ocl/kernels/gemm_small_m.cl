@@ -25,25 +25,32 @@
 /* the bias of C's row m, column col */
 #if BIAS == 1
 #define BIAS_OF(m, col) bias[m]
+#define SLOPE_OF(m, col) PRELU_SLOPE(bias, m)
 #elif BIAS == 2
 #define BIAS_OF(m, col) bias[col]
+#define SLOPE_OF(m, col) PRELU_SLOPE(bias, col)
 #else
 #define BIAS_OF(m, col) 0.0f
+#endif
+#if ACT != 7
+#undef SLOPE_OF
+#define SLOPE_OF(m, col) 0.0f
 #endif
 #ifndef SM_ONE_ROW
 #define SM_ONE_ROW 0
 #endif
 
 /* C's element c from its sum: alpha * sum + bias (b: 0 without), plus
- * beta * c where beta is not 0, activated */
-inline void store_c(__global float* c, float sum, float alpha, float b, float beta,
-                    float act_a, float act_b) {
+ * beta * c where beta is not 0, activated (slope: its channel's PReLU
+ * slope under ACT 7) */
+inline void store_c(__global float* c, float sum, float alpha, float b, float slope,
+                    float beta, float act_a, float act_b) {
     float v = alpha * sum;
 #if BIAS
     v += b;
 #endif
     if (beta != 0.0f) v += beta * *c;
-    *c = APPLY_ACT(v);
+    *c = APPLY_ACT_CH(v, slope);
 }
 
 inline float hsum8(float8 v) {
@@ -81,7 +88,8 @@ __kernel void gemm_small_m(int M, int N, int K, float alpha,
         for (int j = 0; j < nb; ++j) {
             float v = hsum8(acc[j]);
             for (int kk = k; kk < K; ++kk) v = fma(A[kk], bp[j][kk], v);
-            store_c(C + n + j, v, alpha, BIAS_OF(0, n + j), beta, act_a, act_b);
+            store_c(C + n + j, v, alpha, BIAS_OF(0, n + j), SLOPE_OF(0, n + j), beta, act_a,
+                    act_b);
         }
     }
     return;
@@ -130,7 +138,8 @@ __kernel void gemm_small_m(int M, int N, int K, float alpha,
         }
         for (int m = 0; m < M; ++m) {
             for (int j = 0; j < nb; ++j)
-                store_c(C + (size_t)m * ldc + n + j, tot[m][j], alpha, BIAS_OF(m, n + j), beta,
+                store_c(C + (size_t)m * ldc + n + j, tot[m][j], alpha, BIAS_OF(m, n + j),
+                        SLOPE_OF(m, n + j), beta,
                         act_a, act_b);
         }
     }

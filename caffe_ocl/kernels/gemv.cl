@@ -91,6 +91,10 @@ void gemv_t(int N, int K, float alpha,
 #endif
         __global float* c = C + off_c + m * ldc + n;
         if (beta != 0.0f) v += beta * *c;
-        *c = APPLY_ACT(v);
+#if BIAS == 2
+        *c = APPLY_ACT_CH(v, PRELU_SLOPE(bias, n));
+#else
+        *c = APPLY_ACT_CH(v, PRELU_SLOPE(bias, m));
+#endif
     }
 }

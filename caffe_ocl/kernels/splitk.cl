@@ -25,7 +25,11 @@ __kernel void gemm_splitk_reduce(int M, int N, int nsplit, __global const float*
 #endif
         __global float* c = C + offC + m * ldc + n;
         if (beta != 0.0f) v += beta * *c;
-        *c = APPLY_ACT(v);
+#if BIAS == 2
+        *c = APPLY_ACT_CH(v, PRELU_SLOPE(bias, offBias + n));
+#else
+        *c = APPLY_ACT_CH(v, PRELU_SLOPE(bias, offBias + m));
+#endif
     }
 }
 
@@ -54,6 +58,6 @@ __kernel void conv_splitk_reduce(int total, int HOWO, int CO, int nsplit,
 #if RESIDUAL
         v += R[i];
 #endif
-        *y = APPLY_ACT(v);
+        *y = APPLY_ACT_CH(v, PRELU_SLOPE(bias, (i / HOWO) % CO));
     }
 }

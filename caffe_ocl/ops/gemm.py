@@ -262,9 +262,13 @@ def act_defines(act):
         return 4, 0.0, 0.0
     if kind in ("hardswish", "hardsigmoid") and len(act) == 3:
         return 5 if kind == "hardswish" else 6, float(act[1]), float(act[2])
+    if kind == "prelu" and len(act) == 2 and 0 < int(act[1]) < (1 << 24):
+        # the slopes follow the act[1] biases in the bias buffer (act.h ACT 7)
+        return 7, float(int(act[1])), 0.0
     raise ValueError(f"gemm: unknown activation {act!r}; expected None, "
                      "('relu', negative_slope), ('clip', lo, hi), ('swish', beta), "
-                     "('sigmoid',), ('hardswish', a, b) or ('hardsigmoid', a, b)")
+                     "('sigmoid',), ('hardswish', a, b), ('hardsigmoid', a, b) or "
+                     "('prelu', channels)")
 
 
 def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,

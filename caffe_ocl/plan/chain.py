@@ -39,15 +39,21 @@ class Chain:
         self.producer = net.layers[p]
         self.bn, self.scale, self.act = bn, scale, act
         self.affine = bn is not None or scale is not None
+        # a PReLU as the activation (act ("prelu", C)): its slopes ride in
+        # the bias buffer after the biases (b_fold, 2 x C floats)
+        self.prelu = next((net.layers[j] for j in members if net.layers[j].type == "PReLU"),
+                          None)
         self.params = list(self.producer.blobs)
         if bn is not None:
             self.params += bn.blobs
         if scale is not None:
             self.params += scale.blobs
+        if self.prelu is not None:
+            self.params += self.prelu.blobs
         self._mems = None                 # SyncedMemory objects the launches bind
         self._versions = None             # their versions at the last fold
         self._built_for = None            # producer.reshape_count at the last build
-        self.fold_launch = None
+        self.fold_launches = []
         self.w_fold = self.b_fold = None
         self.fwd = []
         # concat.py: where the chain writes its top instead (a slice of a
@@ -80,12 +86,24 @@ class Chain:
             inner = 1 if prod.transpose else prod.K
         else:
             inner = w.count // C
-        if self.w_fold is None or self.w_fold.count != w.count:
+        nb = 2 * C if self.prelu is not None else C
+        if self.affine and (self.w_fold is None or self.w_fold.count != w.count):
             self.w_fold = Blob(w.shape, name=f"{prod.name}.folded_weight", device=dev)
-            self.b_fold = Blob((C,), name=f"{prod.name}.folded_bias", device=dev)
+        if self.b_fold is None or self.b_fold.count != nb:
+            self.b_fold = Blob((nb,), name=f"{prod.name}.folded_bias", device=dev)
         wbuf = w.data_buffer()
         has_bias = bool(prod.bias_term)
         bias = prod.blobs[1].data_buffer() if has_bias else wbuf
+        self.fold_launches = []
+        if self.prelu is not None:
+            slope = self.prelu.blobs[0]
+            g, l = work_size(dev, C)
+            self.fold_launches.append(dev.launch(
+                "fold.cl", "fold_prelu", g, l,
+                [C, int(slope.count == 1), bias, slope.data_buffer(), self.b_fold.data_buffer()],
+                dict(FOLD_BIAS=int(not self.affine), HAS_BIAS=int(has_bias))))
+        if not self.affine:
+            return
         if self.bn is not None:
             bm, bv, bs = (b.data_buffer() for b in self.bn.blobs)
             eps = float(self.bn.eps)
@@ -99,22 +117,29 @@ class Chain:
         else:
             gamma = beta = wbuf
         g, l = work_size(dev, w.count + C)
-        self.fold_launch = dev.launch(
+        self.fold_launches.insert(0, dev.launch(
             "fold.cl", "fold_affine", g, l,
             [w.count, C, inner, wbuf, bias, bm, bv, bs, eps, gamma, beta,
              self.w_fold.data_buffer(), self.b_fold.data_buffer()],
             dict(HAS_BIAS=int(has_bias), HAS_BN=int(self.bn is not None),
-                 HAS_SCALE=int(self.scale is not None), HAS_SHIFT=int(has_shift)))
+                 HAS_SCALE=int(self.scale is not None), HAS_SHIFT=int(has_shift))))
+
+    @property
+    def folds(self):
+        """Whether parameters are folded on the device (BatchNorm / Scale
+        into the weights and bias, a PReLU's slopes beside the bias)."""
+        return self.affine or self.prelu is not None
 
     def weights(self):
         """(weight, bias or None): the buffers the producer computes with
-        (the folded ones where BatchNorm / Scale fold), as of the last
+        (the folded ones where BatchNorm / Scale fold; with a PReLU the
+        bias buffer holds the biases, then the slopes), as of the last
         ``sync_params``."""
         prod = self.producer
-        if self.affine:
-            return self.w_fold.data_buffer(), self.b_fold.data_buffer()
-        return (prod.blobs[0].data_buffer(),
-                prod.blobs[1].data_buffer() if prod.bias_term else None)
+        w = self.w_fold.data_buffer() if self.affine else prod.blobs[0].data_buffer()
+        if self.folds:
+            return w, self.b_fold.data_buffer()
+        return w, prod.blobs[1].data_buffer() if prod.bias_term else None
 
     def sync_params(self):
         """Make the parameters current on the device and fold them again
@@ -124,14 +149,15 @@ class Chain:
             p.data_mem.to_device()
         mems = [p.data_mem for p in self.params]
         if self._mems is None or any(a is not b for a, b in zip(mems, self._mems)):
-            if self.affine:
+            if self.folds:
                 self._build_fold()
             self._mems, self._versions = mems, None
             self._built_for = None
-        if self.affine:
+        if self.folds:
             versions = [m.version for m in mems]
             if versions != self._versions:
-                self.fold_launch.run(self.producer.device.queue)
+                for launch in self.fold_launches:
+                    launch.run(self.producer.device.queue)
                 self._versions = versions
 
     def _build_forward(self):
@@ -282,6 +308,14 @@ def _takes_new_top(graph, j, blob, outputs, chain):
     return [c for c in consumers(graph, blob) if c[0] not in chain] == [(j, 0)]
 
 
+def prelu_ok(layer, C):
+    """A PReLU the chain folds: the setting on (FUSE_PRELU), its slopes one
+    per channel of the producer's C or one shared."""
+    if layer.type != "PReLU" or not config.get("FUSE_PRELU") or len(layer.blobs) != 1:
+        return False
+    return layer.blobs[0].count == (1 if layer.channel_shared else C)
+
+
 def find_chains(net):
     """[Chain or NewTopChain]: each foldable producer with the BatchNorm /
     Scale / activation layers right after it, in that order, each
@@ -321,6 +355,9 @@ def find_chains(net):
             elif stage < 3 and inference_act_of(layer) is not None \
                     and producer_fuses(prod, inference_act_of(layer)):
                 act, stage = inference_act_of(layer), 3
+            elif stage < 3 and axis_ok and prelu_ok(layer, C) \
+                    and producer_fuses(prod, ("prelu", C)):
+                act, stage = ("prelu", C), 3
             else:
                 break
             members.append(j)
@@ -331,7 +368,8 @@ def find_chains(net):
             else:
                 written.append(j)
             j += 1
-        if members and pending and bn is None and scale is None:
+        if members and pending and bn is None and scale is None \
+                and (act is None or act[0] != "prelu"):
             # an activation alone into a new top: elide.py's producer ->
             # activation pair (the other rewrites know that form)
             li += 1

@@ -65,7 +65,7 @@ def _dw_side(net, li, owner):
         top = g.tops[li][0]
         return (None, top) if top is not g.bottoms[li][0] else None
     if isinstance(group, Chain) and group.p == li and group.slice_target is None \
-            and group.residual_target is None:
+            and group.residual_target is None and group.prelu is None:
         return group, group.out_blob
     if type(group) is ProducerActPair and group.first == li and group.slice_target is None:
         return group, group.r

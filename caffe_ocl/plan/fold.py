@@ -11,7 +11,9 @@ each optional:
   ``BatchNorm`` with global statistics (``use_global_stats``, the TEST
   default) -> ``Scale`` (a learned per-channel scale on axis 1, with or
   without bias) -> ``ReLU`` (any ``negative_slope``) / ``Clip`` / ``ReLU6`` /
-  ``Swish`` / ``Sigmoid`` (the last two not on Winograd convolutions).
+  ``Swish`` / ``Sigmoid`` / ``PReLU`` (the last three not on Winograd
+  convolutions; a PReLU's slopes ride in the bias buffer after the biases,
+  act.h ACT 7, ``CAFFE_OCL_FUSE_PRELU``).
 
 That is Caffe's ResNet pattern ``conv -> bn -> scale -> relu`` on one blob.
 BatchNorm/Scale fold only when the producer's channel axis is axis 1 (an

@@ -72,7 +72,7 @@ def _stage(net, li, by_first, taken):
     if group is not None:
         producer = getattr(group, "producer", None)
         if producer is None or producer is not net.layers[li] or not hasattr(group, "act") \
-                or getattr(group, "affine", False) \
+                or getattr(group, "affine", False) or getattr(group, "prelu", None) \
                 or getattr(group, "slice_target", None) is not None \
                 or getattr(group, "residual_target", None) is not None \
                 or group.layers != list(range(li, group.last + 1)):

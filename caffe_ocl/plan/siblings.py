@@ -160,7 +160,8 @@ def _match(net, ci, taken_by, outputs, root):
     for s in sibs:
         for li in s.layers:
             gr = taken_by.get(li)
-            if gr is not None and (getattr(gr, "affine", True) or gr.layers != s.layers):
+            if gr is not None and (getattr(gr, "affine", True) or getattr(gr, "prelu", None)
+                                   or gr.layers != s.layers):
                 return None
     if ci in taken_by:
         return None
