@@ -97,6 +97,16 @@ def test_folded_into_the_producer(rng, name):
         for net in (fused, plain):
             net.params["p1"][0].data[...] *= -1.5
             net.params[net.layers[groups[0].p].name][0].data[...] *= 0.5
+    # a replayed forward (plan/trace.py: same shape three times) folds
+    # slopes written since again too
+    x = rng.normal(0, 1, (1, 3, 6, 5)).astype(np.float32)
+    for _ in range(3):
+        for net in (fused, plain):
+            net.forward(data=x)
+    for net in (fused, plain):
+        net.params["p1"][0].data[...] += 0.25
+        net.forward(data=x)
+    _assert_blobs_equal(fused, plain)
 
 
 def test_prelu_layers_skipped_only_when_folded(rng):
@@ -124,3 +134,18 @@ def test_range_cutting_the_chain_and_backward(rng):
     _forward((in_place,), rng)
     with pytest.raises(NetError, match="folded"):
         in_place.backward()
+
+
+def test_reshape_onto_a_winograd_geometry(rng):
+    """Folded at a shape whose convolution runs the GEMM path, then
+    reshaped to one where the rules pick Winograd (whose output transform
+    has no PReLU): the convolution keeps a path that applies it, and every
+    blob matches the net run layer by layer."""
+    head = ('name: "w" layer { name: "data" type: "Input" top: "data" '
+            'input_param { shape { dim: 1 dim: 64 dim: 8 dim: 8 } } }\n')
+    text = (head + _conv("c1", "data", "c1", 64) + _prelu("p1", "c1", "c1") + _POOL % "c1")
+    fused, plain = _nets(text, rng)
+    assert len(_prelu_chains(fused)) == 1
+    for hw in (8, 24):
+        forward_reshaped((fused, plain), rng.normal(0, 1, (1, 64, hw, hw)).astype(np.float32))
+        _assert_blobs_equal(fused, plain)
