@@ -22,6 +22,7 @@ the in-place form.
 from .. import config
 from ..blob import Blob
 from ..ops import conv as conv_ops
+from ..ops import prelu as prelu_ops
 from ..ops import work_size
 from .patterns import PendingTops, consumers, inference_act_of, producer_fuses
 
@@ -169,12 +170,24 @@ class Chain:
         version = None if prod.type == "InnerProduct" else prod.weight_version()
         if self.affine and version is not None:
             version = lambda: self._versions   # noqa: E731
+        act, after = self.act, []
+        if self.prelu is not None and prod.type == "Convolution" and self._layout is None \
+                and not conv_ops.fuses_act(dev, prod.geom, act):
+            # a reshape made Winograd the rule's choice (its output transform
+            # has no PReLU): the convolution on its own (the bias buffer's
+            # first C floats), then the PReLU's pass on the chain's blob
+            n, C = top.count, prod.num_output
+            act = None
+            after = [prelu_ops.forward(dev, n, C, top.count // max(top.shape[0] * C, 1),
+                                       C if self.prelu.channel_shared else 1,
+                                       top.data_buffer(), top.data_buffer(),
+                                       self.prelu.blobs[0].data_buffer())]
         if prod.type == "InnerProduct":
-            self.fwd = prod.forward_launches(bottom, top, w, b, act=self.act)
+            self.fwd = prod.forward_launches(bottom, top, w, b, act=act)
         elif self._layout is not None:     # into a slice of a Concat's top
             y, y_off, y_channels = self._layout
             self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w, y, prod.col,
-                                        b, act=self.act, y_off=y_off, y_channels=y_channels,
+                                        b, act=act, y_off=y_off, y_channels=y_channels,
                                         weight_version=version, dw_input=self.dw_input)
         elif self.residual_target is not None:     # the sum with a shortcut
             r, out, act = self.residual_target
@@ -185,8 +198,8 @@ class Chain:
         else:
             col = prod.col       # a device buffer or None (shared scratch)
             self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w,
-                                        top.data_buffer(), col, b, act=self.act,
-                                        weight_version=version, dw_input=self.dw_input)
+                                        top.data_buffer(), col, b, act=act,
+                                        weight_version=version, dw_input=self.dw_input) + after
         if bottom.count == 0 or top.count == 0:
             self.fwd = []
 
