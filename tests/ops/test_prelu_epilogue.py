@@ -15,6 +15,7 @@ from caffe_ocl.ops import conv as conv_ops
 from caffe_ocl.ops import conv1x1_few
 from caffe_ocl.ops.gemm import gemm
 from caffe_ocl.ops.gemm_splitk import gemm_launches, gemv, small_m
+import refs
 from refs import rel_err
 
 # gemm.cl and conv_igemm.cl (the GPU kernels) built unoptimised on CPU drivers
@@ -29,19 +30,7 @@ def _prelu(v, slopes, axis):
 
 
 def _conv_ref(x, w, b, g):
-    n = x.shape[0]
-    cg, mg = g.channels // g.groups, g.out_channels // g.groups
-    xp = np.pad(x, ((0, 0), (0, 0), (g.ph, g.ph), (g.pw, g.pw)))
-    out = np.zeros((n, g.out_channels, g.out_h, g.out_w))
-    for gi in range(g.groups):
-        for kh in range(g.kh):
-            for kw in range(g.kw):
-                win = xp[:, gi * cg:(gi + 1) * cg,
-                         kh * g.dh:kh * g.dh + g.sh * (g.out_h - 1) + 1:g.sh,
-                         kw * g.dw:kw * g.dw + g.sw * (g.out_w - 1) + 1:g.sw]
-                out[:, gi * mg:(gi + 1) * mg] += np.einsum(
-                    "oc,nchw->nohw", w[gi * mg:(gi + 1) * mg, :, kh, kw], win)
-    return out + b.reshape(1, -1, 1, 1)
+    return refs.conv2d(x, w, b, (g.ph, g.pw), (g.sh, g.sw), (g.dh, g.dw), g.groups)
 
 
 def _slopes(rng, c):

@@ -14,26 +14,19 @@ from caffe_ocl.net import Net, TEST
 from caffe_ocl.plan import chain, execution
 from caffe_ocl.proto import parse_net_text
 from plan_pairs import assert_same_backward, forward_reshaped, same_random_weights
+from test_fold_new_top import _POOL, _W, HEAD
+from test_fold_new_top import _conv as conv_layer
 from test_swish_fusion import _assert_blobs_equal
-
-_W = 'weight_filler { type: "gaussian" std: 0.4 }'
-HEAD = ('name: "pr" layer { name: "data" type: "Input" top: "data" '
-        'input_param { shape { dim: 2 dim: 3 dim: 6 dim: 5 } } }\n')
 
 
 def _conv(name, bottom, top, n, k=3, pad=1, bias=True):
-    return (f'layer {{ name: "{name}" type: "Convolution" bottom: "{bottom}" top: "{top}" '
-            f'convolution_param {{ num_output: {n} kernel_size: {k} pad: {pad} '
-            f'bias_term: {str(bias).lower()} {_W} }} }}\n')
+    return conv_layer(name, bottom, top, n, k=k, pad=pad, bias=bias)
 
 
 def _prelu(name, bottom, top, shared=False):
     param = ' prelu_param { channel_shared: true }' if shared else ''
     return f'layer {{ name: "{name}" type: "PReLU" bottom: "{bottom}" top: "{top}"{param} }}\n'
 
-
-_POOL = ('layer { name: "pool" type: "Pooling" bottom: "%s" top: "out" '
-         'pooling_param { pool: AVE global_pooling: true } }\n')
 
 NETS = {
     "in-place": (HEAD + _conv("c1", "data", "c1", 4) + _prelu("p1", "c1", "c1")
