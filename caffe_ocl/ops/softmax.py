@@ -28,7 +28,7 @@ def use_groups(dev, outer, c, inner):
 
 def use_wide(dev, outer, c, inner):
     return bool(getattr(dev, "is_gpu", False)) and c >= WIDE_MIN_C and \
-        2 * outer * inner < max(int(getattr(dev, "compute_units", 1)), 1)
+        0 < 2 * outer * inner < max(int(getattr(dev, "compute_units", 1)), 1)
 
 
 def _wide_forward(dev, outer, c, inner, x, y):

@@ -97,7 +97,7 @@ def test_softmax_wide_kernels(d, rng, outer, c, inner):
     np.testing.assert_allclose(d.get(yb, x.shape), refs.softmax(x, 1), rtol=2e-5, atol=1e-9)
     gpu = types.SimpleNamespace(is_gpu=True, compute_units=132)
     assert softmax_ops.use_wide(gpu, outer, c, inner) == (c >= softmax_ops.WIDE_MIN_C)
-    assert not softmax_ops.use_wide(gpu, 66, c, 1)
+    assert not softmax_ops.use_wide(gpu, 66, c, 1) and not softmax_ops.use_wide(gpu, 0, c, 1)
     assert not softmax_ops.use_wide(types.SimpleNamespace(is_gpu=False), outer, c, inner)
 
 
