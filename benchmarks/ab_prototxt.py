@@ -11,7 +11,6 @@ setting pays) and the largest difference between their outputs.
     python3 benchmarks/ab_prototxt.py --patch conv.FWD_SPLITK_WIDE_MIN_KTILES=1e9 NET ...
         [--batch N] [--size H,W] [--rounds 7] [--runs 20]
 """
-import argparse
 import importlib
 import os
 import statistics
@@ -23,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from bench_caffe_opencv import _build, _random_weights, _time_ours  # noqa: E402
+from bench_caffe_opencv import _build, _random_weights, _time_ours, net_arguments  # noqa: E402
 
 
 def _patched(spec):
@@ -72,15 +71,10 @@ def run_one(proto, args, tmp):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("prototxt", nargs="+")
+    ap = net_arguments(__doc__)
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--setting", help="a caffe_ocl setting turned off for the base net")
     what.add_argument("--patch", help="mod.ATTR=VALUE: a caffe_ocl.ops constant for the base net")
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--size", type=lambda v: tuple(int(d) for d in v.split(",")),
-                    help="H,W of the input instead of the prototxt's")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--runs", type=int, default=20)
     args = ap.parse_args(argv)

@@ -145,15 +145,23 @@ def run_one(proto, args):
     return row
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__,
+def net_arguments(doc):
+    """An argument parser with the prototxts, --batch and --size (H,W of
+    the input instead of the prototxt's), as the prototxt scripts share
+    them (ab_prototxt.py, profile_prototxt_kernels.py)."""
+    ap = argparse.ArgumentParser(description=doc,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("prototxt", nargs="+")
-    ap.add_argument("--weights", help="a .caffemodel for the (one) net; default random")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--size", type=lambda v: tuple(int(d) for d in v.split(",")),
                     help="H,W of the input instead of the prototxt's (fully convolutional "
                          "nets such as MTCNN's P-Net run on each scale of an image pyramid)")
+    return ap
+
+
+def main(argv=None):
+    ap = net_arguments(__doc__)
+    ap.add_argument("--weights", help="a .caffemodel for the (one) net; default random")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--target", choices=("cpu", "opencl"), default="cpu",

@@ -20,7 +20,6 @@ mode), the net's sum and the layers furthest behind.
 Without CAFFE_OCL_PROFILE the queue has no profiling and only the wall
 and gated times are printed.
 """
-import argparse
 import collections
 import os
 import sys
@@ -30,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from bench_caffe_opencv import _build, _random_weights, _time_ours  # noqa: E402
+from bench_caffe_opencv import _build, _random_weights, _time_ours, net_arguments  # noqa: E402
 from profile_zoo_kernels import gated_ms, profile, step_launches  # noqa: E402
 
 
@@ -116,12 +115,7 @@ def compare_convolutions(net, rows, top):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("prototxt", nargs="+")
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--size", type=lambda v: tuple(int(d) for d in v.split(",")),
-                    help="H,W of the input instead of the prototxt's")
+    ap = net_arguments(__doc__)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--iters", type=int, default=10)
