@@ -40,7 +40,7 @@ def layer_bytes(net):
     for li, name in enumerate(net.graph.layer_names):
         blobs = (list(net.graph.bottoms[li]) + list(net.graph.tops[li])
                  + list(net.params.get(name, ())))
-        out[name] = 4 * sum(int(np.prod(b.shape)) for b in blobs)
+        out[name] = 4 * sum(b.count for b in blobs)
     return out
 
 
@@ -55,8 +55,7 @@ def run_one(proto, args):
     gated = gated_ms(net, args.iters)
     print(f"\n## {os.path.basename(proto)} input {'x'.join(map(str, x.shape))}: "
           f"forward {wall:.3f} ms, gated {gated:.3f} ms, {len(launches)} launches")
-    q = net.layers[0].device.queue
-    if not (q.properties & 2):          # CL_QUEUE_PROFILING_ENABLE
+    if not net.layers[0].device.profiling:
         return
     rows = profile(net, args.iters)
     total = sum(r[0] for r in rows)

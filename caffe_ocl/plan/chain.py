@@ -178,7 +178,7 @@ class Chain:
             # first C floats), then the PReLU's pass on the chain's blob
             n, C = top.count, prod.num_output
             act = None
-            after = [prelu_ops.forward(dev, n, C, top.count // max(top.shape[0] * C, 1),
+            after = [prelu_ops.forward(dev, n, C, top.count_range(2),
                                        C if self.prelu.channel_shared else 1,
                                        top.data_buffer(), top.data_buffer(),
                                        self.prelu.blobs[0].data_buffer())]
