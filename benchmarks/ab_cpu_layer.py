@@ -10,7 +10,7 @@ first's (and the same ratio of the fastest rounds).
     python3 benchmarks/ab_cpu_layer.py --setting CPU_CHANVEC_TILE8 --values 0,1 \\
         --shapes 512x7x7:512:3,1024x14x14:256:1 [--batch 1] [--rounds 15]
 
-A shape is CxHxW:OUT:K[:STRIDE[:PAD[:GROUPS]]] (PAD defaults to K // 2). Written
+A shape is CxHxW:OUT:K[:STRIDE[:PAD[:GROUPS[:DILATION]]]] (PAD defaults to K // 2). Written
 for issue #27's CPU batch-1 work (BENCHMARKS.md, twenty-first session).
 --ort: also ONNX Runtime (Conv + Relu, --threads intra-op threads) on the
 same layer, in the same rounds (this machine's speed drifts by 1.5x over
@@ -37,8 +37,9 @@ def parse_shape(text, batch):
     stride = int(rest[0]) if rest else 1
     pad = int(rest[1]) if len(rest) > 1 else k // 2
     groups = int(rest[2]) if len(rest) > 2 else 1
+    dil = int(rest[3]) if len(rest) > 3 else 1
     return conv_ops.ConvGeometry(batch, c, h, w, int(co), k, k, pad, pad, stride, stride,
-                                 1, 1, groups)
+                                 dil, dil, groups)
 
 
 def build(dev, g, buf, setting, value):
@@ -101,7 +102,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--setting", required=True)
     ap.add_argument("--values", required=True, help="comma-separated, the first is the base")
-    ap.add_argument("--shapes", required=True, help="comma-separated CxHxW:OUT:K[:S[:P[:G]]]")
+    ap.add_argument("--shapes", required=True, help="comma-separated CxHxW:OUT:K[:S[:P[:G[:D]]]]")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--runs", type=int, default=30, help="passes per timing")

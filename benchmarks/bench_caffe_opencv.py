@@ -31,6 +31,18 @@ from caffe_ocl.net import Net, TEST  # noqa: E402
 from caffe_ocl.plan.patterns import writers  # noqa: E402
 
 
+def _as_ours(ours, ref):
+    """OpenCV's output ``ref`` in the shape of ours. A DetectionOutput top
+    (rows of 7): OpenCV always returns keep_top_k rows, the unused ones
+    zeros, where Caffe (and caffe_ocl) return only the detections kept --
+    its all-zero rows are dropped first (OpenCV's res10 SSD face detector:
+    200 rows against 90)."""
+    if ref.size != ours.size and ref.shape[-1] == 7 and ours.shape[-1] == 7:
+        rows = ref.reshape(-1, 7)
+        ref = rows[np.abs(rows).sum(axis=1) > 0]
+    return ref.reshape(ours.shape)
+
+
 def _random_weights(net, seed=1):
     """Seeded weights scaled by fan-in (std 1 / sqrt(fan-in)), other
     parameters std 0.3: activations keep their size through deep nets, so
@@ -125,7 +137,7 @@ def run_one(proto, args):
     cv_names = _opencv_output_names(ours, outputs, set(cv_net.getLayerNames()))
     cv_net.setInput(x)
     refs = cv_net.forward(cv_names)
-    err = max(float(np.abs(o - r.reshape(o.shape)).max() / max(float(np.abs(r).max()), 1e-30))
+    err = max(float(np.abs(o - _as_ours(o, r)).max() / max(float(np.abs(r).max()), 1e-30))
               for o, r in zip(outs["ours"], refs))
     times = {k: [] for k in list(nets) + ["opencv"]}
     order = list(nets) + ["opencv"]

@@ -66,3 +66,20 @@ def test_tiny_net_against_opencv(tmp_path):
 def test_two_outputs_at_another_size_against_opencv(tmp_path):
     cells = _run(tmp_path, MTCNN_FORM, "--batch", "2", "--size", "17,23")
     assert cells[1] == "2x3x17x23" and all(float(c) > 0 for c in cells[2:5])
+
+
+def test_detection_rows_compared_without_opencvs_zero_padding():
+    """OpenCV returns keep_top_k DetectionOutput rows, the unused ones
+    zeros; Caffe's top holds only the detections kept: the comparison
+    drops the zero rows, and still reports a difference in the kept ones."""
+    import numpy as np
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from bench_caffe_opencv import _as_ours
+    ours = np.arange(1, 1 + 3 * 7, dtype=np.float32).reshape(1, 1, 3, 7)
+    ref = np.zeros((1, 1, 5, 7), np.float32)
+    ref[0, 0, :3] = ours[0, 0]
+    assert np.array_equal(_as_ours(ours, ref), ours)
+    ref[0, 0, 1, 2] += 1.0
+    assert np.abs(_as_ours(ours, ref) - ours).max() == 1.0
+    with pytest.raises(ValueError):     # other sizes that differ are not hidden
+        _as_ours(ours, np.zeros((1, 1, 5, 6), np.float32))

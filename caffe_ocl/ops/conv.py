@@ -1450,6 +1450,25 @@ CHANVEC_MAX_KERNEL = 7
 # rule: channel blocks) the two were level (0.97-1.01). AVX-512 drivers:
 # not measured there, the chanvec rule as before.
 CHANVEC_STRIDED_VW8 = False
+# ... and k x k layers on larger planes too at up to this many images (in
+# deterministic mode: as for one image, the same at every batch), where
+# Winograd does not take them (the small-FLOP and strided layers; first
+# layers with few channels the direct kernels do not take). 2-core EPYC
+# Zen 3, PoCL 3.1, VW 8, chanvec / GEMM time (`ab_cpu_layer.py --setting
+# conv.CHANVEC_KXK_ANY_PLANE_MAX_IMAGES --values 0,2`, medians of 7
+# interleaved rounds, quiet machine), batch 1: ResNet's 7 x 7 stride-2
+# first layer (3 -> 64 onto 112 x 112) 0.81, SqueezeNet's 16 -> 64 3 x 3
+# on 55 x 55 0.81, 32 -> 64 stride 2 from 112 x 112 0.81, 16 -> 32 3 x 3
+# on 112 x 112 0.69 (busy machine: 64 -> 128 stride 2 0.88, 16 -> 64 5 x 5
+# on 56 x 56 0.71, DeepLab's dilated 3 x 3 of 256-512 channels on 65 x 65
+# level); batch 2 0.50-0.82; batch 16 mixed (0.69-1.16: the GEMM's wider
+# column blocks pay there), so larger batches keep the GEMM. Whole nets,
+# batch 1 (`bench_zoo.py --device cpu --ab
+# conv.CHANVEC_KXK_ANY_PLANE_MAX_IMAGES=0`, 9 rounds): SqueezeNet 1.1
+# 1.06, ResNet-18 1.01, DenseNet-121 1.02, GoogLeNet 1.00.
+# AVX-512 drivers (VW 16) keep the GEMM: there ResNet's first layer ran
+# 0.90x as fast on this kernel (the measurement above this rule's).
+CHANVEC_KXK_ANY_PLANE_MAX_IMAGES = 2
 
 
 def chanvec_forward(dev, g, algo=None):
@@ -1461,8 +1480,10 @@ def chanvec_forward(dev, g, algo=None):
     (CPU_PACKED_COLUMNS), small output planes (more than one pixel; the
     limits above); setting CPU_CHANVEC. The CPU GEMM puts pixels along its
     16- or 32-wide vectors, which small planes fill badly (a 7 x 7 plane:
-    49 of 64 lanes). The plane size alone decides (not the batch):
-    deterministic mode keeps it. A choice that `caffe_ocl tune` stored for
+    49 of 64 lanes). The plane size alone decides, not the batch, except
+    for k x k layers on larger planes at VW 8, which take it at up to
+    CHANVEC_KXK_ANY_PLANE_MAX_IMAGES images (deterministic mode: as for
+    one image, at every batch). A choice that `caffe_ocl tune` stored for
     this geometry (CPU_FORWARD_VARIANTS) replaces the plane-size rule.
     Grouped layers with kernels larger than 1x1 take it on any plane,
     grouped 1x1 layers not at all (see CHANVEC_MIN_GROUP_OUT).
@@ -1479,7 +1500,10 @@ def chanvec_forward(dev, g, algo=None):
         strided = (g.sh > 1 or g.sw > 1) and cpu_vw(dev) == 8 and not CHANVEC_STRIDED_VW8
         return hw <= CHANVEC_SMALL_PIXELS or (hw <= CHANVEC_MAX_PIXELS and not strided
                                               and g.channels >= CHANVEC_MIN_K)
-    return hw <= CHANVEC_KXK_MAX_PIXELS or g.groups > 1
+    if hw <= CHANVEC_KXK_MAX_PIXELS or g.groups > 1:
+        return True
+    images = 1 if deterministic() else g.num
+    return cpu_vw(dev) == 8 and images <= CHANVEC_KXK_ANY_PLANE_MAX_IMAGES
 
 
 def _chanvec_fits(dev, g):

@@ -7,6 +7,8 @@ of the tile and split into pixel chunks, channel counts not a multiple of
 the block, two images, a Concat slice, a residual, bias and activations
 -- the weights packed again only when their version changes, and the
 rule's choice."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -70,6 +72,10 @@ CASES = [
     (1, 6, (9, 9), 17, True, None, False, False, (3, 0, 1, 2)),      # dilated, unpadded
     (2, 7, (10, 10), 12, True, None, False, False, (1, 0, 2, 1)),    # strided 1x1
     (1, 10, (7, 7), 50, True, ("swish", 1.0), False, False, ONE),    # swish on the vectors
+    # planes past CHANVEC_KXK_MAX_PIXELS (the batch-1 rule): 30 x 31 3 x 3,
+    # a first layer's 7 x 7 stride 2 onto 32 x 32
+    (1, 8, (30, 31), 12, True, ("relu", 0.0), False, False, (3, 1, 1, 1)),
+    (2, 3, (64, 64), 20, True, None, False, False, (7, 3, 2, 1)),
 ]
 
 
@@ -143,9 +149,11 @@ def _check(d, rng, case, kernel):
 
 @pytest.mark.parametrize("case", CASES, ids=["partial-panel", "two-images", "chunks",
                                              "residual", "slice", "3x3", "3x3-stride2",
-                                             "5x5-slice", "dilated", "1x1-stride2", "swish"])
+                                             "5x5-slice", "dilated", "1x1-stride2", "swish",
+                                             "large-plane", "large-7x7-stride2"])
 def test_chanvec_equals_reference(d, rng, vw, monkeypatch, case):
     monkeypatch.setattr(d.dev, "compute_units", 2)
+    monkeypatch.setattr(conv_ops, "CHANVEC_KXK_MAX_PIXELS", 1 << 20)    # large planes at VW 16
     _check(d, rng, case, lambda g: _kernel_name(vw, g))
 
 
@@ -264,7 +272,8 @@ def test_weights_packed_again_only_after_a_change(d, rng, vw):
 
 def test_rule(d, settings):
     """1x1 kernels: 7 x 7 planes always, 14 x 14 from 128 input channels;
-    larger kernels up to 28 x 28 planes; grouped convolutions of at least 2
+    larger kernels up to 28 x 28 planes, on larger ones at batch 1-2 (VW
+    8); grouped convolutions of at least 2
     output channels a group with kernels larger than 1x1 (CHANVEC_MIN_GROUP_OUT,
     CPU_CHANVEC_GROUPS), on any plane; not larger planes, 1 x 1 planes,
     grouped 1x1 layers, narrower groups, explicit algorithms, or with the
@@ -288,8 +297,18 @@ def test_rule(d, settings):
     assert not ok(d.dev, _geo(1, 96, (14, 14), 576))
     assert not ok(d.dev, _geo(1, 512, (28, 28), 64))
     assert not ok(d.dev, _geo(1, 512, (1, 1), 64))
-    assert not ok(d.dev, _geo(1, 128, (56, 56), 32, 3, 1))
-    assert not ok(d.dev, _geo(1, 3, (224, 224), 64, 7, 3, 2))
+    # k x k layers on larger planes: at VW 8 at up to
+    # CHANVEC_KXK_ANY_PLANE_MAX_IMAGES (2) images; deterministic mode
+    # chooses as for one image at every batch; VW 16 keeps the GEMM
+    large, first = _geo(1, 128, (56, 56), 32, 3, 1), _geo(1, 3, (224, 224), 64, 7, 3, 2)
+    with config.override(CPU_GEMM_VW="8"):
+        assert ok(d.dev, large) and ok(d.dev, first)
+        assert ok(d.dev, replace(large, num=2))
+        assert not ok(d.dev, replace(large, num=3)) and not ok(d.dev, replace(first, num=16))
+        with config.override(DETERMINISTIC=True):
+            assert ok(d.dev, replace(first, num=16))
+    with config.override(CPU_GEMM_VW="16"):
+        assert not ok(d.dev, large) and not ok(d.dev, first)
     assert not ok(d.dev, G(1, 64, 7, 7, 64, 1, 1, 0, 0, 1, 1, 1, 1, 2))     # grouped 1x1
     assert ok(d.dev, G(1, 400, 7, 7, 400, 3, 3, 1, 1, 1, 1, 1, 1, 25))     # RegNet
     assert ok(d.dev, G(1, 256, 14, 14, 256, 3, 3, 1, 1, 1, 1, 1, 1, 32))   # 8 a group
