@@ -325,7 +325,8 @@ _DECLARED = (
     Setting("CPU_CHANVEC", "bool", True,
             "CPU drivers, inference: convolutions of small output planes (1x1 "
             "kernels: 7 x 7, or 14 x 14 from 128 input channels, not strided on AVX2; "
-            "larger kernels: up to 28 x 28) run vectorized over output channels, their "
+            "larger kernels: up to 28 x 28, on AVX2 at batch 1-2 any plane that Winograd "
+            "does not take) run vectorized over output channels, their "
             "weights packed once (off: the CPU GEMM, vectorized over pixels)"),
     Setting("CPU_CHANVEC_TILE8", "bool", True,
             "CPU drivers with 16-float vectors (AVX-512): those channel-vectorized "
