@@ -11,7 +11,6 @@ setting pays) and the largest difference between their outputs.
     python3 benchmarks/ab_prototxt.py --patch conv.FWD_SPLITK_WIDE_MIN_KTILES=1e9 NET ...
         [--batch N] [--size H,W] [--rounds 7] [--runs 20]
 """
-import importlib
 import os
 import statistics
 import sys
@@ -23,18 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from bench_caffe_opencv import _build, _random_weights, _time_ours, net_arguments  # noqa: E402
-
-
-def _patched(spec):
-    """(module, attribute, new value) of ``mod.ATTR=VALUE`` under
-    caffe_ocl.ops, the value of the attribute's own type."""
-    name, value = spec.split("=", 1)
-    mod, attr = name.rsplit(".", 1)
-    module = importlib.import_module(f"caffe_ocl.ops.{mod}")
-    if not hasattr(module, attr):
-        raise SystemExit(f"--patch: caffe_ocl.ops.{mod} has no {attr}")
-    old = getattr(module, attr)
-    return module, attr, type(old)(float(value)) if isinstance(old, (int, float)) else value
+from bench_zoo import config_override  # noqa: E402
 
 
 def run_one(proto, args, tmp):
@@ -46,14 +34,9 @@ def run_one(proto, args, tmp):
     name = ours.inputs[0]
     x = np.random.default_rng(2).normal(0, 1, ours.blobs[name].shape).astype(np.float32)
     if args.patch:
-        module, attr, value = _patched(args.patch)
-        old = getattr(module, attr)
-        setattr(module, attr, value)
-        try:                # the launches are built at the first forward
+        with config_override([args.patch]):     # the launches are built at the first forward
             base = _build(proto, weights, args.batch, {}, args.size)
             out_base = base.forward(**{name: x})
-        finally:
-            setattr(module, attr, old)
     else:
         base = _build(proto, weights, args.batch, {args.setting: False}, args.size)
         out_base = base.forward(**{name: x})

@@ -239,7 +239,7 @@ def config_override(pairs):
             mod, attr = name.rsplit(".", 1)
             module = importlib.import_module(f"caffe_ocl.ops.{mod}")
             if not hasattr(module, attr):
-                raise SystemExit(f"--ab: caffe_ocl.ops.{mod} has no {attr}")
+                raise SystemExit(f"{name}: caffe_ocl.ops.{mod} has no {attr}")
             consts.append((module, attr, getattr(module, attr)))
             old = consts[-1][2]
             setattr(module, attr, value if isinstance(old, str) else type(old)(float(value)))
