@@ -79,6 +79,26 @@ def require_regular_file(path, what="file"):
     return path
 
 
+def _read_capped(f, max_bytes):
+    """At most ``max_bytes + 1`` bytes of the open file ``f``, read in pieces
+    no larger than the file's size (plus one byte, to see EOF or growth)
+    and 1 MiB after that: Python 3.12's ``read(n)`` allocates all n bytes
+    before reading, so ``read(2**31)`` on a 1 KiB prototxt was a
+    MemoryError under a memory limit (ulimit -v, a container)."""
+    size = os.fstat(f.fileno()).st_size
+    want = min(size, max_bytes) + 1
+    parts, total = [], 0
+    while total <= max_bytes:
+        ask = min(want, max_bytes + 1 - total)
+        chunk = f.read(ask)
+        parts.append(chunk)
+        total += len(chunk)
+        if len(chunk) < ask:        # a regular file's read is short only at its end
+            break
+        want = 1 << 20
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 def read_file_bytes(path, what="file", max_bytes=MAX_FILE_BYTES):
     """The bytes of the regular file ``path``: at most ``max_bytes``
     (ParseError past it, also for a file that grows while read)."""
@@ -89,7 +109,7 @@ def read_file_bytes(path, what="file", max_bytes=MAX_FILE_BYTES):
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 raise ParseError(f"{path}: {what} is not a regular file")
-            data = f.read(max_bytes + 1)
+            data = _read_capped(f, max_bytes)
     except FileNotFoundError:
         raise FileNotFound(f"{what} not found: {path}") from None
     except OSError as e:

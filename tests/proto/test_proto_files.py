@@ -278,3 +278,43 @@ def test_failed_text_write_keeps_existing_file(tmp_path, monkeypatch):
         write_text(caffe_pb2.NetParameter(name="bad"), path)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["net.prototxt"]
+
+
+def test_small_files_are_read_without_allocating_the_cap(tmp_path, monkeypatch):
+    """No read asks for more than the file's size plus one byte (then 1 MiB
+    pieces): Python 3.12's read(n) allocates n bytes first, and read(2**31)
+    of a 30-byte prototxt was a MemoryError under `ulimit -v` (the fuzz
+    children's 6 GiB on NVIDIA's driver). Sizes at, under and over the cap."""
+    asked = []
+    real_fdopen = os.fdopen
+
+    class Recording:
+        def __init__(self, f):
+            self.f = f
+
+        def read(self, n=-1):
+            asked.append(n)
+            return self.f.read(n)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    monkeypatch.setattr(proto_files.os, "fdopen", lambda *a, **k: Recording(real_fdopen(*a, **k)))
+    path = tmp_path / "n.prototxt"
+    path.write_bytes(b'name: "tiny"\n' * 3)
+    assert proto_files.read_file_bytes(path) == b'name: "tiny"\n' * 3
+    assert asked and max(asked) <= 40, asked
+    assert proto_files.read_file_bytes(path, max_bytes=39) == b'name: "tiny"\n' * 3
+    with pytest.raises(ParseError, match="larger than 38 bytes"):
+        proto_files.read_file_bytes(path, max_bytes=38)
+    big = tmp_path / "big.bin"
+    big.write_bytes(bytes(range(256)) * 9000)       # 2.2 MiB: several 1 MiB pieces past a cap
+    assert proto_files.read_file_bytes(big) == bytes(range(256)) * 9000
+    with pytest.raises(ParseError, match="larger than"):
+        proto_files.read_file_bytes(big, max_bytes=1 << 20)
