@@ -45,6 +45,23 @@ def find_mpiexec():
     return [found] if found else None
 
 
+# Open MPI's mpiexec refuses to start as root unless both are set (MPICH
+# ignores them); the Docker containers GPUs are rented in run as root.
+_OMPI_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def launcher_env(env=None):
+    """``env`` (default: this process's) for the ``mpiexec`` that
+    ``--gpu a,b`` starts: as root, with Open MPI's two run-as-root
+    variables set (a user's own values kept), since the user asked
+    caffe_ocl, not mpiexec, to run as root."""
+    env = dict(os.environ if env is None else env)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        for k, v in _OMPI_ROOT.items():
+            env.setdefault(k, v)
+    return env
+
+
 def _snapshot_prefix(solver_path):
     try:
         return read_solver(solver_path).snapshot_prefix
@@ -111,7 +128,7 @@ def maybe_spawn(argv, gpu_ids, solver_path=None):
                             f"{INSTALL_HINT} (or set CAFFE_OCL_MPIEXEC)")
     cmd = exe + ["-n", str(n), sys.executable, "-m", "caffe_ocl", "train"] + list(argv)
     log.info("Starting %d ranks: %s", n, " ".join(cmd))
-    env = dict(os.environ, **{SPAWNED: "1"})
+    env = dict(launcher_env(), **{SPAWNED: "1"})
     try:
         rc = subprocess.call(cmd, env=env)
     except KeyboardInterrupt:

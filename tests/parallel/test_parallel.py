@@ -19,7 +19,7 @@ from caffe_ocl import training
 from caffe_ocl.data.datum import array_to_datum
 from caffe_ocl.data.db import LMDBWriter
 from caffe_ocl import ranks as pstate
-from caffe_ocl.parallel.launch import find_mpiexec
+from caffe_ocl.parallel.launch import find_mpiexec, launcher_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,7 +93,7 @@ def _pythonpath():
 
 
 def run_ranks(cmd, timeout=120, env=None, **kw):
-    e = dict(os.environ, PYTHONPATH=_pythonpath(), PYTHONUNBUFFERED="1", **(env or {}))
+    e = dict(launcher_env(), PYTHONPATH=_pythonpath(), PYTHONUNBUFFERED="1", **(env or {}))
     return subprocess.run(cmd, cwd=str(ROOT), env=e, capture_output=True, text=True,
                           timeout=timeout, **kw)
 
@@ -354,7 +354,7 @@ def _rank_pids(pattern):
 @needs_mpi
 def test_killed_rank_ends_the_job_and_snapshots_stay_intact(workdir):
     par = write_solver(workdir, "k", 4, 100000, snap=3)
-    e = dict(os.environ, PYTHONPATH=_pythonpath(), PYTHONUNBUFFERED="1")
+    e = dict(launcher_env(), PYTHONPATH=_pythonpath(), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "caffe_ocl", "train", f"--solver={par}",
                              "--gpu=0,0"], cwd=str(ROOT), env=e,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -407,3 +407,30 @@ def test_dead_ranks_partial_snapshots_removed(workdir):
         (workdir / name).write_bytes(b"x")
     launch._remove_dead_ranks_partial_snapshots(str(par))
     assert {n: (workdir / n).exists() for n in files} == files
+
+
+def test_spawned_mpiexec_may_run_as_root(monkeypatch):
+    """As root, the mpiexec that `--gpu a,b` starts gets Open MPI's two
+    run-as-root variables (Open MPI refuses root without them: every
+    --gpu run in a root container failed); a user's own values are kept,
+    and other users' environments are left alone."""
+    from caffe_ocl.parallel import launch
+    monkeypatch.setattr(launch.os, "geteuid", lambda: 0)
+    env = launch.launcher_env({"PATH": "/bin", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "0"})
+    assert env == {"PATH": "/bin", "OMPI_ALLOW_RUN_AS_ROOT": "1",
+                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "0"}
+    monkeypatch.setattr(launch.os, "geteuid", lambda: 1000)
+    assert launch.launcher_env({"PATH": "/bin"}) == {"PATH": "/bin"}
+
+    seen = {}
+    monkeypatch.setattr(launch.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(launch, "mpi_available", lambda: True)
+    monkeypatch.setattr(launch, "find_mpiexec", lambda: ["mpiexec"])
+    monkeypatch.setattr(launch, "launched_size", lambda: 0)
+    monkeypatch.setattr(launch.subprocess, "call",
+                        lambda cmd, env: seen.update(cmd=cmd, env=env) or 0)
+    assert launch.maybe_spawn(["--solver=s.prototxt", "--gpu=0,1"], [0, 1]) == 0
+    assert seen["cmd"][:3] == ["mpiexec", "-n", "2"]
+    assert seen["env"]["OMPI_ALLOW_RUN_AS_ROOT"] == "1"
+    assert seen["env"]["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
+    assert seen["env"][launch.SPAWNED] == "1"
