@@ -184,6 +184,9 @@ def main(argv=None):
     if args.weights and len(args.prototxt) != 1:
         ap.error("--weights goes with one prototxt")
     import cv2
+    if not hasattr(cv2.dnn, "readNetFromCaffe"):
+        sys.exit(f"OpenCV {cv2.__version__} has no Caffe importer (OpenCV 5 dropped it); "
+                 "this benchmark needs OpenCV 4 (pip install 'opencv-python-headless<5')")
     cv2.setNumThreads(max(os.cpu_count() or 1, 1))
     if args.target == "opencl":
         cv2.ocl.setUseOpenCL(True)

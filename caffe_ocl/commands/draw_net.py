@@ -31,13 +31,13 @@ def main(argv):
     phase = opts.phase.upper()
     if phase not in PHASES:
         raise FlagError(f"Unknown phase: {opts.phase} (expected TRAIN, TEST or ALL)")
+    net = read_net_prototxt(src)      # a bad net is named before a missing package
     require("pydot", "draw", "caffe_ocl draw_net", alternatives=("pydotplus",))
     ext = out.rsplit(".", 1)[-1].lower() if "." in out else ""
     if ext not in SOURCE_ONLY:
         require_program("dot", "install Graphviz (apt-get install graphviz, brew install "
                         "graphviz), or write the Graphviz source to a .dot file",
                         "caffe_ocl draw_net")
-    net = read_net_prototxt(src)
     print(f"Drawing net to {out}")
     draw_net_to_file(net, out, opts.rankdir, PHASES[phase], opts.display_lrm)
     return 0

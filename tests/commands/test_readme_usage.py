@@ -66,7 +66,9 @@ def run(clone, line, timeout=600):
     args = shlex.split(line)
     assert args[0] == "caffe_ocl", line
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(clone)
+    # the clone first, then what the suite was started with (wheels a
+    # machine brings on PYTHONPATH: pyopencl, lmdb)
+    env["PYTHONPATH"] = os.pathsep.join([str(clone)] + [p for p in [env.get("PYTHONPATH")] if p])
     env.pop("CAFFE_OCL_MODELS", None)
     p = subprocess.run([sys.executable, "-m", "caffe_ocl", *args[1:]], cwd=clone, env=env,
                        capture_output=True, text=True, timeout=timeout)

@@ -45,6 +45,10 @@ def no_pydot(monkeypatch):
         if name in ("pydot", "pydotplus"):
             raise ImportError("No module named " + name)
         return real_import(name, *args, **kwargs)
+    from caffe_ocl.commands import deps          # the command's own check, before any import
+    real_available = deps.available
+    monkeypatch.setattr(deps, "available",
+                        lambda m: m not in ("pydot", "pydotplus") and real_available(m))
     monkeypatch.delitem(sys.modules, "pydot", raising=False)
     monkeypatch.delitem(sys.modules, "pydotplus", raising=False)
     monkeypatch.setattr(builtins, "__import__", fake_import)
@@ -94,7 +98,7 @@ def test_missing_pydot_in_command(net, no_pydot, tmp_path, capsys):
     rc = cli_main(["draw_net", str(proto), str(tmp_path / "out.png")])
     assert rc == 1
     err = capsys.readouterr().err.strip()
-    assert "pip install pydot" in err and "\n" not in err
+    assert "'pydot'" in err and "pip install 'caffe_ocl[draw]'" in err and "\n" not in err
 
 
 def test_missing_dot_is_a_clear_error(net, monkeypatch):
