@@ -79,13 +79,13 @@ def require_regular_file(path, what="file"):
     return path
 
 
-def _read_capped(f, max_bytes):
-    """At most ``max_bytes + 1`` bytes of the open file ``f``, read in pieces
-    no larger than the file's size (plus one byte, to see EOF or growth)
-    and 1 MiB after that: Python 3.12's ``read(n)`` allocates all n bytes
-    before reading, so ``read(2**31)`` on a 1 KiB prototxt was a
-    MemoryError under a memory limit (ulimit -v, a container)."""
-    size = os.fstat(f.fileno()).st_size
+def _read_capped(f, size, max_bytes):
+    """At most ``max_bytes + 1`` bytes of the open file ``f`` of ``size``
+    bytes (as fstat saw it), read in pieces no larger than that size (plus
+    one byte, to see EOF or growth) and 1 MiB after that: Python 3.12's
+    ``read(n)`` allocates all n bytes before reading, so ``read(2**31)`` on
+    a 1 KiB prototxt was a MemoryError under a memory limit (ulimit -v, a
+    container)."""
     want = min(size, max_bytes) + 1
     parts, total = [], 0
     while total <= max_bytes:
@@ -107,9 +107,10 @@ def read_file_bytes(path, what="file", max_bytes=MAX_FILE_BYTES):
         # O_NONBLOCK: a FIFO swapped in after the check cannot block
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
                 raise ParseError(f"{path}: {what} is not a regular file")
-            data = _read_capped(f, max_bytes)
+            data = _read_capped(f, st.st_size, max_bytes)
     except FileNotFoundError:
         raise FileNotFound(f"{what} not found: {path}") from None
     except OSError as e:
