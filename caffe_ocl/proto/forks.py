@@ -28,6 +28,10 @@ MOBILENET_YOLO = "the MobileNet-YOLO fork (eric612/MobileNet-YOLO)"
 DEEPLAB = "DeepLab v2's fork (deeplab-public-ver2)"
 CTPN = "CTPN's fork (tianzhi0549/CTPN)"
 CAFFE_OCR = "the CRNN OCR fork (senlinuc/caffe_ocr)"
+REFINEDET = "RefineDet's fork (sfzhang15/RefineDet)"
+SOEAVER_INTERP = ("soeaver's Interp (soeaver/caffe-model's FPN nets; size from the second "
+                  "bottom, which caffe_ocl's Interp does whenever it has two bottoms: "
+                  "remove the line)")
 
 # layer type -> fork
 FORK_TYPES = {
@@ -73,6 +77,7 @@ FORK_FIELDS = {
     "lstm_param": CTPN, "transpose_param": CTPN, "reverse_param": CTPN,
     "ctc_decoder_param": CAFFE_OCR, "ctc_loss_param": CAFFE_OCR,
     "denseblock_param": CAFFE_OCR, "reverse_time_param": CAFFE_OCR,
+    "objectness_score": REFINEDET + " (its DetectionOutput)", "use_blob_size": SOEAVER_INTERP,
 }
 
 _NO_FIELD = re.compile(r'has no field named "([A-Za-z_0-9]+)"')
@@ -186,8 +191,8 @@ def explain_unknown_field(text, line, col, what):
         bits.append(f"field {field!r} is no caffe_ocl or known fork field; a custom layer "
                     "type registered with caffe_ocl.register_layer receives its *_param "
                     "text")
-    else:
-        return ""
+    # any other unknown field: the layer alone (the parser's message already
+    # names the field and the message type)
     return "; ".join(bits)
 
 

@@ -95,3 +95,22 @@ def test_register_checks():
         caffe_ocl.register_layer("Convolution", ScaleBy)
     with pytest.raises(TypeError, match="subclass caffe_ocl.Layer"):
         caffe_ocl.register_layer("Whatever", object)
+
+
+def test_unknown_nested_field_names_its_layer():
+    """A field no fork table knows, inside a layer's *_param, still gets the
+    layer named (the parser's own message names only the message type)."""
+    text = NET.replace('"MyScaleBy"', '"Interp"').replace(
+        "PARAM", "interp_param { zoom_factor: 2 made_up_flag: true }")
+    with pytest.raises(ParseError, match=r"no field named \"made_up_flag\"; in layer 'scale' "
+                                         r"\(type 'Interp'\)$"):
+        parse_net_text(text)
+
+
+def test_soeaver_interp_field_says_what_to_do():
+    text = NET.replace('"MyScaleBy"', '"Interp"').replace(
+        "PARAM", "interp_param { use_blob_size: true }")
+    with pytest.raises(ParseError, match=r"in layer 'scale' \(type 'Interp'\); field "
+                                         r"'use_blob_size' belongs to soeaver's Interp.*"
+                                         r"second bottom.*remove the line"):
+        parse_net_text(text)
