@@ -9,6 +9,22 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
+def child_env(*paths, root=ROOT, base=None, **extra):
+    """The environment of a child Python process a test starts (a command,
+    a benchmark script): a copy of ``base`` (default: this process's
+    environment) whose PYTHONPATH is ``root`` (the checkout: its code, not
+    an installed copy), then ``paths``, then the non-empty entries of
+    ``base``'s PYTHONPATH (wheel folders a machine brings: pyopencl, lmdb;
+    an empty entry would put the child's current folder on sys.path);
+    ``extra`` variables are set last."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(root), *map(str, paths)]
+        + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.update(extra)
+    return env
+
+
 @pytest.fixture(autouse=True)
 def _restore_caffe_ocl_logger():
     """Commands under test install Caffe-style log handlers; undo that so one

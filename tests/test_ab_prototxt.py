@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, child_env
 
 _W = 'weight_filler { type: "gaussian" std: 0.3 }'
 # MTCNN's R-Net form: convolution -> PReLU in place, a fully-connected
@@ -30,8 +30,7 @@ NET = ('name: "rnet" input: "data" input_shape { dim: 1 dim: 3 dim: 12 dim: 12 }
 def _script(tmp_path, name, *args, env_extra=None):
     proto = tmp_path / "tiny.prototxt"
     proto.write_text(NET)
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               **(env_extra or {}))
+    env = child_env(**(env_extra or {}))
     return subprocess.run([sys.executable, os.path.join(str(ROOT), "benchmarks", name),
                            str(proto), *args],
                           capture_output=True, text=True, env=env, timeout=300,

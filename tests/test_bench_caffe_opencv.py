@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, child_env
 
 cv2 = pytest.importorskip("cv2")
 if not hasattr(cv2.dnn, "readNetFromCaffe"):      # OpenCV 5 dropped its Caffe importer
@@ -47,7 +47,7 @@ MTCNN_FORM = ('name: "pnet" input: "data" input_shape { dim: 1 dim: 3 dim: 12 di
 def _run(tmp_path, text, *args):
     proto = tmp_path / "tiny.prototxt"
     proto.write_text(text)
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     p = subprocess.run([sys.executable, os.path.join(str(ROOT), "benchmarks",
                                                      "bench_caffe_opencv.py"),
                         str(proto), "--rounds", "1", "--runs", "1", *args],

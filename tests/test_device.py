@@ -9,7 +9,7 @@ import pytest
 
 from caffe_ocl.device import choose_device, kernel_arg_dtypes
 from caffe_ocl.errors import DeviceError
-from conftest import ROOT
+from conftest import ROOT, child_env
 
 
 def _dev(i, name, platform, version, gpu=False, pi=0, di=0, cu=2):
@@ -184,7 +184,7 @@ def test_command_errors_are_one_line_without_traceback(tmp_path, args, msg):
                        'layer { name: "c" type: "Convolutoin" bottom: "d" top: "c" }\n')
     args = [a.replace("{bad}", str(bad)).replace("{unknown}", str(unknown)) for a in args]
     (tmp_path / "x.png").write_bytes(b"")      # inputs are checked before the net is built
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     out = subprocess.run([sys.executable, "-m", "caffe_ocl"] + args, capture_output=True,
                          text=True, timeout=300, cwd=str(tmp_path), env=env)
     assert out.returncode == 1

@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, child_env
 
 
 def test_probe_prints_every_case():
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     p = subprocess.run([sys.executable, os.path.join(str(ROOT), "benchmarks",
                                                      "probe_program_switch.py"),
                         "--reps", "1", "--launches", "4", "--loop", "10"],

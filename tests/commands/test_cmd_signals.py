@@ -10,14 +10,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
-
-
-def env_with(*paths):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *map(str, paths),
-                                         env.get("PYTHONPATH", "")])
-    return env
+from conftest import ROOT, child_env
 
 
 def wait_for_line(proc, needle, timeout=120):
@@ -45,7 +38,7 @@ def test_sigint_while_the_package_imports(tmp_path):
     # module is imported the package's own start-up is under way
     proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "caffe_ocl", "train",
                              "--solver", str(tmp_path / "s.prototxt")],
-                            cwd=str(tmp_path), env=env_with(), stderr=subprocess.PIPE,
+                            cwd=str(tmp_path), env=child_env(), stderr=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, text=True)
     wait_for_line(proc, "caffe_ocl.startup")
     wait_for_line(proc, "| caffe_ocl.")       # a later import of the package
@@ -84,7 +77,7 @@ def test_sigint_while_the_net_builds(tmp_path):
         f'snapshot_prefix: "{tmp_path}/snap"\n')
     proc = subprocess.Popen([sys.executable, "-m", "caffe_ocl", "train",
                              "--solver", str(tmp_path / "s.prototxt")],
-                            cwd=str(tmp_path), env=env_with(tmp_path), stderr=subprocess.PIPE,
+                            cwd=str(tmp_path), env=child_env(tmp_path), stderr=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, text=True)
     wait_for_line(proc, "BUILDING")
     proc.send_signal(signal.SIGINT)
@@ -98,7 +91,7 @@ def test_sigint_while_the_net_builds(tmp_path):
 def test_closed_pipe_ends_quietly(args):
     r, w = os.pipe()
     proc = subprocess.Popen([sys.executable, "-m", "caffe_ocl", *args], cwd=str(ROOT),
-                            env=env_with(), stdout=w, stderr=subprocess.PIPE, text=True)
+                            env=child_env(), stdout=w, stderr=subprocess.PIPE, text=True)
     os.close(w)
     os.close(r)      # the reader is gone before the command writes anything
     rc, err = finish(proc)
@@ -115,7 +108,7 @@ def test_sigint_right_after_python_starts_caffe_ocl(tmp_path, delay_ms):
     other packages' .pth hooks -- no caffe_ocl code can act: README.)"""
     proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "caffe_ocl", "train",
                              "--solver", str(tmp_path / "s.prototxt")],
-                            cwd=str(tmp_path), env=env_with(), stderr=subprocess.PIPE,
+                            cwd=str(tmp_path), env=child_env(), stderr=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, text=True)
     wait_for_line(proc, " caffe_ocl.errors\n")
     time.sleep(delay_ms / 1000)
@@ -142,7 +135,7 @@ def test_startup_interrupt_cannot_be_swallowed_by_the_code_it_lands_in():
             "except BaseException:\n"
             "    pass\n"
             "print('carried on')\n")
-    p = subprocess.run([sys.executable, "-c", code], env=env_with(), capture_output=True,
+    p = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True,
                        text=True, timeout=120, cwd=str(ROOT))
     assert p.returncode == 130, (p.returncode, p.stdout, p.stderr[-2000:])
     assert "carried on" not in p.stdout

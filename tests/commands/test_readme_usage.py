@@ -26,7 +26,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, child_env
 
 SLOW_COMMANDS = {"train", "test"}       # train, and the test of its snapshot
 
@@ -65,10 +65,7 @@ def clone(tmp_path_factory):
 def run(clone, line, timeout=600):
     args = shlex.split(line)
     assert args[0] == "caffe_ocl", line
-    env = dict(os.environ)
-    # the clone first, then what the suite was started with (wheels a
-    # machine brings on PYTHONPATH: pyopencl, lmdb)
-    env["PYTHONPATH"] = os.pathsep.join([str(clone)] + [p for p in [env.get("PYTHONPATH")] if p])
+    env = child_env(root=clone)       # the clone's code, not the checkout's
     env.pop("CAFFE_OCL_MODELS", None)
     p = subprocess.run([sys.executable, "-m", "caffe_ocl", *args[1:]], cwd=clone, env=env,
                        capture_output=True, text=True, timeout=timeout)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, child_env
 
 pytest.importorskip("torch")
 pytest.importorskip("onnx")
@@ -18,7 +18,7 @@ pytest.importorskip("onnxruntime")
 
 def test_bench_zoo_smoke(tmp_path):
     out = tmp_path / "zoo.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     p = subprocess.run([sys.executable, os.path.join(str(ROOT), "benchmarks", "bench_zoo.py"),
                         "--smoke", "--json", str(out)],
                        capture_output=True, text=True, env=env, timeout=300, cwd=str(tmp_path))

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, child_env
 
 pytest.importorskip("torch")
 pytest.importorskip("onnx")
@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(str(ROOT), "benchmarks"))
 
 def test_bench_zoo_train_smoke(tmp_path):
     out = tmp_path / "train.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     p = subprocess.run([sys.executable, os.path.join(str(ROOT), "benchmarks", "bench_zoo_train.py"),
                         "--smoke", "--json", str(out)],
                        capture_output=True, text=True, env=env, timeout=300, cwd=str(tmp_path))

@@ -20,6 +20,7 @@ from caffe_ocl.data.datum import array_to_datum
 from caffe_ocl.data.db import LMDBWriter
 from caffe_ocl import ranks as pstate
 from caffe_ocl.parallel.launch import find_mpiexec, launcher_env
+from conftest import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,13 +88,8 @@ def write_solver(d, name, bs, iters, snap=0, hidden=5, extra=""):
     return s
 
 
-def _pythonpath():
-    """The checkout first, then whatever PYTHONPATH brought (e.g. pyopencl's wheel)."""
-    return os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
-
-
 def run_ranks(cmd, timeout=120, env=None, **kw):
-    e = dict(launcher_env(), PYTHONPATH=_pythonpath(), PYTHONUNBUFFERED="1", **(env or {}))
+    e = child_env(base=launcher_env(), PYTHONUNBUFFERED="1", **(env or {}))
     return subprocess.run(cmd, cwd=str(ROOT), env=e, capture_output=True, text=True,
                           timeout=timeout, **kw)
 
@@ -354,7 +350,7 @@ def _rank_pids(pattern):
 @needs_mpi
 def test_killed_rank_ends_the_job_and_snapshots_stay_intact(workdir):
     par = write_solver(workdir, "k", 4, 100000, snap=3)
-    e = dict(launcher_env(), PYTHONPATH=_pythonpath(), PYTHONUNBUFFERED="1")
+    e = child_env(base=launcher_env(), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "caffe_ocl", "train", f"--solver={par}",
                              "--gpu=0,0"], cwd=str(ROOT), env=e,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import child_env
 
 DATA_LAYER = '''
 import numpy as np
@@ -178,9 +178,7 @@ def _setup(tmp_path, batch, layer_wise):
 
 
 def _run(tmp_path, solver, gpus, out, timing=False):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(tmp_path),
-                                         env.get("PYTHONPATH", "")])
+    env = child_env(tmp_path)
     cmd = [sys.executable, str(tmp_path / "train.py"), "--solver", solver,
            "--out", str(tmp_path / out), "--gpus"] + [str(g) for g in gpus]
     if timing:

@@ -1,10 +1,9 @@
 """``import caffe`` prints Caffe's glog lines on stderr when building nets
 and training from Python (as pycaffe does), from GLOG_minloglevel on."""
-import os
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import child_env
 
 SCRIPT = r'''
 import sys
@@ -28,8 +27,7 @@ sys.stderr.write("SCRIPT-DONE\n")
 
 
 def _run(tmp_path, **env_extra):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env = child_env()
     env.pop("GLOG_minloglevel", None)
     env.update(env_extra)
     p = subprocess.run([sys.executable, "-c", SCRIPT], cwd=str(tmp_path), env=env,

@@ -480,7 +480,6 @@ def main(argv, run_case=run_case, make_base=make_base, finding=Finding):
 
 
 CHILD_MEMORY = 6 << 30     # RLIMIT_AS of the children (OpenCL drivers map a lot)
-_ROOT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def limit_child():
@@ -494,8 +493,8 @@ def run_child_cases(script, fmt, first, count, root, timeout):
     ``script``'s ``main`` in a memory-limited child; a finding, or a case the
     child did not finish (a signal, a hang past ``timeout``), fails. The
     set of the cases' verdicts."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = _ROOT_DIR + os.pathsep + env.get("PYTHONPATH", "")
+    from conftest import child_env     # here: this file also runs as the child
+    env = child_env()
     p = subprocess.run([sys.executable, script, fmt, str(first), str(count), str(root)],
                        capture_output=True, text=True, timeout=timeout, env=env,
                        preexec_fn=limit_child)

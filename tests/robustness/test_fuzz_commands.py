@@ -13,9 +13,8 @@ import sys
 import pytest
 
 import fuzzing
+from conftest import child_env
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT_DIR = os.path.dirname(os.path.dirname(HERE))
 CHILD_MEMORY = 6 << 30
 TIMEOUT = 120
 
@@ -25,9 +24,7 @@ def _limit_child():
 
 
 def caffe_ocl(*args, cwd=None):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT_DIR + os.pathsep + env.get("PYTHONPATH", "")
-    env["CAFFE_OCL_MEMORY_LIMIT_MB"] = "1024"
+    env = child_env(CAFFE_OCL_MEMORY_LIMIT_MB="1024")
     p = subprocess.run([sys.executable, "-m", "caffe_ocl", *map(str, args)],
                        capture_output=True, text=True, timeout=TIMEOUT, env=env,
                        preexec_fn=_limit_child, cwd=cwd)

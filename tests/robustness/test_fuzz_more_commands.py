@@ -2,7 +2,6 @@
 each ends in exit 0, or exit 1 with the error as the one last stderr line;
 never a traceback, a signal or a run without end. Each case here broke
 before (a traceback, or --iterations 10^20 running forever)."""
-import os
 import resource
 import subprocess
 import sys
@@ -10,9 +9,8 @@ import sys
 import pytest
 
 import fuzzing_more
+from conftest import child_env
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT_DIR = os.path.dirname(os.path.dirname(HERE))
 CHILD_MEMORY = 6 << 30
 
 
@@ -21,10 +19,8 @@ def _limit_child():
 
 
 def caffe_ocl(*args, cwd=None):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT_DIR + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-m", "caffe_ocl", *map(str, args)],
-                          capture_output=True, text=True, timeout=120, env=env,
+                          capture_output=True, text=True, timeout=120, env=child_env(),
                           preexec_fn=_limit_child, cwd=cwd)
 
 

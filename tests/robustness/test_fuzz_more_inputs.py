@@ -25,7 +25,6 @@ from caffe_ocl import config
 from caffe_ocl.proto import parse_net_text, parse_solver_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT_DIR = os.path.dirname(os.path.dirname(HERE))
 
 DEFAULT = {"onnx": 80, "h5weights": 80, "h5state": 80, "h5data": 60, "image": 80,
            "meanfile": 60}
@@ -282,11 +281,10 @@ def test_damaged_string_heap_of_hdf5_state_does_not_hang(tmp_path):
             "import pathlib; from caffe_ocl.errors import SolverError\n"
             "s, _ = t._h5_solver(pathlib.Path(sys.argv[2]))\n"
             "try:\n    s.restore(sys.argv[3])\nexcept SolverError as e:\n    print(e)\n")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT_DIR + os.pathsep + env.get("PYTHONPATH", "")
+    from conftest import child_env     # here: the child imports this file
     (tmp_path / "child").mkdir()
     p = subprocess.run([sys.executable, "-c", code, HERE, str(tmp_path / "child"), str(bad)],
-                       capture_output=True, text=True, timeout=60, env=env,
+                       capture_output=True, text=True, timeout=60, env=child_env(),
                        preexec_fn=fuzzing.limit_child)
     assert "bad.solverstate.h5: /learned_net: its string reference is damaged" in p.stdout, \
         p.stdout + p.stderr[-1000:]

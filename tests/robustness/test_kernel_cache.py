@@ -11,9 +11,8 @@ import sys
 import pytest
 
 from caffe_ocl.device import read_cache_entry, write_cache_entry
+from conftest import child_env
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT_DIR = os.path.dirname(os.path.dirname(HERE))
 
 NET = """
 layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 2 dim: 3 } } }
@@ -34,8 +33,7 @@ print(json.dumps({"stats": n.device.build_stats, "out": out.ravel().tolist()}))
 
 def run(cache, net):
     # caffe_ocl's own binary store, also on PoCL (where it is off by default)
-    env = dict(os.environ, CAFFE_OCL_CACHE=str(cache), CAFFE_OCL_BINARY_CACHE="1",
-               PYTHONPATH=ROOT_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env(CAFFE_OCL_CACHE=str(cache), CAFFE_OCL_BINARY_CACHE="1")
     p = subprocess.run([sys.executable, "-c", CODE % str(net)], env=env, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]

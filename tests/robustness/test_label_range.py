@@ -13,9 +13,8 @@ import pytest
 import caffe_ocl as caffe
 from caffe_ocl.errors import LabelError
 from caffe_ocl.proto import parse_net_text, parse_solver_text
+from conftest import child_env
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT_DIR = os.path.dirname(os.path.dirname(HERE))
 N, D, C = 4, 5, 3
 
 INPUTS = f"""
@@ -160,10 +159,8 @@ layer {{ name: "acc" type: "Accuracy" bottom: "ip" bottom: "label" top: "acc"
 
 
 def run_cli(*args, cwd):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT_DIR + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-m", "caffe_ocl", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, env=env)
+                          capture_output=True, text=True, timeout=300, env=child_env())
 
 
 def one_error_line(p):

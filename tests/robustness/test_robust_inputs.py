@@ -19,9 +19,8 @@ from caffe_ocl.errors import (CaffeOclError, DataError, DeviceError, NetError, P
                               ShapeError, SolverError)
 from caffe_ocl.proto import (blobproto_to_array, caffe_pb2, parse_net_text,
                              parse_solver_text, read_net, write_binary)
+from conftest import child_env
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT_DIR = os.path.dirname(os.path.dirname(HERE))
 
 
 def make_db(path, n=40, side=5):
@@ -315,13 +314,10 @@ def test_python_layer_does_not_import_from_the_current_folder(tmp_path):
     (tmp_path / "n.prototxt").write_text(
         'layer { name: "py" type: "Python" top: "x" python_param { module: "evil_layer_mod" '
         'layer: "L" } }')
-    env = dict(os.environ)
-    # what the suite was started with stays (pyopencl from a wheel folder),
-    # minus empty entries, which would put the current folder on the path
-    env["PYTHONPATH"] = os.pathsep.join(
-        [ROOT_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    # child_env drops PYTHONPATH's empty entries, which would put the
+    # current folder on the path
     p = subprocess.run([sys.executable, "-m", "caffe_ocl", "time", "--model", "n.prototxt",
-                        "--iterations", "1"], cwd=tmp_path, env=env, capture_output=True,
+                        "--iterations", "1"], cwd=tmp_path, env=child_env(), capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 1, p.stderr[-1000:]
     assert "cannot import module 'evil_layer_mod'" in p.stderr.strip().splitlines()[-1]
