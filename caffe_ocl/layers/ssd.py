@@ -7,6 +7,7 @@ numeric work runs in kernels/ssd.cl. Where the fork leaves an order
 unspecified (``std::sort`` of equal scores) the lower prior index, then the
 lower label, comes first.
 """
+import logging
 import math
 
 import numpy as np
@@ -16,6 +17,8 @@ from ..ops import pointwise
 from ..ops import ssd as ssd_ops
 from . import fillers
 from .base import Layer, register
+
+log = logging.getLogger("caffe_ocl")
 
 FLT_MAX = float(np.finfo(np.float32).max)
 
@@ -368,6 +371,13 @@ class DetectionOutputLayer(Layer):
         self.top_k = nms.top_k if nms.HasField("top_k") else -1
         self.normalized = p.normalized_bbox
         self.clip = p.clip
+        if p.save_output_param.output_directory:
+            # the fork's test-time result files (VOC/COCO/ILSVRC formats,
+            # read through label_map_file / name_size_file): not written
+            log.warning("layer %r: detection_output_param.save_output_param is not "
+                        "implemented; no result files are written to %r (the detections "
+                        "are in the top blob)", self.name,
+                        p.save_output_param.output_directory)
 
     def reshape(self, bottom, top):
         loc, conf, prior = bottom

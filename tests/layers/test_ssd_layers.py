@@ -368,3 +368,21 @@ def test_detection_output_equal_scores_order():
     np.testing.assert_allclose(rows[6:, 3], pr[:2, 0], atol=1e-6)
     np.testing.assert_allclose(y, ref_detection_output(loc, conf.reshape(1, -1), prior, 3,
                                                        keep_top_k=8), atol=1e-6)
+
+
+def test_detection_output_save_output_param_warns(caplog, tmp_path):
+    """The fork writes result files under save_output_param.output_directory;
+    caffe_ocl does not: it says so (naming the layer) and writes nothing."""
+    rng = np.random.default_rng(2)
+    loc, conf, prior = _det_inputs(1, 10, 3, True, rng)
+    out = tmp_path / "results"
+    with caplog.at_level("WARNING", logger="caffe_ocl"):
+        layer, b, t = make_layer(
+            'name: "det" type: "DetectionOutput" detection_output_param { num_classes: 3 '
+            f'save_output_param {{ output_directory: "{out}" output_format: "VOC" }} }}',
+            [loc, conf, prior])
+        (y,) = forward(layer, b, t)
+    assert any("'det'" in r.getMessage() and "save_output_param" in r.getMessage()
+               for r in caplog.records)
+    assert not out.exists()
+    np.testing.assert_allclose(y, ref_detection_output(loc, conf, prior, 3), rtol=1e-5, atol=1e-5)
