@@ -352,6 +352,7 @@ class Solver(Snapshotting):
     def _forward(self, net, check=False):
         if not check:
             net.forward_from_to(0, len(net.layers) - 1)
+            self._sync_solver_reads(net)
             return
         plan = self._finite_launches(net)
         q = self.dev.queue
@@ -365,6 +366,18 @@ class Solver(Snapshotting):
                 t.data_mem.to_device()
             for launch in plan["fwd"][li]:
                 launch.run(q)
+
+    def _sync_solver_reads(self, net):
+        """The loss tops and the net's outputs current on the device: the
+        loss and test-output launches read them there, and a top written
+        from Python (a Python layer's loss or accuracy, written on the host)
+        is otherwise uploaded only by a reader layer it does not have.
+        Without this the solver logged 0, nan or a stale value for a Python
+        loss layer's loss (BVLC's examples/pycaffe linreg + pyloss.py)."""
+        for t, _ in self._loss_tops(net):
+            t.data_mem.to_device()
+        for name in net.outputs:
+            net.blobs[name].data_mem.to_device()
 
     def _finite_launches(self, net):
         key = tuple((id(t.data_mem), t.count) for tops in net.graph.tops for t in tops)

@@ -198,6 +198,38 @@ def test_solver_updates_python_layer_param(pymod, rng):
     np.testing.assert_allclose(w, 2 - 0.1 * x.sum(), rtol=1e-5)
 
 
+def test_solver_reads_losses_and_outputs_a_python_layer_wrote(pymod, rng):
+    """A Python layer's loss top or test-net output is written on the host
+    and has no reader layer: the solver's smoothed loss and test scores must
+    still see it (they were 0 / nan / stale: BVLC's examples/pycaffe linreg
+    with pyloss.py logged "loss = 0")."""
+    net_text = ('layer { name: "data" type: "Input" top: "data" '
+                'input_param { shape { dim: 4 dim: 3 } } }\n'
+                + _py("sp", "data", "scaled", pymod, "ScaleParam", "2")
+                + _py("sum", "scaled", "loss", pymod, "SumRows", "", "loss_weight: 1"))
+    sp = caffe_pb2.SolverParameter()
+    text_format.Parse(net_text, sp.net_param)
+    text_format.Parse(net_text, sp.test_net_param.add())
+    sp.test_iter.append(1)
+    sp.test_interval = 1000
+    sp.test_initialization = False
+    sp.base_lr = 0.0
+    sp.lr_policy = "fixed"
+    sp.average_loss = 1
+    sp.display = 1
+    sp.snapshot_after_train = False
+    solver = caffe.SGDSolver(sp)
+    for step in range(2):
+        x = rng.standard_normal((4, 3)).astype(np.float32) + step
+        solver.net.blobs["data"].data[...] = x
+        solver.step(1)
+        assert solver.smoothed_loss == pytest.approx(2 * x.sum(), rel=1e-5)
+    tx = rng.standard_normal((4, 3)).astype(np.float32)
+    solver.test_nets[0].blobs["data"].data[...] = tx
+    scores = solver.test(0)
+    np.testing.assert_allclose(scores, 2 * tx.sum(1), rtol=1e-5)
+
+
 def test_import_error_names_layer_and_module():
     text = ('layer { name: "data" type: "Input" top: "data" '
             'input_param { shape { dim: 1 dim: 2 } } }\n'
