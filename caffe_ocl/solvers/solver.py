@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import config
 from ..blob import refresh_kept
-from ..errors import FileNotFound, ShapeError, SolverError, naming
+from ..errors import FileNotFound, SolverError, naming
 from .. import safe_io
 from ..net import Net
 from ..ops import pointwise
