@@ -8,10 +8,11 @@ Rendering runs ``dot -T<ext>`` directly so that Graphviz's own complaint
 (e.g. an unknown format) ends up in the error message.
 """
 
+import re
 import shutil
 import subprocess
 
-from .errors import CaffeOclError
+from .errors import CaffeOclError, naming
 from .proto import caffe_pb2
 
 __all__ = ["LAYER_STYLE_DEFAULT", "NEURON_LAYER_STYLE", "BLOB_STYLE",
@@ -32,6 +33,33 @@ BLOB_STYLE = {'shape': 'octagon',
 _PYDOT_MISSING = "drawing nets needs pydot: pip install pydot"
 _DOT_MISSING = ("drawing nets needs Graphviz's 'dot' program, which was not "
                 "found on PATH: install graphviz (apt-get install graphviz)")
+
+
+# A DOT ID that needs no quotes (and that pydot, of every version, leaves
+# unquoted): letters, digits and '_' not starting with a digit, or a numeral.
+_DOT_PLAIN_ID = re.compile(r'^[_a-zA-Z][_a-zA-Z0-9]*$|^([0-9]+\.?[0-9]*|[0-9]*\.[0-9]+)$')
+_DOT_KEYWORDS = ('graph', 'digraph', 'subgraph', 'node', 'edge', 'strict')
+
+
+def _dot_escape(text):
+    """``text`` for the inside of a double-quoted DOT string: a backslash
+    or quote of a layer or blob name is shown as itself, never ends the
+    string (a layer named ``a"]; evil [label="x`` wrote its own node into
+    the graph) nor starts a Graphviz escape; a line break is one (``\\n``,
+    ``\\r``, as pydot writes them), and a NUL, which Graphviz cannot read,
+    is shown as ``\\0``."""
+    return (text.replace('\\', '\\\\').replace('"', '\\"')
+            .replace('\r', '\\r').replace('\n', '\\n').replace('\0', '\\\\0'))
+
+
+def _dot_id(name):
+    """``name`` as a DOT ID: as it is when that is a plain ID (the output
+    of pycaffe's draw for ordinary names), else quoted and escaped. pydot
+    leaves a quoted string alone, and does not split it at ':' into a node
+    and a port."""
+    if _DOT_PLAIN_ID.match(name) and name.lower() not in _DOT_KEYWORDS:
+        return name
+    return '"%s"' % _dot_escape(name)
 
 
 def _pydot():
@@ -93,13 +121,13 @@ def get_layer_label(layer, rankdir, display_lrm=False):
     else:
         separator = r'\n'
 
-    descriptors_list = [layer.name]
+    descriptors_list = [_dot_escape(layer.name)]
     if layer.type == 'Pooling':
         pooling_types_dict = get_pooling_types_dict()
         layer_type = '(%s %s)' % (layer.type,
                                   pooling_types_dict[layer.pooling_param.pool])
     else:
-        layer_type = '(%s)' % layer.type
+        layer_type = '(%s)' % _dot_escape(layer.type)
     descriptors_list.append(layer_type)
 
     if layer.type in ['Convolution', 'Deconvolution', 'Pooling']:
@@ -124,7 +152,8 @@ def get_layer_label(layer, rankdir, display_lrm=False):
         if any([lrm0, lrm1]):
             descriptors_list.append("lr mult: %.1f, %.1f" % (lrm0, lrm1))
 
-    # the outer quotes keep Graphviz from reading ':' as a port separator
+    # the outer quotes keep Graphviz from reading ':' as a port separator;
+    # the name and type inside are escaped (_dot_escape)
     return '"%s"' % separator.join(descriptors_list)
 
 
@@ -161,7 +190,7 @@ def get_pydot_graph(caffe_net, rankdir, label_edges=True, phase=None,
     draws all of them.  In-place layers are drawn green.
     """
     pydot = _pydot()
-    pydot_graph = pydot.Dot(caffe_net.name if caffe_net.name else 'Net',
+    pydot_graph = pydot.Dot(_dot_id(caffe_net.name) if caffe_net.name else 'Net',
                             graph_type='digraph',
                             rankdir=rankdir)
     pydot_nodes = {}
@@ -181,12 +210,12 @@ def get_pydot_graph(caffe_net, rankdir, label_edges=True, phase=None,
             pydot_nodes[node_name] = pydot.Node(node_label, **layer_style)
         for bottom_blob in layer.bottom:
             pydot_nodes[bottom_blob + '_blob'] = pydot.Node(
-                '%s' % bottom_blob, **BLOB_STYLE)
+                _dot_id(bottom_blob), **BLOB_STYLE)
             pydot_edges.append({'src': bottom_blob + '_blob',
                                 'dst': node_name,
                                 'label': '""'})
         for top_blob in layer.top:
-            pydot_nodes[top_blob + '_blob'] = pydot.Node('%s' % top_blob)
+            pydot_nodes[top_blob + '_blob'] = pydot.Node(_dot_id(top_blob))
             edge_label = get_edge_label(layer) if label_edges else '""'
             pydot_edges.append({'src': node_name,
                                 'dst': top_blob + '_blob',
@@ -240,6 +269,7 @@ def draw_net_to_file(caffe_net, filename, rankdir='LR', phase=None,
     """Draw ``caffe_net`` into ``filename``, in the format its extension
     names ('.raw' writes the Graphviz source)."""
     ext = filename[filename.rfind('.') + 1:]
-    data = draw_net(caffe_net, rankdir, ext, phase, display_lrm)
+    with naming(filename):          # a Graphviz error names the drawing
+        data = draw_net(caffe_net, rankdir, ext, phase, display_lrm)
     with open(filename, 'wb') as fid:
         fid.write(data)

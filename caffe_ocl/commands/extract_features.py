@@ -43,6 +43,11 @@ def main(argv):
         num_batches = int(a[4])
     except ValueError:
         raise FlagError(f"num_mini_batches must be an integer, got {a[4]!r}") from None
+    if not 0 <= num_batches < 2**31:
+        # Caffe's int (atoi), as the int32 --iterations of test/time: 10^20
+        # mini-batches never ended
+        raise FlagError(f"num_mini_batches expects an integer in [0, 2147483647], "
+                        f"got {a[4]!r}")
     if len(blobs) != len(dbs):
         raise FlagError(f"{len(blobs)} blob name(s) but {len(dbs)} database name(s): the "
                         "number of blob names and dataset names must be equal")
@@ -56,6 +61,9 @@ def main(argv):
         device_id = int(a[7]) if len(a) > 7 else 0
     except ValueError:
         raise FlagError(f"DEVICE_ID must be an integer, got {a[7]!r}") from None
+    if not -2**31 <= device_id < 2**31:
+        raise FlagError(f"DEVICE_ID expects an integer in [-2147483648, 2147483647], "
+                        f"got {a[7]!r}")
     require_hdf5_for([weights], "caffe_ocl extract_features")
     start_log()
     if mode == "GPU":

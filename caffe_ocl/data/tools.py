@@ -12,6 +12,7 @@ import logging
 import os
 import struct
 import sys
+import zlib
 
 import numpy as np
 
@@ -179,6 +180,20 @@ def compute_image_mean(db_path, backend="lmdb"):
 # --------------------------------------------------------------------------
 # convert_mnist_data
 
+# The most bytes of image (or label) data read from one IDX file
+# (convert_mnist_data, convert_mnist_siamese_data). The data is held in
+# memory (read_idx returns whole arrays), so a file past this (a gzip bomb:
+# a 30 MB .gz inflating to 7 GB) is refused with an error naming it, not
+# read until the process runs out of memory. MNIST's training images are
+# 47 MB, EMNIST's largest split 0.55 GB.
+MAX_IDX_BYTES = 2 << 30
+_CHUNK = 1 << 24
+
+
+def _size_text(nbytes):
+    return f"{nbytes >> 30} GiB" if nbytes % (1 << 30) == 0 else f"{nbytes} bytes"
+
+
 def _open_maybe_gz(path):
     if not os.path.isfile(path):
         raise DataError(f"convert_mnist_data: unable to open file {path}")
@@ -187,52 +202,126 @@ def _open_maybe_gz(path):
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
-def _read_up_to(f, nbytes, chunk=1 << 24):
+def _read_up_to(f, nbytes, chunk=_CHUNK):
     """At most ``nbytes`` of ``f``, read in chunks: a header claiming 2^32-1
     images costs only the bytes the file really has (one read of that size
-    was a MemoryError); a short result is reported as truncated."""
-    parts, left = [], nbytes
-    while left > 0:
-        b = f.read(min(left, chunk))
+    was a MemoryError); a short result is reported as truncated. Grown in
+    place (a bytearray), so the bytes are held once, not twice."""
+    out = bytearray()
+    while len(out) < nbytes:
+        b = f.read(min(nbytes - len(out), chunk))
         if not b:
             break
-        parts.append(b)
-        left -= len(b)
-    return b"".join(parts)
+        out += b
+    return out
+
+
+def _skip_up_to(f, nbytes, chunk=_CHUNK):
+    """Read and drop at most ``nbytes`` of ``f``; the number dropped (gzip
+    data is inflated, and its CRC checked at the end of the stream, on the
+    way)."""
+    n = 0
+    while n < nbytes:
+        b = f.read(min(nbytes - n, chunk))
+        if not b:
+            break
+        n += len(b)
+    return n
+
+
+def _left(f):
+    """Bytes left in plain file ``f``; None for a .gz file (unknown until
+    inflated)."""
+    if isinstance(f, gzip.GzipFile):
+        return None
+    return os.fstat(f.fileno()).st_size - f.tell()
+
+
+def _idx_payload(f, nbytes, path, what):
+    """The ``nbytes`` of ``what`` after the header of IDX file ``path``: an
+    error naming the file when it holds fewer (truncated) or when they are
+    more than MAX_IDX_BYTES (they are held in memory)."""
+    left = _left(f)
+    if left is not None and left < nbytes:
+        have = left
+    elif nbytes > MAX_IDX_BYTES:
+        have = left if left is not None else _skip_up_to(f, MAX_IDX_BYTES + 1)
+        if have > MAX_IDX_BYTES:
+            raise DataError(f"{path}: the header gives {what} ({nbytes} bytes); at "
+                            f"most {_size_text(MAX_IDX_BYTES)} of data is read from an "
+                            "IDX file (it is held in memory)")
+    else:
+        data = _read_up_to(f, nbytes)
+        if len(data) == nbytes:
+            return data
+        have = len(data)
+    raise DataError(f"{path}: truncated IDX file (the header gives {what}, {nbytes} "
+                    f"bytes of data; the file holds {have})")
+
+
+def _idx_end(f, path, count, what):
+    """Read ``path`` to its end after the ``count`` ``what`` its header
+    declares: a .gz file's CRC (checked at the end of its stream) then
+    covers what was read. Data after them is ignored, as Caffe does, but
+    logged."""
+    extra = _left(f)
+    if extra is None:
+        try:
+            extra = _skip_up_to(f, MAX_IDX_BYTES + 1)
+        except gzip.BadGzipFile as e:
+            if not str(e).startswith("Not a gzipped file"):
+                raise
+            # bytes after the last gzip member (its CRC checked): gunzip's
+            # "trailing garbage ignored"
+            log.warning("%s: data after the end of the gzip stream ignored", path)
+            return
+        if extra > MAX_IDX_BYTES:
+            raise DataError(f"{path}: more than {_size_text(MAX_IDX_BYTES)} of data after "
+                            f"the {count} {what} its header declares")
+    if extra:
+        log.warning("%s: %d bytes after the %d %s its header declares ignored", path,
+                    extra, count, what)
+
+
+def _read_idx_file(path, magic_want, kind):
+    """(dims, data) of the IDX file ``path`` (gzip or plain): ``kind``
+    'image' (dims: count, rows, cols) or 'label' (dims: count,)."""
+    ndims = 3 if kind == "image" else 1
+    try:
+        with _open_maybe_gz(path) as f:
+            head = f.read(4)
+            magic = struct.unpack(">I", head)[0] if len(head) == 4 else None
+            if magic != magic_want:
+                raise DataError(f"{path}: incorrect {kind} file magic {magic} "
+                                f"(expected {magic_want})")
+            head = f.read(4 * ndims)
+            if len(head) < 4 * ndims:
+                raise DataError(f"{path}: too short for an IDX {kind} file")
+            dims = struct.unpack(">" + "I" * ndims, head)
+            nbytes = dims[0] * (dims[1] * dims[2] if kind == "image" else 1)
+            what = (f"{dims[0]} images of {dims[1]}x{dims[2]}" if kind == "image"
+                    else f"{dims[0]} labels")
+            data = _idx_payload(f, nbytes, path, what)
+            _idx_end(f, path, dims[0], kind + "s")
+    except EOFError as e:
+        raise DataError(f"{path}: truncated gzip file ({e})") from None
+    except (gzip.BadGzipFile, zlib.error) as e:
+        raise DataError(f"{path}: damaged gzip file ({e})") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e.strerror or e})") from None
+    except MemoryError:
+        raise DataError(f"{path}: out of host memory reading it") from None
+    return dims, data
 
 
 def read_idx(images_path, labels_path):
     """(images uint8 [N, rows, cols], labels uint8 [N]) from MNIST IDX files
-    (gzip or plain)."""
-    try:
-        with _open_maybe_gz(images_path) as f:
-            head = f.read(4)
-            magic = struct.unpack(">I", head)[0] if len(head) == 4 else None
-            if magic != 2051:
-                raise DataError(f"{images_path}: incorrect image file magic {magic} "
-                                "(expected 2051)")
-            head = f.read(12)
-            if len(head) < 12:
-                raise DataError(f"{images_path}: too short for an IDX image file")
-            n, rows, cols = struct.unpack(">III", head)
-            pixels = _read_up_to(f, n * rows * cols)
-        with _open_maybe_gz(labels_path) as f:
-            head = f.read(4)
-            magic = struct.unpack(">I", head)[0] if len(head) == 4 else None
-            if magic != 2049:
-                raise DataError(f"{labels_path}: incorrect label file magic {magic} "
-                                "(expected 2049)")
-            head = f.read(4)
-            if len(head) < 4:
-                raise DataError(f"{labels_path}: too short for an IDX label file")
-            nl = struct.unpack(">I", head)[0]
-            labels = _read_up_to(f, nl)
-    except (OSError, EOFError) as e:
-        raise DataError(f"convert_mnist_data: cannot read ({e})") from None
+    (gzip or plain). Each file is read to its end, so a .gz file's CRC is
+    checked; at most MAX_IDX_BYTES of data per file."""
+    (n, rows, cols), pixels = _read_idx_file(images_path, 2051, "image")
+    (nl,), labels = _read_idx_file(labels_path, 2049, "label")
     if n != nl:
         raise DataError(f"{images_path} has {n} images but {labels_path} has {nl} labels")
-    if len(pixels) != n * rows * cols or len(labels) != nl:
-        raise DataError(f"{images_path}/{labels_path}: truncated IDX file")
     return (np.frombuffer(pixels, np.uint8).reshape(n, rows, cols),
             np.frombuffer(labels, np.uint8))
 

@@ -79,6 +79,30 @@ def test_extract_features(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "f_fc7").exists()
 
 
+@pytest.mark.parametrize("argv, msg", [
+    (["99999999999999999999"], "num_mini_batches expects an integer in [0, 2147483647], "
+                               "got '99999999999999999999'"),
+    (["2147483648"], "num_mini_batches expects an integer in [0, 2147483647]"),
+    (["-1"], "num_mini_batches expects an integer in [0, 2147483647], got '-1'"),
+    (["1", "lmdb", "GPU", "99999999999999999999"],
+     "DEVICE_ID expects an integer in [-2147483648, 2147483647]"),
+])
+def test_extract_features_numbers_are_int32(tmp_path, monkeypatch, capsys, argv, msg):
+    """As test/time's --iterations: 10^20 mini-batches was accepted and ran
+    for ever; refused in one line before the net is built."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "w.caffemodel").write_bytes(b"")
+    (tmp_path / "feat.prototxt").write_text(FEATURE_NET)
+    from caffe_ocl.commands import extract_features as cmd
+    monkeypatch.setattr(cmd, "Net", lambda *a, **k: pytest.fail("net built"))
+    assert commands.main(["extract_features", "w.caffemodel", "feat.prototxt", "ip", "f_ip",
+                          *argv]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"caffe_ocl extract_features: error: {msg}" or \
+        (msg in err and "\n" not in err), err
+    assert not (tmp_path / "f_ip").exists()
+
+
 # --------------------------------------------------------------------------
 # upgrade_net_proto_text / binary, upgrade_solver_proto_text
 
@@ -316,3 +340,117 @@ def test_parse_log_year_wrap_and_errors(tmp_path, capsys):
     bad.write_text("I1201 10:00:00.000000  1 x.cpp:1] Iteration 0, loss = 1\n")
     assert commands.main(["parse_log", str(bad), str(tmp_path)]) == 1
     assert "no 'Solving' line" in capsys.readouterr().err
+
+
+def _glog(*lines, stamp="I1201 10:00:01.000000"):
+    """A log from "Solving" on: each line "TEXT" or ("STAMP", "TEXT")."""
+    out = ["I1201 10:00:00.000000  1 solver.cpp:280] Solving X"]
+    for line in lines:
+        s, text = line if isinstance(line, tuple) else (stamp, line)
+        out.append(f"{s}  1 solver.cpp:1] {text}")
+    return "\n".join(out) + "\n"
+
+
+def _one_error_line(capsys, *words):
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+def test_parse_log_skips_values_that_are_not_numbers(tmp_path, capsys):
+    # BVLC's [\.\deE+-]+ matched "e", "..." and "-+-", and float() failed;
+    # such a value is skipped as a line that is not an output; nan and inf
+    # (as C++ and Python print them) are numbers
+    log = tmp_path / "odd.log"
+    log.write_text(_glog("Iteration 0, lr = 1-5",
+                         "    Train net output #0: loss = e",
+                         "    Train net output #0: loss = ...",
+                         "    Train net output #0: loss = -+-",
+                         "    Train net output #0: loss = 1.5x",
+                         "    Train net output #0: loss = 1_0",
+                         "Iteration 0, lr = 0.01",
+                         "    Train net output #0: loss = 2.5 (* 1 = 2.5 loss)",
+                         "Iteration 10, lr = e",
+                         "    Train net output #0: loss = -nan (* 1 = -nan loss)",
+                         "Iteration 20",
+                         "    Train net output #0: loss = inf",
+                         "Iteration 30",
+                         "    Test net output #0: accuracy = .",
+                         "    Test net output #1: loss = 0.5"))
+    assert commands.main(["parse_log", str(log), str(tmp_path)]) == 0
+    assert (tmp_path / "odd.log.train").read_text().splitlines() == [
+        "NumIters,Seconds,LearningRate,loss", "0.0,1.0,0.01,2.5", "10.0,1.0,0.01,nan",
+        "20.0,1.0,0.01,inf"]
+    assert (tmp_path / "odd.log.test").read_text().splitlines() == [
+        "NumIters,Seconds,LearningRate,loss", "30.0,1.0,0.01,0.5"]
+
+
+def test_parse_log_rows_with_other_columns(tmp_path):
+    # the first test row lacks "accuracy" (its value was not a number): the
+    # CSV has every row's columns (csv.DictWriter failed on the extra one)
+    log = tmp_path / "cols.log"
+    log.write_text(_glog("Iteration 0",
+                         "    Test net output #0: accuracy = x",
+                         "    Test net output #1: loss = 2.3",
+                         "Iteration 100",
+                         "    Test net output #0: accuracy = 0.9",
+                         "    Test net output #1: loss = 0.3"))
+    assert commands.main(["parse_log", str(log), str(tmp_path)]) == 0
+    lines = (tmp_path / "cols.log.test").read_text().splitlines()
+    assert lines[0] == "NumIters,Seconds,LearningRate,loss,accuracy"
+    assert lines[1:] == ["0.0,1.0,nan,2.3,", "100.0,1.0,nan,,0.9", "100.0,1.0,nan,0.3,"]
+
+
+def test_parse_log_time_stamps_out_of_range(tmp_path, capsys):
+    # an hour of 20 digits: datetime's OverflowError; on the "Solving" line an
+    # error naming the file and line, elsewhere the line is skipped
+    bad = tmp_path / "hour.log"
+    bad.write_text("I1206 99999999999999999999:00:00.0  1 solver.cpp:1] Solving X\n"
+                   "I1206 09:00:01.000000  1 solver.cpp:2] Iteration 1, loss = 1\n")
+    assert commands.main(["parse_log", str(bad), str(tmp_path)]) == 1
+    _one_error_line(capsys, "hour.log:1:", "'Solving' line has no glog time stamp")
+    bad.write_text("I1301 10:00:00.000000  1 solver.cpp:1] Solving X\n")
+    assert commands.main(["parse_log", str(bad), str(tmp_path)]) == 1
+    _one_error_line(capsys, "hour.log:1:", "impossible glog time stamp")
+    log = tmp_path / "skip.log"
+    log.write_text(_glog("Iteration 0",
+                         ("I1201 99999999999999999999:00:00.0", "  Train net output #0: loss = 9"),
+                         ("I1201 " + "1" * 5000 + ":00:00.0", "  Train net output #0: loss = 8"),
+                         ("I1201 25:00:00.000000", "  Train net output #0: loss = 7"),
+                         ("I1201 10:00:02.0000001", "  Train net output #0: loss = 6"),
+                         ("I1201 10:00:03.000000", "  Train net output #0: loss = 1")))
+    assert commands.main(["parse_log", str(log), str(tmp_path)]) == 0
+    assert (tmp_path / "skip.log.train").read_text().splitlines() == [
+        "NumIters,Seconds,LearningRate,loss", "0.0,3.0,nan,1.0"]
+
+
+def test_parse_log_year_wrap_past_9999(tmp_path, capsys):
+    # months 12, 01, 12, 01, ...: a year at each wrap; past 9999 datetime
+    # failed (ValueError: year 10000 is out of range) outside any check
+    from caffe_ocl.data.parse_log import parse_log
+    from caffe_ocl.errors import DataError
+    log = tmp_path / "wrap.log"
+    log.write_text(_glog("Iteration 1", ("I1201 10:00:01.000000", "Train net output #0: loss = 1"),
+                         ("I0101 10:00:01.000000", "Train net output #0: loss = 2")))
+    with pytest.raises(DataError, match=r"wrap\.log:4: .*year 9999"):
+        parse_log(str(log), year=9999)
+    lines = [("I1201 10:00:01.000000" if k % 2 == 0 else "I0101 10:00:01.000000",
+              f"Iteration {k}, loss = 1") for k in range(17000)]
+    log.write_text(_glog(*lines))
+    assert commands.main(["parse_log", str(log), str(tmp_path)]) == 1
+    _one_error_line(capsys, "wrap.log:", "after the year 9999")
+
+
+def test_parse_log_leap_day_after_the_year_wraps(tmp_path):
+    # 29 February after a December of 2023 is in 2024 (the line was checked
+    # against 2023 first, and skipped)
+    from caffe_ocl.data.parse_log import parse_log
+    log = tmp_path / "leap.log"
+    log.write_text(_glog("Iteration 0", ("I1231 00:00:00.000000", "Train net output #0: loss = 1"),
+                         "Iteration 1",
+                         ("I0229 00:00:00.000000", "Train net output #0: loss = 2")))
+    train, _ = parse_log(str(log), year=2023)
+    assert [r["loss"] for r in train] == [1.0, 2.0]
+    assert train[1]["Seconds"] == 90 * 86400 - 36000.0

@@ -176,6 +176,104 @@ def test_convert_mnist_data_bad_magic(tmp_path, rng):
         read_idx(str(lp), str(lp))
 
 
+def _one_line_mnist_error(tmp_path, capsys, ip, lp):
+    assert cli.main(["convert_mnist_data", str(ip), str(lp), str(tmp_path / "db")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert not (tmp_path / "db").exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("db")]
+    return err[0]
+
+
+def test_mnist_gz_crc_is_checked(tmp_path, capsys):
+    """A stored-block .gz with one payload byte changed: the reader stopped
+    at the last image, before the end of the stream, so the CRC was never
+    checked and the changed pixel went into the database."""
+    from caffe_ocl.data.tools import read_idx
+    pixels = bytes([10, 20, 30, 40, 50, 60, 70, 80])
+    g = bytearray(gzip.compress(struct.pack(">IIII", 2051, 2, 2, 2) + pixels,
+                                compresslevel=0))
+    g[g.rfind(bytes([80]))] = 81
+    (tmp_path / "i.gz").write_bytes(bytes(g))
+    (tmp_path / "l.idx").write_bytes(struct.pack(">II", 2049, 2) + bytes([1, 2]))
+    with pytest.raises(DataError, match=r"i\.gz: damaged gzip file \(CRC check failed"):
+        read_idx(str(tmp_path / "i.gz"), str(tmp_path / "l.idx"))
+    assert "i.gz: damaged gzip file" in _one_line_mnist_error(
+        tmp_path, capsys, tmp_path / "i.gz", tmp_path / "l.idx")
+    # the labels file is checked the same way
+    (tmp_path / "i.idx").write_bytes(struct.pack(">IIII", 2051, 2, 2, 2) + pixels)
+    lg = bytearray(gzip.compress(struct.pack(">II", 2049, 2) + bytes([1, 2]),
+                                 compresslevel=0))
+    lg[lg.rfind(bytes([1, 2])) + 1] = 3
+    (tmp_path / "l.gz").write_bytes(bytes(lg))
+    with pytest.raises(DataError, match=r"l\.gz: damaged gzip file \(CRC check failed"):
+        read_idx(str(tmp_path / "i.idx"), str(tmp_path / "l.gz"))
+
+
+def test_mnist_truncated_or_damaged_gz_names_the_file(tmp_path, capsys, rng):
+    from caffe_ocl.data.tools import read_idx
+    imgs = rng.integers(0, 256, (6, 5, 5), dtype=np.uint8)
+    ip, lp = _write_idx(tmp_path, imgs, np.zeros(6, np.uint8), True)
+    good = ip.read_bytes()
+    for cut in (len(good) - 4, len(good) // 2, 20):
+        ip.write_bytes(good[:cut])
+        with pytest.raises(DataError, match=r"i\.gz: truncated gzip file"):
+            read_idx(str(ip), str(lp))
+    assert "i.gz: truncated gzip file" in _one_line_mnist_error(tmp_path, capsys, ip, lp)
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0xFF                     # inside the deflate stream
+    ip.write_bytes(bytes(bad))
+    with pytest.raises(DataError, match=r"i\.gz: (damaged|truncated) gzip file"):
+        read_idx(str(ip), str(lp))
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_mnist_data_past_the_limit_is_refused(tmp_path, capsys, rng, monkeypatch, gz):
+    """A gzip bomb (30 MB inflating to 7 GB of genuine data) was read into
+    memory until a MemoryError; data past MAX_IDX_BYTES is refused, read
+    (and dropped) in chunks only as far as the limit."""
+    from caffe_ocl.data import tools
+    imgs = rng.integers(0, 256, (8, 4, 4), dtype=np.uint8)       # 128 bytes
+    ip, lp = _write_idx(tmp_path, imgs, np.zeros(8, np.uint8), gz)
+    monkeypatch.setattr(tools, "MAX_IDX_BYTES", 100)
+    monkeypatch.setattr(tools, "_CHUNK", 16)
+    reads = []
+    real_read_up_to = tools._read_up_to
+    monkeypatch.setattr(tools, "_read_up_to",
+                        lambda f, n, **k: reads.append(n) or real_read_up_to(f, n, **k))
+    with pytest.raises(DataError, match=rf"{ip.name}: the header gives 8 images of 4x4 "
+                       r"\(128 bytes\); at most 100 bytes of data is read"):
+        tools.read_idx(str(ip), str(lp))
+    assert reads == []                        # nothing held
+    assert f"{ip.name}: the header gives 8 images" in \
+        _one_line_mnist_error(tmp_path, capsys, ip, lp)
+    # within the limit: read
+    monkeypatch.setattr(tools, "MAX_IDX_BYTES", 128)
+    got, labels = tools.read_idx(str(ip), str(lp))
+    np.testing.assert_array_equal(got, imgs)
+    # a header claiming more than the file holds is still "truncated"
+    head = struct.pack(">IIII", 2051, 2**32 - 1, 4, 4)
+    data = head + imgs.tobytes()
+    ip.write_bytes(gzip.compress(data) if gz else data)
+    with pytest.raises(DataError, match=rf"{ip.name}: truncated IDX file .* the file "
+                       "holds 128"):
+        tools.read_idx(str(ip), str(lp))
+
+
+def test_mnist_data_after_the_declared_items_is_ignored_and_logged(tmp_path, rng, caplog):
+    from caffe_ocl.data.tools import read_idx
+    imgs = rng.integers(0, 256, (3, 2, 2), dtype=np.uint8)
+    ip, lp = _write_idx(tmp_path, imgs, np.arange(3, dtype=np.uint8), True)
+    with gzip.open(lp, "wb") as f:                     # 5 labels in the stream
+        f.write(struct.pack(">II", 2049, 3) + bytes([0, 1, 2, 7, 7]))
+    ip.write_bytes(ip.read_bytes() + b"junk after the gzip stream")
+    got, labels = read_idx(str(ip), str(lp))
+    np.testing.assert_array_equal(got, imgs)
+    assert list(labels) == [0, 1, 2]
+    assert "i.gz: data after the end of the gzip stream ignored" in caplog.text
+    assert "l.gz: 2 bytes after the 3 labels its header declares ignored" in caplog.text
+
+
 def test_embedded_mnist_and_models_are_found():
     from caffe_ocl.data.paths import mnist_dir, models_dir
     from caffe_ocl.data.tools import read_idx

@@ -127,3 +127,60 @@ def test_cifar10_errors_say_where_to_get_it(tmp_path, rng):
     with pytest.raises(DataError, match="not a readable .tar.gz"):
         ex.build_cifar10(str(tmp_path / "notatar.tar.gz"), str(tmp_path / "out"))
     assert not os.path.exists(tmp_path / "out" / "cifar10_train_lmdb")
+
+
+def test_cifar10_member_bigger_than_a_batch_is_not_read(tmp_path, rng, monkeypatch):
+    """A 241-byte .tar.gz can hold an 8 GiB sparse member: its size is
+    checked against a CIFAR-10 batch's before anything is read (reading it
+    was a MemoryError)."""
+    files = _cifar_files(rng)
+    src = tmp_path / "cifar-10-binary.tar.gz"
+    with tarfile.open(src, "w:gz", format=tarfile.GNU_FORMAT) as tar:
+        for name, (buf, _, _) in files.items():
+            info = tarfile.TarInfo(f"cifar-10-batches-bin/{name}")
+            info.size = len(buf)
+            tar.addfile(info, io.BytesIO(buf))
+    big = len(files["data_batch_2.bin"][0])
+    monkeypatch.setattr(ex, "MAX_BATCH_RECORDS", 3)
+    monkeypatch.setattr(ex, "MAX_BATCH_BYTES", 3 * 3073)
+    read = []
+    real_extract = tarfile.TarFile.extractfile
+    monkeypatch.setattr(tarfile.TarFile, "extractfile",
+                        lambda self, m: read.append(m.name) or real_extract(self, m))
+    out = tmp_path / "out"
+    with pytest.raises(DataError, match=rf"{src}: member cifar-10-batches-bin/"
+                       rf"data_batch_2.bin: {big} bytes, more than a CIFAR-10 batch holds "
+                       r"\(at most 3 records of 3073 bytes, 9219 bytes\)"):
+        ex.build_cifar10(str(src), str(out))
+    assert "cifar-10-batches-bin/data_batch_2.bin" not in read
+    assert not out.exists() or not os.listdir(out)
+    # the same for an unpacked folder
+    folder = tmp_path / "cifar-10-batches-bin"
+    folder.mkdir()
+    for name, (buf, _, _) in files.items():
+        (folder / name).write_bytes(buf)
+    with pytest.raises(DataError, match=rf"data_batch_2.bin: {big} bytes, more than"):
+        ex.build_cifar10(str(folder), str(out))
+
+
+def test_cifar10_sparse_8_gib_member(tmp_path):
+    """The fuzz case itself: a GNU sparse member of 8 GiB in a tiny .tar.gz
+    (written by hand: a sparse header claiming the size, no data)."""
+    src = tmp_path / "sparse.tar.gz"
+    with tarfile.open(src, "w:gz", format=tarfile.GNU_FORMAT) as tar:
+        info = tarfile.TarInfo("data_batch_1.bin")
+        info.type = tarfile.GNUTYPE_SPARSE
+        info.size = 0
+        info.sparse = []
+        buf = bytearray(info.tobuf(tarfile.GNU_FORMAT))
+        # realsize (offset 483, 12 octal digits) = 8 GiB, the map empty
+        buf[483:495] = b"%011o\0" % (8 << 30)
+        buf[148:156] = b" " * 8
+        buf[148:156] = b"%06o\0 " % sum(buf[:512])
+        tar.fileobj.write(bytes(buf))
+        tar.offset += len(buf)
+    with tarfile.open(src) as tar:
+        assert tar.getmembers()[0].size == 8 << 30
+    with pytest.raises(DataError, match=r"member data_batch_1.bin: 8589934592 bytes, more "
+                       "than a CIFAR-10 batch holds"):
+        ex.build_cifar10(str(src), str(tmp_path / "out"))

@@ -202,3 +202,54 @@ def test_draw_net_to_file_and_command(net, pydot_and_dot, tmp_path, capsys):
     anon.CopyFrom(net)
     anon.ClearField("name")
     assert draw.draw_net(anon, 'LR').startswith(PNG_MAGIC)
+
+
+# --------------------------------------------------------------------------
+# names are escaped for Graphviz (a quote in a name was a syntax error, or
+# wrote DOT of the name's choosing into the graph)
+
+HOSTILE = r'''name: "n\"{"
+layer { name: "a\"]; evil [label=\"pwned" type: "Input" top: "x\"y"
+        input_param { shape { dim: 1 dim: 2 } } }
+layer { name: "b\\" type: "Input" top: "graph" input_param { shape { dim: 1 dim: 2 } } }
+layer { name: "c\nd\000e" type: "In\"nerProduct" bottom: "x\"y" bottom: "graph"
+        top: "o:1\\" }
+'''
+
+
+def test_labels_escape_quotes_backslashes_and_newlines():
+    net = parse_net_text(HOSTILE, "hostile.prototxt")
+    assert draw.get_layer_label(net.layer[0], 'LR') == \
+        r'"a\"]; evil [label=\"pwned\n(Input)"'
+    assert draw.get_layer_label(net.layer[1], 'TB') == r'"b\\ (Input)"'
+    assert draw.get_layer_label(net.layer[2], 'TB') == r'"c\nd\\0e (In\"nerProduct)"'
+
+
+def test_hostile_names_stay_inside_their_strings(pydot_and_dot, tmp_path, capsys):
+    net = parse_net_text(HOSTILE, "hostile.prototxt")
+    src = draw.draw_net(net, 'LR', ext='raw').decode()
+    assert src.startswith('digraph "n\\"{" {')
+    assert 'evil [label="pwned' not in src
+    lines = src.splitlines()
+    assert r'"a\"]; evil [label=\"pwned\n(Input)" [' in src
+    assert r'"x\"y" [' in src and '"graph" [' in src and r'"o:1\\";' in src
+    assert sum(' -> ' in line for line in lines) == 5
+    # Graphviz reads it: each name is one node, labelled with the name
+    svg = draw.draw_net(net, 'LR', ext='svg').decode()
+    import re
+    titles = re.findall(r'<g id="node\d+" class="node">\s*<title>([^<]*)</title>', svg)
+    assert sorted(titles) == sorted([
+        r'a&quot;]; evil [label=&quot;pwned\n(Input)', 'x&quot;y', r'b\\\n(Input)', 'graph',
+        r'c\nd\\0e\n(In&quot;nerProduct)', r'o:1\\'])
+    assert 'pwned</text>' in svg and '>evil<' not in svg
+    # the command: no Graphviz error
+    proto = tmp_path / "hostile.prototxt"
+    proto.write_text(HOSTILE)
+    assert cli_main(["draw_net", str(proto), str(tmp_path / "h.png")]) == 0
+    assert (tmp_path / "h.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_graphviz_error_names_the_drawing(net, pydot_and_dot, tmp_path):
+    with pytest.raises(CaffeOclError, match=r"x\.nosuchfmt: Graphviz could not draw"):
+        draw.draw_net_to_file(net, str(tmp_path / "x.nosuchfmt"))
+    assert not (tmp_path / "x.nosuchfmt").exists()
