@@ -34,6 +34,20 @@ IMAGE_BYTES = 3 * SIZE * SIZE
 RECORD_BYTES = 1 + IMAGE_BYTES
 TRAIN_FILES = tuple(f"data_batch_{i}.bin" for i in range(1, 6))
 TEST_FILE = "test_batch.bin"
+# The largest batch file read: the official batches hold 10,000 records
+# (30,730,000 bytes), and Caffe's convert_cifar_data reads 10,000 a file. A
+# bigger file (a sparse file, or a .tar.gz member: 241 bytes can hold an
+# 8 GiB one) is an error naming it, not read into memory.
+MAX_BATCH_RECORDS = 10000
+MAX_BATCH_BYTES = MAX_BATCH_RECORDS * RECORD_BYTES
+
+
+def check_batch_bytes(size, where):
+    """DataError naming ``where`` if ``size`` bytes exceed a batch's."""
+    if size > MAX_BATCH_BYTES:
+        raise DataError(f"{where}: {size} bytes, more than a CIFAR-10 batch holds (at most "
+                        f"{MAX_BATCH_RECORDS} records of {RECORD_BYTES} bytes, "
+                        f"{MAX_BATCH_BYTES} bytes)")
 
 
 def _check_size(size, where):
@@ -56,9 +70,12 @@ def read_cifar_batch(path):
     if not os.path.isfile(path):
         raise DataError(f"Unable to open CIFAR-10 batch file {path} (the binary version "
                         "from https://www.cs.toronto.edu/~kriz/cifar.html, unpacked)")
+    check_batch_bytes(os.path.getsize(path), path)
     _check_size(os.path.getsize(path), path)
     with open(path, "rb") as f:
-        return parse_cifar_batch(f.read(), path)
+        buf = f.read(MAX_BATCH_BYTES + 1)
+    check_batch_bytes(len(buf), path)      # a file that grew meanwhile
+    return parse_cifar_batch(buf, path)
 
 
 def write_cifar_lmdb(batches, db_path):

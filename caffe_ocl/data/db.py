@@ -474,7 +474,14 @@ class LMDBWriter:
                         txn.put(k, v)
                 break
             except lmdb.MapFullError:
-                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+                size = self.env.info()["map_size"] * 2
+                try:
+                    self.env.set_mapsize(size)
+                except lmdb.Error as e:     # no address space left for the map
+                    raise DataError(f"database {self.path}: cannot grow its map to {size} "
+                                    f"bytes ({e})") from None
+            except lmdb.Error as e:         # a full disk, a memory limit
+                raise DataError(f"database {self.path}: cannot write records ({e})") from None
         self.pending = []
 
     def close(self):

@@ -29,7 +29,8 @@ import zlib
 
 from ..errors import DataError
 from ..proto import write_binary
-from .cifar import RECORD_BYTES, TEST_FILE, TRAIN_FILES, parse_cifar_batch, write_cifar_lmdb
+from . import cifar
+from .cifar import TEST_FILE, TRAIN_FILES, check_batch_bytes, parse_cifar_batch, write_cifar_lmdb
 from .demo import build_lmdbs
 from .tools import compute_image_mean
 
@@ -53,21 +54,6 @@ def build_mnist(out_dir=MNIST_DIR, progress=True):
     return build_lmdbs(out_dir, progress=progress)
 
 
-# The largest batch file read: the official batches hold 10,000 records
-# (30,730,000 bytes), and Caffe's convert_cifar_data reads 10,000 a file. A
-# bigger member or file (a 241-byte .tar.gz can hold an 8 GiB sparse one)
-# is an error naming it, not read into memory.
-MAX_BATCH_RECORDS = 10000
-MAX_BATCH_BYTES = MAX_BATCH_RECORDS * RECORD_BYTES
-
-
-def _check_batch_size(size, where):
-    if size > MAX_BATCH_BYTES:
-        raise DataError(f"{where}: {size} bytes, more than a CIFAR-10 batch holds (at most "
-                        f"{MAX_BATCH_RECORDS} records of {RECORD_BYTES} bytes, "
-                        f"{MAX_BATCH_BYTES} bytes)")
-
-
 def _batch_bytes(source, names):
     """{name: bytes} of the CIFAR batch files in a folder (searched one level
     down too, for the unpacked ``cifar-10-batches-bin/``) or a .tar(.gz)."""
@@ -81,8 +67,8 @@ def _batch_bytes(source, names):
                     base = os.path.basename(m.name)
                     if m.isfile() and base in names and base not in out:
                         where = f"CIFAR-10 source {source}: member {m.name}"
-                        _check_batch_size(m.size, where)
-                        buf = tar.extractfile(m).read(MAX_BATCH_BYTES + 1)
+                        check_batch_bytes(m.size, where)
+                        buf = tar.extractfile(m).read(cifar.MAX_BATCH_BYTES + 1)
                         if len(buf) != m.size:
                             raise DataError(f"{where}: {len(buf)} bytes read, its header "
                                             f"says {m.size}")
@@ -97,10 +83,10 @@ def _batch_bytes(source, names):
             for d in dirs:
                 p = os.path.join(d, name)
                 if os.path.isfile(p):
-                    _check_batch_size(os.path.getsize(p), p)
+                    check_batch_bytes(os.path.getsize(p), p)
                     with open(p, "rb") as f:
-                        out[name] = f.read(MAX_BATCH_BYTES + 1)
-                    _check_batch_size(len(out[name]), p)
+                        out[name] = f.read(cifar.MAX_BATCH_BYTES + 1)
+                    check_batch_bytes(len(out[name]), p)
                     break
     missing = [n for n in names if n not in out]
     if missing:

@@ -71,8 +71,13 @@ def extract_features(net, blob_names, db_paths, num_batches, source="the net"):
             writers[i].commit()
             log.info("Extracted features of %d query images for feature blob %s",
                      counts[i], name)
-    finally:
         for wr in writers:
             wr.close()
+    except BaseException:
+        # an error or Ctrl-C midway (or a later database that already
+        # exists): no database, empty or half-written, is left under its name
+        for wr in writers:
+            wr.abort()
+        raise
     log.info("Successfully extracted the features!")
     return dict(zip(blob_names, counts))

@@ -7,6 +7,7 @@ import tarfile
 import numpy as np
 import pytest
 
+from caffe_ocl.data import cifar
 from caffe_ocl.data import examples as ex
 from caffe_ocl.data.db import LMDBReader
 from caffe_ocl.errors import DataError
@@ -141,8 +142,8 @@ def test_cifar10_member_bigger_than_a_batch_is_not_read(tmp_path, rng, monkeypat
             info.size = len(buf)
             tar.addfile(info, io.BytesIO(buf))
     big = len(files["data_batch_2.bin"][0])
-    monkeypatch.setattr(ex, "MAX_BATCH_RECORDS", 3)
-    monkeypatch.setattr(ex, "MAX_BATCH_BYTES", 3 * 3073)
+    monkeypatch.setattr(cifar, "MAX_BATCH_RECORDS", 3)
+    monkeypatch.setattr(cifar, "MAX_BATCH_BYTES", 3 * 3073)
     read = []
     real_extract = tarfile.TarFile.extractfile
     monkeypatch.setattr(tarfile.TarFile, "extractfile",
@@ -184,3 +185,20 @@ def test_cifar10_sparse_8_gib_member(tmp_path):
     with pytest.raises(DataError, match=r"member data_batch_1.bin: 8589934592 bytes, more "
                        "than a CIFAR-10 batch holds"):
         ex.build_cifar10(str(src), str(tmp_path / "out"))
+
+
+def test_convert_cifar_data_file_bigger_than_a_batch_is_not_read(tmp_path, rng, monkeypatch):
+    """convert_cifar_data reads the batch files of a folder: one larger than
+    a batch is an error naming it before it is read (a sparse file of
+    gigabytes was read whole)."""
+    files = _cifar_files(rng)
+    for name, (buf, _, _) in files.items():
+        (tmp_path / name).write_bytes(buf)
+    big = len(files["data_batch_2.bin"][0])
+    monkeypatch.setattr(cifar, "MAX_BATCH_RECORDS", 3)
+    monkeypatch.setattr(cifar, "MAX_BATCH_BYTES", 3 * 3073)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(DataError, match=rf"data_batch_2.bin: {big} bytes, more than a "
+                       "CIFAR-10 batch holds"):
+        cifar.convert_cifar_data(str(tmp_path), str(out))
