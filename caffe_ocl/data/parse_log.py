@@ -10,7 +10,11 @@ float, as BVLC's script keeps it); ``Seconds`` counts from the log's
 plus one at each month wrap); ``LearningRate`` is the last "lr = X" (the
 first row takes the second row's, as BVLC's ``fix_initial_nan_learning_rate``
 does). Lines before the first "Iteration" and lines without a glog time
-stamp are skipped.
+stamp (or with an impossible one: month 13, hour 25, ...) are skipped, and
+so is an output or "lr =" whose value is not a number ("loss = e"); a
+value is a decimal number as C++ or Python prints one, "nan" and "inf"
+included (BVLC's script skips "nan" and fails on "-nan", "e" or "1-5").
+Time stamps that wrap past the year 9999 are an error naming the line.
 
 ``save_csv_files`` writes ``OUTPUT_DIR/<log name>.train`` and ``.test``
 (csv's excel dialect with the given delimiter, a header row). Where BVLC's
@@ -27,36 +31,57 @@ from collections import OrderedDict
 from ..errors import DataError
 
 RE_ITERATION = re.compile(r"Iteration (\d+)")
-RE_TRAIN_OUTPUT = re.compile(r"Train net output #(\d+): (\S+) = ([\.\deE+-]+)")
-RE_TEST_OUTPUT = re.compile(r"Test net output #(\d+): (\S+) = ([\.\deE+-]+)")
-RE_LEARNING_RATE = re.compile(r"lr = ([-+]?[0-9]*\.?[0-9]+([eE]?[-+]?[0-9]+)?)")
+# the value after " = ": a run of characters up to a space, bracket, comma or
+# control character (a NUL), read by number() (BVLC's regex [\.\deE+-]+ also
+# matched "e", "..." or "-+-", and float() failed)
+VALUE = r"([^\s,;()\[\]\x00-\x1f\x7f]+)"
+RE_TRAIN_OUTPUT = re.compile(r"Train net output #(\d+): (\S+) = " + VALUE)
+RE_TEST_OUTPUT = re.compile(r"Test net output #(\d+): (\S+) = " + VALUE)
+RE_LEARNING_RATE = re.compile(r"lr = " + VALUE)
+RE_NUMBER = re.compile(r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf(?:inity)?)",
+                       re.IGNORECASE | re.ASCII)
+# a glog time stamp "I0210 13:39:22.381027": level, month, day, h:m:s.fraction
+RE_STAMP = re.compile(r"\S(\d{2})(\d{1,2})\s+(\d{1,2}):(\d{1,2}):(\d{1,2})\.(\d{1,6})(?:\s|$)",
+                      re.ASCII)
 HEAD = ("NumIters", "Seconds", "LearningRate")
 
 
+def number(token):
+    """The float a log prints as ``token`` ("0.5", "-1e-05", "nan", "-inf"),
+    or None when ``token`` is not a number ("e", "...", "1-5", "1_0")."""
+    return float(token) if RE_NUMBER.fullmatch(token) else None
+
+
+def stamp_of_line(line):
+    """(month, day, hour, minute, second, microsecond) of a glog line's time
+    stamp, or None when it has none. Each field has at most two digits (the
+    microseconds six; BVLC's script reads them as an integer too), so the
+    values are small; their ranges are checked by ``datetime``."""
+    m = RE_STAMP.match(line.strip())
+    return tuple(int(g) for g in m.groups()) if m else None
+
+
 def datetime_of_line(line, year):
-    """The time stamp of a glog line ("I0210 13:39:22.381027 ...");
-    ValueError when the line has none."""
-    parts = line.strip().split()
-    if len(parts) < 2 or len(parts[0]) < 5:
+    """The time stamp of a glog line ("I0210 13:39:22.381027 ...") in
+    ``year``; ValueError when the line has none or it is not a date."""
+    stamp = stamp_of_line(line)
+    if stamp is None:
         raise ValueError(f"no glog time stamp: {line!r}")
-    month, day = int(parts[0][1:3]), int(parts[0][3:])
-    stamp = parts[1]
-    pos = stamp.rfind(".")
-    hms = [int(x) for x in stamp[:pos].split(":")]
-    if len(hms) != 3:
-        raise ValueError(f"no glog time stamp: {line!r}")
-    return datetime.datetime(year, month, day, hms[0], hms[1], hms[2], int(stamp[pos + 1:]))
+    try:
+        return datetime.datetime(year, *stamp)
+    except (ValueError, OverflowError, TypeError):
+        raise ValueError(f"not a date in {year}: {line!r}") from None
 
 
 def _row_for_output(regex, row, rows, line, iteration, seconds, lr):
     m = regex.search(line)
-    if m:
+    if m and number(m.group(3)) is not None:
         if not row or row["NumIters"] != iteration:
             if row:
                 rows.append(row)
             row = OrderedDict([("NumIters", iteration), ("Seconds", seconds),
                                ("LearningRate", lr)])
-        row[m.group(2)] = float(m.group(3))
+        row[m.group(2)] = number(m.group(3))
     if row and len(rows) >= 1 and len(row) == len(rows[0]):
         rows.append(row)
         row = None
@@ -65,9 +90,9 @@ def _row_for_output(regex, row, rows, line, iteration, seconds, lr):
 
 def parse_log(path, year=None):
     """(train rows, test rows) of a Caffe log (see the module's text)."""
-    if year is None:
-        year = datetime.datetime.fromtimestamp(os.path.getctime(path)).year
     try:
+        if year is None:
+            year = datetime.datetime.fromtimestamp(os.path.getctime(path)).year
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
     except OSError as e:
@@ -78,33 +103,40 @@ def parse_log(path, year=None):
         if "Solving" in line:
             try:
                 start = datetime_of_line(line, year)
-            except (ValueError, IndexError):
-                raise DataError(f"{path}: the 'Solving' line has no glog time stamp: "
-                                f"{line.strip()!r}") from None
+            except ValueError:
+                what = "no" if stamp_of_line(line) is None else "an impossible"
+                raise DataError(f"{path}:{k + 1}: the 'Solving' line has {what} glog time "
+                                f"stamp: {line.strip()[:200]!r}") from None
             break
     if start is None:
         raise DataError(f"{path}: no 'Solving' line (is this a Caffe training log?)")
-    last = start
+    last_month = start.month
     iteration, lr = -1, float("nan")
     train, test, train_row, test_row = [], [], None, None
-    for line in lines[k + 1:]:
+    for lineno, line in enumerate(lines[k + 1:], k + 2):
         m = RE_ITERATION.search(line)
         if m:
             iteration = float(m.group(1))
         if iteration == -1:
             continue
-        try:
-            t = datetime_of_line(line, year)
-        except (ValueError, IndexError):
+        stamp = stamp_of_line(line)
+        if stamp is None:
             continue
-        if t.month < last.month:
-            year += 1
-            t = datetime_of_line(line, year)
-        last = t
+        # the year goes up where the month goes down (December -> January)
+        y = year + 1 if stamp[0] < last_month else year
+        if y > datetime.MAXYEAR:
+            raise DataError(f"{path}:{lineno}: the time stamps go back a month so often that "
+                            f"the log would end after the year {datetime.MAXYEAR} (is this one "
+                            "training log?)")
+        try:
+            t = datetime.datetime(y, *stamp)
+        except ValueError:       # month 13, 30 February, hour 25, ...: not a time stamp
+            continue
+        year, last_month = y, stamp[0]
         seconds = (t - start).total_seconds()
         m = RE_LEARNING_RATE.search(line)
-        if m:
-            lr = float(m.group(1))
+        if m and number(m.group(1)) is not None:
+            lr = number(m.group(1))
         train, train_row = _row_for_output(RE_TRAIN_OUTPUT, train_row, train, line, iteration,
                                            seconds, lr)
         test, test_row = _row_for_output(RE_TEST_OUTPUT, test_row, test, line, iteration,
@@ -118,7 +150,9 @@ def parse_log(path, year=None):
 
 
 def write_csv(path, rows, delimiter=","):
-    fields = list(rows[0].keys()) if rows else list(HEAD)
+    fields = list(HEAD)         # every row's columns, in the order they first appear
+    for row in rows:
+        fields += [c for c in row if c not in fields]
     try:
         with open(path, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=fields, dialect=csv.excel, delimiter=delimiter)

@@ -12,13 +12,16 @@ against iterations. No matplotlib needed.
 """
 import math
 import re
+import sys
 
 import numpy as np
 
 from ..errors import DataError
+from .parse_log import VALUE as _NUM, number
 
-_NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf)"
-RE_ITER = re.compile(r"Iteration (\d+)")
+# a value (_NUM): a run of characters up to a space or bracket, a number
+# when number() reads it as one ("0.31", "-1e-05", "nan", "-inf"; not "e",
+# "1.5x" or "1.#INF")
 RE_LOSS = re.compile(r"Iteration (\d+)(?: \([^)]*\))?, loss = " + _NUM)
 RE_TESTING = re.compile(r"Iteration (\d+), Testing net \(#(\d+)\)")
 RE_TEST_OUT = re.compile(r"Test net output #(\d+): (\S+) = " + _NUM)
@@ -26,42 +29,56 @@ RE_TRAIN_OUT = re.compile(r"Train net output #(\d+): (\S+) = " + _NUM)
 RE_LR = re.compile(r"Iteration (\d+), lr = " + _NUM)
 
 
+def _iteration(digits):
+    """The int an "Iteration N" prints, or None when it is too large to
+    place on an axis (a float overflows; also beyond Python's int digit
+    limit)."""
+    if not math.isfinite(float(digits)):
+        return None
+    return int(digits.lstrip("0") or "0")
+
+
 def parse_log(path):
     """{'train': [(iter, loss)], 'test': [(iter, {name: value})],
-    'lr': [(iter, lr)]} from a log file (only test net #0 is kept)."""
+    'lr': [(iter, lr)], 'path': path} from a log file (only test net #0 is
+    kept). A line whose value is not a number ("loss = e") or whose
+    iteration does not fit a float is skipped; "nan" and "inf" are kept
+    (plot() leaves them out)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
     except OSError as e:
         raise DataError(f"plot_log: cannot read log {path} ({e})") from None
     train, test, lr = [], [], []
-    it = -1
-    test_it, test_net = None, 0
+    test_net = 0
     for line in text.splitlines():
         m = RE_TESTING.search(line)
         if m:
-            test_it, test_net = int(m.group(1)), int(m.group(2))
-            if test_net == 0:
+            test_it, test_net = _iteration(m.group(1)), int(m.group(2))
+            if test_it is None:
+                test_net = -1            # its outputs are skipped with it
+            elif test_net == 0:
                 test.append((test_it, {}))
             continue
         m = RE_LOSS.search(line)
         if m:
-            it = int(m.group(1))
-            train.append((it, float(m.group(2))))
+            it, v = _iteration(m.group(1)), number(m.group(2))
+            if it is not None and v is not None:
+                train.append((it, v))
             continue
         m = RE_LR.search(line)
         if m:
-            lr.append((int(m.group(1)), float(m.group(2))))
+            it, v = _iteration(m.group(1)), number(m.group(2))
+            if it is not None and v is not None:
+                lr.append((it, v))
             continue
         m = RE_TEST_OUT.search(line)
         if m and test and test_net == 0:
-            test[-1][1][m.group(2)] = float(m.group(3))
-            continue
-        m = RE_ITER.search(line)
-        if m:
-            it = int(m.group(1))
+            v = number(m.group(3))
+            if v is not None:
+                test[-1][1][m.group(2)] = v
     test = [t for t in test if t[1]]
-    return {"train": train, "test": test, "lr": lr}
+    return {"train": train, "test": test, "lr": lr, "path": path}
 
 
 def accuracy_name(test):
@@ -76,20 +93,40 @@ def accuracy_name(test):
     return None
 
 
-def _nice_ticks(lo, hi, n=5):
-    if not math.isfinite(lo) or not math.isfinite(hi) or hi <= lo:
-        hi = lo + 1.0
-    span = hi - lo
-    raw = span / n
-    mag = 10 ** math.floor(math.log10(raw))
+def _nice_ticks(lo, hi, n=5, max_ticks=20):
+    """Round values (steps of 1, 2, 2.5 or 5 times a power of ten) from
+    below ``lo`` to ``hi``, about ``n`` of them and never more than
+    ``max_ticks``: they are made by index, so this ends for any input. Where
+    the range has no such steps (not finite, empty, or narrower than the
+    floats near its ends resolve) the ticks are its finite ends."""
+    ends = sorted({float(v) for v in (lo, hi) if math.isfinite(v)})
+    if len(ends) < 2:
+        return ends
+    lo, hi = ends
+    raw = hi / n - lo / n                 # span / n, without overflow
+    if not raw >= sys.float_info.min or raw < max(abs(lo), abs(hi)) * 1e-12:
+        return ends
+    mag = 10.0 ** math.floor(math.log10(raw))
     step = min((s * mag for s in (1, 2, 2.5, 5, 10) if s * mag >= raw), default=raw)
-    start = math.floor(lo / step) * step
-    ticks = []
-    v = start
-    while v <= hi + step * 1e-6:
-        ticks.append(round(v, 10))
-        v += step
-    return ticks
+    first, last = math.floor(lo / step), math.floor(hi / step + 1e-6)
+    if not 0 <= last - first < max_ticks:
+        return ends
+    ticks = (float(f"{k * step:.12g}") for k in range(first, last + 1))
+    return [t for t in ticks if math.isfinite(t)]
+
+
+def _axis(lo, hi):
+    """(lo, hi) for an axis that shows [lo, hi]: finite, and wide enough to
+    divide by (a range of denormals or a single value gets hi = lo + 1)."""
+    big = sys.float_info.max
+    lo, hi = min(max(lo, -big), big), min(max(hi, -big), big)
+    if hi / 2 - lo / 2 >= 1e-300:
+        return lo, hi
+    if lo + 1.0 > lo:
+        return lo, lo + 1.0
+    mid = lo / 2 + hi / 2                 # |lo| > 2**53: pad by a thousandth
+    pad = abs(mid) * 1e-3
+    return max(mid - pad, -big), min(mid + pad, big)
 
 
 def _fmt(v):
@@ -103,12 +140,18 @@ def _fmt(v):
 def plot(parsed, out_path, title="training", size=(900, 560)):
     """Draw training loss and test accuracy vs iterations into a PNG."""
     import cv2
-    train = [(i, v) for i, v in parsed["train"] if math.isfinite(v)]
+
+    def finite(i, v):
+        return math.isfinite(i) and math.isfinite(v)
+
+    train = [(i, v) for i, v in parsed["train"] if finite(i, v)]
     acc_name = accuracy_name(parsed["test"])
-    acc = [(i, o[acc_name]) for i, o in parsed["test"] if acc_name in o] if acc_name else []
+    acc = [(i, o[acc_name]) for i, o in parsed["test"]
+           if acc_name in o and finite(i, o[acc_name])] if acc_name else []
     if not train and not acc:
-        raise DataError("plot_log: no training loss ('Iteration N, loss = X') or test "
-                        "accuracy ('Test net output #k: accuracy = X') lines in the log")
+        raise DataError(f"plot_log: {parsed.get('path', 'the log')}: no training loss "
+                        "('Iteration N, loss = X') or test accuracy ('Test net output #k: "
+                        "accuracy = X') lines with finite numbers")
     W, H = size
     left, right, top, bottom = 80, 80, 50, 60
     img = np.full((H, W, 3), 255, np.uint8)
@@ -128,13 +171,15 @@ def plot(parsed, out_path, title="training", size=(900, 560)):
             y0 = min(losses) * 1.05
     else:
         y0, y1 = 0.0, 1.0
-    yt = [t for t in _nice_ticks(y0, y1) if y0 - 1e-9 <= t <= y1 + 1e-9]
+    y0, y1 = _axis(y0, y1)
+    tol = (y1 / 2 - y0 / 2) * 2e-9
+    yt = [t for t in _nice_ticks(y0, y1) if y0 - tol <= t <= y1 + tol]
 
-    def px(x):
+    def px(x):      # x - x0 on the ints of the log is exact, also beyond 2**53
         return int(round(left + (x - x0) / (x1 - x0) * pw))
 
-    def py(y, lo, hi):
-        return int(round(top + ph - (y - lo) / (hi - lo) * ph))
+    def py(y, lo, hi):                  # halves: no overflow near +-1.8e308
+        return int(round(top + ph - (y / 2 - lo / 2) / (hi / 2 - lo / 2) * ph))
 
     for t in yt:                                        # grid + left ticks
         y = py(t, y0, y1)

@@ -375,7 +375,7 @@ def test_parse_log_skips_values_that_are_not_numbers(tmp_path, capsys):
                          "Iteration 10, lr = e",
                          "    Train net output #0: loss = -nan (* 1 = -nan loss)",
                          "Iteration 20",
-                         "    Train net output #0: loss = inf",
+                         "    Train net output #0: loss = inf\x00\x00",   # NULs end it
                          "Iteration 30",
                          "    Test net output #0: accuracy = .",
                          "    Test net output #1: loss = 0.5"))
