@@ -21,8 +21,16 @@ def _ort_session(model):
         with open(model, "rb") as f:
             data = f.read()
     so = ort.SessionOptions()
-    so.log_severity_level = 3
-    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    so.log_severity_level = 4       # its errors are raised below as one line
+    try:
+        return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    except Exception as e:      # noqa: BLE001 - onnxruntime's own classes, one line
+        raise OnnxConversionError(f"onnxruntime cannot load the model: {_one_line(e)}") \
+            from None
+
+
+def _one_line(e):
+    return " ".join(str(e).split())[:400]
 
 
 def caffe_net(net_param):
@@ -62,7 +70,11 @@ def compare(onnx_model, net_param, inputs=None, seed=0):
     if sess is None:
         return {"onnxruntime": None}
     names = [o.name for o in sess.get_outputs()]
-    ref = dict(zip(names, sess.run(None, inputs)))
+    try:
+        ref = dict(zip(names, sess.run(None, inputs)))
+    except Exception as e:      # noqa: BLE001 - onnxruntime's own classes, one line
+        raise OnnxConversionError(f"onnxruntime cannot run the model: {_one_line(e)}") \
+            from None
     got = run_caffe(net_param, inputs, names)
     report = {}
     for n in names:

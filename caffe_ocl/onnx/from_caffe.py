@@ -13,26 +13,46 @@ divisor differs from ONNX's is followed by a Mul with a constant per-window
 correction. BatchNorm becomes BatchNormalization (scale 1, bias 0, statistics
 divided by the stored scale factor); Scale/Bias become Mul/Add with the blob
 reshaped to broadcast; Power/Exp/Log become Mul/Add/Pow/Exp/Log.
+
+Before anything is exported the net is built as ``caffe_ocl.Net`` (TEST,
+the weights copied in; nothing runs), so a net caffe_ocl rejects -- a layer
+parameter out of range, a bottom shape a layer cannot take, weights that do
+not fit the net -- ends in that one-line error naming the file and layer,
+and the exporter works from the shapes and weights caffe_ocl would run.
+Layer types without a mapping are reported first (their layers are never
+built: no data source is opened, no Python layer imported).
 """
 import logging
 import math
 import os
 import sys
+from contextlib import nullcontext
 
 import numpy as np
 
-from ..errors import FileNotFound
-from ..net import filter_net
-from ..proto import (blobproto_to_array, caffe_pb2, read_net, read_net_prototxt,
-                     upgrade_net, write_binary)
+from ..errors import FileNotFound, LayerError, naming
+from ..net import Net, filter_net
+from ..proto import caffe_pb2, read_net, read_net_prototxt, upgrade_net, write_binary
 from .check import compare, format_report
-from ._common import (Unsupported, UnsupportedModelError, caffe_divisor_2d, caffe_hw,
-                      caffe_pool_outs, onnx_divisor_2d, onnx_pads, per_axis)
+from ._common import (OnnxConversionError, Unsupported, UnsupportedModelError,
+                      caffe_divisor_2d, caffe_hw, caffe_pool_outs, onnx_divisor_2d,
+                      onnx_pads, per_axis)
 from ._graph import infer_shapes_isolated
 
 log = logging.getLogger("caffe_ocl")
 OPSET = 13
 PP = caffe_pb2.PoolingParameter
+
+
+class InvalidOnnxModel(OnnxConversionError):
+    """The exported graph fails onnx.checker (nothing is written)."""
+
+
+def _axis(axis, rank, what="axis"):
+    """Caffe's CanonicalAxisIndex: ``axis`` in [-rank, rank) -> [0, rank)."""
+    if not -rank <= axis < rank:
+        raise LayerError(f"{what} {axis} out of range for a {rank}-D bottom")
+    return axis % rank
 
 
 class Exporter:
@@ -131,7 +151,7 @@ class Exporter:
                 handler = getattr(self, "l_" + lp.type, None)
                 if handler is None:
                     raise Unsupported("no ONNX mapping for this layer type")
-                handler(lp, bottoms, tops)
+                self._call(handler, lp, bottoms, tops)
             except Unsupported as e:
                 self.unsupported.append((lp.type, lp.name, e.reason))
                 tops = [f"{t}/{lp.name}" for t in lp.top]
@@ -146,6 +166,18 @@ class Exporter:
             raise UnsupportedModelError(self.unsupported, what="Caffe layer")
         return self._model(available)
 
+    def _call(self, handler, lp, bottoms, tops):
+        """Run one layer's handler; any error it meets (a caffe_ocl error, an
+        absurd value's arithmetic, host memory) is one line naming the layer.
+        Unsupported passes through to be collected."""
+        where = f"layer {lp.name!r} ({lp.type})"
+        try:
+            with naming(where, f"{lp.name!r}"):
+                handler(lp, bottoms, tops)
+        except (ValueError, IndexError) as e:
+            raise OnnxConversionError(f"{where}: cannot export it: "
+                                      f"{' '.join(str(e).split())}") from None
+
     def _model(self, outputs):
         import onnx
         h = self.h
@@ -157,8 +189,13 @@ class Exporter:
         m = h.make_model(g, opset_imports=[h.make_opsetid("", self.opset)],
                          producer_name="caffe_ocl")
         m.ir_version = 8
-        m = onnx.shape_inference.infer_shapes(m)
-        onnx.checker.check_model(m)
+        try:
+            m = onnx.shape_inference.infer_shapes(m)
+            onnx.checker.check_model(m)
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError,
+                ValueError) as e:       # ValueError: a model over protobuf's 2 GB
+            raise InvalidOnnxModel("the exported model fails onnx.checker: "
+                                   + " ".join(str(e).split())[:500]) from None
         return m
 
     # ---- layers ------------------------------------------------------------
@@ -182,6 +219,11 @@ class Exporter:
         arrs = self.blobs(1 + int(p.bias_term))
         w = arrs[0]
         o = p.num_output
+        if w.ndim != 4:     # the net's weight shape: 2 + its spatial axes
+            raise Unsupported("only 2-D convolution")
+        if o <= 0 or g <= 0 or o % g:
+            raise LayerError(f"num_output {o} and group {g} must be positive, num_output a "
+                             "multiple of group")
         if reverse:
             w = w.reshape(-1, o // g, k[0], k[1])
         else:
@@ -203,7 +245,7 @@ class Exporter:
         n = p.num_output
         w = arrs[0].reshape(-1, n) if p.transpose else arrs[0].reshape(n, -1)
         rank = len(self.shape(b[0]))
-        axis = p.axis % rank
+        axis = _axis(p.axis, rank)
         bias = arrs[1].reshape(-1) if p.bias_term else None
         if axis == 1:
             x = b[0] if rank == 2 else self.add("Flatten", [b[0]], axis=1)
@@ -280,7 +322,14 @@ class Exporter:
         self._act("Elu", b, t, alpha=lp.elu_param.alpha)
 
     def l_Dropout(self, lp, b, t):
-        self._act("Identity", b, t)
+        p = lp.dropout_param
+        if p.sample_weights_test:
+            raise Unsupported("sample_weights_test (a random mask at TEST) has no "
+                              "deterministic ONNX equivalent")
+        if p.scale_train:
+            self._act("Identity", b, t)
+        else:   # survivors unscaled in TRAIN: TEST multiplies by 1 - ratio
+            self.add("Mul", [b[0], self.const("scale", np.float32(1.0 - p.dropout_ratio))], t)
 
     def l_Split(self, lp, b, t):
         for y in t:
@@ -352,6 +401,10 @@ class Exporter:
                      t)
 
     def l_BatchNorm(self, lp, b, t):
+        p = lp.batch_norm_param
+        if p.HasField("use_global_stats") and not p.use_global_stats:
+            raise Unsupported("use_global_stats: false (each batch's own statistics at "
+                              "TEST) has no ONNX BatchNormalization-13 equivalent")
         mean, var, f = self.blobs(3)[:3]
         f = float(f.reshape(-1)[0])
         s = 0.0 if f == 0 else 1.0 / f
@@ -364,7 +417,10 @@ class Exporter:
 
     def _broadcast_shape(self, x, axis, pshape):
         rank = len(self.shape(x))
-        axis = axis % rank if rank else 0
+        axis = _axis(axis, rank) if rank else 0
+        if axis + len(pshape) > rank:
+            raise LayerError(f"a blob of shape {tuple(pshape)} does not fit a {rank}-D "
+                             f"bottom at axis {axis}")
         return tuple(pshape) + (1,) * (rank - axis - len(pshape))
 
     def l_Scale(self, lp, b, t):
@@ -373,7 +429,7 @@ class Exporter:
         if len(b) == 2:
             k = len(self.shape(b[1]))
             rank = len(self.shape(x))
-            axis = p.axis % rank
+            axis = _axis(p.axis, rank)
             shp = self.const("shape", [0] * k + [1] * (rank - axis - k), np.int64)
             s = self.add("Reshape", [b[1], shp], suffix="scale_shape")
             arrs = self.blobs(1 if p.bias_term else 0)
@@ -396,7 +452,7 @@ class Exporter:
         if len(b) == 2:
             k = len(self.shape(b[1]))
             rank = len(self.shape(x))
-            axis = p.axis % rank
+            axis = _axis(p.axis, rank)
             shp = self.const("shape", [0] * k + [1] * (rank - axis - k), np.int64)
             c = self.add("Reshape", [b[1], shp], suffix="bias_shape")
         else:
@@ -435,7 +491,7 @@ class Exporter:
         p = lp.slice_param
         axis = p.slice_dim if p.HasField("slice_dim") else p.axis
         shape = self.shape(b[0])
-        axis %= len(shape)
+        axis = _axis(axis, len(shape))
         L = shape[axis]
         if len(p.slice_point):
             pts = [0] + list(p.slice_point) + [L]
@@ -451,7 +507,9 @@ class Exporter:
         p = lp.flatten_param
         shape = self.shape(b[0])
         r = len(shape)
-        a, e = p.axis % r, p.end_axis % r
+        a, e = _axis(p.axis, r), _axis(p.end_axis, r, "end_axis")
+        if e < a:
+            raise LayerError(f"end_axis {p.end_axis} comes before axis {p.axis}")
         if e == r - 1 and a == 1:
             self.add("Flatten", b, t, axis=1)
             return
@@ -464,6 +522,9 @@ class Exporter:
         r = len(shape)
         start = p.axis if p.axis >= 0 else r + p.axis + 1
         end = r if p.num_axes == -1 else start + p.num_axes
+        if not (0 <= start <= r and start <= end <= r):
+            raise LayerError(f"axis {p.axis} and num_axes {p.num_axes} out of range for a "
+                             f"{r}-D bottom")
         dims = list(p.shape.dim)
         out = shape[:start] + dims + shape[end:]
         for i, d in enumerate(dims):
@@ -481,12 +542,14 @@ class Exporter:
         p = lp.lrn_param
         if p.norm_region != caffe_pb2.LRNParameter.ACROSS_CHANNELS:
             raise Unsupported("WITHIN_CHANNEL LRN has no ONNX equivalent")
+        if p.local_size <= 0 or p.local_size % 2 == 0:
+            raise LayerError(f"local_size must be odd and positive, got {p.local_size}")
         self.add("LRN", b, t, size=p.local_size, alpha=p.alpha, beta=p.beta, bias=p.k)
 
     def l_Crop(self, lp, b, t):
         p = lp.crop_param
         shape, ref = self.shape(b[0]), self.shape(b[1])
-        axis = p.axis % len(shape)
+        axis = _axis(p.axis, len(shape))
         starts, ends, axes = [], [], []
         for i, ax in enumerate(range(axis, len(shape))):
             off = 0 if not len(p.offset) else (p.offset[0] if len(p.offset) == 1
@@ -497,14 +560,6 @@ class Exporter:
         self.add("Slice", [b[0], self.const("starts", starts, np.int64),
                            self.const("ends", ends, np.int64),
                            self.const("axes", axes, np.int64)], t)
-
-
-def _weights_by_layer(src):
-    out = {}
-    for lp in src.layer:
-        if len(lp.blobs):
-            out[lp.name] = [blobproto_to_array(bp) for bp in lp.blobs]
-    return out
 
 
 def _load_net(net):
@@ -521,27 +576,71 @@ def _load_net(net):
     return filter_net(p)
 
 
+def _load_weights(weights):
+    """(NetParameter, the name its errors give) of a caffemodel path or a
+    NetParameter with blobs."""
+    if isinstance(weights, caffe_pb2.NetParameter):
+        w = caffe_pb2.NetParameter()
+        w.CopyFrom(weights)
+        return upgrade_net(w, "<weights>"), "<weights>"
+    path = os.fspath(weights)
+    if not os.path.exists(path):
+        raise FileNotFound(f"caffemodel not found: {path}")
+    return read_net(path), path
+
+
+def _unmapped(p):
+    """Layers whose type has no ONNX mapping, as UnsupportedModelError items."""
+    return [(lp.type, lp.name, "no ONNX mapping for this layer type") for lp in p.layer
+            if not callable(getattr(Exporter, "l_" + lp.type, None))]
+
+
+def _validated_weights(p, where, w, wwhere):
+    """Build the TEST net ``p`` as caffe_ocl.Net and copy its weights in (the
+    blobs ``p`` carries, then those of ``w``), so that every check caffe_ocl
+    makes -- each layer's parameters and bottom shapes, the weights' count
+    and shapes against the net -- ends in its usual one-line error naming
+    the file and layer. Nothing runs on the device. Returns {layer name:
+    [weight arrays in the net's shapes]} for the layers given weights."""
+    deploy = caffe_pb2.NetParameter()
+    deploy.CopyFrom(p)
+    for lp in deploy.layer:
+        del lp.blobs[:]
+        del lp.include[:]         # p is filtered already (its own state)
+        del lp.exclude[:]
+    with naming(where) if where else nullcontext():
+        net = Net(deploy, caffe_pb2.TEST, fold=False)
+    carried = [lp for lp in p.layer if len(lp.blobs)]
+    given = {lp.name for lp in carried}
+    if carried:
+        net._copy_layers(carried, where or "<NetParameter>", warn=False)
+    if w is not None:
+        net._copy_layers(list(w.layer), wwhere, warn=False)
+        given.update(lp.name for lp in w.layer if len(lp.blobs))
+    return {name: [b.host_data() for b in layer.blobs]
+            for name, layer in zip(net.graph.layer_names, net.layers)
+            if name in given and layer.blobs}
+
+
 def export(net, weights=None, opset=OPSET):
     """A Caffe net (NetParameter, or a prototxt path; or a (prototxt,
     caffemodel) pair) and its weights (caffemodel path or NetParameter with
     blobs; default: the blobs inside ``net``) -> onnx.ModelProto, checked by
     onnx.checker. Raises UnsupportedModelError listing every layer without
-    an ONNX mapping."""
+    an ONNX mapping; then the net is built as caffe_ocl.Net (see the module
+    doc), so a net or weights caffe_ocl rejects raise its error (a
+    CaffeOclError naming the file and layer); a graph onnx.checker rejects
+    raises InvalidOnnxModel."""
     if isinstance(net, (tuple, list)):
         net, weights = net
+    where = None if isinstance(net, caffe_pb2.NetParameter) else os.fspath(net)
     p = _load_net(net)
-    wmap = _weights_by_layer(p)
-    if weights is not None:
-        if isinstance(weights, caffe_pb2.NetParameter):
-            w = caffe_pb2.NetParameter()
-            w.CopyFrom(weights)
-            w = upgrade_net(w, "<weights>")
-        else:
-            path = os.fspath(weights)
-            if not os.path.exists(path):
-                raise FileNotFound(f"caffemodel not found: {path}")
-            w = read_net(path)
-        wmap.update(_weights_by_layer(w))
+    w, wwhere = _load_weights(weights) if weights is not None else (None, None)
+    unmapped = _unmapped(p)
+    if unmapped:
+        raise UnsupportedModelError(unmapped, what="Caffe layer")
+    wmap = _validated_weights(p, where, w, wwhere)
+    del w
     for lp in p.layer:
         del lp.blobs[:]
     return Exporter(p, wmap, opset).run()
@@ -551,7 +650,10 @@ def caffe2onnx(prototxt, caffemodel, onnx_path, check=False, out=None):
     """Export and write ``onnx_path`` (nothing is written when a layer has no
     mapping). With ``check``, run caffe_ocl and ONNX Runtime on one random
     input and print the largest difference per output; returns that dict."""
-    model = export(prototxt, caffemodel)
+    try:
+        model = export(prototxt, caffemodel)
+    except InvalidOnnxModel as e:
+        raise InvalidOnnxModel(f"{os.fspath(onnx_path)}: not written: {e}") from None
     write_binary(model, os.fspath(onnx_path))
     log.info("wrote %s (%d nodes)", onnx_path, len(model.graph.node))
     if not check:
@@ -562,6 +664,10 @@ def caffe2onnx(prototxt, caffemodel, onnx_path, check=False, out=None):
     for lp in p.layer:
         if lp.name in by_name and not len(lp.blobs):
             lp.blobs.extend(by_name[lp.name].blobs)
-    report = compare(model, p)
+    try:
+        report = compare(model, p)
+    except OnnxConversionError as e:
+        raise OnnxConversionError(f"{os.fspath(onnx_path)}: written, but --check failed: "
+                                  f"{e}") from None
     print(format_report(report), file=out or sys.stdout)
     return report

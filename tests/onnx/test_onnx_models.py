@@ -467,3 +467,172 @@ def test_cli_caffe2onnx_check(tmp_path, capsys):
     weights = os.path.join(ROOT, "models", "cifar10_quick", "cifar10_quick_iter_5000.caffemodel")
     assert main(["caffe2onnx", proto, weights, str(tmp_path / "c.onnx"), "--check"]) == 0
     assert "prob: max |caffe_ocl - onnxruntime|" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------
+# caffe2onnx on nets caffe_ocl rejects: the net is built as caffe_ocl.Net
+# first, so each ends in that one-line error naming the file and layer (not
+# a traceback, not an ONNX file with a wrong graph) and nothing is written
+# ---------------------------------------------------------------------------
+
+C2O_BASE = """
+name: "c2o"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 2 dim: 6 dim: 6 } } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+  convolution_param { num_output: 2 kernel_size: 3 pad: 1 group: 2 } }
+layer { name: "sc" type: "Scale" bottom: "conv" top: "conv" scale_param { bias_term: true axis: 1 num_axes: 1 } }
+layer { name: "pool" type: "Pooling" bottom: "conv" top: "pool"
+  pooling_param { pool: AVE kernel_size: 3 stride: 2 pad: 1 } }
+layer { name: "ip" type: "InnerProduct" bottom: "pool" top: "ip" inner_product_param { num_output: 3 axis: 1 } }
+layer { name: "prob" type: "Softmax" bottom: "ip" top: "prob" }
+"""
+
+
+@pytest.fixture
+def c2o_files(tmp_path):
+    import caffe_ocl
+    proto = tmp_path / "base.prototxt"
+    proto.write_text(C2O_BASE)
+    weights = tmp_path / "base.caffemodel"
+    caffe_ocl.Net(str(proto), caffe_ocl.TEST).save(str(weights))
+    return tmp_path, weights
+
+
+def _c2o_one_line_error(capsys):
+    cap = capsys.readouterr()
+    lines = cap.err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in cap.err, cap.err
+    assert lines[0].startswith("caffe_ocl caffe2onnx: error: ")
+    return lines[0]
+
+
+def test_caffe2onnx_base_net_exports(c2o_files):
+    from caffe_ocl.commands import main
+    d, weights = c2o_files
+    assert main(["caffe2onnx", str(d / "base.prototxt"), str(weights), str(d / "o.onnx")]) == 0
+    onnx.checker.check_model(onnx.load(str(d / "o.onnx")), full_check=True)
+
+
+@pytest.mark.parametrize("old,new,layer,in_weights", [
+    # were tracebacks (a ValueError reshaping the weights, ZeroDivisionError)
+    ("num_output: 2 kernel_size", "num_output: 0 kernel_size", "conv", False),
+    ("kernel_size: 3 stride: 2", "kernel_size: 3 stride: 0", "pool", False),
+    ("num_output: 3 axis: 1", "num_output: 4 axis: 1", "ip", True),
+    # was an onnx.checker ValidationError traceback (an empty spatial axis)
+    ("dim: 1 dim: 2 dim: 6 dim: 6", "dim: 1 dim: 2 dim: 0 dim: 6", "conv", False),
+    # were written with a wrong graph (exit 0): ONNX group=0, an IP axis
+    # wrapped modulo the rank, a scalar Scale exported per channel
+    ("group: 2 }", "group: 0 }", "conv", False),
+    ("num_output: 3 axis: 1", "num_output: 3 axis: 7", "ip", False),
+    ("axis: 1 num_axes: 1", "axis: 1 num_axes: 0", "sc", True),
+])
+def test_caffe2onnx_rejects_what_caffe_ocl_rejects(c2o_files, capsys, old, new, layer,
+                                                   in_weights):
+    from caffe_ocl.commands import main
+    d, weights = c2o_files
+    assert old in C2O_BASE
+    proto = d / "bad.prototxt"
+    proto.write_text(C2O_BASE.replace(old, new, 1))
+    out = d / "bad.onnx"
+    assert main(["caffe2onnx", str(proto), str(weights), str(out)]) == 1
+    line = _c2o_one_line_error(capsys)
+    assert f"'{layer}'" in line
+    assert str(weights if in_weights else proto) in line
+    assert not out.exists()
+
+
+def test_caffe2onnx_unmapped_types_listed_before_the_net_is_built(c2o_files, capsys):
+    """A train prototxt: its Data layer (whose source does not exist) and
+    loss are reported as unsupported, as before; the net is not built."""
+    from caffe_ocl.commands import main
+    d, weights = c2o_files
+    proto = d / "train.prototxt"
+    proto.write_text(C2O_BASE.replace(
+        'layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 2 '
+        'dim: 6 dim: 6 } } }',
+        'layer { name: "data" type: "Data" top: "data" top: "label" '
+        'data_param { source: "no_such_lmdb" batch_size: 1 backend: LMDB } }')
+        + 'layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" '
+          'top: "loss" }\n')
+    assert main(["caffe2onnx", str(proto), str(weights), str(d / "t.onnx")]) == 1
+    line = _c2o_one_line_error(capsys)
+    assert "2 unsupported Caffe layer(s)" in line
+    assert "Data 'data'" in line and "SoftmaxWithLoss 'loss'" in line
+    assert not (d / "t.onnx").exists()
+
+
+def test_caffe2onnx_nd_convolution_is_unsupported(tmp_path, capsys):
+    """caffe_ocl runs a 1-D convolution; its ONNX export is 2-D only."""
+    import caffe_ocl
+    from caffe_ocl.commands import main
+    proto = tmp_path / "nd.prototxt"
+    proto.write_text('layer { name: "data" type: "Input" top: "data" '
+                     'input_param { shape { dim: 1 dim: 2 dim: 8 } } }\n'
+                     'layer { name: "conv" type: "Convolution" bottom: "data" top: "conv" '
+                     'convolution_param { num_output: 2 kernel_size: 3 } }\n')
+    weights = tmp_path / "nd.caffemodel"
+    caffe_ocl.Net(str(proto), caffe_ocl.TEST).save(str(weights))
+    assert main(["caffe2onnx", str(proto), str(weights), str(tmp_path / "nd.onnx")]) == 1
+    line = _c2o_one_line_error(capsys)
+    assert "Convolution 'conv': only 2-D convolution" in line
+
+
+def test_caffe2onnx_checker_failure_names_the_output(c2o_files, capsys, monkeypatch):
+    """A graph onnx.checker rejects (simulated: an attribute Relu does not
+    have) is one line naming the .onnx file, which is not written."""
+    from caffe_ocl.commands import main
+    d, weights = c2o_files
+    proto = d / "relu.prototxt"
+    proto.write_text(C2O_BASE + 'layer { name: "relu" type: "ReLU" bottom: "prob" '
+                                'top: "prob" }\n')
+    monkeypatch.setattr(from_caffe.Exporter, "l_ReLU",
+                        lambda self, lp, b, t: self.add("Relu", b, t, bogus=1))
+    out = d / "relu.onnx"
+    assert main(["caffe2onnx", str(proto), str(weights), str(out)]) == 1
+    line = _c2o_one_line_error(capsys)
+    assert str(out) in line and "onnx.checker" in line
+    assert not out.exists()
+
+
+def test_caffe2onnx_dropout_and_batchnorm_at_test_as_caffe_ocl_runs_them():
+    """Dropout with scale_train: false multiplies by 1 - ratio at TEST (was
+    exported as Identity); BatchNorm with use_global_stats: false uses each
+    batch's statistics at TEST, which ONNX BatchNormalization-13 cannot:
+    reported, not exported with the stored ones."""
+    import caffe_ocl
+    from caffe_ocl.onnx import UnsupportedModelError
+    from caffe_ocl.proto import parse_net_text
+    head = ('layer { name: "data" type: "Input" top: "data" '
+            'input_param { shape { dim: 2 dim: 3 } } }\n')
+    param = parse_net_text(head + 'layer { name: "drop" type: "Dropout" bottom: "data" '
+                           'top: "y" dropout_param { dropout_ratio: 0.25 scale_train: false } }')
+    net = caffe_ocl.Net(param, caffe_ocl.TEST)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    net.blobs["data"].data[...] = x
+    want = net.forward()["y"].copy()
+    assert np.allclose(want, 0.75 * x)
+    got = _ort(from_caffe.export(param), x)
+    assert np.allclose(got, want)
+    param = parse_net_text(head + 'layer { name: "bn" type: "BatchNorm" bottom: "data" '
+                           'top: "y" batch_norm_param { use_global_stats: false } }')
+    weights = caffe_ocl.Net(param, caffe_ocl.TEST).to_proto()
+    with pytest.raises(UnsupportedModelError, match="BatchNorm 'bn': use_global_stats"):
+        from_caffe.export(param, weights)
+
+
+def test_caffe2onnx_check_onnxruntime_refusal_is_one_line(tmp_path, capsys):
+    """A valid export that onnxruntime refuses to load (its LRN requires
+    alpha > 0; Caffe's does not) ends --check in one line naming the file."""
+    import caffe_ocl
+    from caffe_ocl.commands import main
+    proto = tmp_path / "lrn.prototxt"
+    proto.write_text('layer { name: "data" type: "Input" top: "data" '
+                     'input_param { shape { dim: 1 dim: 3 dim: 2 dim: 2 } } }\n'
+                     'layer { name: "lrn" type: "LRN" bottom: "data" top: "y" '
+                     'lrn_param { local_size: 3 alpha: 0 beta: 0.75 } }\n')
+    weights = tmp_path / "lrn.caffemodel"
+    caffe_ocl.Net(str(proto), caffe_ocl.TEST).save(str(weights))
+    out = tmp_path / "lrn.onnx"
+    assert main(["caffe2onnx", str(proto), str(weights), str(out), "--check"]) == 1
+    line = _c2o_one_line_error(capsys)
+    assert f"{out}: written, but --check failed: onnxruntime cannot load the model" in line
