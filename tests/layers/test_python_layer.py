@@ -178,13 +178,20 @@ def test_param_blobs_and_shape_change(pymod, rng):
     np.testing.assert_allclose(net.blobs["data"].diff, 0.5 * 1.5 * mask[:2], rtol=1e-5)
 
 
-def test_solver_updates_python_layer_param(pymod, rng):
+def _scale_sum_solver(mod):
+    """Input (4, 3) -> ScaleParam (w = 2) -> SumRows as the loss; returns
+    (its text, a SolverParameter training it)."""
     net_text = ('layer { name: "data" type: "Input" top: "data" '
                 'input_param { shape { dim: 4 dim: 3 } } }\n'
-                + _py("sp", "data", "scaled", pymod, "ScaleParam", "2")
-                + _py("sum", "scaled", "loss", pymod, "SumRows", "", "loss_weight: 1"))
+                + _py("sp", "data", "scaled", mod, "ScaleParam", "2")
+                + _py("sum", "scaled", "loss", mod, "SumRows", "", "loss_weight: 1"))
     sp = caffe_pb2.SolverParameter()
     text_format.Parse(net_text, sp.net_param)
+    return net_text, sp
+
+
+def test_solver_updates_python_layer_param(pymod, rng):
+    _, sp = _scale_sum_solver(pymod)
     sp.base_lr = 0.1
     sp.lr_policy = "fixed"
     sp.max_iter = 1
@@ -203,12 +210,7 @@ def test_solver_reads_losses_and_outputs_a_python_layer_wrote(pymod, rng):
     and has no reader layer: the solver's smoothed loss and test scores must
     still see it (they were 0 / nan / stale: BVLC's examples/pycaffe linreg
     with pyloss.py logged "loss = 0")."""
-    net_text = ('layer { name: "data" type: "Input" top: "data" '
-                'input_param { shape { dim: 4 dim: 3 } } }\n'
-                + _py("sp", "data", "scaled", pymod, "ScaleParam", "2")
-                + _py("sum", "scaled", "loss", pymod, "SumRows", "", "loss_weight: 1"))
-    sp = caffe_pb2.SolverParameter()
-    text_format.Parse(net_text, sp.net_param)
+    net_text, sp = _scale_sum_solver(pymod)
     text_format.Parse(net_text, sp.test_net_param.add())
     sp.test_iter.append(1)
     sp.test_interval = 1000
