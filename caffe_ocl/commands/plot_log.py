@@ -1,7 +1,7 @@
 """`caffe_ocl plot_log`: plot loss/accuracy from a Caffe or caffe_ocl training log."""
 import os
 
-from ..data.plot_log import accuracy_name, parse_log, plot
+from ..data.plot_log import drawn_points, parse_log, plot
 from .flags import Arg, Spec
 
 SUMMARY = "plot loss/accuracy from a Caffe or caffe_ocl training log"
@@ -19,8 +19,6 @@ def main(argv):
     log_path, out = opts.args
     parsed = parse_log(log_path)
     plot(parsed, out, title=os.path.basename(log_path))
-    acc_name = accuracy_name(parsed["test"])
-    print(f"{out}: {len(parsed['train'])} loss points, "
-          f"{sum(1 for _, o in parsed['test'] if acc_name in o) if acc_name else 0} "
-          "test points")
+    train, acc, _ = drawn_points(parsed)      # the points drawn (finite ones)
+    print(f"{out}: {len(train)} loss points, {len(acc)} test points")
     return 0

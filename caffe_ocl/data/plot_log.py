@@ -137,10 +137,10 @@ def _fmt(v):
     return f"{v:g}"
 
 
-def plot(parsed, out_path, title="training", size=(900, 560)):
-    """Draw training loss and test accuracy vs iterations into a PNG."""
-    import cv2
-
+def drawn_points(parsed):
+    """(train loss points, test accuracy points, accuracy name) that plot()
+    draws: those with a finite iteration and value (a nan or inf loss is
+    left out)."""
     def finite(i, v):
         return math.isfinite(i) and math.isfinite(v)
 
@@ -148,6 +148,14 @@ def plot(parsed, out_path, title="training", size=(900, 560)):
     acc_name = accuracy_name(parsed["test"])
     acc = [(i, o[acc_name]) for i, o in parsed["test"]
            if acc_name in o and finite(i, o[acc_name])] if acc_name else []
+    return train, acc, acc_name
+
+
+def plot(parsed, out_path, title="training", size=(900, 560)):
+    """Draw training loss and test accuracy vs iterations into a PNG."""
+    import cv2
+
+    train, acc, acc_name = drawn_points(parsed)
     if not train and not acc:
         raise DataError(f"plot_log: {parsed.get('path', 'the log')}: no training loss "
                         "('Iteration N, loss = X') or test accuracy ('Test net output #k: "

@@ -187,6 +187,8 @@ def test_plot_log_skips_non_finite_points(tmp_path, capsys):
     assert cli.main(["plot_log", log, str(out)]) == 0
     img = cv2.imread(str(out))
     assert ((img[..., 2] > 150) & (img[..., 0] < 80)).sum() > 20     # the red accuracy point
+    # the count printed is of the points drawn
+    assert f"{out}: 0 loss points, 1 test points" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("lines", [
