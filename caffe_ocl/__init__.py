@@ -10,7 +10,8 @@ __version__ = "0.1.0"
 _logging.getLogger("caffe_ocl").addHandler(_logging.NullHandler())
 
 from .errors import (CaffeOclError, ParseError, ShapeError, NetError,  # noqa: E402,F401
-                     LayerError, DeviceError, DataError, SolverError, FileNotFound)
+                     LayerError, DeviceError, DataError, SolverError, FileNotFound,
+                     FileWriteError)
 from . import config  # noqa: E402,F401
 from . import logs as _logs  # noqa: E402
 from .ops import random as _random_ops  # noqa: E402

@@ -62,6 +62,44 @@ class FileNotFound(CaffeOclError, FileNotFoundError):
     """A path the user gave does not exist."""
 
 
+class FileWriteError(CaffeOclError, OSError):
+    """A file caffe_ocl was asked to write (a caffemodel, a prototxt) could
+    not be written, or its name holds something that is not a regular file
+    (a device, a folder), which saving would have replaced. An OSError too,
+    so callers that catch OSError around a save still do, and they find the
+    failed call's errno and strerror on it (``of``)."""
+
+    def __str__(self):
+        return str(self.args[0]) if self.args else ""
+
+    @classmethod
+    def of(cls, path, err):
+        """The error for writing ``path`` having failed with OSError ``err``."""
+        e = cls(f"cannot write {path}: {err.strerror or err}")
+        e.errno, e.strerror, e.filename = err.errno, err.strerror, path
+        return e
+
+
+def check_replaceable(path):
+    """FileWriteError unless ``path`` is free or a regular file (a link to
+    one included): a save writes a new file and renames it over the name,
+    which as root replaced /dev/full by a regular file."""
+    import os
+    import stat
+    path = os.fspath(path)
+    if not path:
+        raise FileWriteError("cannot write a file with an empty name")
+    try:
+        st = os.stat(path)
+    except OSError:
+        return path         # free (or unreadable: the write itself will say)
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise FileWriteError(f"cannot write {path}: it is {kind}, which saving would "
+                             "replace; give the name of a new or regular file")
+    return path
+
+
 def require_file(path, what="file"):
     """Raise FileNotFound with a readable message when ``path`` is missing."""
     import os

@@ -14,7 +14,7 @@ import stat
 import numpy as np
 
 from .data.hdf5 import h5_errors, open_h5, read_dataset
-from .errors import FileNotFound, NetError, ShapeError
+from .errors import FileNotFound, NetError, ShapeError, check_replaceable
 
 log = logging.getLogger("caffe_ocl")
 
@@ -125,7 +125,7 @@ def copy_from_hdf5(layers, path):
 def save_hdf5(layers, path, write_diff=False):
     """Write the params of ``layers`` as Caffe's ToHDF5 does (a group per
     layer; a param shared by name only under its owner), atomically."""
-    path = os.fspath(path)
+    path = check_replaceable(path)      # never rename over a device or folder
     h5py = require_h5py(path)
     owners = {}
     for layer in layers:

@@ -25,7 +25,7 @@ import numpy as np
 from google.protobuf import message as _message
 from google.protobuf import text_format
 
-from ..errors import FileNotFound, ParseError, ShapeError
+from ..errors import FileNotFound, FileWriteError, ParseError, ShapeError, check_replaceable
 from . import caffe_pb2 as pb
 from . import forks
 from .upgrade import upgrade_net, upgrade_solver
@@ -371,7 +371,11 @@ def array_to_blobproto(arr, diff=None):
 # Writing
 
 def _atomic_write(path, data):
-    path = os.fspath(path)
+    """Write ``data`` to ``path`` through a temporary file beside it, renamed
+    over the name when complete (a crash never leaves half a file); a
+    failure is a FileWriteError naming ``path``, and a name holding a
+    device or folder is refused (check_replaceable)."""
+    path = check_replaceable(path)
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         if os.path.lexists(tmp) and not os.path.islink(tmp) and os.path.isfile(tmp):
@@ -385,11 +389,13 @@ def _atomic_write(path, data):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError) and not isinstance(e, FileWriteError):
+            raise FileWriteError.of(path, e) from None
         raise
 
 
