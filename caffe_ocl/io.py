@@ -290,10 +290,29 @@ def load_image(filename, color=True):
 
 
 def _decode_image(cv2, raw, path, color):
-    img = cv2.imdecode(raw, cv2.IMREAD_UNCHANGED) if raw.size else None
+    try:
+        img = cv2.imdecode(raw, cv2.IMREAD_UNCHANGED) if raw.size else None
+    except cv2.error as e:      # e.g. a header claiming more pixels than OpenCV allows
+        msg = " ".join(str(e).split())
+        raise DataError(f"{path}: cannot decode image (OpenCV: "
+                        f"{msg[msg.find('error:'):] if 'error:' in msg else msg})") from None
+    except MemoryError:
+        raise DataError(f"{path}: cannot decode image: out of host memory") from None
     if img is None:
         raise DataError(f"{path}: cannot decode image (not an image format "
                         f"OpenCV can read, or a truncated file)")
+    try:
+        return _unit_float_image(img, color)
+    except MemoryError:         # a valid image too large for float32 in this process
+        c = 3 if color else 1
+        need = img.shape[0] * img.shape[1] * c * 4
+        raise DataError(f"{path}: a {img.shape[1]}x{img.shape[0]} image needs "
+                        f"{need / 2**30:.1f} GiB as float32: out of host memory") from None
+
+
+def _unit_float_image(img, color):
+    """The decoded image ``img`` (OpenCV's BGR(A) or gray) as load_image
+    returns it."""
     alpha = None
     if img.ndim == 3:
         if img.shape[2] == 1:

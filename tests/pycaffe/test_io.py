@@ -373,3 +373,42 @@ def test_load_image_gray_of_rgba_composites_over_white(tmp_path):
     rgb = np.stack([np.ones((2, 2)), 1 - a, 1 - a], -1)     # red over white
     np.testing.assert_allclose(gray, rgb @ [0.2125, 0.7154, 0.0721], atol=1e-6)
     np.testing.assert_array_equal(cio.load_image(path)[..., 0], 1.0)
+
+
+def _png_header_only(width, height):
+    """A PNG whose IHDR claims ``width`` x ``height`` (8-bit gray), no data."""
+    import struct
+    import zlib
+
+    def chunk(kind, body):
+        return (struct.pack(">I", len(body)) + kind + body
+                + struct.pack(">I", zlib.crc32(kind + body) & 0xffffffff))
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b"")
+
+
+def test_load_image_huge_header_is_one_error(tmp_path):
+    """A 74-byte PNG claiming 100000 x 100000 pixels: OpenCV's size
+    assertion (a cv2.error traceback) becomes a DataError naming the file."""
+    from caffe_ocl.errors import DataError
+    path = tmp_path / "huge.png"
+    path.write_bytes(_png_header_only(100000, 100000))
+    with pytest.raises(DataError, match=rf"{path}: cannot decode image"):
+        cio.load_image(str(path))
+
+
+def test_load_image_out_of_memory_is_one_error(tmp_path, monkeypatch):
+    """A valid image too large for float32 in this process (a 30000 x 30000
+    1-bit PNG is 109 KB on disk, 10 GiB as RGB float32) is a DataError
+    naming the file and the size, not a numpy MemoryError."""
+    import cv2
+    from caffe_ocl.errors import DataError
+    path = tmp_path / "gray.png"
+    cv2.imwrite(str(path), np.zeros((6, 5), np.uint8))
+
+    def no_memory(img):
+        raise MemoryError("Unable to allocate")
+    monkeypatch.setattr(cio, "_to_unit_float", no_memory)
+    with pytest.raises(DataError, match=rf"{path}: a 5x6 image needs 0.0 GiB as float32: "
+                                        "out of host memory"):
+        cio.load_image(str(path))
