@@ -376,15 +376,17 @@ def test_load_image_gray_of_rgba_composites_over_white(tmp_path):
 
 
 def _png_header_only(width, height):
-    """A PNG whose IHDR claims ``width`` x ``height`` (8-bit gray), no data."""
+    """A PNG whose IHDR claims ``width`` x ``height`` (8-bit RGB) with a few
+    bytes of image data."""
     import struct
     import zlib
 
     def chunk(kind, body):
         return (struct.pack(">I", len(body)) + kind + body
                 + struct.pack(">I", zlib.crc32(kind + body) & 0xffffffff))
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b"")
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr)
+            + chunk(b"IDAT", zlib.compress(b"\0" * 16)) + chunk(b"IEND", b""))
 
 
 def test_load_image_huge_header_is_one_error(tmp_path):
