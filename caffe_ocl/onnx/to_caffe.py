@@ -1171,6 +1171,21 @@ def convert(model, input_shapes=None, batch=1):
                                   f"{msg})") from None
 
 
+def _check_loads(deploy, weights, onnx_path):
+    """Build the converted net as caffe_ocl.Net and copy its weights in
+    before anything is written: a model whose attributes or initializers
+    the converter took as given (a Conv bias of the wrong length, group 0,
+    an axis past the rank) is an error naming the ONNX file and the layer,
+    not a pair of files that do not load."""
+    from ..net import Net
+    where = os.fspath(onnx_path) if isinstance(onnx_path, (str, os.PathLike)) else "<ONNX model>"
+    try:
+        Net(deploy, caffe_pb2.TEST, fold=False).copy_from(weights)
+    except CaffeOclError as e:
+        raise OnnxConversionError(f"{where}: the converted net does not load in caffe_ocl, "
+                                  f"nothing written: {' '.join(str(e).split())}") from None
+
+
 def split_weights(net):
     """(deploy NetParameter without blobs, NetParameter with blobs)."""
     deploy = caffe_pb2.NetParameter()
@@ -1187,6 +1202,7 @@ def onnx2caffe(onnx_path, prototxt_path, caffemodel_path, check=False, input_sha
     print the largest difference per output; returns that dict (or None)."""
     net = convert(onnx_path, input_shapes, batch)
     deploy, weights = split_weights(net)
+    _check_loads(deploy, weights, onnx_path)
     write_text(deploy, os.fspath(prototxt_path))
     write_binary(weights, os.fspath(caffemodel_path))
     log.info("wrote %s and %s (%d layers)", prototxt_path, caffemodel_path, len(net.layer))
