@@ -75,6 +75,19 @@ def _desc(node):
     return (node.op_type, node.name or (node.output[0] if node.output else "?"))
 
 
+def _axis_in(ax, rank, node, extra=0):
+    """ONNX axis ``ax`` of a rank-``rank`` input, in [-rank, rank - 1 +
+    ``extra``] (Flatten: extra 1), as a non-negative index; outside that an
+    error naming the node (a modulo wrapped axis 99 to a valid one and
+    wrote a wrong net)."""
+    ax = int(ax)
+    if not -rank <= ax < rank + extra:
+        op, name = _desc(node) if node is not None else ("node", "?")
+        raise OnnxConversionError(f"{op} '{name}': axis {ax} out of range for a "
+                                  f"{rank}-D input")
+    return ax % (rank + extra) if rank + extra else 0
+
+
 def _same_pads(total, lower):
     """(begin, end) of an auto_pad SAME total: the odd pixel goes at the end
     (SAME_UPPER) or, with ``lower``, at the beginning (SAME_LOWER)."""
@@ -548,7 +561,7 @@ class Converter:
             axes = [int(v) for v in self.const(node.input[1]).ravel()]
         else:
             axes = list(range(len(shape)))
-        axes = sorted(ax % len(shape) for ax in axes)
+        axes = sorted(_axis_in(ax, len(shape), node) for ax in axes)
         keep = bool(a.get("keepdims", 1))
         out_shape = self.shape(node.output[0])
         x = self.blob(node.input[0])
@@ -774,7 +787,7 @@ class Converter:
         node, shape = self.node, self.shape(self.node.input[0])
         a = node_attrs(node)
         default = -1 if self.opset >= 13 else 1
-        axis = int(a.get("axis", default)) % len(shape)
+        axis = _axis_in(a.get("axis", default), len(shape), node)
         x = self.blob(node.input[0])
         trailing = int(np.prod(shape[axis + 1:]))
         if self.opset >= 13 or trailing == 1:
@@ -968,7 +981,7 @@ class Converter:
     # ---- shape and data movement ---------------------------------------------
     def op_Concat(self, node, a):
         shape = self.shape(node.output[0])
-        axis = int(a["axis"]) % len(shape)
+        axis = _axis_in(a["axis"], len(shape), node)
         ins = [i for i in node.input if i and int(np.prod(self.shape(i)))]
         if len(ins) == 1:
             self.alias(0, ins[0])
@@ -992,7 +1005,7 @@ class Converter:
 
     def op_Split(self, node, a):
         shape = self.shape(node.input[0])
-        axis = int(a.get("axis", 0)) % len(shape)
+        axis = _axis_in(a.get("axis", 0), len(shape), node)
         n = len(node.output)
         if "split" in a:
             sizes = list(a["split"])
@@ -1030,7 +1043,7 @@ class Converter:
         cur_shape = list(shape)
         todo = []
         for st, en, ax, sp in zip(starts, ends, axes, steps):
-            ax %= len(shape)
+            ax = _axis_in(ax, len(shape), node)
             if sp != 1:
                 raise Unsupported("Slice with a step other than 1 has no Caffe equivalent")
             L = shape[ax]
@@ -1053,7 +1066,7 @@ class Converter:
     def op_Gather(self, node, a):
         """x[:, i] / x[:, i:j] with constant indices -> Slice (+ a view)."""
         shape = self.shape(node.input[0])
-        axis = int(a.get("axis", 0)) % len(shape)
+        axis = _axis_in(a.get("axis", 0), len(shape), node)
         idx = self.const(node.input[1], "indices").astype(np.int64)
         flat = np.where(idx < 0, idx + shape[axis], idx).ravel()
         if idx.ndim > 1 or not len(flat) or np.any(np.diff(flat) != 1):
@@ -1081,7 +1094,7 @@ class Converter:
             axes_c = self.opt_const(3)
             if axes_c is not None:
                 full = [0] * (2 * len(shape))
-                axes = [int(x) % len(shape) for x in axes_c]
+                axes = [_axis_in(x, len(shape), node) for x in axes_c]
                 for i, ax in enumerate(axes):
                     full[ax] = pads[i]
                     full[ax + len(shape)] = pads[i + len(axes)]
@@ -1101,7 +1114,7 @@ class Converter:
 
     def op_Flatten(self, node, a):
         shape = self.shape(node.input[0])
-        axis = int(a.get("axis", 1)) % (len(shape) + 1) if shape else 0
+        axis = _axis_in(a.get("axis", 1), len(shape), node, extra=1) if shape else 0
         out = (int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
         self.set_view(0, node.input[0], out)
 

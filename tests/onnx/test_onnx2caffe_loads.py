@@ -41,3 +41,20 @@ def test_a_good_model_still_converts(tmp_path):
     onnx.save(_conv_model(), str(path))
     onnx2caffe(str(path), str(tmp_path / "m.prototxt"), str(tmp_path / "m.caffemodel"))
     assert (tmp_path / "m.caffemodel").exists()
+
+
+@pytest.mark.parametrize("op,axis", [("Flatten", 99), ("Flatten", -5), ("Concat", 2 ** 40),
+                                     ("Softmax", 4)])
+def test_an_axis_out_of_range_is_an_error_naming_the_node(op, axis):
+    """ONNX axes outside [-rank, rank - 1] (Flatten: rank) were wrapped by a
+    modulo into a valid one and converted into a wrong net."""
+    from caffe_ocl.onnx.to_caffe import convert
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inputs = ["x", "x"] if op == "Concat" else ["x"]
+    node = helper.make_node(op, inputs, ["y"], name="n", axis=axis)
+    m = helper.make_model(helper.make_graph([node], "g", [x], [y]),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(OnnxConversionError, match=rf"{op} 'n': axis {axis} out of range for "
+                                                  r"a 4-D input"):
+        convert(m)
