@@ -41,6 +41,7 @@ import sys
 import numpy as np
 
 from ..errors import CaffeOclError
+from ..net import Net
 from ..proto import array_to_blobproto, caffe_pb2, write_binary, write_text
 from ._common import (OnnxConversionError, Unsupported, UnsupportedModelError,
                       caffe_divisor_2d, caffe_pool_outs, node_attrs, onnx_divisor_2d,
@@ -1190,7 +1191,6 @@ def _check_loads(deploy, weights, onnx_path):
     the converter took as given (a Conv bias of the wrong length, group 0,
     an axis past the rank) is an error naming the ONNX file and the layer,
     not a pair of files that do not load."""
-    from ..net import Net
     where = os.fspath(onnx_path) if isinstance(onnx_path, (str, os.PathLike)) else "<ONNX model>"
     try:
         Net(deploy, caffe_pb2.TEST, fold=False).copy_from(weights)
