@@ -274,6 +274,10 @@ _DECLARED = (
             "GPU implicit-GEMM convolution forwards in FP32 whose tiles leave most compute "
             "units idle run 64 x 64 tiles of 4 x 4 results per work-item (off: always "
             "128-column tiles of 8 x 8)", internal=True),
+    Setting("CONV_NARROW_TILES", "bool", True,
+            "GPU implicit-GEMM convolution forwards in FP32 with at most 32 output channels "
+            "(per group) run 32 x 256 tiles, where 64-row tiles would compute at least twice "
+            "the rows needed (off: 64-row tiles)", internal=True),
     Setting("CONV_SPLITK_MIN_KTILES", "int", 8,
             "fewest 16-deep steps of the main loop per K slice of a split-K convolution "
             "forward (CONV_SPLITK)", internal=True),

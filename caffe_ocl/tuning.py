@@ -229,9 +229,10 @@ def rule_variant(dev, g):
     with conv_ops.forced_forward_variant(None):
         if conv_ops.runs_1x1_few(dev, g):
             return "few"
-        small = conv_ops.forward_tiles(dev, g).get("MICRO", 8) == 4
+        t = conv_ops.forward_tiles(dev, g)
+        tiles = "small" if t.get("MICRO", 8) == 4 else "narrow" if t["TM"] == 32 else "usual"
         split = conv_ops.forward_splitk(dev, g)[0] > 1
-    return f"{'small' if small else 'usual'}/{'split' if split else 'nosplit'}"
+    return f"{tiles}/{'split' if split else 'nosplit'}"
 
 
 def tune_forward_variants(dev, g, names, rounds=5, out=print, clock=None):

@@ -95,16 +95,32 @@ void conv_fwd(int NIMG, int C, int H, int W, int CO, int HO, int WO, float alpha
     Wt += g * M * K;
     const int lid = get_local_id(0);
     TILE_ORIGIN(m0, n0)
-    /* this work-item always fetches B column n0 + lid % TN */
-    const int bn = n0 + lid % TN;
-    const int bok = bn < N;
-    const int bimg = bok ? bn / HOWO : 0;
-    const int bp = bok ? bn - bimg * HOWO : 0;
-    const int bho = bp / WO, bwo = bp - bho * WO;
-    __global const float* xb = X + bimg * C * HW;
-    const int hi0 = bho * SH - PH, wi0 = bwo * SW - PW;
+    /* this work-item always fetches the B columns n0 + lid % TN + s *
+     * IG_THREADS, s < IG_B_SETS (one but in 32 x 256 tiles, whose 128
+     * work-items fetch two: tile_mainloop.h B_SETS): each column's output
+     * pixel is found once here, not per k */
+#if TN > IG_THREADS
+#define IG_B_SETS (TN / IG_THREADS)
+#else
+#define IG_B_SETS 1
+#endif
+    int bok[IG_B_SETS], hi0[IG_B_SETS], wi0[IG_B_SETS];
+    __global const float* xb[IG_B_SETS];
+#pragma unroll
+    for (int s = 0; s < IG_B_SETS; ++s) {
+        const int bn = n0 + lid % TN + s * IG_THREADS;
+        bok[s] = bn < N;
+        const int bimg = bok[s] ? bn / HOWO : 0;
+        const int bp = bok[s] ? bn - bimg * HOWO : 0;
+        const int bho = bp / WO, bwo = bp - bho * WO;
+        xb[s] = X + bimg * C * HW;
+        hi0[s] = bho * SH - PH;
+        wi0[s] = bwo * SW - PW;
+    }
 #define LOAD_A(m, k) (((m) < M && (k) < kend) ? Wt[(m) * K + (k)] : 0.0f)
-#define LOAD_B(k, n) im2col_at(xb, (k), kend, bok, hi0, wi0, H, W)
+#define LOAD_B(k, n) im2col_at(xb[0], (k), kend, bok[0], hi0[0], wi0[0], H, W)
+#define LOAD_B_AT(i, k, n) im2col_at(xb[(i) % IG_B_SETS], (k), kend, bok[(i) % IG_B_SETS], \
+                                     hi0[(i) % IG_B_SETS], wi0[(i) % IG_B_SETS], H, W)
 #include "tile_mainloop.h"
 
 /* Y_CHANNELS: y's images lie Y_CHANNELS planes apart from offY on (a slice

@@ -36,6 +36,18 @@
 #define MICRO 8
 #endif
 #define NT (TM * TN / (MICRO * MICRO))
+/* columns of B each work-item fetches (1 unless TN > NT) */
+#if TN > NT
+#define B_SETS (TN / NT)
+#else
+#define B_SETS 1
+#endif
+/* LOAD_B_AT(i, k, n): the i-th fetch of a work-item; includers whose
+ * LOAD_B needs per-column state (conv_igemm.cl's gather) define it to pick
+ * set i % B_SETS */
+#ifndef LOAD_B_AT
+#define LOAD_B_AT(i, k, n) LOAD_B(k, n)
+#endif
 #define LDA_ (TM + 8)   /* +8: conflict-free TF32 fragment reads, float4-aligned */
 #define LDB_ (TN + 8)
 #define A_PER (TM * TK / NT)
@@ -43,8 +55,9 @@
 #define ACC_N MICRO                  /* for tile_store.h */
 #define ACC_M MICRO
 #define TILE_FLOATS_ (2 * TK * LDB_)
-#if MICRO == 8 && ((TM != 64 && TM != 128) || TN != 128) || TK % 8
-#error "tile_mainloop.h: TM must be 64 or 128, TN 128, TK a multiple of 8"
+#if MICRO == 8 && ((TM != 64 && TM != 128) || TN != 128) \
+        && !(TM == 32 && TN == 256 && !TF32) || TK % 8
+#error "tile_mainloop.h: TM must be 64 or 128, TN 128 (or 32 x 256 in FP32), TK a multiple of 8"
 #endif
 #if MICRO == 4 && (TM != 64 || TN != 64 || TF32)
 #error "tile_mainloop.h: MICRO 4 is FP32 on 64 x 64 tiles"
@@ -67,9 +80,15 @@
 #if B_KFAST
 #define B_NN(i) (lid / 4 + (NT / 4) * ((i) / (TK / 4)))
 #define B_KK(i) (lid % 4 + 4 * ((i) % (TK / 4)))
-#else
+#elif NT >= TN
 #define B_NN(i) (lid % TN)
 #define B_KK(i) (lid / TN + (i) * (NT / TN))
+#else
+/* fewer work-items than columns (32 x 256 tiles): each fetches B_SETS
+ * columns, lid + s * NT, s = i % B_SETS (a compile-time constant once the
+ * fetch loops unroll, so an includer's per-column state can be an array) */
+#define B_NN(i) (lid + NT * ((i) % B_SETS))
+#define B_KK(i) ((i) / B_SETS)
 #endif
 
 #if TF32
@@ -122,7 +141,7 @@
 #pragma unroll
         for (int i = 0; i < A_PER; ++i) ra_[i] = LOAD_A(m0 + A_MM(i), kbeg + A_KK(i));
 #pragma unroll
-        for (int i = 0; i < B_PER; ++i) rb_[i] = LOAD_B(kbeg + B_KK(i), n0 + B_NN(i));
+        for (int i = 0; i < B_PER; ++i) rb_[i] = LOAD_B_AT(i, kbeg + B_KK(i), n0 + B_NN(i));
 #pragma unroll
         for (int i = 0; i < A_PER; ++i) As[A_KK(i) * LDA_ + A_POS(A_MM(i))] = TO_LOCAL(ra_[i]);
 #pragma unroll
@@ -138,7 +157,7 @@
 #pragma unroll
             for (int i = 0; i < A_PER; ++i) ra_[i] = LOAD_A(m0 + A_MM(i), k1_ + A_KK(i));
 #pragma unroll
-            for (int i = 0; i < B_PER; ++i) rb_[i] = LOAD_B(k1_ + B_KK(i), n0 + B_NN(i));
+            for (int i = 0; i < B_PER; ++i) rb_[i] = LOAD_B_AT(i, k1_ + B_KK(i), n0 + B_NN(i));
         }
         __local const float* as_ = As + cur_ * (TK * LDA_);
         __local const float* bs_ = Bs + cur_ * (TK * LDB_);

@@ -699,7 +699,8 @@ def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0, y_off=0, y_channel
         args = _sizes(g) + [1.0, x, 0, weight, 0.0, ws, 0, weight, 0, 0.0, 0.0, ws, 0]
         gs, ls = work_size(dev, total)
         return [_igemm_launch(dev, g, "conv_fwd", 0, M, N, g.groups * nsplit, args,
-                              tiles=dict(tiles, STAGED=int(kchunk <= STAGED_MAX_K)),
+                              tiles=dict(tiles, STAGED=int(kchunk <= STAGED_MAX_K
+                                                           and tiles["TN"] <= 128)),
                               FWD_NSPLIT=nsplit, FWD_KCHUNK=kchunk),
                 dev.launch(SPLITK_SRC, "conv_splitk_reduce", gs, ls,
                            [total, g.out_spatial, g.out_channels, nsplit, ws, float(beta), y,
@@ -717,12 +718,14 @@ def _igemm_forward(dev, g, x, weight, y, bias, act, beta=0.0, y_off=0, y_channel
 
 # Implicit-GEMM forward variants `caffe_ocl tune` times on GPUs (tuning.py
 # tune_passes): "tiles/split", tiles "usual" (gpu_tiles) or "small"
-# (64 x 64, 4 x 4 per work-item; FP32 only), split "split" (forward_splitk's
+# (64 x 64, 4 x 4 per work-item; FP32 only) or "narrow" (32 x 256; FP32, at
+# most NARROW_MAX_M output channels), split "split" (forward_splitk's
 # rule) or "nosplit" (one pass over K); and, for 1x1 layers the kernel of
 # ops/conv1x1_few.py can run (conv1x1_few.eligible), "few": that kernel. A
 # stored choice for a geometry replaces the rules' (forward_tiles,
 # forward_splitk, conv1x1_few.applies) for it.
-FORWARD_VARIANTS = ("usual/split", "small/split", "usual/nosplit", "small/nosplit", "few")
+FORWARD_VARIANTS = ("usual/split", "small/split", "usual/nosplit", "small/nosplit", "few",
+                    "narrow/split", "narrow/nosplit")
 _forced_variant = [None]       # tuning.py's measurements (forced_forward_variant)
 
 
@@ -747,8 +750,10 @@ def forward_variants(dev, g):
     if dev.is_cpu or deterministic():
         return []
     few = conv1x1_few.eligible(dev, g)
+    narrow = narrow_eligible(dev, g)
     return [v for v in FORWARD_VARIANTS
-            if (few if v == "few" else not use_tf32(dev) or v.startswith("usual"))]
+            if (few if v == "few" else narrow if v.startswith("narrow")
+                else not use_tf32(dev) or v.startswith("usual"))]
 
 
 def _variant(dev, g):
@@ -821,6 +826,41 @@ def _splits_wide(dev, g, t, tiles, ktiles):
     return tiles < max(int(dev.compute_units), 1) and ktiles >= FWD_SPLITK_WIDE_MIN_KTILES
 
 
+# FP32 implicit-GEMM forwards with at most this many output channels per
+# group take 32 x 256 tiles (tile_mainloop.h, 8 x 8 results per work-item,
+# 128 work-items fetching two B columns each) where 64 x 128 ones would
+# compute at least twice the rows needed: on the H100, Inception v3's
+# 32 -> 32 3 x 3 layer on 147 x 147 at batch 64 ran at 28 TFLOP/s against 55
+# for its 32 -> 64 neighbour, half the tile's multiply-adds on zero rows.
+# H100, batch 64, narrow / 64 x 128 time (.gpu/s40_narrow.py, BENCHMARKS.md
+# fortieth session): that layer 0.59, a CIFAR ResNet's 16 -> 16 3 x 3 on
+# 32 x 32 (batch 128) 0.68, MobileNet v2's 144 -> 24 1x1 on 56 x 56 0.83.
+# Each work-item gathers two columns of the implicit im2col, so where K is
+# short the gather is the work: Inception's 3 -> 32 stem (K 27) ran 1.22x
+# slower, a 3 -> 16 one (three quarters of the 64 rows idle) still 0.88.
+# So more than 16 channels need K >= NARROW_MIN_K. The tiles are taken when
+# they still give every compute unit NARROW_MIN_PER_CU tiles (fewer, larger
+# tiles otherwise leave units idle; the K split and the small tiles see to
+# those).
+NARROW_MAX_M = 32
+NARROW_MIN_K = 64
+NARROW_MIN_PER_CU = 2
+
+
+def narrow_eligible(dev, g):
+    """Whether 32 x 256 tiles can run ``g``'s forward: a GPU, FP32, at most
+    NARROW_MAX_M output channels per group."""
+    return (not dev.is_cpu and not use_tf32(dev)
+            and g.out_channels // g.groups <= NARROW_MAX_M)
+
+
+def _narrow_pays(g):
+    """Whether the rules take 32 x 256 tiles for an eligible ``g``: at most
+    16 channels, or a product deep enough that the rows saved outweigh
+    each work-item's second gathered column (NARROW_MIN_K)."""
+    return g.out_channels // g.groups <= 16 or g.col_rows // g.groups >= NARROW_MIN_K
+
+
 def forward_tiles(dev, g):
     """Tile of an implicit-GEMM forward of ``g`` (gpu_tiles' form): the
     usual 128-column tiles with 8 x 8 results per work-item, or, on GPUs in
@@ -828,8 +868,10 @@ def forward_tiles(dev, g):
     units (batch 1-4 on small planes: a 1 x 1 convolution of 116 channels
     on 14 x 14 is 2 tiles of 128 x 128 on 132 units), 64 x 64 tiles of 4 x 4
     results per work-item (tile_mainloop.h MICRO 4): a tile's main loop
-    then takes a quarter of the time. Each result is still one work-item's
-    sum over K in order, so the values are the same bits either way.
+    then takes a quarter of the time; or, in FP32 for at most NARROW_MAX_M
+    output channels, 32 x 256 tiles (narrow_eligible). Each result is still
+    one work-item's sum over K in order, so the values are the same bits
+    whichever tile runs.
     Setting CONV_SMALL_TILES off: always the usual tiles. A variant stored
     by `caffe_ocl tune` for ``g`` decides instead of the rule."""
     M, K = g.out_channels // g.groups, g.col_rows // g.groups
@@ -840,14 +882,20 @@ def forward_tiles(dev, g):
             and not (_splits(dev, g, t) and not _splits(dev, g, dict(t, TM=64))):
         t = dict(t, TM=64)
     small = dict(t, TM=64, TN=64, MICRO=4)
+    # direct stores: tile_store.h's staged store wants a work-item a column
+    narrow = dict(t, TM=32, TN=256, STAGED=0)
     tiles = _forward_variant(dev, g)[0]
     if tiles is not None:
-        return small if tiles == "small" else t
-    if not config.get("CONV_SMALL_TILES"):
-        return t
+        return {"small": small, "narrow": narrow}.get(tiles, t)
     N = g.num * g.out_spatial
-    fills = -(-M // 64) * -(-N // 64) * g.groups > max(int(dev.compute_units), 1)
-    return t if fills else small
+    cus = max(int(dev.compute_units), 1)
+    fills = -(-M // 64) * -(-N // 64) * g.groups > cus
+    if not fills and config.get("CONV_SMALL_TILES"):
+        return small
+    if config.get("CONV_NARROW_TILES") and narrow_eligible(dev, g) and _narrow_pays(g) \
+            and -(-N // 256) * g.groups >= NARROW_MIN_PER_CU * cus:
+        return narrow
+    return t
 
 
 # Forward passes whose output tiles leave at least half the compute units

@@ -352,3 +352,85 @@ def test_conv_on_1x1_planes_rule():
         assert not conv_ops.fully_connected(dev, G(1, 576, 1, 1, 144, 1, 1))
     with config.override(GEMV=False):
         assert not conv_ops.fully_connected(dev, G(1, 576, 1, 1, 144, 1, 1))
+
+
+@pytest.mark.parametrize("p", [(2, 8, 11, 13, 32, 3, 3, 1, 1),                 # 286 columns: 2 tiles, the last partial
+                               (3, 8, 9, 9, 24, 3, 3, 0, 0, 2, 2, 1, 1, 2),    # strided, 2 groups of 12
+                               (1, 70, 17, 17, 20, 1, 1)],                     # 1x1, 289 columns
+                         ids=["3x3", "stride2-groups", "1x1"])
+def test_narrow_tiles_forward(d, rng, p, monkeypatch):
+    """FP32 forwards with at most 32 output channels take 32 x 256 tiles
+    (128 work-items fetching two B columns each): right against float64
+    with bias, activation and a residual (rows and columns past the edges
+    inside a tile), and the same bits as the 64 x 128 tiles. Built as for a
+    GPU with 1 compute unit (so the rule picks them), run by the CPU driver."""
+    monkeypatch.setattr(d.dev, "compute_units", 1)
+    g = conv_ops.ConvGeometry(*p)
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
+    b = rng.standard_normal(g.out_channels)
+    yshape = (g.num, g.out_channels, g.out_h, g.out_w)
+    r = rng.standard_normal(yshape)
+    xb, wb, bb, rb = d.buf(x), d.buf(w), d.buf(b), d.buf(r)
+    got = {}
+    for narrow in (True, False):
+        yb = d.buf(np.full(yshape, np.nan))
+        with config.override(CONV_NARROW_TILES=narrow, CONV_SPLITK=False):
+            monkeypatch.setattr(d.dev, "is_cpu", False)
+            assert conv_ops.forward_tiles(d.dev, g)["TM"] == (32 if narrow else 64)
+            launches = conv_ops.forward(d.dev, g, xb, wb, yb, None, bias=bb,
+                                        act=("relu", 0.1), algo="igemm", residual=rb)
+            monkeypatch.setattr(d.dev, "is_cpu", True)
+        assert [ln.name for ln in launches] == ["conv_fwd"]
+        d.run(launches)
+        got[narrow] = d.get(yb, yshape)
+    v = _conv_ref(x, w, g) + b.reshape(1, -1, 1, 1) + r
+    assert rel_err(got[True], np.where(v > 0, v, 0.1 * v)) < 1e-5
+    np.testing.assert_array_equal(got[True], got[False])
+
+
+def test_narrow_tiles_split_k(d, rng, monkeypatch):
+    """32 x 256 tiles with K split over work-groups (the tuner's
+    "narrow/split" variant): the slices summed right."""
+    monkeypatch.setattr(d.dev, "compute_units", 132)
+    g = conv_ops.ConvGeometry(1, 40, 6, 6, 16, 3, 3, 1, 1)
+    x = rng.standard_normal((1, 40, 6, 6))
+    w = rng.standard_normal((16, 40, 3, 3))
+    yb = d.buf(np.full((1, 16, 6, 6), np.nan))
+    with config.override(CONV_SPLITK_MIN_KTILES=1), \
+            conv_ops.forced_forward_variant("narrow/split"):
+        monkeypatch.setattr(d.dev, "is_cpu", False)
+        assert conv_ops.forward_tiles(d.dev, g)["TM"] == 32
+        nsplit = conv_ops.forward_splitk(d.dev, g)[0]
+        launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, algo="igemm")
+        monkeypatch.setattr(d.dev, "is_cpu", True)
+    assert nsplit > 1 and [ln.name for ln in launches] == ["conv_fwd", "conv_splitk_reduce"]
+    d.run(launches)
+    assert rel_err(d.get(yb, (1, 16, 6, 6)), _conv_ref(x, w, g)) < 1e-5
+
+
+def test_narrow_tiles_rule():
+    """32 x 256 tiles for at most 32 output channels per group in FP32 where
+    they still give each compute unit two tiles (Inception v3's 32 -> 32
+    layer at batch 64; a CIFAR net's 16-channel layers at batch 128); not
+    for 48 channels, for more than 16 on a product shorter than 64, in
+    TF32, with too few columns, on CPU drivers, or with the setting off."""
+    G = conv_ops.ConvGeometry
+    dev = types.SimpleNamespace(**vars(H200))
+    assert conv_ops.forward_tiles(dev, G(64, 32, 149, 149, 32, 3, 3))["TM"] == 32
+    assert conv_ops.forward_tiles(dev, G(128, 16, 32, 32, 16, 3, 3, 1, 1))["TM"] == 32
+    assert conv_ops.forward_tiles(dev, G(64, 32, 149, 149, 48, 3, 3))["TM"] == 64
+    assert conv_ops.forward_tiles(dev, G(1, 16, 32, 32, 16, 3, 3, 1, 1))["TM"] == 64
+    # short products: the gather outweighs the rows saved above 16 channels
+    assert conv_ops.forward_tiles(dev, G(64, 3, 224, 224, 32, 3, 3, 0, 0, 2, 2))["TM"] == 64
+    assert conv_ops.forward_tiles(dev, G(16, 3, 224, 224, 16, 3, 3, 1, 1, 2, 2))["TM"] == 32
+    with config.override(CONV_NARROW_TILES=False):
+        assert conv_ops.forward_tiles(dev, G(64, 32, 149, 149, 32, 3, 3))["TM"] == 64
+    with config.override(TF32=True):
+        nv = types.SimpleNamespace(**vars(H200), is_nvidia=True)
+        assert conv_ops.forward_tiles(nv, G(64, 32, 149, 149, 32, 3, 3))["TM"] != 32
+        assert "narrow/split" not in conv_ops.forward_variants(nv, G(64, 32, 149, 149, 32, 3, 3))
+    cpu = types.SimpleNamespace(**dict(vars(H200), is_cpu=True, is_gpu=False))
+    assert not conv_ops.narrow_eligible(cpu, G(64, 32, 149, 149, 32, 3, 3))
+    assert "narrow/nosplit" in conv_ops.forward_variants(dev, G(64, 32, 149, 149, 32, 3, 3))
+    assert "narrow/nosplit" not in conv_ops.forward_variants(dev, G(64, 32, 149, 149, 48, 3, 3))
