@@ -322,6 +322,11 @@ _DECLARED = (
             "kept), again only after they change (one more copy of each such "
             "convolution's weights in memory); off: every GEMM packs them in each "
             "block, Winograd transforms them in every pass"),
+    Setting("GPU_KEEP_WINOGRAD_FILTERS", "bool", True,
+            "GPUs, inference (TEST) nets: Winograd layers keep their filter transform "
+            "(16/9 of the layer's weights at F(2x2), 36/9 at F(4x4) more device memory), "
+            "redone only after the weights change; off: transformed in every pass (one "
+            "launch more per Winograd layer and forward)"),
     Setting("CPU_COLUMNS_ONCE", "bool", True,
             "CPU drivers: a convolution whose GEMM has several blocks of output rows "
             "packs its columns (from the images) once before the product, into shared "

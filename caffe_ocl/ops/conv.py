@@ -1189,6 +1189,17 @@ class OnChange(Launch):
             self.seen = now
 
 
+def keeps_winograd_filters(dev):
+    """Whether an inference forward by Winograd (given a weight_version)
+    keeps its filter transform, run again only when the weights change
+    (OnChange): CPU drivers with CPU_PACKED_WEIGHTS, GPUs with
+    GPU_KEEP_WINOGRAD_FILTERS. On GPUs the transform's device time is
+    small, but its launch costs host time every pass, and the nets whose
+    forward waits on the host are the ones with many Winograd layers
+    (DenseNet: one per dense layer at batch 16 and more)."""
+    return bool(config.get("CPU_PACKED_WEIGHTS" if dev.is_cpu else "GPU_KEEP_WINOGRAD_FILTERS"))
+
+
 # CPU drivers: convolution weights of more than this many bytes (per
 # group) whose GEMM spans one block of columns are read as they are, not
 # packed once (packs_weights).
@@ -1370,9 +1381,9 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
                                     y_channels=y_channels, residual=residual, gate=gate,
                                     gate_stride=gate_stride)]
     if a == "winograd":
-        if weight_version is not None and dev.is_cpu and config.get("CPU_PACKED_WEIGHTS"):
-            # CPU inference: the filter transform kept, redone after a weight change
-            u = dev.alloc(4 * wino_ops.filter_floats(g))
+        if weight_version is not None and keeps_winograd_filters(dev):
+            # inference: the filter transform kept, redone after a weight change
+            u = dev.alloc(4 * wino_ops.filter_floats(g, wino_ops.forward_tile(dev, g)))
             out = wino_ops.forward(dev, g, x, weight, y, bias, act, u_buf=u)
             return [OnChange(out[0], weight_version)] + out[1:]
         return wino_ops.forward(dev, g, x, weight, y, bias, act)

@@ -434,3 +434,37 @@ def test_narrow_tiles_rule():
     assert not conv_ops.narrow_eligible(cpu, G(64, 32, 149, 149, 32, 3, 3))
     assert "narrow/nosplit" in conv_ops.forward_variants(dev, G(64, 32, 149, 149, 32, 3, 3))
     assert "narrow/nosplit" not in conv_ops.forward_variants(dev, G(64, 32, 149, 149, 48, 3, 3))
+
+
+def test_gpu_winograd_filter_transform_kept(d, rng, monkeypatch):
+    """On GPUs too, a TEST-phase Winograd forward (given a weight_version)
+    keeps its filter transform and redoes it only after the weights changed
+    (one launch less per layer and pass: DenseNet's host-bound forwards);
+    with GPU_KEEP_WINOGRAD_FILTERS off, every pass transforms. Built as for
+    a GPU, run by whatever driver runs the tests."""
+    g = conv_ops.ConvGeometry(2, 5, 9, 10, 7, 3, 3, 1, 1)
+    x = rng.standard_normal((2, 5, 9, 10))
+    w1, w2 = rng.standard_normal((2, 7, 5, 3, 3))
+    wb, yb = d.buf(w1), d.dev.alloc(4 * 2 * 7 * 9 * 10)
+    col = d.dev.alloc(4 * max(conv_ops.workspace_floats(d.dev, g, "winograd"), 1))
+    version = [0]
+    monkeypatch.setattr(d.dev, "is_cpu", False)
+    monkeypatch.setattr(d.dev, "is_gpu", True)
+    launches = conv_ops.forward(d.dev, g, d.buf(x), wb, yb, col, algo="winograd",
+                                weight_version=lambda: version[0])
+    with config.override(GPU_KEEP_WINOGRAD_FILTERS=False):
+        plain = conv_ops.forward(d.dev, g, d.buf(x), wb, yb, col, algo="winograd",
+                                 weight_version=lambda: version[0])
+    monkeypatch.undo()
+    assert isinstance(launches[0], conv_ops.OnChange)
+    assert launches[0].name.startswith("wino_filter")
+    assert not any(isinstance(ln, conv_ops.OnChange) for ln in plain)
+    shape = (2, 7, 9, 10)
+    d.run(launches)
+    assert rel_err(d.get(yb, shape), _conv_ref(x, w1, g)) < 1e-4
+    d.dev.upload(wb, w2.astype(np.float32))
+    d.run(launches)             # same version: U is still w1's
+    assert rel_err(d.get(yb, shape), _conv_ref(x, w1, g)) < 1e-4
+    version[0] += 1
+    d.run(launches)
+    assert rel_err(d.get(yb, shape), _conv_ref(x, w2, g)) < 1e-4
