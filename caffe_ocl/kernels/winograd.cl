@@ -439,14 +439,16 @@ __kernel void wino_filter_lines(int CO, int C, int flip,
 }
 
 /* Y[img][co][HO][WO] (+offY) = act(A^T m A + bias[co] + beta * Y) from
- * M[k][co][t] (+offM). act: 0 none, 1 leaky ReLU (slope act_a),
+ * M[k][co][t] (+offM); Y's images lie YC channels apart (CO, or more when
+ * Y is a slice of a Concat's top: ops/conv.py writes_slices; the CPU
+ * kernels below likewise). act: 0 none, 1 leaky ReLU (slope act_a),
  * 2 clip to [act_a, act_b] (ops.gemm.act_defines); Y is read only when
  * beta != 0. */
 __kernel void wino_output(int nimg, int CO, int HO, int WO, int TH, int TW, int KS,
                           __global const float* Mm, int offM,
                           __global const float* bias, int has_bias, float beta,
                           int act, float act_a, float act_b,
-                          __global float* Y, int offY,
+                          __global float* Y, int offY, int YC,
                           __global const float* G, int offG) {
     /* act == 3 (backward-data of a convolution whose input is an in-place
      * ReLU's output, fusion_train.py ReLUConvBackward): that ReLU's
@@ -473,7 +475,7 @@ __kernel void wino_output(int nimg, int CO, int HO, int WO, int TH, int TW, int 
 #pragma unroll
         for (int a = 0; a < WM; ++a) at1(s + a * WA, 1, o + a * WM, 1); /* (A^T m) A */
         const float bv = has_bias ? bias[co] : 0.0f;
-        __global float* yp = Y + offY + (img * CO + co) * HO * WO;
+        __global float* yp = Y + offY + (img * YC + co) * HO * WO;
         __global const float* gp = G + offG + (img * CO + co) * HO * WO;
 #if WM == 4
         if (rows4) {       /* a tile row is one aligned float4 of the output */
@@ -548,13 +550,13 @@ __kernel void wino_output_rows(int nimg, int CO, int HO, int WO, int TH, int TW,
                                __global const float* Mm, int offM,
                                __global const float* bias, int has_bias,
                                int act, float act_a, float act_b,
-                               __global float* Y, int offY) {
+                               __global float* Y, int offY, int YC) {
     const int strips = nimg * TH, T = nimg * TH * TW;
     GLOBAL_LOOP(i, CO * strips) {
         const int co = i / strips, r = i - co * strips;
         const int img = r / TH, ty = r - img * TH;
         __global const float* mp = Mm + offM + co * T + r * TW;
-        __global float* yp = Y + offY + (img * CO + co) * HO * WO;
+        __global float* yp = Y + offY + (img * YC + co) * HO * WO;
         const float bv = has_bias ? bias[co] : 0.0f;
         for (int t0 = 0; t0 < TW; t0 += 8) {
             const int tx = min(t0, TW - 8);
@@ -607,7 +609,7 @@ __kernel void wino_output_runs(int nimg, int CO, int HO, int WO, int TH, int TW,
                                __global const float* Mm, int offM,
                                __global const float* bias, int has_bias,
                                int act, float act_a, float act_b,
-                               __global float* Y, int offY) {
+                               __global float* Y, int offY, int YC) {
     const int tiles = TH * TW, T = nimg * tiles, runs = (T + 7) / 8;
     const int j0 = get_global_id(0) * runs_per, j1 = min(CO * runs, j0 + runs_per);
     for (int j = j0; j < j1; ++j) {
@@ -623,7 +625,7 @@ __kernel void wino_output_runs(int nimg, int CO, int HO, int WO, int TH, int TW,
         for (int l = first; l < 8; ++l) {
             const int t = t0 + l, img = t / tiles, r = t - img * tiles;
             const int ty = r / TW, tx = r - ty * TW;
-            __global float* yp = Y + offY + (img * CO + co) * HO * WO + WM * ty * WO + WM * tx;
+            __global float* yp = Y + offY + (img * YC + co) * HO * WO + WM * ty * WO + WM * tx;
             const int rows = min(WM, HO - WM * ty), cols = min(WM, WO - WM * tx);
             for (int a = 0; a < rows; ++a, yp += WO) {
                 if (cols == WM) {

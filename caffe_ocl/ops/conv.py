@@ -1152,15 +1152,17 @@ def residual_pays(dev, g):
 def writes_slices(dev, g, algo=None):
     """Whether ``forward`` of ``g`` can write its output into a slice of a
     bigger blob (``y_off``, ``y_channels``: a Concat's top along channels,
-    caffe_ocl/plan/concat.py): the GEMM paths (im2col, 1x1 GEMMs) and the
+    caffe_ocl/plan/concat.py): the GEMM paths (im2col, 1x1 GEMMs), the
     implicit-GEMM kernels (tiles, their split-K sum, the few-outputs 1x1
-    kernel); not Winograd and depthwise, nor the matrix-vector and grouped
-    kernels (their outputs are written whole; such a layer keeps them and
-    the Concat copies its top). At batch 1 on GPUs this spares a copy
-    launch per Concat input: SqueezeNet's expand 3x3 layers, GoogLeNet's
-    5x5 branches."""
+    kernel) and Winograd's output transforms; not depthwise, nor the
+    matrix-vector and grouped kernels (their outputs are written whole;
+    such a layer keeps them and the Concat copies its top). At batch 1 on
+    GPUs this spares a copy launch per Concat input: SqueezeNet's expand
+    3x3 layers, GoogLeNet's 5x5 branches; at batch 16 and more, a copy
+    launch and pass per dense layer of a DenseNet, whose 3x3 layers run
+    Winograd there."""
     a = algorithm(dev, g, algo, "forward")
-    if a == "im2col":
+    if a in ("im2col", "winograd"):
         return True
     if a != "igemm":
         return False
@@ -1384,9 +1386,11 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
         if weight_version is not None and keeps_winograd_filters(dev):
             # inference: the filter transform kept, redone after a weight change
             u = dev.alloc(4 * wino_ops.filter_floats(g, wino_ops.forward_tile(dev, g)))
-            out = wino_ops.forward(dev, g, x, weight, y, bias, act, u_buf=u)
+            out = wino_ops.forward(dev, g, x, weight, y, bias, act, u_buf=u, y_off=y_off,
+                                   y_channels=y_channels)
             return [OnChange(out[0], weight_version)] + out[1:]
-        return wino_ops.forward(dev, g, x, weight, y, bias, act)
+        return wino_ops.forward(dev, g, x, weight, y, bias, act, y_off=y_off,
+                                y_channels=y_channels)
     if a == "depthwise":
         return dw_ops.forward(dev, g, x, weight, y, bias, act)
     if a == "igemm" and not sliced and fully_connected(dev, g, algo):

@@ -380,12 +380,15 @@ RUNS_MIN_CHUNK = 4
 
 
 def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
-              bias, act, beta, gemm_impl, tile, groups=1, gate=None, u_buf=None, r=3):
+              bias, act, beta, gemm_impl, tile, groups=1, gate=None, u_buf=None, r=3,
+              y_off=0, y_channels=None):
     """gate: (G, slope): y = y if G > 0 else slope * y elementwise (the
     gradient gate of an in-place ReLU whose output G is; instead of act).
     u_buf: a buffer of its own for the filter transform U (the first
     launch; the caller may run it only when the weights change) instead
-    of the shared scratch."""
+    of the shared scratch. y_off, y_channels: y's images lie y_channels *
+    ho * wo floats apart from y_off on (a slice of a Concat's top; the
+    gate, shaped as y's own images, is read from 0, cout channels apart)."""
     act_kind, act_a, act_b = act_defines(act)
     if act_kind > 2:        # its output transform knows ReLU and clip (3: the gate)
         raise ValueError(f"winograd: activation {act!r} is not in its output transform")
@@ -415,9 +418,11 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
     wco, wc = (cin, cog) if flip else (cout, cg)
     a_ld, a_gstride = (cin, cg) if flip else (cg, cog * cg)
     ub = ws if u_buf is None else u_buf
+    yc = cout if y_channels is None else y_channels
     out = [_filter_launch(dev, wco, wc, flip, weight, ub, defs)]
     for n0 in range(0, num, chunk):
         nc = min(chunk, num - n0)
+        y_at = y_off + n0 * yc * ho * wo
         T = nc * tiles
         ksv, ksm = _kstride(cin * T), _kstride(cout * T)
         out.append(_input_launch(dev, nc, cin, h, w, th, tw, ph, pw, T, ksv, x,
@@ -432,7 +437,7 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
                                   (cpu_chunks(dev, strips, min_chunk=STRIPS_MIN_CHUNK),), (1,),
                                   [nc, cout, ho, wo, th, tw, ksm, ws, off_m,
                                    bias if bias is not None else ws, int(bias is not None),
-                                   act_kind, act_a, act_b, y, n0 * cout * ho * wo], defs))
+                                   act_kind, act_a, act_b, y, y_at, yc], defs))
             continue
         if output_runs(dev, m, T, beta, act_kind):
             runs = cout * -(-T // 8)
@@ -440,14 +445,14 @@ def _pipeline(dev, num, cin, h, w, cout, ho, wo, ph, pw, x, weight, flip, y,
             out.append(dev.launch(SRC, "wino_output_runs", (items,), (1,),
                                   [nc, cout, ho, wo, th, tw, ksm, -(-runs // items), ws, off_m,
                                    bias if bias is not None else ws, int(bias is not None),
-                                   act_kind, act_a, act_b, y, n0 * cout * ho * wo], defs))
+                                   act_kind, act_a, act_b, y, y_at, yc], defs))
             continue
         gs, ls = work_size(dev, cout * T, cap_per_cu=TRANSFORM_CAP_PER_CU)
         out.append(dev.launch(SRC, "wino_output", gs, ls,
                               [nc, cout, ho, wo, th, tw, ksm, ws, off_m,
                                bias if bias is not None else ws, int(bias is not None),
                                float(beta), act_kind, act_a, act_b,
-                               y, n0 * cout * ho * wo, gate_buf, n0 * cout * ho * wo], defs))
+                               y, y_at, yc, gate_buf, n0 * cout * ho * wo], defs))
     return out
 
 
@@ -461,7 +466,7 @@ def check_eligible(g):
 
 
 def forward(dev, g, x, weight, y, bias=None, act=None, beta=0.0, gemm_impl=None,
-            tile=None, u_buf=None):
+            tile=None, u_buf=None, y_off=0, y_channels=None):
     """[launches]: y = act(conv(x, weight) + bias + beta * y) (signature of
     ops.conv._igemm_forward; ``act`` as ops.gemm.gemm). ``gemm_impl`` picks
     the GEMM kernel (tests run the GPU tiles on PoCL); ``tile``: output
@@ -469,13 +474,15 @@ def forward(dev, g, x, weight, y, bias=None, act=None, beta=0.0, gemm_impl=None,
     ``u_buf``: at least ``filter_floats(g, tile)`` floats of its own for
     the filter transform, the first launch (ops.conv.forward then runs it
     only after the weights changed); None: in the shared scratch, every
-    pass."""
+    pass. ``y_off``, ``y_channels``: as ops.conv.forward's (a slice of a
+    Concat's top)."""
     check_eligible(g)
     if tile is None:
         tile = forward_tile(dev, g)
     return _pipeline(dev, g.num, g.channels, g.height, g.width, g.out_channels,
                      g.out_h, g.out_w, g.ph, g.pw, x, weight, False, y,
-                     bias, act, beta, gemm_impl, tile, g.groups, u_buf=u_buf, r=g.kh)
+                     bias, act, beta, gemm_impl, tile, g.groups, u_buf=u_buf, r=g.kh,
+                     y_off=y_off, y_channels=y_channels)
 
 
 def backward_data(dev, g, dy, weight, dx, accumulate=False, gemm_impl=None, tile=None,

@@ -19,9 +19,9 @@ is
 - a lone 2-D Convolution (one bottom, one top) in no other group;
 
 where the convolution's forward can write a slice (``ops.conv.
-writes_slices``: the im2col / 1x1-GEMM paths and the implicit-GEMM
-kernels; Winograd, depthwise, matrix-vector and grouped kernels cannot,
-those inputs are copied as before), ``c`` is
+writes_slices``: the im2col / 1x1-GEMM paths, the implicit-GEMM
+kernels and Winograd; depthwise, matrix-vector and grouped kernels
+cannot, those inputs are copied as before), ``c`` is
 read by the Concat alone (besides the unit's in-place layers), is no net
 output and appears once among the Concat's bottoms.
 
@@ -92,8 +92,9 @@ class SliceTarget:
         """Whether the writing convolution's algorithm at its current shape
         writes into a slice (ops.conv.writes_slices). The plan asked at the
         shapes it was built for; a reshape can change the algorithm (a
-        bigger batch takes Winograd: GoogLeNet's 5x5 branches on a CPU
-        going from batch 1 to 4 raised "cannot write into a slice").
+        bigger batch took Winograd, which then wrote only whole blobs:
+        GoogLeNet's 5x5 branches on a CPU going from batch 1 to 4 raised
+        "cannot write into a slice").
         Asked again once per reshape of the convolution."""
         count = self._conv.reshape_count
         if self._slices_ok[0] != count:

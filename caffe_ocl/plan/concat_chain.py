@@ -18,7 +18,7 @@ output into its slice of the top (concat.py's slice targets, now also
 through the Split that hands ``x_j`` to every later Concat) leaves the
 Concat nothing to copy. torchvision's DenseNet-121 at batch 1 on the CPU:
 58 copy launches a forward to 9 (each block's first Concat copies the
-block's input; Winograd layers write whole blobs), Concat tops 40.7 MB
+block's input; Winograd layers wrote whole blobs then), Concat tops 40.7 MB
 to 5.8.
 
 Every blob still reads Caffe's value. The chain holds while its tops are

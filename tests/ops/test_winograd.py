@@ -656,3 +656,43 @@ def test_forward_choice_judges_the_tile_it_runs(d, monkeypatch, settings):
         conv_ops.algorithm(d.dev, g, None, "forward")
         conv_ops.algorithm(d.dev, g, None, "backward_data")
     assert got == [4, 2, None]
+
+
+# (geometry, tile, images per chunk): each output kernel on CPU drivers
+# (wino_output_rows: F(4x4) rows of >= 8 tiles; wino_output_runs: F(4x4)
+# under 8; wino_output: F(2x2)) and two chunks of images; GPUs run
+# wino_output for all
+SLICE_CASES = [((2, 3, 6, 33, 5, 1, 1), 4, 2),
+               ((3, 4, 7, 9, 6, 1, 1), 4, 3),
+               ((3, 4, 7, 9, 6, 1, 1), 2, 3),
+               ((3, 4, 7, 9, 6, 1, 1), 2, 2)]
+
+
+@pytest.mark.parametrize("p,tile,cap_images", SLICE_CASES)
+def test_winograd_writes_a_slice(d, rng, monkeypatch, p, tile, cap_images):
+    """A forward into channels 3 .. 3 + Co of a blob of Co + 5 channels per
+    image (a Concat's top: ops.conv.writes_slices, plan/concat.py), with
+    bias and ReLU: the slice right, the other channels untouched. DenseNet
+    at batch 16 and more runs its 3x3 layers by Winograd, each of whose
+    outputs the Concat copied before."""
+    g = _geom(p)
+    A = (tile + 2) ** 2
+    tiles = -(-g.out_h // tile) * -(-g.out_w // tile)
+    monkeypatch.setattr(wino_ops, "MAX_WS_FLOATS", A * g.channels * g.out_channels
+                        + cap_images * A * (g.channels + g.out_channels) * tiles)
+    assert wino_ops.chunk_images(g.num, g.channels, g.out_channels, tiles, tile=tile) == cap_images
+    assert conv_ops.writes_slices(d.dev, g, "winograd")
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels, 3, 3))
+    b = rng.standard_normal(g.out_channels)
+    ref = np.maximum(_refs(g, x, w, np.zeros((g.num, g.out_channels, g.out_h, g.out_w)))[0]
+                     + b[None, :, None, None], 0.0)
+    wide = (g.num, g.out_channels + 5, g.out_h, g.out_w)
+    y0 = rng.standard_normal(wide).astype(np.float32)
+    yb = d.buf(y0)
+    d.run(wino_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, d.buf(b), ("relu", 0.0),
+                           tile=tile, y_off=3 * g.out_h * g.out_w, y_channels=wide[1]))
+    got = d.get(yb, wide)
+    assert _rel(got[:, 3:3 + g.out_channels], ref) < 1e-4
+    np.testing.assert_array_equal(got[:, :3], y0[:, :3])
+    np.testing.assert_array_equal(got[:, 3 + g.out_channels:], y0[:, 3 + g.out_channels:])

@@ -101,8 +101,8 @@ def _forward_all(nets, x):
 
 def _on_this_device(net, want, convs):
     """``want`` less the inputs whose convolution cannot write a slice on
-    this device (ops.conv.writes_slices: Winograd, depthwise, the
-    matrix-vector and grouped kernels), and less a
+    this device (ops.conv.writes_slices: depthwise, the matrix-vector and
+    grouped kernels), and less a
     Concat left with none: the rewrite copies those inputs instead."""
     out = []
     for d in want:
@@ -148,7 +148,7 @@ def test_rewrite_fires_and_every_blob_equals(text, want, convs, rng):
 
 def _needs_slices(net, *convs):
     """Skip where this device's algorithm for one of ``convs`` writes no
-    slice (Winograd, depthwise, the matrix-vector and grouped kernels):
+    slice (depthwise, the matrix-vector and grouped kernels):
     there the rewrite copies that input, which
     test_rewrite_fires_and_every_blob_equals checks on every device."""
     for name in convs:
@@ -308,14 +308,20 @@ def test_conv_forward_into_a_slice(rng, shape, cout, k):
 
 def test_reshape_that_changes_the_algorithm(rng, monkeypatch):
     """A reshape that moves a convolution to an algorithm writing only
-    whole blobs (Winograd takes bigger batches): that convolution then
-    writes its own top and the Concat copies it, instead of raising
-    "cannot write into a slice"; back at the first batch it writes into
-    its slice again. The batch rule of ops.winograd.use_auto is replaced by
-    one that switches at three images."""
+    whole blobs (Winograd takes bigger batches; it writes slices now, so
+    here it is made to write whole blobs, as depthwise and the grouped
+    kernels do): that convolution then writes its own top and the Concat
+    copies it, instead of raising "cannot write into a slice"; back at the
+    first batch it writes into its slice again. The batch rule of
+    ops.winograd.use_auto is replaced by one that switches at three
+    images."""
     from caffe_ocl.ops import winograd as wino_ops
     monkeypatch.setattr(wino_ops, "use_auto",
                         lambda dev, g, tile=None: g.num >= 3 and wino_ops.eligible(g))
+    real_writes_slices = conv_ops.writes_slices
+    monkeypatch.setattr(conv_ops, "writes_slices", lambda dev, g, algo=None: (
+        real_writes_slices(dev, g, algo)
+        and conv_ops.algorithm(dev, g, algo, "forward") != "winograd"))
     with config.override(WINOGRAD_MIN_MFLOP=0, WINOGRAD_OCCUPANCY=False):
         fused, plain, _ = _nets(INCEPTION, rng)
         b3 = fused.layer_dict["b3"]
