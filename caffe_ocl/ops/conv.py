@@ -1149,6 +1149,12 @@ def residual_pays(dev, g):
     return writes_residual(dev, g)
 
 
+# Winograd's output transforms write into a Concat's slice (writes_slices);
+# a rule constant so that a benchmark can time the copy it spares
+# (bench_zoo.py --ab conv.WINOGRAD_SLICES=0).
+WINOGRAD_SLICES = True
+
+
 def writes_slices(dev, g, algo=None):
     """Whether ``forward`` of ``g`` can write its output into a slice of a
     bigger blob (``y_off``, ``y_channels``: a Concat's top along channels,
@@ -1162,7 +1168,7 @@ def writes_slices(dev, g, algo=None):
     launch and pass per dense layer of a DenseNet, whose 3x3 layers run
     Winograd there."""
     a = algorithm(dev, g, algo, "forward")
-    if a in ("im2col", "winograd"):
+    if a == "im2col" or (a == "winograd" and WINOGRAD_SLICES):
         return True
     if a != "igemm":
         return False
