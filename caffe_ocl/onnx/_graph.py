@@ -7,6 +7,7 @@ PyTorch's ``x.view(x.size(0), -1)`` exports as Shape -> Gather -> Unsqueeze
 -> Concat -> Reshape; once the input shape is fixed, Shape becomes a
 constant and the whole chain folds into one constant shape tensor."""
 import faulthandler
+import math
 import os
 import sys
 import tempfile
@@ -21,6 +22,12 @@ from ._common import OnnxConversionError
 _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike",
                      "RandomUniformLike", "Multinomial", "Bernoulli"}
 _BIG = 4096   # initializers with more elements are given to shape inference as inputs
+# A .caffemodel is one protobuf message, under 2 GiB: no tensor of 2^29 or
+# more values (2 GiB as float32) can be written into one, so such a tensor
+# is refused from its declared dims, before its data is read or a folded
+# value allocated (a 2 GiB initializer was read, copied and expanded into a
+# Python list by the blob writer, and ended in MemoryError naming nothing).
+_MAX_VALUES = 2 ** 29
 
 
 def load_model(src):
@@ -35,9 +42,77 @@ def load_model(src):
     if not os.path.exists(path):
         raise FileNotFound(f"ONNX model not found: {path}")
     try:
-        return onnx.load(path), path
+        m = onnx.load(path, load_external_data=False)
     except Exception as e:   # onnx raises DecodeError and friends
         raise OnnxConversionError(f"{path}: not a readable ONNX model ({e})") from None
+    # external data is read only after the declared sizes are checked: a
+    # 2 GiB external initializer was read whole before anything refused it
+    _skip_or_refuse_external(m, path)
+    try:
+        onnx.load_external_data_for_model(m, os.path.dirname(os.path.abspath(path)))
+    except Exception as e:   # a missing file, a path outside the folder, a short file
+        raise OnnxConversionError(f"{path}: not a readable ONNX model ({e})") from None
+    return m, path
+
+
+def _used_names(g):
+    return {i for n in g.node for i in n.input} | {o.name for o in g.output}
+
+
+def _skip_or_refuse_external(m, path):
+    """Before external data is loaded: an initializer nothing reads is not
+    read (its data never reaches the net), one that is read must declare a
+    size a .caffemodel can hold."""
+    g = m.graph
+    used = _used_names(g)
+    for t in g.initializer:
+        if t.data_location != t.EXTERNAL:
+            continue
+        if t.name in used:
+            _declared_values(t, f"{path}: initializer {t.name!r}")
+        else:
+            del t.external_data[:]
+            t.data_location = t.DEFAULT
+    for n in g.node:
+        for a in n.attribute:
+            if a.HasField("t") and a.t.data_location == a.t.EXTERNAL:
+                _declared_values(a.t, f"{path}: {n.op_type} {_node_name(n)!r}")
+
+
+def _node_name(node):
+    return node.name or (node.output[0] if node.output else "?")
+
+
+def _declared_values(t, what):
+    """The number of values a TensorProto's dims declare, checked before its
+    data is read: no negative dimension, fewer than _MAX_VALUES values."""
+    dims = [int(d) for d in t.dims]
+    if any(d < 0 for d in dims):
+        raise OnnxConversionError(f"{what}: negative dimension in dims {dims}")
+    n = math.prod(dims)
+    if n >= _MAX_VALUES:
+        raise OnnxConversionError(
+            f"{what}: dims {dims} declare {n} values ({n * 4 / 2 ** 30:.3g} GiB as float32), "
+            "more than a .caffemodel (one protobuf message, under 2 GiB) can hold")
+    return n
+
+
+def _tensor_array(t, what, to_array):
+    """TensorProto -> ndarray (``to_array``: onnx.numpy_helper.to_array),
+    any failure one error naming the tensor (``what``): numpy's "cannot
+    reshape array of size 0 into shape (...)" or a KeyError for an unknown
+    data type named neither the initializer nor the model's fault."""
+    _declared_values(t, what)
+    kind = {v: k for k, v in t.DataType.items()}.get(t.data_type)
+    if kind in (None, "UNDEFINED", "STRING"):
+        raise OnnxConversionError(f"{what}: data type {kind or t.data_type} is not numeric "
+                                  "(a Caffe net holds numbers)")
+    try:
+        return to_array(t)
+    except Exception as e:   # noqa: BLE001 - onnx/numpy's classes, one line naming the tensor
+        msg = " ".join(str(e).split())[:200]
+        raise OnnxConversionError(f"{what} ({kind}, dims {list(t.dims)}): its data does not "
+                                  f"match its type and dims ({type(e).__name__}: {msg})") from None
 
 
 def opset_version(model):
@@ -45,6 +120,30 @@ def opset_version(model):
         if o.domain in ("", "ai.onnx"):
             return o.version
     return 1
+
+
+def _check_model(model, newest_opset):
+    """What a file must hold before anything is converted: a graph with
+    outputs (an empty or truncated file parses as a ModelProto without one,
+    and was converted into an empty net with exit status 0), and one default
+    ONNX opset that onnx knows (the converter reads attributes and inputs by
+    the opset; opset 99 was converted under guessed semantics)."""
+    if not model.HasField("graph"):
+        raise OnnxConversionError("the file holds no ONNX graph (an empty or truncated file?)")
+    if not model.graph.output:
+        raise OnnxConversionError("the graph declares no outputs: nothing to compute")
+    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    if len(versions) > 1:
+        raise OnnxConversionError(f"opset_import names the default ONNX domain {len(versions)} "
+                                  f"times (opsets {versions})")
+    if not versions:
+        if any(n.domain in ("", "ai.onnx") for n in model.graph.node):
+            raise OnnxConversionError("opset_import has no entry for the default ONNX domain "
+                                      "(a truncated file?): the opset of its nodes is unknown")
+        return
+    if not 1 <= versions[0] <= newest_opset:
+        raise OnnxConversionError(f"ONNX opset {versions[0]} is not one onnx knows "
+                                  f"(1 to {newest_opset})")
 
 
 def _static(vi):
@@ -68,15 +167,30 @@ class Prepared:
 def prepare(model, input_shapes=None, batch=1):
     """Fold constants and infer shapes. ``input_shapes`` maps input names to
     shapes; dynamic dims left unset become ``batch`` for axis 0."""
-    from onnx import numpy_helper
+    from onnx import defs, numpy_helper
+    _check_model(model, defs.onnx_opset_version())
     g = model.graph
-    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    # only the initializers that nodes or outputs read are converted: the
+    # others never reach the net (and may be left unloaded by load_model)
+    used = _used_names(g)
+    consts = {t.name: _tensor_array(t, f"initializer {t.name!r}", numpy_helper.to_array)
+              for t in g.initializer if t.name in used}
+    init_names = {t.name for t in g.initializer}
     input_shapes = dict(input_shapes or {})
     inputs = {}
     elem_types = {}
     for vi in g.input:
-        if vi.name in consts:
+        if vi.name in init_names:
             continue
+        # an input that is no tensor, or declares no shape, left every node
+        # after it with "the shape of output is not known statically"
+        kind = vi.type.WhichOneof("value")
+        if kind != "tensor_type":
+            raise OnnxConversionError(f"input {vi.name!r} is a {kind or 'type-less value'}, not "
+                                      "a tensor: a Caffe net takes tensors")
+        if vi.name not in input_shapes and not vi.type.tensor_type.HasField("shape"):
+            raise OnnxConversionError(f"input {vi.name!r} declares no shape; give it "
+                                      "(--input_shape)")
         if vi.name in input_shapes:
             shape = tuple(int(d) for d in input_shapes.pop(vi.name))
         else:
@@ -104,7 +218,15 @@ def prepare(model, input_shapes=None, batch=1):
         changed = False
         kept = []
         for node in nodes:
-            folded = _try_fold(node, consts, shapes, opsets)
+            try:
+                folded = _try_fold(node, consts, shapes, opsets)
+            except (ValueError, TypeError, IndexError, KeyError) as e:
+                # one line naming the node (was "malformed ONNX model
+                # (IndexError: list index out of range)" for a Constant
+                # without attributes)
+                msg = " ".join(str(e).split())[:200]
+                raise OnnxConversionError(f"{node.op_type} {_node_name(node)!r}: malformed node "
+                                          f"({type(e).__name__}: {msg})") from None
             if folded is None:
                 kept.append(node)
                 continue
@@ -133,7 +255,6 @@ def _infer(model, nodes, consts, inputs, elem_types, opsets):
     """Static shapes of every tensor, by onnx shape inference on a skeleton
     graph (large constants passed as typed inputs, small ones as
     initializers so data propagation can use them)."""
-    import onnx
     from onnx import helper, numpy_helper
     graph_inputs, inits = [], []
     for name, shape in inputs.items():
@@ -230,9 +351,12 @@ def _try_fold(node, consts, shapes, opsets):
     if node.domain not in ("", "ai.onnx") or op in _NONDETERMINISTIC:
         return None
     if op == "Constant":
+        if len(node.attribute) != 1:
+            raise OnnxConversionError(f"Constant {_node_name(node)!r} has "
+                                      f"{len(node.attribute)} attributes; ONNX gives it one value")
         a = node.attribute[0]
         if a.name == "value":
-            val = numpy_helper.to_array(a.t)
+            val = _tensor_array(a.t, f"Constant {_node_name(node)!r}", numpy_helper.to_array)
         elif a.name in ("value_float", "value_int"):
             val = np.array(helper.get_attribute_value(a),
                            np.float32 if a.name == "value_float" else np.int64)
@@ -257,6 +381,15 @@ def _try_fold(node, consts, shapes, opsets):
             pass
         else:
             return None
+    for o in node.output:
+        # a folded value lands in the .caffemodel (or feeds one that does):
+        # refused from its inferred shape before the evaluator allocates it
+        s = shapes.get(o)
+        if s is not None and all(d >= 0 for d in s) and math.prod(s) >= _MAX_VALUES:
+            raise OnnxConversionError(
+                f"{op} {_node_name(node)!r}: output {o!r} of shape {list(s)} holds "
+                f"{math.prod(s)} values, more than a .caffemodel (one protobuf message, "
+                "under 2 GiB) can hold")
     return _evaluate(node, consts, opsets)
 
 

@@ -35,6 +35,7 @@ notices are listed in README.md next to this file; in short:
   block's [N,C,1,1] gate) -> Scale/Bias with two bottoms.
 """
 import logging
+import math
 import os
 import sys
 
@@ -51,6 +52,13 @@ from .check import compare, format_report
 
 log = logging.getLogger("caffe_ocl")
 FLT_MAX = 3.4028234663852886e38
+_AUTO_PADS = ("NOTSET", "", "VALID", "SAME_UPPER", "SAME_LOWER")
+# BlobProto.data is field 5, packed floats: its wire tag (5 << 3 | 2)
+_BLOB_DATA_TAG = b"\x2a"
+# A .caffemodel is one protobuf message, under 2 GiB: the weights may take
+# that less 16 MiB (left for names and parameters). Past it protobuf refused
+# to serialize the net only when the file was written.
+WEIGHT_BYTES_MAX = 2 ** 31 - 2 ** 24
 
 
 class Var:
@@ -76,6 +84,103 @@ def _desc(node):
     return (node.op_type, node.name or (node.output[0] if node.output else "?"))
 
 
+class NodeError(OnnxConversionError):
+    """A malformed node (an attribute or constant ONNX does not allow): one
+    error naming it (the CLI adds the file); ``node`` and ``reason`` let the
+    converter list it with the unsupported nodes met before it."""
+
+    def __init__(self, node, reason):
+        op, name = _desc(node)
+        super().__init__(f"{op} '{name}': {reason}")
+        self.node = node
+        self.reason = reason
+
+
+def _ints_attr(node, a, key, n, lo, default=None):
+    """Attribute ``key`` as ``n`` integers in [lo, 2^31): the range of
+    Caffe's fields, checked here so that a stride 0 or a group 2^40 is an
+    error naming the node and attribute, not protobuf's "Value out of
+    range" or a ZeroDivisionError."""
+    v = a.get(key, default)
+    if v is None:
+        raise NodeError(node, f"attribute {key} is required")
+    if (not isinstance(v, list) or len(v) != n or not all(isinstance(x, int) for x in v)
+            or not all(lo <= x < 2 ** 31 for x in v)):
+        raise NodeError(node, f"{key} {v!r} must be {n} integers from {lo} to 2^31 - 1")
+    return list(v)
+
+
+def _group(node, a):
+    """A convolution's group, an integer in Caffe's range (as _ints_attr; 0
+    is left to the Net build, whose error names the layer)."""
+    g = a.get("group", 1)
+    if not isinstance(g, int) or not 0 <= g < 2 ** 31:
+        raise NodeError(node, f"group {g!r} must be a positive integer")
+    return g
+
+
+def _check_kernel(node, a, kernel):
+    """kernel_shape, where given, must be the weight's: it was ignored, and
+    a Conv with kernel_shape [2^40, 2^40] and a 3x3 weight converted with
+    exit status 0 (ONNX Runtime refuses it)."""
+    if "kernel_shape" in a and a["kernel_shape"] != list(kernel):
+        raise NodeError(node, f"kernel_shape {a['kernel_shape']!r} does not match the "
+                              f"weight's spatial shape {list(kernel)}")
+
+
+def _reshape_target(node, in_shape, spec, allowzero):
+    """ONNX Reshape's output shape for input ``in_shape`` and shape tensor
+    ``spec``, computed here rather than taken from shape inference: onnx's
+    inference ignored allowzero (a 0 was converted as "copy" where the model
+    meant a literal 0) and left the shape unknown, with no reason given, for
+    a -4 or two -1s."""
+    count = math.prod(in_shape)
+    out, infer = [], None
+    for i, d in enumerate(spec):
+        if d == -1:
+            if infer is not None:
+                raise NodeError(node, f"shape {spec} holds more than one -1")
+            infer = i
+            out.append(1)
+        elif d == 0 and not allowzero:
+            if i >= len(in_shape):
+                raise NodeError(node, f"shape {spec}: the 0 at position {i} copies a dimension "
+                                      f"the {len(in_shape)}-D input {list(in_shape)} lacks")
+            out.append(in_shape[i])
+        elif d < 0:
+            raise NodeError(node, f"shape {spec} holds {d} (a size is -1, 0 or positive)")
+        else:
+            out.append(d)
+    known = math.prod(out)
+    if infer is not None and known and count % known == 0:
+        out[infer] = count // known
+        known = count
+    if known != count or (infer is not None and not count):
+        raise NodeError(node, f"shape {spec} does not fit the input {list(in_shape)} "
+                              f"({count} values{', allowzero 1' if allowzero else ''})")
+    return tuple(out)
+
+
+def _blob_proto(arr):
+    """array_to_blobproto's BlobProto (shape, then the float32 data), the data
+    parsed from its packed bytes: array_to_blobproto goes through a Python
+    list of floats (about 32 bytes a value), and a 1 GiB weight needed ~8 GiB
+    of host memory to convert."""
+    a = np.asarray(arr, dtype="<f4")
+    bp = caffe_pb2.BlobProto()
+    bp.shape.SetInParent()
+    bp.shape.dim.extend(int(d) for d in a.shape)
+    raw = a.tobytes()
+    if raw:
+        n, head = len(raw), bytearray()
+        while n >= 0x80:                     # the length as a protobuf varint
+            head.append(n & 0x7F | 0x80)
+            n >>= 7
+        head.append(n)
+        bp.MergeFromString(_BLOB_DATA_TAG + bytes(head) + raw)
+    return bp
+
+
 def _axis_in(ax, rank, node, extra=0):
     """ONNX axis ``ax`` of a rank-``rank`` input, in [-rank, rank - 1 +
     ``extra``] (Flatten: extra 1), as a non-negative index; outside that an
@@ -83,9 +188,10 @@ def _axis_in(ax, rank, node, extra=0):
     wrote a wrong net)."""
     ax = int(ax)
     if not -rank <= ax < rank + extra:
-        op, name = _desc(node) if node is not None else ("node", "?")
-        raise OnnxConversionError(f"{op} '{name}': axis {ax} out of range for a "
-                                  f"{rank}-D input")
+        msg = f"axis {ax} out of range for a {rank}-D input"
+        if node is None:
+            raise OnnxConversionError(f"node '?': {msg}")
+        raise NodeError(node, msg)
     return ax % (rank + extra) if rank + extra else 0
 
 
@@ -122,6 +228,7 @@ class Converter:
         self.blob_names = set(self.p.shapes) | set(self.p.inputs)
         self.node = None
         self.tops = set()
+        self.blob_values = 0
 
     # ---- bookkeeping -------------------------------------------------------
     def uniq(self, base, taken):
@@ -143,7 +250,15 @@ class Converter:
         lp.top.extend(tops)
         self.tops.update(tops)
         for arr in blobs:
-            lp.blobs.add().CopyFrom(array_to_blobproto(np.asarray(arr, np.float32)))
+            arr = np.asarray(arr, np.float32)
+            # checked before the blob is made (WEIGHT_BYTES_MAX)
+            self.blob_values += arr.size
+            if self.blob_values * 4 > WEIGHT_BYTES_MAX:
+                raise OnnxConversionError(
+                    f"layer {lp.name!r}: the converted weights reach {self.blob_values} values "
+                    f"({self.blob_values * 4 / 2 ** 30:.3g} GiB), more than a .caffemodel (one "
+                    "protobuf message, under 2 GiB) can hold")
+            lp.blobs.add().CopyFrom(_blob_proto(arr))
         return lp
 
     @staticmethod
@@ -343,13 +458,20 @@ class Converter:
                                       + (f" (domain {node.domain})" if node.domain else ""))
                 handler(node, node_attrs(node))
             except Unsupported as e:
-                bad = e.node or node
-                item = (*_desc(bad), e.reason)
-                if item not in self.unsupported:
-                    self.unsupported.append(item)
-                for i, o in enumerate(node.output):   # keep going to list every node
-                    if o and o not in self.refs:
-                        self.refs[o] = Var(o, o, self.p.shapes.get(o, (1,)))
+                self._unsupported(node, e.node or node, e.reason)
+            except NodeError as e:
+                self._malformed(node, e)
+            except (ValueError, TypeError, IndexError, KeyError, ArithmeticError) as e:
+                # an attribute or constant of a shape or type no check above
+                # foresaw: one line naming the node (this was "malformed ONNX
+                # model (IndexError: list index out of range)", naming nothing)
+                msg = " ".join(str(e).split())[:200]
+                self._malformed(node, NodeError(node, f"malformed node ({type(e).__name__}: "
+                                                      f"{msg})"))
+            except MemoryError:
+                self._malformed(node, NodeError(node, "out of host memory converting this "
+                                                      "node (an input, attribute or constant "
+                                                      "claims a huge shape?)"))
         if not self.unsupported:
             for name in self.p.outputs:
                 self.node = None
@@ -361,6 +483,26 @@ class Converter:
         if self.unsupported:
             raise UnsupportedModelError(self.unsupported)
         return self.net
+
+    def _unsupported(self, node, bad, reason):
+        """List ``bad`` (``node`` or the one it depends on) with ``reason``
+        and give ``node``'s outputs placeholder shapes, to go on listing."""
+        item = (*_desc(bad), reason)
+        if item not in self.unsupported:
+            self.unsupported.append(item)
+        for o in node.output:
+            if o and o not in self.refs:
+                self.refs[o] = Var(o, o, self.p.shapes.get(o, (1,)))
+
+    def _malformed(self, node, err):
+        """A malformed node ends the conversion with ``err``, unless an
+        unsupported node came first: past it, shapes and values are
+        placeholders, and the error (a Gemm whose input has the wrong width)
+        may be theirs; it is listed after the unsupported node rather than
+        hiding it."""
+        if not self.unsupported:
+            raise err from None
+        self._unsupported(node, err.node, err.reason)
 
     def _finish_output(self, name):
         if name in self.p.consts:
@@ -375,9 +517,19 @@ class Converter:
 
     # ---- convolution -------------------------------------------------------
     def _spatial_pads(self, a, in_hw, kernel, strides, dil):
+        node = self.node
         auto = a.get("auto_pad", "NOTSET")
+        # an unknown auto_pad was read as SAME_LOWER (and pads next to an
+        # auto_pad ignored), converting with exit status 0 what ONNX Runtime
+        # refuses
+        if auto not in _AUTO_PADS:
+            raise NodeError(node, f"auto_pad {auto!r} is not one of NOTSET, VALID, "
+                                  "SAME_UPPER, SAME_LOWER")
         if auto in ("NOTSET", ""):
-            return pad_pairs(list(a.get("pads", [0] * 4)))
+            return pad_pairs(_ints_attr(node, a, "pads", 4, 0, [0] * 4))
+        if "pads" in a:
+            raise NodeError(node, f"auto_pad {auto} and pads are both given (ONNX allows "
+                                  "one of them)")
         if auto == "VALID":
             return [(0, 0), (0, 0)]
         out = []
@@ -393,9 +545,15 @@ class Converter:
         B = self.opt_const(2)
         x = self.blob(node.input[0])
         shape = self.shape(node.input[0])
+        if len(shape) != 4:
+            # (was "the shape of output is not known statically")
+            raise NodeError(node, f"input {node.input[0]!r} has shape {list(shape)}; a Conv "
+                                  "with a 4-D weight takes a 4-D input")
         kernel = list(W.shape[2:])
-        strides = list(a.get("strides", [1, 1]))
-        dil = list(a.get("dilations", [1, 1]))
+        _check_kernel(node, a, kernel)
+        strides = _ints_attr(node, a, "strides", 2, 1, [1, 1])
+        dil = _ints_attr(node, a, "dilations", 2, 1, [1, 1])
+        group = _group(node, a)
         pads = self._spatial_pads(a, shape[2:], kernel, strides, dil)
         sym = [min(b, e) for b, e in pads]
         extra = {2 + i: (b - s, e - s) for i, ((b, e), s) in enumerate(zip(pads, sym))
@@ -406,7 +564,7 @@ class Converter:
         lp = self.layer("Convolution", self.lname(), [x], [top],
                         [W] + ([B] if B is not None else []))
         _conv_param(lp.convolution_param, W.shape[0], kernel, sym, strides, dil,
-                    int(a.get("group", 1)), B is not None)
+                    group, B is not None)
 
     def op_ConvTranspose(self, node, a):
         W = self.const(node.input[1], "weight")
@@ -417,11 +575,14 @@ class Converter:
         B = self.opt_const(2)
         x = self.blob(node.input[0])
         shape = self.shape(node.input[0])
-        g = int(a.get("group", 1))
+        g = _group(node, a)
         kernel = list(W.shape[2:])
-        strides = list(a.get("strides", [1, 1]))
-        dil = list(a.get("dilations", [1, 1]))
-        opad = list(a.get("output_padding", [0, 0]))
+        _check_kernel(node, a, kernel)
+        strides = _ints_attr(node, a, "strides", 2, 1, [1, 1])
+        dil = _ints_attr(node, a, "dilations", 2, 1, [1, 1])
+        opad = _ints_attr(node, a, "output_padding", 2, 0, [0, 0])
+        if "pads" in a:
+            _ints_attr(node, a, "pads", 4, 0)
         out_shape = self.shape(node.output[0])
         full, begin = [], []
         for i in range(2):
@@ -462,8 +623,8 @@ class Converter:
         shape = self.shape(node.input[0])
         if len(shape) != 4:
             raise Unsupported(f"only 2-D pooling maps to Caffe (input {shape})")
-        K = list(a["kernel_shape"])
-        S = list(a.get("strides", [1, 1]))
+        K = _ints_attr(node, a, "kernel_shape", 2, 1)
+        S = _ints_attr(node, a, "strides", 2, 1, [1, 1])
         if list(a.get("dilations", [1, 1])) != [1, 1]:
             raise Unsupported("dilated pooling has no Caffe equivalent")
         pads = self._spatial_pads(a, shape[2:], K, S, [1, 1])
@@ -609,16 +770,31 @@ class Converter:
         B = self.const(node.input[1], "B")
         C = self.opt_const(2)
         shape = self.shape(node.input[0])
+        if B.ndim != 2:
+            raise NodeError(node, f"B {node.input[1]!r} has shape {list(B.shape)}; Gemm "
+                                  "takes a 2-D B")
         alpha, beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))
         W = (B if a.get("transB", 0) else B.T).astype(np.float64) * alpha
         n = W.shape[0]
+        # B must fit the input (the error was a shape mismatch of the Net
+        # build, or "the shape of output is not known statically")
+        k = math.prod(shape[1:])
+        if W.shape[1] != k:
+            raise NodeError(node, f"B {node.input[1]!r} of shape {list(B.shape)} (transB "
+                                  f"{a.get('transB', 0)}) takes {W.shape[1]} input columns; "
+                                  f"input {node.input[0]!r} {list(shape)} has {k}")
         bias = None
         if C is not None and beta != 0:
             C = np.asarray(C, np.float64) * beta
             if C.size == 1:
                 bias = np.full(n, C.ravel()[0])
             else:
-                c2 = np.broadcast_to(C, (shape[0], n))
+                try:
+                    c2 = np.broadcast_to(C, (shape[0], n))
+                except ValueError:
+                    raise NodeError(node, f"C {node.input[2]!r} of shape {list(C.shape)} does "
+                                          f"not broadcast to the output [{shape[0]}, {n}]") \
+                        from None
                 if not np.all(c2 == c2[:1]):
                     raise Unsupported("Gemm's C varies along the rows; InnerProduct's bias "
                                       "cannot express it")
@@ -981,8 +1157,11 @@ class Converter:
 
     # ---- shape and data movement ---------------------------------------------
     def op_Concat(self, node, a):
-        shape = self.shape(node.output[0])
-        axis = _axis_in(a["axis"], len(shape), node)
+        # the rank from an input, the axis checked first: an axis out of
+        # range left the output's shape unknown, and the error said only that
+        first = next((i for i in node.input if i), None)
+        axis = _axis_in(a["axis"], len(self.shape(first)) if first else 0, node)
+        self.shape(node.output[0])
         ins = [i for i in node.input if i and int(np.prod(self.shape(i)))]
         if len(ins) == 1:
             self.alias(0, ins[0])
@@ -1027,24 +1206,48 @@ class Converter:
             outs.append(o or None)
         self._slice_pieces(x, shape, axis, sizes, outs, self.lname())
 
+    def _slice_arg(self, node, a, i, key, default):
+        """Slice's starts/ends/axes/steps (input i from opset 10, else the
+        attribute ``key``) as a list of ints; a float, bool or 2-D tensor
+        (or a missing attribute) is an error naming the node, where it was
+        "the shape of output is not known statically" or a KeyError."""
+        if self.opset < 10:
+            v = a.get(key, default)
+            if v is None:
+                raise NodeError(node, f"at opset {self.opset} Slice takes {key} as an "
+                                      "attribute (none given)")
+            if not isinstance(v, list) or not all(isinstance(x, int) for x in v):
+                raise NodeError(node, f"{key} {v!r} must be a list of integers")
+            return list(v)
+        if len(node.input) <= i or not node.input[i]:
+            if default is None:
+                raise NodeError(node, f"Slice needs its {key} input")
+            return default
+        c = self.const(node.input[i], key)
+        if c.dtype not in (np.int32, np.int64) or c.ndim != 1:
+            raise NodeError(node, f"{key} {node.input[i]!r} is a {c.ndim}-D {c.dtype} tensor; "
+                                  "Slice takes a 1-D int32 or int64 one")
+        return [int(v) for v in c]
+
     def op_Slice(self, node, a):
         shape = self.shape(node.input[0])
-        if self.opset < 10:
-            starts, ends = a["starts"], a["ends"]
-            axes = a.get("axes", list(range(len(starts))))
-            steps = [1] * len(starts)
-        else:
-            starts = [int(v) for v in self.const(node.input[1])]
-            ends = [int(v) for v in self.const(node.input[2])]
-            axes = [int(v) for v in self.opt_const(3)] if self.opt_const(3) is not None \
-                else list(range(len(starts)))
-            steps = [int(v) for v in self.opt_const(4)] if self.opt_const(4) is not None \
-                else [1] * len(starts)
+        starts = self._slice_arg(node, a, 1, "starts", None)
+        ends = self._slice_arg(node, a, 2, "ends", None)
+        axes = self._slice_arg(node, a, 3, "axes", list(range(len(starts))))
+        steps = self._slice_arg(node, a, 4, "steps", [1] * len(starts)) \
+            if self.opset >= 10 else [1] * len(starts)
+        if not len(starts) == len(ends) == len(axes) == len(steps):
+            # zip() cut them to the shortest: empty starts made the Slice an
+            # identity, and the error named the next node
+            raise NodeError(node, f"starts {starts}, ends {ends}, axes {axes} and steps "
+                                  f"{steps} differ in length")
+        norm = [_axis_in(ax, len(shape), node) for ax in axes]
+        if len(set(norm)) != len(norm):
+            raise NodeError(node, f"axes {axes} name an axis twice")
         x = self.blob(node.input[0])
         cur_shape = list(shape)
         todo = []
-        for st, en, ax, sp in zip(starts, ends, axes, steps):
-            ax = _axis_in(ax, len(shape), node)
+        for st, en, ax, sp in zip(starts, ends, norm, steps):
             if sp != 1:
                 raise Unsupported("Slice with a step other than 1 has no Caffe equivalent")
             L = shape[ax]
@@ -1120,7 +1323,21 @@ class Converter:
         self.set_view(0, node.input[0], out)
 
     def op_Reshape(self, node, a):
-        self.set_view(0, node.input[0], self.shape(node.output[0]))
+        shape = self.shape(node.input[0])
+        if self.opset < 5:
+            raise Unsupported("Reshape before opset 5 (its shape an attribute) is not supported")
+        if len(node.input) < 2 or not node.input[1]:
+            raise NodeError(node, "Reshape needs its shape input")
+        spec = self.const(node.input[1], "shape")
+        # ONNX's shape is a 1-D int64 tensor; a float or 2-D one left onnx's
+        # inference without a shape and the error without a reason
+        if spec.dtype != np.int64 or spec.ndim != 1:
+            raise NodeError(node, f"shape {node.input[1]!r} is a {spec.ndim}-D {spec.dtype} "
+                                  "tensor; Reshape takes a 1-D int64 one")
+        allowzero = int(a.get("allowzero", 0)) if self.opset >= 14 else 0
+        out = _reshape_target(node, shape, [int(v) for v in spec], allowzero)
+        self.p.shapes[node.output[0]] = out
+        self.set_view(0, node.input[0], out)
 
     def op_Squeeze(self, node, a):
         self.set_view(0, node.input[0], self.shape(node.output[0]))
@@ -1130,8 +1347,17 @@ class Converter:
 
     def op_Transpose(self, node, a):
         shape = self.shape(node.input[0])
-        perm = list(a.get("perm", list(reversed(range(len(shape))))))
-        self.set_view(0, node.input[0], self.shape(node.output[0]), transpose=perm)
+        perm = a.get("perm", list(reversed(range(len(shape)))))
+        # a repeated, missing or out-of-range axis left onnx's inference
+        # without a shape (no reason given); a short perm was numpy's "axes
+        # don't match array"
+        if (not isinstance(perm, list) or not all(isinstance(p, int) for p in perm)
+                or sorted(perm) != list(range(len(shape)))):
+            raise NodeError(node, f"perm {perm!r} is not a permutation of the {len(shape)} "
+                                  f"axes of its input {list(shape)}")
+        out = tuple(shape[p] for p in perm)
+        self.p.shapes[node.output[0]] = out
+        self.set_view(0, node.input[0], out, transpose=perm)
 
 
 def _channel_permutation(idx, shape):
@@ -1221,6 +1447,15 @@ def onnx2caffe(onnx_path, prototxt_path, caffemodel_path, check=False, input_sha
     log.info("wrote %s and %s (%d layers)", prototxt_path, caffemodel_path, len(net.layer))
     if not check:
         return None
-    report = compare(onnx_path, net)
+    try:
+        report = compare(onnx_path, net)
+    except OnnxConversionError as e:
+        # the files are written; the comparison is what failed (ONNX Runtime
+        # refusing the model): say so, naming the model (the line named none)
+        where = os.fspath(onnx_path) if isinstance(onnx_path, (str, os.PathLike)) \
+            else "<ONNX model>"
+        raise OnnxConversionError(f"{where}: wrote {os.fspath(prototxt_path)} and "
+                                  f"{os.fspath(caffemodel_path)}, but --check could not compare: "
+                                  f"{e}") from None
     print(format_report(report), file=out or sys.stdout)
     return report
