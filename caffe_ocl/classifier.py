@@ -68,12 +68,16 @@ class Classifier(Net):
         inputs = list(inputs)
         if not inputs:
             raise ShapeError("Classifier.predict: no input images")
-        image_dims = tuple(int(d) for d in self.image_dims)
+        for ix, in_ in enumerate(inputs):
+            if np.ndim(in_) != 3:       # pycaffe: an IndexError from in_.shape[2]
+                raise caffe_io.ArrayShapeError(f"Classifier.predict: input {ix} must be an "
+                                               f"H x W x K image, got shape {np.shape(in_)}")
+        image_dims = caffe_io.height_width(self.image_dims, "Classifier: image_dims")
         if image_dims[0] < self.crop_dims[0] or image_dims[1] < self.crop_dims[1]:
             raise ShapeError(f"Classifier: image_dims {image_dims} are smaller than the "
                              f"net's input crop {tuple(int(d) for d in self.crop_dims)}")
         # Scale to standardize input dimensions.
-        input_ = np.zeros((len(inputs), image_dims[0], image_dims[1], inputs[0].shape[2]),
+        input_ = np.zeros((len(inputs), image_dims[0], image_dims[1], np.shape(inputs[0])[2]),
                           dtype=np.float32)
         for ix, in_ in enumerate(inputs):
             input_[ix] = caffe_io.resize_image(in_, image_dims)

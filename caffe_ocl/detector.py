@@ -25,7 +25,7 @@ import os
 import numpy as np
 
 from . import io as caffe_io
-from .errors import CaffeOclError, ShapeError
+from .errors import ArgumentError, ArgumentValueError, CaffeOclError, ShapeError
 from .classifier import input_transformer
 from .net import Net, TEST
 
@@ -56,7 +56,7 @@ class Detector(Net):
         """Detect over ``images_windows``: an iterable of (image filename,
         window list), each window (ymin, xmin, ymax, xmax). Returns a list of
         {'window', 'prediction', 'filename'} dicts, in input order."""
-        images_windows = [(fname, list(windows)) for fname, windows in images_windows]
+        images_windows = [_image_windows(item) for item in images_windows]
         window_inputs = []
         for image_fname, windows in images_windows:
             image = caffe_io.load_image(image_fname).astype(np.float32)
@@ -112,9 +112,13 @@ class Detector(Net):
         if window.shape != (4,):
             raise ShapeError(f"Detector.crop: a window is (ymin, xmin, ymax, xmax), "
                              f"got {window.tolist()}")
+        if not np.all(np.isfinite(window.astype(float))):
+            raise ArgumentValueError(f"Detector.crop: window {window.tolist()} has "
+                                     "coordinates that are not finite numbers")
         w = window.astype(int)
         crop = im[w[0]:w[2], w[1]:w[3]]
         if not self.context_pad:
+            _check_crop(crop, window, im)
             return crop
 
         box = window.astype(float)
@@ -151,6 +155,9 @@ class Detector(Net):
         # Context crop placed in the input, mean-padded.
         b = box.astype(int)
         context_crop = im[b[0]:b[2], b[1]:b[3]]
+        if crop_h <= 0 or crop_w <= 0:
+            context_crop = context_crop[:0]     # nothing of it lands in the input
+        _check_crop(context_crop, window, im)
         context_crop = caffe_io.resize_image(context_crop, (crop_h, crop_w))
         crop = np.ones(self.crop_dims, dtype=np.float32) * self.crop_mean
         crop[pad_y:(pad_y + crop_h), pad_x:(pad_x + crop_w)] = context_crop
@@ -164,6 +171,12 @@ class Detector(Net):
         inv_tpose = [tpose[t] for t in tpose]
         self.crop_dims = np.array(self.blobs[in_].data.shape[1:])[inv_tpose]
         self.context_pad = context_pad
+        crop_size = self.blobs[in_].width
+        if context_pad and not 0 < 2 * context_pad < crop_size:
+            # pycaffe divided by zero at half the input, and cut mirrored
+            # boxes past it or below zero
+            raise ArgumentValueError(f"Detector: context_pad {context_pad} must be positive "
+                                     f"and below half of the {crop_size}-pixel net input")
         if self.context_pad:
             transpose = self.transformer.transpose.get(in_)
             channel_order = self.transformer.channel_swap.get(in_)
@@ -182,3 +195,21 @@ class Detector(Net):
                 self.crop_mean = crop_mean
             else:
                 self.crop_mean = np.zeros(self.crop_dims, dtype=np.float32)
+
+
+def _image_windows(item):
+    """One (image filename, windows) pair of detect_windows' argument."""
+    if isinstance(item, (str, bytes, os.PathLike)) or not hasattr(item, "__len__") \
+            or len(item) != 2:
+        raise ArgumentError(f"Detector.detect_windows takes (image filename, [windows]) "
+                            f"pairs, got {item!r}")
+    fname, windows = item
+    return fname, list(windows)
+
+
+def _check_crop(crop, window, im):
+    """A window that selects no pixels: pycaffe failed resizing the empty
+    crop; classifying a blank input instead gave a prediction for nothing."""
+    if crop.size == 0:
+        raise caffe_io.ArrayShapeError(f"Detector.crop: window {window.tolist()} selects no "
+                                       f"pixels of the {im.shape[0]} x {im.shape[1]} image")

@@ -58,6 +58,25 @@ class MissingDependency(CaffeOclError):
     installed; the message names what to install."""
 
 
+class ArgumentError(CaffeOclError, TypeError):
+    """A Python API call given an argument of the wrong type (None, a
+    string where a number or a list of names goes, an object that is no
+    Net). Also a TypeError, which Python raises for such calls and pycaffe's
+    Boost.Python bindings too (their ArgumentError is one)."""
+
+
+class ArgumentValueError(CaffeOclError, ValueError):
+    """A Python API call given an argument of the right type but a value it
+    cannot use (out of range, an empty window). Also a ValueError, which
+    Python and pycaffe's NumPy code raise for such values."""
+
+
+class OutOfHostMemory(DeviceError, MemoryError):
+    """A host array too large to make (an absurd size asked of a pycaffe
+    helper), refused before allocating. Also a MemoryError, which NumPy
+    raises in pycaffe for the same call."""
+
+
 class FileNotFound(CaffeOclError, FileNotFoundError):
     """A path the user gave does not exist."""
 

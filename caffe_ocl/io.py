@@ -17,13 +17,24 @@ Differences from pycaffe a user may notice:
   scales a float32 input in place when no resize or channel swap is needed).
 * Bad files raise :class:`~caffe_ocl.errors.FileNotFound` or
   :class:`~caffe_ocl.errors.DataError` naming the path.
+* Arguments pycaffe let through to fail later inside NumPy, or to give a
+  wrong result (a transpose repeating an axis, a channel swap picking a
+  channel the image lacks, windows of other shapes in ``oversample``, a
+  float label cut to an int), raise at once, naming the call and the value,
+  with pycaffe's exception type (``ArrayShapeError`` is a ValueError and
+  an IndexError; ``ArgumentError`` a TypeError).
 """
 
+import math
+import operator
 import os
+from collections.abc import Mapping
 
 import numpy as np
 
-from .errors import CaffeOclError, DataError, FileNotFound, ShapeError
+from .device import host_memory_budget
+from .errors import (ArgumentError, ArgumentValueError, CaffeOclError, DataError, FileNotFound,
+                     OutOfHostMemory, ShapeError)
 from .proto import caffe_pb2
 from .proto import files as _files
 
@@ -44,6 +55,12 @@ class BlobShapeError(ShapeError, ValueError):
     Also a ValueError, which is what pycaffe raises in that case."""
 
 
+class ArrayShapeError(ShapeError, ValueError, IndexError):
+    """An image, mean, window or dims argument of a shape the call cannot
+    use. Also a ValueError and an IndexError (as NumPy's AxisError): pycaffe's
+    NumPy code failed with one or the other for such arrays."""
+
+
 def blobproto_to_array(blob, return_diff=False):
     """A BlobProto's data (or diff, with ``return_diff=True``) as an array.
 
@@ -56,7 +73,15 @@ def blobproto_to_array(blob, return_diff=False):
         raise BlobShapeError(str(e)) from None
 
 
-array_to_blobproto = _files.array_to_blobproto
+def array_to_blobproto(arr, diff=None):
+    """An array (and optionally its diff) as a BlobProto with ``shape.dim``
+    set; values stored as float32."""
+    for what, a in (("array", arr), ("diff", diff)):
+        # np.asarray(None) made a blob holding one NaN (pycaffe: AttributeError)
+        if (a is None and what == "array") or isinstance(a, (str, bytes)):
+            raise ArgumentError(f"array_to_blobproto: the {what} must be an array of "
+                                f"numbers, got {type(a).__name__}")
+    return _files.array_to_blobproto(arr, diff)
 
 
 def arraylist_to_blobprotovector_str(arraylist):
@@ -93,22 +118,38 @@ def array_to_datum(arr, label=None):
     else:
         datum.float_data.extend(np.asarray(arr, dtype=np.float64).ravel().tolist())
     if label is not None:
-        datum.label = int(label)
+        datum.label = _datum_label(label)
     return datum
+
+
+def _datum_label(label):
+    """An integral ``label`` as an int; int() cut 1.7 to 1 without a word
+    (pycaffe's protobuf refuses floats)."""
+    try:
+        value = operator.index(label)
+    except TypeError:
+        if not isinstance(label, (float, np.floating)) or not float(label).is_integer():
+            raise ArgumentError(f"array_to_datum: the label must be an integer, got "
+                                f"{label!r}") from None
+        value = int(label)
+    if not -2**31 <= value < 2**31:
+        raise ArgumentValueError(f"array_to_datum: label {value} does not fit Datum's int32")
+    return value
 
 
 def datum_to_array(datum):
     """A Datum's values as a C x H x W array: uint8 from ``data``, float64
     from ``float_data`` (as pycaffe).  The label is ``datum.label``."""
     shape = (datum.channels, datum.height, datum.width)
+    count = math.prod(shape)        # exact: np.prod wrapped to 0 for huge shapes
     if len(datum.data):
         arr = np.frombuffer(datum.data, dtype=np.uint8).copy()
     else:
         arr = np.array(datum.float_data, dtype=float)
-    if arr.size != int(np.prod(shape)):
+    if arr.size != count:
         raise DataError(
             f"Datum says {datum.channels}x{datum.height}x{datum.width} "
-            f"({int(np.prod(shape))} values) but holds {arr.size}")
+            f"({count} values) but holds {arr.size}")
     return arr.reshape(shape)
 
 
@@ -126,6 +167,9 @@ class Transformer:
     """
 
     def __init__(self, inputs):
+        if not isinstance(inputs, Mapping):
+            raise ArgumentError("Transformer takes a dict {input name: shape (N, K, H, W)}, "
+                                f"got {type(inputs).__name__}")
         self.inputs = inputs
         self.transpose = {}
         self.channel_swap = {}
@@ -149,11 +193,22 @@ class Transformer:
         mean = self.mean.get(in_)
         input_scale = self.input_scale.get(in_)
         in_dims = tuple(self.inputs[in_][2:])
+        if len(in_dims) != 2:
+            raise ArrayShapeError(f"preprocess({in_!r}): the input's shape "
+                                  f"{tuple(self.inputs[in_])} is not N x K x H x W")
         if tuple(caffe_in.shape[:2]) != in_dims:
+            if caffe_in.ndim != 3:
+                raise ArrayShapeError(f"preprocess({in_!r}): expected an H x W x K image, got "
+                                      f"shape {caffe_in.shape}")
             caffe_in = resize_image(caffe_in, in_dims)
         if transpose is not None:
+            if caffe_in.ndim != len(transpose):
+                raise ArrayShapeError(f"preprocess({in_!r}): transpose {tuple(transpose)} needs "
+                                      f"a {len(transpose)}-axis image, got shape "
+                                      f"{caffe_in.shape}")
             caffe_in = caffe_in.transpose(transpose)
         if channel_swap is not None:
+            _check_channel_swap(in_, channel_swap, caffe_in.shape)
             caffe_in = caffe_in[list(channel_swap), :, :]
         if raw_scale is not None:
             caffe_in *= raw_scale
@@ -166,8 +221,11 @@ class Transformer:
     def deprocess(self, in_, data):
         """Invert ``preprocess`` (but not its resize): K x H x W -> H x W x K."""
         self.__check_input(in_)
-        decaf_in = data.copy().squeeze()
+        decaf_in = np.array(data, copy=True).squeeze()
         transpose = self.transpose.get(in_)
+        if transpose is not None and decaf_in.ndim != len(transpose):
+            raise ArrayShapeError(f"deprocess({in_!r}) takes one {len(transpose)}-axis image "
+                                  f"(a batch of one is squeezed), got shape {np.shape(data)}")
         channel_swap = self.channel_swap.get(in_)
         raw_scale = self.raw_scale.get(in_)
         mean = self.mean.get(in_)
@@ -179,22 +237,35 @@ class Transformer:
         if raw_scale is not None:
             decaf_in /= raw_scale
         if channel_swap is not None:
-            decaf_in = decaf_in[np.argsort(channel_swap), :, :]
+            n = len(channel_swap)
+            if sorted(c % n for c in channel_swap) != list(range(n)):
+                # argsort of a non-permutation is no inverse: a wrong image, silently
+                raise ArgumentValueError(f"deprocess({in_!r}): channel_swap "
+                                         f"{tuple(channel_swap)} repeats channels, so it "
+                                         "cannot be undone")
+            _check_channel_swap(in_, channel_swap, decaf_in.shape)
+            decaf_in = decaf_in[np.argsort([c % n for c in channel_swap]), :, :]
         if transpose is not None:
-            decaf_in = decaf_in.transpose(np.argsort(transpose))
+            decaf_in = decaf_in.transpose(np.argsort([a % len(transpose) for a in transpose]))
         return decaf_in
 
     def set_transpose(self, in_, order):
         """Dimension order, e.g. (2, 0, 1) for H x W x K -> K x H x W."""
         self.__check_input(in_)
-        if len(order) != len(self.inputs[in_]) - 1:
+        _check_indices(in_, order, "set_transpose", "axis")
+        n = len(self.inputs[in_]) - 1
+        if len(order) != n:
             raise CaffeOclError('Transpose order needs to have the same number of '
                                 'dimensions as the input.')
+        if sorted(a % n if -n <= a < n else a for a in order) != list(range(n)):
+            raise ArrayShapeError(f"set_transpose({in_!r}): {tuple(order)} is not an order "
+                                  f"of the axes 0..{n - 1}, each once")
         self.transpose[in_] = order
 
     def set_channel_swap(self, in_, order):
         """Channel order after the transpose, e.g. (2, 1, 0) for RGB -> BGR."""
         self.__check_input(in_)
+        _check_indices(in_, order, "set_channel_swap", "channel")
         if len(order) != self.inputs[in_][1]:
             raise CaffeOclError('Channel swap needs to have the same number of '
                                 'dimensions as the input channels.')
@@ -204,11 +275,12 @@ class Transformer:
         """Scale applied before mean subtraction (255 for [0, 255] models
         fed with [0, 1] images)."""
         self.__check_input(in_)
-        self.raw_scale[in_] = scale
+        self.raw_scale[in_] = _check_scale(in_, scale, "set_raw_scale")
 
     def set_mean(self, in_, mean):
         """Mean to subtract: per channel (K,) or elementwise (K x H x W)."""
         self.__check_input(in_)
+        mean = _mean_array(in_, mean)
         ms = mean.shape
         if mean.ndim == 1:
             if ms[0] != self.inputs[in_][1]:
@@ -218,7 +290,8 @@ class Transformer:
             if len(ms) == 2:
                 ms = (1,) + ms
             if len(ms) != 3:
-                raise ValueError('Mean shape invalid')
+                raise ArrayShapeError(f'Mean shape invalid: {mean.shape}; give (K,), (H, W) '
+                                      'or (K, H, W)')
             in_shape = tuple(self.inputs[in_][1:])
             if tuple(ms) != in_shape:
                 # BVLC master: resize the (e.g. 256 x 256) mean to the input
@@ -239,7 +312,51 @@ class Transformer:
     def set_input_scale(self, in_, scale):
         """Scale applied last, after mean subtraction."""
         self.__check_input(in_)
-        self.input_scale[in_] = scale
+        self.input_scale[in_] = _check_scale(in_, scale, "set_input_scale")
+
+
+def _check_indices(in_, order, call, what):
+    """``order`` is a sequence of integer indices (pycaffe failed later, in
+    NumPy's indexing, on None, strings or floats)."""
+    if isinstance(order, (str, bytes)) or not hasattr(order, "__len__") or not all(
+            isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_))
+            for i in order):
+        raise ArgumentError(f"{call}({in_!r}): the order must be a sequence of {what} "
+                            f"indices (integers), got {order!r}")
+
+
+def _check_channel_swap(in_, order, shape):
+    """The channel swap picks channels the (transposed) image has."""
+    if len(shape) != 3:
+        raise ArrayShapeError(f"channel_swap of input {in_!r} needs a K x H x W image after "
+                              f"the transpose, got shape {shape}")
+    bad = [c for c in order if not -shape[0] <= c < shape[0]]
+    if bad:
+        raise ArrayShapeError(f"channel_swap {tuple(order)} of input {in_!r} picks channel "
+                              f"{bad[0]} of an image with {shape[0]} channels")
+
+
+def _check_scale(in_, scale, call):
+    """A number (or an array broadcasting over the image); None unsets it."""
+    if scale is not None and not _numeric(np.asarray(scale)):
+        raise ArgumentError(f"{call}({in_!r}): the scale must be a number, got {scale!r}")
+    return scale
+
+
+def _numeric(arr):
+    return arr.dtype != object and (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool)
+
+
+def _mean_array(in_, mean):
+    """The mean as an array (a list or tuple of per-channel values too);
+    pycaffe's mean.shape failed on them with an AttributeError."""
+    arr = mean if isinstance(mean, np.ndarray) else np.asarray(mean)
+    if not _numeric(arr):
+        raise ArgumentError(f"set_mean({in_!r}): the mean must be an array of numbers, got "
+                            f"{type(mean).__name__}")
+    if arr.size == 0:
+        raise ArrayShapeError(f"set_mean({in_!r}): the mean is empty (shape {arr.shape})")
+    return arr
 
 
 # ---------------------------------------------------------------------------
@@ -387,15 +504,24 @@ def resize_image(im, new_dims, interp_order=1):
 
     im = np.asarray(im)
     if im.ndim != 3:
-        raise ShapeError(f"resize_image expects an H x W x K array, got shape "
-                         f"{tuple(im.shape)}")
-    h, w = int(new_dims[0]), int(new_dims[1])
+        raise ArrayShapeError(f"resize_image expects an H x W x K array, got shape "
+                              f"{tuple(im.shape)}")
+    h, w = height_width(new_dims, "resize_image: new_dims")
     k = im.shape[-1]
     if h <= 0 or w <= 0:
-        raise ShapeError(f"resize_image: new dims must be positive, got ({h}, {w})")
+        raise ArrayShapeError(f"resize_image: new dims must be positive, got ({h}, {w})")
+    if im.size == 0 and k:
+        # pycaffe fails on it (min of an empty array); a zero image came out
+        raise ArrayShapeError(f"resize_image: the image is empty (shape {im.shape})")
+    if h * w * k * 4 > host_memory_budget():
+        raise OutOfHostMemory(f"resize_image: a {h} x {w} x {k} float32 result needs "
+                              f"{h * w * k * 4 / 2**30:.1f} GiB, more than this machine has")
+    if not isinstance(interp_order, (int, np.integer)) or not 0 <= interp_order <= 5:
+        raise ArgumentValueError(f"resize_image: interp_order is a spline order 0..5, got "
+                                 f"{interp_order!r}")
     im_min, im_max = (im.min(), im.max()) if im.size else (0, 0)
     if im.size == 0 or im_max <= im_min:
-        # constant image (or empty): nothing to interpolate
+        # constant image (or no channels): nothing to interpolate
         ret = np.empty((h, w, k), dtype=np.float32)
         ret.fill(im_min)
         return ret
@@ -426,8 +552,8 @@ def oversample(images, crop_dims):
     ``images``: sequence of H x W x K arrays (all the same shape);
     ``crop_dims``: (height, width).  Returns float32 (10*N) x h x w x K.
     """
-    im_shape = np.array(images[0].shape)
-    crop_dims = np.array(crop_dims)
+    crop_dims = np.array(_check_oversample(images, crop_dims))
+    im_shape = np.array(np.shape(images[0]))
     im_center = im_shape[:2] / 2.0
 
     h_indices = (0, im_shape[0] - crop_dims[0])
@@ -452,3 +578,33 @@ def oversample(images, crop_dims):
             ix += 1
         crops[ix - 5:ix] = crops[ix - 5:ix, :, ::-1, :]  # mirrors
     return crops
+
+
+def height_width(dims, what):
+    """(height, width) from ``dims``: two numbers."""
+    try:
+        h, w = dims
+        return int(h), int(w)
+    except (TypeError, ValueError):
+        raise ArgumentError(f"{what} must be (height, width), two integers, got "
+                            f"{dims!r}") from None
+
+
+def _check_oversample(images, crop_dims):
+    """(height, width) of the crop, after checking for images of one
+    H x W x K shape and a crop inside them: pycaffe took every crop at the
+    first image's positions and failed in NumPy (or cut wrong crops)
+    otherwise."""
+    if images is None or len(images) == 0:
+        raise ArrayShapeError("oversample: no images")
+    shapes = sorted({np.shape(im) for im in images})
+    if len(shapes) > 1:
+        raise ArrayShapeError(f"oversample: the images must all have one shape, got {shapes}")
+    if len(shapes[0]) != 3:
+        raise ArrayShapeError(f"oversample: the images must be H x W x K, got shape "
+                              f"{shapes[0]}")
+    h, w = height_width(crop_dims, "oversample: crop_dims")
+    if not (0 <= h <= shapes[0][0] and 0 <= w <= shapes[0][1]):
+        raise ArrayShapeError(f"oversample: crop ({h}, {w}) does not fit in the "
+                              f"{shapes[0][0]} x {shapes[0][1]} images")
+    return h, w

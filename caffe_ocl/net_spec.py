@@ -19,6 +19,7 @@ convolution keywords directly (pycaffe needs ``convolution_param=dict(...)``
 for them).
 """
 
+import operator
 from collections import Counter, OrderedDict
 
 from .proto import caffe_pb2
@@ -47,6 +48,7 @@ def to_proto(*tops):
     layers = OrderedDict()
     autonames = Counter()
     for top in tops:
+        _check_top(top, "to_proto argument")
         top.fn._to_proto(layers, {}, autonames)
     net = caffe_pb2.NetParameter()
     net.layer.extend(layers.values())
@@ -69,9 +71,19 @@ def assign_proto(proto, name, val):
     dicts fill sub-messages, anything else is set directly; a single value
     given for a repeated field is treated as a one-element list.
     """
+    field = proto.DESCRIPTOR.fields_by_name.get(name)
+    if field is None:       # protobuf's AttributeError said the name alone
+        raise AttributeError(f"{proto.DESCRIPTOR.name} has no field {name!r}")
     is_repeated_field = _is_repeated(proto, name)
     if is_repeated_field and not isinstance(val, list):
         val = [val]
+    if isinstance(val, list) and not is_repeated_field:
+        raise AttributeError(f"{proto.DESCRIPTOR.name}.{name} is not a repeated field: give "
+                             f"one value, not a list")
+    if (isinstance(val, dict) or isinstance(val, list) and val and isinstance(val[0], dict)) \
+            and field.message_type is None:
+        raise AttributeError(f"{proto.DESCRIPTOR.name}.{name} is a plain value, not a "
+                             f"message: give a value, not a dict")
     if isinstance(val, list):
         if val and isinstance(val[0], dict):
             for item in val:
@@ -117,7 +129,12 @@ class Function(object):
         self.inputs = inputs
         self.params = params
         # ntop and in_place shape the layer; they are not layer parameters
-        self.ntop = self.params.pop('ntop', 1)
+        ntop = self.params.pop('ntop', 1)
+        try:
+            self.ntop = operator.index(ntop)
+        except TypeError:
+            raise TypeError(f"{type_name}: ntop must be an integer (the number of tops), "
+                            f"got {ntop!r}") from None
         self.in_place = self.params.pop('in_place', False)
         self.tops = tuple(Top(self, n) for n in range(self.ntop))
 
@@ -156,17 +173,29 @@ class Function(object):
                 layer.top.append(self._get_top_name(top, names, autonames))
         layer.name = self._get_name(names, autonames)
 
+        type_param = _param_names.get(self.type_name)
+        type_param = getattr(layer, type_param + '_param') if type_param else None
         for k, v in self.params.items():
-            if k.endswith('param'):
-                # explicit *_param (or 'param' specs): straight onto the layer
-                assign_proto(layer, k, v)
-            else:
-                try:
-                    assign_proto(getattr(layer,
-                                         _param_names[self.type_name] + '_param'),
-                                 k, v)
-                except (AttributeError, KeyError):
-                    assign_proto(layer, k, v)
+            # explicit *_param (or 'param' specs), and names the type's message
+            # lacks, go onto the layer. pycaffe tried the type's message and on
+            # any AttributeError the layer, which hid the real error
+            # (kernel_size={...} said "kernel_size")
+            target = layer
+            if not k.endswith('param') and type_param is not None and \
+                    k in type_param.DESCRIPTOR.fields_by_name:
+                target = type_param
+            where = f"layer {layer.name!r} ({self.type_name})"
+            if target is layer and type_param is not None and \
+                    k not in layer.DESCRIPTOR.fields_by_name:
+                raise AttributeError(f"{where}: no parameter {k!r}: neither "
+                                     f"{type_param.DESCRIPTOR.name} nor LayerParameter has "
+                                     "such a field")
+            try:
+                assign_proto(target, k, v)
+            except _ASSIGN_ERRORS as e:
+                # the same Python type (pycaffe's), with the layer and field named
+                kind = next(c for c in _ASSIGN_ERRORS if isinstance(e, c))
+                raise kind(f"{where}: {k}={v!r}: {e}") from None
 
         layers[self] = layer
 
@@ -216,6 +245,7 @@ class NetSpec(object):
         autonames = Counter()
         layers = OrderedDict()
         for name, top in self.tops.items():
+            _check_top(top, f"NetSpec.{name}")
             top._to_proto(layers, names, autonames)
         net = caffe_pb2.NetParameter()
         net.layer.extend(layers.values())
@@ -250,11 +280,34 @@ class Parameters(object):
         if name.startswith('__') and name.endswith('__'):
             raise AttributeError(name)
 
+        message = getattr(caffe_pb2, name + 'Parameter', None)
+        if message is None:
+            raise AttributeError(f"caffe.params.{name}: caffe_pb2 has no message "
+                                 f"{name}Parameter")
+
         class Param:
             def __getattr__(self, param_name):
-                return getattr(getattr(caffe_pb2, name + 'Parameter'),
-                               param_name)
+                try:
+                    return getattr(message, param_name)
+                except AttributeError:
+                    values = ", ".join(v.name for e in message.DESCRIPTOR.enum_types
+                                       for v in e.values)
+                    raise AttributeError(f"caffe.params.{name}.{param_name}: "
+                                         f"{name}Parameter has no value {param_name!r} "
+                                         f"(its values: {values or 'none'})") from None
         return Param()
+
+
+# what protobuf (and assign_proto) raise for a value a field cannot take
+_ASSIGN_ERRORS = (AttributeError, TypeError, ValueError)
+
+
+def _check_top(top, what):
+    """Only layers' tops (or a layer without tops, ntop=0) make a net:
+    anything else failed with an AttributeError naming _to_proto."""
+    if not isinstance(top, (Top, Function)):
+        raise AttributeError(f"{what} is a {type(top).__name__} object, not a layer's top "
+                             f"(made by caffe.layers.<Type>(...))")
 
 
 _param_names = param_name_dict()

@@ -11,6 +11,7 @@ exposes these names; ``caffe._caffe`` and ``caffe.pycaffe`` are this module.
     t = caffe.Timer(); t.start(); net.forward(); t.stop(); print(t.ms)
 """
 import logging
+import operator
 import time
 from collections import OrderedDict
 
@@ -25,6 +26,7 @@ from .layers.python_layer import PythonLayerBase as Layer  # noqa: F401
 from .net import TEST, TRAIN, Net  # noqa: F401
 from .ops.random import set_random_seed  # noqa: F401
 from . import ranks as _pstate
+from .errors import ArgumentError
 from .parallel.nccl import NCCL  # noqa: F401
 from .proto import caffe_pb2
 from .solvers import (AdaDeltaSolver, AdaGradSolver, AdamSolver, NesterovSolver,  # noqa: F401
@@ -83,7 +85,7 @@ def init_log(level=None, stderr=True):
     are no glog log files here), whatever ``stderr`` says. A Python logging
     level (10 and above, e.g. logging.INFO) is taken as such."""
     del stderr
-    logs.init_log(logs.python_level(level))
+    logs.init_log(logs.python_level(None if level is None else _int_arg(level, "init_log")))
 
 
 def log(message):
@@ -98,7 +100,7 @@ def solver_count():
 
 def set_solver_count(n):
     """Number of solvers training together (before creating the solver)."""
-    _pstate.solver_count = int(n)
+    _pstate.solver_count = _int_arg(n, "set_solver_count")
 
 
 def solver_rank():
@@ -107,13 +109,22 @@ def solver_rank():
 
 def set_solver_rank(r):
     """This process's rank among them (before creating the solver)."""
-    _pstate.solver_rank = int(r)
+    _pstate.solver_rank = _int_arg(r, "set_solver_rank")
 
 
 def set_multiprocess(flag):
     """Caffe::set_multiprocess: the ranks are processes (python/train.py),
     which lets Python layers train with solver_count > 1."""
     _pstate.multiprocess = bool(flag)
+
+
+def _int_arg(value, what):
+    """``value`` as the C++ int pycaffe's binding takes: int() let 2.5
+    through as 2 and answered 'x' with int()'s own message."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ArgumentError(f"{what} takes an integer, got {value!r}") from None
 
 
 def has_nccl():

@@ -12,11 +12,12 @@ structure (``layers``, ``blobs``, ``_bottom_vecs``/``_top_vecs``) and
 runs it through ``forward_from_to``/``backward_from_to``, which call the hooks.
 """
 from collections import OrderedDict
+from itertools import zip_longest
 
 import numpy as np
 
 from .blob import refresh_kept
-from .errors import NetError, ShapeError
+from .errors import ArgumentError, NetError, ShapeError
 from .plan import execution
 
 BEFORE_FORWARD, AFTER_FORWARD, BEFORE_BACKWARD, AFTER_BACKWARD = range(4)
@@ -153,6 +154,10 @@ class NetPycaffeMixin:
         """Net::ShareTrainedLayersWith: every layer of ``other`` with
         parameters lends its parameter data to this net's layer of the same
         name (shapes must agree); the diffs stay this net's own."""
+        if not isinstance(other, NetPycaffeMixin):
+            # pycaffe's binding refuses it; here it failed deep inside as an AttributeError
+            raise ArgumentError(f"share_with takes a caffe.Net to share weights with, "
+                                f"got {type(other).__name__}")
         self.share_trained_layers_with(other)
         # plans bound to the old parameter buffers (folded weights, training
         # fusions) are built again
@@ -164,31 +169,48 @@ class NetPycaffeMixin:
         """Forward and backward in batches over all of ``kwargs``' arrays
         (inputs for forward, output diffs for backward); returns
         (all outputs, all diffs), each {name: concatenated array}."""
-        all_outs = {out: [] for out in set(self.outputs + list(blobs or []))}
-        all_diffs = {d: [] for d in set(self.inputs + list(diffs or []))}
+        blobs, diffs = _names(blobs, "blobs"), _names(diffs, "diffs")
+        unknown = sorted(set(kwargs) - set(self.inputs) - set(self.outputs))
+        if unknown:
+            raise NetError(f"forward_backward_all: {unknown} are neither inputs "
+                           f"{self.inputs} nor outputs {self.outputs} of net {self.name!r}")
+        if not kwargs:
+            raise NetError("forward_backward_all needs input arrays (net inputs "
+                           f"{self.inputs}) or output diffs (net outputs {self.outputs}) "
+                           "as keyword arguments")
+        _check_lengths(kwargs)
+        all_outs = {out: [] for out in set(self.outputs + blobs)}
+        all_diffs = {d: [] for d in set(self.inputs + diffs)}
         forward_batches = self._batch({i: kwargs[i] for i in self.inputs if i in kwargs})
         backward_batches = self._batch({o: kwargs[o] for o in self.outputs if o in kwargs})
-        for fb, bb in zip(forward_batches, backward_batches):
+        # pycaffe's izip_longest: inputs without output diffs (or diffs
+        # without inputs) still run both passes; zip ran none
+        for fb, bb in zip_longest(forward_batches, backward_batches, fillvalue={}):
             batch_blobs = self.forward(blobs=blobs, **fb)
             batch_diffs = self.backward(diffs=diffs, **bb)
             for out, out_blobs in batch_blobs.items():
+                if out_blobs.ndim == 0:     # list.extend failed on it with a TypeError
+                    raise ShapeError(f"forward_backward_all: output {out!r} is a scalar "
+                                     "(a loss), not one value per item; run forward() "
+                                     "and backward() per batch to read it")
                 all_outs[out].extend(out_blobs.copy())
             for d, d_blobs in batch_diffs.items():
                 all_diffs[d].extend(d_blobs.copy())
-        for out, diff in zip(all_outs, all_diffs):
-            all_outs[out] = np.asarray(all_outs[out])
-            all_diffs[diff] = np.asarray(all_diffs[diff])
+        # each on its own: pycaffe zipped outputs with diffs, which left
+        # lists where the net has more inputs than outputs
+        all_outs = {k: np.asarray(v) for k, v in all_outs.items()}
+        all_diffs = {k: np.asarray(v) for k, v in all_diffs.items()}
         # discard padding at the end
         pad = len(next(iter(all_outs.values()))) - len(next(iter(kwargs.values())))
         if pad:
-            for out, diff in zip(all_outs, all_diffs):
-                all_outs[out] = all_outs[out][:-pad]
-                all_diffs[diff] = all_diffs[diff][:-pad]
+            all_outs = {k: v[:-pad] for k, v in all_outs.items()}
+            all_diffs = {k: v[:-pad] for k, v in all_diffs.items()}
         return all_outs, all_diffs
 
     def _batch(self, blobs):
         """Batches of ``blobs`` ({name: list/array}) of the net's batch size;
         the last one padded with zeros (pycaffe's _Net_batch)."""
+        _check_lengths(blobs)
         num = len(next(iter(blobs.values()))) if blobs else 0
         batch_size = next(iter(self.blobs.values())).shape[0]
         remainder = num % batch_size
@@ -202,3 +224,28 @@ class NetPycaffeMixin:
                 padding = np.zeros((batch_size - remainder,) + np.asarray(blobs[name]).shape[1:])
                 padded_batch[name] = np.concatenate([blobs[name][-remainder:], padding])
             yield padded_batch
+
+
+def _names(names, what):
+    """``blobs=``/``diffs=`` as a list of blob names; a lone string was
+    taken letter by letter (pycaffe fails on list + str)."""
+    if names is None:
+        return []
+    if isinstance(names, (str, bytes)):
+        raise ArgumentError(f"{what} must be a list of blob names, got the string "
+                            f"{names!r} (write {what}=[{names!r}])")
+    return list(names)
+
+
+def _check_lengths(arrays):
+    """Arrays batched together must hold as many items each: the others
+    were cut or padded to the first one's length without a word."""
+    lengths = {}
+    for name, a in arrays.items():
+        if not hasattr(a, "__len__") or np.ndim(a) == 0:
+            raise ArgumentError(f"{name!r} must be an array of items to batch, got "
+                                f"{type(a).__name__}")
+        lengths[name] = len(a)
+    if len(set(lengths.values())) > 1:
+        raise ShapeError(f"arrays batched together must have the same length (first "
+                         f"dimension), got {lengths}")
