@@ -13,22 +13,11 @@ from caffe_ocl import config
 from caffe_ocl.ops import conv as conv_ops
 from caffe_ocl.ops import pointwise
 from refs import rel_err
-from test_small_batch_gpu import _conv_ref
+from test_small_batch_gpu import residual_case
 
 pytestmark = pytest.mark.usefixtures("gpu_kernels_unoptimized_on_cpu")
 
 RELU = ("relu", 0.1)
-
-
-def _case(rng, p):
-    g = conv_ops.ConvGeometry(*p)
-    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
-    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
-    b = rng.standard_normal(g.out_channels)
-    yshape = (g.num, g.out_channels, g.out_h, g.out_w)
-    r = rng.standard_normal(yshape)
-    want = _conv_ref(x, w, g) + b.reshape(1, -1, 1, 1) + r
-    return g, x, w, b, r, yshape, np.where(want > 0, want, 0.1 * want)
 
 
 def _run_both(d, g, x, w, b, r, yshape, **kw):
@@ -53,7 +42,7 @@ def _run_both(d, g, x, w, b, r, yshape, **kw):
 def test_cpu_gemm_paths(d, rng, p):
     if not d.dev.is_cpu:
         pytest.skip("the CPU GEMM kernel runs on CPU drivers")
-    g, x, w, b, r, yshape, want = _case(rng, p)
+    g, x, w, b, r, yshape, want = residual_case(rng, p)
     assert conv_ops.writes_residual(d.dev, g, "im2col")
     # a K longer than one panel for the 3x3 case: bias first, residual last
     got, names, plain = _run_both(d, g, x, w, b, r, yshape, algo="im2col")
@@ -65,7 +54,7 @@ def test_cpu_gemm_paths(d, rng, p):
 @pytest.mark.parametrize("split", [False, True], ids=["whole-K", "split-K"])
 def test_implicit_gemm(d, rng, split, monkeypatch):
     monkeypatch.setattr(d.dev, "compute_units", 132)
-    g, x, w, b, r, yshape, want = _case(rng, (1, 40, 5, 5, 24, 3, 3, 1, 1))
+    g, x, w, b, r, yshape, want = residual_case(rng, (1, 40, 5, 5, 24, 3, 3, 1, 1))
     with config.override(CONV_SPLITK=split, CONV_SPLITK_MIN_KTILES=1):
         got, names, plain = _run_both(d, g, x, w, b, r, yshape, algo="igemm")
     assert names == (["conv_fwd", "conv_splitk_reduce"] if split else ["conv_fwd"])
@@ -85,7 +74,7 @@ def test_gpu_1x1_gemm(d, rng, p, names, monkeypatch):
     monkeypatch.setattr(conv_ops, "async_tiles", lambda *a: {"ASYNC": 1})
     for name in ("GEMM_1X1_MIN_K", "ROWS_1X1_MIN_K", "GEMM_1X1_MIN_K_64_ROWS"):
         monkeypatch.setattr(conv_ops, name, 1)
-    g, x, w, b, r, yshape, want = _case(rng, p)
+    g, x, w, b, r, yshape, want = residual_case(rng, p)
     assert conv_ops.writes_residual(d.dev, g, "igemm")
     got, fused_names, plain = _run_both(d, g, x, w, b, r, yshape, algo="igemm")
     assert fused_names == names
@@ -101,7 +90,7 @@ def test_gathered_columns_forward(d, rng, monkeypatch):
     monkeypatch.setattr(conv_ops, "GATHERED_MIN_M", 1)
     monkeypatch.setattr(conv_ops, "GATHERED_MAX_FLOATS", 5 * 16 * 9 * 9)
     monkeypatch.setattr(d.dev, "compute_units", 1)
-    g, x, w, b, r, yshape, want = _case(rng, (8, 16, 6, 6, 24, 3, 3, 1, 1, 2, 2))
+    g, x, w, b, r, yshape, want = residual_case(rng, (8, 16, 6, 6, 24, 3, 3, 1, 1, 2, 2))
     assert conv_ops.writes_residual(d.dev, g, "igemm")
     got, fused_names, plain = _run_both(d, g, x, w, b, r, yshape, algo="igemm")
     assert fused_names == ["conv_rows", "gemm"] * 2

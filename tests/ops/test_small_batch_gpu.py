@@ -99,6 +99,20 @@ def _conv_ref(x, w, g):
     return y
 
 
+def residual_case(rng, p):
+    """Inputs of a convolution forward with bias, a residual and a 0.1-slope
+    ReLU (geometry tuple ``p``), and its float64 result: (g, x, w, b, r,
+    y shape, want)."""
+    g = conv_ops.ConvGeometry(*p)
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
+    b = rng.standard_normal(g.out_channels)
+    yshape = (g.num, g.out_channels, g.out_h, g.out_w)
+    r = rng.standard_normal(yshape)
+    want = _conv_ref(x, w, g) + b.reshape(1, -1, 1, 1) + r
+    return g, x, w, b, r, yshape, np.where(want > 0, want, 0.1 * want)
+
+
 @pytest.mark.parametrize("p", [(1, 40, 5, 5, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1),   # 3x3, K 360
                                (2, 48, 4, 3, 20, 1, 1, 0, 0, 1, 1, 1, 1, 2),   # 1x1, 2 groups
                                (1, 30, 7, 6, 9, 3, 3, 1, 1, 2, 2, 1, 1, 1)],   # strided, K 270
@@ -261,23 +275,29 @@ def test_small_tiles_forward(d, rng, p, monkeypatch):
     np.testing.assert_array_equal(got[True], got[False])
 
 
-def test_small_tiles_split_k(d, rng, monkeypatch):
+@pytest.mark.parametrize("p,variant,tile", [
+    ((1, 96, 5, 5, 80, 3, 3, 1, 1), None, ("MICRO", 4)),        # the rule's small tiles
+    ((1, 40, 6, 6, 16, 3, 3, 1, 1), "narrow/split", ("TM", 32)),  # the tuner's narrow/split
+], ids=["small", "narrow"])
+def test_tiles_with_split_k(d, rng, monkeypatch, p, variant, tile):
     """Small tiles and a K split together (ResNet's 3 x 3 512 -> 512 on 7 x 7
-    at batch 1, shrunk): the slices of 64 x 64 tiles summed right."""
+    at batch 1, shrunk), and 32 x 256 tiles split as the tuner's
+    "narrow/split" variant builds them: the slices summed right."""
     monkeypatch.setattr(d.dev, "compute_units", 132)
-    g = conv_ops.ConvGeometry(1, 96, 5, 5, 80, 3, 3, 1, 1)
-    x = rng.standard_normal((1, 96, 5, 5))
-    w = rng.standard_normal((80, 96, 3, 3))
-    yb = d.buf(np.full((1, 80, 5, 5), np.nan))
-    with config.override(CONV_SPLITK_MIN_KTILES=1):
+    g = conv_ops.ConvGeometry(*p)
+    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
+    w = rng.standard_normal((g.out_channels, g.channels, g.kh, g.kw))
+    yshape = (g.num, g.out_channels, g.out_h, g.out_w)
+    yb = d.buf(np.full(yshape, np.nan))
+    with config.override(CONV_SPLITK_MIN_KTILES=1), conv_ops.forced_forward_variant(variant):
         monkeypatch.setattr(d.dev, "is_cpu", False)
-        assert conv_ops.forward_tiles(d.dev, g)["MICRO"] == 4
+        assert conv_ops.forward_tiles(d.dev, g)[tile[0]] == tile[1]
         nsplit = conv_ops.forward_splitk(d.dev, g)[0]
         launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, algo="igemm")
         monkeypatch.setattr(d.dev, "is_cpu", True)
     assert nsplit > 1 and [ln.name for ln in launches] == ["conv_fwd", "conv_splitk_reduce"]
     d.run(launches)
-    assert rel_err(d.get(yb, (1, 80, 5, 5)), _conv_ref(x, w, g)) < 1e-5
+    assert rel_err(d.get(yb, yshape), _conv_ref(x, w, g)) < 1e-5
 
 
 def test_small_tiles_rule():
@@ -365,12 +385,7 @@ def test_narrow_tiles_forward(d, rng, p, monkeypatch):
     inside a tile), and the same bits as the 64 x 128 tiles. Built as for a
     GPU with 1 compute unit (so the rule picks them), run by the CPU driver."""
     monkeypatch.setattr(d.dev, "compute_units", 1)
-    g = conv_ops.ConvGeometry(*p)
-    x = rng.standard_normal((g.num, g.channels, g.height, g.width))
-    w = rng.standard_normal((g.out_channels, g.channels // g.groups, g.kh, g.kw))
-    b = rng.standard_normal(g.out_channels)
-    yshape = (g.num, g.out_channels, g.out_h, g.out_w)
-    r = rng.standard_normal(yshape)
+    g, x, w, b, r, yshape, want = residual_case(rng, p)
     xb, wb, bb, rb = d.buf(x), d.buf(w), d.buf(b), d.buf(r)
     got = {}
     for narrow in (True, False):
@@ -384,29 +399,8 @@ def test_narrow_tiles_forward(d, rng, p, monkeypatch):
         assert [ln.name for ln in launches] == ["conv_fwd"]
         d.run(launches)
         got[narrow] = d.get(yb, yshape)
-    v = _conv_ref(x, w, g) + b.reshape(1, -1, 1, 1) + r
-    assert rel_err(got[True], np.where(v > 0, v, 0.1 * v)) < 1e-5
+    assert rel_err(got[True], want) < 1e-5
     np.testing.assert_array_equal(got[True], got[False])
-
-
-def test_narrow_tiles_split_k(d, rng, monkeypatch):
-    """32 x 256 tiles with K split over work-groups (the tuner's
-    "narrow/split" variant): the slices summed right."""
-    monkeypatch.setattr(d.dev, "compute_units", 132)
-    g = conv_ops.ConvGeometry(1, 40, 6, 6, 16, 3, 3, 1, 1)
-    x = rng.standard_normal((1, 40, 6, 6))
-    w = rng.standard_normal((16, 40, 3, 3))
-    yb = d.buf(np.full((1, 16, 6, 6), np.nan))
-    with config.override(CONV_SPLITK_MIN_KTILES=1), \
-            conv_ops.forced_forward_variant("narrow/split"):
-        monkeypatch.setattr(d.dev, "is_cpu", False)
-        assert conv_ops.forward_tiles(d.dev, g)["TM"] == 32
-        nsplit = conv_ops.forward_splitk(d.dev, g)[0]
-        launches = conv_ops.forward(d.dev, g, d.buf(x), d.buf(w), yb, None, algo="igemm")
-        monkeypatch.setattr(d.dev, "is_cpu", True)
-    assert nsplit > 1 and [ln.name for ln in launches] == ["conv_fwd", "conv_splitk_reduce"]
-    d.run(launches)
-    assert rel_err(d.get(yb, (1, 16, 6, 6)), _conv_ref(x, w, g)) < 1e-5
 
 
 def test_narrow_tiles_rule():
