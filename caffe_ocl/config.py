@@ -276,8 +276,9 @@ _DECLARED = (
             "128-column tiles of 8 x 8)", internal=True),
     Setting("CONV_NARROW_TILES", "bool", True,
             "GPU implicit-GEMM convolution forwards in FP32 with at most 32 output channels "
-            "(per group) run 32 x 256 tiles, where 64-row tiles would compute at least twice "
-            "the rows needed (off: 64-row tiles)", internal=True),
+            "(per group; more than 16 only for products of depth 64 or more) run 32 x 256 "
+            "tiles, where 64-row tiles would compute at least twice the rows needed (off: "
+            "64-row tiles)", internal=True),
     Setting("CONV_SPLITK_MIN_KTILES", "int", 8,
             "fewest 16-deep steps of the main loop per K slice of a split-K convolution "
             "forward (CONV_SPLITK)", internal=True),
