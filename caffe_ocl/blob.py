@@ -26,11 +26,12 @@ memory (e.g. folded weights, caffe_ocl.plan.fold) is stale when it differs.
 import math
 import sys
 import weakref
+from collections.abc import Iterable, Mapping, Set
 
 import numpy as np
 
 from .device import RECORDER, check_host_alloc, get_device, register_blob
-from .errors import ShapeError
+from .errors import ArgumentError, ShapeError
 from .ops import pointwise
 
 UNINITIALIZED, AT_HOST, AT_DEVICE, SYNCED = range(4)
@@ -239,14 +240,29 @@ class Blob:
     # ---- shape -----------------------------------------------------------
     def reshape(self, *shape):
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = tuple(shape[0])
+            dims = shape[0]
+            if isinstance(dims, np.ndarray):
+                dims = dims.reshape(-1).tolist()
+            # a string or a mapping iterates to something that int() took
+            # ("5" -> 5, {1: 2} -> 1): pycaffe's binding accepts ints only
+            if isinstance(dims, (str, bytes, Mapping, Set)) or not isinstance(dims, Iterable):
+                raise ArgumentError(f"blob {self.name!r}: reshape takes int dimensions "
+                                    f"(or one sequence of them), got {type(dims).__name__} "
+                                    f"{dims!r}")
+            shape = tuple(dims)
+        for i, s in enumerate(shape):
+            # int(2.5) was 2 without a word
+            if not isinstance(s, (int, np.integer)):
+                raise ArgumentError(f"blob {self.name!r}: reshape dimension {i} must be "
+                                    f"an int, got {type(s).__name__} {s!r}")
         shape = tuple(int(s) for s in shape)
         if len(shape) > MAX_AXES:
             raise ShapeError(f"blob {self.name!r}: {len(shape)} axes; a blob has at most "
                              f"{MAX_AXES} (Caffe's kMaxBlobAxes)")
-        for s in shape:
+        for i, s in enumerate(shape):
             if s < 0:
-                raise ShapeError(f"blob {self.name!r}: negative dimension in {shape}")
+                raise ShapeError(f"blob {self.name!r}: negative dimension {i} ({s}) in "
+                                 f"{shape}; dimensions are counts, 0 or more")
         count = math.prod(shape)          # exact: np.prod wraps past int64
         if count > 2**31 - 1:
             raise ShapeError(f"blob {self.name!r}: shape {shape} exceeds 2^31 elements")

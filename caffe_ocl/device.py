@@ -28,7 +28,7 @@ import weakref
 import numpy as np
 
 from . import cl_enqueue, config
-from .errors import DeviceError, FlagError
+from .errors import ArgumentError, DeviceError, FlagError
 
 log = logging.getLogger("caffe_ocl")
 
@@ -1137,6 +1137,10 @@ def set_mode_cpu():
 
 
 def set_device(index):
+    # pycaffe's binding takes an int only: int(0.5) chose device 0 unasked
+    if not isinstance(index, (int, np.integer)):
+        raise ArgumentError(f"set_device takes an int device index, got "
+                            f"{type(index).__name__} {index!r}")
     _reset(int(index), _wanted_mode)
 
 

@@ -160,3 +160,21 @@ def naming(where, key=None):
         if isinstance(e, ValueError) and "math domain error" not in str(e):
             raise
         raise LayerError(f"{where}: a parameter is out of range ({e})") from None
+
+
+class ArrayShapeError(ShapeError, ValueError):
+    """An array given to a Python API call (a net input, an output diff)
+    whose shape does not fit its blob. Also a ValueError, which NumPy
+    raises in pycaffe when the array does not broadcast."""
+
+
+class UnknownLayerError(NetError, ValueError):
+    """A layer name given to a Python API call (forward/backward's start=
+    or end=) that the net has no layer of. Also a ValueError, which
+    pycaffe's ``list.index`` raises for it."""
+
+
+class ArgumentOverflowError(CaffeOclError, OverflowError):
+    """A Python API call given a number beyond the C++ type it goes to (a
+    solver's iteration count beyond int32). Also an OverflowError, which
+    pycaffe's Boost.Python bindings raise for it."""

@@ -21,7 +21,8 @@ import numpy as np
 
 from . import hdf5_weights
 from .blob import Blob, refresh_kept
-from .errors import LabelError, NetError, ShapeError, naming
+from .errors import (ArgumentError, ArgumentValueError, ArrayShapeError, LabelError,
+                     NetError, OutOfHostMemory, ShapeError, UnknownLayerError, naming)
 from .layers.base import create_layer
 from .plan import execution
 from .plan import memory as memory_plan
@@ -31,7 +32,7 @@ from .proto import blobproto_to_array, write_binary
 from .ops import pointwise
 from .ops import winograd as wino_ops
 from .pycaffe_net import (NetPycaffeMixin, BEFORE_FORWARD, AFTER_FORWARD,
-                          BEFORE_BACKWARD, AFTER_BACKWARD)
+                          BEFORE_BACKWARD, AFTER_BACKWARD, names_arg)
 
 log = logging.getLogger("caffe_ocl")
 
@@ -208,6 +209,75 @@ class NetGraph:
 # Net
 # --------------------------------------------------------------------------
 
+_PATH_TYPES = (str, bytes, os.PathLike)
+_INT32 = (-2**31, 2**31 - 1)
+
+
+def _phase_word(arg):
+    """True for the strings "TEST"/"TRAIN" (any case) naming no file: a
+    phase written as a word, which was taken as a weights path."""
+    if isinstance(arg, bytes):
+        arg = os.fsdecode(arg)
+    return (isinstance(arg, str) and arg.upper() in ("TEST", "TRAIN")
+            and not os.path.exists(arg))
+
+
+def _check_phase(phase):
+    """``phase`` as caffe.TRAIN or caffe.TEST; ArgumentError for another type
+    (pycaffe's binding refuses it), ArgumentValueError for another number
+    (protobuf's "invalid enumerator" ValueError before)."""
+    if isinstance(phase, (str, bytes)):
+        raise ArgumentError(f"phase must be caffe.TEST or caffe.TRAIN, got the string "
+                            f"{phase!r} (write caffe.{str(phase).upper()} without quotes)"
+                            if _phase_word(phase) else
+                            f"phase must be caffe.TEST or caffe.TRAIN, got the string {phase!r}")
+    if isinstance(phase, (bool, np.bool_)) or not isinstance(phase, (int, np.integer)):
+        raise ArgumentError(f"phase must be caffe.TEST or caffe.TRAIN, got "
+                            f"{type(phase).__name__}")
+    if phase not in (TRAIN, TEST):
+        raise ArgumentValueError(f"phase must be caffe.TEST ({TEST}) or caffe.TRAIN "
+                                 f"({TRAIN}), got {int(phase)}")
+    return int(phase)
+
+
+def _check_int32(value, what):
+    """``value`` as an int of C++'s int range (a NetState field)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ArgumentError(f"{what} must be an int, got {type(value).__name__}")
+    if not _INT32[0] <= value <= _INT32[1]:
+        raise ArgumentValueError(f"{what} must fit a 32-bit int, got {int(value)}")
+    return int(value)
+
+
+def _check_stages(stages):
+    """``stages`` as a list of stage names (a lone string was taken letter
+    by letter, an int failed in protobuf)."""
+    if stages is None:
+        return []
+    if isinstance(stages, (str, bytes)):
+        raise ArgumentError(f"stages must be a list of stage names, got the string "
+                            f"{stages!r} (write stages=[{stages!r}])")
+    try:
+        stages = list(stages)
+    except TypeError:
+        raise ArgumentError(f"stages must be a list of stage names, got "
+                            f"{type(stages).__name__}") from None
+    for st in stages:
+        if not isinstance(st, str):
+            raise ArgumentError(f"stages must be a list of stage names (strings), got "
+                                f"{type(st).__name__} {st!r} in it")
+    return stages
+
+
+def _path_arg(path, what):
+    """``path`` (str, bytes or os.PathLike) as a str; ArgumentError naming
+    ``what`` for anything else (os.fspath's TypeError named nothing)."""
+    if not isinstance(path, _PATH_TYPES):
+        raise ArgumentError(f"{what} must be a file path (str or os.PathLike), got "
+                            f"{type(path).__name__}")
+    return os.fsdecode(path)
+
+
 def _shape_str(shape):
     return " ".join(str(s) for s in shape) + f" ({int(np.prod(shape)) if shape else 1})"
 
@@ -233,25 +303,31 @@ class Net(NetPycaffeMixin):
         if network is None:             # pycaffe's Net(network_file=..., phase=...)
             network = network_file
         args = list(args)
-        if len(args) == 2 or (args and isinstance(args[0], (str, os.PathLike))):
+        if len(args) == 2 or (args and isinstance(args[0], _PATH_TYPES)
+                              and not _phase_word(args[0])):
             weights = args.pop(0)
         if args:
             phase = args.pop(0)
         if args:
             raise TypeError("Net(network, [weights,] phase)")
-        if phase is None:
-            phase = TEST
+        # the arguments are checked before the net is built: a wrong one
+        # failed deep inside (os.fspath, protobuf) naming none of them
+        phase = TEST if phase is None else _check_phase(phase)
+        level = _check_int32(level, "level")
+        stages = _check_stages(stages)
+        if weights is not None and not isinstance(weights, caffe_pb2.NetParameter):
+            weights = _path_arg(weights, "weights")
         if isinstance(network, caffe_pb2.NetParameter):
             param = caffe_pb2.NetParameter()
             param.CopyFrom(network)
             param = upgrade_net(param, "<NetParameter>")
             self.source = "<NetParameter>"
         else:
-            self.source = os.fspath(network)
+            self.source = _path_arg(network, "network")
             param = read_net_prototxt(self.source)
         param.state.phase = phase
         param.state.level = level
-        for s in stages or ():
+        for s in stages:
             param.state.stage.append(s)
         self.phase = phase
         self.fold = fold
@@ -544,7 +620,9 @@ class Net(NetPycaffeMixin):
         try:
             return self._layer_names.index(name)
         except ValueError:
-            raise NetError(f"{what}: no layer named {name!r} in net {self.name!r}") from None
+            # a ValueError too: pycaffe's list.index raised one
+            raise UnknownLayerError(f"{what}: no layer named {name!r} in net "
+                                    f"{self.name!r}") from None
 
     # ---- memory plan -----------------------------------------------------
     def set_share_diffs(self, on=True):
@@ -618,7 +696,7 @@ class Net(NetPycaffeMixin):
     def forward(self, blobs=None, start=None, end=None, **kwargs):
         """pycaffe's Net.forward: set inputs from kwargs, run, return
         {output name: host array}."""
-        blobs = list(blobs or [])
+        blobs = names_arg(blobs, "blobs")
         start_i = 0 if start is None else self._layer_index(start, "forward(start=)")
         if end is not None:
             end_i = self._layer_index(end, "forward(end=)")
@@ -634,13 +712,9 @@ class Net(NetPycaffeMixin):
                 arr = np.asarray(arr)
                 b = self.blobs[name]
                 if arr.ndim == 0 or (b.shape and arr.shape[0] != b.shape[0]):
-                    raise ShapeError(f"input {name!r} is not batch sized: got "
+                    raise ArrayShapeError(f"input {name!r} is not batch sized: got "
                                      f"{arr.shape}, blob is {b.shape}")
-                try:
-                    b.data[...] = arr
-                except ValueError:
-                    raise ShapeError(f"input {name!r}: cannot put an array of shape "
-                                     f"{arr.shape} into blob of shape {b.shape}") from None
+                _put(b.data, arr, f"input {name!r}", b.shape)
         self.forward_from_to(start_i, end_i)
         self.check_labels()
         refresh_kept()
@@ -717,7 +791,7 @@ class Net(NetPycaffeMixin):
         """pycaffe's Net.backward: set output diffs from kwargs, run backward,
         return {input name (and ``diffs``): host diff array}."""
         self.plan.check_backward()
-        diffs = list(diffs or [])
+        diffs = names_arg(diffs, "diffs")
         start_i = len(self.layers) - 1 if start is None else \
             self._layer_index(start, "backward(start=)")
         if end is not None:
@@ -733,9 +807,11 @@ class Net(NetPycaffeMixin):
             for name, arr in kwargs.items():
                 arr = np.asarray(arr)
                 b = self.blobs[name]
-                if arr.shape[0] != b.shape[0]:
-                    raise ShapeError(f"diff {name!r} is not batch sized")
-                b.diff[...] = arr
+                # a 0-d blob (a loss) has no batch axis: its diff is a scalar
+                if b.shape and (arr.ndim == 0 or arr.shape[0] != b.shape[0]):
+                    raise ArrayShapeError(f"diff {name!r} is not batch sized: got "
+                                     f"{arr.shape}, blob is {b.shape}")
+                _put(b.diff, arr, f"diff {name!r}", b.shape)
         self.backward_from_to(start_i, end_i)
         refresh_kept()
         return {o: self.blobs[o].diff for o in outputs}
@@ -761,12 +837,18 @@ class Net(NetPycaffeMixin):
 
     def forward_all(self, blobs=None, **kwargs):
         """Run in batches over all of ``kwargs``' arrays; concatenated outputs."""
-        all_outs = {o: [] for o in set(self.outputs + list(blobs or []))}
+        blobs = names_arg(blobs, "blobs")
+        all_outs = {o: [] for o in set(self.outputs + blobs)}
         if not kwargs:
             out = self.forward(blobs=blobs)
             return {k: v.copy() for k, v in out.items()}
-        n = len(next(iter(kwargs.values())))
+        n = self._forward_all_items(kwargs, all_outs)
         bs = self.blobs[self.inputs[0]].shape[0]
+        if n == 0:
+            # pycaffe: empty arrays of the outputs' item shape (concatenate
+            # of no batches raised)
+            return {k: np.zeros((0,) + tuple(self.blobs[k].shape[1:]), np.float32)
+                    for k in all_outs}
         for i in range(0, n, bs):
             batch = {}
             for name, arr in kwargs.items():
@@ -779,6 +861,25 @@ class Net(NetPycaffeMixin):
             for k, v in out.items():
                 all_outs[k].append(v.copy())
         return {k: np.concatenate(v)[:n] for k, v in all_outs.items()}
+
+    def _forward_all_items(self, kwargs, outs):
+        """The number of items forward_all's ``kwargs`` hold; ArgumentError
+        for a value that holds no items (None, a number: len() failed on
+        it), OutOfHostMemory when the outputs for them would not fit host
+        memory (a 2^31-row view ran batch after batch without end)."""
+        for name, arr in kwargs.items():
+            if not hasattr(arr, "__len__") or isinstance(arr, (str, bytes)) \
+                    or (isinstance(arr, np.ndarray) and arr.ndim == 0):
+                raise ArgumentError(f"forward_all: input {name!r} must be an array of "
+                                    f"items, got {type(arr).__name__}")
+        n = len(next(iter(kwargs.values())))
+        item_bytes = sum(4 * int(np.prod(self.blobs[k].shape[1:], dtype=np.int64))
+                         for k in outs if k in self.blobs)
+        need = n * item_bytes
+        if need > _host_memory_bytes():
+            raise OutOfHostMemory(f"forward_all: the outputs for {n} items would take "
+                                  f"{need / 2**30:.1f} GiB, more than the host's memory")
+        return n
 
     def clear_param_diffs(self):
         for b in self._learnable:
@@ -802,11 +903,11 @@ class Net(NetPycaffeMixin):
         if isinstance(path_or_param, caffe_pb2.NetParameter):
             src, where = path_or_param, "<NetParameter>"
         else:
-            where = os.fspath(path_or_param)
+            where = _path_arg(path_or_param, "copy_from: weights")
             if hdf5_weights.is_hdf5(where):      # by content, as Caffe's *.h5 weights
                 hdf5_weights.copy_from_hdf5(self.layers, where)
                 return
-            src = read_net(where)
+            src = read_net(where, "weights file")
         self._copy_layers(list(src.layer), where)
 
     def _copy_layers(self, layers, where, warn=True):
@@ -898,7 +999,7 @@ class Net(NetPycaffeMixin):
 
     def save(self, path):
         """Write a .caffemodel (binary NetParameter), atomically."""
-        write_binary(self.to_proto(), os.fspath(path))
+        write_binary(self.to_proto(), _path_arg(path, "save: path"))
 
     # loss of the last forward (reads the device: call when displaying)
     def loss(self):
@@ -939,3 +1040,27 @@ def _shape_matches(src, dst, legacy):
         return src == (1,) * (4 - len(dst)) + dst
     return False
 
+
+
+def _put(dst, arr, what, shape):
+    """``dst[...] = arr`` (a blob's host data or diff); errors that name
+    ``what``: values that are not numbers (their conversion error was
+    hidden behind a shape message) or a shape that does not broadcast."""
+    if arr.dtype.kind in "OUSV":
+        try:
+            arr = arr.astype(np.float32)
+        except (TypeError, ValueError) as e:
+            raise ArgumentValueError(f"{what}: the values are not numbers ({e})") from None
+    try:
+        dst[...] = arr
+    except ValueError:
+        raise ArrayShapeError(f"{what}: cannot put an array of shape {arr.shape} into blob "
+                         f"of shape {shape}") from None
+
+
+def _host_memory_bytes():
+    """Physical memory of this host (2^63 where it cannot be told)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 2**63

@@ -169,7 +169,7 @@ class NetPycaffeMixin:
         """Forward and backward in batches over all of ``kwargs``' arrays
         (inputs for forward, output diffs for backward); returns
         (all outputs, all diffs), each {name: concatenated array}."""
-        blobs, diffs = _names(blobs, "blobs"), _names(diffs, "diffs")
+        blobs, diffs = names_arg(blobs, "blobs"), names_arg(diffs, "diffs")
         unknown = sorted(set(kwargs) - set(self.inputs) - set(self.outputs))
         if unknown:
             raise NetError(f"forward_backward_all: {unknown} are neither inputs "
@@ -226,9 +226,10 @@ class NetPycaffeMixin:
             yield padded_batch
 
 
-def _names(names, what):
+def names_arg(names, what):
     """``blobs=``/``diffs=`` as a list of blob names; a lone string was
-    taken letter by letter (pycaffe fails on list + str)."""
+    taken letter by letter (pycaffe fails on list + str). Net.forward,
+    backward and forward_all (net.py) check theirs with it too."""
     if names is None:
         return []
     if isinstance(names, (str, bytes)):

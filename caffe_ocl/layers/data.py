@@ -31,7 +31,7 @@ from ..data.hdf5 import h5_errors, open_h5, read_dataset
 from ..data.image_list import read_image_list
 from ..data.prefetch import Batch, Prefetcher, upload
 from ..data.transformer import DataTransformer, seeded_rng
-from ..errors import DataError, LayerError, ShapeError, naming
+from ..errors import ArrayShapeError, DataError, LayerError, ShapeError, naming
 from ..proto import caffe_pb2, read_file_bytes
 from .base import Layer, register
 
@@ -435,6 +435,10 @@ class MemoryDataLayer(Layer):
         if data.shape[0] != labels.shape[0]:
             raise ShapeError("set_input_arrays: data and labels must have the same first "
                              f"dimension ({data.shape[0]} vs {labels.shape[0]})")
+        if data.shape[0] == 0:
+            # 0 % batch_size passed, and forward then divided by 0 rows
+            raise ArrayShapeError("set_input_arrays: the arrays hold no items (first "
+                                  "dimension 0); give at least one batch")
         if data.shape[0] % self.batch_size:
             raise ShapeError(f"set_input_arrays: first dimensions of input arrays "
                              f"({data.shape[0]}) must be a multiple of batch size "

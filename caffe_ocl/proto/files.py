@@ -61,7 +61,7 @@ def require_regular_file(path, what="file"):
     """``path`` if it names a regular file (symlinks followed); FileNotFound
     when it is missing, ParseError for a folder, device (/dev/zero), FIFO
     or socket, which would otherwise be read without end or block forever."""
-    path = os.fspath(path)
+    path = os.fsdecode(path)
     if "\0" in path:
         raise ParseError(f"{what} path {path!r} holds a NUL byte")
     try:
@@ -162,13 +162,13 @@ def parse_text(text, msg, source="<string>"):
 
 def read_text(path, msg, what="prototxt"):
     """Read a text-format protobuf file into ``msg`` (no upgrade)."""
-    path = os.fspath(path)
+    path = os.fsdecode(path)
     return parse_text(_read_bytes(path, what), msg, path)
 
 
 def read_binary(path, msg, what="binary proto"):
     """Read a binary protobuf file into ``msg`` (no upgrade)."""
-    path = os.fspath(path)
+    path = os.fsdecode(path)
     data = _read_bytes(path, what)
     _parse_binary(data, msg, path, what)
     return msg
@@ -253,35 +253,36 @@ def parse_net_text(text, source="<string>"):
 
 def read_net_prototxt(path):
     """Read a net .prototxt; returns the upgraded NetParameter."""
-    path = os.fspath(path)
+    path = os.fsdecode(path)
     return parse_net_text(_read_bytes(path, "net prototxt"), path)
 
 
 def read_net_binary(path):
     """Read a binary net (.caffemodel); returns the upgraded NetParameter."""
-    path = os.fspath(path)
+    path = os.fsdecode(path)
     net = read_binary(path, pb.NetParameter(), "caffemodel")
     return upgrade_net(net, path)
 
 
-def read_net(path):
-    """Read a net from text or binary, whichever ``path`` holds.
+def read_net(path, what="net file"):
+    """Read a net from text or binary, whichever ``path`` holds; ``what``
+    names the file's role in errors ("weights file" where it holds weights).
 
     ``.caffemodel`` (and other binary suffixes) are read as binary.  Anything
     else is read as text; if it is not text (not UTF-8) it is tried as
     binary, and if that fails too the text error is raised.
     """
-    path = os.fspath(path)
+    path = os.fsdecode(path)
     lower = path.lower()
     if lower.endswith(_BINARY_SUFFIXES) or lower.endswith(".h5"):
         return read_net_binary(path)
-    data = _read_bytes(path, "net file")
+    data = _read_bytes(path, what)
     try:
         text = _decode_text(data, path)
     except ParseError as text_error:
         net = pb.NetParameter()
         try:
-            _parse_binary(data, net, path, "net file")
+            _parse_binary(data, net, path, what)
         except ParseError:
             raise text_error from None
         return upgrade_net(net, path)
@@ -300,7 +301,7 @@ def parse_solver_text(text, source="<string>"):
 
 def read_solver_prototxt(path):
     """Read a solver .prototxt; returns the upgraded SolverParameter."""
-    path = os.fspath(path)
+    path = os.fsdecode(path)
     return parse_solver_text(_read_bytes(path, "solver prototxt"), path)
 
 
@@ -314,7 +315,7 @@ def read_blobproto(path):
 
 def read_blob_array(path):
     """A .binaryproto's data as a float32 array; errors name the file."""
-    path = os.fspath(path)
+    path = os.fsdecode(path)
     return blobproto_to_array(read_blobproto(path), where=path)
 
 

@@ -32,7 +32,8 @@ import numpy as np
 
 from .. import config
 from ..blob import refresh_kept
-from ..errors import FileNotFound, SolverError, naming
+from ..errors import (ArgumentError, ArgumentOverflowError, FileNotFound, SolverError,
+                      naming)
 from .. import safe_io
 from ..net import Net
 from ..ops import pointwise
@@ -97,6 +98,18 @@ class Callback:
     def __init__(self, on_start, on_gradients):
         self.on_start, self.on_gradients = on_start, on_gradients
 
+
+
+def _check_iters(iters):
+    """``iters`` of step() as an int of C++'s int range, as pycaffe's
+    binding takes it: int(1.5) ran 1 iteration and 2**62 ran without end."""
+    if not isinstance(iters, (int, np.integer)):
+        raise ArgumentError(f"step takes an int number of iterations, got "
+                            f"{type(iters).__name__} {iters!r}")
+    if not -2**31 <= iters <= 2**31 - 1:
+        raise ArgumentOverflowError(f"step: {int(iters)} iterations do not fit a 32-bit "
+                                    "int (Caffe's Step(int iters))")
+    return int(iters)
 
 class Solver(Snapshotting):
     """Caffe's Solver: the loop. The update rules are its subclasses in
@@ -493,7 +506,17 @@ class Solver(Snapshotting):
         caffe.NCCL: ``solver.add_callback(nccl)``)."""
         if on_gradients is None:
             obj = on_start
-            on_start, on_gradients = obj.on_start, obj.on_gradients_ready
+            on_start = getattr(obj, "on_start", None)
+            on_gradients = getattr(obj, "on_gradients_ready", None)
+            if not (callable(on_start) and callable(on_gradients)):
+                raise ArgumentError(f"add_callback takes two callables (on_start, "
+                                    f"on_gradients) or an object with on_start() and "
+                                    f"on_gradients_ready(), got {type(obj).__name__}")
+        # checked here: a non-callable failed only at the next step()
+        for what, fn in (("on_start", on_start), ("on_gradients", on_gradients)):
+            if not callable(fn):
+                raise ArgumentError(f"add_callback: {what} must be callable, got "
+                                    f"{type(fn).__name__}")
         self._callbacks.append(Callback(on_start, on_gradients))
 
     def set_action_function(self, fn):
@@ -508,7 +531,7 @@ class Solver(Snapshotting):
         """Solver::Step: run ``iters`` iterations."""
         p = self.param
         start_iter = self.iter
-        stop_iter = self.iter + int(iters)
+        stop_iter = self.iter + _check_iters(iters)
         self._losses, self._smoothed_loss = [], np.float32(0)
         self._start_iter = start_iter
         self._ring_iters = []
