@@ -845,12 +845,17 @@ def _splits_wide(dev, g, t, tiles, ktiles):
 NARROW_MAX_M = 32
 NARROW_MIN_K = 64
 NARROW_MIN_PER_CU = 2
+# __local bytes of a 32 x 256 tile's two A and B buffers (tile_mainloop.h:
+# 2 x 16 x (32 + 8 + 256 + 8) floats): 38 KiB, more than devices with 32
+# KiB of local memory have (Oclgrind's simulated one refused the launch)
+NARROW_LOCAL_BYTES = 2 * 16 * (32 + 8 + 256 + 8) * 4
 
 
 def narrow_eligible(dev, g):
-    """Whether 32 x 256 tiles can run ``g``'s forward: a GPU, FP32, at most
-    NARROW_MAX_M output channels per group."""
+    """Whether 32 x 256 tiles can run ``g``'s forward: a GPU with local
+    memory for them, FP32, at most NARROW_MAX_M output channels per group."""
     return (not dev.is_cpu and not use_tf32(dev)
+            and NARROW_LOCAL_BYTES <= getattr(dev, "local_mem", 1 << 16)
             and g.out_channels // g.groups <= NARROW_MAX_M)
 
 

@@ -113,6 +113,14 @@ def residual_case(rng, p):
     return g, x, w, b, r, yshape, np.where(want > 0, want, 0.1 * want)
 
 
+def _needs_narrow_room(dev):
+    """Skip where the device's local memory cannot hold a 32 x 256 tile's
+    buffers (Oclgrind's 32 KiB): the rule then never takes them there."""
+    if conv_ops.NARROW_LOCAL_BYTES > dev.local_mem:
+        pytest.skip(f"32 x 256 tiles need {conv_ops.NARROW_LOCAL_BYTES} bytes of local "
+                    f"memory; {dev.name} has {dev.local_mem}")
+
+
 @pytest.mark.parametrize("p", [(1, 40, 5, 5, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1),   # 3x3, K 360
                                (2, 48, 4, 3, 20, 1, 1, 0, 0, 1, 1, 1, 1, 2),   # 1x1, 2 groups
                                (1, 30, 7, 6, 9, 3, 3, 1, 1, 2, 2, 1, 1, 1)],   # strided, K 270
@@ -283,6 +291,8 @@ def test_tiles_with_split_k(d, rng, monkeypatch, p, variant, tile):
     """Small tiles and a K split together (ResNet's 3 x 3 512 -> 512 on 7 x 7
     at batch 1, shrunk), and 32 x 256 tiles split as the tuner's
     "narrow/split" variant builds them: the slices summed right."""
+    if variant is not None and variant.startswith("narrow"):
+        _needs_narrow_room(d.dev)
     monkeypatch.setattr(d.dev, "compute_units", 132)
     g = conv_ops.ConvGeometry(*p)
     x = rng.standard_normal((g.num, g.channels, g.height, g.width))
@@ -384,6 +394,7 @@ def test_narrow_tiles_forward(d, rng, p, monkeypatch):
     with bias, activation and a residual (rows and columns past the edges
     inside a tile), and the same bits as the 64 x 128 tiles. Built as for a
     GPU with 1 compute unit (so the rule picks them), run by the CPU driver."""
+    _needs_narrow_room(d.dev)
     monkeypatch.setattr(d.dev, "compute_units", 1)
     g, x, w, b, r, yshape, want = residual_case(rng, p)
     xb, wb, bb, rb = d.buf(x), d.buf(w), d.buf(b), d.buf(r)
@@ -408,7 +419,8 @@ def test_narrow_tiles_rule():
     they still give each compute unit two tiles (Inception v3's 32 -> 32
     layer at batch 64; a CIFAR net's 16-channel layers at batch 128); not
     for 48 channels, for more than 16 on a product shorter than 64, in
-    TF32, with too few columns, on CPU drivers, or with the setting off."""
+    TF32, with too few columns, on CPU drivers, with 32 KiB of local memory,
+    or with the setting off."""
     G = conv_ops.ConvGeometry
     dev = types.SimpleNamespace(**vars(H200))
     assert conv_ops.forward_tiles(dev, G(64, 32, 149, 149, 32, 3, 3))["TM"] == 32
@@ -426,6 +438,8 @@ def test_narrow_tiles_rule():
         assert "narrow/split" not in conv_ops.forward_variants(nv, G(64, 32, 149, 149, 32, 3, 3))
     cpu = types.SimpleNamespace(**dict(vars(H200), is_cpu=True, is_gpu=False))
     assert not conv_ops.narrow_eligible(cpu, G(64, 32, 149, 149, 32, 3, 3))
+    small_local = types.SimpleNamespace(**dict(vars(H200), local_mem=32 << 10))
+    assert not conv_ops.narrow_eligible(small_local, G(64, 32, 149, 149, 32, 3, 3))
     assert "narrow/nosplit" in conv_ops.forward_variants(dev, G(64, 32, 149, 149, 32, 3, 3))
     assert "narrow/nosplit" not in conv_ops.forward_variants(dev, G(64, 32, 149, 149, 48, 3, 3))
 
