@@ -99,7 +99,6 @@ class Callback:
         self.on_start, self.on_gradients = on_start, on_gradients
 
 
-
 def _check_iters(iters):
     """``iters`` of step() as an int of C++'s int range, as pycaffe's
     binding takes it: int(1.5) ran 1 iteration and 2**62 ran without end."""
@@ -110,6 +109,7 @@ def _check_iters(iters):
         raise ArgumentOverflowError(f"step: {int(iters)} iterations do not fit a 32-bit "
                                     "int (Caffe's Step(int iters))")
     return int(iters)
+
 
 class Solver(Snapshotting):
     """Caffe's Solver: the loop. The update rules are its subclasses in
