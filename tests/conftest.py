@@ -135,3 +135,26 @@ def gpu_kernels_unoptimized_on_cpu(d, monkeypatch):
     if d.dev.is_cpu:
         monkeypatch.setattr(d.dev, "unoptimized_sources",
                             frozenset({"gemm.cl", "conv_igemm.cl"}))
+
+
+# pycaffe tests (tests/pycaffe): a tiny linear net with a gradient to every
+# input, for forward, backward, forward_all and their misuse
+LIN = """
+force_backward: true
+layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 3 dim: 4 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "x" top: "y"
+  inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 1 } } }
+"""
+
+
+@pytest.fixture
+def lin_path(tmp_path):
+    p = tmp_path / "lin.prototxt"
+    p.write_text(LIN)
+    return str(p)
+
+
+@pytest.fixture
+def lin(lin_path):
+    import caffe
+    return caffe.Net(lin_path, caffe.TEST)

@@ -9,13 +9,6 @@ import caffe
 from caffe_ocl.errors import (ArgumentError, ArgumentValueError, CaffeOclError,
                               FileNotFound, OutOfHostMemory, ShapeError)
 
-LIN = """
-force_backward: true
-layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 3 dim: 4 } } }
-layer { name: "ip" type: "InnerProduct" bottom: "x" top: "y"
-  inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 1 } } }
-"""
-
 LOSS = """
 force_backward: true
 layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 2 dim: 3 } } }
@@ -49,16 +42,6 @@ def _write(tmp_path, name, text):
     p = tmp_path / name
     p.write_text(text)
     return str(p)
-
-
-@pytest.fixture
-def lin_path(tmp_path):
-    return _write(tmp_path, "lin.prototxt", LIN)
-
-
-@pytest.fixture
-def lin(lin_path):
-    return caffe.Net(lin_path, caffe.TEST)
 
 
 @pytest.fixture

@@ -7,26 +7,12 @@ import pytest
 import caffe
 from caffe_ocl.errors import ArgumentError, CaffeOclError
 
-LIN = """
-force_backward: true
-layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 3 dim: 4 } } }
-layer { name: "ip" type: "InnerProduct" bottom: "x" top: "y"
-  inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 1 } } }
-"""
-
 DEPLOY = """
 layer { name: "data" type: "Input" top: "data"
   input_param { shape { dim: 1 dim: 3 dim: 8 dim: 8 } } }
 layer { name: "ip" type: "InnerProduct" bottom: "data" top: "prob"
   inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.1 } } }
 """
-
-
-@pytest.fixture
-def lin(tmp_path):
-    p = tmp_path / "lin.prototxt"
-    p.write_text(LIN)
-    return caffe.Net(str(p), caffe.TEST)
 
 
 @pytest.fixture
