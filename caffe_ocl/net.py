@@ -32,7 +32,7 @@ from .proto import blobproto_to_array, write_binary
 from .ops import pointwise
 from .ops import winograd as wino_ops
 from .pycaffe_net import (NetPycaffeMixin, BEFORE_FORWARD, AFTER_FORWARD,
-                          BEFORE_BACKWARD, AFTER_BACKWARD, names_arg)
+                          BEFORE_BACKWARD, AFTER_BACKWARD, item_counts, names_arg)
 
 log = logging.getLogger("caffe_ocl")
 
@@ -867,12 +867,7 @@ class Net(NetPycaffeMixin):
         for a value that holds no items (None, a number: len() failed on
         it), OutOfHostMemory when the outputs for them would not fit host
         memory (a 2^31-row view ran batch after batch without end)."""
-        for name, arr in kwargs.items():
-            if not hasattr(arr, "__len__") or isinstance(arr, (str, bytes)) \
-                    or (isinstance(arr, np.ndarray) and arr.ndim == 0):
-                raise ArgumentError(f"forward_all: input {name!r} must be an array of "
-                                    f"items, got {type(arr).__name__}")
-        n = len(next(iter(kwargs.values())))
+        n = next(iter(item_counts(kwargs, "forward_all: input ").values()))
         item_bytes = sum(4 * int(np.prod(self.blobs[k].shape[1:], dtype=np.int64))
                          for k in outs if k in self.blobs)
         need = n * item_bytes

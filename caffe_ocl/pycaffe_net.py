@@ -12,6 +12,7 @@ structure (``layers``, ``blobs``, ``_bottom_vecs``/``_top_vecs``) and
 runs it through ``forward_from_to``/``backward_from_to``, which call the hooks.
 """
 from collections import OrderedDict
+from collections.abc import Mapping, Set
 from itertools import zip_longest
 
 import numpy as np
@@ -238,15 +239,26 @@ def names_arg(names, what):
     return list(names)
 
 
+def item_counts(arrays, what=""):
+    """{name: number of items} of keyword arrays to be batched
+    (forward_all, forward_backward_all); ArgumentError, prefixed by
+    ``what``, for a value that holds no items: None or a number (len()
+    failed on it), a string, a mapping or set, a 0-d array. Checked without
+    converting a list to an array (np.ndim would copy every input)."""
+    counts = {}
+    for name, a in arrays.items():
+        if not hasattr(a, "__len__") or isinstance(a, (str, bytes, Mapping, Set)) \
+                or (isinstance(a, np.ndarray) and a.ndim == 0):
+            raise ArgumentError(f"{what}{name!r} must be an array of items, got "
+                                f"{type(a).__name__}")
+        counts[name] = len(a)
+    return counts
+
+
 def _check_lengths(arrays):
     """Arrays batched together must hold as many items each: the others
     were cut or padded to the first one's length without a word."""
-    lengths = {}
-    for name, a in arrays.items():
-        if not hasattr(a, "__len__") or np.ndim(a) == 0:
-            raise ArgumentError(f"{name!r} must be an array of items to batch, got "
-                                f"{type(a).__name__}")
-        lengths[name] = len(a)
+    lengths = item_counts(arrays)
     if len(set(lengths.values())) > 1:
         raise ShapeError(f"arrays batched together must have the same length (first "
                          f"dimension), got {lengths}")
