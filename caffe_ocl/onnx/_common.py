@@ -35,6 +35,18 @@ class Unsupported(Exception):
         self.node = node
 
 
+def node_name(node):
+    """A node's name for messages: its own, else its first output's."""
+    return node.name or (node.output[0] if node.output else "?")
+
+
+def error_line(e):
+    """``e`` as "Type: message" on one line of at most 200 characters of
+    message: onnx's and numpy's errors from a malformed model, inside the
+    converter's one-line errors naming the node or tensor."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+
+
 def node_attrs(node):
     from onnx import helper
     out = {}

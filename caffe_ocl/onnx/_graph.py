@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 
 from ..errors import FileNotFound
-from ._common import OnnxConversionError
+from ._common import OnnxConversionError, error_line, node_name
 
 # ops whose value is not a function of their inputs
 _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike",
@@ -76,11 +76,7 @@ def _skip_or_refuse_external(m, path):
     for n in g.node:
         for a in n.attribute:
             if a.HasField("t") and a.t.data_location == a.t.EXTERNAL:
-                _declared_values(a.t, f"{path}: {n.op_type} {_node_name(n)!r}")
-
-
-def _node_name(node):
-    return node.name or (node.output[0] if node.output else "?")
+                _declared_values(a.t, f"{path}: {n.op_type} {node_name(n)!r}")
 
 
 def _declared_values(t, what):
@@ -110,9 +106,8 @@ def _tensor_array(t, what, to_array):
     try:
         return to_array(t)
     except Exception as e:   # noqa: BLE001 - onnx/numpy's classes, one line naming the tensor
-        msg = " ".join(str(e).split())[:200]
         raise OnnxConversionError(f"{what} ({kind}, dims {list(t.dims)}): its data does not "
-                                  f"match its type and dims ({type(e).__name__}: {msg})") from None
+                                  f"match its type and dims ({error_line(e)})") from None
 
 
 def opset_version(model):
@@ -224,9 +219,8 @@ def prepare(model, input_shapes=None, batch=1):
                 # one line naming the node (was "malformed ONNX model
                 # (IndexError: list index out of range)" for a Constant
                 # without attributes)
-                msg = " ".join(str(e).split())[:200]
-                raise OnnxConversionError(f"{node.op_type} {_node_name(node)!r}: malformed node "
-                                          f"({type(e).__name__}: {msg})") from None
+                raise OnnxConversionError(f"{node.op_type} {node_name(node)!r}: malformed node "
+                                          f"({error_line(e)})") from None
             if folded is None:
                 kept.append(node)
                 continue
@@ -352,11 +346,11 @@ def _try_fold(node, consts, shapes, opsets):
         return None
     if op == "Constant":
         if len(node.attribute) != 1:
-            raise OnnxConversionError(f"Constant {_node_name(node)!r} has "
+            raise OnnxConversionError(f"Constant {node_name(node)!r} has "
                                       f"{len(node.attribute)} attributes; ONNX gives it one value")
         a = node.attribute[0]
         if a.name == "value":
-            val = _tensor_array(a.t, f"Constant {_node_name(node)!r}", numpy_helper.to_array)
+            val = _tensor_array(a.t, f"Constant {node_name(node)!r}", numpy_helper.to_array)
         elif a.name in ("value_float", "value_int"):
             val = np.array(helper.get_attribute_value(a),
                            np.float32 if a.name == "value_float" else np.int64)
@@ -387,7 +381,7 @@ def _try_fold(node, consts, shapes, opsets):
         s = shapes.get(o)
         if s is not None and all(d >= 0 for d in s) and math.prod(s) >= _MAX_VALUES:
             raise OnnxConversionError(
-                f"{op} {_node_name(node)!r}: output {o!r} of shape {list(s)} holds "
+                f"{op} {node_name(node)!r}: output {o!r} of shape {list(s)} holds "
                 f"{math.prod(s)} values, more than a .caffemodel (one protobuf message, "
                 "under 2 GiB) can hold")
     return _evaluate(node, consts, opsets)

@@ -45,8 +45,8 @@ from ..errors import CaffeOclError
 from ..net import Net
 from ..proto import array_to_blobproto, caffe_pb2, write_binary, write_text
 from ._common import (OnnxConversionError, Unsupported, UnsupportedModelError,
-                      caffe_divisor_2d, caffe_pool_outs, node_attrs, onnx_divisor_2d,
-                      onnx_pool_outs, pad_pairs, set_caffe_hw)
+                      caffe_divisor_2d, caffe_pool_outs, error_line, node_attrs, node_name,
+                      onnx_divisor_2d, onnx_pool_outs, pad_pairs, set_caffe_hw)
 from ._graph import load_model, prepare
 from .check import compare, format_report
 
@@ -81,7 +81,7 @@ class Var:
 
 
 def _desc(node):
-    return (node.op_type, node.name or (node.output[0] if node.output else "?"))
+    return (node.op_type, node_name(node))
 
 
 class NodeError(OnnxConversionError):
@@ -465,9 +465,7 @@ class Converter:
                 # an attribute or constant of a shape or type no check above
                 # foresaw: one line naming the node (this was "malformed ONNX
                 # model (IndexError: list index out of range)", naming nothing)
-                msg = " ".join(str(e).split())[:200]
-                self._malformed(node, NodeError(node, f"malformed node ({type(e).__name__}: "
-                                                      f"{msg})"))
+                self._malformed(node, NodeError(node, f"malformed node ({error_line(e)})"))
             except MemoryError:
                 self._malformed(node, NodeError(node, "out of host memory converting this "
                                                       "node (an input, attribute or constant "
