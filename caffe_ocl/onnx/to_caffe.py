@@ -1409,13 +1409,19 @@ def convert(model, input_shapes=None, batch=1):
                                   f"{msg})") from None
 
 
+def _model_where(onnx_path):
+    """The ONNX model as its errors name it: its path, or "<ONNX model>"
+    for one given as a ModelProto or bytes."""
+    return os.fspath(onnx_path) if isinstance(onnx_path, (str, os.PathLike)) else "<ONNX model>"
+
+
 def _check_loads(deploy, weights, onnx_path):
     """Build the converted net as caffe_ocl.Net and copy its weights in
     before anything is written: a model whose attributes or initializers
     the converter took as given (a Conv bias of the wrong length, group 0,
     an axis past the rank) is an error naming the ONNX file and the layer,
     not a pair of files that do not load."""
-    where = os.fspath(onnx_path) if isinstance(onnx_path, (str, os.PathLike)) else "<ONNX model>"
+    where = _model_where(onnx_path)
     try:
         Net(deploy, caffe_pb2.TEST, fold=False).copy_from(weights)
     except CaffeOclError as e:
@@ -1450,9 +1456,7 @@ def onnx2caffe(onnx_path, prototxt_path, caffemodel_path, check=False, input_sha
     except OnnxConversionError as e:
         # the files are written; the comparison is what failed (ONNX Runtime
         # refusing the model): say so, naming the model (the line named none)
-        where = os.fspath(onnx_path) if isinstance(onnx_path, (str, os.PathLike)) \
-            else "<ONNX model>"
-        raise OnnxConversionError(f"{where}: wrote {os.fspath(prototxt_path)} and "
+        raise OnnxConversionError(f"{_model_where(onnx_path)}: wrote {os.fspath(prototxt_path)} and "
                                   f"{os.fspath(caffemodel_path)}, but --check could not compare: "
                                   f"{e}") from None
     print(format_report(report), file=out or sys.stdout)
