@@ -32,6 +32,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from . import errors
 from .device import host_memory_budget
 from .errors import (ArgumentError, ArgumentValueError, CaffeOclError, DataError, FileNotFound,
                      OutOfHostMemory, ShapeError)
@@ -55,10 +56,12 @@ class BlobShapeError(ShapeError, ValueError):
     Also a ValueError, which is what pycaffe raises in that case."""
 
 
-class ArrayShapeError(ShapeError, ValueError, IndexError):
+class ArrayShapeError(errors.ArrayShapeError, IndexError):
     """An image, mean, window or dims argument of a shape the call cannot
-    use. Also a ValueError and an IndexError (as NumPy's AxisError): pycaffe's
-    NumPy code failed with one or the other for such arrays."""
+    use: caffe_ocl.errors.ArrayShapeError (a ShapeError and a ValueError,
+    as for a net input of the wrong shape), and an IndexError too (as
+    NumPy's AxisError): pycaffe's NumPy code failed with one or the other
+    for such arrays."""
 
 
 def blobproto_to_array(blob, return_diff=False):
