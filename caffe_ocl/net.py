@@ -20,6 +20,7 @@ from types import MappingProxyType
 import numpy as np
 
 from . import hdf5_weights
+from .device import host_memory_budget
 from .blob import Blob, refresh_kept
 from .errors import (ArgumentError, ArgumentValueError, ArrayShapeError, LabelError,
                      NetError, OutOfHostMemory, ShapeError, UnknownLayerError, naming)
@@ -871,9 +872,10 @@ class Net(NetPycaffeMixin):
         item_bytes = sum(4 * int(np.prod(self.blobs[k].shape[1:], dtype=np.int64))
                          for k in outs if k in self.blobs)
         need = n * item_bytes
-        if need > _host_memory_bytes():
+        if need > host_memory_budget():
             raise OutOfHostMemory(f"forward_all: the outputs for {n} items would take "
-                                  f"{need / 2**30:.1f} GiB, more than the host's memory")
+                                  f"{need / 2**30:.1f} GiB, more than host memory allows "
+                                  "(physical memory, or CAFFE_OCL_HOST_MEMORY_LIMIT_MB)")
         return n
 
     def clear_param_diffs(self):
@@ -1051,11 +1053,3 @@ def _put(dst, arr, what, shape):
     except ValueError:
         raise ArrayShapeError(f"{what}: cannot put an array of shape {arr.shape} into blob "
                          f"of shape {shape}") from None
-
-
-def _host_memory_bytes():
-    """Physical memory of this host (2^63 where it cannot be told)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 2**63
