@@ -1314,6 +1314,116 @@ class Converter:
             b, s = self.pad(b, s, {ax: spec[ax]}, value, self.lname())
         self.refs[node.output[0]] = Var(node.output[0], b, s)
 
+    # ---- resizing ------------------------------------------------------------
+    def op_Resize(self, node, a):
+        self._nearest_resize(node, a)
+
+    def op_Upsample(self, node, a):
+        self._nearest_resize(node, a)
+
+    def _resize_scales(self, node, a, rank):
+        """(scales given, sizes given) of a Resize / Upsample, as float64
+        arrays of ``rank`` values or None: Upsample's attribute (opset 7)
+        or input 1, Resize's input 1 (opset 10) or inputs 2 and 3 (opset
+        11 and later, either may be absent or empty; opset 18's ``axes``
+        spread over the rank)."""
+        if node.op_type == "Upsample" and "scales" in a:
+            return np.asarray(a["scales"], np.float64), None
+        idx = (1, None) if node.op_type == "Upsample" or self.opset < 11 else (2, 3)
+        got = []
+        for i in idx:
+            v = None if i is None else self.opt_const(i)
+            got.append(None if v is None or v.size == 0 else np.asarray(v, np.float64).ravel())
+        scales, sizes = got
+        axes = a.get("axes")
+        if axes is not None:
+            axes = [_axis_in(ax, rank, node) for ax in axes]
+            for k, v in enumerate(got):
+                if v is not None:
+                    if len(v) != len(axes):
+                        raise NodeError(node, f"{len(v)} {('scales', 'sizes')[k]} for "
+                                              f"{len(axes)} axes")
+                    full = np.ones(rank) if k == 0 else np.asarray(
+                        self.shape(node.input[0]), np.float64)
+                    full[axes] = v
+                    got[k] = full
+            scales, sizes = got
+        if scales is None and sizes is None:
+            raise Unsupported("its scales or sizes must be constants (initializers)")
+        for k, v in enumerate((scales, sizes)):
+            if v is not None and (len(v) != rank or not np.all(np.isfinite(v)) or np.any(v <= 0)):
+                raise NodeError(node, f"{('scales', 'sizes')[k]} {v.tolist()} must be {rank} "
+                                      "positive finite values, one per input axis")
+        return scales, sizes
+
+    def _nearest_resize(self, node, a):
+        """Nearest-neighbour Resize / Upsample by whole-number factors on H
+        and W: a Deconvolution with one group a channel, kernel = stride =
+        the factors and weights of ones (constants of the conversion), each
+        input pixel copied to its factor_h x factor_w block -- the exact
+        result, in a layer every Caffe loads. Taken only where ONNX's own
+        index rule (coordinate_transformation_mode, nearest_mode) picks
+        source pixel i // factor for output pixel i on both axes; anything
+        else (linear, cubic, align_corners, fractional factors) is reported
+        as unsupported."""
+        mode = a.get("mode", "nearest")
+        if mode != "nearest":
+            raise Unsupported(f"mode {mode!r} has no exact Caffe equivalent (nearest with "
+                              "whole-number factors maps: a grouped Deconvolution)")
+        shape = self.shape(node.input[0])
+        if len(shape) != 4:
+            raise Unsupported(f"only 4-D (N, C, H, W) resizing maps to Caffe (input shape "
+                              f"{list(shape)})")
+        scales, sizes = self._resize_scales(node, a, 4)
+        if sizes is not None:
+            out_hw = [int(v) for v in sizes[2:]]
+            if list(sizes[:2]) != list(shape[:2]):
+                raise Unsupported("resizing the batch or channel axis has no Caffe equivalent")
+            scale_hw = [o / i for o, i in zip(out_hw, shape[2:])]
+        else:
+            if list(scales[:2]) != [1.0, 1.0]:
+                raise Unsupported("resizing the batch or channel axis has no Caffe equivalent")
+            scale_hw = list(scales[2:])
+            out_hw = [int(np.floor(i * s)) for i, s in zip(shape[2:], scale_hw)]
+        inferred = self.p.shapes.get(node.output[0])
+        if inferred is not None and list(inferred) != list(shape[:2]) + out_hw:
+            raise Unsupported(f"output shape {list(inferred)} is not the scaled input "
+                              f"{list(shape[:2]) + out_hw} (keep_aspect_ratio_policy?)")
+        factors = []
+        for ax, (i, o) in enumerate(zip(shape[2:], out_hw)):
+            if o <= 0 or o % i:
+                raise Unsupported(f"output size {o} of axis {ax + 2} is not a whole multiple "
+                                  f"of its input size {i} (only whole-number factors map)")
+            factors.append(o // i)
+        count = shape[0] * shape[1] * out_hw[0] * out_hw[1]
+        if count >= 2 ** 31 or factors[0] * factors[1] > 2 ** 20:
+            raise NodeError(node, f"output {shape[0]}x{shape[1]}x{out_hw[0]}x{out_hw[1]} "
+                                  f"(factors {factors}): a Caffe blob holds fewer than 2^31 "
+                                  "values")
+        if node.op_type == "Upsample" or self.opset < 11:
+            ctm, rounding = "asymmetric", "floor"     # Upsample and Resize-10 semantics
+        else:
+            ctm = a.get("coordinate_transformation_mode", "half_pixel")
+            rounding = a.get("nearest_mode", "round_prefer_floor")
+        for i, o, s, f in zip(shape[2:], out_hw, scale_hw, factors):
+            src = _nearest_source(ctm, rounding, i, o, s)
+            if src is None:
+                raise Unsupported(f"coordinate_transformation_mode {ctm!r} with nearest_mode "
+                                  f"{rounding!r} is not supported")
+            if not np.array_equal(src, np.arange(o) // f):
+                raise Unsupported(f"coordinate_transformation_mode {ctm!r} with nearest_mode "
+                                  f"{rounding!r} does not copy each pixel to a {f}-pixel "
+                                  "block; no exact Caffe equivalent")
+        if factors == [1, 1]:
+            self.alias(0, node.input[0])
+            return
+        x = self.blob(node.input[0])
+        c = shape[1]
+        top = self.out(shape=(shape[0], c, out_hw[0], out_hw[1]))
+        lp = self.fixed(self.layer("Deconvolution", self.lname(), [x], [top],
+                                   [np.ones((c, 1, factors[0], factors[1]), np.float32)]))
+        _conv_param(lp.convolution_param, c, factors, [0, 0], factors, [1, 1], c, False)
+
     def op_Flatten(self, node, a):
         shape = self.shape(node.input[0])
         axis = _axis_in(a.get("axis", 1), len(shape), node, extra=1) if shape else 0
@@ -1356,6 +1466,32 @@ class Converter:
         out = tuple(shape[p] for p in perm)
         self.p.shapes[node.output[0]] = out
         self.set_view(0, node.input[0], out, transpose=perm)
+
+
+def _nearest_source(ctm, rounding, n_in, n_out, scale):
+    """Source index of each of ``n_out`` output pixels of an ONNX nearest
+    Resize along one axis (the operator's coordinate transformation and
+    rounding rules, clamped to the input), or None for a mode not known
+    here (tf_crop_and_resize reads an roi)."""
+    x = np.arange(n_out, dtype=np.float64)
+    if ctm == "half_pixel" or (ctm == "pytorch_half_pixel" and n_out > 1):
+        src = (x + 0.5) / scale - 0.5
+    elif ctm == "pytorch_half_pixel":
+        src = np.zeros_like(x)
+    elif ctm == "align_corners":
+        src = x * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros_like(x)
+    elif ctm == "asymmetric":
+        src = x / scale
+    elif ctm == "tf_half_pixel_for_nn":
+        src = (x + 0.5) / scale
+    else:
+        return None
+    pick = {"round_prefer_floor": lambda v: np.ceil(v - 0.5),
+            "round_prefer_ceil": lambda v: np.floor(v + 0.5),
+            "floor": np.floor, "ceil": np.ceil}.get(rounding)
+    if pick is None:
+        return None
+    return np.clip(pick(src), 0, n_in - 1).astype(np.int64)
 
 
 def _channel_permutation(idx, shape):

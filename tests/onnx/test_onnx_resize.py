@@ -1,0 +1,137 @@
+"""ONNX Resize / Upsample (nearest, whole-number factors) converted to a
+grouped Deconvolution of ones, checked against ONNX Runtime; the modes that
+pick other source pixels are reported, not converted."""
+import io
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from onnx_helpers import check_onnx, make_model, node, rand  # noqa: E402
+
+from caffe_ocl.onnx import to_caffe  # noqa: E402
+from caffe_ocl.onnx._common import OnnxConversionError  # noqa: E402
+
+X = (1, 3, 4, 5)
+
+
+def _resize(attrs, scales=None, sizes=None, opset=13, op="Resize"):
+    """x -> Conv 1x1 (so the resize reads a computed blob) -> Resize -> y."""
+    inits = {"w": rand(3, 3, 1, 1), "b": rand(3)}
+    ins = ["c", "", "", ""]
+    if scales is not None:
+        inits["scales"] = np.asarray(scales, np.float32)
+        ins[2] = "scales"
+    if sizes is not None:
+        inits["sizes"] = np.asarray(sizes, np.int64)
+        ins[3] = "sizes"
+    if op == "Upsample" or opset < 11:
+        ins = ["c", "scales"]
+    elif opset < 13:        # roi and scales are required inputs there, empty if unused
+        inits["roi"] = np.zeros(0, np.float32)
+        ins[1] = "roi"
+        if scales is None:
+            inits["scales"] = np.zeros(0, np.float32)
+            ins[2] = "scales"
+    while ins[-1] == "":
+        ins.pop()
+    nodes = [node("Conv", ["x", "w", "b"], ["c"]), node(op, ins, ["y"], **attrs)]
+    return make_model(nodes, {"x": X}, ["y"], inits, opset=opset)
+
+
+def _deconv(net):
+    (lp,) = [lp for lp in net.layer if lp.type == "Deconvolution"]
+    return lp
+
+
+@pytest.mark.parametrize("attrs,scales,sizes,opset,op", [
+    # what torch.onnx.export writes for nn.Upsample(scale_factor=2) (opset 11-13)
+    (dict(mode="nearest", coordinate_transformation_mode="asymmetric",
+          nearest_mode="floor"), [1, 1, 2, 2], None, 13, "Resize"),
+    # ONNX's defaults: half_pixel, round_prefer_floor; unequal factors
+    (dict(mode="nearest"), [1, 1, 3, 2], None, 13, "Resize"),
+    (dict(mode="nearest", coordinate_transformation_mode="pytorch_half_pixel",
+          nearest_mode="round_prefer_ceil"), None, [1, 3, 8, 15], 13, "Resize"),
+    (dict(mode="nearest", coordinate_transformation_mode="tf_half_pixel_for_nn",
+          nearest_mode="floor"), [1, 1, 4, 4], None, 11, "Resize"),
+    (dict(mode="nearest"), [1, 1, 2, 3], None, 10, "Resize"),
+    # the rule is ONNX's index map, not the mode's name: align_corners at
+    # factor 2 on 4 x 5 happens to copy each pixel to a 2 x 2 block
+    (dict(mode="nearest", coordinate_transformation_mode="align_corners"), [1, 1, 2, 2], None,
+     13, "Resize"),
+    (dict(mode="nearest"), [1, 1, 2, 2], None, 9, "Upsample"),
+])
+def test_nearest_whole_factors_match_onnxruntime(attrs, scales, sizes, opset, op):
+    net = check_onnx(_resize(attrs, scales, sizes, opset, op), tol=1e-6,
+                     layer_types=["Deconvolution"])
+    lp = _deconv(net)
+    cp = lp.convolution_param
+    factors = [cp.kernel_h or cp.kernel_size[0], cp.kernel_w or cp.kernel_size[-1]]
+    assert cp.group == 3 and cp.num_output == 3 and not cp.bias_term
+    assert list(cp.stride) in ([factors[0]] if factors[0] == factors[1] else [], factors) \
+        or [cp.stride_h, cp.stride_w] == factors
+    # constants of the conversion: ones, never trained
+    assert all(v == 1.0 for v in lp.blobs[0].data) and lp.param[0].lr_mult == 0
+
+
+def test_upsample_opset7_attribute_scales():
+    inits = {"w": rand(3, 3, 1, 1), "b": rand(3)}
+    nodes = [node("Conv", ["x", "w", "b"], ["c"]),
+             node("Upsample", ["c"], ["y"], mode="nearest", scales=[1.0, 1.0, 2.0, 2.0])]
+    m = make_model(nodes, {"x": X}, ["y"], inits, opset=7)
+    net = to_caffe.convert(m)
+    assert _deconv(net).convolution_param.group == 3
+
+
+def test_factor_one_is_an_alias():
+    net = check_onnx(_resize(dict(mode="nearest"), [1, 1, 1, 1]), tol=1e-6)
+    assert not [lp for lp in net.layer if lp.type == "Deconvolution"]
+
+
+@pytest.mark.parametrize("attrs,scales,sizes,why", [
+    (dict(mode="linear"), [1, 1, 2, 2], None, "mode 'linear'"),
+    # align_corners at factor 3 on 4 x 5 picks pixel 1 for output 2
+    (dict(mode="nearest", coordinate_transformation_mode="align_corners"), [1, 1, 3, 3], None,
+     "align_corners"),
+    # asymmetric with ties rounded up picks pixel k + 1 for odd outputs
+    (dict(mode="nearest", coordinate_transformation_mode="asymmetric",
+          nearest_mode="round_prefer_ceil"), [1, 1, 2, 2], None, "round_prefer_ceil"),
+    (dict(mode="nearest"), [1, 1, 1.5, 2], None, "whole multiple"),
+    (dict(mode="nearest"), [1, 2, 2, 2], None, "channel axis"),
+])
+def test_other_modes_are_reported(attrs, scales, sizes, why):
+    with pytest.raises(OnnxConversionError) as e:
+        to_caffe.convert(_resize(attrs, scales, sizes))
+    assert "Resize" in str(e.value) and why in str(e.value)
+
+
+@pytest.mark.parametrize("scales", [[1, 1, float("nan"), 2], [1, 1, 0, 2], [1, 1, -2, 2]])
+def test_hostile_scales_are_one_error_naming_the_node(scales):
+    inits = {"w": rand(3, 3, 1, 1), "b": rand(3), "scales": np.asarray(scales, np.float32)}
+    nodes = [node("Conv", ["x", "w", "b"], ["c"]),
+             node("Resize", ["c", "", "scales"], ["y"], mode="nearest")]
+    g = onnx.helper.make_graph(
+        nodes, "t", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, X)],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        initializer=[onnx.numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    with pytest.raises(OnnxConversionError) as e:
+        to_caffe.convert(m)
+    assert "resize_y" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_torch_nearest_upsample_converts():
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+                          nn.Upsample(scale_factor=2, mode="nearest"),
+                          nn.Conv2d(4, 2, 3, padding=1)).eval()
+    buf = io.BytesIO()
+    torch.onnx.export(model, torch.randn(1, 3, 6, 7), buf, opset_version=13,
+                      input_names=["x"], output_names=["y"], dynamo=False)
+    m = onnx.load_from_string(buf.getvalue())
+    check_onnx(m, tol=1e-5, layer_types=["Deconvolution"])
