@@ -88,9 +88,25 @@ def compare(onnx_model, net_param, inputs=None, seed=0):
                 raise OnnxConversionError(f"output {n!r}: caffe_ocl shape {a.shape} vs "
                                           f"onnxruntime {b.shape}")
             a = a.reshape(b.shape)
-        report[n] = (float(np.max(np.abs(a - b))) if a.size else 0.0,
-                     float(np.max(np.abs(b))) if b.size else 0.0)
+        report[n] = _difference(a, b)
     return report
+
+
+def _difference(a, b):
+    """(max |a - b|, max |b|) over the positions where both are finite; a
+    NaN or infinity in the same place on both sides (the same sign) agrees
+    and is left out, one on one side only is a difference of inf. (np.max
+    of the plain difference was nan for NaN against NaN, and --check
+    printed "nan" for outputs that agree, as for ones that do not.)"""
+    if not a.size:
+        return 0.0, 0.0
+    fa, fb = np.isfinite(a), np.isfinite(b)
+    both = fa & fb
+    same = (np.isnan(a) & np.isnan(b)) | (~fa & ~fb & (a == b))
+    diff = float(np.max(np.abs(a[both] - b[both]))) if both.any() else 0.0
+    if not np.all(both | same):
+        diff = float("inf")
+    return diff, float(np.max(np.abs(b[fb]))) if fb.any() else 0.0
 
 
 def format_report(report):
@@ -102,5 +118,7 @@ def format_report(report):
             diff, scale = v
             rel = diff / scale if scale else diff
             lines.append(f"{name}: max |caffe_ocl - onnxruntime| = {diff:.3g} "
-                         f"(output scale {scale:.3g}, relative {rel:.3g})")
+                         f"(output scale {scale:.3g}, relative {rel:.3g})"
+                         + (" -- a NaN or infinity on one side only" if diff == float("inf")
+                            else ""))
     return "\n".join(lines)

@@ -449,10 +449,19 @@ class Converter:
             lp = self.layer("Input", name, [], [name])
             lp.input_param.shape.add().dim.extend(shape)
             self.refs[name] = Var(name, name, shape)
+        producer = {name: "a graph input" for name in self.p.inputs}
         for node in self.p.nodes:
             self.node = node
             handler = getattr(self, "op_" + node.op_type, None)
             try:
+                for o in node.output:
+                    # ONNX assigns each tensor once; a second writer silently
+                    # became a second Caffe layer writing the same top
+                    if o and o in producer:
+                        raise NodeError(node, f"output {o!r} is already {producer[o]} (an "
+                                              "ONNX graph assigns each tensor once)")
+                    if o:
+                        producer[o] = f"the output of {_desc(node)[0]} {_desc(node)[1]!r}"
                 if node.domain not in ("", "ai.onnx") or handler is None:
                     raise Unsupported("no Caffe equivalent for this operator"
                                       + (f" (domain {node.domain})" if node.domain else ""))

@@ -438,3 +438,54 @@ def test_the_cause_is_named_where_the_error_was_an_unknown_shape(model, msg):
     known statically", which did not say what was wrong."""
     with pytest.raises(OnnxConversionError, match=msg):
         convert(model())
+
+
+def test_check_difference_leaves_out_nan_and_inf_that_agree():
+    from caffe_ocl.onnx.check import _difference, format_report
+    nan, inf = float("nan"), float("inf")
+    ref = np.array([1.0, nan, inf, -inf, 2.0])
+    # the same non-finite values in the same places agree
+    assert _difference(ref + np.array([1e-3, 0, 0, 0, 0]), ref) == pytest.approx((1e-3, 2.0))
+    # one side only, or NaN against inf, or inf of the other sign: a difference
+    for bad in ([1.0, 0.0, inf, -inf, 2.0], [1.0, nan, nan, -inf, 2.0],
+                [1.0, nan, inf, inf, 2.0], [nan, nan, inf, -inf, 2.0]):
+        diff, scale = _difference(np.array(bad), ref)
+        assert diff == inf and scale == 2.0
+        assert "one side only" in format_report({"y": (diff, scale)})
+    assert _difference(np.array([nan]), np.array([nan])) == (0.0, 0.0)
+
+
+def test_check_of_an_output_with_nan_reports_the_finite_difference(tmp_path):
+    # Log of a negative input is NaN on both sides: --check printed "nan"
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 2, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    m = helper.make_model(helper.make_graph([helper.make_node("Log", ["x"], ["y"])], "g",
+                                            [x], [y]),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    path = tmp_path / "log.onnx"
+    onnx.save(m, str(path))
+    out = io.StringIO()
+    report = onnx2caffe(str(path), str(tmp_path / "l.prototxt"), str(tmp_path / "l.caffemodel"),
+                        check=True, out=out)
+    diff, scale = report["y"]
+    assert np.isfinite(diff) and diff <= 1e-5 * max(scale, 1.0), report
+    assert "nan" not in out.getvalue()
+
+
+def test_a_tensor_written_twice_is_one_error_naming_both_nodes():
+    # two nodes writing "t": converted to two layers writing one top, where
+    # ONNX Runtime refuses the model (fuzz finding)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 2, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("Relu", ["x"], ["t"], name="a"),
+             helper.make_node("Sigmoid", ["x"], ["t"], name="b"),
+             helper.make_node("Neg", ["t"], ["y"], name="c")]
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    from caffe_ocl.onnx.to_caffe import convert
+    with pytest.raises(OnnxConversionError) as e:
+        convert(m)
+    msg = str(e.value)
+    assert "Sigmoid 'b'" in msg and "'t'" in msg and "Relu 'a'" in msg and "\n" not in msg
