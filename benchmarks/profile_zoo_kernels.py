@@ -10,6 +10,7 @@ kernels (layer, kernel, global size, us).
 
     CAFFE_OCL_PROFILE=1 python benchmarks/profile_zoo_kernels.py --nets resnet18 --batch 1
     ... --torch    # also PyTorch eager's kernels for the same net (torch.profiler, GPU)
+    ... --hot      # also each launch run back to back: in-net against hot-cache time
 
 Steps whose run() does more than enqueue their ``fwd`` list are timed as
 their list only (the totals say how far that is from the real forward).
@@ -74,6 +75,26 @@ def profile(net, iters):
             per.setdefault(i, (lab, ln, []))[2].append(us)
     rows = [(statistics.median(v), lab, ln) for lab, ln, v in per.values()]
     return rows
+
+
+def hot_us(dev, rows, repeats=12):
+    """Per row of ``profile`` (same order): the median us of its launch run
+    ``repeats`` times back to back (the first third dropped), its inputs
+    and outputs then in cache and the device's threads awake -- against
+    the in-net time it says how much of a kernel's time in the forward is
+    the kernel itself and how much the memory and scheduling state the
+    forward leaves it (issue #27, the CPU's gap to ONNX Runtime)."""
+    import pyopencl as cl
+    q = dev.queue
+    out = []
+    for _, _, ln in rows:
+        q.finish()
+        evs = [cl.enqueue_nd_range_kernel(q, ln.kernel, ln.gsize, ln.lsize)
+               for _ in range(repeats)]
+        q.finish()
+        out.append(statistics.median((e.profile.end - e.profile.start) * 1e-3
+                                     for e in evs[repeats // 3:]))
+    return out
 
 
 def gated_ms(net, iters):
@@ -182,6 +203,8 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--hot", action="store_true",
+                    help="also time each launch run back to back (hot caches, threads awake)")
     ap.add_argument("--cpu", action="store_true", help="CPU device (a check of the script)")
     ap.add_argument("--export-dir", help="reuse/keep the exported ONNX files here")
     ap.add_argument("--host-only", action="store_true",
@@ -233,8 +256,15 @@ def main():
             print("by kernel (ms, launches): " + ", ".join(
                 f"{k} {v[0] / 1e3:.3f}/{v[1]}"
                 for k, v in sorted(by_kernel.items(), key=lambda e: -e[1][0])))
-            for us, lab, ln in sorted(rows, key=lambda r: -r[0])[:args.top]:
-                print(f"  {us:8.1f} us  {lab:28s} {ln.name:22s} g{ln.gsize} l{ln.lsize}")
+            hot = hot_us(net.layers[0].device, rows) if args.hot else None
+            if hot:
+                print(f"kernels run back to back (--hot): {sum(hot) / 1e3:.3f} ms, in-net / "
+                      f"hot {dev_ms * 1e3 / max(sum(hot), 1e-9):.2f}")
+            order = sorted(range(len(rows)), key=lambda i: -rows[i][0])[:args.top]
+            for i in order:
+                us, lab, ln = rows[i]
+                extra = f" hot {hot[i]:7.1f} us" if hot else ""
+                print(f"  {us:8.1f} us{extra}  {lab:28s} {ln.name:22s} g{ln.gsize} l{ln.lsize}")
             del net, fwd
             if args.torch:
                 torch_profile(model, x, args.tf32, args.top)
