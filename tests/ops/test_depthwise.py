@@ -251,6 +251,18 @@ def test_cpu_forward_wide_rows(d, rng, p):
     _check_cpu_forward(d, rng, g)
 
 
+@pytest.mark.parametrize("k,stride", [(3, 1), (5, 2)], ids=["3x3-s1", "5x5-s2"])
+def test_cpu_forward_every_row_width(d, rng, k, stride):
+    """Output rows of 8 to 41 outputs: every combination of
+    dw_forward_band's 32-, 16- and 8-output steps and its overlapping
+    tail. One program per kernel: the width is an argument."""
+    for wo in range(8, 42):
+        g = _geom((1, 2, 3 + k, (wo - 1) * stride + 1, k, k, k // 2, k // 2, stride, stride,
+                   1, 1))
+        assert g.out_w == wo and dw_ops.band_rows(d.dev, g) > 0
+        _check_cpu_forward(d, rng, g)
+
+
 # CPU forward at stride 2 along rows: dw_forward_band keeps each padded
 # row de-interleaved (even columns, then odd ones) so every tap is one
 # contiguous load. Cases: padding 0 / 1 / 2 (x's even columns land in
