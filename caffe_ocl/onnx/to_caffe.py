@@ -1325,10 +1325,10 @@ class Converter:
 
     # ---- resizing ------------------------------------------------------------
     def op_Resize(self, node, a):
-        self._nearest_resize(node, a)
+        self._resize(node, a)
 
     def op_Upsample(self, node, a):
-        self._nearest_resize(node, a)
+        self._resize(node, a)
 
     def _resize_scales(self, node, a, rank):
         """(scales given, sizes given) of a Resize / Upsample, as float64
@@ -1365,20 +1365,27 @@ class Converter:
                                       "positive finite values, one per input axis")
         return scales, sizes
 
-    def _nearest_resize(self, node, a):
-        """Nearest-neighbour Resize / Upsample by whole-number factors on H
-        and W: a Deconvolution with one group a channel, kernel = stride =
-        the factors and weights of ones (constants of the conversion), each
-        input pixel copied to its factor_h x factor_w block -- the exact
-        result, in a layer every Caffe loads. Taken only where ONNX's own
-        index rule (coordinate_transformation_mode, nearest_mode) picks
-        source pixel i // factor for output pixel i on both axes; anything
-        else (linear, cubic, align_corners, fractional factors) is reported
-        as unsupported."""
+    def _resize(self, node, a):
+        """Resize / Upsample by whole-number factors on H and W, written as a
+        Deconvolution with one group a channel (weights: constants of the
+        conversion), exact:
+        - nearest: kernel = stride = the factor, weights of ones (each input
+          pixel copied to its block), where ONNX's index rule for the node
+          (coordinate_transformation_mode, nearest_mode) sends output pixel
+          i to input i // factor;
+        - linear (bilinear) at even factors f: the input's edge rows and
+          columns repeated once (Slice + Concat), then kernel 2f, stride f,
+          pad 3f/2 with Caffe's bilinear filler weights, where that gives
+          ONNX's interpolation weights for every output pixel (half_pixel
+          and pytorch_half_pixel do: PyTorch's align_corners=False).
+        Either is checked against ONNX's formulas for the node's sizes,
+        axis by axis; anything else (cubic, fractional or odd linear
+        factors, align_corners linear, resizing N or C) is reported as
+        unsupported."""
         mode = a.get("mode", "nearest")
-        if mode != "nearest":
-            raise Unsupported(f"mode {mode!r} has no exact Caffe equivalent (nearest with "
-                              "whole-number factors maps: a grouped Deconvolution)")
+        if mode not in ("nearest", "linear"):
+            raise Unsupported(f"mode {mode!r} has no exact Caffe equivalent (nearest and "
+                              "linear with whole-number factors map: a grouped Deconvolution)")
         shape = self.shape(node.input[0])
         if len(shape) != 4:
             raise Unsupported(f"only 4-D (N, C, H, W) resizing maps to Caffe (input shape "
@@ -1405,33 +1412,69 @@ class Converter:
                                   f"of its input size {i} (only whole-number factors map)")
             factors.append(o // i)
         count = shape[0] * shape[1] * out_hw[0] * out_hw[1]
-        if count >= 2 ** 31 or factors[0] * factors[1] > 2 ** 20:
+        if count >= 2 ** 31 or factors[0] * factors[1] > 2 ** 20 or max(out_hw) > 2 ** 22:
             raise NodeError(node, f"output {shape[0]}x{shape[1]}x{out_hw[0]}x{out_hw[1]} "
                                   f"(factors {factors}): a Caffe blob holds fewer than 2^31 "
-                                  "values")
+                                  "values (and here at most 2^22 a row or column)")
         if node.op_type == "Upsample" or self.opset < 11:
             ctm, rounding = "asymmetric", "floor"     # Upsample and Resize-10 semantics
         else:
             ctm = a.get("coordinate_transformation_mode", "half_pixel")
             rounding = a.get("nearest_mode", "round_prefer_floor")
-        for i, o, s, f in zip(shape[2:], out_hw, scale_hw, factors):
-            src = _nearest_source(ctm, rounding, i, o, s)
-            if src is None:
-                raise Unsupported(f"coordinate_transformation_mode {ctm!r} with nearest_mode "
-                                  f"{rounding!r} is not supported")
-            if not np.array_equal(src, np.arange(o) // f):
-                raise Unsupported(f"coordinate_transformation_mode {ctm!r} with nearest_mode "
-                                  f"{rounding!r} does not copy each pixel to a {f}-pixel "
-                                  "block; no exact Caffe equivalent")
         if factors == [1, 1]:
             self.alias(0, node.input[0])
             return
-        x = self.blob(node.input[0])
+        if mode == "nearest":
+            for i, o, sc, f in zip(shape[2:], out_hw, scale_hw, factors):
+                src = _nearest_source(ctm, rounding, i, o, sc)
+                if src is None:
+                    raise Unsupported(f"coordinate_transformation_mode {ctm!r} with "
+                                      f"nearest_mode {rounding!r} is not supported")
+                if not np.array_equal(src, np.arange(o) // f):
+                    raise Unsupported(f"coordinate_transformation_mode {ctm!r} with "
+                                      f"nearest_mode {rounding!r} does not copy each pixel to "
+                                      f"a {f}-pixel block; no exact Caffe equivalent")
+            kernel, stride, pad = factors, factors, [0, 0]
+            taps = [np.ones(f) for f in factors]
+            x = self.blob(node.input[0])
+        else:
+            if int(a.get("antialias", 0)):
+                raise Unsupported("antialias is not supported")
+            kernel, stride, pad, taps = [], [], [], []
+            for ax, (i, o, sc, f) in enumerate(zip(shape[2:], out_hw, scale_hw, factors)):
+                spec = ((np.ones(1), 0) if f == 1 else None) or _bilinear_deconv(ctm, i, o, sc, f)
+                if spec is None:
+                    raise Unsupported(f"linear resizing with coordinate_transformation_mode "
+                                      f"{ctm!r} by {f} on axis {ax + 2} is not a bilinear "
+                                      "Deconvolution (even factors with half_pixel map)")
+                kernel.append(len(spec[0]))
+                stride.append(f)
+                pad.append(spec[1])
+                taps.append(spec[0])
+            x, xs = self.blob(node.input[0]), shape
+            for ax, f in ((2, factors[0]), (3, factors[1])):
+                if f > 1:
+                    x, xs = self.edge_pad(x, xs, ax, self.lname())
         c = shape[1]
         top = self.out(shape=(shape[0], c, out_hw[0], out_hw[1]))
+        w = np.outer(taps[0], taps[1]).astype(np.float32)
         lp = self.fixed(self.layer("Deconvolution", self.lname(), [x], [top],
-                                   [np.ones((c, 1, factors[0], factors[1]), np.float32)]))
-        _conv_param(lp.convolution_param, c, factors, [0, 0], factors, [1, 1], c, False)
+                                   [np.broadcast_to(w, (c, 1) + w.shape)]))
+        _conv_param(lp.convolution_param, c, kernel, pad, stride, [1, 1], c, False)
+
+    def edge_pad(self, blob, shape, axis, base):
+        """``blob`` with its first and last entries along ``axis`` repeated
+        once on either side (Slice + Concat): ONNX's linear resize reads
+        the edge value past either end."""
+        n = shape[axis]
+        first = self.crop(blob, shape, axis, 0, 1, f"{base}_edge{axis}_first")
+        last = self.crop(blob, shape, axis, n - 1, 1, f"{base}_edge{axis}_last")
+        top = self.new_blob(f"{base}_edge{axis}")
+        lp = self.layer("Concat", top, [first, blob, last], [top])
+        lp.concat_param.axis = axis
+        shape = list(shape)
+        shape[axis] = n + 2
+        return top, tuple(shape)
 
     def op_Flatten(self, node, a):
         shape = self.shape(node.input[0])
@@ -1501,6 +1544,61 @@ def _nearest_source(ctm, rounding, n_in, n_out, scale):
     if pick is None:
         return None
     return np.clip(pick(src), 0, n_in - 1).astype(np.int64)
+
+
+def _linear_resize_1d(ctm, v, n_out, scale):
+    """ONNX's linear Resize of the vectors ``v`` (rows of n_in values) along
+    their last axis (its coordinate transformation; neighbours past either
+    end read the edge value), or None for a mode not known here."""
+    n_in = v.shape[-1]
+    x = np.arange(n_out, dtype=np.float64)
+    if ctm == "half_pixel" or (ctm == "pytorch_half_pixel" and n_out > 1):
+        src = (x + 0.5) / scale - 0.5
+    elif ctm == "pytorch_half_pixel":
+        src = np.zeros_like(x)
+    elif ctm == "align_corners":
+        src = x * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros_like(x)
+    elif ctm == "asymmetric":
+        src = x / scale
+    else:
+        return None
+    lo = np.floor(src)
+    r = src - lo
+    a = v[..., np.clip(lo, 0, n_in - 1).astype(np.int64)]
+    b = v[..., np.clip(lo + 1, 0, n_in - 1).astype(np.int64)]
+    return (1.0 - r) * a + r * b
+
+
+def _deconv_1d(v, taps, f, pad, n_out):
+    """A Deconvolution (stride ``f``, ``taps``, ``pad``) along the last axis
+    of ``v`` with its edge entries repeated once on either side."""
+    vp = np.concatenate([v[..., :1], v, v[..., -1:]], axis=-1)
+    k, n = len(taps), vp.shape[-1]
+    out = np.zeros(v.shape[:-1] + (n_out,))
+    o = np.arange(n_out)
+    for t in range(k):          # output o takes input i where o = i * f + t - pad
+        i, rem = np.divmod(o + pad - t, f)
+        ok = (rem == 0) & (i >= 0) & (i < n)
+        out[..., ok] += taps[t] * vp[..., i[ok]]
+    return out
+
+
+def _bilinear_deconv(ctm, n_in, n_out, scale, f):
+    """(taps, pad) of a Deconvolution (stride ``f``, kernel 2f, Caffe's
+    bilinear filler taps) over the input with its edge entries repeated
+    once whose result along one axis is ONNX's linear Resize (checked on
+    random vectors), or None where none is (odd factors, other modes)."""
+    if f < 2 or f % 2:
+        return None
+    k, pad = 2 * f, 3 * f // 2
+    c = (2 * f - 1 - f % 2) / (2.0 * f)
+    taps = 1.0 - np.abs(np.arange(k) / f - c)
+    v = np.random.default_rng(0).standard_normal((3, n_in))
+    want = _linear_resize_1d(ctm, v, n_out, scale)
+    if want is None:
+        return None
+    got = _deconv_1d(v, taps, f, pad, n_out)
+    return (taps, pad) if np.allclose(got, want, rtol=0, atol=1e-9) else None
 
 
 def _channel_permutation(idx, shape):

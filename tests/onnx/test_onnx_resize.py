@@ -1,6 +1,7 @@
-"""ONNX Resize / Upsample (nearest, whole-number factors) converted to a
-grouped Deconvolution of ones, checked against ONNX Runtime; the modes that
-pick other source pixels are reported, not converted."""
+"""ONNX Resize / Upsample by whole-number factors converted to a grouped
+Deconvolution (nearest: weights of ones; linear at even factors: the edge
+repeated, then Caffe's bilinear taps), checked against ONNX Runtime; the
+modes whose weights differ are reported, not converted."""
 import io
 
 import numpy as np
@@ -91,7 +92,13 @@ def test_factor_one_is_an_alias():
 
 
 @pytest.mark.parametrize("attrs,scales,sizes,why", [
-    (dict(mode="linear"), [1, 1, 2, 2], None, "mode 'linear'"),
+    (dict(mode="cubic"), [1, 1, 2, 2], None, "mode 'cubic'"),
+    # bilinear with corners aligned is no convolution: its weights vary
+    (dict(mode="linear", coordinate_transformation_mode="align_corners"), [1, 1, 2, 2], None,
+     "align_corners"),
+    (dict(mode="linear"), [1, 1, 3, 3], None, "by 3"),
+    (dict(mode="linear", coordinate_transformation_mode="asymmetric"), [1, 1, 2, 2], None,
+     "asymmetric"),
     # align_corners at factor 3 on 4 x 5 picks pixel 1 for output 2
     (dict(mode="nearest", coordinate_transformation_mode="align_corners"), [1, 1, 3, 3], None,
      "align_corners"),
@@ -135,3 +142,40 @@ def test_torch_nearest_upsample_converts():
                       input_names=["x"], output_names=["y"], dynamo=False)
     m = onnx.load_from_string(buf.getvalue())
     check_onnx(m, tol=1e-5, layer_types=["Deconvolution"])
+
+
+@pytest.mark.parametrize("attrs,scales,sizes,opset", [
+    # PyTorch's F.interpolate(mode="bilinear", align_corners=False)
+    (dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel"), [1, 1, 2, 2],
+     None, 13),
+    (dict(mode="linear"), [1, 1, 4, 2], None, 13),           # ONNX's default: half_pixel
+    (dict(mode="linear"), None, [1, 3, 32, 40], 13),          # by 8 and 8, from sizes
+    (dict(mode="linear"), [1, 1, 1, 2], None, 11),            # one axis only
+])
+def test_bilinear_even_factors_match_onnxruntime(attrs, scales, sizes, opset):
+    net = check_onnx(_resize(attrs, scales, sizes, opset), tol=1e-5,
+                     layer_types=["Deconvolution", "Concat"])
+    lp = _deconv(net)
+    assert lp.convolution_param.group == 3 and lp.param[0].lr_mult == 0
+
+
+def test_torch_bilinear_upsample_converts():
+    torch = pytest.importorskip("torch")
+    nn, F = torch.nn, torch.nn.functional
+
+    class Seg(nn.Module):           # an FCN-style head: back to the input's size
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+            self.c2 = nn.Conv2d(4, 5, 3, stride=2, padding=1)
+
+        def forward(self, x):
+            y = self.c2(torch.relu(self.c1(x)))
+            return (F.interpolate(y, size=x.shape[-2:], mode="bilinear", align_corners=False),
+                    F.interpolate(y, scale_factor=2.0, mode="bilinear", align_corners=False))
+
+    torch.manual_seed(0)
+    buf = io.BytesIO()
+    torch.onnx.export(Seg().eval(), torch.randn(1, 3, 16, 24), buf, opset_version=13,
+                      input_names=["x"], dynamo=False)
+    check_onnx(onnx.load_from_string(buf.getvalue()), tol=1e-5, layer_types=["Deconvolution"])
