@@ -17,6 +17,11 @@ WG = 256
 # padded input rows (DW_BAND_FLOATS there; 64 KiB, an eighth of PoCL's
 # local memory, less where the device has less)
 BAND_FLOATS = 16384
+# CPU backward-data (and Deconvolution forward) of undilated layers
+# gathered row by row in float8 runs (kernels/depthwise.cl
+# dw_bwd_data_rows) instead of scattered tap by tap (dw_bwd_data_plane):
+# BENCHMARKS.md, forty-first session
+BWD_DATA_ROWS = True
 
 
 def eligible(g):
@@ -133,7 +138,9 @@ def backward_data(dev, g, dy, weight, dx, accumulate=False, impl=None):
     tail = [dy, weight, dx, int(bool(accumulate))]
     if _impl(dev, impl) == "cpu":
         gs, ls = _plane_size(dev, g)
-        return [dev.launch(SRC, "dw_bwd_data_plane", gs, ls,
+        kernel = ("dw_bwd_data_rows" if BWD_DATA_ROWS and (g.dh, g.dw) == (1, 1)
+                  else "dw_bwd_data_plane")
+        return [dev.launch(SRC, kernel, gs, ls,
                            [g.num * g.channels] + _sizes(g) + tail, _defines(dev, g))]
     total = g.num * g.channels * g.height * g.width
     gs, ls = work_size(dev, total)

@@ -263,6 +263,34 @@ def test_cpu_forward_every_row_width(d, rng, k, stride):
         _check_cpu_forward(d, rng, g)
 
 
+@pytest.mark.parametrize("k,stride,pad", [(2, 2, 0), (4, 2, 1), (3, 2, 1), (8, 4, 2), (3, 1, 1)],
+                         ids=["nearest2", "bilinear2", "k3s2", "bilinear4", "k3s1"])
+def test_cpu_backward_data_rows_every_width(d, rng, k, stride, pad):
+    """dw_bwd_data_rows (the CPU backward-data, and so Deconvolution's
+    forward, of undilated layers) at dx widths whose float8 runs end on a
+    remainder of every size, overwriting (the last run moved back over
+    stored outputs) and accumulating (the remainder one by one)."""
+    for width in range(9, 42, 4 if stride > 1 else 3):
+        g = _geom((1, 2, 6, width, k, k, pad, pad, stride, stride, 1, 1))
+        if g.out_w < 1:
+            continue
+        _, w, _, _ = _case(g, rng)
+        dy = rng.standard_normal((g.num, g.channels, g.out_h, g.out_w))
+        _, dx_ref = _ref_grads(g, rng.standard_normal((g.num, g.channels, g.height, g.width)),
+                               w, dy)
+        shape = (g.num, g.channels, g.height, g.width)
+        dxb = d.buf(np.full(shape, np.nan))
+        wb, dyb = d.buf(w), d.buf(dy)
+        launches = dw_ops.backward_data(d.dev, g, dyb, wb, dxb, impl="cpu")
+        assert [ln.name for ln in launches] == ["dw_bwd_data_rows"]
+        d.run(launches)
+        assert _rel(d.get(dxb, shape), dx_ref) < 1e-5, width
+        dx0 = rng.standard_normal(shape)
+        dxb = d.buf(dx0)
+        d.run(dw_ops.backward_data(d.dev, g, dyb, wb, dxb, accumulate=True, impl="cpu"))
+        assert _rel(d.get(dxb, shape), dx0 + dx_ref) < 1e-5, width
+
+
 # CPU forward at stride 2 along rows: dw_forward_band keeps each padded
 # row de-interleaved (even columns, then odd ones) so every tap is one
 # contiguous load. Cases: padding 0 / 1 / 2 (x's even columns land in
