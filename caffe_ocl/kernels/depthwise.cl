@@ -384,6 +384,25 @@ __kernel void dw_bwd_data_plane(int units, int C, int H, int W, int HO, int WO,
     }
 }
 
+/* one dx value of dw_bwd_data_rows: the phase-r column taps (kw = r + jw *
+ * SW, jw < JW) of weight rows kh = rh + jh * SH (jh < JH) against dy row
+ * p - jh, column q - jw, those inside dy */
+inline float dw_deconv_at(__global const float* dyp, __global const float* wp, int HO, int WO,
+                          int p, int rh, int JH, int q, int r, int JW DW_GEO_PARAMS) {
+    float acc = 0.0f;
+    for (int jh = 0; jh < JH; ++jh) {
+        const int oh = p - jh;
+        if (oh < 0 || oh >= HO) continue;
+        const int kh = rh + jh * SH;
+        for (int jw = 0; jw < JW; ++jw) {
+            const int ow = q - jw;
+            if (ow >= 0 && ow < WO)
+                acc = fma(dyp[(size_t)oh * WO + ow], wp[kh * KW + r + jw * SW], acc);
+        }
+    }
+    return acc;
+}
+
 /* dx = depthwise^T(dy) on CPU drivers, gathered row by row (dilation 1):
  * Caffe's Deconvolution forward with one group a channel (upsampling: the
  * bilinear layers of FCN-style nets, onnx2caffe's Resize) and the
@@ -449,20 +468,9 @@ __kernel void dw_bwd_data_rows(int units, int C, int H, int W, int HO, int WO,
                         iw = i0 + 16;
                         continue;
                     }
-                    const int rr = (iw + PW) % 2, qq = (iw + PW) / 2;
-                    const int JWr = rr < KW ? (KW - rr + 1) / 2 : 0;
-                    float acc = 0.0f;
-                    for (int jh = 0; jh < JH; ++jh) {
-                        const int oh = p - jh;
-                        if (oh < 0 || oh >= HO) continue;
-                        const int kh = rh + jh * SH;
-                        for (int jw = 0; jw < JWr; ++jw) {
-                            const int ow = qq - jw;
-                            if (ow >= 0 && ow < WO)
-                                acc = fma(dyp[(size_t)oh * WO + ow], wp[kh * KW + rr + 2 * jw],
-                                          acc);
-                        }
-                    }
+                    const int rr = (iw + PW) % 2;
+                    const float acc = dw_deconv_at(dyp, wp, HO, WO, p, rh, JH, (iw + PW) / 2, rr,
+                                                   rr == re ? JWe : JWo DW_GEO);
                     dxr[iw] = accumulate ? dxr[iw] + acc : acc;
                     ++iw;
                 }
@@ -507,18 +515,7 @@ __kernel void dw_bwd_data_rows(int units, int C, int H, int W, int HO, int WO,
                         q = q0 + 8;
                         continue;
                     }
-                    float acc = 0.0f;
-                    for (int jh = 0; jh < JH; ++jh) {
-                        const int oh = p - jh;
-                        if (oh < 0 || oh >= HO) continue;
-                        const int kh = rh + jh * SH;
-                        for (int jw = 0; jw < JW; ++jw) {
-                            const int ow = q - jw;
-                            if (ow >= 0 && ow < WO)
-                                acc = fma(dyp[(size_t)oh * WO + ow], wp[kh * KW + r + jw * SW],
-                                          acc);
-                        }
-                    }
+                    const float acc = dw_deconv_at(dyp, wp, HO, WO, p, rh, JH, q, r, JW DW_GEO);
                     __global float* o = dxr + q * SW + r - PW;
                     *o = accumulate ? *o + acc : acc;
                     ++q;

@@ -1520,23 +1520,32 @@ class Converter:
         self.set_view(0, node.input[0], out, transpose=perm)
 
 
+def _resize_source(ctm, n_in, n_out, scale, nearest):
+    """The input coordinate of each of ``n_out`` output pixels of an ONNX
+    Resize along one axis (its coordinate_transformation_mode ``ctm``;
+    tf_half_pixel_for_nn only for ``nearest``), or None for a mode not
+    known here (tf_crop_and_resize reads an roi)."""
+    x = np.arange(n_out, dtype=np.float64)
+    if ctm == "half_pixel" or (ctm == "pytorch_half_pixel" and n_out > 1):
+        return (x + 0.5) / scale - 0.5
+    if ctm == "pytorch_half_pixel":
+        return np.zeros_like(x)
+    if ctm == "align_corners":
+        return x * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros_like(x)
+    if ctm == "asymmetric":
+        return x / scale
+    if ctm == "tf_half_pixel_for_nn" and nearest:
+        return (x + 0.5) / scale
+    return None
+
+
 def _nearest_source(ctm, rounding, n_in, n_out, scale):
     """Source index of each of ``n_out`` output pixels of an ONNX nearest
     Resize along one axis (the operator's coordinate transformation and
     rounding rules, clamped to the input), or None for a mode not known
-    here (tf_crop_and_resize reads an roi)."""
-    x = np.arange(n_out, dtype=np.float64)
-    if ctm == "half_pixel" or (ctm == "pytorch_half_pixel" and n_out > 1):
-        src = (x + 0.5) / scale - 0.5
-    elif ctm == "pytorch_half_pixel":
-        src = np.zeros_like(x)
-    elif ctm == "align_corners":
-        src = x * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros_like(x)
-    elif ctm == "asymmetric":
-        src = x / scale
-    elif ctm == "tf_half_pixel_for_nn":
-        src = (x + 0.5) / scale
-    else:
+    here."""
+    src = _resize_source(ctm, n_in, n_out, scale, nearest=True)
+    if src is None:
         return None
     pick = {"round_prefer_floor": lambda v: np.ceil(v - 0.5),
             "round_prefer_ceil": lambda v: np.floor(v + 0.5),
@@ -1551,16 +1560,8 @@ def _linear_resize_1d(ctm, v, n_out, scale):
     their last axis (its coordinate transformation; neighbours past either
     end read the edge value), or None for a mode not known here."""
     n_in = v.shape[-1]
-    x = np.arange(n_out, dtype=np.float64)
-    if ctm == "half_pixel" or (ctm == "pytorch_half_pixel" and n_out > 1):
-        src = (x + 0.5) / scale - 0.5
-    elif ctm == "pytorch_half_pixel":
-        src = np.zeros_like(x)
-    elif ctm == "align_corners":
-        src = x * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros_like(x)
-    elif ctm == "asymmetric":
-        src = x / scale
-    else:
+    src = _resize_source(ctm, n_in, n_out, scale, nearest=False)
+    if src is None:
         return None
     lo = np.floor(src)
     r = src - lo
