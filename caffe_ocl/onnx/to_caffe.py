@@ -1421,9 +1421,6 @@ class Converter:
         else:
             ctm = a.get("coordinate_transformation_mode", "half_pixel")
             rounding = a.get("nearest_mode", "round_prefer_floor")
-        if factors == [1, 1]:
-            self.alias(0, node.input[0])
-            return
         if mode == "nearest":
             for i, o, sc, f in zip(shape[2:], out_hw, scale_hw, factors):
                 src = _nearest_source(ctm, rounding, i, o, sc)
@@ -1434,6 +1431,9 @@ class Converter:
                     raise Unsupported(f"coordinate_transformation_mode {ctm!r} with "
                                       f"nearest_mode {rounding!r} does not copy each pixel to "
                                       f"a {f}-pixel block; no exact Caffe equivalent")
+            if factors == [1, 1]:         # checked above: each pixel its own
+                self.alias(0, node.input[0])
+                return
             kernel, stride, pad = factors, factors, [0, 0]
             taps = [np.ones(f) for f in factors]
             x = self.blob(node.input[0])
@@ -1442,7 +1442,7 @@ class Converter:
                 raise Unsupported("antialias is not supported")
             kernel, stride, pad, taps = [], [], [], []
             for ax, (i, o, sc, f) in enumerate(zip(shape[2:], out_hw, scale_hw, factors)):
-                spec = ((np.ones(1), 0) if f == 1 else None) or _bilinear_deconv(ctm, i, o, sc, f)
+                spec = _bilinear_deconv(ctm, i, o, sc, f)
                 if spec is None:
                     raise Unsupported(f"linear resizing with coordinate_transformation_mode "
                                       f"{ctm!r} by {f} on axis {ax + 2} is not a bilinear "
@@ -1451,6 +1451,9 @@ class Converter:
                 stride.append(f)
                 pad.append(spec[1])
                 taps.append(spec[0])
+            if factors == [1, 1]:
+                self.alias(0, node.input[0])
+                return
             x, xs = self.blob(node.input[0]), shape
             for ax, f in ((2, factors[0]), (3, factors[1])):
                 if f > 1:
@@ -1588,8 +1591,14 @@ def _bilinear_deconv(ctm, n_in, n_out, scale, f):
     """(taps, pad) of a Deconvolution (stride ``f``, kernel 2f, Caffe's
     bilinear filler taps) over the input with its edge entries repeated
     once whose result along one axis is ONNX's linear Resize (checked on
-    random vectors), or None where none is (odd factors, other modes)."""
-    if f < 2 or f % 2:
+    random vectors), or None where none is (odd factors, other modes);
+    at ``f`` 1 ((1,), 0), the axis untouched, where ONNX's is too."""
+    if f == 1:          # the axis left alone, where ONNX's weights are the identity
+        v = np.random.default_rng(0).standard_normal((3, n_in))
+        got = _linear_resize_1d(ctm, v, n_out, scale)
+        return (np.ones(1), 0) if got is not None and np.allclose(got, v, rtol=0,
+                                                                     atol=1e-9) else None
+    if f % 2:
         return None
     k, pad = 2 * f, 3 * f // 2
     c = (2 * f - 1 - f % 2) / (2.0 * f)

@@ -179,3 +179,16 @@ def test_torch_bilinear_upsample_converts():
     torch.onnx.export(Seg().eval(), torch.randn(1, 3, 16, 24), buf, opset_version=13,
                       input_names=["x"], dynamo=False)
     check_onnx(onnx.load_from_string(buf.getvalue()), tol=1e-5, layer_types=["Deconvolution"])
+
+
+def test_factor_one_is_checked_like_any_other():
+    # tf_half_pixel_for_nn rounding ties up reads pixel i + 1 at scale 1: a
+    # shift, not an identity (the shortcut for factor 1 had aliased it)
+    with pytest.raises(OnnxConversionError) as e:
+        to_caffe.convert(_resize(dict(mode="nearest",
+                                      coordinate_transformation_mode="tf_half_pixel_for_nn",
+                                      nearest_mode="round_prefer_ceil"), [1, 1, 1, 1]))
+    assert "block" in str(e.value)
+    # linear at scale 1 is the identity: an alias, no layer
+    net = check_onnx(_resize(dict(mode="linear"), [1, 1, 1, 1]), tol=1e-6)
+    assert not [lp for lp in net.layer if lp.type == "Deconvolution"]
