@@ -436,11 +436,11 @@ __kernel void dw_bwd_data_rows(int units, int C, int H, int W, int HO, int WO,
                 const int re = PW % 2, ro = 1 - re;
                 const int JWe = re < KW ? (KW - re + 1) / 2 : 0;
                 const int JWo = ro < KW ? (KW - ro + 1) / 2 : 0;
+                /* the row's last 16 (from an even column) move back over
+                 * columns already stored, unless adding into dx */
+                const int back = (W - 16) & ~1;            /* even, ends at W or W - 1 */
                 int iw = 0;
                 while (iw < W) {
-                    /* the row's last 16 (from an even column) move back over
-                     * columns already stored, unless adding into dx */
-                    const int back = (W - 16) & ~1;        /* even, ends at W or W - 1 */
                     const int i0 = !accumulate && (iw & 1) == 0 && iw + 16 > W && W >= 16
                                    && back + 16 > iw ? min(iw, back) : iw;
                     const int qe = (i0 + PW) / 2, qo = (i0 + 1 + PW) / 2;

@@ -1431,12 +1431,8 @@ class Converter:
                     raise Unsupported(f"coordinate_transformation_mode {ctm!r} with "
                                       f"nearest_mode {rounding!r} does not copy each pixel to "
                                       f"a {f}-pixel block; no exact Caffe equivalent")
-            if factors == [1, 1]:         # checked above: each pixel its own
-                self.alias(0, node.input[0])
-                return
             kernel, stride, pad = factors, factors, [0, 0]
             taps = [np.ones(f) for f in factors]
-            x = self.blob(node.input[0])
         else:
             if int(a.get("antialias", 0)):
                 raise Unsupported("antialias is not supported")
@@ -1451,10 +1447,11 @@ class Converter:
                 stride.append(f)
                 pad.append(spec[1])
                 taps.append(spec[0])
-            if factors == [1, 1]:
-                self.alias(0, node.input[0])
-                return
-            x, xs = self.blob(node.input[0]), shape
+        if factors == [1, 1]:       # checked above: ONNX's result is the input
+            self.alias(0, node.input[0])
+            return
+        x, xs = self.blob(node.input[0]), shape
+        if mode == "linear":
             for ax, f in ((2, factors[0]), (3, factors[1])):
                 if f > 1:
                     x, xs = self.edge_pad(x, xs, ax, self.lname())
@@ -1470,8 +1467,18 @@ class Converter:
         once on either side (Slice + Concat): ONNX's linear resize reads
         the edge value past either end."""
         n = shape[axis]
-        first = self.crop(blob, shape, axis, 0, 1, f"{base}_edge{axis}_first")
-        last = self.crop(blob, shape, axis, n - 1, 1, f"{base}_edge{axis}_last")
+        if n == 1:
+            first = last = blob
+        else:
+            # one Slice for both edges (two crops copied the whole blob twice)
+            first = self.new_blob(f"{base}_edge{axis}_first")
+            last = self.new_blob(f"{base}_edge{axis}_last")
+            middle = [self.new_blob(f"{base}_edge{axis}_unused")] if n > 2 else []
+            lp = self.layer("Slice", f"{base}_edge{axis}_slice", [blob], [first] + middle + [last])
+            lp.slice_param.axis = axis
+            lp.slice_param.slice_point.extend([1, n - 1] if n > 2 else [1])
+            if middle:
+                self.layer("Silence", f"{base}_edge{axis}_silence", middle, [])
         top = self.new_blob(f"{base}_edge{axis}")
         lp = self.layer("Concat", top, [first, blob, last], [top])
         lp.concat_param.axis = axis

@@ -192,3 +192,15 @@ def test_factor_one_is_checked_like_any_other():
     # linear at scale 1 is the identity: an alias, no layer
     net = check_onnx(_resize(dict(mode="linear"), [1, 1, 1, 1]), tol=1e-6)
     assert not [lp for lp in net.layer if lp.type == "Deconvolution"]
+
+
+@pytest.mark.parametrize("hw", [(1, 2), (2, 1), (2, 2), (3, 5)])
+def test_bilinear_edges_of_one_two_and_more_rows(hw):
+    """The edge rows repeated by one Slice (first, the unused middle, last),
+    or none for a single row: planes of 1, 2 and more rows and columns."""
+    inits = {"w": rand(3, 3, 1, 1), "b": rand(3), "scales": np.array([1, 1, 2, 4], np.float32)}
+    nodes = [node("Conv", ["x", "w", "b"], ["c"]),
+             node("Resize", ["c", "", "scales"], ["y"], mode="linear")]
+    net = check_onnx(make_model(nodes, {"x": (1, 3) + hw}, ["y"], inits), tol=1e-5)
+    slices = [lp for lp in net.layer if lp.type == "Slice"]
+    assert len(slices) == sum(n > 1 for n in hw)
