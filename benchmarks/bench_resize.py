@@ -2,8 +2,11 @@
 Deconvolution, bilinear with its edge-repeating Slice + Concat), timed
 through the converted net against a reference in the same run,
 interleaved: ONNX Runtime (2 threads) on the CPU device, PyTorch eager on
-a GPU. On the CPU also the older scatter kernel for the Deconvolution
-(``depthwise.BWD_DATA_ROWS`` off) as a second caffe_ocl column.
+a GPU. For nearest also the Deconvolution through the general
+backward-data kernel instead of the one-tap-a-pixel one
+(``depthwise.BWD_DATA_TILE`` off: ``rows``, dw_bwd_data_rows, on the CPU;
+``general``, dw_bwd_data, on a GPU); on the CPU also the older scatter
+kernel (both off) as a further caffe_ocl column.
 
     python3 benchmarks/bench_resize.py [--device cpu|gpu] [--shapes 1x64x56x56,4x32x112x112]
 
@@ -74,10 +77,13 @@ def main():
             converted = to_caffe.convert(onnx.load_from_string(buf.getvalue()))
             ref = m(x).numpy()
             fns = {}
-            for name, rows in (("ours", True), ("scatter", False)):
-                if a.device == "gpu" and not rows:
-                    continue
-                dw_ops.BWD_DATA_ROWS = rows        # read when the launches are built
+            untiled = "rows" if a.device == "cpu" else "general"
+            for name, tile, rows in (("ours", True, True), (untiled, False, True),
+                                     ("scatter", False, False)):
+                if (a.device == "gpu" and not rows) or (mode != "nearest" and name == untiled):
+                    continue            # (bilinear's kernel 4, stride 2, pad 1 never tiles)
+                # read when the launches are built
+                dw_ops.BWD_DATA_TILE, dw_ops.BWD_DATA_ROWS = tile, rows
                 net = check.caffe_net(converted)
                 net.blobs[net.inputs[0]].data[...] = x.numpy()
                 got = net.forward()[net.outputs[0]]
@@ -89,7 +95,7 @@ def main():
                 else:                       # left on the device, as eager leaves it
                     fns[name] = lambda net=net, last=last: (net.forward_from_to(0, last),
                                                             dev.finish())
-            dw_ops.BWD_DATA_ROWS = True
+            dw_ops.BWD_DATA_TILE, dw_ops.BWD_DATA_ROWS = True, True
             if a.device == "cpu":
                 import onnxruntime as ort
                 so = ort.SessionOptions()
@@ -111,8 +117,9 @@ def main():
             med = interleave(fns, a.rounds, a.runs)
             line = " ".join(f"{k} {v:.3f} ms" for k, v in med.items())
             ratios = f"{refname}/ours {med[refname] / med['ours']:.2f}"
-            if "scatter" in med:
-                ratios += f", scatter/ours {med['scatter'] / med['ours']:.2f}"
+            for k in (untiled, "scatter"):
+                if k in med:
+                    ratios += f", {k}/ours {med[k] / med['ours']:.2f}"
             print(f"{mode} {text}: {line}; {ratios}; max diff {err:.1e}", flush=True)
     return 0
 

@@ -525,6 +525,111 @@ __kernel void dw_bwd_data_rows(int units, int C, int H, int W, int HO, int WO,
     }
 }
 
+/* Kernel == stride, no padding, undilated (onnx2caffe's nearest Resize as
+ * a Deconvolution, a learned k x k stride-k depthwise Deconvolution, and
+ * the backward-data of k x k stride-k depthwise layers): every dx pixel
+ * takes exactly one tap, dx[ih][iw] = dy[ih / SH][iw / SW] *
+ * w[ih % SH][iw % SW]. Where the forward input's size is not a multiple of
+ * the stride, dx rows from HO * SH and columns from WO * SW take no tap
+ * (written 0, or left as they are when accumulating). */
+
+/* dy[q0 .. q0 + 7] of one dy row times the weight row wr of the dx row's
+ * phase, stored interleaved into dx row dxr from column q0 * SW (added to it
+ * when accumulating). */
+inline void dw_tile8(__global const float* dyr, __global const float* wr, __global float* dxr,
+                     int q0, int accumulate DW_GEO_PARAMS) {
+    const float8 v = vload8(0, dyr + q0);
+    __global float* o = dxr + q0 * SW;
+    if (SW == 1) {
+        const float8 a = v * wr[0];
+        vstore8(accumulate ? vload8(0, o) + a : a, 0, o);
+    } else if (SW == 2) {
+        /* the even columns one phase, the odd ones the other: two products,
+         * interleaved into one 16-float store */
+        const float8 a = v * wr[0], b = v * wr[1];
+        const float16 s = (float16)(a.s0, b.s0, a.s1, b.s1, a.s2, b.s2, a.s3, b.s3,
+                                    a.s4, b.s4, a.s5, b.s5, a.s6, b.s6, a.s7, b.s7);
+        vstore16(accumulate ? vload16(0, o) + s : s, 0, o);
+    } else {
+        float v8[8];
+        vstore8(v, 0, v8);
+        for (int i = 0; i < 8; ++i)
+            for (int r = 0; r < SW; ++r) {
+                const float a = v8[i] * wr[r];
+                o[i * SW + r] = accumulate ? o[i * SW + r] + a : a;
+            }
+    }
+}
+
+/* CPU drivers (work-groups of one item, a run of (image, channel) planes
+ * each): every dx row is written once, from the dy row it reads, 8 dy
+ * columns (8 * SW dx columns) at a time; when overwriting, a row's last 8
+ * move back over columns already stored (the same values again), when
+ * accumulating the remainder goes one by one. dw_bwd_data_rows, which
+ * sums each phase's taps generally, took 2.3-3.5x ONNX Runtime's Resize
+ * for a 2x nearest upsampling (BENCHMARKS.md, forty-second session). */
+__kernel void dw_bwd_data_tile_rows(int units, int C, int H, int W, int HO, int WO,
+        int g_kh, int g_kw, int g_sh, int g_sw, int g_ph, int g_pw, int g_dh, int g_dw,
+                                    __global const float* dy, __global const float* w,
+                                    __global float* dx, int accumulate) {
+    /* dy rows and columns whose taps lie inside dx (HO and WO for a conv
+     * geometry; min() keeps stores inside dx whatever the host passes) */
+    const int P = min(HO, H / SH), Q = min(WO, W / SW);
+    GLOBAL_LOOP(u, units) {
+        const int c = u % C;
+        __global const float* dyp = dy + (size_t)u * HO * WO;
+        __global float* dxp = dx + (size_t)u * H * W;
+        __global const float* wp = w + c * TAPS;
+        for (int ih = 0; ih < H; ++ih) {
+            __global float* dxr = dxp + (size_t)ih * W;
+            const int p = ih / SH;
+            int iw = 0;
+            if (p < P) {
+                __global const float* dyr = dyp + (size_t)p * WO;
+                __global const float* wr = wp + (ih - p * SH) * KW;
+                int q = 0;
+                while (q < Q) {
+                    if (q + 8 <= Q || (!accumulate && Q >= 8)) {
+                        const int q0 = min(q, Q - 8);
+                        dw_tile8(dyr, wr, dxr, q0, accumulate DW_GEO);
+                        q = q0 + 8;
+                        continue;
+                    }
+                    const float d = dyr[q];
+                    for (int r = 0; r < SW; ++r) {
+                        const float a = d * wr[r];
+                        dxr[q * SW + r] = accumulate ? dxr[q * SW + r] + a : a;
+                    }
+                    ++q;
+                }
+                iw = Q * SW;
+            }
+            if (!accumulate)
+                for (; iw < W; ++iw) dxr[iw] = 0.0f;
+        }
+    }
+}
+
+/* The same on GPUs: one dx element per index (consecutive work-items write
+ * consecutive dx columns). */
+__kernel void dw_bwd_data_tile(int total, int C, int H, int W, int HO, int WO,
+        int g_kh, int g_kw, int g_sh, int g_sw, int g_ph, int g_pw, int g_dh, int g_dw,
+                               __global const float* dy, __global const float* w,
+                               __global float* dx, int accumulate) {
+    GLOBAL_LOOP(i, total) {
+        const int iw = i % W;
+        const int t = i / W;
+        const int ih = t % H;
+        const int nc = t / H;
+        const int p = ih / SH, q = iw / SW;
+        float a = 0.0f;
+        if (p < HO && q < WO && p < H / SH && q < W / SW)
+            a = dy[((size_t)nc * HO + p) * WO + q]
+                * w[(nc % C) * TAPS + (ih - p * SH) * KW + iw - q * SW];
+        dx[i] = accumulate ? dx[i] + a : a;
+    }
+}
+
 #if DW_RUNTIME
 /* Tap (kh, kw) of one channel's weight gradient, summed over the output
  * positions p = start, start + step, ... < P. */

@@ -22,6 +22,13 @@ BAND_FLOATS = 16384
 # dw_bwd_data_rows) instead of scattered tap by tap (dw_bwd_data_plane):
 # BENCHMARKS.md, forty-first session
 BWD_DATA_ROWS = True
+# Backward-data (and Deconvolution forward) of layers whose kernel equals
+# their stride, pad 0, undilated (onnx2caffe's nearest Resize, learned k x k
+# stride-k upsampling): each dx pixel takes one tap, written row by row in
+# float8 runs on CPU drivers (kernels/depthwise.cl dw_bwd_data_tile_rows),
+# one element a work-item on GPUs (dw_bwd_data_tile); off: the general
+# kernels above. BENCHMARKS.md, forty-second session
+BWD_DATA_TILE = True
 
 
 def eligible(g):
@@ -63,6 +70,13 @@ def _geo(g):
 
 def _sizes(g):
     return [g.channels, g.height, g.width, g.out_h, g.out_w] + _geo(g)
+
+
+def tiles(g):
+    """Whether every dx pixel of ``g``'s backward-data takes exactly one tap
+    (kernel == stride, no padding, no dilation): dw_bwd_data_tile*."""
+    return ((g.kh, g.kw) == (g.sh, g.sw) and (g.ph, g.pw) == (0, 0)
+            and (g.dh, g.dw) == (1, 1))
 
 
 def _impl(dev, impl):
@@ -134,18 +148,25 @@ def forward(dev, g, x, weight, y, bias=None, act=None, impl=None):
 
 def backward_data(dev, g, dy, weight, dx, accumulate=False, impl=None):
     """dx = depthwise^T(dy) (+ dx if accumulate): gathered per input element
-    ("gpu") or scattered plane by plane ("cpu"); None: by device."""
+    ("gpu") or plane by plane ("cpu": gathered row by row, scattered tap by
+    tap when dilated); None: by device. Kernel == stride, pad 0, undilated
+    (``tiles``): one tap a dx pixel, dw_bwd_data_tile*."""
     tail = [dy, weight, dx, int(bool(accumulate))]
+    tile = BWD_DATA_TILE and tiles(g)
     if _impl(dev, impl) == "cpu":
         gs, ls = _plane_size(dev, g)
-        kernel = ("dw_bwd_data_rows" if BWD_DATA_ROWS and (g.dh, g.dw) == (1, 1)
-                  else "dw_bwd_data_plane")
+        if tile:
+            kernel = "dw_bwd_data_tile_rows"
+        elif BWD_DATA_ROWS and (g.dh, g.dw) == (1, 1):
+            kernel = "dw_bwd_data_rows"
+        else:
+            kernel = "dw_bwd_data_plane"
         return [dev.launch(SRC, kernel, gs, ls,
                            [g.num * g.channels] + _sizes(g) + tail, _defines(dev, g))]
     total = g.num * g.channels * g.height * g.width
     gs, ls = work_size(dev, total)
-    return [dev.launch(SRC, "dw_bwd_data", gs, ls, [total] + _sizes(g) + tail,
-                       _defines(dev, g))]
+    return [dev.launch(SRC, "dw_bwd_data_tile" if tile else "dw_bwd_data", gs, ls,
+                       [total] + _sizes(g) + tail, _defines(dev, g))]
 
 
 def backward_weight(dev, g, x, dy, dweight, impl=None):

@@ -10,7 +10,7 @@ import pytest
 from caffe_ocl import testing
 from caffe_ocl.ops import conv as conv_ops
 from caffe_ocl.ops import depthwise as dw_ops
-from refs import conv2d, rel_err as _rel
+from refs import conv2d, deconv2d, rel_err as _rel
 
 # (n, c, h, w, kh, kw, ph, pw, sh, sw, dh, dw)
 GEOMS = [
@@ -265,11 +265,13 @@ def test_cpu_forward_every_row_width(d, rng, k, stride):
 
 @pytest.mark.parametrize("k,stride,pad", [(2, 2, 0), (4, 2, 1), (3, 2, 1), (8, 4, 2), (3, 1, 1)],
                          ids=["nearest2", "bilinear2", "k3s2", "bilinear4", "k3s1"])
-def test_cpu_backward_data_rows_every_width(d, rng, k, stride, pad):
+def test_cpu_backward_data_rows_every_width(d, rng, monkeypatch, k, stride, pad):
     """dw_bwd_data_rows (the CPU backward-data, and so Deconvolution's
     forward, of undilated layers) at dx widths whose float8 runs end on a
     remainder of every size, overwriting (the last run moved back over
-    stored outputs) and accumulating (the remainder one by one)."""
+    stored outputs) and accumulating (the remainder one by one). nearest2
+    (kernel == stride) with dw_bwd_data_tile_rows switched off."""
+    monkeypatch.setattr(dw_ops, "BWD_DATA_TILE", False)
     for width in range(9, 42, 4 if stride > 1 else 3):
         g = _geom((1, 2, 6, width, k, k, pad, pad, stride, stride, 1, 1))
         if g.out_w < 1:
@@ -289,6 +291,105 @@ def test_cpu_backward_data_rows_every_width(d, rng, k, stride, pad):
         dxb = d.buf(dx0)
         d.run(dw_ops.backward_data(d.dev, g, dyb, wb, dxb, accumulate=True, impl="cpu"))
         assert _rel(d.get(dxb, shape), dx0 + dx_ref) < 1e-5, width
+
+
+def _tile_ref(g, w, dy):
+    """dx of a kernel == stride, pad 0 geometry in float64: each dy pixel
+    times the whole kernel, tiled; rows and columns past the last tile 0."""
+    dx = np.zeros((g.num, g.channels, g.height, g.width))
+    P, Q = g.out_h, g.out_w
+    dx[:, :, :P * g.sh, :Q * g.sw] = (np.repeat(np.repeat(dy, g.sh, 2), g.sw, 3)
+                                      * np.tile(w[:, 0], (1, P, Q)))
+    return dx
+
+
+# (kernel_h, kernel_w) == (stride_h, stride_w): 2 x 2 (the interleaved
+# float8 pair), 3 x 3 (the general column loop), 2 x 1 (whole float8 rows,
+# each dy row to two dx rows), 1 x 2, 3 x 2, and 8 x 8 (the runtime-geometry
+# program, kernels past SPECIALISE_MAX)
+TILE_FACTORS = [(2, 2), (3, 3), (2, 1), (1, 2), (3, 2), (8, 8)]
+
+
+@pytest.mark.parametrize("impl", ["cpu", "gpu"])
+@pytest.mark.parametrize("f", TILE_FACTORS, ids=lambda f: f"{f[0]}x{f[1]}")
+def test_backward_data_tile(d, rng, f, impl):
+    """dw_bwd_data_tile_rows (CPU) and dw_bwd_data_tile (GPU): the
+    backward-data, and so the Deconvolution forward, of kernel == stride,
+    pad 0 (onnx2caffe's nearest Resize; learned k x k stride-k layers) with
+    random weights, 2 images x 3 channels; dy widths 1 .. 21 (under 8,
+    multiples of 8 and not: the float8 runs, the overwriting tail moved
+    back, the accumulating tail one by one), dx sizes that are multiples of
+    the stride and ones with a last row / columns no tap reaches (written 0
+    over the NaN poison, or left as they are when accumulating)."""
+    fh, fw = f
+    kernel = "dw_bwd_data_tile_rows" if impl == "cpu" else "dw_bwd_data_tile"
+    for q in (1, 3, 7, 8, 9, 13, 16, 21):
+        extra_h, extra_w = q % 2 * (fh - 1), (q + q // 8) % fw     # leftovers: 0 .. f - 1
+        g = _geom((2, 3, 2 * fh + extra_h, q * fw + extra_w, fh, fw, 0, 0, fh, fw, 1, 1))
+        assert dw_ops.tiles(g) and (g.out_h, g.out_w) == (2, q)
+        w = rng.standard_normal((g.channels, 1, fh, fw))
+        dy = rng.standard_normal((g.num, g.channels, g.out_h, g.out_w))
+        ref = _tile_ref(g, w, dy)
+        shape = ref.shape
+        wb, dyb = d.buf(w), d.buf(dy)
+        dxb = d.buf(np.full(shape, np.nan))
+        launches = dw_ops.backward_data(d.dev, g, dyb, wb, dxb, impl=impl)
+        assert [ln.name for ln in launches] == [kernel]
+        d.run(launches)
+        assert _rel(d.get(dxb, shape), ref) < 1e-6, (q, g.height, g.width)
+        dx0 = rng.standard_normal(shape)
+        dxb = d.buf(dx0)
+        d.run(dw_ops.backward_data(d.dev, g, dyb, wb, dxb, accumulate=True, impl=impl))
+        assert _rel(d.get(dxb, shape), dx0 + ref) < 1e-6, (q, g.height, g.width)
+
+
+def test_backward_data_tile_dispatch(d, rng, monkeypatch):
+    """ops.conv's backward-data takes the tile kernel for kernel == stride,
+    pad 0, undilated only; BWD_DATA_TILE off gives the general kernels. The
+    reference _tile_ref is the adjoint of conv2d (checked by unit probes)."""
+    g = _geom((2, 2, 5, 7, 2, 2, 0, 0, 2, 2, 1, 1))
+    w = rng.standard_normal((g.channels, 1, 2, 2))
+    dy = rng.standard_normal((g.num, g.channels, g.out_h, g.out_w))
+    _, dx_ref = _ref_grads(g, rng.standard_normal((g.num, g.channels, g.height, g.width)), w, dy)
+    assert np.abs(_tile_ref(g, w, dy) - dx_ref).max() < 1e-12
+    dxb = d.buf(np.full(dx_ref.shape, np.nan))
+    launches = conv_ops.backward_data(d.dev, g, d.buf(dy), d.buf(w), dxb, None)
+    assert [ln.name for ln in launches] == [
+        "dw_bwd_data_tile_rows" if d.dev.is_cpu else "dw_bwd_data_tile"]
+    d.run(launches)
+    assert _rel(d.get(dxb, dx_ref.shape), dx_ref) < 1e-6
+    for p in [(1, 2, 6, 6, 2, 2, 1, 1, 2, 2, 1, 1),       # padded
+              (1, 2, 6, 6, 3, 3, 0, 0, 2, 2, 1, 1),       # kernel > stride
+              (1, 2, 9, 9, 2, 2, 0, 0, 2, 2, 2, 2),       # dilated
+              (1, 2, 6, 6, 2, 2, 0, 0, 2, 1, 1, 1)]:      # kernel_w != stride_w
+        assert not dw_ops.tiles(_geom(p)), p
+    monkeypatch.setattr(dw_ops, "BWD_DATA_TILE", False)
+    names = {impl: dw_ops.backward_data(d.dev, g, dxb, dxb, dxb, impl=impl)[0].name
+             for impl in ("cpu", "gpu")}
+    assert names == {"cpu": "dw_bwd_data_rows", "gpu": "dw_bwd_data"}
+
+
+@pytest.mark.parametrize("kind,x_hw", [("Deconvolution", (3, 5)), ("Convolution", (7, 9))])
+def test_tile_layers(rng, kind, x_hw):
+    """Layers whose kernel equals their stride, group = channels, learned
+    (random) weights: a 2 x 2 stride-2 Deconvolution (forward through
+    dw_bwd_data_tile*) and a Convolution on a 7 x 9 input (its
+    backward-data leaves the last row and column untouched by taps),
+    against float64 NumPy and by finite differences."""
+    proto = f"""
+    name: "t" type: "{kind}" bottom: "x" top: "y"
+    convolution_param {{ num_output: 3 group: 3 kernel_size: 2 stride: 2
+      weight_filler {{ type: "gaussian" std: 0.5 }} bias_filler {{ type: "gaussian" std: 0.5 }} }}
+    """
+    x = rng.standard_normal((2, 3) + x_hw).astype(np.float32)
+    layer, bottoms, tops = testing.make_layer(proto, [x])
+    assert layer.geom.groups == 3 and dw_ops.tiles(layer.geom)
+    y = testing.forward(layer, bottoms, tops)[0]
+    w = layer.blobs[0].data.astype(np.float64)
+    b = layer.blobs[1].data.astype(np.float64)
+    ref = (deconv2d if kind == "Deconvolution" else conv2d)(x, w, b, stride=(2, 2), group=3)
+    assert y.shape == ref.shape and _rel(y, ref) < 1e-5
+    testing.check_gradient(layer, bottoms, tops)
 
 
 # CPU forward at stride 2 along rows: dw_forward_band keeps each padded
