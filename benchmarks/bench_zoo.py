@@ -6,6 +6,11 @@ timed through the public ``net.forward()`` (input set once through
 ``net.blobs[...].data``; every forward returns its outputs as host arrays,
 so each timed pass ends with the device synchronised).
 
+A --nets name torchvision.models lacks is looked up in
+torchvision.models.segmentation (fcn_resnet50, deeplabv3_resnet50,
+deeplabv3_mobilenet_v3_large, lraspp_mobilenet_v3_large: no auxiliary
+head, the "out" logits; their upsamplings convert to Deconvolutions).
+
     python benchmarks/bench_zoo.py [--device gpu|cpu] [--nets a,b,...]
         [--batches 1,16,64] [--precisions fp32,tf32] [--runs 10] [--warmup 3]
         [--rounds 5] [--size 224] [--json OUT.json] [--export-dir DIR]
@@ -105,6 +110,21 @@ def tiny_model():
     return Tiny()
 
 
+def _SegmentationOut(model):
+    """A torchvision segmentation model returning its "out" tensor (the
+    models return a dict, which ONNX export and the checks do not take)."""
+    import torch
+
+    class Out(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return self.model(x)["out"]
+    return Out()
+
+
 def build_model(name, seed=0):
     """torchvision model ``name`` (no pretrained weights, nothing downloaded)
     in eval mode with seeded weights that keep activations O(1) (He fan-in
@@ -122,7 +142,11 @@ def build_model(name, seed=0):
             kw = dict(aux_logits=False, init_weights=False)
         elif name.startswith("inception"):
             kw = dict(aux_logits=False, init_weights=False)
-        model = getattr(torchvision.models, name)(weights=None, **kw)
+        if hasattr(torchvision.models, name):
+            model = getattr(torchvision.models, name)(weights=None, **kw)
+        else:       # torchvision.models.segmentation: the per-pixel logits
+            model = _SegmentationOut(getattr(torchvision.models.segmentation, name)(
+                weights=None, weights_backbone=None, aux_loss=False))
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for m in model.modules():

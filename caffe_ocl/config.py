@@ -262,6 +262,10 @@ _DECLARED = (
     Setting("CONV_SPLITK", "bool", True,
             "GPU implicit-GEMM convolution forwards whose output tiles cannot fill the "
             "device split K over work-groups (off: one pass)", internal=True),
+    Setting("CONV_PRUNE_TAPS", "bool", True,
+            "convolution forwards whose outer kernel taps read only zero padding for every "
+            "output (dilated layers on small planes: DeepLab's ASPP) run with the live "
+            "window of the kernel alone (off: every tap)"),
     Setting("CPU_DIRECT_CONV", "bool", True,
             "CPU drivers: convolution forwards of at most 4 input channels (a net's first "
             "layer; 17-32 output channels only up to 4 images, at stride 2 up to 64 at any "

@@ -291,6 +291,42 @@ void pack_w_chanvec(int M, int K, __global const float* W, __global float* Wp) {
 #define WPANEL wpan
 #endif
 
+/* TAP_MASK (host: ops/conv.py chanvec_tap_mask; needs PH, PW): the
+ * tile's rows and columns of taps that read the image, not its padding,
+ * for at least one of its pixels (rmask bit kh, cmask bit kw: unions over
+ * the tile's pixels, so a tile across two output rows keeps both rows'
+ * taps); the others are skipped. They only added zeros: the sums are the
+ * same. Dilated layers on small planes (DeepLab's ASPP: 3 x 3, dilation 12
+ * on 14 x 14 or 28 x 28) spent most of their multiply-adds on padding:
+ * for the edge taps only the outputs within the dilation of the far side
+ * read the image. */
+#ifndef TAP_MASK
+#define TAP_MASK 0
+#endif
+#if TAP_MASK
+#define TAP_MASKS                                                              \
+    int rmask = 0, cmask = 0;                                                  \
+    {                                                                          \
+        int h_ = n / wo, w_ = n - h_ * wo;                                     \
+        for (int i = 0; i < rows; ++i) {                                       \
+            for (int t = 0; t < KH; ++t) {                                     \
+                const int r_ = h_ * SH + t * DH - PH;                          \
+                if (r_ >= 0 && r_ < ih) rmask |= 1 << t;                       \
+            }                                                                  \
+            for (int t = 0; t < KW; ++t) {                                     \
+                const int q_ = w_ * SW + t * DW - PW;                          \
+                if (q_ >= 0 && q_ < iw) cmask |= 1 << t;                       \
+            }                                                                  \
+            if (++w_ == wo) {                                                  \
+                w_ = 0;                                                        \
+                ++h_;                                                          \
+            }                                                                  \
+        }                                                                      \
+    }
+#else
+#define TAP_MASKS
+#endif
+
 /* LPAD_FLOATS (host: ops/conv.py _chanvec_local_pad): X is the images
  * unpadded (planes of hwp = ih * iw floats), and each work-item first
  * copies the input rows its chunk of pixels reads, zero-padded (PH, PW;
@@ -354,6 +390,7 @@ void conv_chanvec(int M, int N, int K, int pix,
 #endif
     for (int n = nbeg; n < nend; n += MR) {
         const int rows = min(MR, nend - n);
+        TAP_MASKS
         TILE_POS
         TILE6(DECL_OFF)
         TILE6(DECL_ACC)
@@ -361,9 +398,21 @@ void conv_chanvec(int M, int N, int K, int pix,
         WSPACE const float* wk = WPANEL;
         for (int c = 0; c < C; ++c) {
 #pragma unroll
-            for (int kh = 0; kh < KH; ++kh)
+            for (int kh = 0; kh < KH; ++kh) {
+#if TAP_MASK
+                if (!((rmask >> kh) & 1)) {
+                    wk += KW * NR;
+                    continue;
+                }
+#endif
 #pragma unroll
                 for (int kw = 0; kw < KW; ++kw) {
+#if TAP_MASK
+                    if (!((cmask >> kw) & 1)) {
+                        wk += NR;
+                        continue;
+                    }
+#endif
                     const floatV w0 = vloadV(0, wk), w1 = vloadV(1, wk);
                     wk += NR;
 #ifdef LPAD_FLOATS
@@ -373,6 +422,7 @@ void conv_chanvec(int M, int N, int K, int pix,
 #endif
                     TILE6(FMA_ROW)
                 }
+            }
         }
 #if CHANVEC_ROW_STORES
         if (rows == MR) {

@@ -40,6 +40,7 @@ from .. import config
 from ..device import Launch
 from . import cpu_chunks, cpu_work_items, tuned, work_size
 from . import conv1x1_few
+from . import conv_taps
 from . import depthwise as dw_ops
 from . import grouped as grouped_ops
 from . import winograd as wino_ops
@@ -820,7 +821,8 @@ def _splits_wide(dev, g, t, tiles, ktiles):
     ResNet's 7 x 7 layers at batch 64, 100 on 132 units, do not split),
     fewer of them than units, a main loop of at least that many steps,
     splitting allowed (as ``_splits``)."""
-    if dev.is_cpu or t.get("MICRO") != 4 or deterministic() or not config.get("CONV_SPLITK") \
+    splittable = t.get("MICRO") == 4 or (SPLITK_WIDE_TF32 and t.get("TF32"))
+    if dev.is_cpu or not splittable or deterministic() or not config.get("CONV_SPLITK") \
             or _forward_variant(dev, g)[1] == "nosplit":
         return False
     return tiles < max(int(dev.compute_units), 1) and ktiles >= FWD_SPLITK_WIDE_MIN_KTILES
@@ -920,6 +922,12 @@ SPLITK_SRC = "splitk.cl"
 # units, 567 steps each) ran at 7 TFLOP/s unsplit (BENCHMARKS.md,
 # thirty-sixth session).
 FWD_SPLITK_WIDE_MIN_KTILES = 128
+# TF32 forwards (128 x 128 tensor-core tiles) split the same way when
+# their tiles are fewer than the units: Wide-ResNet-50's stride-2 3 x 3
+# layers at batch 16 (512 channels on 14 x 14: 100 tiles on 132 units,
+# 288 steps each) ran at ~43 TFLOP/s, one work-group of 8 warps on each
+# busy unit (BENCHMARKS.md, thirty-ninth session).
+SPLITK_WIDE_TF32 = False
 
 
 def forward_splitk(dev, g):
@@ -1359,6 +1367,11 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
     ``dw_input``: None, or a conv1x1_few.DwInput: ``x`` is not read, the
     convolution's input is that depthwise convolution's output, computed
     as it is loaded; only where ``takes_dw_input``."""
+    if algo is None and dw_input is None and gate is None:
+        pruned = _pruned_forward(dev, g, x, weight, y, col, bias, act, y_off, y_channels,
+                                 weight_version, residual)
+        if pruned is not None:
+            return pruned
     a = algorithm(dev, g, algo, "forward")
     if a == "winograd" and algo is None and not winograd_fuses(act):
         # the TEST plan fused an activation Winograd's output transform lacks
@@ -1458,6 +1471,32 @@ def forward(dev, g, x, weight, y, col, bias=None, act=None, algo=None, y_off=0,
                            bias=bias, bias_axis=0, act=act, conv=src.conv,
                            residual=residual, off_residual=n0 * ych * N, **packed, **b_packed)
     return out
+
+
+def _pruned_forward(dev, g, x, weight, y, col, bias, act, y_off, y_channels, weight_version,
+                    residual):
+    """The launches of ``g``'s forward as the convolution of its live taps
+    (ops/conv_taps.py): a copy of the weights' live window (run again only
+    after they changed, where a ``weight_version`` says so), then that
+    convolution's forward; or None where every tap is live or the smaller
+    convolution's kernels could not do what this call asks (write a slice,
+    add a residual, fit the column workspace the layer sized for ``g``)."""
+    p = conv_taps.pruned(g)
+    if p is None:
+        return None
+    g2, kh0, kw0 = p
+    sliced = bool(y_off) or y_channels not in (None, g.out_channels)
+    if (sliced and not writes_slices(dev, g2)) \
+            or (residual is not None and (sliced or not writes_residual(dev, g2))) \
+            or workspace_floats(dev, g2) > workspace_floats(dev, g):
+        return None
+    w2 = dev.alloc(4 * g2.out_channels * (g2.channels // g2.groups) * g2.kh * g2.kw)
+    copy = conv_taps.weight_window(dev, g, g2, kh0, kw0, weight, w2)
+    if weight_version is not None:
+        copy = OnChange(copy, weight_version)
+    return [copy] + forward(dev, g2, x, w2, y, col, bias, act, y_off=y_off,
+                            y_channels=y_channels, weight_version=weight_version,
+                            residual=residual)
 
 
 # CPU drivers: most floats of an op(B) packed once (packs_columns_once):
@@ -1775,6 +1814,8 @@ def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_ve
         kname, kargs = "conv_chanvec_kb", [kbc]
         pixmax = _chanvec_pixmax(dev, mr)
         defs.update(PIXMAX=pixmax, MRK=mr)
+    if not blocks and chanvec_tap_mask(g):
+        defs.update(TAP_MASK=1, PH=g.ph, PW=g.pw)
     wp = dev.alloc(4 * panels * nr * K)
     out = [OnChange(dev.launch(CHANVEC_SRC, "pack_w_chanvec", (panels,), (1,),
                                [M, K, weight, wp], defs), weight_version)]
@@ -1806,6 +1847,24 @@ def _chanvec_forward(dev, g, x, weight, y, col, bias, act, y_off, ych, weight_ve
              n0 * ych * N, act_a, act_b, wpad, hwp, wo, g.height, g.width,
              gate if gate is not None else wp, gate_stride], defs))
     return out
+
+
+# conv_chanvec skips, tile by tile, the taps that read only padding
+# (TAP_MASK) in layers where at least this share of the (output, tap)
+# pairs does: dilated layers on small planes. A 3 x 3 layer with padding 1
+# on 14 x 14 has 10% such pairs (the plane's border) and keeps the plain
+# loop.
+CHANVEC_TAP_MASK_MIN_DEAD = 0.3
+
+
+def chanvec_tap_mask(g):
+    """Whether conv_chanvec runs ``g`` with TAP_MASK: at least
+    CHANVEC_TAP_MASK_MIN_DEAD of its (output, tap) pairs read padding, and
+    its kernel's rows and columns fit the masks' bits."""
+    if not (g.ph or g.pw) or g.kh > 31 or g.kw > 31:
+        return False
+    live = conv_taps.live_fraction(g)
+    return 1.0 - live >= CHANVEC_TAP_MASK_MIN_DEAD
 
 
 # conv_chanvec's padded KH x KW layers: each work-item copies the padded
