@@ -1377,7 +1377,9 @@ class Converter:
           columns repeated once (Slice + Concat), then kernel 2f, stride f,
           pad 3f/2 with Caffe's bilinear filler weights, where that gives
           ONNX's interpolation weights for every output pixel (half_pixel
-          and pytorch_half_pixel do: PyTorch's align_corners=False).
+          and pytorch_half_pixel do: PyTorch's align_corners=False); an
+          axis of one entry (a pooled 1 x 1 map) is copied as nearest,
+          at any factor and coordinate mode.
         Either is checked against ONNX's formulas for the node's sizes,
         axis by axis; anything else (cubic, fractional or odd linear
         factors, align_corners linear, resizing N or C) is reported as
@@ -1436,24 +1438,26 @@ class Converter:
         else:
             if int(a.get("antialias", 0)):
                 raise Unsupported("antialias is not supported")
-            kernel, stride, pad, taps = [], [], [], []
+            kernel, stride, pad, taps, edges = [], [], [], [], []
             for ax, (i, o, sc, f) in enumerate(zip(shape[2:], out_hw, scale_hw, factors)):
                 spec = _bilinear_deconv(ctm, i, o, sc, f)
                 if spec is None:
                     raise Unsupported(f"linear resizing with coordinate_transformation_mode "
                                       f"{ctm!r} by {f} on axis {ax + 2} is not a bilinear "
-                                      "Deconvolution (even factors with half_pixel map)")
+                                      "Deconvolution (even factors with half_pixel map, or a "
+                                      "single row or column)")
                 kernel.append(len(spec[0]))
                 stride.append(f)
                 pad.append(spec[1])
                 taps.append(spec[0])
+                edges.append(spec[2])
         if factors == [1, 1]:       # checked above: ONNX's result is the input
             self.alias(0, node.input[0])
             return
         x, xs = self.blob(node.input[0]), shape
         if mode == "linear":
-            for ax, f in ((2, factors[0]), (3, factors[1])):
-                if f > 1:
+            for ax, edge in ((2, edges[0]), (3, edges[1])):
+                if edge:
                     x, xs = self.edge_pad(x, xs, ax, self.lname())
         c = shape[1]
         top = self.out(shape=(shape[0], c, out_hw[0], out_hw[1]))
@@ -1595,27 +1599,29 @@ def _deconv_1d(v, taps, f, pad, n_out):
 
 
 def _bilinear_deconv(ctm, n_in, n_out, scale, f):
-    """(taps, pad) of a Deconvolution (stride ``f``, kernel 2f, Caffe's
-    bilinear filler taps) over the input with its edge entries repeated
-    once whose result along one axis is ONNX's linear Resize (checked on
-    random vectors), or None where none is (odd factors, other modes);
-    at ``f`` 1 ((1,), 0), the axis untouched, where ONNX's is too."""
-    if f == 1:          # the axis left alone, where ONNX's weights are the identity
-        v = np.random.default_rng(0).standard_normal((3, n_in))
+    """(taps, pad, edge) of a Deconvolution (stride ``f``) whose result
+    along one axis is ONNX's linear Resize (checked on random vectors):
+    kernel 2f with Caffe's bilinear filler taps over the input with its
+    edge entries repeated once (edge True); at ``f`` 1 ((1,), 0), the axis
+    untouched, where ONNX's is too; from a single entry (an image-pooling
+    branch's 1 x 1 map, any coordinate mode, align_corners included) kernel
+    f of ones, the entry copied to every output, where ONNX's result is
+    that. None where none is (odd factors, other modes)."""
+    v = np.random.default_rng(0).standard_normal((3, n_in))
+    if f == 1 or n_in == 1:
         got = _linear_resize_1d(ctm, v, n_out, scale)
-        return (np.ones(1), 0) if got is not None and np.allclose(got, v, rtol=0,
-                                                                     atol=1e-9) else None
+        ok = got is not None and np.allclose(got, np.repeat(v, f, axis=-1), rtol=0, atol=1e-9)
+        return (np.ones(f), 0, False) if ok else None
     if f % 2:
         return None
     k, pad = 2 * f, 3 * f // 2
     c = (2 * f - 1 - f % 2) / (2.0 * f)
     taps = 1.0 - np.abs(np.arange(k) / f - c)
-    v = np.random.default_rng(0).standard_normal((3, n_in))
     want = _linear_resize_1d(ctm, v, n_out, scale)
     if want is None:
         return None
     got = _deconv_1d(v, taps, f, pad, n_out)
-    return (taps, pad) if np.allclose(got, want, rtol=0, atol=1e-9) else None
+    return (taps, pad, True) if np.allclose(got, want, rtol=0, atol=1e-9) else None
 
 
 def _channel_permutation(idx, shape):

@@ -29,6 +29,11 @@ BWD_DATA_ROWS = True
 # one element a work-item on GPUs (dw_bwd_data_tile); off: the general
 # kernels above. BENCHMARKS.md, forty-second session
 BWD_DATA_TILE = True
+# ... and of strides 4 or a multiple of 8 whose kernel width is a multiple
+# of the stride (bilinear x4 / x8 / x16 / x32 upsamplings): 8 consecutive
+# phases of one dy column a float8 (depthwise.cl dw_bwd_row_phases);
+# off: phase by phase. BENCHMARKS.md, forty-second session
+BWD_DATA_PHASE_RUNS = True
 
 
 def eligible(g):
@@ -58,6 +63,8 @@ def _defines(dev, g, **extra):
         d = dict(KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, PH=g.ph, PW=g.pw, DH=g.dh, DW=g.dw)
     else:
         d = dict(DW_RUNTIME=1, BIAS=0, ACT=0, DW_BAND_FLOATS=band_floats(dev), WG=WG)
+    if not BWD_DATA_PHASE_RUNS:
+        d["DW_PHASE_RUNS"] = 0
     d.update(extra)
     return d
 

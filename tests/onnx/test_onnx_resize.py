@@ -204,3 +204,47 @@ def test_bilinear_edges_of_one_two_and_more_rows(hw):
     net = check_onnx(make_model(nodes, {"x": (1, 3) + hw}, ["y"], inits), tol=1e-5)
     slices = [lp for lp in net.layer if lp.type == "Slice"]
     assert len(slices) == sum(n > 1 for n in hw)
+
+
+@pytest.mark.parametrize("ctm", ["align_corners", "half_pixel", "pytorch_half_pixel",
+                                 "asymmetric"])
+def test_bilinear_from_a_single_pixel_is_a_copy(ctm):
+    """DeepLab's image-pooling branch: a 1 x 1 map resized bilinearly to
+    the feature map's size (odd factors, align_corners too) is that pixel
+    everywhere: kernel = stride = the factor, ones, no edge repeat."""
+    inits = {"w": rand(3, 3, 1, 1), "b": rand(3), "sizes": np.array([2, 3, 7, 6], np.int64)}
+    nodes = [node("Conv", ["x", "w", "b"], ["c"]),
+             node("Resize", ["c", "", "", "sizes"], ["y"], mode="linear",
+                  coordinate_transformation_mode=ctm)]
+    net = check_onnx(make_model(nodes, {"x": (2, 3, 1, 1)}, ["y"], inits), tol=1e-6,
+                     layer_types=["Deconvolution"])
+    cp = _deconv(net).convolution_param
+    assert [cp.kernel_h, cp.kernel_w] == [7, 6] and [cp.stride_h, cp.stride_w] == [7, 6]
+    assert not [lp for lp in net.layer if lp.type in ("Concat", "Slice")]
+
+
+def test_torch_image_pooling_branch_converts():
+    """F.interpolate(pooled, size=x.shape[-2:], mode="bilinear",
+    align_corners=True) after AdaptiveAvgPool2d(1): the form of DeepLab
+    v3's ASPP pooling in many ports; a single row and a single column
+    resized alone too (1 x W and H x 1 maps)."""
+    torch = pytest.importorskip("torch")
+    nn, F = torch.nn, torch.nn.functional
+
+    class Pool(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(3, 4, 1)
+
+        def forward(self, x):
+            size = x.shape[-2:]
+            p = self.c(F.adaptive_avg_pool2d(x, 1))
+            row = self.c(F.avg_pool2d(x, (x.shape[2], 1)))      # 1 x W
+            return (F.interpolate(p, size=size, mode="bilinear", align_corners=True),
+                    F.interpolate(row, size=size, mode="bilinear", align_corners=False))
+
+    torch.manual_seed(0)
+    buf = io.BytesIO()
+    torch.onnx.export(Pool().eval(), torch.randn(1, 3, 9, 10), buf, opset_version=13,
+                      input_names=["x"], dynamo=False)
+    check_onnx(onnx.load_from_string(buf.getvalue()), tol=1e-5, layer_types=["Deconvolution"])

@@ -263,8 +263,10 @@ def test_cpu_forward_every_row_width(d, rng, k, stride):
         _check_cpu_forward(d, rng, g)
 
 
-@pytest.mark.parametrize("k,stride,pad", [(2, 2, 0), (4, 2, 1), (3, 2, 1), (8, 4, 2), (3, 1, 1)],
-                         ids=["nearest2", "bilinear2", "k3s2", "bilinear4", "k3s1"])
+@pytest.mark.parametrize("k,stride,pad", [(2, 2, 0), (4, 2, 1), (3, 2, 1), (8, 4, 2), (3, 1, 1),
+                                           (16, 8, 4), (32, 16, 8), (5, 4, 1)],
+                         ids=["nearest2", "bilinear2", "k3s2", "bilinear4", "k3s1", "bilinear8",
+                              "bilinear16", "k5s4"])
 def test_cpu_backward_data_rows_every_width(d, rng, monkeypatch, k, stride, pad):
     """dw_bwd_data_rows (the CPU backward-data, and so Deconvolution's
     forward, of undilated layers) at dx widths whose float8 runs end on a
@@ -272,14 +274,20 @@ def test_cpu_backward_data_rows_every_width(d, rng, monkeypatch, k, stride, pad)
     stored outputs) and accumulating (the remainder one by one). nearest2
     (kernel == stride) with dw_bwd_data_tile_rows switched off."""
     monkeypatch.setattr(dw_ops, "BWD_DATA_TILE", False)
+    # bilinear4/8/16: the float8 runs of 8 phases (dw_bwd_row_phases); k5s4:
+    # stride 4 with a kernel not a multiple of it (phase by phase)
     for width in range(9, 42, 4 if stride > 1 else 3):
-        g = _geom((1, 2, 6, width, k, k, pad, pad, stride, stride, 1, 1))
+        g = _geom((1, 2, max(6, k + 3), width, k, k, pad, pad, stride, stride, 1, 1))
         if g.out_w < 1:
             continue
+        assert g.out_h >= 2
         _, w, _, _ = _case(g, rng)
         dy = rng.standard_normal((g.num, g.channels, g.out_h, g.out_w))
-        _, dx_ref = _ref_grads(g, rng.standard_normal((g.num, g.channels, g.height, g.width)),
-                               w, dy)
+        dx_ref = _dx_ref(g, w, dy)
+        if k <= 4 and width < 20:           # the reference against the adjoint probes
+            _, probed = _ref_grads(g, rng.standard_normal((g.num, g.channels, g.height,
+                                                           g.width)), w, dy)
+            np.testing.assert_allclose(dx_ref, probed, atol=1e-9)
         shape = (g.num, g.channels, g.height, g.width)
         dxb = d.buf(np.full(shape, np.nan))
         wb, dyb = d.buf(w), d.buf(dy)
@@ -291,6 +299,19 @@ def test_cpu_backward_data_rows_every_width(d, rng, monkeypatch, k, stride, pad)
         dxb = d.buf(dx0)
         d.run(dw_ops.backward_data(d.dev, g, dyb, wb, dxb, accumulate=True, impl="cpu"))
         assert _rel(d.get(dxb, shape), dx0 + dx_ref) < 1e-5, width
+
+
+def _dx_ref(g, w, dy):
+    """dx = depthwise^T(dy) in float64, scattered tap by tap into a padded
+    plane (undilated; fast for the 32 x 32 kernels of x16 upsamplings,
+    which the unit-vector probes of _ref_grads take minutes over)."""
+    hp, wp = g.height + 2 * g.ph + g.kh, g.width + 2 * g.pw + g.kw
+    dxp = np.zeros((g.num, g.channels, hp + g.sh * g.out_h, wp + g.sw * g.out_w))
+    for kh in range(g.kh):
+        for kw in range(g.kw):
+            dxp[:, :, kh:kh + g.sh * g.out_h:g.sh, kw:kw + g.sw * g.out_w:g.sw] += \
+                dy * w[:, 0, kh, kw].reshape(1, -1, 1, 1)
+    return dxp[:, :, g.ph:g.ph + g.height, g.pw:g.pw + g.width]
 
 
 def _tile_ref(g, w, dy):
