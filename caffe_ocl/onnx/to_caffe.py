@@ -1373,15 +1373,16 @@ class Converter:
           pixel copied to its block), where ONNX's index rule for the node
           (coordinate_transformation_mode, nearest_mode) sends output pixel
           i to input i // factor;
-        - linear (bilinear) at even factors f: the input's edge rows and
-          columns repeated once (Slice + Concat), then kernel 2f, stride f,
-          pad 3f/2 with Caffe's bilinear filler weights, where that gives
+        - linear (bilinear) at whole factors f: the input's edge rows and
+          columns repeated once (Slice + Concat), then kernel 2f (odd f:
+          2f - 1), stride f, pad 3f/2 (rounded down) with Caffe's bilinear
+          filler weights, where that gives
           ONNX's interpolation weights for every output pixel (half_pixel
           and pytorch_half_pixel do: PyTorch's align_corners=False); an
           axis of one entry (a pooled 1 x 1 map) is copied as nearest,
           at any factor and coordinate mode.
         Either is checked against ONNX's formulas for the node's sizes,
-        axis by axis; anything else (cubic, fractional or odd linear
+        axis by axis; anything else (cubic, fractional
         factors, align_corners linear, resizing N or C) is reported as
         unsupported."""
         mode = a.get("mode", "nearest")
@@ -1444,7 +1445,7 @@ class Converter:
                 if spec is None:
                     raise Unsupported(f"linear resizing with coordinate_transformation_mode "
                                       f"{ctm!r} by {f} on axis {ax + 2} is not a bilinear "
-                                      "Deconvolution (even factors with half_pixel map, or a "
+                                      "Deconvolution (whole factors with half_pixel map, or a "
                                       "single row or column)")
                 kernel.append(len(spec[0]))
                 stride.append(f)
@@ -1601,20 +1602,21 @@ def _deconv_1d(v, taps, f, pad, n_out):
 def _bilinear_deconv(ctm, n_in, n_out, scale, f):
     """(taps, pad, edge) of a Deconvolution (stride ``f``) whose result
     along one axis is ONNX's linear Resize (checked on random vectors):
-    kernel 2f with Caffe's bilinear filler taps over the input with its
-    edge entries repeated once (edge True); at ``f`` 1 ((1,), 0), the axis
+    kernel 2f (2f - 1 at odd f) with Caffe's bilinear filler taps over the
+    input with its edge entries repeated once (edge True); at ``f`` 1 ((1,), 0), the axis
     untouched, where ONNX's is too; from a single entry (an image-pooling
     branch's 1 x 1 map, any coordinate mode, align_corners included) kernel
     f of ones, the entry copied to every output, where ONNX's result is
-    that. None where none is (odd factors, other modes)."""
+    that. None where none is (other modes: align_corners, asymmetric)."""
     v = np.random.default_rng(0).standard_normal((3, n_in))
     if f == 1 or n_in == 1:
         got = _linear_resize_1d(ctm, v, n_out, scale)
         ok = got is not None and np.allclose(got, np.repeat(v, f, axis=-1), rtol=0, atol=1e-9)
         return (np.ones(f), 0, False) if ok else None
-    if f % 2:
-        return None
-    k, pad = 2 * f, 3 * f // 2
+    # kernel 2f (odd f: 2f - 1, its taps then centred on a whole input
+    # pixel) over the edge-repeated input, one input pixel's f outputs past
+    # the kernel's centre of padding
+    k, pad = 2 * f - f % 2, (3 * f - f % 2) // 2
     c = (2 * f - 1 - f % 2) / (2.0 * f)
     taps = 1.0 - np.abs(np.arange(k) / f - c)
     want = _linear_resize_1d(ctm, v, n_out, scale)

@@ -96,7 +96,6 @@ def test_factor_one_is_an_alias():
     # bilinear with corners aligned is no convolution: its weights vary
     (dict(mode="linear", coordinate_transformation_mode="align_corners"), [1, 1, 2, 2], None,
      "align_corners"),
-    (dict(mode="linear"), [1, 1, 3, 3], None, "by 3"),
     (dict(mode="linear", coordinate_transformation_mode="asymmetric"), [1, 1, 2, 2], None,
      "asymmetric"),
     # align_corners at factor 3 on 4 x 5 picks pixel 1 for output 2
@@ -151,12 +150,29 @@ def test_torch_nearest_upsample_converts():
     (dict(mode="linear"), [1, 1, 4, 2], None, 13),           # ONNX's default: half_pixel
     (dict(mode="linear"), None, [1, 3, 32, 40], 13),          # by 8 and 8, from sizes
     (dict(mode="linear"), [1, 1, 1, 2], None, 11),            # one axis only
+    # odd factors: kernel 2f - 1 (PSPNet's pyramid bins at a 30 x 30 map)
+    (dict(mode="linear"), [1, 1, 3, 3], None, 13),
+    (dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel"), None,
+     [1, 3, 20, 15], 13),                                      # by 5 and 3
+    (dict(mode="linear"), [1, 1, 3, 2], None, 13),            # odd and even
 ])
 def test_bilinear_even_factors_match_onnxruntime(attrs, scales, sizes, opset):
     net = check_onnx(_resize(attrs, scales, sizes, opset), tol=1e-5,
                      layer_types=["Deconvolution", "Concat"])
     lp = _deconv(net)
     assert lp.convolution_param.group == 3 and lp.param[0].lr_mult == 0
+
+
+def test_odd_bilinear_factor_is_caffes_bilinear_filler():
+    """At factor 3 the kernel is 5 taps, Caffe's bilinear filler for a
+    kernel of 5 (centred on a whole pixel): 1/3, 2/3, 1, 2/3, 1/3."""
+    net = check_onnx(_resize(dict(mode="linear"), [1, 1, 3, 3]), tol=1e-5)
+    lp = _deconv(net)
+    cp = lp.convolution_param
+    assert list(cp.kernel_size) == [5] and list(cp.stride) == [3] and list(cp.pad) == [4]
+    w = np.asarray(lp.blobs[0].data, np.float64).reshape(3, 1, 5, 5)[0, 0]
+    t = np.array([1, 2, 3, 2, 1]) / 3.0
+    np.testing.assert_allclose(w, np.outer(t, t), atol=1e-7)
 
 
 def test_torch_bilinear_upsample_converts():
