@@ -352,6 +352,13 @@ __kernel void dw_forward_flat(int units, int C, int H, int W, int HO, int WO,
     }
 }
 
+/* The CPU backward-data kernels' (image, channel) plane u: its dy plane
+ * dyp, dx plane dxp and the channel's taps wp. */
+#define DW_BWD_PLANE(u)                                                        \
+    __global const float* dyp = dy + (size_t)(u) * HO * WO;                    \
+    __global float* dxp = dx + (size_t)(u) * H * W;                            \
+    __global const float* wp = w + ((u) % C) * TAPS;
+
 /* dx = depthwise^T(dy) on CPU drivers: each work-item owns whole dx planes
  * (no races), clears them unless accumulating, then scatters every dy row
  * through the taps into the dx rows it reaches (contiguous segments). */
@@ -360,10 +367,7 @@ __kernel void dw_bwd_data_plane(int units, int C, int H, int W, int HO, int WO,
                                 __global const float* dy, __global const float* w,
                                 __global float* dx, int accumulate) {
     GLOBAL_LOOP(u, units) {
-        const int c = u % C;
-        __global const float* dyp = dy + (size_t)u * HO * WO;
-        __global float* dxp = dx + (size_t)u * H * W;
-        __global const float* wp = w + c * TAPS;
+        DW_BWD_PLANE(u)
         if (!accumulate)
             for (int i = 0; i < H * W; ++i) dxp[i] = 0.0f;
         for (int oh = 0; oh < HO; ++oh) {
@@ -470,10 +474,7 @@ __kernel void dw_bwd_data_rows(int units, int C, int H, int W, int HO, int WO,
                                __global const float* dy, __global const float* w,
                                __global float* dx, int accumulate) {
     GLOBAL_LOOP(u, units) {
-        const int c = u % C;
-        __global const float* dyp = dy + (size_t)u * HO * WO;
-        __global float* dxp = dx + (size_t)u * H * W;
-        __global const float* wp = w + c * TAPS;
+        DW_BWD_PLANE(u)
         for (int ih = 0; ih < H; ++ih) {
             const int th = ih + PH, p = th / SH, rh = th % SH;
             const int JH = rh < KH ? (KH - rh + SH - 1) / SH : 0;
@@ -630,10 +631,7 @@ __kernel void dw_bwd_data_tile_rows(int units, int C, int H, int W, int HO, int 
      * geometry; min() keeps stores inside dx whatever the host passes) */
     const int P = min(HO, H / SH), Q = min(WO, W / SW);
     GLOBAL_LOOP(u, units) {
-        const int c = u % C;
-        __global const float* dyp = dy + (size_t)u * HO * WO;
-        __global float* dxp = dx + (size_t)u * H * W;
-        __global const float* wp = w + c * TAPS;
+        DW_BWD_PLANE(u)
         for (int ih = 0; ih < H; ++ih) {
             __global float* dxr = dxp + (size_t)ih * W;
             const int p = ih / SH;
