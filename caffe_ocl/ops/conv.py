@@ -820,9 +820,11 @@ def _splits_wide(dev, g, t, tiles, ktiles):
     tiles (one of them keeps a unit far from busy; the 128-column tiles of
     ResNet's 7 x 7 layers at batch 64, 100 on 132 units, do not split),
     fewer of them than units, a main loop of at least that many steps,
-    splitting allowed (as ``_splits``)."""
-    splittable = t.get("MICRO") == 4 or (SPLITK_WIDE_TF32 and t.get("TF32"))
-    if dev.is_cpu or not splittable or deterministic() or not config.get("CONV_SPLITK") \
+    splitting allowed (as ``_splits``). Not TF32's 128 x 128 tiles: split
+    the same way, Wide-ResNet-50 at batch 16 (whose stride-2 3 x 3 layers
+    fill 100 tiles of 132 units) ran level (0.98-1.01; BENCHMARKS.md,
+    forty-second session)."""
+    if dev.is_cpu or t.get("MICRO") != 4 or deterministic() or not config.get("CONV_SPLITK") \
             or _forward_variant(dev, g)[1] == "nosplit":
         return False
     return tiles < max(int(dev.compute_units), 1) and ktiles >= FWD_SPLITK_WIDE_MIN_KTILES
@@ -922,12 +924,6 @@ SPLITK_SRC = "splitk.cl"
 # units, 567 steps each) ran at 7 TFLOP/s unsplit (BENCHMARKS.md,
 # thirty-sixth session).
 FWD_SPLITK_WIDE_MIN_KTILES = 128
-# TF32 forwards (128 x 128 tensor-core tiles) split the same way when
-# their tiles are fewer than the units: Wide-ResNet-50's stride-2 3 x 3
-# layers at batch 16 (512 channels on 14 x 14: 100 tiles on 132 units,
-# 288 steps each) ran at ~43 TFLOP/s, one work-group of 8 warps on each
-# busy unit (BENCHMARKS.md, thirty-ninth session).
-SPLITK_WIDE_TF32 = False
 
 
 def forward_splitk(dev, g):
