@@ -26,6 +26,7 @@ as it is. ``CAFFE_OCL_CONV_PRUNE_TAPS=0`` turns it off.
 from dataclasses import replace
 
 from .. import config
+from .shape import window_copy
 
 
 def _tap_outputs(out, stride, pad, dil, tap, size):
@@ -75,6 +76,5 @@ def pruned(g):
 def weight_window(dev, g, g2, kh0, kw0, weight, dst):
     """The launch copying ``g``'s weights' live window (``pruned``) into
     ``dst`` (g2's weight layout)."""
-    from .shape import window_copy
     rows = g.out_channels * (g.channels // g.groups)
     return window_copy(dev, rows, g.kh, g.kw, kh0, kw0, g2.kh, g2.kw, weight, dst)
