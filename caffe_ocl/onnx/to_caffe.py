@@ -11,8 +11,8 @@ notices are listed in README.md next to this file; in short:
   must be given. Initializer-only subgraphs (and Shape of a known shape)
   are folded first, so PyTorch's Shape->Gather->Unsqueeze->Concat->Reshape
   chains become a plain Reshape.
-- ONNX floor pooling uses ``round_mode: FLOOR``; ceil pooling Caffe's
-  default CEIL. Window counts or divisors that Caffe cannot reproduce are
+- ONNX floor pooling uses ``round_mode: FLOOR`` where Caffe's default CEIL
+  would give other windows; otherwise (and for ceil pooling) the default. Window counts or divisors that Caffe cannot reproduce are
   fixed exactly: extra trailing windows are cut with Slice (+Silence),
   asymmetric padding becomes an explicit zero (-FLT_MAX for MAX) border made
   of DummyData + Concat, and an averaging divisor that differs (e.g.
@@ -642,9 +642,12 @@ class Converter:
         want = onnx_pool_outs(H, K, S, pads, ceil)
         extra = [max(pads[i][1] - pads[i][0], 0) for i in range(2)]
         best = None
+        # Caffe's default rounding (CEIL) first where it gives the same
+        # windows: no round_mode written, which OpenCV's caffe.proto reads
+        # as another field (its ceil_mode; the Pooling then failed to load)
         for exact in (True, False):
             for ex in ([0, 0], extra):
-                for c in (ceil, not ceil):
+                for c in (True, False):
                     outs = caffe_pool_outs([H[0] + ex[0], H[1] + ex[1]], K, S, P, c)
                     ok = outs == want if exact else all(o >= w for o, w in zip(outs, want))
                     if ok and best is None:

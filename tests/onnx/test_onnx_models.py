@@ -322,10 +322,17 @@ def test_layer_choices(converted):
     # ... which a solver must not train: PyTorch's channel shuffle has no weights
     assert all([(ps.lr_mult, ps.decay_mult) for ps in lp.param] == [(0.0, 0.0)]
                for lp in shufflenet_perm)
-    # googlenet ceil pooling keeps Caffe's CEIL; densenet's floor pooling uses FLOOR
+    # googlenet ceil pooling keeps Caffe's CEIL; densenet's floor pooling uses
+    # FLOOR where CEIL would give another window (the 3 x 3 stride-2 max
+    # pooling), and leaves the field out where both agree (the transition's
+    # 2 x 2 stride-2 average on an even plane), as OpenCV reads field 13 as
+    # another one
     pools = [lp.pooling_param for lp in converted["densenet121"][1].layer
              if lp.type == "Pooling" and not lp.pooling_param.global_pooling]
-    assert all(p.round_mode == p.FLOOR for p in pools)
+    maxes = [p for p in pools if p.pool == p.MAX]
+    aves = [p for p in pools if p.pool == p.AVE]
+    assert maxes and all(p.round_mode == p.FLOOR for p in maxes)
+    assert aves and not any(p.HasField("round_mode") for p in aves)
     # the Shape->Gather->Unsqueeze->Concat->Reshape chain became one Flatten
     assert types("vgg16").count("Flatten") == 1
 
