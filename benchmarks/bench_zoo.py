@@ -110,7 +110,7 @@ def tiny_model():
     return Tiny()
 
 
-def _SegmentationOut(model):
+def _segmentation_out(model):
     """A torchvision segmentation model returning its "out" tensor (the
     models return a dict, which ONNX export and the checks do not take)."""
     import torch
@@ -145,7 +145,7 @@ def build_model(name, seed=0):
         if hasattr(torchvision.models, name):
             model = getattr(torchvision.models, name)(weights=None, **kw)
         else:       # torchvision.models.segmentation: the per-pixel logits
-            model = _SegmentationOut(getattr(torchvision.models.segmentation, name)(
+            model = _segmentation_out(getattr(torchvision.models.segmentation, name)(
                 weights=None, weights_backbone=None, aux_loss=False))
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():

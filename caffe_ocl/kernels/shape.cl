@@ -348,15 +348,3 @@ __kernel void multi_copy(int rows, __global float* y, int offy, int ldy, int gat
         else *a = *b;
     }
 }
-
-/* dst[r][i][j] = src[r][h0 + i][w0 + j] for r < rows, i < h, j < w: the
- * h x w window of each H x W plane (a convolution's live taps, ops/conv_taps.py). */
-__kernel void window_copy(int rows, int H, int W, int h0, int w0, int h, int w,
-                          __global const float* src, __global float* dst) {
-    const int per = h * w;
-    GLOBAL_LOOP(i, rows * per) {
-        const int r = i / per, t = i - r * per;
-        const int y = t / w, x = t - y * w;
-        dst[i] = src[((size_t)r * H + h0 + y) * W + w0 + x];
-    }
-}

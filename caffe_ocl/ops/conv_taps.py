@@ -25,8 +25,10 @@ as it is. ``CAFFE_OCL_CONV_PRUNE_TAPS=0`` turns it off.
 """
 from dataclasses import replace
 
+import numpy as np
+
 from .. import config
-from .shape import window_copy
+from .shape import crop_copy
 
 
 def _tap_outputs(out, stride, pad, dil, tap, size):
@@ -75,6 +77,11 @@ def pruned(g):
 
 def weight_window(dev, g, g2, kh0, kw0, weight, dst):
     """The launch copying ``g``'s weights' live window (``pruned``) into
-    ``dst`` (g2's weight layout)."""
+    ``dst`` (g2's weight layout): the Crop layer's copy, from each KH x KW
+    plane of the weights the g2.kh x g2.kw one at (kh0, kw0)."""
     rows = g.out_channels * (g.channels // g.groups)
-    return window_copy(dev, rows, g.kh, g.kw, kh0, kw0, g2.kh, g2.kw, weight, dst)
+    # crop_copy's geometry: the window's shape, the weights' strides, the offsets
+    geom = np.array([rows, g2.kh, g2.kw, g.kh * g.kw, g.kw, 1, 0, kh0, kw0], np.int32)
+    geom_buf = dev.alloc(geom.nbytes)
+    dev.upload(geom_buf, geom)
+    return crop_copy(dev, rows * g2.kh * g2.kw, 3, geom_buf, weight, dst, True, row=g2.kw)

@@ -137,8 +137,3 @@ def embed(dev, M, N, K, x, w, bias, y):
 
 def embed_weight_grad(dev, M, N, K, x, dy, dw):
     return _launch(dev, N, "embed_wgrad", [M, N, K, x, dy, dw])
-
-
-def window_copy(dev, rows, H, W, h0, w0, h, w, src, dst):
-    """dst[r] = src[r][h0:h0 + h, w0:w0 + w] for each of ``rows`` H x W planes."""
-    return _launch(dev, rows * h * w, "window_copy", [rows, H, W, h0, w0, h, w, src, dst])

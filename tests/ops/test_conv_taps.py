@@ -101,13 +101,14 @@ def test_forward_matches_float64(d, rng, p):
     yb = d.buf(np.full(yshape, np.nan))
     launches = conv_ops.forward(d.dev, g, d.buf(x), wb, yb, col, bias=d.buf(b), act=RELU,
                                 weight_version=lambda: 1)
-    assert launches[0].name == "window_copy"
+    copies = ("crop_rows", "crop_copy")          # the weights' window (ops/shape.py)
+    assert launches[0].name in copies
     d.run(launches)
     assert rel_err(d.get(yb, yshape), want) < 1e-5
     with config.override(CONV_PRUNE_TAPS=False):        # the whole kernel: the same sums
         whole = conv_ops.forward(d.dev, g, d.buf(x), wb, yb, col, bias=d.buf(b), act=RELU,
                                  weight_version=lambda: 1)
-    assert "window_copy" not in [ln.name for ln in whole]
+    assert not set(copies) & {ln.name for ln in whole}
     d.run(whole)
     assert rel_err(d.get(yb, yshape), want) < 1e-5
 
