@@ -264,9 +264,11 @@ def test_cpu_forward_every_row_width(d, rng, k, stride):
 
 
 @pytest.mark.parametrize("k,stride,pad", [(2, 2, 0), (4, 2, 1), (3, 2, 1), (8, 4, 2), (3, 1, 1),
-                                           (16, 8, 4), (32, 16, 8), (5, 4, 1)],
+                                           (16, 8, 4), (32, 16, 8), (5, 4, 1), (8, 4, 0),
+                                           (16, 8, 0), (16, 8, 12), (4, 4, 1)],
                          ids=["nearest2", "bilinear2", "k3s2", "bilinear4", "k3s1", "bilinear8",
-                              "bilinear16", "k5s4"])
+                              "bilinear16", "k5s4", "k8s4-unpadded", "k16s8-unpadded",
+                              "bilinear8-edges", "k4s4-pad1"])
 def test_cpu_backward_data_rows_every_width(d, rng, monkeypatch, k, stride, pad):
     """dw_bwd_data_rows (the CPU backward-data, and so Deconvolution's
     forward, of undilated layers) at dx widths whose float8 runs end on a
@@ -275,9 +277,12 @@ def test_cpu_backward_data_rows_every_width(d, rng, monkeypatch, k, stride, pad)
     (kernel == stride) with dw_bwd_data_tile_rows switched off."""
     monkeypatch.setattr(dw_ops, "BWD_DATA_TILE", False)
     # bilinear4/8/16: the float8 runs of 8 phases (dw_bwd_row_phases); k5s4:
-    # stride 4 with a kernel not a multiple of it (phase by phase)
+    # stride 4 with a kernel not a multiple of it (phase by phase). Unpadded:
+    # runs that end at dy's last column, not at dx's last; bilinear8-edges:
+    # onnx2caffe's x8 (pad 3f/2 over an edge-repeated input); pad 1: the first
+    # run starts at column 7 (one tap a column: no run reaches back past dy)
     for width in range(9, 42, 4 if stride > 1 else 3):
-        g = _geom((1, 2, max(6, k + 3), width, k, k, pad, pad, stride, stride, 1, 1))
+        g = _geom((1, 2, max(6, k + stride + 3), width, k, k, pad, pad, stride, stride, 1, 1))
         if g.out_w < 1:
             continue
         assert g.out_h >= 2
