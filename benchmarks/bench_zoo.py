@@ -10,6 +10,8 @@ A --nets name torchvision.models lacks is looked up in
 torchvision.models.segmentation (fcn_resnet50, deeplabv3_resnet50,
 deeplabv3_mobilenet_v3_large, lraspp_mobilenet_v3_large: no auxiliary
 head, the "out" logits; their upsamplings convert to Deconvolutions).
+A name ``timm:NAME`` is ``timm.create_model(NAME)`` (random weights; timm is
+not a dependency: ``pip install timm`` for these held-out architectures).
 
     python benchmarks/bench_zoo.py [--device gpu|cpu] [--nets a,b,...]
         [--batches 1,16,64] [--precisions fp32,tf32] [--runs 10] [--warmup 3]
@@ -142,7 +144,10 @@ def build_model(name, seed=0):
             kw = dict(aux_logits=False, init_weights=False)
         elif name.startswith("inception"):
             kw = dict(aux_logits=False, init_weights=False)
-        if hasattr(torchvision.models, name):
+        if name.startswith("timm:"):    # held-out architectures (pip install timm)
+            import timm
+            model = timm.create_model(name[5:], pretrained=False)
+        elif hasattr(torchvision.models, name):
             model = getattr(torchvision.models, name)(weights=None, **kw)
         else:       # torchvision.models.segmentation: the per-pixel logits
             model = _segmentation_out(getattr(torchvision.models.segmentation, name)(

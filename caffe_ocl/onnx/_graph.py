@@ -384,7 +384,37 @@ def _try_fold(node, consts, shapes, opsets):
                 f"{op} {node_name(node)!r}: output {o!r} of shape {list(s)} holds "
                 f"{math.prod(s)} values, more than a .caffemodel (one protobuf message, "
                 "under 2 GiB) can hold")
+    if op == "BatchNormalization" and sum(1 for o in node.output if o) > 1:
+        return _fold_training_batchnorm(node, consts)
     return _evaluate(node, consts, opsets)
+
+
+def _fold_training_batchnorm(node, consts):
+    """A BatchNormalization in training mode (opset 9-13: more than one
+    output; 14+: training_mode 1) over constants: normalised by the
+    input's own statistics over every axis but 1 (population variance), as
+    ONNX defines it; also the running mean and variance outputs (input *
+    momentum + current * (1 - momentum)). timm's weight-standardised
+    convolutions (NFNet, ScaledStdConv) export their weights so; onnx's
+    reference evaluator gives only Y there. The saved mean / variance
+    outputs (opset 9-13) are left unfolded."""
+    at = {a.name: a for a in node.attribute}
+    eps = at["epsilon"].f if "epsilon" in at else 1e-5
+    momentum = at["momentum"].f if "momentum" in at else 0.9
+    x, scale, bias, mean_in, var_in = (consts[i].astype(np.float64) for i in node.input[:5])
+    if x.ndim < 2:
+        return None
+    axes = tuple(i for i in range(x.ndim) if i != 1)
+    cur_mean, cur_var = x.mean(axis=axes), x.var(axis=axes)
+    bshape = (1, -1) + (1,) * (x.ndim - 2)
+    y = ((x - cur_mean.reshape(bshape)) / np.sqrt(cur_var.reshape(bshape) + eps)
+         * scale.reshape(bshape) + bias.reshape(bshape))
+    dtype = consts[node.input[0]].dtype
+    out = {node.output[0]: y.astype(dtype)}
+    for o, run, cur in zip(node.output[1:3], (mean_in, var_in), (cur_mean, cur_var)):
+        if o:
+            out[o] = (run * momentum + cur * (1 - momentum)).astype(dtype)
+    return out
 
 
 def _evaluate(node, consts, opsets):

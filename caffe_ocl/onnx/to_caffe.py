@@ -744,6 +744,10 @@ class Converter:
                 self.refs[node.output[0]] = Var(node.output[0], top, shape[:2] + (1, 1),
                                                 out_shape)
             return
+        if kind != "MAX" and axes == list(range(axes[0], axes[-1] + 1)) \
+                and axes[-1] < len(shape) - 1:
+            self._reduce_inner(node, shape, axes, kind, out_shape)
+            return
         if kind == "MAX" or axes != list(range(axes[0], len(shape))):
             raise Unsupported(f"reduction over axes {axes} of a {len(shape)}-D tensor has no "
                               "Caffe equivalent (Caffe's Reduction works on trailing axes)")
@@ -752,6 +756,26 @@ class Converter:
         lp.reduction_param.operation = getattr(caffe_pb2.ReductionParameter, kind)
         lp.reduction_param.axis = axes[0]
         self.refs[node.output[0]] = Var(node.output[0], top, shape[:axes[0]], out_shape)
+
+    def _reduce_inner(self, node, shape, axes, kind, out_shape):
+        """SUM / MEAN over a run of axes followed by others (ResNeSt's and
+        SKNet's sum over the radix axis of an (N, R, C, H, W) tensor):
+        the input seen as (P, R, T, 1) (P: the axes before, R: the reduced
+        ones, T: the ones after), then a 1x1 Convolution of one output
+        channel with weights 1 (SUM) or 1 / R (MEAN), no bias."""
+        P = int(np.prod(shape[:axes[0]]))
+        R = int(np.prod(shape[axes[0]:axes[-1] + 1]))
+        T = int(np.prod(shape[axes[-1] + 1:]))
+        r = self.var(node.input[0])
+        if r.index is not None:          # a permuted view: its values in order first
+            r = Var(r.name, self.materialize(r), r.shape)
+        rows = self.materialize(Var(self.new_blob(node.output[0] + "_rows"), r.blob,
+                                    r.blob_shape, (P, R, T, 1)))
+        top = self.new_blob(node.output[0] + "_reduced")
+        w = np.full((1, R, 1, 1), 1.0 if kind == "SUM" else 1.0 / R, np.float32)
+        lp = self.fixed(self.layer("Convolution", self.lname(), [rows], [top], [w]))
+        _conv_param(lp.convolution_param, 1, [1, 1], [0, 0], [1, 1], [1, 1], 1, False)
+        self.refs[node.output[0]] = Var(node.output[0], top, (P, 1, T, 1), out_shape)
 
     def op_ReduceMean(self, node, a):
         self._reduce(node, a, "MEAN")

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from onnx_helpers import check_onnx, make_model, node, rand, types  # noqa: E402
+from onnx_helpers import assert_close, check_onnx, make_model, node, rand, types  # noqa: E402
 
 from caffe_ocl.onnx import UnsupportedModelError, to_caffe  # noqa: E402
 
@@ -75,6 +75,61 @@ def test_global_pools_and_reduce_mean():
                     node("ReduceSum", ["x", "axes"], ["d"], keepdims=1)],
                    {"x": X4}, ["a", "b", "c", "d"], {"axes": np.array([1, 2, 3], np.int64)})
     check_onnx(m)
+
+
+def test_reduce_over_inner_axes_of_5d():
+    """ResNeSt's and SKNet's sum over the radix axis of an (N, R, C, H, W)
+    view, a mean over two inner axes, and a sum over the rows of a
+    channel-shuffled view: a 1x1 Convolution of one output channel over the
+    input seen as (P, R, T, 1)."""
+    shape5 = np.array([2, 3, 2, 3, 4], np.int64)
+    m = make_model([node("Reshape", ["x", "s5"], ["r"]),
+                    node("ReduceSum", ["r", "ax1"], ["a"], keepdims=0),
+                    node("ReduceMean", ["r"], ["b"], axes=[1, 2], keepdims=1),
+                    # a channel shuffle (a permuted view), then summed over rows
+                    node("Reshape", ["x", "s4"], ["g"]),
+                    node("Transpose", ["g"], ["t"], perm=[0, 2, 1, 3]),
+                    node("Reshape", ["t", "sx"], ["sh"]),
+                    node("ReduceSum", ["sh", "ax2"], ["c"], keepdims=1)],
+                   {"x": (2, 6, 3, 4)}, ["a", "b", "c"],
+                   {"s5": shape5, "ax1": np.array([1], np.int64), "ax2": np.array([2], np.int64),
+                    "s4": np.array([2, 2, 3, 12], np.int64),
+                    "sx": np.array([2, 6, 3, 4], np.int64)})
+    net = check_onnx(m)
+    sums = [lp for lp in net.layer
+            if lp.type == "Convolution" and lp.convolution_param.num_output == 1]
+    assert len(sums) == 3
+
+
+def test_training_mode_batchnorm_of_constants_is_folded():
+    """timm's weight-standardised convolutions (NFNet) export their weights
+    as BatchNormalization in training mode (opset 13: five outputs) over
+    the reshaped constant weight: folded with the weight's own statistics,
+    as ONNX defines training mode, not with the mean / var inputs (given
+    wrong here on purpose)."""
+    w = rand(4, 3, 3, 3)
+    gain = np.abs(rand(4)) + 0.5
+    bn_out = ["wn", "rm", "rv", "sm", "sv"]
+    m = make_model([node("Reshape", ["w", "s3"], ["w3"]),
+                    node("BatchNormalization", ["w3", "g", "z", "z", "one"], bn_out,
+                         epsilon=1e-5, momentum=0.0),
+                    node("Reshape", ["wn", "s4"], ["w4"]),
+                    node("Conv", ["x", "w4"], ["y"], pads=[1, 1, 1, 1])],
+                   {"x": (1, 3, 6, 5)}, ["y"],
+                   {"w": w, "s3": np.array([1, 4, 27], np.int64), "g": gain,
+                    "z": np.zeros(4, np.float32), "one": np.ones(4, np.float32),
+                    "s4": np.array([4, 3, 3, 3], np.int64)})
+    net = to_caffe.convert(m)
+    w64 = w.reshape(4, -1).astype(np.float64)
+    std = ((w64 - w64.mean(1, keepdims=True)) / np.sqrt(w64.var(1, keepdims=True) + 1e-5)
+           * gain[:, None]).astype(np.float32).reshape(w.shape)
+    ref = make_model([node("Conv", ["x", "w4"], ["y"], pads=[1, 1, 1, 1])],
+                     {"x": (1, 3, 6, 5)}, ["y"], {"w4": std})
+    from caffe_ocl.onnx import check
+    assert_close(check.compare(ref, net))
+    conv = [lp for lp in net.layer if lp.type == "Convolution"][0]
+    np.testing.assert_allclose(np.array(conv.blobs[0].data).reshape(w.shape), std, rtol=1e-5,
+                               atol=1e-6)
 
 
 @pytest.mark.parametrize("attrs,trans_b", [
