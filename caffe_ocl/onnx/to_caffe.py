@@ -1413,9 +1413,6 @@ class Converter:
         factors, align_corners linear, resizing N or C) is reported as
         unsupported."""
         mode = a.get("mode", "nearest")
-        if mode not in ("nearest", "linear"):
-            raise Unsupported(f"mode {mode!r} has no exact Caffe equivalent (nearest and "
-                              "linear with whole-number factors map: a grouped Deconvolution)")
         shape = self.shape(node.input[0])
         if len(shape) != 4:
             raise Unsupported(f"only 4-D (N, C, H, W) resizing maps to Caffe (input shape "
@@ -1435,22 +1432,130 @@ class Converter:
         if inferred is not None and list(inferred) != list(shape[:2]) + out_hw:
             raise Unsupported(f"output shape {list(inferred)} is not the scaled input "
                               f"{list(shape[:2]) + out_hw} (keep_aspect_ratio_policy?)")
-        factors = []
-        for ax, (i, o) in enumerate(zip(shape[2:], out_hw)):
-            if o <= 0 or o % i:
-                raise Unsupported(f"output size {o} of axis {ax + 2} is not a whole multiple "
-                                  f"of its input size {i} (only whole-number factors map)")
-            factors.append(o // i)
+        if min(out_hw) <= 0:
+            raise NodeError(node, f"output size {out_hw} is empty")
         count = shape[0] * shape[1] * out_hw[0] * out_hw[1]
-        if count >= 2 ** 31 or factors[0] * factors[1] > 2 ** 20 or max(out_hw) > 2 ** 22:
-            raise NodeError(node, f"output {shape[0]}x{shape[1]}x{out_hw[0]}x{out_hw[1]} "
-                                  f"(factors {factors}): a Caffe blob holds fewer than 2^31 "
-                                  "values (and here at most 2^22 a row or column)")
+        if count >= 2 ** 31 or max(out_hw) > 2 ** 22 or out_hw[0] * out_hw[1] > 2 ** 30:
+            raise NodeError(node, f"output {shape[0]}x{shape[1]}x{out_hw[0]}x{out_hw[1]}: "
+                                  "a Caffe blob holds fewer than 2^31 values (and here at "
+                                  "most 2^22 a row or column)")
         if node.op_type == "Upsample" or self.opset < 11:
             ctm, rounding = "asymmetric", "floor"     # Upsample and Resize-10 semantics
         else:
             ctm = a.get("coordinate_transformation_mode", "half_pixel")
             rounding = a.get("nearest_mode", "round_prefer_floor")
+        try:
+            self._resize_deconv(node, a, mode, shape, out_hw, scale_hw, ctm, rounding)
+        except Unsupported as why:
+            self._resize_matrices(node, a, mode, shape, out_hw, scales, sizes, ctm, rounding,
+                                  why)
+
+    def _resize_matrices(self, node, a, mode, shape, out_hw, scales, sizes, ctm, rounding,
+                         why):
+        """Any other resizing of H and W that ONNX defines axis by axis
+        (nearest to any size or with any rounding, linear with any
+        coordinate mode -- align_corners included -- or by fractional
+        factors, cubic, antialias): each axis is a matrix G (out x in) of
+        ONNX's own weights, read off by resizing an identity with onnx's
+        reference evaluator, and applied as a 1x1 Convolution over H (the
+        input seen as (N*C, H, W, 1)) and an InnerProduct over W (axis 3),
+        no bias, the cheaper order first. Where the Deconvolution form
+        (``why`` says why not) applies it is used instead: G is dense, so
+        these products do out x in multiply-adds a value."""
+        if ctm == "tf_crop_and_resize":
+            raise Unsupported(f"{why}; coordinate_transformation_mode 'tf_crop_and_resize' "
+                              "is not supported")
+        if mode not in ("nearest", "linear", "cubic"):
+            raise Unsupported(f"mode {mode!r} is not a Resize mode")
+        mats = []
+        for ax, (i, o) in enumerate(zip(shape[2:], out_hw)):
+            sc = None if scales is None else float(scales[2 + ax])
+            g = self._resize_matrix(node, a, mode, i, o, sc, ctm, rounding)
+            mats.append(None if i == o and np.array_equal(g, np.eye(i)) else g)
+        if all(g is None for g in mats):
+            self.alias(0, node.input[0])
+            return
+        n, c, h, w = shape
+        oh, ow = out_hw
+        h_first = n * c * (w * oh * h + oh * ow * w) <= n * c * (h * ow * w + ow * oh * h)
+        cur = self.var(node.input[0])
+        if cur.index is not None:
+            cur = Var(cur.name, self.materialize(cur), cur.shape)
+        steps = ["h", "w"] if h_first else ["w", "h"]
+        steps = [st for st in steps if mats[0 if st == "h" else 1] is not None]
+        base = self.lname()
+        for k, st in enumerate(steps):
+            last = k == len(steps) - 1
+            _, _, hh, ww = cur.shape
+            if st == "h":
+                g = mats[0]
+                rows = self.materialize(Var(self.new_blob(f"{base}_rows"), cur.blob,
+                                            cur.blob_shape, (n * c, hh, ww, 1)))
+                top = self.new_blob(f"{base}_h")
+                lp = self.fixed(self.layer("Convolution", f"{base}_h", [rows], [top],
+                                           [g.reshape(oh, hh, 1, 1).astype(np.float32)]))
+                _conv_param(lp.convolution_param, oh, [1, 1], [0, 0], [1, 1], [1, 1], 1, False)
+                name = node.output[0] if last else self.new_blob(f"{base}_hv")
+                cur = Var(name, top, (n * c, oh, ww, 1), (n, c, oh, ww))
+            else:
+                g = mats[1]
+                src = self.materialize(cur)
+                top = self.out(shape=(n, c, hh, ow)) if last else self.new_blob(f"{base}_w")
+                lp = self.fixed(self.layer("InnerProduct", f"{base}_w", [src], [top],
+                                           [g.astype(np.float32)]))
+                lp.inner_product_param.num_output = ow
+                lp.inner_product_param.bias_term = False
+                lp.inner_product_param.axis = 3
+                cur = Var(top, top, (n, c, hh, ow))
+        self.refs[node.output[0]] = cur
+
+    def _resize_matrix(self, node, a, mode, n_in, n_out, scale, ctm, rounding):
+        """G (n_out x n_in, float64) with ONNX Resize of one axis = G @ x:
+        the node's mode and coordinate attributes applied to an identity
+        (n_in images of one column, only axis 2 resized), by onnx's
+        reference evaluator."""
+        from onnx import TensorProto, helper
+        from onnx.reference import ReferenceEvaluator
+        attrs = dict(mode=mode, coordinate_transformation_mode=ctm)
+        if mode == "nearest":
+            attrs["nearest_mode"] = rounding
+        for k in ("cubic_coeff_a", "exclude_outside", "antialias"):
+            if k in a:
+                attrs[k] = a[k]
+        # opset 19's axes: only axis 2 resized, the identity along axis 0 untouched
+        opset = max(self.opset, 19)
+        if scale is not None:
+            ins = ["x", "", "s"]
+            inits = [helper.make_tensor("s", TensorProto.FLOAT, [1], [scale])]
+        else:
+            ins = ["x", "", "", "z"]
+            inits = [helper.make_tensor("z", TensorProto.INT64, [1], [n_out])]
+        rn = helper.make_node("Resize", ins, ["y"], axes=[2], **attrs)
+        g = helper.make_graph([rn], "axis", [helper.make_tensor_value_info(
+            "x", TensorProto.FLOAT, [n_in, 1, n_in, 1])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        try:
+            y = ReferenceEvaluator(m).run(None, {"x": np.eye(n_in, dtype=np.float32).reshape(
+                n_in, 1, n_in, 1)})[0]
+        except Exception as e:      # noqa: BLE001 - the evaluator's own errors, one line
+            raise Unsupported(f"onnx's reference Resize failed on one axis ({error_line(e)})")
+        if y.shape != (n_in, 1, n_out, 1):
+            raise Unsupported(f"one axis resized to {list(y.shape)}, not {n_out} values")
+        return y[:, 0, :, 0].T.astype(np.float64)
+
+    def _resize_deconv(self, node, a, mode, shape, out_hw, scale_hw, ctm, rounding):
+        """The Deconvolution form of ``_resize``; Unsupported where it does not apply."""
+        if mode not in ("nearest", "linear"):
+            raise Unsupported(f"mode {mode!r}")
+        factors = []
+        for ax, (i, o) in enumerate(zip(shape[2:], out_hw)):
+            if o % i:
+                raise Unsupported(f"output size {o} of axis {ax + 2} is not a whole multiple "
+                                  f"of its input size {i}")
+            factors.append(o // i)
+        if factors[0] * factors[1] > 2 ** 20:
+            raise Unsupported(f"factors {factors}")
         if mode == "nearest":
             for i, o, sc, f in zip(shape[2:], out_hw, scale_hw, factors):
                 src = _nearest_source(ctm, rounding, i, o, sc)

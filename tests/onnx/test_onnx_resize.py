@@ -1,7 +1,8 @@
 """ONNX Resize / Upsample by whole-number factors converted to a grouped
 Deconvolution (nearest: weights of ones; linear at even factors: the edge
-repeated, then Caffe's bilinear taps), checked against ONNX Runtime; the
-modes whose weights differ are reported, not converted."""
+repeated, then Caffe's bilinear taps), other modes and sizes to a product
+by each axis's weights, checked against ONNX Runtime; resizing N or C and
+tf_crop_and_resize are reported, not converted."""
 import io
 
 import numpy as np
@@ -91,25 +92,54 @@ def test_factor_one_is_an_alias():
     assert not [lp for lp in net.layer if lp.type == "Deconvolution"]
 
 
-@pytest.mark.parametrize("attrs,scales,sizes,why", [
-    (dict(mode="cubic"), [1, 1, 2, 2], None, "mode 'cubic'"),
+def _products(net):
+    """Layers of the axis-product form (the input's own 1x1 Conv left out)."""
+    return [lp for lp in net.layer[2:] if lp.type in ("Convolution", "InnerProduct")]
+
+
+@pytest.mark.parametrize("attrs,scales,sizes", [
+    (dict(mode="cubic"), [1, 1, 2, 2], None),
+    (dict(mode="cubic", cubic_coeff_a=-0.5, exclude_outside=1), [1, 1, 2, 3], None),
     # bilinear with corners aligned is no convolution: its weights vary
-    (dict(mode="linear", coordinate_transformation_mode="align_corners"), [1, 1, 2, 2], None,
-     "align_corners"),
-    (dict(mode="linear", coordinate_transformation_mode="asymmetric"), [1, 1, 2, 2], None,
-     "asymmetric"),
+    (dict(mode="linear", coordinate_transformation_mode="align_corners"), [1, 1, 2, 2], None),
+    (dict(mode="linear", coordinate_transformation_mode="align_corners"), None, [1, 3, 9, 11]),
+    (dict(mode="linear", coordinate_transformation_mode="asymmetric"), [1, 1, 2, 2], None),
     # align_corners at factor 3 on 4 x 5 picks pixel 1 for output 2
-    (dict(mode="nearest", coordinate_transformation_mode="align_corners"), [1, 1, 3, 3], None,
-     "align_corners"),
+    (dict(mode="nearest", coordinate_transformation_mode="align_corners"), [1, 1, 3, 3], None),
     # asymmetric with ties rounded up picks pixel k + 1 for odd outputs
     (dict(mode="nearest", coordinate_transformation_mode="asymmetric",
-          nearest_mode="round_prefer_ceil"), [1, 1, 2, 2], None, "round_prefer_ceil"),
-    (dict(mode="nearest"), [1, 1, 1.5, 2], None, "whole multiple"),
-    (dict(mode="nearest"), [1, 2, 2, 2], None, "channel axis"),
+          nearest_mode="round_prefer_ceil"), [1, 1, 2, 2], None),
+    (dict(mode="nearest"), [1, 1, 1.5, 2], None),
+    (dict(mode="nearest"), None, [1, 3, 7, 3]),           # 4 -> 7 rows, 5 -> 3 columns
+    (dict(mode="linear"), [1, 1, 0.5, 0.6], None),         # downsampling
+    (dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel"), None,
+     [1, 3, 1, 7]),                                        # one output row
+], ids=["cubic", "cubic-a-exclude", "align_corners", "align_corners-sizes", "asymmetric",
+        "nearest-align_corners", "round_prefer_ceil", "nearest-x1.5", "nearest-sizes",
+        "linear-down", "pytorch_half_pixel-one-row"])
+def test_other_modes_convert_to_axis_products(attrs, scales, sizes):
+    """Modes and sizes no Deconvolution expresses: each axis a product by
+    ONNX's own weights (a 1x1 Convolution over rows, an InnerProduct over
+    columns), against ONNX Runtime."""
+    net = check_onnx(_resize(attrs, scales, sizes), tol=1e-5)
+    assert net.layer[1].type == "Convolution" and _products(net)
+    assert "Deconvolution" not in {lp.type for lp in net.layer}
+
+
+@pytest.mark.parametrize("opset", [10, 11, 13])
+def test_axis_products_at_older_opsets(opset):
+    """Resize-10 (asymmetric, floor) and 11's required roi input."""
+    check_onnx(_resize(dict(mode="linear"), [1, 1, 1.5, 2.5], opset=opset), tol=1e-5)
+
+
+@pytest.mark.parametrize("attrs,scales,why", [
+    (dict(mode="nearest"), [1, 2, 2, 2], "channel axis"),
+    (dict(mode="linear", coordinate_transformation_mode="tf_crop_and_resize"), [1, 1, 2, 2],
+     "tf_crop_and_resize"),
 ])
-def test_other_modes_are_reported(attrs, scales, sizes, why):
+def test_other_resizes_are_reported(attrs, scales, why):
     with pytest.raises(OnnxConversionError) as e:
-        to_caffe.convert(_resize(attrs, scales, sizes))
+        to_caffe.convert(_resize(attrs, scales))
     assert "Resize" in str(e.value) and why in str(e.value)
 
 
@@ -198,13 +228,14 @@ def test_torch_bilinear_upsample_converts():
 
 
 def test_factor_one_is_checked_like_any_other():
-    # tf_half_pixel_for_nn rounding ties up reads pixel i + 1 at scale 1: a
-    # shift, not an identity (the shortcut for factor 1 had aliased it)
-    with pytest.raises(OnnxConversionError) as e:
-        to_caffe.convert(_resize(dict(mode="nearest",
-                                      coordinate_transformation_mode="tf_half_pixel_for_nn",
-                                      nearest_mode="round_prefer_ceil"), [1, 1, 1, 1]))
-    assert "block" in str(e.value)
+    # tf_half_pixel_for_nn rounding ties up at scale 1: not the Deconvolution
+    # form's identity by its own formula (the shortcut for factor 1 had
+    # aliased it unchecked); ONNX Runtime and onnx's reference give the
+    # identity, which the axis products find and alias
+    net = check_onnx(_resize(dict(mode="nearest",
+                                  coordinate_transformation_mode="tf_half_pixel_for_nn",
+                                  nearest_mode="round_prefer_ceil"), [1, 1, 1, 1]), tol=1e-6)
+    assert not _products(net)
     # linear at scale 1 is the identity: an alias, no layer
     net = check_onnx(_resize(dict(mode="linear"), [1, 1, 1, 1]), tol=1e-6)
     assert not [lp for lp in net.layer if lp.type == "Deconvolution"]
