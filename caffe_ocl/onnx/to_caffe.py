@@ -873,6 +873,53 @@ class Converter:
         lp = self.layer("Scale", self.lname() + "_scale", [mid], [self.out()], [gamma, beta])
         lp.scale_param.bias_term = True
 
+    def op_InstanceNormalization(self, node, a):
+        """y = scale * (x - mean) / sqrt(var + eps) + B per (image, channel)
+        over the other axes (GroupNorm exports as this over an (N, G, -1)
+        reshape: PoolFormer, BiT, detection heads). Caffe's MVN divides by
+        sqrt(var) + eps instead, so only its mean subtraction is used and the
+        rest is written out: MVN (normalize_variance false) -> Power 2 ->
+        Reduction MEAN over the (N, C, L, 1) view's last axes -> Power
+        (shift eps, power -0.5) -> Scale by that (axis 0) -> Scale with
+        ``scale`` and ``B`` (left out where they are ones and zeros)."""
+        shape = self.shape(node.input[0])
+        if len(shape) < 3:
+            raise Unsupported(f"a {len(shape)}-D input (InstanceNormalization takes N, C and "
+                              "at least one more axis)")
+        gamma = self.const(node.input[1], "scale").astype(np.float32).ravel()
+        beta = self.const(node.input[2], "B").astype(np.float32).ravel()
+        n, c = shape[0], shape[1]
+        if gamma.size != c or beta.size != c:
+            raise NodeError(node, f"scale and B have {gamma.size} and {beta.size} values; "
+                                  f"the input has {c} channels")
+        eps = float(a.get("epsilon", 1e-5))
+        L = int(np.prod(shape[2:]))
+        r = self.var(node.input[0])
+        if r.index is not None:
+            r = Var(r.name, self.materialize(r), r.shape)
+        base = self.lname()
+        x4 = self.materialize(Var(self.new_blob(f"{base}_x"), r.blob, r.blob_shape,
+                                  (n, c, L, 1)))
+        xc = self.new_blob(f"{base}_centred")
+        lp = self.layer("MVN", f"{base}_centred", [x4], [xc])
+        lp.mvn_param.normalize_variance = False
+        sq = self._power(xc, self.new_blob(f"{base}_sq"), f"{base}_sq", power=2.0)
+        var = self.new_blob(f"{base}_var")
+        lp = self.layer("Reduction", f"{base}_var", [sq], [var])
+        lp.reduction_param.operation = caffe_pb2.ReductionParameter.MEAN
+        lp.reduction_param.axis = 2
+        inv = self._power(var, self.new_blob(f"{base}_inv"), f"{base}_inv", power=-0.5,
+                          shift=eps)
+        affine = not (np.all(gamma == 1) and np.all(beta == 0))
+        y = self.new_blob(f"{base}_normed") if affine else self.new_blob(f"{base}_y")
+        self._scale_or_bias("Scale", xc, 0, (n, c), bottom2=inv, top=y)
+        if affine:
+            top = self.new_blob(f"{base}_y")
+            lp = self.layer("Scale", f"{base}_affine", [y], [top], [gamma, beta])
+            lp.scale_param.bias_term = True
+            y = top
+        self.refs[node.output[0]] = Var(node.output[0], y, (n, c, L, 1), shape)
+
     def op_LRN(self, node, a):
         lp = self.layer("LRN", self.lname(), [self.blob(node.input[0])], [self.out()])
         p = lp.lrn_param

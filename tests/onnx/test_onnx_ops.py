@@ -277,6 +277,30 @@ def test_pad_constant():
     check_onnx(m, layer_types=["DummyData", "Concat"])
 
 
+@pytest.mark.parametrize("scale", [1.0, 3e-3], ids=["unit", "small-variance"])
+def test_instance_norm_and_group_norm(scale):
+    """InstanceNormalization with an affine, and GroupNorm as PyTorch exports
+    it (Reshape to (N, G, -1), InstanceNormalization of ones and zeros,
+    Reshape back, per-channel Mul and Add). Small variances: ONNX divides
+    by sqrt(var + eps), Caffe's MVN by sqrt(var) + eps (4% apart here)."""
+    c, g = 6, 3
+    inits = {"s": np.abs(rand(c)) + 0.5, "b": rand(c), "one": np.ones(g, np.float32),
+             "zero": np.zeros(g, np.float32), "sg": np.array([2, g, -1], np.int64),
+             "sx": np.array([2, c, 5, 4], np.int64), "gm": rand(c, 1, 1), "bt": rand(c, 1, 1)}
+    m = make_model([node("InstanceNormalization", ["x", "s", "b"], ["a"], epsilon=1e-5),
+                    node("Reshape", ["x", "sg"], ["r"]),
+                    node("InstanceNormalization", ["r", "one", "zero"], ["n"], epsilon=1e-5),
+                    node("Reshape", ["n", "sx"], ["nb"]),
+                    node("Mul", ["nb", "gm"], ["m"]), node("Add", ["m", "bt"], ["gn"])],
+                   {"x": (2, c, 5, 4)}, ["a", "gn"], inits)
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((2, c, 5, 4)) * scale + 0.2).astype(np.float32)
+    net = to_caffe.convert(m)
+    from caffe_ocl.onnx import check
+    assert_close(check.compare(m, net, inputs={"x": x}), tol=1e-5)
+    assert "MVN" in types(net)
+
+
 def test_lrn():
     m = make_model([node("LRN", ["x"], ["y"], size=3, alpha=1e-2, beta=0.75, bias=2.0)],
                    {"x": X4}, ["y"])
