@@ -547,11 +547,45 @@ class Converter:
 
     def op_Conv(self, node, a):
         W = self.const(node.input[1], "weight")
+        if W.ndim == 3:
+            self._conv1d(node, a, W)
+            return
         if W.ndim != 4:
-            raise Unsupported(f"only 2-D convolution maps to Caffe (weight has {W.ndim} dims)")
-        B = self.opt_const(2)
-        x = self.blob(node.input[0])
+            raise Unsupported(f"only 1-D and 2-D convolutions map to Caffe (weight has "
+                              f"{W.ndim} dims)")
+        self._conv2d(node, a, W, self.blob(node.input[0]), self.shape(node.input[0]))
+
+    def _conv1d(self, node, a, W):
+        """A 1-D Conv (ECA's channel attention, audio and sequence CNNs) as
+        the 2-D one of kernel (1, k) over the input seen as (N, C, 1, L)."""
         shape = self.shape(node.input[0])
+        if len(shape) != 3:
+            raise NodeError(node, f"input {node.input[0]!r} has shape {list(shape)}; a Conv "
+                                  "with a 3-D weight takes a 3-D input")
+        n, c, length = shape
+        r = self.var(node.input[0])
+        if r.index is not None:
+            r = Var(r.name, self.materialize(r), r.shape)
+        x = self.materialize(Var(self.new_blob(node.input[0] + "_2d"), r.blob, r.blob_shape,
+                                 (n, c, 1, length)))
+        a2 = dict(a)
+        for key in ("kernel_shape", "strides", "dilations"):
+            if key in a:
+                a2[key] = [1] + list(a[key])
+        if "pads" in a:
+            if len(a["pads"]) != 2:
+                raise NodeError(node, f"pads {a['pads']!r}: a 1-D Conv takes 2 values")
+            a2["pads"] = [0, a["pads"][0], 0, a["pads"][1]]
+        top = self.new_blob(node.output[0] + "_2d")
+        self._conv2d(node, a2, W.reshape(W.shape[:2] + (1, W.shape[2])), x, (n, c, 1, length),
+                     top)
+        out = self.shape(node.output[0])
+        self.refs[node.output[0]] = Var(node.output[0], top, (out[0], out[1], 1, out[2]), out)
+
+    def _conv2d(self, node, a, W, x, shape, top=None):
+        """The 2-D Conv of ``x`` (shape ``shape``) into ``top`` (None: the
+        node's output, registered once the node's attributes are checked)."""
+        B = self.opt_const(2)
         if len(shape) != 4:
             # (was "the shape of output is not known statically")
             raise NodeError(node, f"input {node.input[0]!r} has shape {list(shape)}; a Conv "
@@ -567,7 +601,7 @@ class Converter:
                  if (b, e) != (s, s)}
         if extra:
             x, shape = self.pad(x, shape, extra, 0.0, self.lname())
-        top = self.out()
+        top = top or self.out()
         lp = self.layer("Convolution", self.lname(), [x], [top],
                         [W] + ([B] if B is not None else []))
         _conv_param(lp.convolution_param, W.shape[0], kernel, sym, strides, dil,
@@ -1669,6 +1703,64 @@ class Converter:
         shape = list(shape)
         shape[axis] = n + 2
         return top, tuple(shape)
+
+    def op_Expand(self, node, a):
+        """Broadcast to a shape. Where every reader is an elementwise
+        operator that broadcasts by itself (Add, Sub, Mul, Div, Sum, Max)
+        to the same result, they read the input as it is (ECA's and SE's
+        ``x * y.expand_as(x)``: no copy); else the input is tiled (Caffe's
+        Tile, an axis at a time)."""
+        shape = tuple(self.shape(node.input[0]))
+        target = [int(v) for v in self.const(node.input[1], "shape").ravel()]
+        try:
+            out = tuple(np.broadcast_shapes(shape, tuple(target)))
+        except ValueError:
+            raise NodeError(node, f"shape {target} does not broadcast with the input's "
+                                  f"{list(shape)}") from None
+        name = node.output[0]
+        readers = [m for m in self.p.nodes if name in m.input]
+        if name not in self.p.outputs and readers and all(
+                self._broadcasts_alike(m, name, shape) for m in readers):
+            self.p.shapes[name] = shape
+            self.alias(0, node.input[0])
+            return
+        x, cur = self.blob(node.input[0]), shape
+        if len(out) > len(shape):
+            cur = (1,) * (len(out) - len(shape)) + shape
+            x = self.materialize(Var(self.new_blob(name + "_ranked"), x, shape, cur))
+        axes = [i for i, (c, o) in enumerate(zip(cur, out)) if c != o]
+        if not axes:
+            self.alias(0, node.input[0])
+            return
+        base = self.lname()
+        for k, ax in enumerate(axes):
+            top = self.out(shape=out) if k == len(axes) - 1 else self.new_blob(f"{base}_{ax}")
+            lp = self.layer("Tile", f"{base}_tile{ax}", [x], [top])
+            lp.tile_param.axis = ax
+            lp.tile_param.tiles = out[ax]
+            x = top
+
+    def _broadcasts_alike(self, reader, name, shape):
+        """Whether ``reader`` (an ONNX node reading ``name``) gives its own
+        output shape with ``shape`` in place of ``name``'s: an elementwise
+        broadcasting operator whose other inputs carry the full shape."""
+        if reader.op_type not in ("Add", "Sub", "Mul", "Div", "Sum", "Max"):
+            return False
+        others = []
+        for i in reader.input:
+            if i == name:
+                continue
+            s = self.p.shapes.get(i)
+            if s is None and i in self.p.consts:
+                s = self.p.consts[i].shape
+            if s is None:
+                return False
+            others.append(tuple(s))
+        want = self.p.shapes.get(reader.output[0])
+        try:
+            return want is not None and tuple(np.broadcast_shapes(shape, *others)) == tuple(want)
+        except ValueError:
+            return False
 
     def op_Flatten(self, node, a):
         shape = self.shape(node.input[0])

@@ -39,6 +39,33 @@ def test_conv_grouped_depthwise_no_bias():
     check_onnx(m)
 
 
+@pytest.mark.parametrize("attrs,group", [
+    (dict(pads=[1, 1]), 1),
+    (dict(pads=[2, 0], strides=[2], dilations=[2]), 1),
+    (dict(auto_pad="SAME_UPPER"), 2),
+], ids=["pad1", "asym-stride-dil", "same-grouped"])
+def test_conv_1d(attrs, group):
+    """1-D Conv (ECA's channel attention, sequence CNNs): the 2-D one of
+    kernel (1, k) over the input seen as (N, C, 1, L), its output viewed back."""
+    m = make_model([node("Conv", ["x", "w", "b"], ["c"], group=group, **attrs),
+                    node("Relu", ["c"], ["y"])],
+                   {"x": (2, 4, 11)}, ["y"], {"w": rand(6, 4 // group, 3), "b": rand(6)})
+    check_onnx(m, layer_types=["Convolution"])
+
+
+def test_expand_read_by_broadcasting_ops_is_not_copied():
+    """ECA's ``x * y.expand_as(x)``: the Mul reads y as it is (no Tile); an
+    Expand that another operator reads (or that adds leading axes) tiles."""
+    m = make_model([node("Expand", ["g", "sx"], ["ge"]), node("Mul", ["x", "ge"], ["a"]),
+                    node("Expand", ["v", "s3"], ["ve"]), node("Relu", ["ve"], ["b"])],
+                   {"x": (2, 4, 3, 5), "g": (2, 4, 1, 1), "v": (3, 1)}, ["a", "b"],
+                   {"sx": np.array([2, 4, 3, 5], np.int64), "s3": np.array([2, 3, 4], np.int64)})
+    net = check_onnx(m)
+    tiles = [lp for lp in net.layer if lp.type == "Tile"]
+    assert len(tiles) == 2
+    assert all("g" not in lp.bottom for lp in tiles)
+
+
 def test_conv_transpose():
     w, b = rand(3, 2, 3, 3), rand(2)
     for attrs in (dict(strides=[2, 2]), dict(strides=[2, 2], pads=[1, 1, 1, 1]),
