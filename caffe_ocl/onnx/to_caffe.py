@@ -344,9 +344,13 @@ class Converter:
             return top
         perm = _channel_permutation(idx, r.shape)
         if perm is None or len(r.shape) not in (2, 4):
+            moved = self._space_depth(r, idx)
+            if moved is not None:
+                return moved
             raise Unsupported("this Transpose (with the reshapes around it) moves data in a "
-                              "way no Caffe layer expresses (only reshapes and channel "
-                              "permutations are supported)", node=r.origin)
+                              "way no Caffe layer expresses (only reshapes, channel "
+                              "permutations and space-to-depth / depth-to-space moves are "
+                              "supported)", node=r.origin)
         src = r.blob
         if r.blob_shape != r.shape:
             src = self.materialize(Var(self.new_blob(r.name + "_reshaped"), r.blob, r.blob_shape, r.shape,
@@ -366,6 +370,83 @@ class Converter:
             lp = self.fixed(self.layer("InnerProduct", top + "_permute", [src], [top], [w]))
             lp.inner_product_param.num_output = c
             lp.inner_product_param.bias_term = False
+        r.materialized = top
+        return top
+
+    def _space_depth(self, r, idx):
+        """A permuted view that moves s x s blocks of pixels into channels
+        (space-to-depth: TResNet's stem, PixelUnshuffle, ONNX SpaceToDepth)
+        or back (depth-to-space: PixelShuffle in super-resolution nets, ONNX
+        DepthToSpace), in any channel order: a Convolution (kernel = stride
+        = s) or a Deconvolution (the same) whose weights pick one input per
+        output (ones and zeros; grouped where every output channel reads a
+        block of its own), or None for any other move. Exact for finite
+        inputs (an inf or NaN also reaches the other outputs of its block,
+        as 0 * inf)."""
+        if len(r.shape) != 4 or len(r.blob_shape) != 4 or r.shape[0] != r.blob_shape[0]:
+            return None
+        n, c, h, w = r.blob_shape
+        _, co, ho, wo = r.shape
+        if ho > h and ho % h == 0 and ho // h == wo // w and wo % w == 0:
+            s, deconv = ho // h, True
+            if c != co * s * s:
+                return None
+        elif h > ho and h % ho == 0 and h // ho == w // wo and w % wo == 0:
+            s, deconv = h // ho, False
+            if co != c * s * s:
+                return None
+        else:
+            return None
+        if s < 2:
+            return None
+        i4 = idx.reshape(r.shape)
+        if deconv:
+            # view[., k, s*y + i, s*x + j] = blob[., m(k, i, j), y, x]
+            first = i4[0, :, :s, :s]
+            m, rem = np.divmod(first, h * w)
+            if np.any(rem) or np.any(m >= c):
+                return None
+            y, x = np.arange(h), np.arange(w)
+            nn = np.arange(n)[:, None, None, None, None, None]
+            want = ((nn * c + m[None, :, :, :, None, None]) * h
+                    + y[None, None, None, None, :, None]) * w + x[None, None, None, None, None, :]
+            got = i4.reshape(n, co, h, s, w, s).transpose(0, 1, 3, 5, 2, 4)
+            if not np.array_equal(got, want):
+                return None
+            grouped = np.array_equal(m // (s * s), np.broadcast_to(
+                np.arange(co)[:, None, None], m.shape))
+            if grouped:
+                wt = np.zeros((c, 1, s, s), np.float32)
+                for k in range(co):
+                    for i in range(s):
+                        for j in range(s):
+                            wt[m[k, i, j], 0, i, j] = 1.0
+            else:
+                wt = np.zeros((c, co, s, s), np.float32)
+                for k in range(co):
+                    for i in range(s):
+                        for j in range(s):
+                            wt[m[k, i, j], k, i, j] = 1.0
+            kind, group = "Deconvolution", co if grouped else 1
+        else:
+            # view[., k, y, x] = blob[., c(k), s*y + i(k), s*x + j(k)]
+            cc, rem = np.divmod(i4[0, :, 0, 0], h * w)
+            ii, jj = np.divmod(rem, w)
+            if np.any(cc >= c) or np.any(ii >= s) or np.any(jj >= s):
+                return None
+            y, x = np.arange(ho), np.arange(wo)
+            nn = np.arange(n)[:, None, None, None]
+            want = ((nn * c + cc[None, :, None, None]) * h
+                    + s * y[None, None, :, None] + ii[None, :, None, None]) * w \
+                + s * x[None, None, None, :] + jj[None, :, None, None]
+            if not np.array_equal(i4, want):
+                return None
+            wt = np.zeros((co, c, s, s), np.float32)
+            wt[np.arange(co), cc, ii, jj] = 1.0
+            kind, group = "Convolution", 1
+        top = r.name if r.name not in self.tops else self.new_blob(r.name)
+        lp = self.fixed(self.layer(kind, top + "_move", [r.blob], [top], [wt]))
+        _conv_param(lp.convolution_param, co, [s, s], [0, 0], [s, s], [1, 1], group, False)
         r.materialized = top
         return top
 
@@ -1400,8 +1481,8 @@ class Converter:
 
     def op_Pad(self, node, a):
         mode = a.get("mode", "constant")
-        if mode != "constant":
-            raise Unsupported(f"Pad mode {mode!r} has no Caffe equivalent (only constant)")
+        if mode not in ("constant", "reflect", "edge", "wrap"):
+            raise Unsupported(f"Pad mode {mode!r} is not an ONNX Pad mode")
         shape = self.shape(node.input[0])
         if self.opset < 11:
             pads = list(a["pads"])
@@ -1421,11 +1502,27 @@ class Converter:
         n = len(shape)
         if any(p < 0 for p in pads):
             raise Unsupported("negative pads (cropping) are not supported")
-        x = self.blob(node.input[0])
         spec = {ax: (pads[ax], pads[ax + n]) for ax in range(n) if pads[ax] or pads[ax + n]}
         if not spec:
             self.alias(0, node.input[0])
             return
+        if mode != "constant":
+            # reflect / edge / wrap: each padded axis a 0/1 matrix (numpy.pad's
+            # modes are ONNX's), applied as for resizing
+            if n != 4 or set(spec) - {2, 3}:
+                raise Unsupported(f"Pad mode {mode!r} maps to Caffe only on the H and W axes "
+                                  "of a 4-D tensor")
+            mats = []
+            for ax in (2, 3):
+                before, after = spec.get(ax, (0, 0))
+                if mode == "reflect" and max(before, after) >= shape[ax]:
+                    raise NodeError(node, f"reflect pads {before}, {after} on an axis of "
+                                          f"{shape[ax]}: at most {shape[ax] - 1}")
+                mats.append(None if ax not in spec else np.pad(
+                    np.eye(shape[ax]), ((before, after), (0, 0)), mode=mode))
+            self._axis_products(node, mats, shape)
+            return
+        x = self.blob(node.input[0])
         b, s = x, shape
         for ax in sorted(spec):
             b, s = self.pad(b, s, {ax: spec[ax]}, value, self.lname())
@@ -1553,11 +1650,20 @@ class Converter:
             sc = None if scales is None else float(scales[2 + ax])
             g = self._resize_matrix(node, a, mode, i, o, sc, ctm, rounding)
             mats.append(None if i == o and np.array_equal(g, np.eye(i)) else g)
+        self._axis_products(node, mats, shape)
+
+    def _axis_products(self, node, mats, shape):
+        """The node's output = its input (4-D) with H multiplied by
+        ``mats[0]`` and W by ``mats[1]`` (out x in each; None: left as it
+        is): a 1x1 Convolution over H (the input seen as (N*C, H, W, 1)) and
+        an InnerProduct over W (axis 3), no bias, constants of the
+        conversion, the cheaper order first."""
         if all(g is None for g in mats):
             self.alias(0, node.input[0])
             return
         n, c, h, w = shape
-        oh, ow = out_hw
+        oh = h if mats[0] is None else mats[0].shape[0]
+        ow = w if mats[1] is None else mats[1].shape[0]
         h_first = n * c * (w * oh * h + oh * ow * w) <= n * c * (h * ow * w + ow * oh * h)
         cur = self.var(node.input[0])
         if cur.index is not None:
@@ -1761,6 +1867,43 @@ class Converter:
             return want is not None and tuple(np.broadcast_shapes(shape, *others)) == tuple(want)
         except ValueError:
             return False
+
+    def _moved_view(self, node, reshape, perm, out_shape):
+        """The node's output as a view of its input: reshaped, transposed by
+        ``perm``, reshaped to ``out_shape`` (materialized by ``_space_depth``
+        when read)."""
+        r = self.var(node.input[0])
+        idx = r.index if r.index is not None else np.arange(
+            int(np.prod(r.shape))).reshape(r.shape)
+        idx = np.ascontiguousarray(idx.reshape(reshape).transpose(perm)).reshape(out_shape)
+        self.refs[node.output[0]] = r.view(node.output[0], tuple(out_shape), idx, node)
+
+    def op_SpaceToDepth(self, node, a):
+        n, c, h, w = self._block_shape(node, a)
+        b = int(a["blocksize"])
+        if h % b or w % b:
+            raise NodeError(node, f"blocksize {b} does not divide {h} x {w}")
+        self._moved_view(node, (n, c, h // b, b, w // b, b), (0, 3, 5, 1, 2, 4),
+                         (n, c * b * b, h // b, w // b))
+
+    def op_DepthToSpace(self, node, a):
+        n, c, h, w = self._block_shape(node, a)
+        b = int(a["blocksize"])
+        if c % (b * b):
+            raise NodeError(node, f"blocksize {b}: {c} channels are no multiple of {b * b}")
+        if a.get("mode", "DCR") == "DCR":
+            reshape, perm = (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2)
+        else:
+            reshape, perm = (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
+        self._moved_view(node, reshape, perm, (n, c // (b * b), h * b, w * b))
+
+    def _block_shape(self, node, a):
+        shape = self.shape(node.input[0])
+        if len(shape) != 4:
+            raise NodeError(node, f"input of shape {list(shape)}: {node.op_type} takes 4-D")
+        if int(a.get("blocksize", 0)) < 1:
+            raise NodeError(node, f"blocksize {a.get('blocksize')!r}: a positive integer")
+        return shape
 
     def op_Flatten(self, node, a):
         shape = self.shape(node.input[0])

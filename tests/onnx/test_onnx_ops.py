@@ -328,6 +328,57 @@ def test_instance_norm_and_group_norm(scale):
     assert "MVN" in types(net)
 
 
+@pytest.mark.parametrize("mode", ["reflect", "edge"])
+def test_pad_reflect_and_edge(mode):
+    """Non-constant Pad of H and W (TResNet's anti-aliasing blur): each axis
+    a 0/1 matrix, applied as a 1x1 Convolution over rows and an InnerProduct
+    over columns."""
+    m = make_model([node("Relu", ["x"], ["r"]), node("Pad", ["r", "pads"], ["y"], mode=mode)],
+                   {"x": (2, 3, 5, 4)}, ["y"],
+                   {"pads": np.array([0, 0, 2, 1, 0, 0, 1, 3], np.int64)})
+    check_onnx(m, tol=1e-6, layer_types=["Convolution", "InnerProduct"])
+
+
+@pytest.mark.parametrize("kind,mode", [("s2d", None), ("d2s", "DCR"), ("d2s", "CRD"),
+                                       ("s2d-transpose", None), ("pixel-shuffle", None)])
+def test_space_to_depth_and_back(kind, mode):
+    """Blocks of pixels moved into channels or back: ONNX SpaceToDepth /
+    DepthToSpace (both modes), TResNet's reshape-transpose space-to-depth
+    and PixelShuffle's: a Convolution or Deconvolution, kernel = stride = 2,
+    picking one input per output."""
+    if kind == "s2d":
+        nodes, shape = [node("SpaceToDepth", ["x"], ["y"], blocksize=2)], (2, 3, 4, 6)
+        inits = {}
+    elif kind == "d2s":
+        nodes, shape = [node("DepthToSpace", ["x"], ["y"], blocksize=2, mode=mode)], (2, 8, 3, 2)
+        inits = {}
+    elif kind == "s2d-transpose":     # timm's SpaceToDepth: (N, C, H/2, 2, W/2, 2) -> (0, 3, 5, 1, 2, 4)
+        nodes = [node("Reshape", ["x", "s6"], ["r"]),
+                 node("Transpose", ["r"], ["t"], perm=[0, 3, 5, 1, 2, 4]),
+                 node("Reshape", ["t", "s4"], ["y"])]
+        shape, inits = (2, 3, 4, 6), {"s6": np.array([2, 3, 2, 2, 3, 2], np.int64),
+                                       "s4": np.array([2, 12, 2, 3], np.int64)}
+    else:                             # PixelShuffle(2): (N, C, 2, 2, H, W) -> (0, 1, 4, 2, 5, 3)
+        nodes = [node("Reshape", ["x", "s6"], ["r"]),
+                 node("Transpose", ["r"], ["t"], perm=[0, 1, 4, 2, 5, 3]),
+                 node("Reshape", ["t", "s4"], ["y"])]
+        shape, inits = (2, 8, 3, 2), {"s6": np.array([2, 2, 2, 2, 3, 2], np.int64),
+                                       "s4": np.array([2, 2, 6, 4], np.int64)}
+    nodes = [node("Relu", ["x"], ["x1"])] + [
+        helper_node if "x" not in helper_node.input else _renamed(helper_node, "x", "x1")
+        for helper_node in nodes]
+    net = check_onnx(make_model(nodes, {"x": shape}, ["y"], inits), tol=1e-6)
+    moves = [lp for lp in net.layer if lp.type in ("Convolution", "Deconvolution")]
+    assert len(moves) == 1
+    cp = moves[0].convolution_param
+    assert list(cp.stride) == [2] and list(cp.kernel_size) == [2]
+
+
+def _renamed(n, old, new):
+    n.input[:] = [new if i == old else i for i in n.input]
+    return n
+
+
 def test_lrn():
     m = make_model([node("LRN", ["x"], ["y"], size=3, alpha=1e-2, beta=0.75, bias=2.0)],
                    {"x": X4}, ["y"])
@@ -379,7 +430,7 @@ def test_unsupported_nodes_are_listed_and_nothing_written(tmp_path):
              node("Erf", ["r"], ["e"]),
              node("Pad", ["e", "pads"], ["y"], mode="reflect")]
     m = make_model(nodes, {"x": (1, 2, 3, 4)}, ["y"],
-                   {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)})
+                   {"pads": np.array([0, 1, 0, 0, 0, 1, 0, 0], np.int64)})   # reflect on C
     path = tmp_path / "m.onnx"
     import onnx
     onnx.save(m, str(path))
@@ -390,5 +441,5 @@ def test_unsupported_nodes_are_listed_and_nothing_written(tmp_path):
     assert [(op, name) for op, name, _ in items] == [
         ("Transpose", "transpose_t"), ("Erf", "erf_e"), ("Pad", "pad_y")]
     msg = str(ei.value)
-    assert "transpose_t" in msg and "erf_e" in msg and "reflect" in msg
+    assert "transpose_t" in msg and "erf_e" in msg and "reflect" in msg and "H and W" in msg
     assert not proto.exists() and not model.exists()
