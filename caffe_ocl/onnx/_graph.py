@@ -384,9 +384,19 @@ def _try_fold(node, consts, shapes, opsets):
                 f"{op} {node_name(node)!r}: output {o!r} of shape {list(s)} holds "
                 f"{math.prod(s)} values, more than a .caffemodel (one protobuf message, "
                 "under 2 GiB) can hold")
-    if op == "BatchNormalization" and sum(1 for o in node.output if o) > 1:
+    if op == "BatchNormalization" and _bn_training(node, opsets):
         return _fold_training_batchnorm(node, consts)
     return _evaluate(node, consts, opsets)
+
+
+def _bn_training(node, opsets):
+    """Whether a BatchNormalization runs in training mode: opset 14 and
+    later say so in ``training_mode`` (onnx's evaluator folds those
+    itself; folded here alike); 9-13 by asking for more than Y."""
+    ver = next((o.version for o in opsets if o.domain in ("", "ai.onnx")), 0)
+    if ver >= 14:
+        return any(a.name == "training_mode" and a.i == 1 for a in node.attribute)
+    return sum(1 for o in node.output if o) > 1
 
 
 def _fold_training_batchnorm(node, consts):
@@ -397,7 +407,7 @@ def _fold_training_batchnorm(node, consts):
     momentum + current * (1 - momentum)). timm's weight-standardised
     convolutions (NFNet, ScaledStdConv) export their weights so; onnx's
     reference evaluator gives only Y there. The saved mean / variance
-    outputs (opset 9-13) are left unfolded."""
+    outputs (opset 9-13) are not given: a node reading them is reported."""
     at = {a.name: a for a in node.attribute}
     eps = at["epsilon"].f if "epsilon" in at else 1e-5
     momentum = at["momentum"].f if "momentum" in at else 0.9

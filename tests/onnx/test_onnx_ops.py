@@ -128,7 +128,8 @@ def test_reduce_over_inner_axes_of_5d():
     assert len(sums) == 3
 
 
-def test_training_mode_batchnorm_of_constants_is_folded():
+@pytest.mark.parametrize("opset", [13, 15])
+def test_training_mode_batchnorm_of_constants_is_folded(opset):
     """timm's weight-standardised convolutions (NFNet) export their weights
     as BatchNormalization in training mode (opset 13: five outputs) over
     the reshaped constant weight: folded with the weight's own statistics,
@@ -136,16 +137,18 @@ def test_training_mode_batchnorm_of_constants_is_folded():
     wrong here on purpose)."""
     w = rand(4, 3, 3, 3)
     gain = np.abs(rand(4)) + 0.5
-    bn_out = ["wn", "rm", "rv", "sm", "sv"]
+    # opset 13: training mode by its five outputs; 15: by training_mode
+    bn_out, extra = (["wn", "rm", "rv", "sm", "sv"], {}) if opset < 14 else (
+        ["wn", "rm", "rv"], {"training_mode": 1})
     m = make_model([node("Reshape", ["w", "s3"], ["w3"]),
                     node("BatchNormalization", ["w3", "g", "z", "z", "one"], bn_out,
-                         epsilon=1e-5, momentum=0.0),
+                         epsilon=1e-5, momentum=0.0, **extra),
                     node("Reshape", ["wn", "s4"], ["w4"]),
                     node("Conv", ["x", "w4"], ["y"], pads=[1, 1, 1, 1])],
                    {"x": (1, 3, 6, 5)}, ["y"],
                    {"w": w, "s3": np.array([1, 4, 27], np.int64), "g": gain,
                     "z": np.zeros(4, np.float32), "one": np.ones(4, np.float32),
-                    "s4": np.array([4, 3, 3, 3], np.int64)})
+                    "s4": np.array([4, 3, 3, 3], np.int64)}, opset=opset)
     net = to_caffe.convert(m)
     w64 = w.reshape(4, -1).astype(np.float64)
     std = ((w64 - w64.mean(1, keepdims=True)) / np.sqrt(w64.var(1, keepdims=True) + 1e-5)
