@@ -373,6 +373,16 @@ class Converter:
         r.materialized = top
         return top
 
+    def _reshaped(self, src_name, shape, blob_name):
+        """A blob holding tensor ``src_name``'s values in order as Caffe
+        shape ``shape`` (a permuted view materialized first, then a Reshape
+        where the shape differs)."""
+        r = self.var(src_name)
+        if r.index is not None:
+            r = Var(r.name, self.materialize(r), r.shape)
+        return self.materialize(Var(self.new_blob(blob_name), r.blob, r.blob_shape,
+                                    tuple(shape)))
+
     def _space_depth(self, r, idx):
         """A permuted view that moves s x s blocks of pixels into channels
         (space-to-depth: TResNet's stem, PixelUnshuffle, ONNX SpaceToDepth)
@@ -415,18 +425,10 @@ class Converter:
                 return None
             grouped = np.array_equal(m // (s * s), np.broadcast_to(
                 np.arange(co)[:, None, None], m.shape))
-            if grouped:
-                wt = np.zeros((c, 1, s, s), np.float32)
-                for k in range(co):
-                    for i in range(s):
-                        for j in range(s):
-                            wt[m[k, i, j], 0, i, j] = 1.0
-            else:
-                wt = np.zeros((c, co, s, s), np.float32)
-                for k in range(co):
-                    for i in range(s):
-                        for j in range(s):
-                            wt[m[k, i, j], k, i, j] = 1.0
+            # weight [input m, output k (0: its group's one), i, j]
+            kk, ii, jj = np.indices(m.shape)
+            wt = np.zeros((c, 1 if grouped else co, s, s), np.float32)
+            wt[m, 0 if grouped else kk, ii, jj] = 1.0
             kind, group = "Deconvolution", co if grouped else 1
         else:
             # view[., k, y, x] = blob[., c(k), s*y + i(k), s*x + j(k)]
@@ -644,11 +646,7 @@ class Converter:
             raise NodeError(node, f"input {node.input[0]!r} has shape {list(shape)}; a Conv "
                                   "with a 3-D weight takes a 3-D input")
         n, c, length = shape
-        r = self.var(node.input[0])
-        if r.index is not None:
-            r = Var(r.name, self.materialize(r), r.shape)
-        x = self.materialize(Var(self.new_blob(node.input[0] + "_2d"), r.blob, r.blob_shape,
-                                 (n, c, 1, length)))
+        x = self._reshaped(node.input[0], (n, c, 1, length), node.input[0] + "_2d")
         a2 = dict(a)
         for key in ("kernel_shape", "strides", "dilations"):
             if key in a:
@@ -881,11 +879,7 @@ class Converter:
         P = int(np.prod(shape[:axes[0]]))
         R = int(np.prod(shape[axes[0]:axes[-1] + 1]))
         T = int(np.prod(shape[axes[-1] + 1:]))
-        r = self.var(node.input[0])
-        if r.index is not None:          # a permuted view: its values in order first
-            r = Var(r.name, self.materialize(r), r.shape)
-        rows = self.materialize(Var(self.new_blob(node.output[0] + "_rows"), r.blob,
-                                    r.blob_shape, (P, R, T, 1)))
+        rows = self._reshaped(node.input[0], (P, R, T, 1), node.output[0] + "_rows")
         top = self.new_blob(node.output[0] + "_reduced")
         w = np.full((1, R, 1, 1), 1.0 if kind == "SUM" else 1.0 / R, np.float32)
         lp = self.fixed(self.layer("Convolution", self.lname(), [rows], [top], [w]))
@@ -1009,12 +1003,8 @@ class Converter:
                                   f"the input has {c} channels")
         eps = float(a.get("epsilon", 1e-5))
         L = int(np.prod(shape[2:]))
-        r = self.var(node.input[0])
-        if r.index is not None:
-            r = Var(r.name, self.materialize(r), r.shape)
         base = self.lname()
-        x4 = self.materialize(Var(self.new_blob(f"{base}_x"), r.blob, r.blob_shape,
-                                  (n, c, L, 1)))
+        x4 = self._reshaped(node.input[0], (n, c, L, 1), f"{base}_x")
         xc = self.new_blob(f"{base}_centred")
         lp = self.layer("MVN", f"{base}_centred", [x4], [xc])
         lp.mvn_param.normalize_variance = False
