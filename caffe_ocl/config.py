@@ -290,6 +290,10 @@ _DECLARED = (
             "a TEST net's forward from its first layer, once two passes ran alike, is "
             "replayed from the recorded launches while no shape, memory or weight changed "
             "(plan/trace.py); off: every pass walks the layers"),
+    Setting("SHARE_ACTIVATIONS", "tristate", None,
+            "a replayed TEST forward runs on activation buffers shared by blobs whose "
+            "lifetimes do not overlap, recomputing an intermediate blob when it is read "
+            "(plan/activations.py); unset: on CPU devices, 1: every device, 0: off"),
     Setting("DIRECT_ENQUEUE", "bool", True,
             "kernel launches call clEnqueueNDRangeKernel through ctypes without an event "
             "(pyopencl's call asks the driver for one each time; see cl_enqueue.py); "

@@ -624,7 +624,7 @@ class Launch:
     programs of the shipped nets), and compiling those was a good part of
     a cold start."""
     __slots__ = ("kernel", "gsize", "lsize", "name", "dtypes", "buffers", "pending",
-                 "direct")
+                 "direct", "source")
 
     def __init__(self, kernel, gsize, lsize, name="", dtypes=None, buffers=None,
                  pending=None):
@@ -637,18 +637,39 @@ class Launch:
         self.name = name
         # cl_enqueue.DirectEnqueue once the kernel exists (False: use pyopencl)
         self.direct = None
+        # (device, kernels file, defines, [args]) kept after the build, for
+        # ``rebound`` (None: made from a kernel, its arguments unknown)
+        self.source = pending
 
     def set_arg(self, i, value):
         """Rebind one argument (for values that change per call: lr, seed)."""
-        if self.pending is not None:
-            self.pending[3][i] = value
-        else:
+        if self.source is not None:
+            self.source[3][i] = value       # the same list as pending's while unbuilt
+        if self.pending is None:
             dt = self.dtypes[i] if self.dtypes else None
             self.kernel.set_arg(i, value if dt is None else dt(value))
         if isinstance(value, cl.MemoryObjectHolder):
             self.buffers[i] = value
         else:
             self.buffers.pop(i, None)
+
+    def rebound(self, buffers):
+        """A new launch of the same kernel, sizes and arguments but with
+        buffer arguments replaced by ``buffers`` ({buffer int_ptr: buffer}),
+        its own kernel object (this one keeps its bindings); None where the
+        arguments are unknown (a launch made from a kernel, or a subclass
+        that runs conditionally). plan/activations.py runs a forward on
+        shared buffers this way."""
+        if type(self) is not Launch or self.source is None:
+            return None
+        dev, filename, defines, args = self.source
+        args = [buffers.get(a.int_ptr, a) if isinstance(a, cl.MemoryObjectHolder) else a
+                for a in args]
+        bufs = {i: a for i, a in enumerate(args) if isinstance(a, cl.MemoryObjectHolder)}
+        out = Launch(None, self.gsize, self.lsize, self.name, self.dtypes, bufs,
+                     pending=(dev, filename, defines, args))
+        out.bind()
+        return out
 
     def bind(self):
         """Build the program (if not yet) and bind the arguments."""

@@ -821,6 +821,8 @@ class Net(NetPycaffeMixin):
         """Caffe's BackwardFromTo: backward of layers start, start-1, ...,
         end (indices) as the execution plan says; ``after_layer(li)`` (the
         solver's data-parallel hooks) once each layer's is enqueued."""
+        if self._tracer is not None:
+            self._tracer.settle()       # backward reads the blobs' own memories
         layers, bvecs, tvecs = self.layers, self._bottom_vecs, self._top_vecs
         need = self._bottom_need_backward
         hooks = self._net_hooks         # pycaffe's before_/after_backward (pycaffe_net.py)

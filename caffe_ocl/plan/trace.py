@@ -51,7 +51,7 @@ from ..blob import LAYOUT
 from ..device import RECORDER
 from ..layers.base import Layer
 from ..proto import caffe_pb2
-from . import execution
+from . import activations, execution
 
 # a step whose recording shows one of these is live (see the module doc)
 _UNTRACEABLE_OPS = ("H", "U")
@@ -165,6 +165,13 @@ class _RangeTrace:
         self.plan = net.plan
         self.params = [(m, m.version) for m in _param_memories(net)]
         self.launches = sum(len(e.launches) for e in entries if isinstance(e, _Segment))
+        self.sharing = None     # activations.ActivationSharing, once replayed
+
+    def share_activations(self, net, end, tracer):
+        """Plan the replay on shared activation buffers (plan/activations.py)."""
+        segments = [e for e in self.entries if isinstance(e, _Segment)]
+        live = [e.li for e in self.entries if isinstance(e, _Live)]
+        self.sharing = activations.ActivationSharing(net, self, end, tracer, segments, live)
 
     def valid(self, net):
         if LAYOUT.epoch != self.epoch or net.plan is not self.plan:
@@ -196,6 +203,19 @@ class ForwardTracer:
         self.recorded = {}      # range -> the last pass's _RangeTrace (not yet confirmed)
         self.active = {}        # range -> a _RangeTrace recorded alike twice
         self.replays = 0        # passes replayed (tests, benchmarks)
+        # the ActivationSharing whose last pass left the blobs' own memories
+        # behind (plan/activations.py): ``settle()`` before anything else runs
+        self.pending = None
+        # decided when the net is built (CAFFE_OCL_SHARE_ACTIVATIONS)
+        self.share_activations = activations.enabled(net)
+
+    def settle(self):
+        """Bring every blob's own memory up to the last pass (a shared pass
+        left them behind): before a forward that is not that pass's replay,
+        or a backward."""
+        sh = self.pending
+        if sh is not None:
+            sh.unshare()
 
     @staticmethod
     def enabled(net):
@@ -206,19 +226,21 @@ class ForwardTracer:
         ``run_step(li, action)`` runs one step as the ordinary loop does
         (returns whether the layer reshaped)."""
         net = self.net
-        if net._net_hooks is not None or RECORDER.ops is not None:
-            return self._ordinary(start, end, run_step, 0)
-        if start != 0:
+        if net._net_hooks is not None or RECORDER.ops is not None or start != 0:
             # a range from a later layer may depend on state an earlier
             # pass left (a Concat copying an earlier Concat's top as one
             # block, concat.py): traced from the first layer only
+            self.settle()
             return self._ordinary(start, end, run_step, 0)
         key = (start, end)
         trace = self.active.get(key)
-        if trace is not None:
-            if trace.valid(net):
-                return self._replay(trace, start, end, run_step)
+        if trace is not None and not trace.valid(net):
             del self.active[key]
+            trace = None
+        if self.pending is not None and (trace is None or trace.sharing is not self.pending):
+            self.settle()
+        if trace is not None:
+            return self._replay(trace, start, end, run_step)
         return self._record(key, start, end, run_step)
 
     def _ordinary(self, start, end, run_step, from_pos):
@@ -230,12 +252,23 @@ class ForwardTracer:
 
     def _replay(self, trace, start, end, run_step):
         queue = self.net.layers[0].device.queue if self.net.layers else None
+        sh = trace.sharing
+        if sh is not None and sh.active:
+            sh.begin_pass()
+            self.pending = None
+        else:
+            sh = None
         for e in trace.entries:
             if isinstance(e, _Segment):
-                e.replay(queue)
+                if sh is not None and sh.active:
+                    sh.replay(e)
+                else:
+                    e.replay(queue)
                 continue
             reshaped = run_step(e.li, e.action)
             if reshaped or LAYOUT.epoch != trace.epoch:
+                if sh is not None:
+                    sh.unshare()        # the ordinary rest reads the own memories
                 # a live step changed shapes: the rest the ordinary way, and
                 # record again from the next pass; what the replayed groups
                 # would have noted for the next pass is forgotten
@@ -245,6 +278,8 @@ class ForwardTracer:
                 return reshaped | self._ordinary(start, end, run_step, e.pos + 1)
         for restore in trace.restorers:
             restore()
+        if sh is not None and sh.active:
+            sh.end_pass()
         self.replays += 1
         return False
 
@@ -286,6 +321,8 @@ class ForwardTracer:
             if len(self.active) >= self.MAX_RANGES:
                 self.active.clear()
             self.active[key] = trace
+            if end == len(net.layers) - 1 and self.share_activations:
+                trace.share_activations(net, end, self)
             self.recorded.pop(key, None)
         else:
             if len(self.recorded) >= self.MAX_RANGES:
