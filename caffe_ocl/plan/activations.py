@@ -26,9 +26,11 @@ Caffe's "every blob holds its value after a forward" is kept by
 recomputing, not by storage: after a shared pass each blob whose memory is
 in a slot (or that the plan left pending: its reader may need such a blob)
 gets ``compute_on_read`` = *unshare*, which replays the pass's segments
-once more with the layers' own launches (reading copies of the pass's
-inputs taken at its end, so an input written since does not leak in) and
-then serves the read. The first unshare ends sharing for that recording
+once more with the layers' own launches and then serves the read. The
+inputs are read as the device holds them: what the pass read, since only
+an upload replaces a device copy and uploads come from a forward, which
+settles first (an input written from Python after the pass stays on the
+host until then, so it does not leak into the intermediates). The first unshare ends sharing for that recording
 for good (a script that reads intermediates every pass should not pay two
 forwards a pass). Anything else that would read the private memories
 first unshares too (``ForwardTracer.settle``): a forward over another
@@ -126,8 +128,6 @@ class ActivationSharing:
         self.checked = False        # the first shared pass was compared
         self.done = []              # segments replayed shared in the current pass
         self.pending = False        # private memories are behind the last pass
-        self.snapshots = {}         # input buffer int_ptr -> copy taken at the pass's end
-        self.snap_bufs = {}
         self.unmarked = []
         self.reason = None          # why a recording is not shared (tests, logs)
         if not segments or not net.layers:
@@ -147,12 +147,8 @@ class ActivationSharing:
             self.reason = "a live step writes in place what the segments write"
             return
         private = {id(b.data_mem) for b in _private_blobs(net, end, live)}
-        inputs = {}
         for seg in segments:
-            for m in seg.reads:
-                private.add(id(m))
-                if m._buf is not None:
-                    inputs[m._buf.int_ptr] = m
+            private.update(id(m) for m in seg.reads)
         # every blob's data memory by buffer: a buffer is shareable when all
         # its memories are (views share the memory object already)
         by_buf, blobs_of = {}, {}
@@ -201,7 +197,6 @@ class ActivationSharing:
         self.slot_ends = [(self.slots[s], max(by_buf[k].values(), key=lambda m: m.capacity))
                           for s, k in last_user.items()]
         self.shared_launches = self._rebind(segments, remap)
-        self.inputs = inputs
         self.shared_keys = set(remap)
         self.bytes = (own, sum(sizes))
         # what a blob's compute_on_read becomes after a shared pass
@@ -263,26 +258,15 @@ class ActivationSharing:
 
     def end_pass(self):
         """After a pass's last segment: check the first shared pass, else
-        keep copies of the inputs it read for a later unshare."""
+        leave the blobs' own memories pending (``unshare``)."""
         if not self.checked:
             self.checked = True
             self._check()       # own memories current after it, nothing pending
             return
         for b, _ in self.unmarked:
             b.compute_on_read = self._reader(b)
-        self.snapshots = {}
-        for key, m in self.inputs.items():
-            snap = self._snapshot_buffer(key, m)
-            cl.enqueue_copy(self.queue, snap, m._buf, byte_count=4 * m.capacity)
-            self.snapshots[key] = snap
         self.pending = True
         self.tracer.pending = self
-
-    def _snapshot_buffer(self, key, m):
-        buf = self.snap_bufs.get(key)
-        if buf is None:
-            buf = self.snap_bufs[key] = self.dev.alloc(4 * m.capacity)
-        return buf
 
     def _check(self):
         """The first shared pass against its rerun on the own buffers, bit
@@ -295,7 +279,7 @@ class ActivationSharing:
                    if m._buf is not None and m._buf.int_ptr not in shared_keys}
         pairs = [(self._read(slot, m.capacity), m) for slot, m in self.slot_ends]
         pairs += [(self._read(m._buf, m.capacity), m) for m in outside.values()]
-        self._replay_own(self.done, {})
+        self._replay_own(self.done)
         q.finish()
         ok = all(np.array_equal(a, self._read(m._buf, m.capacity), equal_nan=True)
                  for a, m in pairs)
@@ -313,17 +297,15 @@ class ActivationSharing:
         cl.enqueue_copy(self.queue, out, buf, is_blocking=True)
         return out
 
-    def _replay_own(self, segments, snapshots):
-        """The segments again on the blobs' own memories (inputs read from
-        ``snapshots`` where given), leaving what an ordinary pass leaves."""
-        made = {}
+    def _replay_own(self, segments):
+        """The segments again on the blobs' own memories, leaving what an
+        ordinary pass leaves. Memories the pass read from outside (inputs)
+        are read on the device as they are: the device copy is what the
+        pass read, since only an upload replaces it and uploads come from
+        a forward, which settles first (an input written from Python since
+        is on the host until then)."""
         for seg in segments:
             for ln in seg.launches:
-                if snapshots and any(b.int_ptr in snapshots for b in ln.buffers.values()):
-                    r = made.get(id(ln))
-                    if r is None:
-                        r = made[id(ln)] = ln.rebound(snapshots)
-                    ln = r
                 ln.run(self.queue)
             for m, n in seg.writes:
                 m.device_written(n)
@@ -338,9 +320,8 @@ class ActivationSharing:
         if not self.active:
             return
         done, self.done = self.done, []
-        snapshots = self.snapshots if self.pending else {}
         if LAYOUT.epoch == self.trace.epoch:
-            self._replay_own(done, snapshots)
+            self._replay_own(done)
         else:
             for seg in done:            # shapes changed since: nothing to recompute
                 for b, fn in seg.marks:
@@ -356,5 +337,4 @@ class ActivationSharing:
             self.tracer.pending = None
         self.slots = self.shared_launches = self.readers = None
         self.unmarked = []
-        self.snapshots = {}
-        self.snap_bufs = {}
+

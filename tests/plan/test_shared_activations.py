@@ -106,12 +106,23 @@ def test_intermediate_blobs_read_after_shared_passes_equal_ordinary_ones(name, r
     _same(shared, plain)
 
 
-def test_an_input_written_after_the_forward_does_not_reach_the_intermediates(rng):
+@pytest.mark.parametrize("kept", [False, True])
+def test_an_input_written_after_the_forward_does_not_reach_the_intermediates(rng, kept):
+    """Through ``.data``, or through a view kept from before the passes
+    (refreshed after each call, written without asking the blob)."""
     shared, plain = _pair(DEEP, rng)
+    views = [net.blobs["data"].data for net in (shared, plain)]
     _shared_passes(shared, plain, rng)
     y = rng.normal(0, 1, _input_shape(shared)).astype(np.float32)
+    for net, view in zip((shared, plain), views):
+        if kept:
+            view[...] = y
+        else:
+            net.blobs["data"].data[...] = y      # a next image, no forward yet
+    _same(shared, plain)
+    # and the next forward reads it
     for net in (shared, plain):
-        net.blobs[net.inputs[0]].data[...] = y      # a next image, no forward yet
+        net.forward()
     _same(shared, plain)
 
 
