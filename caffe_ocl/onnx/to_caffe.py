@@ -45,178 +45,25 @@ from ..errors import CaffeOclError
 from ..net import Net
 from ..proto import array_to_blobproto, caffe_pb2, write_binary, write_text
 from ._common import (OnnxConversionError, Unsupported, UnsupportedModelError,
-                      caffe_divisor_2d, caffe_pool_outs, error_line, node_attrs, node_name,
+                      caffe_divisor_2d, caffe_pool_outs, error_line, node_attrs,
                       onnx_divisor_2d, onnx_pool_outs, pad_pairs, set_caffe_hw)
 from ._graph import load_model, prepare
+from ._nodes import (NodeError, Var, axis_in, blob_proto, check_kernel, conv_param,
+                     desc, group_attr, ints_attr, reshape_target, same_pads)
+from ._resize import ResizeOps
 from .check import compare, format_report
 
 log = logging.getLogger("caffe_ocl")
 FLT_MAX = 3.4028234663852886e38
 _AUTO_PADS = ("NOTSET", "", "VALID", "SAME_UPPER", "SAME_LOWER")
-# BlobProto.data is field 5, packed floats: its wire tag (5 << 3 | 2)
-_BLOB_DATA_TAG = b"\x2a"
 # A .caffemodel is one protobuf message, under 2 GiB: the weights may take
 # that less 16 MiB (left for names and parameters). Past it protobuf refused
 # to serialize the net only when the file was written.
 WEIGHT_BYTES_MAX = 2 ** 31 - 2 ** 24
 
 
-class Var:
-    """A non-constant tensor: ``shape`` is its ONNX shape; its values are the
-    Caffe blob ``blob`` (shape ``blob_shape``) read through ``index`` (None:
-    row-major, same order; else an int array of ``shape`` with flat
-    positions in the blob)."""
 
-    def __init__(self, name, blob, blob_shape, shape=None, index=None, origin=None):
-        self.name = name
-        self.blob = blob
-        self.blob_shape = tuple(blob_shape)
-        self.shape = tuple(blob_shape if shape is None else shape)
-        self.index = index
-        self.origin = origin
-        self.materialized = blob if (index is None and self.shape == self.blob_shape) else None
-
-    def view(self, name, shape=None, index=None, origin=None):
-        return Var(name, self.blob, self.blob_shape, shape, index, origin or self.origin)
-
-
-def _desc(node):
-    return (node.op_type, node_name(node))
-
-
-class NodeError(OnnxConversionError):
-    """A malformed node (an attribute or constant ONNX does not allow): one
-    error naming it (the CLI adds the file); ``node`` and ``reason`` let the
-    converter list it with the unsupported nodes met before it."""
-
-    def __init__(self, node, reason):
-        op, name = _desc(node)
-        super().__init__(f"{op} '{name}': {reason}")
-        self.node = node
-        self.reason = reason
-
-
-def _ints_attr(node, a, key, n, lo, default=None):
-    """Attribute ``key`` as ``n`` integers in [lo, 2^31): the range of
-    Caffe's fields, checked here so that a stride 0 or a group 2^40 is an
-    error naming the node and attribute, not protobuf's "Value out of
-    range" or a ZeroDivisionError."""
-    v = a.get(key, default)
-    if v is None:
-        raise NodeError(node, f"attribute {key} is required")
-    if (not isinstance(v, list) or len(v) != n or not all(isinstance(x, int) for x in v)
-            or not all(lo <= x < 2 ** 31 for x in v)):
-        raise NodeError(node, f"{key} {v!r} must be {n} integers from {lo} to 2^31 - 1")
-    return list(v)
-
-
-def _group(node, a):
-    """A convolution's group, an integer in Caffe's range (as _ints_attr; 0
-    is left to the Net build, whose error names the layer)."""
-    g = a.get("group", 1)
-    if not isinstance(g, int) or not 0 <= g < 2 ** 31:
-        raise NodeError(node, f"group {g!r} must be a positive integer")
-    return g
-
-
-def _check_kernel(node, a, kernel):
-    """kernel_shape, where given, must be the weight's: it was ignored, and
-    a Conv with kernel_shape [2^40, 2^40] and a 3x3 weight converted with
-    exit status 0 (ONNX Runtime refuses it)."""
-    if "kernel_shape" in a and a["kernel_shape"] != list(kernel):
-        raise NodeError(node, f"kernel_shape {a['kernel_shape']!r} does not match the "
-                              f"weight's spatial shape {list(kernel)}")
-
-
-def _reshape_target(node, in_shape, spec, allowzero):
-    """ONNX Reshape's output shape for input ``in_shape`` and shape tensor
-    ``spec``, computed here rather than taken from shape inference: onnx's
-    inference ignored allowzero (a 0 was converted as "copy" where the model
-    meant a literal 0) and left the shape unknown, with no reason given, for
-    a -4 or two -1s."""
-    count = math.prod(in_shape)
-    out, infer = [], None
-    for i, d in enumerate(spec):
-        if d == -1:
-            if infer is not None:
-                raise NodeError(node, f"shape {spec} holds more than one -1")
-            infer = i
-            out.append(1)
-        elif d == 0 and not allowzero:
-            if i >= len(in_shape):
-                raise NodeError(node, f"shape {spec}: the 0 at position {i} copies a dimension "
-                                      f"the {len(in_shape)}-D input {list(in_shape)} lacks")
-            out.append(in_shape[i])
-        elif d < 0:
-            raise NodeError(node, f"shape {spec} holds {d} (a size is -1, 0 or positive)")
-        else:
-            out.append(d)
-    known = math.prod(out)
-    if infer is not None and known and count % known == 0:
-        out[infer] = count // known
-        known = count
-    if known != count or (infer is not None and not count):
-        raise NodeError(node, f"shape {spec} does not fit the input {list(in_shape)} "
-                              f"({count} values{', allowzero 1' if allowzero else ''})")
-    return tuple(out)
-
-
-def _blob_proto(arr):
-    """array_to_blobproto's BlobProto (shape, then the float32 data), the data
-    parsed from its packed bytes: array_to_blobproto goes through a Python
-    list of floats (about 32 bytes a value), and a 1 GiB weight needed ~8 GiB
-    of host memory to convert."""
-    a = np.asarray(arr, dtype="<f4")
-    bp = caffe_pb2.BlobProto()
-    bp.shape.SetInParent()
-    bp.shape.dim.extend(int(d) for d in a.shape)
-    raw = a.tobytes()
-    if raw:
-        n, head = len(raw), bytearray()
-        while n >= 0x80:                     # the length as a protobuf varint
-            head.append(n & 0x7F | 0x80)
-            n >>= 7
-        head.append(n)
-        bp.MergeFromString(_BLOB_DATA_TAG + bytes(head) + raw)
-    return bp
-
-
-def _axis_in(ax, rank, node, extra=0):
-    """ONNX axis ``ax`` of a rank-``rank`` input, in [-rank, rank - 1 +
-    ``extra``] (Flatten: extra 1), as a non-negative index; outside that an
-    error naming the node (a modulo wrapped axis 99 to a valid one and
-    wrote a wrong net)."""
-    ax = int(ax)
-    if not -rank <= ax < rank + extra:
-        msg = f"axis {ax} out of range for a {rank}-D input"
-        if node is None:
-            raise OnnxConversionError(f"node '?': {msg}")
-        raise NodeError(node, msg)
-    return ax % (rank + extra) if rank + extra else 0
-
-
-def _same_pads(total, lower):
-    """(begin, end) of an auto_pad SAME total: the odd pixel goes at the end
-    (SAME_UPPER) or, with ``lower``, at the beginning (SAME_LOWER)."""
-    small = total // 2
-    return (total - small, small) if lower else (small, total - small)
-
-
-def _conv_param(cp, num_output, kernel, pad, strides, dil, group, bias):
-    """Convolution/Deconvolution geometry, spelled as Caffe prototxts are."""
-    cp.num_output = num_output
-    set_caffe_hw(cp, "kernel_size", kernel)
-    set_caffe_hw(cp, "pad", pad, 0)
-    set_caffe_hw(cp, "stride", strides, 1)
-    if dil != [1, 1]:
-        cp.dilation.extend(dil if dil[0] != dil[1] else dil[:1])
-    if group != 1:
-        cp.group = group
-    if not bias:
-        cp.bias_term = False
-
-
-class Converter:
+class Converter(ResizeOps):
     def __init__(self, model, input_shapes=None, batch=1):
         self.p = prepare(model, input_shapes, batch)
         self.opset = self.p.opset
@@ -258,7 +105,7 @@ class Converter:
                     f"layer {lp.name!r}: the converted weights reach {self.blob_values} values "
                     f"({self.blob_values * 4 / 2 ** 30:.3g} GiB), more than a .caffemodel (one "
                     "protobuf message, under 2 GiB) can hold")
-            lp.blobs.add().CopyFrom(_blob_proto(arr))
+            lp.blobs.add().CopyFrom(blob_proto(arr))
         return lp
 
     @staticmethod
@@ -448,7 +295,7 @@ class Converter:
             kind, group = "Convolution", 1
         top = r.name if r.name not in self.tops else self.new_blob(r.name)
         lp = self.fixed(self.layer(kind, top + "_move", [r.blob], [top], [wt]))
-        _conv_param(lp.convolution_param, co, [s, s], [0, 0], [s, s], [1, 1], group, False)
+        conv_param(lp.convolution_param, co, [s, s], [0, 0], [s, s], [1, 1], group, False)
         r.materialized = top
         return top
 
@@ -544,7 +391,7 @@ class Converter:
                         raise NodeError(node, f"output {o!r} is already {producer[o]} (an "
                                               "ONNX graph assigns each tensor once)")
                     if o:
-                        producer[o] = f"the output of {_desc(node)[0]} {_desc(node)[1]!r}"
+                        producer[o] = f"the output of {desc(node)[0]} {desc(node)[1]!r}"
                 if node.domain not in ("", "ai.onnx") or handler is None:
                     raise Unsupported("no Caffe equivalent for this operator"
                                       + (f" (domain {node.domain})" if node.domain else ""))
@@ -568,7 +415,7 @@ class Converter:
                 try:
                     self._finish_output(name)
                 except Unsupported as e:
-                    op, nm = _desc(e.node) if e.node is not None else ("output", name)
+                    op, nm = desc(e.node) if e.node is not None else ("output", name)
                     self.unsupported.append((op, nm, e.reason))
         if self.unsupported:
             raise UnsupportedModelError(self.unsupported)
@@ -577,7 +424,7 @@ class Converter:
     def _unsupported(self, node, bad, reason):
         """List ``bad`` (``node`` or the one it depends on) with ``reason``
         and give ``node``'s outputs placeholder shapes, to go on listing."""
-        item = (*_desc(bad), reason)
+        item = (*desc(bad), reason)
         if item not in self.unsupported:
             self.unsupported.append(item)
         for o in node.output:
@@ -616,7 +463,7 @@ class Converter:
             raise NodeError(node, f"auto_pad {auto!r} is not one of NOTSET, VALID, "
                                   "SAME_UPPER, SAME_LOWER")
         if auto in ("NOTSET", ""):
-            return pad_pairs(_ints_attr(node, a, "pads", 4, 0, [0] * 4))
+            return pad_pairs(ints_attr(node, a, "pads", 4, 0, [0] * 4))
         if "pads" in a:
             raise NodeError(node, f"auto_pad {auto} and pads are both given (ONNX allows "
                                   "one of them)")
@@ -625,7 +472,7 @@ class Converter:
         out = []
         for H, K, S, D in zip(in_hw, kernel, strides, dil):
             total = max((-(-H // S) - 1) * S + (K - 1) * D + 1 - H, 0)
-            out.append(_same_pads(total, lower=auto != "SAME_UPPER"))
+            out.append(same_pads(total, lower=auto != "SAME_UPPER"))
         return out
 
     def op_Conv(self, node, a):
@@ -670,10 +517,10 @@ class Converter:
             raise NodeError(node, f"input {node.input[0]!r} has shape {list(shape)}; a Conv "
                                   "with a 4-D weight takes a 4-D input")
         kernel = list(W.shape[2:])
-        _check_kernel(node, a, kernel)
-        strides = _ints_attr(node, a, "strides", 2, 1, [1, 1])
-        dil = _ints_attr(node, a, "dilations", 2, 1, [1, 1])
-        group = _group(node, a)
+        check_kernel(node, a, kernel)
+        strides = ints_attr(node, a, "strides", 2, 1, [1, 1])
+        dil = ints_attr(node, a, "dilations", 2, 1, [1, 1])
+        group = group_attr(node, a)
         pads = self._spatial_pads(a, shape[2:], kernel, strides, dil)
         sym = [min(b, e) for b, e in pads]
         extra = {2 + i: (b - s, e - s) for i, ((b, e), s) in enumerate(zip(pads, sym))
@@ -683,7 +530,7 @@ class Converter:
         top = top or self.out()
         lp = self.layer("Convolution", self.lname(), [x], [top],
                         [W] + ([B] if B is not None else []))
-        _conv_param(lp.convolution_param, W.shape[0], kernel, sym, strides, dil,
+        conv_param(lp.convolution_param, W.shape[0], kernel, sym, strides, dil,
                     group, B is not None)
 
     def op_ConvTranspose(self, node, a):
@@ -695,14 +542,14 @@ class Converter:
         B = self.opt_const(2)
         x = self.blob(node.input[0])
         shape = self.shape(node.input[0])
-        g = _group(node, a)
+        g = group_attr(node, a)
         kernel = list(W.shape[2:])
-        _check_kernel(node, a, kernel)
-        strides = _ints_attr(node, a, "strides", 2, 1, [1, 1])
-        dil = _ints_attr(node, a, "dilations", 2, 1, [1, 1])
-        opad = _ints_attr(node, a, "output_padding", 2, 0, [0, 0])
+        check_kernel(node, a, kernel)
+        strides = ints_attr(node, a, "strides", 2, 1, [1, 1])
+        dil = ints_attr(node, a, "dilations", 2, 1, [1, 1])
+        opad = ints_attr(node, a, "output_padding", 2, 0, [0, 0])
         if "pads" in a:
-            _ints_attr(node, a, "pads", 4, 0)
+            ints_attr(node, a, "pads", 4, 0)
         out_shape = self.shape(node.output[0])
         full, begin = [], []
         for i in range(2):
@@ -713,7 +560,7 @@ class Converter:
             else:
                 total = f + opad[i] - out_shape[2 + i]
                 lower = a.get("auto_pad", "NOTSET") == "SAME_LOWER"
-                begin.append(_same_pads(total, lower)[0])
+                begin.append(same_pads(total, lower)[0])
         P = []
         for i in range(2):
             end_room = full[i] - begin[i] - out_shape[2 + i]   # cut from the end
@@ -726,7 +573,7 @@ class Converter:
         top = self.new_blob(node.output[0] + "_full") if needs_crop else self.out()
         lp = self.layer("Deconvolution", self.lname(), [x], [top],
                         [W] + ([B] if B is not None else []))
-        _conv_param(lp.convolution_param, W.shape[1] * g, kernel, P, strides, dil, g,
+        conv_param(lp.convolution_param, W.shape[1] * g, kernel, P, strides, dil, g,
                     B is not None)
         if needs_crop:
             b, s = top, list(cshape)
@@ -743,8 +590,8 @@ class Converter:
         shape = self.shape(node.input[0])
         if len(shape) != 4:
             raise Unsupported(f"only 2-D pooling maps to Caffe (input {shape})")
-        K = _ints_attr(node, a, "kernel_shape", 2, 1)
-        S = _ints_attr(node, a, "strides", 2, 1, [1, 1])
+        K = ints_attr(node, a, "kernel_shape", 2, 1)
+        S = ints_attr(node, a, "strides", 2, 1, [1, 1])
         if list(a.get("dilations", [1, 1])) != [1, 1]:
             raise Unsupported("dilated pooling has no Caffe equivalent")
         pads = self._spatial_pads(a, shape[2:], K, S, [1, 1])
@@ -846,7 +693,7 @@ class Converter:
             axes = [int(v) for v in self.const(node.input[1]).ravel()]
         else:
             axes = list(range(len(shape)))
-        axes = sorted(_axis_in(ax, len(shape), node) for ax in axes)
+        axes = sorted(axis_in(ax, len(shape), node) for ax in axes)
         keep = bool(a.get("keepdims", 1))
         out_shape = self.shape(node.output[0])
         x = self.blob(node.input[0])
@@ -883,7 +730,7 @@ class Converter:
         top = self.new_blob(node.output[0] + "_reduced")
         w = np.full((1, R, 1, 1), 1.0 if kind == "SUM" else 1.0 / R, np.float32)
         lp = self.fixed(self.layer("Convolution", self.lname(), [rows], [top], [w]))
-        _conv_param(lp.convolution_param, 1, [1, 1], [0, 0], [1, 1], [1, 1], 1, False)
+        conv_param(lp.convolution_param, 1, [1, 1], [0, 0], [1, 1], [1, 1], 1, False)
         self.refs[node.output[0]] = Var(node.output[0], top, (P, 1, T, 1), out_shape)
 
     def op_ReduceMean(self, node, a):
@@ -1150,7 +997,7 @@ class Converter:
         node, shape = self.node, self.shape(self.node.input[0])
         a = node_attrs(node)
         default = -1 if self.opset >= 13 else 1
-        axis = _axis_in(a.get("axis", default), len(shape), node)
+        axis = axis_in(a.get("axis", default), len(shape), node)
         x = self.blob(node.input[0])
         trailing = int(np.prod(shape[axis + 1:]))
         if self.opset >= 13 or trailing == 1:
@@ -1346,7 +1193,7 @@ class Converter:
         # the rank from an input, the axis checked first: an axis out of
         # range left the output's shape unknown, and the error said only that
         first = next((i for i in node.input if i), None)
-        axis = _axis_in(a["axis"], len(self.shape(first)) if first else 0, node)
+        axis = axis_in(a["axis"], len(self.shape(first)) if first else 0, node)
         self.shape(node.output[0])
         ins = [i for i in node.input if i and int(np.prod(self.shape(i)))]
         if len(ins) == 1:
@@ -1371,7 +1218,7 @@ class Converter:
 
     def op_Split(self, node, a):
         shape = self.shape(node.input[0])
-        axis = _axis_in(a.get("axis", 0), len(shape), node)
+        axis = axis_in(a.get("axis", 0), len(shape), node)
         n = len(node.output)
         if "split" in a:
             sizes = list(a["split"])
@@ -1427,7 +1274,7 @@ class Converter:
             # identity, and the error named the next node
             raise NodeError(node, f"starts {starts}, ends {ends}, axes {axes} and steps "
                                   f"{steps} differ in length")
-        norm = [_axis_in(ax, len(shape), node) for ax in axes]
+        norm = [axis_in(ax, len(shape), node) for ax in axes]
         if len(set(norm)) != len(norm):
             raise NodeError(node, f"axes {axes} name an axis twice")
         x = self.blob(node.input[0])
@@ -1456,7 +1303,7 @@ class Converter:
     def op_Gather(self, node, a):
         """x[:, i] / x[:, i:j] with constant indices -> Slice (+ a view)."""
         shape = self.shape(node.input[0])
-        axis = _axis_in(a.get("axis", 0), len(shape), node)
+        axis = axis_in(a.get("axis", 0), len(shape), node)
         idx = self.const(node.input[1], "indices").astype(np.int64)
         flat = np.where(idx < 0, idx + shape[axis], idx).ravel()
         if idx.ndim > 1 or not len(flat) or np.any(np.diff(flat) != 1):
@@ -1484,7 +1331,7 @@ class Converter:
             axes_c = self.opt_const(3)
             if axes_c is not None:
                 full = [0] * (2 * len(shape))
-                axes = [_axis_in(x, len(shape), node) for x in axes_c]
+                axes = [axis_in(x, len(shape), node) for x in axes_c]
                 for i, ax in enumerate(axes):
                     full[ax] = pads[i]
                     full[ax + len(shape)] = pads[i + len(axes)]
@@ -1517,288 +1364,6 @@ class Converter:
         for ax in sorted(spec):
             b, s = self.pad(b, s, {ax: spec[ax]}, value, self.lname())
         self.refs[node.output[0]] = Var(node.output[0], b, s)
-
-    # ---- resizing ------------------------------------------------------------
-    def op_Resize(self, node, a):
-        self._resize(node, a)
-
-    def op_Upsample(self, node, a):
-        self._resize(node, a)
-
-    def _resize_scales(self, node, a, rank):
-        """(scales given, sizes given) of a Resize / Upsample, as float64
-        arrays of ``rank`` values or None: Upsample's attribute (opset 7)
-        or input 1, Resize's input 1 (opset 10) or inputs 2 and 3 (opset
-        11 and later, either may be absent or empty; opset 18's ``axes``
-        spread over the rank)."""
-        if node.op_type == "Upsample" and "scales" in a:
-            return np.asarray(a["scales"], np.float64), None
-        idx = (1, None) if node.op_type == "Upsample" or self.opset < 11 else (2, 3)
-        got = []
-        for i in idx:
-            v = None if i is None else self.opt_const(i)
-            got.append(None if v is None or v.size == 0 else np.asarray(v, np.float64).ravel())
-        scales, sizes = got
-        axes = a.get("axes")
-        if axes is not None:
-            axes = [_axis_in(ax, rank, node) for ax in axes]
-            for k, v in enumerate(got):
-                if v is not None:
-                    if len(v) != len(axes):
-                        raise NodeError(node, f"{len(v)} {('scales', 'sizes')[k]} for "
-                                              f"{len(axes)} axes")
-                    full = np.ones(rank) if k == 0 else np.asarray(
-                        self.shape(node.input[0]), np.float64)
-                    full[axes] = v
-                    got[k] = full
-            scales, sizes = got
-        if scales is None and sizes is None:
-            raise Unsupported("its scales or sizes must be constants (initializers)")
-        for k, v in enumerate((scales, sizes)):
-            if v is not None and (len(v) != rank or not np.all(np.isfinite(v)) or np.any(v <= 0)):
-                raise NodeError(node, f"{('scales', 'sizes')[k]} {v.tolist()} must be {rank} "
-                                      "positive finite values, one per input axis")
-        return scales, sizes
-
-    def _resize(self, node, a):
-        """Resize / Upsample by whole-number factors on H and W, written as a
-        Deconvolution with one group a channel (weights: constants of the
-        conversion), exact:
-        - nearest: kernel = stride = the factor, weights of ones (each input
-          pixel copied to its block), where ONNX's index rule for the node
-          (coordinate_transformation_mode, nearest_mode) sends output pixel
-          i to input i // factor;
-        - linear (bilinear) at whole factors f: the input's edge rows and
-          columns repeated once (Slice + Concat), then kernel 2f (odd f:
-          2f - 1), stride f, pad 3f/2 (rounded down) with Caffe's bilinear
-          filler weights, where that gives
-          ONNX's interpolation weights for every output pixel (half_pixel
-          and pytorch_half_pixel do: PyTorch's align_corners=False); an
-          axis of one entry (a pooled 1 x 1 map) is copied as nearest,
-          at any factor and coordinate mode.
-        Either is checked against ONNX's formulas for the node's sizes,
-        axis by axis; anything else (cubic, fractional
-        factors, align_corners linear, resizing N or C) is reported as
-        unsupported."""
-        mode = a.get("mode", "nearest")
-        shape = self.shape(node.input[0])
-        if len(shape) != 4:
-            raise Unsupported(f"only 4-D (N, C, H, W) resizing maps to Caffe (input shape "
-                              f"{list(shape)})")
-        scales, sizes = self._resize_scales(node, a, 4)
-        if sizes is not None:
-            out_hw = [int(v) for v in sizes[2:]]
-            if list(sizes[:2]) != list(shape[:2]):
-                raise Unsupported("resizing the batch or channel axis has no Caffe equivalent")
-            scale_hw = [o / i for o, i in zip(out_hw, shape[2:])]
-        else:
-            if list(scales[:2]) != [1.0, 1.0]:
-                raise Unsupported("resizing the batch or channel axis has no Caffe equivalent")
-            scale_hw = list(scales[2:])
-            out_hw = [int(np.floor(i * s)) for i, s in zip(shape[2:], scale_hw)]
-        inferred = self.p.shapes.get(node.output[0])
-        if inferred is not None and list(inferred) != list(shape[:2]) + out_hw:
-            raise Unsupported(f"output shape {list(inferred)} is not the scaled input "
-                              f"{list(shape[:2]) + out_hw} (keep_aspect_ratio_policy?)")
-        if min(out_hw) <= 0:
-            raise NodeError(node, f"output size {out_hw} is empty")
-        count = shape[0] * shape[1] * out_hw[0] * out_hw[1]
-        if count >= 2 ** 31 or max(out_hw) > 2 ** 22 or out_hw[0] * out_hw[1] > 2 ** 30:
-            raise NodeError(node, f"output {shape[0]}x{shape[1]}x{out_hw[0]}x{out_hw[1]}: "
-                                  "a Caffe blob holds fewer than 2^31 values (and here at "
-                                  "most 2^22 a row or column)")
-        if node.op_type == "Upsample" or self.opset < 11:
-            ctm, rounding = "asymmetric", "floor"     # Upsample and Resize-10 semantics
-        else:
-            ctm = a.get("coordinate_transformation_mode", "half_pixel")
-            rounding = a.get("nearest_mode", "round_prefer_floor")
-        try:
-            self._resize_deconv(node, a, mode, shape, out_hw, scale_hw, ctm, rounding)
-        except Unsupported as why:
-            self._resize_matrices(node, a, mode, shape, out_hw, scales, sizes, ctm, rounding,
-                                  why)
-
-    def _resize_matrices(self, node, a, mode, shape, out_hw, scales, sizes, ctm, rounding,
-                         why):
-        """Any other resizing of H and W that ONNX defines axis by axis
-        (nearest to any size or with any rounding, linear with any
-        coordinate mode -- align_corners included -- or by fractional
-        factors, cubic, antialias): each axis is a matrix G (out x in) of
-        ONNX's own weights, read off by resizing an identity with onnx's
-        reference evaluator, and applied as a 1x1 Convolution over H (the
-        input seen as (N*C, H, W, 1)) and an InnerProduct over W (axis 3),
-        no bias, the cheaper order first. Where the Deconvolution form
-        (``why`` says why not) applies it is used instead: G is dense, so
-        these products do out x in multiply-adds a value."""
-        if ctm == "tf_crop_and_resize":
-            raise Unsupported(f"{why}; coordinate_transformation_mode 'tf_crop_and_resize' "
-                              "is not supported")
-        if mode not in ("nearest", "linear", "cubic"):
-            raise Unsupported(f"mode {mode!r} is not a Resize mode")
-        mats = []
-        for ax, (i, o) in enumerate(zip(shape[2:], out_hw)):
-            sc = None if scales is None else float(scales[2 + ax])
-            g = self._resize_matrix(node, a, mode, i, o, sc, ctm, rounding)
-            mats.append(None if i == o and np.array_equal(g, np.eye(i)) else g)
-        self._axis_products(node, mats, shape)
-
-    def _axis_products(self, node, mats, shape):
-        """The node's output = its input (4-D) with H multiplied by
-        ``mats[0]`` and W by ``mats[1]`` (out x in each; None: left as it
-        is): a 1x1 Convolution over H (the input seen as (N*C, H, W, 1)) and
-        an InnerProduct over W (axis 3), no bias, constants of the
-        conversion, the cheaper order first."""
-        if all(g is None for g in mats):
-            self.alias(0, node.input[0])
-            return
-        n, c, h, w = shape
-        oh = h if mats[0] is None else mats[0].shape[0]
-        ow = w if mats[1] is None else mats[1].shape[0]
-        h_first = n * c * (w * oh * h + oh * ow * w) <= n * c * (h * ow * w + ow * oh * h)
-        cur = self.var(node.input[0])
-        if cur.index is not None:
-            cur = Var(cur.name, self.materialize(cur), cur.shape)
-        steps = ["h", "w"] if h_first else ["w", "h"]
-        steps = [st for st in steps if mats[0 if st == "h" else 1] is not None]
-        base = self.lname()
-        for k, st in enumerate(steps):
-            last = k == len(steps) - 1
-            _, _, hh, ww = cur.shape
-            if st == "h":
-                g = mats[0]
-                rows = self.materialize(Var(self.new_blob(f"{base}_rows"), cur.blob,
-                                            cur.blob_shape, (n * c, hh, ww, 1)))
-                top = self.new_blob(f"{base}_h")
-                lp = self.fixed(self.layer("Convolution", f"{base}_h", [rows], [top],
-                                           [g.reshape(oh, hh, 1, 1).astype(np.float32)]))
-                _conv_param(lp.convolution_param, oh, [1, 1], [0, 0], [1, 1], [1, 1], 1, False)
-                name = node.output[0] if last else self.new_blob(f"{base}_hv")
-                cur = Var(name, top, (n * c, oh, ww, 1), (n, c, oh, ww))
-            else:
-                g = mats[1]
-                src = self.materialize(cur)
-                top = self.out(shape=(n, c, hh, ow)) if last else self.new_blob(f"{base}_w")
-                lp = self.fixed(self.layer("InnerProduct", f"{base}_w", [src], [top],
-                                           [g.astype(np.float32)]))
-                lp.inner_product_param.num_output = ow
-                lp.inner_product_param.bias_term = False
-                lp.inner_product_param.axis = 3
-                cur = Var(top, top, (n, c, hh, ow))
-        self.refs[node.output[0]] = cur
-
-    def _resize_matrix(self, node, a, mode, n_in, n_out, scale, ctm, rounding):
-        """G (n_out x n_in, float64) with ONNX Resize of one axis = G @ x:
-        the node's mode and coordinate attributes applied to an identity
-        (n_in images of one column, only axis 2 resized), by onnx's
-        reference evaluator."""
-        from onnx import TensorProto, helper
-        from onnx.reference import ReferenceEvaluator
-        attrs = dict(mode=mode, coordinate_transformation_mode=ctm)
-        if mode == "nearest":
-            attrs["nearest_mode"] = rounding
-        for k in ("cubic_coeff_a", "exclude_outside", "antialias"):
-            if k in a:
-                attrs[k] = a[k]
-        # opset 19's axes: only axis 2 resized, the identity along axis 0 untouched
-        opset = max(self.opset, 19)
-        if scale is not None:
-            ins = ["x", "", "s"]
-            inits = [helper.make_tensor("s", TensorProto.FLOAT, [1], [scale])]
-        else:
-            ins = ["x", "", "", "z"]
-            inits = [helper.make_tensor("z", TensorProto.INT64, [1], [n_out])]
-        rn = helper.make_node("Resize", ins, ["y"], axes=[2], **attrs)
-        g = helper.make_graph([rn], "axis", [helper.make_tensor_value_info(
-            "x", TensorProto.FLOAT, [n_in, 1, n_in, 1])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-        try:
-            y = ReferenceEvaluator(m).run(None, {"x": np.eye(n_in, dtype=np.float32).reshape(
-                n_in, 1, n_in, 1)})[0]
-        except Exception as e:      # noqa: BLE001 - the evaluator's own errors, one line
-            raise Unsupported(f"onnx's reference Resize failed on one axis ({error_line(e)})")
-        if y.shape != (n_in, 1, n_out, 1):
-            raise Unsupported(f"one axis resized to {list(y.shape)}, not {n_out} values")
-        return y[:, 0, :, 0].T.astype(np.float64)
-
-    def _resize_deconv(self, node, a, mode, shape, out_hw, scale_hw, ctm, rounding):
-        """The Deconvolution form of ``_resize``; Unsupported where it does not apply."""
-        if mode not in ("nearest", "linear"):
-            raise Unsupported(f"mode {mode!r}")
-        factors = []
-        for ax, (i, o) in enumerate(zip(shape[2:], out_hw)):
-            if o % i:
-                raise Unsupported(f"output size {o} of axis {ax + 2} is not a whole multiple "
-                                  f"of its input size {i}")
-            factors.append(o // i)
-        if factors[0] * factors[1] > 2 ** 20:
-            raise Unsupported(f"factors {factors}")
-        if mode == "nearest":
-            for i, o, sc, f in zip(shape[2:], out_hw, scale_hw, factors):
-                src = _nearest_source(ctm, rounding, i, o, sc)
-                if src is None:
-                    raise Unsupported(f"coordinate_transformation_mode {ctm!r} with "
-                                      f"nearest_mode {rounding!r} is not supported")
-                if not np.array_equal(src, np.arange(o) // f):
-                    raise Unsupported(f"coordinate_transformation_mode {ctm!r} with "
-                                      f"nearest_mode {rounding!r} does not copy each pixel to "
-                                      f"a {f}-pixel block; no exact Caffe equivalent")
-            kernel, stride, pad = factors, factors, [0, 0]
-            taps = [np.ones(f) for f in factors]
-        else:
-            if int(a.get("antialias", 0)):
-                raise Unsupported("antialias is not supported")
-            kernel, stride, pad, taps, edges = [], [], [], [], []
-            for ax, (i, o, sc, f) in enumerate(zip(shape[2:], out_hw, scale_hw, factors)):
-                spec = _bilinear_deconv(ctm, i, o, sc, f)
-                if spec is None:
-                    raise Unsupported(f"linear resizing with coordinate_transformation_mode "
-                                      f"{ctm!r} by {f} on axis {ax + 2} is not a bilinear "
-                                      "Deconvolution (whole factors with half_pixel map, or a "
-                                      "single row or column)")
-                kernel.append(len(spec[0]))
-                stride.append(f)
-                pad.append(spec[1])
-                taps.append(spec[0])
-                edges.append(spec[2])
-        if factors == [1, 1]:       # checked above: ONNX's result is the input
-            self.alias(0, node.input[0])
-            return
-        x, xs = self.blob(node.input[0]), shape
-        if mode == "linear":
-            for ax, edge in ((2, edges[0]), (3, edges[1])):
-                if edge:
-                    x, xs = self.edge_pad(x, xs, ax, self.lname())
-        c = shape[1]
-        top = self.out(shape=(shape[0], c, out_hw[0], out_hw[1]))
-        w = np.outer(taps[0], taps[1]).astype(np.float32)
-        lp = self.fixed(self.layer("Deconvolution", self.lname(), [x], [top],
-                                   [np.broadcast_to(w, (c, 1) + w.shape)]))
-        _conv_param(lp.convolution_param, c, kernel, pad, stride, [1, 1], c, False)
-
-    def edge_pad(self, blob, shape, axis, base):
-        """``blob`` with its first and last entries along ``axis`` repeated
-        once on either side (Slice + Concat): ONNX's linear resize reads
-        the edge value past either end."""
-        n = shape[axis]
-        if n == 1:
-            first = last = blob
-        else:
-            # one Slice for both edges (two crops copied the whole blob twice)
-            first = self.new_blob(f"{base}_edge{axis}_first")
-            last = self.new_blob(f"{base}_edge{axis}_last")
-            middle = [self.new_blob(f"{base}_edge{axis}_unused")] if n > 2 else []
-            lp = self.layer("Slice", f"{base}_edge{axis}_slice", [blob], [first] + middle + [last])
-            lp.slice_param.axis = axis
-            lp.slice_param.slice_point.extend([1, n - 1] if n > 2 else [1])
-            if middle:
-                self.layer("Silence", f"{base}_edge{axis}_silence", middle, [])
-        top = self.new_blob(f"{base}_edge{axis}")
-        lp = self.layer("Concat", top, [first, blob, last], [top])
-        lp.concat_param.axis = axis
-        shape = list(shape)
-        shape[axis] = n + 2
-        return top, tuple(shape)
 
     def op_Expand(self, node, a):
         """Broadcast to a shape. Where every reader is an elementwise
@@ -1897,7 +1462,7 @@ class Converter:
 
     def op_Flatten(self, node, a):
         shape = self.shape(node.input[0])
-        axis = _axis_in(a.get("axis", 1), len(shape), node, extra=1) if shape else 0
+        axis = axis_in(a.get("axis", 1), len(shape), node, extra=1) if shape else 0
         out = (int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
         self.set_view(0, node.input[0], out)
 
@@ -1914,7 +1479,7 @@ class Converter:
             raise NodeError(node, f"shape {node.input[1]!r} is a {spec.ndim}-D {spec.dtype} "
                                   "tensor; Reshape takes a 1-D int64 one")
         allowzero = int(a.get("allowzero", 0)) if self.opset >= 14 else 0
-        out = _reshape_target(node, shape, [int(v) for v in spec], allowzero)
+        out = reshape_target(node, shape, [int(v) for v in spec], allowzero)
         self.p.shapes[node.output[0]] = out
         self.set_view(0, node.input[0], out)
 
@@ -1937,97 +1502,6 @@ class Converter:
         out = tuple(shape[p] for p in perm)
         self.p.shapes[node.output[0]] = out
         self.set_view(0, node.input[0], out, transpose=perm)
-
-
-def _resize_source(ctm, n_in, n_out, scale, nearest):
-    """The input coordinate of each of ``n_out`` output pixels of an ONNX
-    Resize along one axis (its coordinate_transformation_mode ``ctm``;
-    tf_half_pixel_for_nn only for ``nearest``), or None for a mode not
-    known here (tf_crop_and_resize reads an roi)."""
-    x = np.arange(n_out, dtype=np.float64)
-    if ctm == "half_pixel" or (ctm == "pytorch_half_pixel" and n_out > 1):
-        return (x + 0.5) / scale - 0.5
-    if ctm == "pytorch_half_pixel":
-        return np.zeros_like(x)
-    if ctm == "align_corners":
-        return x * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros_like(x)
-    if ctm == "asymmetric":
-        return x / scale
-    if ctm == "tf_half_pixel_for_nn" and nearest:
-        return (x + 0.5) / scale
-    return None
-
-
-def _nearest_source(ctm, rounding, n_in, n_out, scale):
-    """Source index of each of ``n_out`` output pixels of an ONNX nearest
-    Resize along one axis (the operator's coordinate transformation and
-    rounding rules, clamped to the input), or None for a mode not known
-    here."""
-    src = _resize_source(ctm, n_in, n_out, scale, nearest=True)
-    if src is None:
-        return None
-    pick = {"round_prefer_floor": lambda v: np.ceil(v - 0.5),
-            "round_prefer_ceil": lambda v: np.floor(v + 0.5),
-            "floor": np.floor, "ceil": np.ceil}.get(rounding)
-    if pick is None:
-        return None
-    return np.clip(pick(src), 0, n_in - 1).astype(np.int64)
-
-
-def _linear_resize_1d(ctm, v, n_out, scale):
-    """ONNX's linear Resize of the vectors ``v`` (rows of n_in values) along
-    their last axis (its coordinate transformation; neighbours past either
-    end read the edge value), or None for a mode not known here."""
-    n_in = v.shape[-1]
-    src = _resize_source(ctm, n_in, n_out, scale, nearest=False)
-    if src is None:
-        return None
-    lo = np.floor(src)
-    r = src - lo
-    a = v[..., np.clip(lo, 0, n_in - 1).astype(np.int64)]
-    b = v[..., np.clip(lo + 1, 0, n_in - 1).astype(np.int64)]
-    return (1.0 - r) * a + r * b
-
-
-def _deconv_1d(v, taps, f, pad, n_out):
-    """A Deconvolution (stride ``f``, ``taps``, ``pad``) along the last axis
-    of ``v`` with its edge entries repeated once on either side."""
-    vp = np.concatenate([v[..., :1], v, v[..., -1:]], axis=-1)
-    k, n = len(taps), vp.shape[-1]
-    out = np.zeros(v.shape[:-1] + (n_out,))
-    o = np.arange(n_out)
-    for t in range(k):          # output o takes input i where o = i * f + t - pad
-        i, rem = np.divmod(o + pad - t, f)
-        ok = (rem == 0) & (i >= 0) & (i < n)
-        out[..., ok] += taps[t] * vp[..., i[ok]]
-    return out
-
-
-def _bilinear_deconv(ctm, n_in, n_out, scale, f):
-    """(taps, pad, edge) of a Deconvolution (stride ``f``) whose result
-    along one axis is ONNX's linear Resize (checked on random vectors):
-    kernel 2f (2f - 1 at odd f) with Caffe's bilinear filler taps over the
-    input with its edge entries repeated once (edge True); at ``f`` 1 ((1,), 0), the axis
-    untouched, where ONNX's is too; from a single entry (an image-pooling
-    branch's 1 x 1 map, any coordinate mode, align_corners included) kernel
-    f of ones, the entry copied to every output, where ONNX's result is
-    that. None where none is (other modes: align_corners, asymmetric)."""
-    v = np.random.default_rng(0).standard_normal((3, n_in))
-    if f == 1 or n_in == 1:
-        got = _linear_resize_1d(ctm, v, n_out, scale)
-        ok = got is not None and np.allclose(got, np.repeat(v, f, axis=-1), rtol=0, atol=1e-9)
-        return (np.ones(f), 0, False) if ok else None
-    # kernel 2f (odd f: 2f - 1, its taps then centred on a whole input
-    # pixel) over the edge-repeated input, one input pixel's f outputs past
-    # the kernel's centre of padding
-    k, pad = 2 * f - f % 2, (3 * f - f % 2) // 2
-    c = (2 * f - 1 - f % 2) / (2.0 * f)
-    taps = 1.0 - np.abs(np.arange(k) / f - c)
-    want = _linear_resize_1d(ctm, v, n_out, scale)
-    if want is None:
-        return None
-    got = _deconv_1d(v, taps, f, pad, n_out)
-    return (taps, pad, True) if np.allclose(got, want, rtol=0, atol=1e-9) else None
 
 
 def _channel_permutation(idx, shape):

@@ -63,6 +63,7 @@ from .. import config
 from ..blob import LAYOUT
 from ..device import Launch
 from ..ops import pointwise
+from .memory import best_fit
 
 log = logging.getLogger("caffe_ocl")
 
@@ -101,15 +102,8 @@ def _slots(intervals):
     assign, sizes, free_after = {}, [], []
     for first, last, nbytes, key in sorted(intervals, key=lambda t: (t[0], -t[2])):
         free = [s for s in range(len(sizes)) if free_after[s] < first]
-        fits = [s for s in free if sizes[s] >= nbytes]
-        if fits:
-            s = min(fits, key=lambda k: sizes[k])
-        elif free:
-            s = max(free, key=lambda k: sizes[k])
-            sizes[s] = nbytes
-        else:
-            s = len(sizes)
-            sizes.append(nbytes)
+        s = best_fit(free, sizes, nbytes)
+        if s == len(free_after):
             free_after.append(-1)
         free_after[s] = last
         assign[key] = s

@@ -51,6 +51,21 @@ def share_diffs_default(solver_param=None, net_param=None):
     return True
 
 
+def best_fit(free, caps, need):
+    """The buffer for a user of ``need`` among the ``free`` indices of
+    ``caps`` (buffer sizes): the smallest that fits, else the largest free
+    one grown to ``need``, else a new one appended to ``caps``."""
+    fits = [s for s in free if caps[s] >= need]
+    if fits:
+        return min(fits, key=lambda s: caps[s])
+    if free:
+        s = max(free, key=lambda s: caps[s])
+        caps[s] = need
+        return s
+    caps.append(need)
+    return len(caps) - 1
+
+
 class _Group:
     """Blobs sharing one diff storage already (views: Flatten/Reshape, or a
     one-bottom Concat), with the layers whose backward touches it."""
@@ -172,16 +187,7 @@ class DiffPlan:
         caps, free, assign = [], [], {}
         for li in range(len(net.layers) - 1, -1, -1):
             for g in sorted(starts.get(li, []), key=lambda g: -g.count):
-                need = g.count
-                fits = [s for s in free if caps[s] >= need]
-                if fits:
-                    s = min(fits, key=lambda s: caps[s])
-                elif free:
-                    s = max(free, key=lambda s: caps[s])
-                    caps[s] = need
-                else:
-                    s = len(caps)
-                    caps.append(need)
+                s = best_fit(free, caps, g.count)
                 if s in free:
                     free.remove(s)
                 assign[id(g)] = s

@@ -342,7 +342,7 @@ def test_blobs_are_the_same_as_array_to_blobproto_writes():
     for a in (np.zeros(0, np.float32), np.float32(3.5).reshape(()),
               np.arange(300, dtype=np.float64).reshape(3, 10, 10).transpose(2, 0, 1),
               np.array([np.nan, -np.inf, 1e-45], np.float32)):
-        got = to_caffe._blob_proto(a).SerializeToString()
+        got = to_caffe.blob_proto(a).SerializeToString()
         assert got == array_to_blobproto(np.asarray(a, np.float32)).SerializeToString()
 
 

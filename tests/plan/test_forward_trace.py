@@ -35,14 +35,20 @@ def _pair(text, rng):
         with config.override(FORWARD_TRACE=False):
             plain = Net(parse_net_text(text), TEST, fold=True)
     assert traced._tracer is not None and plain._tracer is None
-    for name, blobs in traced.params.items():
-        for t, p in zip(blobs, plain.params[name]):
+    same_weights(traced, plain, rng)
+    return traced, plain
+
+
+def same_weights(a, b, rng):
+    """The same random weights in nets ``a`` and ``b`` (BatchNorm variances
+    and factors positive)."""
+    for name, blobs in a.params.items():
+        for t, p in zip(blobs, b.params[name]):
             v = rng.normal(0, 0.5, t.shape)
             if (name.startswith("bn") or name.endswith("_bn")) and len(t.shape) == 1:
                 v = np.abs(v) + 0.5
             t.data[...] = v
             p.data[...] = v
-    return traced, plain
 
 
 def _input_shape(net):

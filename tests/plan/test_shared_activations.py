@@ -15,7 +15,7 @@ from caffe_ocl import config
 from caffe_ocl.net import Net, TEST
 from caffe_ocl.plan import activations
 from caffe_ocl.proto import parse_net_text
-from test_forward_trace import NETS, Doubler, _input_shape, _same
+from test_forward_trace import NETS, Doubler, _input_shape, _same, same_weights
 
 
 def _conv(name, bottom, n, k=3, group=1, top=None):
@@ -61,13 +61,7 @@ def _pair(text, rng, fold=True):
         shared = Net(parse_net_text(text), TEST, fold=fold)
         with config.override(FORWARD_TRACE=False):
             plain = Net(parse_net_text(text), TEST, fold=fold)
-    for name, blobs in shared.params.items():
-        for t, p in zip(blobs, plain.params[name]):
-            v = rng.normal(0, 0.5, t.shape)
-            if (name.startswith("bn") or name.endswith("_bn")) and len(t.shape) == 1:
-                v = np.abs(v) + 0.5
-            t.data[...] = v
-            p.data[...] = v
+    same_weights(shared, plain, rng)
     return shared, plain
 
 
