@@ -136,7 +136,12 @@ class ActivationSharing:
         # convolution's top: an unfolded BatchNorm reading its factor on the
         # host): rerunning the segments alone (unshare) would leave that
         # blob without the live step's work
-        written = {id(m) for seg in segments for m, _ in seg.writes}
+        # (written: marked written by a step and bound by a launch; a Split's
+        # tops are marked written, sharing their bottom's memory, by no launch)
+        bound = {b.int_ptr for seg in segments for ln in seg.launches
+                 for b in ln.buffers.values()}
+        written = {id(m) for seg in segments for m, _ in seg.writes
+                   if m._buf is not None and m._buf.int_ptr in bound}
         if any(id(t.data_mem) in written for li in live for t in net.graph.tops[li]):
             self.reason = "a live step writes in place what the segments write"
             return

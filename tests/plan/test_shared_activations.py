@@ -198,3 +198,40 @@ def test_off_by_setting(rng):
         for _ in range(5):
             net.forward(**{net.inputs[0]: x})
     assert _sharing(net) is None and net._tracer.replays >= 2
+
+
+def test_a_data_layer_net_with_loss_and_accuracy(rng):
+    """A solver's test net: a data layer, then Accuracy and SoftmaxWithLoss
+    (live steps at either end; the label Split's tops marked written by no
+    launch) around the replayed segment."""
+    text = DEEP.replace(
+        'layer { name: "data" type: "Input" top: "data" '
+        'input_param { shape { dim: 1 dim: 4 dim: 10 dim: 10 } } }',
+        'layer { name: "data" type: "DummyData" top: "data" top: "label" dummy_data_param { '
+        'data_filler { type: "constant" value: 0.7 } data_filler { type: "constant" value: 3 } '
+        'shape { dim: 2 dim: 4 dim: 10 dim: 10 } shape { dim: 2 } } }').replace(
+        'layer { name: "prob" type: "Softmax" bottom: "fc" top: "prob" }',
+        'layer { name: "acc" type: "Accuracy" bottom: "fc" bottom: "label" top: "acc" }\n'
+        'layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }')
+    assert "DummyData" in text and "SoftmaxWithLoss" in text
+    shared, plain = _pair(text, rng)
+    for _ in range(6):
+        outs = [net.forward() for net in (shared, plain)]
+        assert outs[0] == outs[1]
+    sh = _sharing(shared)
+    assert sh is not None and sh.active and sh.pending
+    _same(shared, plain)
+
+
+def test_not_shared_where_a_live_step_writes_in_place_what_the_segments_write(rng):
+    """Unfolded, DEEP's BatchNorm reads its factor on the host (a live
+    step) in place on the convolution's top: rerunning the segments alone
+    would leave c2 without its normalisation, so the pass is not shared."""
+    shared, plain = _pair(DEEP, rng, fold=False)
+    with config.override(SHARE_ACTIVATIONS=True):
+        for _ in range(5):
+            _run((shared, plain), rng.normal(0, 1, _input_shape(shared)).astype(np.float32))
+    sh = _sharing(shared)
+    assert sh is not None and not sh.active
+    assert sh.reason == "a live step writes in place what the segments write"
+    _same(shared, plain)
