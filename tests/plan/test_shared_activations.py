@@ -235,3 +235,13 @@ def test_not_shared_where_a_live_step_writes_in_place_what_the_segments_write(rn
     assert sh is not None and not sh.active
     assert sh.reason == "a live step writes in place what the segments write"
     _same(shared, plain)
+
+
+def test_not_shared_past_the_cache_sized_cap(rng, monkeypatch):
+    monkeypatch.setattr(activations, "MAX_SLOT_BYTES", 1024)
+    shared, plain = _pair(DEEP, rng)
+    with config.override(SHARE_ACTIVATIONS=True):
+        for _ in range(4):
+            _run((shared, plain), rng.normal(0, 1, _input_shape(shared)).astype(np.float32))
+    sh = _sharing(shared)
+    assert sh is not None and not sh.active and "past the caches" in sh.reason
