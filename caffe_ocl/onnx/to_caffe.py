@@ -50,6 +50,7 @@ from ._common import (OnnxConversionError, Unsupported, UnsupportedModelError,
 from ._graph import load_model, prepare
 from ._nodes import (NodeError, Var, axis_in, blob_proto, check_kernel, conv_param,
                      desc, group_attr, ints_attr, reshape_target, same_pads)
+from ._erf import ErfOps
 from ._resize import ResizeOps
 from .check import compare, format_report
 
@@ -63,7 +64,7 @@ WEIGHT_BYTES_MAX = 2 ** 31 - 2 ** 24
 
 
 
-class Converter(ResizeOps):
+class Converter(ResizeOps, ErfOps):
     def __init__(self, model, input_shapes=None, batch=1):
         self.p = prepare(model, input_shapes, batch)
         self.opset = self.p.opset
