@@ -1116,7 +1116,13 @@ class Converter(ResizeOps, ErfOps):
         ss_full = (1,) * (len(bs) - len(ss)) + tuple(ss)
         nz = [i for i, d in enumerate(ss_full) if d != 1]
         if not nz:
-            raise Unsupported("broadcasting a computed scalar has no Caffe equivalent")
+            # one value (a per-image statistic at batch 1: PoolFormer's
+            # GroupNorm(1) written as ReduceMean over C, H, W): the block is
+            # an axis of size 1 of the big tensor, e.g. its batch axis
+            nz = [i for i, d in enumerate(bs) if d == 1][:1]
+            if not nz:
+                raise Unsupported(f"broadcasting a computed scalar over {tuple(bs)} (no axis "
+                                  "of size 1 to carry it) has no Caffe equivalent")
         lo, hi = nz[0], nz[-1]
         if ss_full[lo:hi + 1] != bs[lo:hi + 1]:
             raise Unsupported(f"broadcasting {sa} with {sb} has no Caffe equivalent")

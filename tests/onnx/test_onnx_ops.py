@@ -446,3 +446,21 @@ def test_unsupported_nodes_are_listed_and_nothing_written(tmp_path):
     msg = str(ei.value)
     assert "transpose_t" in msg and "erf_e" in msg and "reflect" in msg and "H and W" in msg
     assert not proto.exists() and not model.exists()
+
+
+@pytest.mark.parametrize("op", ["Sub", "Add", "Mul", "Div"])
+def test_broadcast_of_a_computed_per_image_value_at_batch_1(op):
+    """A statistic over C, H, W (PoolFormer's GroupNorm(1), as LayerNorm
+    over all axes) is one value at batch 1: carried by the batch axis."""
+    m = make_model([node("ReduceMean", ["x"], ["m"], axes=[1, 2, 3], keepdims=1),
+                    node("Abs", ["m"], ["am"]),
+                    node(op, ["x", "am"], ["y"])], {"x": (1, 4, 3, 5)}, ["y"])
+    net = check_onnx(m, inputs={"x": rand(1, 4, 3, 5) + 0.3})
+    assert "Bias" in types(net) or "Scale" in types(net)
+
+
+def test_broadcast_of_one_computed_value_over_a_batch_is_refused():
+    m = make_model([node("ReduceMean", ["x"], ["m"], axes=[0, 1, 2, 3], keepdims=1),
+                    node("Sub", ["x", "m"], ["y"])], {"x": (2, 4, 3, 5)}, ["y"])
+    with pytest.raises(UnsupportedModelError, match="computed scalar"):
+        to_caffe.convert(m)
