@@ -168,6 +168,10 @@ _DECLARED = (
     Setting("FUSE_SWISH", "bool", True,
             "at TEST, Swish / ONNX's Sigmoid * x / Sigmoid after a convolution or "
             "InnerProduct run in its epilogue (with CAFFE_OCL_FOLD)"),
+    Setting("FUSE_POINTWISE", "bool", True,
+            "at TEST, a run of three or more element-wise layers (neurons, Eltwise, "
+            "Split; a converted GELU) runs as one generated kernel (plan/pointwise.py; "
+            "with CAFFE_OCL_FOLD)"),
     Setting("FUSE_PRELU", "bool", True,
             "at TEST, a PReLU after a convolution or InnerProduct (and its BatchNorm / "
             "Scale) runs in its epilogue, the slopes beside the bias (with CAFFE_OCL_FOLD)"),

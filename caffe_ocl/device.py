@@ -786,6 +786,16 @@ class Device:
             src = self._sources[filename]
         return src
 
+    def generated_source(self, text):
+        """Register kernel source written at run time (plan/pointwise.py's
+        fused chains) and return the name ``launch``/``program`` know it
+        by (its hash: the same text is one program). It includes the
+        kernels folder's headers as the files there do."""
+        name = "generated/" + hashlib.sha256(text.encode()).hexdigest()[:20] + ".cl"
+        if name not in self._sources:
+            self._sources[name] = (text, kernel_arg_dtypes(text))
+        return name
+
     def _program_key(self, filename, defines):
         return (filename, tuple(sorted((k, str(v)) for k, v in (defines or {}).items())),
                 ("-cl-opt-disable",) if filename in self.unoptimized_sources else ())

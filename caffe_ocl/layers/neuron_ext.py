@@ -16,8 +16,8 @@ from ..blob import Blob
 from ..ops import pointwise
 from ..ops import prelu as prelu_ops
 from . import fillers
-from .base import register
-from .neuron import UnaryNeuron
+from .base import Layer, register
+from .neuron import DropoutLayer, UnaryNeuron
 
 
 class _Neuron(UnaryNeuron):
@@ -56,6 +56,19 @@ class _Neuron(UnaryNeuron):
             self.bwd = [pointwise.unary_backward(
                 self.device, self.op, bottom[0].count, self._x, top[0].data_buffer(),
                 top[0].diff_buffer(), bottom[0].diff_buffer(), *self.op_params())]
+
+
+def plain_elementwise(layer):
+    """Whether ``layer``'s forward is exactly one launch of kernels/
+    unary_op.h's ``fwd_op`` for its ``op`` and ``op_params()`` (what
+    plan/pointwise.py may compute in a fused chain instead): a neuron with
+    the shared reshape, not Dropout (random at TRAIN), not a subclass with
+    its own forward."""
+    cls = type(layer)
+    return (isinstance(layer, UnaryNeuron) and not isinstance(layer, DropoutLayer)
+            and cls.reshape in (UnaryNeuron.reshape, _Neuron.reshape)
+            and cls.forward is Layer.forward and cls.forward_impl is Layer.forward_impl
+            and layer.op in pointwise.UNARY_OPS)
 
 
 @register("ELU")

@@ -61,8 +61,8 @@ import logging
 from .. import config
 from ..errors import NetError
 from ..proto import caffe_pb2
-from . import (affine, axpy, concat, dw_pointwise, eltwise, elide, permute, residual, se,
-               se_squeeze, siblings, swish)
+from . import (affine, axpy, concat, dw_pointwise, eltwise, elide, permute, pointwise,
+               residual, se, se_squeeze, siblings, swish)
 from .chain import find_chains
 
 log = logging.getLogger("caffe_ocl")
@@ -99,7 +99,9 @@ def find_groups(net):
     the groups of its products), and a channel gather with the Slices
     right after it reading its top (permute.py: one launch writing their
     tops), and a depthwise convolution with the 1x1 convolution reading
-    it (dw_pointwise.py: the 1x1 kernel computes the depthwise output)."""
+    it (dw_pointwise.py: the 1x1 kernel computes the depthwise output),
+    and the runs of element-wise layers left, each as one generated
+    kernel (pointwise.py: a converted GELU's fifteen layers)."""
     chains = find_chains(net)
     taken = {li for c in chains for li in c.layers}
     sums = residual.find(net, chains, taken)
@@ -130,6 +132,8 @@ def find_groups(net):
     squeezes = se_squeeze.find(net, chains, taken)
     inner = {id(gr) for sq in squeezes for gr in sq.groups}
     chains = [c for c in chains if id(c) not in inner] + squeezes
+    taken = {li for c in chains for li in c.layers}
+    chains += pointwise.find(net, taken)
     chains = permute.gathers_into_slices(net, chains)
     chains = dw_pointwise.wrap(net, chains)
     for c in chains:

@@ -381,10 +381,10 @@ def test_a_malformed_node_past_an_unsupported_one_is_listed_after_it():
     """An error of a node past an unsupported one (here a Gemm whose B does
     not fit) must not hide the unsupported node, whose absence may be its
     cause: both are listed, the unsupported first."""
-    m = _gemm(b_shape=(5, 12), extra_nodes=[helper.make_node("Erf", ["x0"], ["x"], name="erf")])
+    m = _gemm(b_shape=(5, 12), extra_nodes=[helper.make_node("Sin", ["x0"], ["x"], name="sin")])
     m.graph.input[0].name = "x0"
     with pytest.raises(OnnxConversionError, match=r"2 unsupported ONNX node\(s\); nothing was "
-                                                  r"written: Erf 'erf': no Caffe equivalent "
+                                                  r"written: Sin 'sin': no Caffe equivalent "
                                                   r"for this operator; Gemm 'gemm': B 'b'"):
         convert(m)
 

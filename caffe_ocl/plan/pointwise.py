@@ -1,0 +1,203 @@
+"""TEST-phase rewrite: a run of element-wise layers as one generated kernel.
+
+A converted GELU is about fifteen element-wise layers (onnx/_erf.py), a
+LayerNorm or a Mish written in Caffe's layers several more; each is a pass
+over the whole tensor, so NFNet-F0 ran at half ONNX Runtime's speed on a
+CPU. A *chain* here is a run of consecutive layers (``net.layers``
+order), each one of:
+
+- a neuron layer whose forward is its one element-wise launch
+  (``UnaryNeuron`` with the plain reshape: ReLU, Sigmoid, TanH, AbsVal,
+  ELU, BNLL, Power, Exp, Log, Clip, Threshold, Swish ...),
+- an Eltwise (SUM with its coefficients, PROD, MAX) of same-shaped
+  bottoms,
+- a Split (its tops are its bottom's memory),
+
+none in place, every blob of one element count, the blobs it computes read
+by nothing outside it but the last layer's top, and no net output before
+the last. It runs as one kernel written for it (``Device.generated_source``):
+each step's value in a register, through kernels/unary_op.h's ``fwd_op``
+(the same op code the layers run) or the Eltwise's sum, product or max,
+and only the last top written. The blobs before it are computed when read
+(``Blob.compute_on_read``: the layers' own forwards; pycaffe reads them
+as after an ordinary forward). Values: the layers' own arithmetic, up to
+the compiler contracting multiply-adds across steps (a few float32 steps;
+tests/plan/test_pointwise_chain.py).
+
+A chain needs at least ``MIN_STEPS`` computing layers (Splits do not
+count) and at most ``MAX_INPUTS`` blobs from outside. ``CAFFE_OCL_FOLD=0``
+or ``CAFFE_OCL_FUSE_POINTWISE=0`` turn it off.
+"""
+from .. import config
+from ..layers.base import Layer
+from ..layers.neuron_ext import plain_elementwise
+from ..ops import pointwise as pw_ops
+from ..ops import work_size
+from .patterns import PendingTops, consumers
+
+MIN_STEPS = 3
+MAX_INPUTS = 8
+
+
+def _eltwise(layer):
+    return layer.type == "Eltwise" and len(layer.blobs) == 0 and \
+        type(layer).forward is Layer.forward and type(layer).forward_impl is Layer.forward_impl
+
+
+def _step(g, li):
+    """'unary', 'eltwise', 'split' or None for layer ``li``."""
+    layer = g.layers[li]
+    tops, bottoms = g.tops[li], g.bottoms[li]
+    if any(t is b for t in tops for b in bottoms):
+        return None                     # in place
+    if g.layer_types[li] == "Split":
+        return "split" if len(bottoms) == 1 else None
+    if len(tops) != 1:
+        return None
+    if plain_elementwise(layer) and len(bottoms) == 1:
+        return "unary"
+    if _eltwise(layer) and len(bottoms) >= 2:
+        return "eltwise"
+    return None
+
+
+def _chain_at(g, li, taken, outputs):
+    """The longest chain (list of layer indices) starting at ``li``."""
+    lis = []
+    count = None
+    for lj in range(li, len(g.layers)):
+        if lj in taken or _step(g, lj) is None:
+            break
+        blobs = list(g.bottoms[lj]) + list(g.tops[lj])
+        if count is None:
+            count = blobs[0].count
+        if any(b.count != count for b in blobs):
+            break
+        lis.append(lj)
+    # cut back to where only the last layer's top leaves the chain
+    while lis:
+        last = lis[-1]
+        inside = set(lis)
+        made = [t for lj in lis[:-1] for t in g.tops[lj]]
+        ok = g.layer_types[last] != "Split" and all(
+            t.name not in outputs and all(c in inside for c, _ in consumers(g, t))
+            for t in made)
+        if ok and sum(_step(g, lj) != "split" for lj in lis) >= MIN_STEPS:
+            return lis
+        if ok:
+            return None
+        lis.pop()
+    return None
+
+
+class PointwiseChain(PendingTops):
+    """Layers ``layers`` (a chain, see the module doc) run as one kernel
+    writing the last layer's top."""
+    traceable = True          # its run replays from a recorded pass (plan/trace.py)
+    fuses_backward = False
+    loses_values = False      # the pending blobs are computed before a backward
+
+    def __init__(self, net, lis):
+        g = net.graph
+        self.net = net
+        self.layers = list(lis)
+        self.first, self.last = self.layers[0], self.layers[-1]
+        self.y = g.tops[self.last][0]
+        self._init_pending([t for lj in self.layers[:-1] for t in g.tops[lj]],
+                           self.layers[:-1])
+        self.inputs, self.source = self._program(g)
+        self._key = None
+        self.fwd = []
+
+    def _program(self, g):
+        """(input blobs, kernel source) of the chain."""
+        value, inputs, lines, ops = {}, [], [], []
+
+        def ref(b):
+            v = value.get(id(b))
+            if v is None:
+                v = value[id(b)] = f"x{len(inputs)}"
+                inputs.append(b)
+            return v
+        for k, lj in enumerate(self.layers):
+            kind, layer = _step(g, lj), self.net.layers[lj]
+            args = [ref(b) for b in g.bottoms[lj]]
+            if kind == "split":
+                for t in g.tops[lj]:
+                    value[id(t)] = args[0]
+                continue
+            out = f"v{k}"
+            if kind == "unary":
+                a, b, c = (float(v) for v in layer.op_params())
+                ops.append((k, pw_ops.UNARY_OPS[layer.op]))
+                expr = f"step{k}({args[0]}, {a!r}f, {b!r}f, {c!r}f)"
+            elif layer.op == layer.PROD:
+                expr = " * ".join(args)
+            elif layer.op == layer.MAX:
+                expr = args[0]
+                for x in args[1:]:
+                    expr = f"fmax({expr}, {x})"
+            else:
+                expr = " + ".join(f"{float(cf)!r}f * {x}" for cf, x in zip(layer.coeffs, args))
+            lines.append(f"        const float {out} = {expr};")
+            value[id(g.tops[lj][0])] = out
+        head = ['#include "common.h"', '#include "act.h"']
+        for k, op in ops:
+            head += [f"#define OP {op}", f"#define fwd_op step{k}", '#include "unary_op.h"',
+                     "#undef fwd_op", "#undef OP"]
+        params = ", ".join(f"__global const float* in{i}" for i in range(len(inputs)))
+        loads = [f"        const float x{i} = in{i}[i];" for i in range(len(inputs))]
+        src = "\n".join(head + [
+            f"__kernel void pointwise_chain(int n, {params}, __global float* y) {{",
+            "    GLOBAL_LOOP(i, n) {"] + loads + lines + [
+            f"        y[i] = {value[id(self.y)]};", "    }", "}", ""])
+        return inputs, src.replace("inff", "INFINITY").replace("nanf", "NAN")
+
+    def describe(self):
+        names = self.net.graph.layer_names
+        return " -> ".join(names[i] for i in self.layers) + " (one element-wise kernel)"
+
+    def run(self):
+        g, net = self.net.graph, self.net
+        for li in self.layers[1:]:      # the net's loop reshaped the first
+            net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
+        for b in self.inputs:
+            b.data_mem.to_device()
+        n = self.y.count
+        bufs = tuple(b.data_buffer() for b in self.inputs)
+        key = (n, bufs, self.y.data_buffer())
+        if key != self._key:
+            dev = net.layers[self.first].device
+            if any(b.count != n for b in self.inputs) or n == 0:
+                self.fwd = None         # reshaped apart: the layers one by one
+            else:
+                gs, ls = work_size(dev, n)
+                self.fwd = [dev.launch(dev.generated_source(self.source), "pointwise_chain",
+                                       gs, ls, [n, *bufs, self.y.data_buffer()])]
+            self._key = key
+        if self.fwd is None:
+            for li in self.layers:
+                net.layers[li].forward(g.bottoms[li], g.tops[li])
+            return
+        q = net.layers[self.first].device.queue
+        for launch in self.fwd:
+            launch.run(q)
+        self.y.data_mem.device_written()
+        self._mark_pending()
+
+
+def find(net, taken=()):
+    """[PointwiseChain] of ``net`` (TEST plan), none with a layer in ``taken``."""
+    if not config.get("FUSE_POINTWISE"):
+        return []
+    g = net.graph
+    outputs = set(g.outputs)
+    out, li = [], 0
+    while li < len(g.layers):
+        lis = _chain_at(g, li, taken, outputs)
+        if lis:
+            out.append(PointwiseChain(net, lis))
+            li = lis[-1] + 1
+        else:
+            li += 1
+    return out
