@@ -28,12 +28,17 @@ A chain needs at least ``MIN_STEPS`` computing layers (Splits do not
 count) and at most ``MAX_INPUTS`` blobs from outside. ``CAFFE_OCL_FOLD=0``
 or ``CAFFE_OCL_FUSE_POINTWISE=0`` turn it off.
 """
+import logging
+
 from .. import config
+from ..errors import DeviceError
 from ..layers.base import Layer
 from ..layers.neuron_ext import plain_elementwise
 from ..ops import pointwise as pw_ops
 from ..ops import work_size
 from .patterns import PendingTops, consumers
+
+log = logging.getLogger("caffe_ocl")
 
 MIN_STEPS = 3
 MAX_INPUTS = 8
@@ -153,6 +158,21 @@ class PointwiseChain(PendingTops):
             f"        y[i] = {value[id(self.y)]};", "    }", "}", ""])
         return inputs, src.replace("inff", "INFINITY").replace("nanf", "NAN")
 
+    def _built(self, dev):
+        """Build the generated program now; where a driver refuses it, the
+        layers run one by one (logged once): a fusion must not cost a net
+        that runs without it."""
+        if getattr(self, "_failed", False):
+            return False
+        try:
+            dev.program(dev.generated_source(self.source))
+            return True
+        except DeviceError as e:
+            self._failed = True
+            log.warning("%s: the generated kernel did not build on %s; its layers run one "
+                        "by one (%s)", self.describe(), dev.name, str(e).splitlines()[0])
+            return False
+
     def describe(self):
         names = self.net.graph.layer_names
         return " -> ".join(names[i] for i in self.layers) + " (one element-wise kernel)"
@@ -170,10 +190,12 @@ class PointwiseChain(PendingTops):
             dev = net.layers[self.first].device
             if any(b.count != n for b in self.inputs) or n == 0:
                 self.fwd = None         # reshaped apart: the layers one by one
-            else:
+            elif self._built(dev):
                 gs, ls = work_size(dev, n)
                 self.fwd = [dev.launch(dev.generated_source(self.source), "pointwise_chain",
                                        gs, ls, [n, *bufs, self.y.data_buffer()])]
+            else:
+                self.fwd = None
             self._key = key
         if self.fwd is None:
             for li in self.layers:

@@ -155,3 +155,21 @@ def test_ranges_cutting_a_chain_and_a_new_batch(rng):
 def test_off_by_setting(rng):
     with config.override(FUSE_POINTWISE=False):
         assert not _chains(Net(parse_net_text(MIX), TEST))
+
+
+def test_a_driver_refusing_the_generated_kernel_runs_the_layers(rng, monkeypatch, caplog):
+    from caffe_ocl.device import Device
+    from caffe_ocl.errors import DeviceError
+    real = Device.program
+
+    def refuse(self, filename, defines=None):
+        if filename.startswith("generated/"):
+            raise DeviceError("building kernels/generated/x.cl failed: planted")
+        return real(self, filename, defines)
+    monkeypatch.setattr(Device, "program", refuse)
+    fused, plain = _nets(MIX, rng)
+    assert _chains(fused)
+    with caplog.at_level("WARNING", logger="caffe_ocl"):
+        for _ in range(3):
+            _compare(fused, plain, rng.normal(0, 1, (2, 3, 5, 4)).astype(np.float32), rtol=0)
+    assert "did not build" in caplog.text
