@@ -36,10 +36,13 @@ forwards a pass). Anything else that would read the private memories
 first unshares too (``ForwardTracer.settle``): a forward over another
 range, a live step that reshapes mid-pass, a backward.
 
-Not exact in one case, the same as a blob the plan left pending
-(plan/elide.py): weights changed between the forward and the read of an
+Not exact in two cases. As for a blob the plan left pending
+(plan/elide.py), weights changed between the forward and the read of an
 intermediate (a solver's update, a write from Python) give the
-intermediate computed with the new weights.
+intermediate computed with the new weights. And a reshape between the
+forward and the read leaves nothing to recompute on: the intermediate
+shows an earlier pass's values (Caffe's shows the last pass's where the
+blob kept its size).
 
 Safety check: the first shared pass is run again with the own launches
 and compared bit for bit: each slot's final contents against the own
