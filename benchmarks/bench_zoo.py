@@ -799,7 +799,10 @@ def parse(argv=None):
                     help="gpu only; the CPU runs fp32")
     ap.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     ap.add_argument("--runs", type=int, default=10, help="timed passes per round")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed passes before round 1")
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="untimed passes before round 1 (with the net's own check forward, "
+                         "3 keeps a TEST net's recording passes and its first shared-"
+                         "activation pass, which runs twice, out of the timing)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median)")
     ap.add_argument("--size", type=int, default=224, help="input height = width")
     ap.add_argument("--seed", type=int, default=0)
