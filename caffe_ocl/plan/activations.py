@@ -329,13 +329,17 @@ class ActivationSharing:
         for b, fn in self.unmarked:
             b.compute_on_read = fn
 
-    def unshare(self):
+    def unshare(self, mid_pass=False):
         """Bring every blob's own memory to the last pass's values and stop
-        sharing for this recording (see the module doc)."""
+        sharing for this recording (see the module doc). ``mid_pass``: a
+        live step of the pass being replayed reshaped; the segments before
+        it are rerun all the same (they precede that step, so none of
+        them reads what it reshaped), since the ordinary rest of the pass
+        reads their blobs."""
         if not self.active:
             return
         done, self.done = self.done, []
-        if LAYOUT.epoch == self.trace.epoch:
+        if mid_pass or LAYOUT.epoch == self.trace.epoch:
             self._replay_own(done)
         else:
             for seg in done:            # shapes changed since: nothing to recompute

@@ -268,7 +268,7 @@ class ForwardTracer:
             reshaped = run_step(e.li, e.action)
             if reshaped or LAYOUT.epoch != trace.epoch:
                 if sh is not None:
-                    sh.unshare()        # the ordinary rest reads the own memories
+                    sh.unshare(mid_pass=True)   # the ordinary rest reads the own memories
                 # a live step changed shapes: the rest the ordinary way, and
                 # record again from the next pass; what the replayed groups
                 # would have noted for the next pass is forgotten

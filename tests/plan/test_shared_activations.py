@@ -245,3 +245,44 @@ def test_not_shared_past_the_cache_sized_cap(rng, monkeypatch):
             _run((shared, plain), rng.normal(0, 1, _input_shape(shared)).astype(np.float32))
     sh = _sharing(shared)
     assert sh is not None and not sh.active and "past the caches" in sh.reason
+
+
+class Widener(caffe_ocl.Layer):
+    """A Python layer whose top doubles its channels when ``wide`` is set:
+    a live step that reshapes in the middle of a replayed pass."""
+    wide = False
+
+    def setup(self, bottom, top):
+        pass
+
+    def reshape(self, bottom, top):
+        shape = list(bottom[0].shape)
+        shape[1] *= 2 if Widener.wide else 1
+        top[0].reshape(*shape)
+
+    def forward(self, bottom, top):
+        x = bottom[0].data
+        top[0].data[...] = np.concatenate([x, 3 * x], 1) if Widener.wide else x
+
+
+def test_a_live_step_reshaping_mid_pass_after_shared_segments(rng):
+    """The segments before it ran on the slots; the ordinary rest of the
+    pass (the Softmax) and later reads take their blobs from the own
+    buffers, so those segments are rerun there."""
+    text = DEEP.replace(
+        'layer { name: "prob" type: "Softmax"',
+        'layer { name: "wid" type: "TestShareWidener" bottom: "fc" top: "fcw" }\n'
+        'layer { name: "prob" type: "Softmax"')
+    assert "fcw" in text
+    caffe_ocl.register_layer("TestShareWidener", Widener)
+    Widener.wide = False
+    try:
+        shared, plain = _pair(text, rng)
+        _shared_passes(shared, plain, rng)
+        Widener.wide = True
+        for _ in range(3):
+            _run((shared, plain), rng.normal(0, 1, _input_shape(shared)).astype(np.float32))
+            _same(shared, plain)
+    finally:
+        Widener.wide = False
+        caffe_ocl.unregister_layer("TestShareWidener")
