@@ -13,6 +13,7 @@ import numpy as np
 from caffe_ocl import config
 from caffe_ocl.net import Net, TEST
 from caffe_ocl.plan import pointwise
+from caffe_ocl.plan.patterns import consumers
 from caffe_ocl.proto import parse_net_text
 
 HEAD = ('layer { name: "data" type: "Input" top: "data" '
@@ -130,7 +131,7 @@ def test_chain_stops_at_a_blob_read_outside_and_at_in_place_layers(rng):
         assert "relu" not in [names[i] for i in c.layers]
         made = [t for li in c.layers[:-1] for t in fused.graph.tops[li]]
         assert all(li in c.layers for t in made
-                   for li, _ in pointwise.consumers(fused.graph, t))
+                   for li, _ in consumers(fused.graph, t))
     for _ in range(3):
         _compare(fused, plain, rng.normal(0, 1, (2, 3, 5, 4)).astype(np.float32))
 
