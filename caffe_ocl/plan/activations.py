@@ -134,7 +134,6 @@ class ActivationSharing:
         self.active = False
         self.checked = False        # the first shared pass was compared
         self.done = []              # segments replayed shared in the current pass
-        self.pending = False        # private memories are behind the last pass
         self.unmarked = []
         self.reason = None          # why a recording is not shared (tests, logs)
         if not segments or not net.layers:
@@ -254,21 +253,21 @@ class ActivationSharing:
         return read
 
     # -- running -----------------------------------------------------------
+    @property
+    def pending(self):
+        """Whether the blobs' own memories are behind the last (shared) pass."""
+        return self.tracer.pending is self
+
     def begin_pass(self):
+        """A new pass from the first layer: what the last one left behind
+        is overwritten, so nothing is pending any more."""
         self.done = []
-        self.pending = False
+        if self.pending:
+            self.tracer.pending = None
 
     def replay(self, seg):
-        """Replay ``seg`` on the slots (trace._Segment.replay's order)."""
-        for m in seg.reads:
-            m.to_device()
-        for ln in self.shared_launches[id(seg)]:
-            ln.run(self.queue)
-        for m, n in seg.writes:
-            m.device_written(n)
-        readers = self.readers
-        for b, fn in seg.marks:
-            b.compute_on_read = readers.get(id(b), fn)
+        """Replay ``seg`` on the slots."""
+        seg.replay(self.queue, self.shared_launches[id(seg)], self.readers)
         self.done.append(seg)
 
     def end_pass(self):
@@ -280,7 +279,6 @@ class ActivationSharing:
             return
         for b, _ in self.unmarked:
             b.compute_on_read = self._reader(b)
-        self.pending = True
         self.tracer.pending = self
 
     def _check(self):
@@ -288,14 +286,11 @@ class ActivationSharing:
         for bit: what each slot holds at the end against the own memory of
         the buffer it held last, and every memory written outside the
         slots (outputs, Concat tops, live steps' bottoms)."""
-        q = self.queue
-        shared_keys = self.shared_keys
         outside = {id(m): m for seg in self.done for m, _ in seg.writes
-                   if m._buf is not None and m._buf.int_ptr not in shared_keys}
+                   if m._buf is not None and m._buf.int_ptr not in self.shared_keys}
         pairs = [(self._read(slot, m.capacity), m) for slot, m in self.slot_ends]
         pairs += [(self._read(m._buf, m.capacity), m) for m in outside.values()]
         self._replay_own(self.done)
-        q.finish()
         ok = all(np.array_equal(a, self._read(m._buf, m.capacity), equal_nan=True)
                  for a, m in pairs)
         if not ok:
@@ -308,6 +303,8 @@ class ActivationSharing:
         return ok
 
     def _read(self, buf, n):
+        """``n`` floats of ``buf`` (a blocking read: after every command
+        enqueued before it on the in-order queue)."""
         out = np.empty(n, np.float32)
         cl.enqueue_copy(self.queue, out, buf, is_blocking=True)
         return out
@@ -320,12 +317,7 @@ class ActivationSharing:
         a forward, which settles first (an input written from Python since
         is on the host until then)."""
         for seg in segments:
-            for ln in seg.launches:
-                ln.run(self.queue)
-            for m, n in seg.writes:
-                m.device_written(n)
-            for b, fn in seg.marks:
-                b.compute_on_read = fn
+            seg.replay(self.queue, upload=False)
         for b, fn in self.unmarked:
             b.compute_on_read = fn
 
@@ -351,8 +343,7 @@ class ActivationSharing:
 
     def _stop(self):
         self.active = False
-        self.pending = False
-        if self.tracer.pending is self:
+        if self.pending:
             self.tracer.pending = None
         self.slots = self.shared_launches = self.readers = None
         self.unmarked = []

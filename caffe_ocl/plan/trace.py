@@ -129,15 +129,24 @@ class _Segment:
         last = {id(b): (b, fn) for b, fn in self.marks}
         self.marks = tuple(last.values())
 
-    def replay(self, queue):
-        for m in self.reads:
-            m.to_device()
-        for ln in self.launches:
+    def replay(self, queue, launches=None, readers=None, upload=True):
+        """The recorded pass again. plan/activations.py gives the launches
+        rebound to its shared buffers and ``readers`` (blob id -> what its
+        ``compute_on_read`` becomes instead of the recorded one), or reruns
+        it on the own buffers without ``upload``ing the inputs again."""
+        if upload:
+            for m in self.reads:
+                m.to_device()
+        for ln in self.launches if launches is None else launches:
             ln.run(queue)
         for m, n in self.writes:
             m.device_written(n)
-        for b, fn in self.marks:
-            b.compute_on_read = fn
+        if readers:
+            for b, fn in self.marks:
+                b.compute_on_read = readers.get(id(b), fn)
+        else:
+            for b, fn in self.marks:
+                b.compute_on_read = fn
 
 
 class _Live:
@@ -255,7 +264,6 @@ class ForwardTracer:
         sh = trace.sharing
         if sh is not None and sh.active:
             sh.begin_pass()
-            self.pending = None
         else:
             sh = None
         for e in trace.entries:
