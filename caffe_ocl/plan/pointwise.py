@@ -114,6 +114,7 @@ class PointwiseChain(PendingTops):
         self.inputs, self.source = self._program(g)
         self._key = None
         self.fwd = []
+        self._failed = False    # the driver refused the generated program
 
     def _program(self, g):
         """(input blobs, kernel source) of the chain."""
@@ -160,19 +161,20 @@ class PointwiseChain(PendingTops):
         return inputs, src.replace("inff", "INFINITY").replace("nanf", "NAN")
 
     def _built(self, dev):
-        """Build the generated program now; where a driver refuses it, the
-        layers run one by one (logged once): a fusion must not cost a net
-        that runs without it."""
-        if getattr(self, "_failed", False):
-            return False
+        """The generated program's name on ``dev``, built now; None where a
+        driver refuses it: the layers then run one by one (logged once), a
+        fusion must not cost a net that runs without it."""
+        if self._failed:
+            return None
+        name = dev.generated_source(self.source)
         try:
-            dev.program(dev.generated_source(self.source))
-            return True
+            dev.program(name)
+            return name
         except DeviceError as e:
             self._failed = True
             log.warning("%s: the generated kernel did not build on %s; its layers run one "
                         "by one (%s)", self.describe(), dev.name, str(e).splitlines()[0])
-            return False
+            return None
 
     def describe(self):
         names = self.net.graph.layer_names
@@ -189,16 +191,18 @@ class PointwiseChain(PendingTops):
         key = (n, bufs, self.y.data_buffer())
         if key != self._key:
             dev = net.layers[self.first].device
-            if any(b.count != n for b in self.inputs) or n == 0:
-                self.fwd = None         # reshaped apart: the layers one by one
-            elif self._built(dev):
-                gs, ls = work_size(dev, n)
-                self.fwd = [dev.launch(dev.generated_source(self.source), "pointwise_chain",
-                                       gs, ls, [n, *bufs, self.y.data_buffer()])]
-            else:
+            # reshaped apart, or not built: the layers one by one
+            name = None if any(b.count != n for b in self.inputs) or n == 0 \
+                else self._built(dev)
+            if name is None:
                 self.fwd = None
+            else:
+                gs, ls = work_size(dev, n)
+                self.fwd = [dev.launch(name, "pointwise_chain", gs, ls,
+                                       [n, *bufs, self.y.data_buffer()])]
             self._key = key
         if self.fwd is None:
+            self._unmark_pending()      # computed right here, not left for a read
             for li in self.layers:
                 net.layers[li].forward(g.bottoms[li], g.tops[li])
             return
