@@ -25,7 +25,6 @@ Gelu's approximate="tanh" form is exact in Caffe's layers:
 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))."""
 import math
 
-from ..proto import caffe_pb2
 from ._common import Unsupported
 
 # Abramowitz & Stegun 7.1.26
@@ -36,13 +35,6 @@ _SIGN_EPS = 1e-30
 
 class ErfOps:
     """Converter methods for Erf and Gelu (see the module doc)."""
-
-    def _eltwise(self, name, bottoms, top, op="PROD", coeffs=None):
-        lp = self.layer("Eltwise", name, bottoms, [top])
-        lp.eltwise_param.operation = getattr(caffe_pb2.EltwiseParameter, op)
-        if coeffs is not None:
-            lp.eltwise_param.coeff.extend(coeffs)
-        return top
 
     def _erf_of_abs(self, x, base, scale=1.0):
         """(blob |x|, blob erf(scale |x|)) by 7.1.26 (module doc)."""

@@ -928,6 +928,15 @@ class Converter(ResizeOps, ErfOps):
             pp.shift = shift
         return top
 
+    def _eltwise(self, name, bottoms, top, op="PROD", coeffs=None):
+        """An Eltwise ``op`` (PROD, SUM or MAX; SUM's ``coeffs``) of
+        ``bottoms`` into ``top``; returns ``top``."""
+        lp = self.layer("Eltwise", name, bottoms, [top])
+        lp.eltwise_param.operation = getattr(caffe_pb2.EltwiseParameter, op)
+        if coeffs is not None:
+            lp.eltwise_param.coeff.extend(coeffs)
+        return top
+
     def op_Sqrt(self, node, a):
         self._power(self.blob(node.input[0]), self.out(), self.lname(), power=0.5)
 
@@ -991,8 +1000,7 @@ class Converter(ResizeOps, ErfOps):
         x = self.blob(node.input[0])
         gate = self._hard_sigmoid(x, self.new_blob(node.output[0] + "_gate"), 1.0 / 6, 0.5,
                                   self.lname() + "_gate")
-        lp = self.layer("Eltwise", self.lname(), [x, gate], [self.out()])
-        lp.eltwise_param.operation = caffe_pb2.EltwiseParameter.PROD
+        self._eltwise(self.lname(), [x, gate], self.out())
 
     def _softmax(self, log_):
         node, shape = self.node, self.shape(self.node.input[0])
@@ -1097,12 +1105,8 @@ class Converter(ResizeOps, ErfOps):
                 inv = self._power(xb, self.new_blob(node.output[0] + "_recip"),
                                   self.lname() + "_recip", power=-1.0)
                 xb, op = inv, "Mul"
-            lp = self.layer("Eltwise", self.lname(), [xa, xb], [self.out()])
-            ep = lp.eltwise_param
-            ep.operation = caffe_pb2.EltwiseParameter.PROD if op == "Mul" else \
-                caffe_pb2.EltwiseParameter.SUM
-            if op == "Sub":
-                ep.coeff.extend([1.0, -1.0])
+            self._eltwise(self.lname(), [xa, xb], self.out(), "PROD" if op == "Mul" else "SUM",
+                          [1.0, -1.0] if op == "Sub" else None)
             return
         # broadcast between two computed tensors: the small one must cover a
         # contiguous block of the big one's axes
@@ -1185,15 +1189,13 @@ class Converter(ResizeOps, ErfOps):
         shapes = {self.shape(i) for i in node.input}
         if len(shapes) != 1:
             raise Unsupported(f"{node.op_type} with broadcasting has no Caffe equivalent")
-        lp = self.layer("Eltwise", self.lname(), [self.blob(i) for i in node.input],
-                        [self.out()])
-        lp.eltwise_param.operation = op
+        self._eltwise(self.lname(), [self.blob(i) for i in node.input], self.out(), op)
 
     def op_Sum(self, node, a):
-        self._variadic(caffe_pb2.EltwiseParameter.SUM)
+        self._variadic("SUM")
 
     def op_Max(self, node, a):
-        self._variadic(caffe_pb2.EltwiseParameter.MAX)
+        self._variadic("MAX")
 
     # ---- shape and data movement ---------------------------------------------
     def op_Concat(self, node, a):
