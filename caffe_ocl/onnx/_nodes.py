@@ -17,18 +17,39 @@ class Var:
     """A non-constant tensor: ``shape`` is its ONNX shape; its values are the
     Caffe blob ``blob`` (shape ``blob_shape``) read through ``index`` (None:
     row-major, same order; else an int array of ``shape`` with flat
-    positions in the blob)."""
+    positions in the blob).
 
-    def __init__(self, name, blob, blob_shape, shape=None, index=None, origin=None):
+    ``perm``: the view is the blob transposed by ``perm`` (same rank; a
+    channels-last tensor of ConvNeXt's blocks over an NCHW blob). Operators
+    that work per element or along named axes run on the blob itself
+    (``_layout.py``); ``index`` is then computed only when something else
+    reads the view, so a network of such views keeps no index arrays."""
+
+    def __init__(self, name, blob, blob_shape, shape=None, index=None, origin=None,
+                 perm=None):
         self.name = name
         self.blob = blob
         self.blob_shape = tuple(blob_shape)
         self.shape = tuple(blob_shape if shape is None else shape)
-        self.index = index
+        self.perm = tuple(perm) if perm is not None else None
+        self._index = index
         self.origin = origin
-        self.materialized = blob if (index is None and self.shape == self.blob_shape) else None
+        self.materialized = blob if (index is None and perm is None
+                                     and self.shape == self.blob_shape) else None
+
+    @property
+    def index(self):
+        if self._index is None and self.perm is not None:
+            return np.arange(int(np.prod(self.blob_shape))).reshape(
+                self.blob_shape).transpose(self.perm)
+        return self._index
 
     def view(self, name, shape=None, index=None, origin=None):
+        if index is None and self.perm is not None:
+            if shape is None or tuple(shape) == self.shape:
+                return Var(name, self.blob, self.blob_shape, self.shape, None,
+                           origin or self.origin, self.perm)
+            index = np.ascontiguousarray(self.index).reshape(shape)
         return Var(name, self.blob, self.blob_shape, shape, index, origin or self.origin)
 
 

@@ -51,6 +51,7 @@ from ._graph import load_model, prepare
 from ._nodes import (NodeError, Var, axis_in, blob_proto, check_kernel, conv_param,
                      desc, group_attr, ints_attr, reshape_target, same_pads)
 from ._erf import ErfOps
+from ._layout import LayoutOps
 from ._resize import ResizeOps
 from .check import compare, format_report
 
@@ -64,7 +65,7 @@ WEIGHT_BYTES_MAX = 2 ** 31 - 2 ** 24
 
 
 
-class Converter(ResizeOps, ErfOps):
+class Converter(ResizeOps, ErfOps, LayoutOps):
     def __init__(self, model, input_shapes=None, batch=1):
         self.p = prepare(model, input_shapes, batch)
         self.opset = self.p.opset
@@ -307,6 +308,24 @@ class Converter(ResizeOps, ErfOps):
         if transpose is None and r.index is None:
             self.refs[name] = r.view(name, shape)
             return
+        if transpose is not None and r.index is None and r.shape != r.blob_shape \
+                and len(r.shape) <= 4:
+            # a transpose of a reshape (MLP-Mixer's stem: flatten(2) then
+            # transpose(1, 2)): the reshape becomes a blob (a Reshape
+            # layer), the transpose a view of it
+            r = Var(r.name, self.materialize(r), r.shape, origin=r.origin)
+        if transpose is not None and (r.perm is not None or (
+                r.index is None and r.shape == r.blob_shape)):
+            # a transpose of the blob (or of such a view): kept as a
+            # permutation, run on the blob by the operators that can
+            # (_layout.py), an index only if something else reads it
+            base = r.perm if r.perm is not None else tuple(range(len(r.shape)))
+            perm = tuple(base[t] for t in transpose)
+            if perm == tuple(range(len(perm))):
+                self.refs[name] = Var(name, r.blob, r.blob_shape, shape, origin=r.origin)
+            else:
+                self.refs[name] = Var(name, r.blob, r.blob_shape, shape, None, self.node, perm)
+            return
         idx = r.index if r.index is not None else np.arange(
             int(np.prod(r.shape))).reshape(r.shape)
         if transpose is not None:
@@ -316,7 +335,7 @@ class Converter(ResizeOps, ErfOps):
             origin = r.origin
         idx = np.ascontiguousarray(idx).reshape(shape)
         if np.array_equal(idx.ravel(), np.arange(idx.size)):
-            self.refs[name] = r.view(name, shape)
+            self.refs[name] = Var(name, r.blob, r.blob_shape, shape, origin=r.origin)
         else:
             self.refs[name] = r.view(name, shape, idx, origin)
 
@@ -396,7 +415,9 @@ class Converter(ResizeOps, ErfOps):
                 if node.domain not in ("", "ai.onnx") or handler is None:
                     raise Unsupported("no Caffe equivalent for this operator"
                                       + (f" (domain {node.domain})" if node.domain else ""))
-                handler(node, node_attrs(node))
+                a = node_attrs(node)
+                if not self.run_permuted(node, a):
+                    handler(node, a)
             except Unsupported as e:
                 self._unsupported(node, e.node or node, e.reason)
             except NodeError as e:
@@ -1129,7 +1150,14 @@ class Converter(ResizeOps, ErfOps):
                                   "of size 1 to carry it) has no Caffe equivalent")
         lo, hi = nz[0], nz[-1]
         if ss_full[lo:hi + 1] != bs[lo:hi + 1]:
-            raise Unsupported(f"broadcasting {sa} with {sb} has no Caffe equivalent")
+            if any(d not in (1, b) for d, b in zip(ss_full, bs)):
+                raise Unsupported(f"broadcasting {sa} with {sb} has no Caffe equivalent")
+            # axes of size 1 between the small operand's others (a
+            # per-pixel statistic (N, 1, H, W) against (N, C, H, W): a
+            # LayerNorm over channels): tiled, then the block is contiguous
+            small = self._tiled(small, ss_full, [i for i in range(lo, hi + 1)
+                                                 if ss_full[i] != bs[i]], bs)
+            ss_full = tuple(self.shape(small))
         block = bs[lo:hi + 1]
         r = self.var(small)
         v = r.view(self.new_blob(small + "_block"), block, None if r.index is None else
@@ -1148,6 +1176,23 @@ class Converter(ResizeOps, ErfOps):
             inv = self._power(sblob, self.new_blob(small + "_recip"), self.lname() + "_recip",
                               power=-1.0)
             self._scale_or_bias("Scale", xbig, lo, block, bottom2=inv)
+
+    def _tiled(self, name, shape, axes, big):
+        """Tensor ``name`` seen as ``shape`` with each of ``axes`` tiled to
+        its size in ``big`` (Caffe's Tile, an axis at a time): the name of
+        the tiled tensor."""
+        x = self._reshaped(name, shape, name + "_ranked")
+        cur = list(shape)
+        for ax in axes:
+            cur[ax] = big[ax]
+            top = self.new_blob(f"{name}_tiled{ax}")
+            lp = self.layer("Tile", f"{self.lname()}_tile{ax}", [x], [top])
+            lp.tile_param.axis = ax
+            lp.tile_param.tiles = big[ax]
+            x = top
+        self.refs[x] = Var(x, x, tuple(cur))
+        self.p.shapes[x] = tuple(cur)
+        return x
 
     def _const_op(self, op, x, shape, c):
         """x (op) c for a constant c that broadcasts to x's shape."""
