@@ -63,6 +63,38 @@ __kernel void chan_affine_runs(int n, int D, int I, __global const float* x,
     CHANNEL_RUNS_END(D)
 }
 
+/* CPU drivers, inner size 1 (a Scale/Bias whose parameter covers the
+ * trailing axes: a per-pixel statistic of a LayerNorm over channels, axis
+ * 2 of N x C x H x W): chan_affine_runs' runs would be one element long,
+ * so each chunk is walked as pieces of rows, the parameters read alongside
+ * the data (one vectorisable loop a piece). */
+__kernel void chan_affine_rows(int n, int D, int I, __global const float* x,
+                               __global const float* scale, __global const float* bias,
+                               __global float* y) {
+    const int chunk = _gl_chunk(n);
+    int k = (int)get_global_id(0) * chunk;
+    const int end = min(n, k + chunk);
+    int d = k < end ? k % D : 0;
+    while (k < end) {
+        const int len = min(D - d, end - k);
+        __global const float* xs = x + k;
+        __global float* ys = y + k;
+        for (int j = 0; j < len; ++j) {
+#if HAS_SCALE && HAS_BIAS
+            ys[j] = xs[j] * scale[d + j] + bias[d + j];
+#elif HAS_SCALE
+            ys[j] = xs[j] * scale[d + j];
+#elif HAS_BIAS
+            ys[j] = xs[j] + bias[d + j];
+#else
+            ys[j] = xs[j];
+#endif
+        }
+        k += len;
+        d = 0;
+    }
+}
+
 /* ---- Split per-channel reductions ------------------------------------------
  * One work-group per channel leaves a GPU mostly idle when channels are few
  * and long (ResNet's first BatchNorm: 64 channels of 800k elements), so the

@@ -49,6 +49,33 @@ __kernel void tile_fwd(int outer, int tiles, int inner, __global const float* x,
     }
 }
 
+/* CPU drivers (work-groups of one item): each work-item's contiguous chunk
+ * of y walked as runs of one tile (a plain copy the compiler vectorises),
+ * instead of two divisions per element (PoCL: 6.6 of a 36 ms forward). */
+__kernel void tile_fwd_runs(int outer, int tiles, int inner, __global const float* x,
+                            __global float* y) {
+    const int n = outer * tiles * inner;
+    const int chunk = _gl_chunk(n);
+    int k = (int)get_global_id(0) * chunk;
+    const int end = min(n, k + chunk);
+    if (k >= end) return;
+    int i = k % inner;
+    const int rest = k / inner;         /* o * tiles + t */
+    int t = rest % tiles, o = rest / tiles;
+    while (k < end) {
+        const int len = min(inner - i, end - k);
+        __global const float* xs = x + o * inner + i;
+        __global float* ys = y + k;
+        for (int j = 0; j < len; ++j) ys[j] = xs[j];
+        k += len;
+        i = 0;
+        if (++t == tiles) {
+            t = 0;
+            ++o;
+        }
+    }
+}
+
 /* dx[o][k] = sum_t dy[o][t][k] (t ascending, as Caffe's copy + axpy) */
 __kernel void tile_bwd(int outer, int tiles, int inner, __global const float* dy,
                        __global float* dx) {

@@ -203,7 +203,8 @@ class LayoutOps:
         """x @ W, x a view whose last axis is its blob's channel axis (axis
         1 of a 3- or 4-D blob), W a 2-D constant: a 1x1 Convolution of the
         blob (a 3-D blob seen as (N, C, L, 1))."""
-        if not self.is_const(node.input[1]) or self.is_const(node.input[0]):
+        if not self.is_const(node.input[1]) or self.is_const(node.input[0]) \
+                or any(i and not self.is_const(i) for i in node.input[2:]):
             return False
         W = self.const(node.input[1])
         r = self.refs[node.input[0]]
@@ -220,12 +221,15 @@ class LayoutOps:
         inv = tuple(int(i) for i in np.argsort(perm))
         phys = tuple(shape[i] for i in inv)
         top = self.new_blob(f"{node.output[0]}_untransposed")
-        lp = self.layer("Convolution", self.lname(), [x], [top],
-                        [np.ascontiguousarray(W.T).reshape(m, k_in, 1, 1)])
+        bias = self.opt_const(2)    # an Add folded in (_fuse.py)
+        blobs = [np.ascontiguousarray(W.T).reshape(m, k_in, 1, 1)]
+        if bias is not None:
+            blobs.append(bias.reshape(m))
+        lp = self.layer("Convolution", self.lname(), [x], [top], blobs)
         cp = lp.convolution_param
         cp.num_output = m
         cp.kernel_size.append(1)
-        cp.bias_term = False
+        cp.bias_term = bias is not None
         if len(phys) == 3:
             top = self.materialize(Var(self.new_blob(f"{top}_3d"), top, phys + (1,), phys))
         self.p.shapes[top] = phys

@@ -51,6 +51,7 @@ from ._graph import load_model, prepare
 from ._nodes import (NodeError, Var, axis_in, blob_proto, check_kernel, conv_param,
                      desc, group_attr, ints_attr, reshape_target, same_pads)
 from ._erf import ErfOps
+from ._fuse import fuse_affine_into_linear
 from ._layout import LayoutOps
 from ._resize import ResizeOps
 from .check import compare, format_report
@@ -68,6 +69,8 @@ WEIGHT_BYTES_MAX = 2 ** 31 - 2 ** 24
 class Converter(ResizeOps, ErfOps, LayoutOps):
     def __init__(self, model, input_shapes=None, batch=1):
         self.p = prepare(model, input_shapes, batch)
+        self.p.nodes = fuse_affine_into_linear(self.p.nodes, self.p.consts, self.p.shapes,
+                                               self.p.outputs)
         self.opset = self.p.opset
         self.net = caffe_pb2.NetParameter()
         self.net.name = self.p.name
@@ -822,7 +825,9 @@ class Converter(ResizeOps, ErfOps, LayoutOps):
         if len(shape) < 2:
             raise Unsupported("MatMul on a 1-D input")
         x = self.blob(node.input[0])
-        self._inner_product(x, len(shape) - 1, np.ascontiguousarray(B.T), None, self.lname())
+        bias = self.opt_const(2)    # an Add folded in (_fuse.py)
+        self._inner_product(x, len(shape) - 1, np.ascontiguousarray(B.T),
+                            None if bias is None else bias.reshape(-1), self.lname())
 
     # ---- normalization -------------------------------------------------------
     def op_BatchNormalization(self, node, a):

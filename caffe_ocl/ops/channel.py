@@ -23,7 +23,9 @@ def affine(dev, outer, dim, inner, x, y, scale=None, bias=None):
     dummy = scale if scale is not None else (bias if bias is not None else x)
     # CPU drivers: contiguous chunks walked channel run by channel run
     # (no division per element); GPUs: the grid-strided kernel.
-    kernel = "chan_affine_runs" if dev.is_cpu else "chan_affine"
+    # inner size 1 (the parameter covers the trailing axes): rows instead
+    kernel = ("chan_affine" if not dev.is_cpu else
+              "chan_affine_rows" if inner == 1 and dim > 1 else "chan_affine_runs")
     return dev.launch(SRC, kernel, g, l,
                       [n, dim, inner, x, scale if scale is not None else dummy,
                        bias if bias is not None else dummy, y],

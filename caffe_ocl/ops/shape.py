@@ -60,7 +60,8 @@ def eltwise_max_backward(dev, n, dy, mask, dx, bidx):
 
 
 def tile(dev, outer, tiles, inner, x, y):
-    return _launch(dev, outer * tiles * inner, "tile_fwd", [outer, tiles, inner, x, y])
+    return _launch(dev, outer * tiles * inner, "tile_fwd_runs" if dev.is_cpu else "tile_fwd",
+                   [outer, tiles, inner, x, y])
 
 
 def tile_backward(dev, outer, tiles, inner, dy, dx):

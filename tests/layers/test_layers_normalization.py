@@ -344,6 +344,10 @@ def test_scale_default_fillers(rng):
     ((2, 3, 4, 5), (3, 4), "", 1),
     ((2, 3, 4), (), "", 0),
     ((2, 3), (2, 3), "axis: 0", 0),
+    # inner size 1, long enough for a CPU driver's chunks to start inside
+    # a row and cross rows (ops/channel.py chan_affine_rows)
+    ((3, 7, 41, 43), (41, 43), "axis: 2", 2),
+    ((3, 7, 41, 43), (3, 7, 41, 43), "axis: 0", 0),
 ])
 def test_scale_second_bottom_forward(rng, shape, sshape, extra, axis):
     x, s = rng.standard_normal(shape), rng.standard_normal(sshape)

@@ -258,6 +258,20 @@ def test_tile(axis, tiles):
     grad(layer, b, t)
 
 
+@pytest.mark.parametrize("axis, tiles", [(1, 7), (2, 3), (0, 5)])
+def test_tile_large_in_chunks(axis, tiles):
+    """Enough elements for a CPU driver to split the output into chunks
+    that start inside a tile and cross tiles and outer rows (the CPU
+    kernel walks each chunk run by run)."""
+    x = rnd(3, 5, 1037)
+    layer, b, t = testing.make_layer(
+        f'type: "Tile" tile_param {{ axis: {axis} tiles: {tiles} }}', [x])
+    y, = testing.forward(layer, b, t)
+    reps = [1] * 3
+    reps[axis] = tiles
+    np.testing.assert_array_equal(y, np.tile(x, reps))
+
+
 def test_tile_errors():
     expect_error('type: "Tile" tile_param { tiles: 0 }', [rnd(2, 2)], "positive")
     expect_error('type: "Tile"', [rnd(2, 2)], "must be specified")

@@ -168,3 +168,49 @@ def test_split_slice_and_mean_of_a_transposed_view(opset):
         inits = {k: inits[k] for k in ("st", "en")}
     check_onnx(make_model(nodes, {"x": (2, 6, 5)}, ["y"], inits, opset=opset), tol=1e-5,
                inputs={"x": rand(2, 6, 5)})
+
+
+def affine_then(linear, nodes_after=(), shape=(2, 5, 6), extra=None, outputs=("y",)):
+    """x * g + b, then ``linear`` (a node reading "ab")."""
+    c = shape[-1] if linear.op_type == "MatMul" else shape[1]
+    cshape = (c,) if linear.op_type == "MatMul" else (c, 1, 1)
+    inits = {"g": rand(*cshape) + 1, "b": rand(*cshape), "w": rand(c, 4),
+             "wc": rand(3, c, 2, 2), "wb": rand(3)}
+    inits.update(extra or {})
+    nodes = [node("Mul", ["x", "g"], ["xg"]), node("Add", ["xg", "b"], ["ab"]), linear]
+    return make_model(nodes + list(nodes_after), {"x": shape}, list(outputs), inits)
+
+
+def test_affine_folded_into_the_matmul_after_it():
+    m = affine_then(node("MatMul", ["ab", "w"], ["y"]))
+    net = check_onnx(m, tol=1e-5, inputs={"x": rand(2, 5, 6)})
+    assert types(net) == ["Input", "InnerProduct"]
+
+
+@pytest.mark.parametrize("pads", [[0, 0, 0, 0], [1, 1, 1, 1]])
+def test_affine_folded_into_a_conv_without_padding(pads):
+    m = affine_then(node("Conv", ["ab", "wc", "wb"], ["y"], kernel_shape=[2, 2],
+                         strides=[2, 2], pads=pads), shape=(2, 6, 4, 4))
+    net = check_onnx(m, tol=1e-5, inputs={"x": rand(2, 6, 4, 4)})
+    # with padding the border pixels would see the shift b: not folded
+    assert ("Scale" in types(net)) == any(pads)
+
+
+def test_affine_read_twice_is_not_folded():
+    m = affine_then(node("MatMul", ["ab", "w"], ["y"]), [node("Relu", ["ab"], ["z"])],
+                    outputs=("y", "z"))
+    net = check_onnx(m, tol=1e-5, inputs={"x": rand(2, 5, 6)})
+    assert "Scale" in types(net) and "Bias" in types(net)
+
+
+def test_affine_on_a_channels_last_view_folded_through_the_transpose_back():
+    """timm's LayerNorm2d ends with gamma and beta on the NHWC view, then
+    permutes back to NCHW for the next convolution: folded into it."""
+    inits = {"g": rand(6) + 1, "b": rand(6), "wc": rand(3, 6, 2, 2), "wb": rand(3)}
+    nodes = [node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+             node("Mul", ["t", "g"], ["tg"]), node("Add", ["tg", "b"], ["tb"]),
+             node("Transpose", ["tb"], ["nb"], perm=[0, 3, 1, 2]),
+             node("Conv", ["nb", "wc", "wb"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    net = check_onnx(make_model(nodes, {"x": (2, 6, 4, 4)}, ["y"], inits), tol=1e-5,
+                     inputs={"x": rand(2, 6, 4, 4)})
+    assert types(net) == ["Input", "Convolution"]

@@ -176,7 +176,10 @@ def test_gemm(attrs, trans_b):
 def test_matmul_constant_weight_3d():
     m = make_model([node("MatMul", ["x", "w"], ["m"]), node("Add", ["m", "b"], ["y"])],
                    {"x": (2, 3, 4)}, ["y"], {"w": rand(4, 6), "b": rand(6)})
-    check_onnx(m, layer_types=["InnerProduct", "Bias"])
+    net = check_onnx(m, layer_types=["InnerProduct"])
+    # the Add is the InnerProduct's bias (onnx/_fuse.py)
+    assert "Bias" not in types(net)
+    assert net.layer[-1].inner_product_param.bias_term
 
 
 def test_batchnorm_to_batchnorm_scale():
