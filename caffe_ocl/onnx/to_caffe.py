@@ -1141,7 +1141,15 @@ class Converter(ResizeOps, ErfOps, LayoutOps):
         elif sb == out_shape and op in ("Add", "Mul"):
             big, small = B, A
         else:
-            raise Unsupported(f"broadcasting {sa} with {sb} has no Caffe equivalent")
+            # the first operand enlarged by broadcasting (FocalNet's
+            # (N, C, 1, 1) * (N, 1, H, W); c - x for a computed c): tiled
+            # to the output's shape, the second then broadcast as usual
+            full = (1,) * (len(out_shape) - len(sa)) + tuple(sa)
+            if len(sa) > len(out_shape) or any(d not in (1, o) for d, o in
+                                                zip(full, out_shape)):
+                raise Unsupported(f"broadcasting {sa} with {sb} has no Caffe equivalent")
+            big, small = self._tiled(A, full, [i for i, (d, o) in enumerate(
+                zip(full, out_shape)) if d != o], out_shape), B
         bs, ss = self.shape(big), self.shape(small)
         ss_full = (1,) * (len(bs) - len(ss)) + tuple(ss)
         nz = [i for i, d in enumerate(ss_full) if d != 1]

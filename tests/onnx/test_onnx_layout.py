@@ -214,3 +214,19 @@ def test_affine_on_a_channels_last_view_folded_through_the_transpose_back():
     net = check_onnx(make_model(nodes, {"x": (2, 6, 4, 4)}, ["y"], inits), tol=1e-5,
                      inputs={"x": rand(2, 6, 4, 4)})
     assert types(net) == ["Input", "Convolution"]
+
+
+@pytest.mark.parametrize("op", ["Mul", "Add", "Sub", "Div"])
+@pytest.mark.parametrize("n", [1, 2])
+def test_both_operands_enlarged_by_broadcasting(op, n):
+    """FocalNet's modulation: a per-channel (N, C, 1, 1) tensor times a
+    per-pixel (N, 1, H, W) one; and a computed small operand on the left of
+    Sub and Div against a full one."""
+    nodes = [node("GlobalAveragePool", ["x"], ["c"]),
+             node("ReduceMean", ["x"], ["p"], axes=[1], keepdims=1),
+             node("Abs", ["p"], ["pa"]),
+             node(op, ["c", "pa"], ["y"]),
+             node(op, ["pa", "x"], ["z"])]
+    m = make_model(nodes, {"x": (n, 3, 4, 5)}, ["y", "z"])
+    net = check_onnx(m, tol=1e-5, inputs={"x": np.abs(rand(n, 3, 4, 5)) + 0.5})
+    assert "Tile" in types(net)
