@@ -12,7 +12,11 @@ SPEC = Spec(
                 "print the largest difference per output"),
            Flag("input_shape", str, None, "NAME=D1,D2,... for an input with dynamic "
                 "dimensions (repeat for several)", metavar="NAME=DIMS", repeat=True),
-           Flag("batch", int, 1, "batch size for a dynamic first dimension")],
+           Flag("batch", int, 1, "batch size for a dynamic first dimension"),
+           Flag("extension_layers", bool, False, "where no BVLC layer expresses a node, "
+                "write caffe_ocl's MatMul (two computed inputs: attention) and the SSD "
+                "fork's Permute (any transpose); the files then load in caffe_ocl (and "
+                "Permute in SSD Caffe and OpenCV), not in BVLC Caffe")],
     args=[Arg("model", "the .onnx model", check="file"),
           Arg("prototxt", "the net prototxt to write"),
           Arg("caffemodel", "the weights to write")],
@@ -46,5 +50,5 @@ def main(argv):
         require("onnxruntime", "onnx", "caffe_ocl onnx2caffe --check", pip="onnxruntime")
     model, prototxt, caffemodel = opts.args
     onnx2caffe(model, prototxt, caffemodel, check=opts.check, input_shapes=shapes,
-               batch=opts.batch)
+               batch=opts.batch, extension_layers=opts.extension_layers)
     return 0

@@ -61,7 +61,8 @@ class LayoutOps:
             self._on_blobs(node, perm, attrs={
                 "axis": perm[axis_in(a.get("axis", -1), len(perm), node)]})
         elif op == "Concat":
-            self._on_blobs(node, perm, attrs={"axis": perm[axis_in(a["axis"], len(perm), node)]})
+            self._on_blobs(node, perm, attrs={"axis": perm[axis_in(a["axis"], len(perm), node)]},
+                           transpose_consts=True)
         elif op == "Split":
             self._on_blobs(node, perm, attrs={
                 "axis": perm[axis_in(a.get("axis", 0), len(perm), node)]})

@@ -26,12 +26,17 @@ class Var:
     reads the view, so a network of such views keeps no index arrays."""
 
     def __init__(self, name, blob, blob_shape, shape=None, index=None, origin=None,
-                 perm=None):
+                 perm=None, transposed_from=None):
         self.name = name
         self.blob = blob
         self.blob_shape = tuple(blob_shape)
         self.shape = tuple(blob_shape if shape is None else shape)
         self.perm = tuple(perm) if perm is not None else None
+        # (S, p): the view is the blob reshaped to S, transposed by p and
+        # reshaped to ``shape`` (a Permute writes it: --extension_layers)
+        if transposed_from is None and self.perm is not None:
+            transposed_from = (self.blob_shape, self.perm)
+        self.transposed_from = transposed_from
         self._index = index
         self.origin = origin
         self.materialized = blob if (index is None and perm is None

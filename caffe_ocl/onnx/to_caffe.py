@@ -67,7 +67,9 @@ WEIGHT_BYTES_MAX = 2 ** 31 - 2 ** 24
 
 
 class Converter(ResizeOps, ErfOps, LayoutOps):
-    def __init__(self, model, input_shapes=None, batch=1):
+    def __init__(self, model, input_shapes=None, batch=1, extension_layers=False):
+        self.extension_layers = extension_layers
+        self.const_blobs = {}
         self.p = prepare(model, input_shapes, batch)
         self.p.nodes = fuse_affine_into_linear(self.p.nodes, self.p.consts, self.p.shapes,
                                                self.p.outputs)
@@ -199,10 +201,13 @@ class Converter(ResizeOps, ErfOps, LayoutOps):
             moved = self._space_depth(r, idx)
             if moved is not None:
                 return moved
+            if self.extension_layers and r.transposed_from is not None:
+                return self._permuted_blob(r)
             raise Unsupported("this Transpose (with the reshapes around it) moves data in a "
                               "way no Caffe layer expresses (only reshapes, channel "
                               "permutations and space-to-depth / depth-to-space moves are "
-                              "supported)", node=r.origin)
+                              "supported; --extension_layers writes the SSD fork's Permute)",
+                              node=r.origin)
         src = r.blob
         if r.blob_shape != r.shape:
             src = self.materialize(Var(self.new_blob(r.name + "_reshaped"), r.blob, r.blob_shape, r.shape,
@@ -224,6 +229,48 @@ class Converter(ResizeOps, ErfOps, LayoutOps):
             lp.inner_product_param.bias_term = False
         r.materialized = top
         return top
+
+    def _const_blob(self, name):
+        """A blob holding constant ``name``: BVLC's Parameter layer (its
+        value a learnable blob, as the model's other initializers)."""
+        if name not in self.const_blobs:
+            value = np.asarray(self.p.consts[name], np.float32)
+            blob = self.new_blob(name + "_const")
+            lp = self.layer("Parameter", blob, [], [blob], [value])
+            lp.parameter_param.shape.dim.extend(int(d) for d in value.shape)
+            self.const_blobs[name] = blob
+        return self.const_blobs[name]
+
+    def _permuted_blob(self, r):
+        """A view no BVLC layer moves (--extension_layers): the blob
+        reshaped to S (Reshape), the SSD fork's Permute with order p, and
+        a Reshape to the view's shape, where each is needed."""
+        S, p = r.transposed_from
+        src = r.blob
+        if tuple(S) != r.blob_shape:
+            src = self.materialize(Var(self.new_blob(r.name + "_unflattened"), r.blob,
+                                       r.blob_shape, S))
+        moved_shape = tuple(S[i] for i in p)
+        top = r.name if (r.name not in self.tops and moved_shape == r.shape) \
+            else self.new_blob(r.name + "_permuted")
+        lp = self.layer("Permute", top, [src], [top])
+        lp.permute_param.order.extend(int(i) for i in p)
+        if moved_shape != r.shape:
+            top = self.materialize(Var(self.new_blob(r.name), top, moved_shape, r.shape))
+        r.materialized = top
+        return top
+
+    def _matmul_computed(self, node):
+        """MatMul of two computed tensors (attention): caffe_ocl's MatMul
+        layer (--extension_layers), both operands (..., M, K) and
+        (..., K, N) with the same leading axes."""
+        sa, sb = self.shape(node.input[0]), self.shape(node.input[1])
+        if len(sa) < 2 or len(sb) < 2 or tuple(sa[:-2]) != tuple(sb[:-2]):
+            raise Unsupported(f"MatMul of computed tensors of shapes {list(sa)} and "
+                              f"{list(sb)}: caffe_ocl's MatMul takes (..., M, K) x "
+                              "(..., K, N) with the same leading axes")
+        self.layer("MatMul", self.lname(), [self.blob(node.input[0]), self.blob(node.input[1])],
+                   [self.out()])
 
     def _reshaped(self, src_name, shape, blob_name):
         """A blob holding tensor ``src_name``'s values in order as Caffe
@@ -329,11 +376,27 @@ class Converter(ResizeOps, ErfOps, LayoutOps):
             else:
                 self.refs[name] = Var(name, r.blob, r.blob_shape, shape, None, self.node, perm)
             return
+        if transpose is not None and self.extension_layers and r.index is not None \
+                and r.transposed_from is not None:
+            S, p = r.transposed_from
+            if r.shape != tuple(S[i] for i in p):
+                # two moves in a row (attention's heads split from a
+                # transposed tensor): the first one written (a Permute),
+                # the transpose then a view of its blob
+                r = Var(r.name, self.materialize(r), r.shape, origin=r.origin)
         idx = r.index if r.index is not None else np.arange(
             int(np.prod(r.shape))).reshape(r.shape)
+        # the same move as one reshape -> transpose -> reshape, if it is one
+        moved = r.transposed_from
         if transpose is not None:
             idx = idx.transpose(transpose)
             origin = self.node
+            if r.index is None:
+                moved = (r.shape, tuple(transpose))
+            elif moved is not None and r.shape == tuple(moved[0][i] for i in moved[1]):
+                moved = (moved[0], tuple(moved[1][t] for t in transpose))
+            else:
+                moved = None
         else:
             origin = r.origin
         idx = np.ascontiguousarray(idx).reshape(shape)
@@ -341,6 +404,7 @@ class Converter(ResizeOps, ErfOps, LayoutOps):
             self.refs[name] = Var(name, r.blob, r.blob_shape, shape, origin=r.origin)
         else:
             self.refs[name] = r.view(name, shape, idx, origin)
+            self.refs[name].transposed_from = moved
 
     # ---- explicit padding and cropping ------------------------------------
     def pad(self, blob, shape, pads, value, base):
@@ -818,6 +882,12 @@ class Converter(ResizeOps, ErfOps, LayoutOps):
         self._inner_product(x, 1, W.astype(np.float32), bias, self.lname())
 
     def op_MatMul(self, node, a):
+        if not self.is_const(node.input[1]):
+            if not self.extension_layers:
+                raise Unsupported("MatMul of two computed tensors (attention) has no BVLC "
+                                  "Caffe layer (--extension_layers writes caffe_ocl's MatMul)")
+            self._matmul_computed(node)
+            return
         B = self.const(node.input[1], "the second operand")
         if B.ndim != 2:
             raise Unsupported("MatMul maps to InnerProduct only with a 2-D constant weight")
@@ -1259,14 +1329,19 @@ class Converter(ResizeOps, ErfOps, LayoutOps):
     def op_Concat(self, node, a):
         # the rank from an input, the axis checked first: an axis out of
         # range left the output's shape unknown, and the error said only that
+        def dims(i):
+            return tuple(self.p.consts[i].shape) if self.is_const(i) else self.shape(i)
         first = next((i for i in node.input if i), None)
-        axis = axis_in(a["axis"], len(self.shape(first)) if first else 0, node)
+        axis = axis_in(a["axis"], len(dims(first)) if first else 0, node)
         self.shape(node.output[0])
-        ins = [i for i in node.input if i and int(np.prod(self.shape(i)))]
-        if len(ins) == 1:
+        ins = [i for i in node.input if i and int(np.prod(dims(i)))]
+        if len(ins) == 1 and not self.is_const(ins[0]):
             self.alias(0, ins[0])
             return
-        lp = self.layer("Concat", self.lname(), [self.blob(i) for i in ins], [self.out()])
+        # a constant piece (ViT's class token before the patches): a
+        # Parameter layer holding it
+        lp = self.layer("Concat", self.lname(), [self._const_blob(i) if self.is_const(i)
+                                                 else self.blob(i) for i in ins], [self.out()])
         if axis != 1:
             lp.concat_param.axis = axis
 
@@ -1594,13 +1669,15 @@ def _channel_permutation(idx, shape):
 # public API
 # ---------------------------------------------------------------------------
 
-def convert(model, input_shapes=None, batch=1):
+def convert(model, input_shapes=None, batch=1, extension_layers=False):
     """ONNX model (path, bytes or ModelProto) -> caffe_pb2.NetParameter whose
     layers carry their weight blobs. Raises UnsupportedModelError listing every
-    node without a Caffe equivalent."""
+    node without a Caffe equivalent. ``extension_layers``: where no BVLC
+    layer expresses a node, caffe_ocl's MatMul (two computed inputs) and
+    the SSD fork's Permute (any transpose) are written."""
     m, where = load_model(model)
     try:
-        return Converter(m, input_shapes, batch).run()
+        return Converter(m, input_shapes, batch, extension_layers).run()
     except UnsupportedModelError as e:
         if where.startswith("<"):
             raise
@@ -1652,11 +1729,11 @@ def split_weights(net):
 
 
 def onnx2caffe(onnx_path, prototxt_path, caffemodel_path, check=False, input_shapes=None,
-               batch=1, out=None):
+               batch=1, out=None, extension_layers=False):
     """Convert and write both files (nothing is written when conversion fails).
     With ``check``, run caffe_ocl and ONNX Runtime on one random input and
     print the largest difference per output; returns that dict (or None)."""
-    net = convert(onnx_path, input_shapes, batch)
+    net = convert(onnx_path, input_shapes, batch, extension_layers)
     deploy, weights = split_weights(net)
     _check_loads(deploy, weights, onnx_path)
     write_text(deploy, os.fspath(prototxt_path))
