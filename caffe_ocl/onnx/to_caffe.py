@@ -265,12 +265,25 @@ class Converter(ResizeOps, ErfOps, LayoutOps):
         layer (--extension_layers), both operands (..., M, K) and
         (..., K, N) with the same leading axes."""
         sa, sb = self.shape(node.input[0]), self.shape(node.input[1])
-        if len(sa) < 2 or len(sb) < 2 or tuple(sa[:-2]) != tuple(sb[:-2]):
+        try:
+            lead = tuple(np.broadcast_shapes(tuple(sa[:-2]), tuple(sb[:-2])))
+        except ValueError:
+            lead = None
+        if len(sa) < 2 or len(sb) < 2 or lead is None:
             raise Unsupported(f"MatMul of computed tensors of shapes {list(sa)} and "
                               f"{list(sb)}: caffe_ocl's MatMul takes (..., M, K) x "
-                              "(..., K, N) with the same leading axes")
-        self.layer("MatMul", self.lname(), [self.blob(node.input[0]), self.blob(node.input[1])],
-                   [self.out()])
+                              "(..., K, N) with leading axes that broadcast")
+        ins = []
+        for name, shape in ((node.input[0], sa), (node.input[1], sb)):
+            full = (1,) * (len(lead) - len(shape) + 2) + tuple(shape)
+            axes = [i for i, (d, o) in enumerate(zip(full[:-2], lead)) if d != o]
+            if axes:
+                # a broadcast operand (MobileNet v4's multi-query attention:
+                # one key/value head for all query heads): tiled (Caffe's Tile)
+                name = self._tiled(name, full, axes, lead + tuple(shape[-2:]))
+            ins.append(self._reshaped(name, lead + tuple(shape[-2:]), name + "_ranked")
+                       if len(full) != len(shape) else self.blob(name))
+        self.layer("MatMul", self.lname(), ins, [self.out()])
 
     def _reshaped(self, src_name, shape, blob_name):
         """A blob holding tensor ``src_name``'s values in order as Caffe
@@ -1423,23 +1436,49 @@ class Converter(ResizeOps, ErfOps, LayoutOps):
         cur_shape = list(shape)
         todo = []
         for st, en, ax, sp in zip(starts, ends, norm, steps):
-            if sp != 1:
-                raise Unsupported("Slice with a step other than 1 has no Caffe equivalent")
+            if sp < 1:
+                raise Unsupported("Slice with a step below 1 has no Caffe equivalent")
             L = shape[ax]
             b = min(max(st + L if st < 0 else st, 0), L)
             e = min(max(en + L if en < 0 else en, 0), L)
             if e <= b:
                 raise Unsupported("empty slice")
-            if (b, e) != (0, L):
-                todo.append((ax, b, e))
+            count = -(-(e - b) // sp)
+            # a run of count * sp values holding the kept ones at offset r
+            # (where none fits inside the axis: from b, the axis padded)
+            r = max(0, b + count * sp - L)
+            if r > min(b, sp - 1):
+                r = 0
+            if (b, e, sp) != (0, L, 1):
+                todo.append((ax, b, e, sp, count, r))
         if not todo:
             self.alias(0, node.input[0])
             return
-        for k, (ax, b, e) in enumerate(todo):
+        for k, (ax, b, e, sp, count, r) in enumerate(todo):
             last = k == len(todo) - 1
-            x = self.crop(x, cur_shape, ax, b, e - b, self.lname(),
-                          top=node.output[0] if last else None)
-            cur_shape[ax] = e - b
+            top = node.output[0] if last else None
+            if sp == 1:
+                x = self.crop(x, cur_shape, ax, b, e - b, self.lname(), top=top)
+                cur_shape[ax] = e - b
+                continue
+            # every sp-th value (Swin's and LeViT's x[:, 0::2]): a run of
+            # count * sp values seen as (count, sp), the one at offset r of
+            # each kept (Slice, Reshape, Slice, Reshape)
+            extra = b - r + count * sp - cur_shape[ax]
+            if extra > 0:
+                # LeViT's x[:, ::2] of 7 rows: the run 0..8 needs one more
+                # row (zeros, never kept: DummyData + Concat)
+                x, padded = self.pad(x, cur_shape, {ax: (0, extra)}, 0.0, self.lname())
+                cur_shape = list(padded)
+            x = self.crop(x, cur_shape, ax, b - r, count * sp, self.lname())
+            pairs = cur_shape[:ax] + [count, sp] + cur_shape[ax + 1:]
+            x = self.materialize(Var(self.new_blob(f"{self.lname()}_steps{ax}"), x,
+                                     cur_shape[:ax] + [count * sp] + cur_shape[ax + 1:],
+                                     pairs))
+            x = self.crop(x, pairs, ax + 1, r, 1, self.lname())
+            cur_shape[ax] = count
+            x = self.materialize(Var(top or self.new_blob(f"{self.lname()}_step{ax}"), x,
+                                     pairs[:ax + 1] + [1] + pairs[ax + 2:], cur_shape))
         self.out()
 
     def op_Gather(self, node, a):

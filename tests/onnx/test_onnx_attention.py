@@ -77,3 +77,18 @@ def test_extension_layers_flag_writes_loadable_files(tmp_path):
     import caffe_ocl
     net = caffe_ocl.Net(str(proto), str(weights), caffe_ocl.TEST)
     assert net.blobs["y"].data.shape == (2, 6, 6)
+
+
+def test_matmul_with_broadcast_leading_axes():
+    """Multi-query attention (MobileNet v4): queries (N, 4, L, d) against
+    one key head (N, 1, d, S): the key tiled over the heads; and a 3-D
+    operand against a 4-D one."""
+    m = make_model([node("MatMul", ["q", "k"], ["s"]),
+                    node("Softmax", ["s"], ["p"], axis=-1),
+                    node("MatMul", ["p", "v"], ["y"])],
+                   {"q": (2, 4, 5, 3), "k": (2, 1, 3, 6), "v": (6, 2)}, ["y"])
+    net = to_caffe.convert(m, extension_layers=True)
+    feeds = {"q": rand(2, 4, 5, 3), "k": rand(2, 1, 3, 6), "v": rand(6, 2)}
+    diff, scale = check.compare(m, net, inputs=feeds)["y"]
+    assert diff <= 1e-5 * max(scale, 1.0)
+    assert "Tile" in types(net)

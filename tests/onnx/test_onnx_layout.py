@@ -230,3 +230,40 @@ def test_both_operands_enlarged_by_broadcasting(op, n):
     m = make_model(nodes, {"x": (n, 3, 4, 5)}, ["y", "z"])
     net = check_onnx(m, tol=1e-5, inputs={"x": np.abs(rand(n, 3, 4, 5)) + 0.5})
     assert "Tile" in types(net)
+
+
+def test_strided_slices_of_swin_patch_merging():
+    """x[:, 0::2, 0::2], x[:, 1::2, 0::2], ... on a channels-last view
+    concatenated along channels (Swin's and LeViT's patch merging): a
+    Reshape, a Slice of the inner axis and a Reshape each."""
+    inits = {}
+    nodes = [node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1])]       # (N, H, W, C)
+    outs = []
+    for i, (h0, w0) in enumerate([(0, 0), (1, 0), (0, 1), (1, 1)]):
+        inits[f"st{i}"] = np.array([h0, w0], np.int64)
+        inits[f"en{i}"] = np.array([1000, 1000], np.int64)
+        inits[f"ax{i}"] = np.array([1, 2], np.int64)
+        inits[f"sp{i}"] = np.array([2, 2], np.int64)
+        nodes.append(node("Slice", ["t", f"st{i}", f"en{i}", f"ax{i}", f"sp{i}"], [f"s{i}"]))
+        outs.append(f"s{i}")
+    nodes += [node("Concat", outs, ["cat"], axis=-1),
+              node("Transpose", ["cat"], ["y"], perm=[0, 3, 1, 2])]
+    net = check_onnx(make_model(nodes, {"x": (2, 3, 6, 4)}, ["y"], inits), tol=1e-6,
+                     inputs={"x": rand(2, 3, 6, 4)})
+    assert "Slice" in types(net)
+
+
+@pytest.mark.parametrize("start,end,step,padded", [
+    (0, 7, 3, True), (1, 7, 3, False), (2, 6, 2, False), (6, 7, 2, False),
+    (1, 7, 4, True), (1, 6, 2, False), (0, 7, 2, True)])
+def test_strided_slice_of_one_axis(start, end, step, padded):
+    """Every step-th value from start: a run of count x step values holds
+    them at one offset (6 of 7 by 2: the run 5..7, offset 1); where none
+    fits inside the axis (0, 3, 6 of 7 by 3: 9 values) the axis is padded
+    with zeros that are never kept."""
+    inits = {"st": np.array([start], np.int64), "en": np.array([end], np.int64),
+             "ax": np.array([3], np.int64), "sp": np.array([step], np.int64)}
+    m = make_model([node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])], {"x": (1, 2, 3, 7)},
+                   ["y"], inits)
+    net = check_onnx(m, tol=1e-6, inputs={"x": rand(1, 2, 3, 7)})
+    assert ("DummyData" in types(net)) == padded
