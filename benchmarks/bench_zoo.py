@@ -172,13 +172,15 @@ def build_model(name, seed=0):
     return model.eval()
 
 
-def export_onnx(model, name, batch, size, export_dir, keep_bn=False):
-    """Path of ``name`` exported at ``batch`` x 3 x size x size (opset 13,
-    static shapes); an existing file in ``export_dir`` is reused.
+def export_onnx(model, name, batch, size, export_dir, keep_bn=False, opset=13):
+    """Path of ``name`` exported at ``batch`` x 3 x size x size (opset 13
+    unless given: attention exports from 14, static shapes); an existing
+    file in ``export_dir`` is reused.
     ``keep_bn``: without constant folding, so that BatchNorm is not folded
     into the convolution before it (training nets, bench_zoo_train.py)."""
     import torch
-    path = os.path.join(export_dir, f"{name}_b{batch}_s{size}_op13{'_bn' if keep_bn else ''}.onnx")
+    path = os.path.join(export_dir,
+                        f"{name}_b{batch}_s{size}_op{opset}{'_bn' if keep_bn else ''}.onnx")
     if os.path.exists(path) and os.path.getsize(path) > 0:
         return path
     # on the model's device (a GPU run has moved it there after the first batch)
@@ -186,7 +188,7 @@ def export_onnx(model, name, batch, size, export_dir, keep_bn=False):
     tmp = path + ".part"
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")   # the TorchScript exporter's deprecation notice
-        torch.onnx.export(model, (x,), tmp, opset_version=13, dynamo=False,
+        torch.onnx.export(model, (x,), tmp, opset_version=opset, dynamo=False,
                           input_names=["data"], output_names=["logits"],
                           do_constant_folding=not keep_bn)
     os.replace(tmp, path)
@@ -559,11 +561,13 @@ def export_and_convert(model, name, batch, args, export_dir, base, precisions, e
     step = "export failed"
     try:
         t0 = time.time()
-        path = export_onnx(model, name, batch, args.size, export_dir, keep_bn=keep_bn)
+        path = export_onnx(model, name, batch, args.size, export_dir, keep_bn=keep_bn,
+                           opset=getattr(args, "opset", 13))
         t_export = time.time() - t0
         step = "convert failed"
         t0 = time.time()
-        net_param = to_caffe.convert(path, batch=batch)
+        net_param = to_caffe.convert(path, batch=batch,
+                                     extension_layers=getattr(args, "extension_layers", False))
         t_convert = time.time() - t0
     except Exception as e:  # noqa: BLE001
         for p in precisions:
@@ -812,6 +816,11 @@ def parse(argv=None):
                     help="ONNX Runtime intra_op_num_threads (default: the cores)")
     ap.add_argument("--json", help="write every record here (after each net)")
     ap.add_argument("--export-dir", help="keep/reuse the exported ONNX files here")
+    ap.add_argument("--opset", type=int, default=13,
+                    help="ONNX opset of the export (14: attention, scaled_dot_product_attention)")
+    ap.add_argument("--extension-layers", action="store_true",
+                    help="convert with caffe_ocl's MatMul and the SSD fork's Permute where no "
+                         "BVLC layer does (attention: onnx2caffe --extension_layers)")
     ap.add_argument("--smoke", action="store_true",
                     help="one tiny net, CPU, batch 1, 16x16, one short round")
     ap.add_argument("--report", nargs="+", metavar="JSON",
