@@ -535,6 +535,21 @@ class Exporter:
             out[out.index(-1)] = int(np.prod(shape)) // known
         self.add("Reshape", [b[0], self.const("shape", out, np.int64)], t)
 
+    def l_MatMul(self, lp, b, t):
+        # caffe_ocl's two-bottom product (onnx2caffe --extension_layers)
+        self.add("MatMul", b, t)
+
+    def l_Permute(self, lp, b, t):
+        # the SSD fork's: the order given, the axes it leaves out after it
+        rank = len(self.shape(b[0]))
+        order = [_axis(o, rank, "order") for o in lp.permute_param.order]
+        self.add("Transpose", b, t, perm=order + [i for i in range(rank) if i not in order])
+
+    def l_Parameter(self, lp, b, t):
+        # its blob as a constant (ONNX graphs have no learnable tensors)
+        arr = self.blobs(1)[0]
+        self.add("Identity", [self.const("value", arr)], t)
+
     def l_Softmax(self, lp, b, t):
         self.add("Softmax", b, t, axis=lp.softmax_param.axis)
 

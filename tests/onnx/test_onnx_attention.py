@@ -92,3 +92,19 @@ def test_matmul_with_broadcast_leading_axes():
     diff, scale = check.compare(m, net, inputs=feeds)["y"]
     assert diff <= 1e-5 * max(scale, 1.0)
     assert "Tile" in types(net)
+
+
+def test_converted_attention_exports_back_to_onnx():
+    """caffe2onnx of the converted block (MatMul -> MatMul, Permute ->
+    Transpose, Parameter -> a constant) gives the original's outputs."""
+    import onnxruntime as ort
+    from caffe_ocl.onnx import from_caffe
+    m = attention_model(n=2)
+    net = to_caffe.convert(m, extension_layers=True)
+    back = from_caffe.export(net)
+    x = rand(2, 5, 6)
+
+    def run(model):
+        s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return s.run(None, {s.get_inputs()[0].name: x})[0]
+    np.testing.assert_allclose(run(back), run(m), rtol=1e-5, atol=1e-5)
