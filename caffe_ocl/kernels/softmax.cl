@@ -154,6 +154,38 @@ __kernel void softmax_bwd(int outer, int C, int inner, __global const float* y,
 #define SM_EXP(d, T) select(ACT_EXP(d), (T)(0.0f), (d) < (T)(-87.3f))
 __kernel void softmax_fwd_cpu(int outer, int C, int inner,
                               __global const float* x, __global float* y) {
+    if (inner == 1) {
+        /* over the last axis (attention's scores): each row vectorised
+         * along C (one item a row; the loop below would run it one float
+         * at a time) */
+        GLOBAL_LOOP(o, outer) {
+            __global const float* px = x + (size_t)o * C;
+            __global float* py = y + (size_t)o * C;
+            float8 m8 = (float8)(-FLT_MAX);
+            int c = 0;
+            for (; c + 8 <= C; c += 8) m8 = fmax(m8, vload8(0, px + c));
+            float4 m4 = fmax(m8.lo, m8.hi);
+            float m = fmax(fmax(m4.x, m4.y), fmax(m4.z, m4.w));
+            for (; c < C; ++c) m = fmax(m, px[c]);
+            float8 s8 = (float8)(0.0f);
+            float sum = 0.0f;
+            for (c = 0; c + 8 <= C; c += 8) {
+                const float8 e = SM_EXP(vload8(0, px + c) - m, float8);
+                vstore8(e, 0, py + c);
+                s8 += e;
+            }
+            for (; c < C; ++c) {
+                const float e = SM_EXP(px[c] - m, float);
+                py[c] = e;
+                sum += e;
+            }
+            const float4 s4 = s8.lo + s8.hi;
+            sum += (s4.x + s4.y) + (s4.z + s4.w);
+            for (c = 0; c + 8 <= C; c += 8) vstore8(vload8(0, py + c) / sum, 0, py + c);
+            for (; c < C; ++c) py[c] /= sum;
+        }
+        return;
+    }
     const int runs = (inner + 7) / 8;
     GLOBAL_LOOP(item, outer * runs) {
         const int o = item / runs, s = (item - o * runs) * 8;

@@ -1,5 +1,5 @@
 """Reductions (kernels/reduce.cl): per-channel sums and Reduction's backward."""
-from . import work_size
+from . import cpu_units_work_size, work_size
 
 SRC = "reduce.cl"
 
@@ -11,6 +11,12 @@ def channel_sum(dev, outer, channels, inner, x, out, term="sum", w=None, alpha=1
     """out[c] = alpha * sum over (o, s) of term(x[o, c, s]) (+= when accumulate).
 
     ``w`` is the second input of the "prelu" term (top diff); other terms ignore it."""
+    if dev.is_cpu and outer == 1 and term != "prelu":
+        # rows of ``inner`` contiguous values: one work-item a chunk of rows
+        g, l = cpu_units_work_size(dev, channels, channels * inner)
+        return dev.launch(SRC, "rows_sum_cpu", g, l,
+                          [channels, inner, x, out, float(alpha), int(bool(accumulate))],
+                          {"TERM": TERMS[term]})
     lsize = 256 if dev.is_gpu else 64
     groups = max(1, min(channels, max_groups))
     return dev.launch(SRC, "channel_sum", (groups * lsize,), (lsize,),

@@ -53,6 +53,38 @@ def permute(dev, n, ndim, geom, src, dst, forward=True):
     return _launch(dev, n, "permute", [n, ndim, geom, src, dst, int(bool(forward))])
 
 
+def kept_runs(shape, orders):
+    """(run, ndim) where ``orders`` keeps the last axes in place: a run of
+    ``run`` floats (the product of those axes) moves whole, the other
+    ``ndim`` axes are permuted; None where the last axis moves."""
+    n, m = len(orders), 0
+    while m < n and orders[n - 1 - m] == n - 1 - m:
+        m += 1
+    if not m or m == n:
+        return None
+    return math.prod(shape[n - m:]), n - m
+
+
+def permute_runs(dev, shape, orders, geom, src, dst, forward=True):
+    """Permute of ``shape`` by ``orders`` keeping the last axes (kept_runs):
+    geom: int buffer [new steps of the first ndim output axes, in runs;
+    the old steps (floats) of their input axes]."""
+    run, nd = kept_runs(shape, orders)
+    nruns = math.prod(shape) // run
+    g, l = cpu_units_work_size(dev, nruns, math.prod(shape))
+    return dev.launch(SRC, "permute_runs", g, l, [nruns, nd, run, geom, src, dst,
+                                                  int(bool(forward))])
+
+
+def runs_geom(shape, orders):
+    """permute_runs' geom for ``shape`` reordered by ``orders``."""
+    run, nd = kept_runs(shape, orders)
+    new = [shape[o] for o in orders[:nd]]
+    new_steps = [math.prod(new[i + 1:]) for i in range(nd)]
+    old_steps = [math.prod(shape[o + 1:]) for o in orders[:nd]]
+    return new_steps + old_steps
+
+
 # columns a transpose_rs work-item takes (its TR_SB)
 TRANSPOSE_COL_BLOCK = 64
 

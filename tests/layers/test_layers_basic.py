@@ -42,7 +42,9 @@ def test_inner_product_input_size_change_is_an_error(rng):
 # (2, 5, 3, 7) and (1, 21, 19): runs of 8 positions as vectors on CPU
 # drivers (softmax_fwd_cpu) with a tail
 @pytest.mark.parametrize("shape,axis", [((2, 5), 1), ((2, 3, 4), 1), ((2, 3, 4), 2), ((3, 4, 2), 0),
-                                        ((1, 1000), -1), ((2, 5, 3, 7), 1), ((1, 21, 19), 1)])
+                                        ((1, 1000), -1), ((2, 5, 3, 7), 1), ((1, 21, 19), 1),
+                                        # the last axis: rows as vectors, a tail of 5
+                                        ((3, 40, 197), 2)])
 def test_softmax_any_axis(rng, shape, axis):
     x = rng.standard_normal(shape) * 5
     layer, b, t = make_layer(f'type: "Softmax" softmax_param {{ axis: {axis} }}', [x])
@@ -62,6 +64,15 @@ def test_softmax_underflow_is_zero(rng):
     (y,) = forward(layer, b, t)
     assert np.all(y[0, 1:] == 0.0)
     np.testing.assert_allclose(y[0, 0], 1.0, rtol=1e-6)
+    # over the last axis (rows as vectors): in the vector part and the tail
+    x = rng.standard_normal((2, 19)) * 2
+    x[0, 3] += 200.0
+    x[1, 17] += 200.0
+    layer, b, t = make_layer('type: "Softmax"', [x])
+    (y,) = forward(layer, b, t)
+    np.testing.assert_allclose(y[0, 3], 1.0, rtol=1e-6)
+    np.testing.assert_allclose(y[1, 17], 1.0, rtol=1e-6)
+    assert np.count_nonzero(y) == 2
 
 
 @pytest.mark.parametrize("outer,c,inner", [(3, 1000, 1), (2, 70, 3), (1, 5, 2)])

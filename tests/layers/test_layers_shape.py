@@ -309,6 +309,18 @@ def test_reduction_large_rows():
                                rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("op", list(OPS))
+def test_reduction_many_rows(op):
+    """Enough rows for several work-items on a CPU driver (rows_sum_cpu),
+    rows of 8-float vectors and a tail (a LayerNorm's mean over 197
+    tokens x 77 channels)."""
+    x = rnd(2, 197, 77)
+    layer, b, t = testing.make_layer(
+        f'type: "Reduction" reduction_param {{ operation: {op} axis: 2 coeff: 0.5 }}', [x])
+    ref = 0.5 * OPS[op](x.astype(np.float64), -1)
+    np.testing.assert_allclose(testing.forward(layer, b, t)[0], ref, rtol=1e-5, atol=1e-5)
+
+
 def test_reduction_bad_axis():
     expect_error('type: "Reduction" reduction_param { axis: 3 }', [rnd(2, 3)], "out of range",
                  ShapeError)

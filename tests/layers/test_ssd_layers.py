@@ -215,6 +215,26 @@ def test_permute_as_transpose(shape, order):
     np.testing.assert_array_equal(b[0].host_diff(), np.transpose(dy, np.argsort(order)))
 
 
+# orders that keep the last axes in place (attention's head split; CPU
+# drivers move whole runs of them, ops/ssd.py kept_runs), with enough runs
+# for several work-items
+@pytest.mark.parametrize("shape,order", [((2, 37, 3, 2, 16), (2, 0, 3, 1, 4)),
+                                         ((3, 41, 4, 6), (1, 0, 2, 3)),
+                                         ((2, 3, 5, 7, 9), (0, 2, 1, 3, 4))])
+def test_permute_keeping_the_last_axes(shape, order):
+    from caffe_ocl.ops import ssd as ssd_ops
+    assert ssd_ops.kept_runs(shape, order) is not None
+    x = RNG.standard_normal(shape).astype(np.float32)
+    text = 'type: "Permute" permute_param { ' + " ".join(f"order: {o}" for o in order) + " }"
+    layer, b, t = make_layer(text, [x])
+    (y,) = forward(layer, b, t)
+    np.testing.assert_array_equal(y, np.transpose(x, order))
+    dy = RNG.standard_normal(y.shape).astype(np.float32)
+    t[0].diff[...] = dy
+    layer.backward(t, [True], b)
+    np.testing.assert_array_equal(b[0].host_diff(), np.transpose(dy, np.argsort(order)))
+
+
 def test_transpose_shape_only_for_two_runs():
     from caffe_ocl.ops import ssd as ssd_ops
     shape = (2, 3, 4, 5)
