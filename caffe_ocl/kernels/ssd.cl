@@ -128,24 +128,38 @@ __kernel void permute(int n, int ndim, __global const int* geom,
     }
 }
 
-/* CPU drivers: the orders that keep the last axes in place (attention's
- * (N, L, 3, h, d) -> (3, N, h, L, d): d stays last) move whole runs of
- * ``run`` contiguous floats; the index is decoded once per run (geom's
- * new steps counted in runs, the old steps in floats) and each run is a
- * plain copy (permute decoded every float with a division per axis: 0.8
- * GB/s on PoCL). */
-__kernel void permute_runs(int nruns, int ndim, int run, __global const int* geom,
-                           __global const float* src, __global float* dst, int forward) {
-    GLOBAL_LOOP(r, nruns) {
+/* CPU drivers: the output walked as rows of its last axis (``run``
+ * values), the index decoded once per row (geom's new steps counted in
+ * rows, the old steps in floats) and the row gathered from the input at
+ * ``stride`` (scattered back in backward). An order that keeps the last
+ * axes in place (attention's (N, L, 3, h, d) -> (3, N, h, L, d)) has them
+ * as one row of stride 1: a plain copy. permute decoded every float with
+ * a division per axis (0.8 GB/s on PoCL). */
+__kernel void permute_rows(int nrows, int ndim, int run, int stride,
+                           __global const int* geom, __global const float* src,
+                           __global float* dst, int forward) {
+    GLOBAL_LOOP(r, nrows) {
         int idx = r, old = 0;
         for (int j = 0; j < ndim; ++j) {
             const int step = geom[j];
             old += (idx / step) * geom[ndim + j];
             idx %= step;
         }
-        __global const float* s = forward ? src + old : src + (long)r * run;
-        __global float* d = forward ? dst + (long)r * run : dst + old;
-        for (int k = 0; k < run; ++k) d[k] = s[k];
+        if (forward) {
+            __global const float* s = src + old;
+            __global float* d = dst + (long)r * run;
+            if (stride == 1)
+                for (int k = 0; k < run; ++k) d[k] = s[k];
+            else
+                for (int k = 0; k < run; ++k) d[k] = s[(long)k * stride];
+        } else {
+            __global const float* s = src + (long)r * run;
+            __global float* d = dst + old;
+            if (stride == 1)
+                for (int k = 0; k < run; ++k) d[k] = s[k];
+            else
+                for (int k = 0; k < run; ++k) d[(long)k * stride] = s[k];
+        }
     }
 }
 

@@ -166,17 +166,17 @@ class PermuteLayer(Layer):
         # transpose (ops/ssd.py transpose_shape), its inverse one too
         self.transpose = (ssd_ops.transpose_shape(b.shape, orders)
                           if self.device.is_cpu and b.count else None)
-        # ... and one that keeps the last axes moves whole runs of them
-        self.runs = (ssd_ops.kept_runs(b.shape, orders)
+        # ... any other one, a row of the output at a time
+        self.rows = (ssd_ops.row_plan(b.shape, orders)
                      if self.device.is_cpu and b.count and self.transpose is None else None)
-        if self.runs is not None:
-            self.geom = int_buffer(self.device, ssd_ops.runs_geom(b.shape, orders))
+        if self.rows is not None:
+            self.geom = int_buffer(self.device, ssd_ops.rows_geom(b.shape, orders))
         if self.transpose is not None:
             outer, rows, cols = self.transpose
             self.fwd = [ssd_ops.transpose(self.device, outer, rows, cols, b.data_buffer(),
                                           top[0].data_buffer())]
-        elif self.runs is not None:
-            self.fwd = [ssd_ops.permute_runs(self.device, b.shape, orders, self.geom,
+        elif self.rows is not None:
+            self.fwd = [ssd_ops.permute_rows(self.device, b.shape, orders, self.geom,
                                              b.data_buffer(), top[0].data_buffer())]
         else:
             self.fwd = [ssd_ops.permute(self.device, b.count, nax, self.geom, b.data_buffer(),
@@ -189,8 +189,8 @@ class PermuteLayer(Layer):
                 self.bwd = [ssd_ops.transpose(self.device, outer, cols, rows,
                                               top[0].diff_buffer(), bottom[0].diff_buffer())]
                 return
-            if self.runs is not None:
-                self.bwd = [ssd_ops.permute_runs(self.device, bottom[0].shape, self.orders,
+            if self.rows is not None:
+                self.bwd = [ssd_ops.permute_rows(self.device, bottom[0].shape, self.orders,
                                                  self.geom, top[0].diff_buffer(),
                                                  bottom[0].diff_buffer(), forward=False)]
                 return

@@ -53,32 +53,36 @@ def permute(dev, n, ndim, geom, src, dst, forward=True):
     return _launch(dev, n, "permute", [n, ndim, geom, src, dst, int(bool(forward))])
 
 
-def kept_runs(shape, orders):
-    """(run, ndim) where ``orders`` keeps the last axes in place: a run of
-    ``run`` floats (the product of those axes) moves whole, the other
-    ``ndim`` axes are permuted; None where the last axis moves."""
+def row_plan(shape, orders):
+    """(run, stride, ndim) of a Permute walked as rows of the output: the
+    last axes ``orders`` keeps in place as one row of stride 1, else the
+    output's last axis, read at its input stride; ``ndim`` axes decoded
+    per row. None for an order that moves nothing."""
     n, m = len(orders), 0
     while m < n and orders[n - 1 - m] == n - 1 - m:
         m += 1
-    if not m or m == n:
+    if m == n:
         return None
-    return math.prod(shape[n - m:]), n - m
+    if m:
+        return math.prod(shape[n - m:]), 1, n - m
+    last = orders[-1]
+    return shape[last], math.prod(shape[last + 1:]), n - 1
 
 
-def permute_runs(dev, shape, orders, geom, src, dst, forward=True):
-    """Permute of ``shape`` by ``orders`` keeping the last axes (kept_runs):
-    geom: int buffer [new steps of the first ndim output axes, in runs;
-    the old steps (floats) of their input axes]."""
-    run, nd = kept_runs(shape, orders)
-    nruns = math.prod(shape) // run
-    g, l = cpu_units_work_size(dev, nruns, math.prod(shape))
-    return dev.launch(SRC, "permute_runs", g, l, [nruns, nd, run, geom, src, dst,
+def permute_rows(dev, shape, orders, geom, src, dst, forward=True):
+    """Permute of ``shape`` by ``orders`` on a CPU driver, a row of the
+    output at a time (row_plan); geom: ``rows_geom``."""
+    run, stride, nd = row_plan(shape, orders)
+    nrows = math.prod(shape) // run
+    g, l = cpu_units_work_size(dev, nrows, math.prod(shape))
+    return dev.launch(SRC, "permute_rows", g, l, [nrows, nd, run, stride, geom, src, dst,
                                                   int(bool(forward))])
 
 
-def runs_geom(shape, orders):
-    """permute_runs' geom for ``shape`` reordered by ``orders``."""
-    run, nd = kept_runs(shape, orders)
+def rows_geom(shape, orders):
+    """permute_rows' geom: the new steps of the decoded output axes,
+    counted in rows, then the old steps (floats) of their input axes."""
+    run, stride, nd = row_plan(shape, orders)
     new = [shape[o] for o in orders[:nd]]
     new_steps = [math.prod(new[i + 1:]) for i in range(nd)]
     old_steps = [math.prod(shape[o + 1:]) for o in orders[:nd]]

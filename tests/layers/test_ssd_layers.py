@@ -215,15 +215,18 @@ def test_permute_as_transpose(shape, order):
     np.testing.assert_array_equal(b[0].host_diff(), np.transpose(dy, np.argsort(order)))
 
 
-# orders that keep the last axes in place (attention's head split; CPU
-# drivers move whole runs of them, ops/ssd.py kept_runs), with enough runs
-# for several work-items
+# other orders, a row of the output at a time on CPU drivers (ops/ssd.py
+# row_plan): keeping the last axes in place (attention's head split: rows
+# copied whole) or moving the last axis (MobileViT's unfold: rows gathered
+# at a stride), with enough rows for several work-items
 @pytest.mark.parametrize("shape,order", [((2, 37, 3, 2, 16), (2, 0, 3, 1, 4)),
                                          ((3, 41, 4, 6), (1, 0, 2, 3)),
-                                         ((2, 3, 5, 7, 9), (0, 2, 1, 3, 4))])
-def test_permute_keeping_the_last_axes(shape, order):
+                                         ((2, 3, 5, 7, 9), (0, 2, 1, 3, 4)),
+                                         ((2, 6, 4, 2, 5, 2), (0, 3, 5, 2, 4, 1)),
+                                         ((3, 5, 7, 11), (3, 1, 0, 2))])
+def test_permute_by_rows(shape, order):
     from caffe_ocl.ops import ssd as ssd_ops
-    assert ssd_ops.kept_runs(shape, order) is not None
+    assert ssd_ops.row_plan(shape, order) is not None
     x = RNG.standard_normal(shape).astype(np.float32)
     text = 'type: "Permute" permute_param { ' + " ".join(f"order: {o}" for o in order) + " }"
     layer, b, t = make_layer(text, [x])
