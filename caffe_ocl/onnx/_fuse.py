@@ -198,14 +198,19 @@ def _fold_into_matmul(lin, steps, consts, rank, axis):
         return False
     g, b = gb
     W64 = W.astype(np.float64)
-    bias = b @ W64
+    _set_weights(lin, consts, g[:, None] * W64, b @ W64)
+    return True
+
+
+def _set_weights(lin, consts, weight, bias):
+    """``lin``'s weight replaced by ``weight``, its bias by ``bias`` plus
+    the one it had (new constants: the old ones may have other readers)."""
     if len(lin.input) > 2 and lin.input[2]:
         bias = bias + consts[lin.input[2]].astype(np.float64).reshape(-1)
-    lin.input[1] = _new_const(consts, lin.input[1] + "_affine", g[:, None] * W64)
+    lin.input[1] = _new_const(consts, lin.input[1] + "_affine", weight)
     while len(lin.input) < 3:
         lin.input.append("")
     lin.input[2] = _new_const(consts, lin.output[0] + "_bias", bias)
-    return True
 
 
 def _fold_into_conv(lin, steps, consts, rank, axis):
@@ -226,11 +231,5 @@ def _fold_into_conv(lin, steps, consts, rank, axis):
         return False
     g, b = gb
     W64 = W.astype(np.float64)
-    bias = np.einsum("ocij,c->o", W64, b)
-    if len(lin.input) > 2 and lin.input[2]:
-        bias = bias + consts[lin.input[2]].astype(np.float64).reshape(-1)
-    lin.input[1] = _new_const(consts, lin.input[1] + "_affine", W64 * g[None, :, None, None])
-    while len(lin.input) < 3:
-        lin.input.append("")
-    lin.input[2] = _new_const(consts, lin.output[0] + "_bias", bias)
+    _set_weights(lin, consts, W64 * g[None, :, None, None], np.einsum("ocij,c->o", W64, b))
     return True

@@ -248,14 +248,19 @@ def test_crop_errors():
 
 @pytest.mark.parametrize("axis, tiles", [(1, 3), (0, 2), (-1, 2), (2, 1)])
 def test_tile(axis, tiles):
-    x = rnd(2, 3, 2)
+    layer, b, t = check_tile(rnd(2, 3, 2), axis, tiles)
+    grad(layer, b, t)
+
+
+def check_tile(x, axis, tiles):
+    """Tile's forward against np.tile; the layer and its blobs."""
     layer, b, t = testing.make_layer(
         f'type: "Tile" tile_param {{ axis: {axis} tiles: {tiles} }}', [x])
     y, = testing.forward(layer, b, t)
-    reps = [1] * 3
+    reps = [1] * x.ndim
     reps[axis] = tiles
     np.testing.assert_array_equal(y, np.tile(x, reps))
-    grad(layer, b, t)
+    return layer, b, t
 
 
 @pytest.mark.parametrize("axis, tiles", [(1, 7), (2, 3), (0, 5)])
@@ -263,13 +268,7 @@ def test_tile_large_in_chunks(axis, tiles):
     """Enough elements for a CPU driver to split the output into chunks
     that start inside a tile and cross tiles and outer rows (the CPU
     kernel walks each chunk run by run)."""
-    x = rnd(3, 5, 1037)
-    layer, b, t = testing.make_layer(
-        f'type: "Tile" tile_param {{ axis: {axis} tiles: {tiles} }}', [x])
-    y, = testing.forward(layer, b, t)
-    reps = [1] * 3
-    reps[axis] = tiles
-    np.testing.assert_array_equal(y, np.tile(x, reps))
+    check_tile(rnd(3, 5, 1037), axis, tiles)
 
 
 def test_tile_errors():

@@ -204,6 +204,11 @@ def test_permute(order):
 def test_permute_as_transpose(shape, order):
     from caffe_ocl.ops import ssd as ssd_ops
     assert ssd_ops.transpose_shape(shape, order) is not None
+    check_permute_both_ways(shape, order)
+
+
+def check_permute_both_ways(shape, order):
+    """Permute forward against np.transpose, backward against the inverse."""
     x = RNG.standard_normal(shape).astype(np.float32)
     text = 'type: "Permute" permute_param { ' + " ".join(f"order: {o}" for o in order) + " }"
     layer, b, t = make_layer(text, [x])
@@ -227,15 +232,7 @@ def test_permute_as_transpose(shape, order):
 def test_permute_by_rows(shape, order):
     from caffe_ocl.ops import ssd as ssd_ops
     assert ssd_ops.row_plan(shape, order) is not None
-    x = RNG.standard_normal(shape).astype(np.float32)
-    text = 'type: "Permute" permute_param { ' + " ".join(f"order: {o}" for o in order) + " }"
-    layer, b, t = make_layer(text, [x])
-    (y,) = forward(layer, b, t)
-    np.testing.assert_array_equal(y, np.transpose(x, order))
-    dy = RNG.standard_normal(y.shape).astype(np.float32)
-    t[0].diff[...] = dy
-    layer.backward(t, [True], b)
-    np.testing.assert_array_equal(b[0].host_diff(), np.transpose(dy, np.argsort(order)))
+    check_permute_both_ways(shape, order)
 
 
 def test_transpose_shape_only_for_two_runs():
