@@ -1286,9 +1286,12 @@ class Converter(ResizeOps, ErfOps, LayoutOps):
             lp.tile_param.axis = ax
             lp.tile_param.tiles = big[ax]
             x = top
-        self.refs[x] = Var(x, x, tuple(cur))
-        self.p.shapes[x] = tuple(cur)
-        return x
+        # a name of its own: with no axis to tile, x is the input's blob,
+        # whose tensor keeps its shape for its other readers
+        key = self.new_blob(f"{name}_tiled")
+        self.refs[key] = Var(key, x, tuple(cur))
+        self.p.shapes[key] = tuple(cur)
+        return key
 
     def _const_op(self, op, x, shape, c):
         """x (op) c for a constant c that broadcasts to x's shape."""

@@ -267,3 +267,20 @@ def test_strided_slice_of_one_axis(start, end, step, padded):
                    ["y"], inits)
     net = check_onnx(m, tol=1e-6, inputs={"x": rand(1, 2, 3, 7)})
     assert ("DummyData" in types(net)) == padded
+
+
+def test_lower_rank_computed_operand_keeps_its_shape_for_other_readers():
+    """Sub(c, x) with c computed of shape (C, H, W) against x (1, C, H, W):
+    c is seen as (1, C, H, W) for the Sub (nothing to tile); its other
+    reader still sees (C, H, W), and a (C, 1, 1) one is tiled over H, W."""
+    m = make_model([node("Reshape", ["x", "chw"], ["xr"]),
+                    node("Abs", ["xr"], ["c"]),
+                    node("Sub", ["c", "x"], ["y"]),
+                    node("Neg", ["c"], ["z"]),
+                    node("GlobalAveragePool", ["x"], ["g"]),
+                    node("Reshape", ["g", "c11"], ["gc"]),
+                    node("Div", ["gc", "x"], ["w"])],
+                   {"x": (1, 3, 4, 5)}, ["y", "z", "w"],
+                   {"chw": np.array([3, 4, 5], np.int64), "c11": np.array([3, 1, 1], np.int64)})
+    net = check_onnx(m, tol=1e-5, inputs={"x": np.abs(rand(1, 3, 4, 5)) + 0.5})
+    assert "Tile" in types(net)
