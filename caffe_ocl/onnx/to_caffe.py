@@ -1447,6 +1447,10 @@ class Converter(ResizeOps, ErfOps, LayoutOps):
             if e <= b:
                 raise Unsupported("empty slice")
             count = -(-(e - b) // sp)
+            if count == 1:
+                # one value (a step past the end: x[i::2**31]): a plain
+                # slice, no run of count * sp values (nor its padding)
+                e, sp = b + 1, 1
             # a run of count * sp values holding the kept ones at offset r
             # (where none fits inside the axis: from b, the axis padded)
             r = max(0, b + count * sp - L)

@@ -255,7 +255,9 @@ def test_strided_slices_of_swin_patch_merging():
 
 @pytest.mark.parametrize("start,end,step,padded", [
     (0, 7, 3, True), (1, 7, 3, False), (2, 6, 2, False), (6, 7, 2, False),
-    (1, 7, 4, True), (1, 6, 2, False), (0, 7, 2, True)])
+    (1, 7, 4, True), (1, 6, 2, False), (0, 7, 2, True),
+    # one value: a plain slice (a hostile step allocated nothing huge)
+    (2, 7, 2 ** 31 - 1, False), (5, 7, 9, False)])
 def test_strided_slice_of_one_axis(start, end, step, padded):
     """Every step-th value from start: a run of count x step values holds
     them at one offset (6 of 7 by 2: the run 5..7, offset 1); where none
