@@ -12,6 +12,18 @@
 #define HAS_BIAS 0
 #endif
 
+/* v * s + b with the terms HAS_SCALE / HAS_BIAS choose (an absent term's
+ * argument is not read) */
+#if HAS_SCALE && HAS_BIAS
+#define AFFINE(v, s, b) ((v) * (s) + (b))
+#elif HAS_SCALE
+#define AFFINE(v, s, b) ((v) * (s))
+#elif HAS_BIAS
+#define AFFINE(v, s, b) ((v) + (b))
+#else
+#define AFFINE(v, s, b) (v)
+#endif
+
 __kernel void chan_affine(int n, int D, int I, __global const float* x,
                           __global const float* scale, __global const float* bias,
                           __global float* y) {
@@ -49,17 +61,7 @@ __kernel void chan_affine_runs(int n, int D, int I, __global const float* x,
 #endif
         __global const float* xs = x + k;
         __global float* ys = y + k;
-        for (int j = 0; j < len; ++j) {
-#if HAS_SCALE && HAS_BIAS
-            ys[j] = xs[j] * s + b;
-#elif HAS_SCALE
-            ys[j] = xs[j] * s;
-#elif HAS_BIAS
-            ys[j] = xs[j] + b;
-#else
-            ys[j] = xs[j];
-#endif
-        }
+        for (int j = 0; j < len; ++j) ys[j] = AFFINE(xs[j], s, b);
     CHANNEL_RUNS_END(D)
 }
 
@@ -79,17 +81,7 @@ __kernel void chan_affine_rows(int n, int D, int I, __global const float* x,
         const int len = min(D - d, end - k);
         __global const float* xs = x + k;
         __global float* ys = y + k;
-        for (int j = 0; j < len; ++j) {
-#if HAS_SCALE && HAS_BIAS
-            ys[j] = xs[j] * scale[d + j] + bias[d + j];
-#elif HAS_SCALE
-            ys[j] = xs[j] * scale[d + j];
-#elif HAS_BIAS
-            ys[j] = xs[j] + bias[d + j];
-#else
-            ys[j] = xs[j];
-#endif
-        }
+        for (int j = 0; j < len; ++j) ys[j] = AFFINE(xs[j], scale[d + j], bias[d + j]);
         k += len;
         d = 0;
     }

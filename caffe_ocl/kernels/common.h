@@ -23,6 +23,12 @@ inline int _gl_chunk(int n) {
     return (n + g - 1) / g;
 }
 
+/* the sum of a float8's lanes, as halves then pairs */
+inline float hsum8(float8 v) {
+    const float4 s = v.lo + v.hi;
+    return (s.x + s.y) + (s.z + s.w);
+}
+
 /* CPU drivers (work-groups of one item): the work-item's GLOBAL_LOOP chunk
  * of an [outer][C][I] tensor of n floats walked as runs of one channel --
  * the channel `c` found once per chunk and stepped, not divided out per

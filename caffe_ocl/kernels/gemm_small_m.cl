@@ -53,11 +53,6 @@ inline void store_c(__global float* c, float sum, float alpha, float b, float sl
     *c = APPLY_ACT_CH(v, slope);
 }
 
-inline float hsum8(float8 v) {
-    float4 s = v.lo + v.hi;
-    return (s.x + s.y) + (s.z + s.w);
-}
-
 __kernel void gemm_small_m(int M, int N, int K, float alpha,
                            __global const float* A, int off_a, int lda,
                            __global const float* B, int off_b, int ldb, float beta,

@@ -84,8 +84,7 @@ __kernel void rows_sum_cpu(int rows, int dim, __global const float* x, __global 
         float8 s8 = (float8)(0.0f);
         int k = 0;
         for (; k + 8 <= dim; k += 8) s8 += term8(vload8(0, px + k));
-        const float4 s4 = s8.lo + s8.hi;
-        float s = (s4.x + s4.y) + (s4.z + s4.w);
+        float s = hsum8(s8);
         for (; k < dim; ++k) s += term(px[k], 0.0f);
         const float v = alpha * s;
         out[r] = accumulate ? out[r] + v : v;

@@ -45,12 +45,8 @@
  * this replaces cost PoCL ~10-15 us each besides their work (the host's
  * enqueue, the driver's gap between kernels, threads waking); the
  * repeated pooling and first product are what a small SE block's input
- * costs one core (ops/se_squeeze.py bounds it). Sums by float8 vectors. */
-inline float sq_hsum(float8 v) {
-    const float4 h = v.lo + v.hi;
-    return (h.x + h.y) + (h.z + h.w);
-}
-
+ * costs one core (ops/se_squeeze.py bounds it). Sums by float8 vectors
+ * (common.h hsum8). */
 /* out[r] = rows r of A (n floats each, ``lda`` apart) . b, r < 4: four
  * independent fma chains (one chain waited on fma's latency: a 1152-wide
  * product ran ~4x slower) */
@@ -64,7 +60,7 @@ inline float4 sq_dot4(__global const float* a, int lda, __local const float* b, 
         s2 = fma(vload8(0, a + 2 * lda + i), v, s2);
         s3 = fma(vload8(0, a + 3 * lda + i), v, s3);
     }
-    float4 t = (float4)(sq_hsum(s0), sq_hsum(s1), sq_hsum(s2), sq_hsum(s3));
+    float4 t = (float4)(hsum8(s0), hsum8(s1), hsum8(s2), hsum8(s3));
     for (; i < n; ++i)
         t += (float4)(a[i], a[lda + i], a[2 * lda + i], a[3 * lda + i]) * b[i];
     return t;
@@ -74,7 +70,7 @@ inline float sq_dot(__global const float* a, __local const float* b, int n) {
     float8 s = (float8)0.0f;
     int i = 0;
     for (; i + 8 <= n; i += 8) s = fma(vload8(0, a + i), vload8(0, b + i), s);
-    float t = sq_hsum(s);
+    float t = hsum8(s);
     for (; i < n; ++i) t = fma(a[i], b[i], t);
     return t;
 }
@@ -120,7 +116,7 @@ __kernel void se_squeeze_cpu(int C, int HW, int S, int CO, __global const float*
             s2 += vload8(0, pl + 2 * HW + p);
             s3 += vload8(0, pl + 3 * HW + p);
         }
-        float4 t = (float4)(sq_hsum(s0), sq_hsum(s1), sq_hsum(s2), sq_hsum(s3));
+        float4 t = (float4)(hsum8(s0), hsum8(s1), hsum8(s2), hsum8(s3));
         for (; p < HW; ++p)
             t += (float4)(pl[p], pl[HW + p], pl[2 * HW + p], pl[3 * HW + p]);
         vstore4(t / HW, 0, pooled + c);
@@ -130,7 +126,7 @@ __kernel void se_squeeze_cpu(int C, int HW, int S, int CO, __global const float*
         float8 s0 = (float8)0.0f;
         int p = 0;
         for (; p + 8 <= HW; p += 8) s0 += vload8(0, pl + p);
-        float t = sq_hsum(s0);
+        float t = hsum8(s0);
         for (; p < HW; ++p) t += pl[p];
         pooled[c] = t / HW;
     }

@@ -179,8 +179,7 @@ __kernel void softmax_fwd_cpu(int outer, int C, int inner,
                 py[c] = e;
                 sum += e;
             }
-            const float4 s4 = s8.lo + s8.hi;
-            sum += (s4.x + s4.y) + (s4.z + s4.w);
+            sum += hsum8(s8);
             for (c = 0; c + 8 <= C; c += 8) vstore8(vload8(0, py + c) / sum, 0, py + c);
             for (; c < C; ++c) py[c] /= sum;
         }

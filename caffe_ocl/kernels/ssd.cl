@@ -114,15 +114,22 @@ __kernel void norm_scale_grad(int num, int channels, int spatial, int shared,
 
 /* ------------------------------------------------------------------ Permute
  * geom: new_steps[ndim], old_steps[order[j]] for j < ndim. */
+/* the input offset of output index idx (geom: the output's ndim steps,
+ * then the old steps of the axes they came from) */
+inline int permute_source(int idx, int ndim, __global const int* geom) {
+    int old = 0;
+    for (int j = 0; j < ndim; ++j) {
+        const int step = geom[j];
+        old += (idx / step) * geom[ndim + j];
+        idx %= step;
+    }
+    return old;
+}
+
 __kernel void permute(int n, int ndim, __global const int* geom,
                       __global const float* src, __global float* dst, int forward) {
     GLOBAL_LOOP(i, n) {
-        int idx = i, old = 0;
-        for (int j = 0; j < ndim; ++j) {
-            const int step = geom[j];
-            old += (idx / step) * geom[ndim + j];
-            idx %= step;
-        }
+        const int old = permute_source(i, ndim, geom);
         if (forward) dst[i] = src[old];
         else dst[old] = src[i];
     }
@@ -139,12 +146,7 @@ __kernel void permute_rows(int nrows, int ndim, int run, int stride,
                            __global const int* geom, __global const float* src,
                            __global float* dst, int forward) {
     GLOBAL_LOOP(r, nrows) {
-        int idx = r, old = 0;
-        for (int j = 0; j < ndim; ++j) {
-            const int step = geom[j];
-            old += (idx / step) * geom[ndim + j];
-            idx %= step;
-        }
+        const int old = permute_source(r, ndim, geom);
         if (forward) {
             __global const float* s = src + old;
             __global float* d = dst + (long)r * run;

@@ -158,9 +158,6 @@ class PermuteLayer(Layer):
         self.orders = orders = self._orders(nax)
         shape = tuple(b.shape[o] for o in orders)
         top[0].reshape(shape)
-        old_steps = [int(np.prod(b.shape[i + 1:], dtype=np.int64)) for i in range(nax)]
-        new_steps = [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(nax)]
-        self.geom = int_buffer(self.device, new_steps + [old_steps[o] for o in orders])
         self.nax = nax
         # CPU drivers: an order that swaps two runs of axes is a batched
         # transpose (ops/ssd.py transpose_shape), its inverse one too
@@ -169,14 +166,15 @@ class PermuteLayer(Layer):
         # ... any other one, a row of the output at a time
         self.rows = (ssd_ops.row_plan(b.shape, orders)
                      if self.device.is_cpu and b.count and self.transpose is None else None)
-        if self.rows is not None:
-            self.geom = int_buffer(self.device, ssd_ops.rows_geom(b.shape, orders))
+        if self.transpose is None:
+            self.geom = int_buffer(self.device, ssd_ops.permute_geom(
+                b.shape, orders, self.rows[2] if self.rows is not None else None))
         if self.transpose is not None:
             outer, rows, cols = self.transpose
             self.fwd = [ssd_ops.transpose(self.device, outer, rows, cols, b.data_buffer(),
                                           top[0].data_buffer())]
         elif self.rows is not None:
-            self.fwd = [ssd_ops.permute_rows(self.device, b.shape, orders, self.geom,
+            self.fwd = [ssd_ops.permute_rows(self.device, self.rows, b.count, self.geom,
                                              b.data_buffer(), top[0].data_buffer())]
         else:
             self.fwd = [ssd_ops.permute(self.device, b.count, nax, self.geom, b.data_buffer(),
@@ -190,7 +188,7 @@ class PermuteLayer(Layer):
                                               top[0].diff_buffer(), bottom[0].diff_buffer())]
                 return
             if self.rows is not None:
-                self.bwd = [ssd_ops.permute_rows(self.device, bottom[0].shape, self.orders,
+                self.bwd = [ssd_ops.permute_rows(self.device, self.rows, bottom[0].count,
                                                  self.geom, top[0].diff_buffer(),
                                                  bottom[0].diff_buffer(), forward=False)]
                 return

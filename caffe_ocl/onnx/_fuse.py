@@ -20,21 +20,17 @@ differ from the unfused ones by float rounding only."""
 import numpy as np
 from onnx import NodeProto
 
-# tensor names of the graph being rewritten: new constants avoid them
-_TAKEN = set()
-
 
 def fuse_affine_into_linear(nodes, consts, shapes, outputs):
     """``nodes`` with the rewrites above applied (new constants added to
     ``consts``); the lists and dicts given are not changed otherwise."""
     nodes = [_copy(n) for n in nodes]
-    _TAKEN.clear()
-    _TAKEN.update(shapes)
-    _TAKEN.update(o for n in nodes for o in n.output)
+    # tensor names of the graph: new constants avoid them
+    taken = set(shapes) | {o for n in nodes for o in n.output}
     for rule in (_matmul_bias, _affine_before_linear):
         while True:
             readers = _readers(nodes)
-            done = rule(nodes, consts, shapes, outputs, readers)
+            done = rule(nodes, consts, shapes, outputs, readers, taken)
             if not done:
                 break
             nodes = [n for n in nodes if n is not None]
@@ -87,15 +83,15 @@ def _along(c, size, rank, axis):
     return c.reshape(size).astype(np.float64)
 
 
-def _new_const(consts, base, value):
+def _new_const(consts, taken, base, value):
     name, k = base, 1
-    while name in consts or name in _TAKEN:
+    while name in consts or name in taken:
         name, k = f"{base}_{k}", k + 1
     consts[name] = np.ascontiguousarray(value, np.float32)
     return name
 
 
-def _matmul_bias(nodes, consts, shapes, outputs, readers):
+def _matmul_bias(nodes, consts, shapes, outputs, readers, taken):
     for i, n in enumerate(nodes):
         if n is None or n.op_type != "MatMul" or len(n.input) != 2:
             continue
@@ -114,14 +110,14 @@ def _matmul_bias(nodes, consts, shapes, outputs, readers):
         b = _along(pair[1], W.shape[1], len(out_shape), len(out_shape) - 1)
         if b is None:
             continue
-        n.input.append(_new_const(consts, n.output[0] + "_bias", b))
+        n.input.append(_new_const(consts, taken, n.output[0] + "_bias", b))
         n.output[0] = nodes[j].output[0]
         nodes[j] = None
         return True
     return False
 
 
-def _affine_before_linear(nodes, consts, shapes, outputs, readers):
+def _affine_before_linear(nodes, consts, shapes, outputs, readers, taken):
     for i, n in enumerate(nodes):
         if n is None or n.op_type not in ("Mul", "Add"):
             continue
@@ -159,9 +155,9 @@ def _affine_before_linear(nodes, consts, shapes, outputs, readers):
                 continue
             lin, through = nodes[k], lin
         if lin.op_type == "MatMul":
-            ok = _fold_into_matmul(lin, steps, consts, rank, perm[rank - 1])
+            ok = _fold_into_matmul(lin, steps, consts, taken, rank, perm[rank - 1])
         elif lin.op_type == "Conv":
-            ok = rank == 4 and _fold_into_conv(lin, steps, consts, rank, perm[1])
+            ok = rank == 4 and _fold_into_conv(lin, steps, consts, taken, rank, perm[1])
         else:
             ok = False
         if not ok:
@@ -189,7 +185,7 @@ def _scale_shift(steps, vec):
     return (np.ones(size) if g is None else g), (np.zeros(size) if b is None else b)
 
 
-def _fold_into_matmul(lin, steps, consts, rank, axis):
+def _fold_into_matmul(lin, steps, consts, taken, rank, axis):
     W = consts.get(lin.input[1])
     if W is None or W.ndim != 2:
         return False
@@ -198,22 +194,22 @@ def _fold_into_matmul(lin, steps, consts, rank, axis):
         return False
     g, b = gb
     W64 = W.astype(np.float64)
-    _set_weights(lin, consts, g[:, None] * W64, b @ W64)
+    _set_weights(lin, consts, taken, g[:, None] * W64, b @ W64)
     return True
 
 
-def _set_weights(lin, consts, weight, bias):
+def _set_weights(lin, consts, taken, weight, bias):
     """``lin``'s weight replaced by ``weight``, its bias by ``bias`` plus
     the one it had (new constants: the old ones may have other readers)."""
     if len(lin.input) > 2 and lin.input[2]:
         bias = bias + consts[lin.input[2]].astype(np.float64).reshape(-1)
-    lin.input[1] = _new_const(consts, lin.input[1] + "_affine", weight)
+    lin.input[1] = _new_const(consts, taken, lin.input[1] + "_affine", weight)
     while len(lin.input) < 3:
         lin.input.append("")
-    lin.input[2] = _new_const(consts, lin.output[0] + "_bias", bias)
+    lin.input[2] = _new_const(consts, taken, lin.output[0] + "_bias", bias)
 
 
-def _fold_into_conv(lin, steps, consts, rank, axis):
+def _fold_into_conv(lin, steps, consts, taken, rank, axis):
     if len(lin.input) < 2 or lin.input[1] not in consts:
         return False
     attrs = {a.name: a for a in lin.attribute}
@@ -231,5 +227,6 @@ def _fold_into_conv(lin, steps, consts, rank, axis):
         return False
     g, b = gb
     W64 = W.astype(np.float64)
-    _set_weights(lin, consts, W64 * g[None, :, None, None], np.einsum("ocij,c->o", W64, b))
+    _set_weights(lin, consts, taken, W64 * g[None, :, None, None],
+                 np.einsum("ocij,c->o", W64, b))
     return True

@@ -128,30 +128,22 @@ class LayoutOps:
             self.p.shapes[new] = tuple(shape[i] for i in inv)
             n2.output.append(new)
             outs.append((name, new, shape))
-        self.node = n2
+        outer, self.node = self.node, n2
         try:
             getattr(self, "op_" + node.op_type)(n2, node_attrs(n2))
         finally:
-            self.node = node
+            self.node = outer
+        # named in errors: the Transpose that made the layout
+        origin = next(self.refs[i].origin for i in node.input if i and not self.is_const(i))
         for name, new, shape in outs:
             r = self.refs[new]
             blob = self.materialize(r) if r.perm is None else None
             if blob is None:
                 raise Unsupported("an operator on a transposed tensor gave a transposed result")
-            # named in errors: the Transpose that made the layout
-            origin = next(self.refs[i].origin for i in node.input
-                          if i and not self.is_const(i))
             self.refs[name] = Var(name, blob, self.p.shapes[new], shape, None, origin, perm)
 
     def _permuted_reduce(self, node, a, perm):
-        k = len(perm)
-        if "axes" in a:
-            axes = list(a["axes"])
-        elif len(node.input) > 1 and node.input[1]:
-            axes = [int(v) for v in self.const(node.input[1]).ravel()]
-        else:
-            axes = list(range(k))
-        axes = sorted(axis_in(ax, k, node) for ax in axes)
+        axes = self._reduce_axes(node, a, len(perm))
         mapped = sorted(perm[ax] for ax in axes)
         keep = bool(a.get("keepdims", 1))
         target = node
@@ -172,12 +164,7 @@ class LayoutOps:
             self._on_blobs(target, perm, attrs={"keepdims": 1},
                            consts={1: np.asarray(mapped, np.int64)})
         if not keep:
-            r = self.refs[target.output[0]]
-            out = self.shape(node.output[0])
-            idx = np.ascontiguousarray(r.index).reshape(out)
-            plain = np.array_equal(idx.ravel(), np.arange(idx.size))
-            self.refs[node.output[0]] = Var(node.output[0], r.blob, r.blob_shape, out,
-                                            None if plain else idx, r.origin)
+            self.set_view(0, target.output[0], self.shape(node.output[0]))
         return True
 
     def _permuted_slice(self, node, a, perm):

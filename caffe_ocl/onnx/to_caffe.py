@@ -787,15 +787,20 @@ class Converter(ResizeOps, ErfOps, LayoutOps):
     def op_GlobalMaxPool(self, node, a):
         self._global(node, "MAX")
 
-    def _reduce(self, node, a, kind):
-        shape = self.shape(node.input[0])
+    def _reduce_axes(self, node, a, rank):
+        """A Reduce node's axes, sorted and non-negative: the attribute
+        (opset < 18), the second input (18), else every axis."""
         if "axes" in a:
             axes = list(a["axes"])
         elif len(node.input) > 1 and node.input[1]:
             axes = [int(v) for v in self.const(node.input[1]).ravel()]
         else:
-            axes = list(range(len(shape)))
-        axes = sorted(axis_in(ax, len(shape), node) for ax in axes)
+            axes = list(range(rank))
+        return sorted(axis_in(ax, rank, node) for ax in axes)
+
+    def _reduce(self, node, a, kind):
+        shape = self.shape(node.input[0])
+        axes = self._reduce_axes(node, a, len(shape))
         keep = bool(a.get("keepdims", 1))
         out_shape = self.shape(node.output[0])
         x = self.blob(node.input[0])
@@ -1273,19 +1278,19 @@ class Converter(ResizeOps, ErfOps, LayoutOps):
                               power=-1.0)
             self._scale_or_bias("Scale", xbig, lo, block, bottom2=inv)
 
-    def _tiled(self, name, shape, axes, big):
+    def _tiled(self, name, shape, axes, big, top=None):
         """Tensor ``name`` seen as ``shape`` with each of ``axes`` tiled to
-        its size in ``big`` (Caffe's Tile, an axis at a time): the name of
-        the tiled tensor."""
+        its size in ``big`` (Caffe's Tile, an axis at a time; the last one
+        writes blob ``top`` where given): the name of the tiled tensor."""
         x = self._reshaped(name, shape, name + "_ranked")
         cur = list(shape)
-        for ax in axes:
+        for k, ax in enumerate(axes):
             cur[ax] = big[ax]
-            top = self.new_blob(f"{name}_tiled{ax}")
-            lp = self.layer("Tile", f"{self.lname()}_tile{ax}", [x], [top])
+            out = top if top and k == len(axes) - 1 else self.new_blob(f"{name}_tiled{ax}")
+            lp = self.layer("Tile", f"{self.lname()}_tile{ax}", [x], [out])
             lp.tile_param.axis = ax
             lp.tile_param.tiles = big[ax]
-            x = top
+            x = out
         # a name of its own: with no axis to tile, x is the input's blob,
         # whose tensor keeps its shape for its other readers
         key = self.new_blob(f"{name}_tiled")
@@ -1573,21 +1578,12 @@ class Converter(ResizeOps, ErfOps, LayoutOps):
             self.p.shapes[name] = shape
             self.alias(0, node.input[0])
             return
-        x, cur = self.blob(node.input[0]), shape
-        if len(out) > len(shape):
-            cur = (1,) * (len(out) - len(shape)) + shape
-            x = self.materialize(Var(self.new_blob(name + "_ranked"), x, shape, cur))
+        cur = (1,) * (len(out) - len(shape)) + shape
         axes = [i for i, (c, o) in enumerate(zip(cur, out)) if c != o]
         if not axes:
             self.alias(0, node.input[0])
             return
-        base = self.lname()
-        for k, ax in enumerate(axes):
-            top = self.out(shape=out) if k == len(axes) - 1 else self.new_blob(f"{base}_{ax}")
-            lp = self.layer("Tile", f"{base}_tile{ax}", [x], [top])
-            lp.tile_param.axis = ax
-            lp.tile_param.tiles = out[ax]
-            x = top
+        self._tiled(node.input[0], cur, axes, out, top=self.out(shape=out))
 
     def _broadcasts_alike(self, reader, name, shape):
         """Whether ``reader`` (an ONNX node reading ``name``) gives its own

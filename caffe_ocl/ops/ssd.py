@@ -69,20 +69,22 @@ def row_plan(shape, orders):
     return shape[last], math.prod(shape[last + 1:]), n - 1
 
 
-def permute_rows(dev, shape, orders, geom, src, dst, forward=True):
-    """Permute of ``shape`` by ``orders`` on a CPU driver, a row of the
-    output at a time (row_plan); geom: ``rows_geom``."""
-    run, stride, nd = row_plan(shape, orders)
-    nrows = math.prod(shape) // run
-    g, l = cpu_units_work_size(dev, nrows, math.prod(shape))
+def permute_rows(dev, plan, count, geom, src, dst, forward=True):
+    """Permute of ``count`` floats on a CPU driver, a row of the output at a
+    time (``plan``: row_plan's; geom: ``permute_geom`` of its ndim axes)."""
+    run, stride, nd = plan
+    nrows = count // run
+    g, l = cpu_units_work_size(dev, nrows, count)
     return dev.launch(SRC, "permute_rows", g, l, [nrows, nd, run, stride, geom, src, dst,
                                                   int(bool(forward))])
 
 
-def rows_geom(shape, orders):
-    """permute_rows' geom: the new steps of the decoded output axes,
-    counted in rows, then the old steps (floats) of their input axes."""
-    run, stride, nd = row_plan(shape, orders)
+def permute_geom(shape, orders, ndim=None):
+    """The permute kernels' geom for ``shape`` reordered by ``orders``: the
+    steps of the first ``ndim`` output axes (default all; permute_rows:
+    row_plan's, counted in rows), then the old steps (floats) of the input
+    axes they come from."""
+    nd = len(orders) if ndim is None else ndim
     new = [shape[o] for o in orders[:nd]]
     new_steps = [math.prod(new[i + 1:]) for i in range(nd)]
     old_steps = [math.prod(shape[o + 1:]) for o in orders[:nd]]
