@@ -328,6 +328,19 @@ def whole_forward_trace(net):
     return None
 
 
+def trace_state(net):
+    """How the steady forward runs: "replayed" (one recorded trace, no live
+    step), "N live" (a trace with N steps run live between its segments),
+    or "not replayed" (recorded again every pass: something the trace
+    depends on moves each forward, and the host walks every layer)."""
+    tracer = getattr(net, "_tracer", None)
+    trace = tracer.active.get((0, len(net.layers) - 1)) if tracer else None
+    if trace is None:
+        return "not replayed"
+    live = sum(1 for e in trace.entries if not hasattr(e, "launches"))
+    return f"{live} live" if live else "replayed"
+
+
 def torch_eager_timer(model, x):
     import torch
 
@@ -667,6 +680,7 @@ def run_one(name, args, export_dir, records, emit):
                     rec[f"{k}_ms"] = v
                     rec[f"{k}_samples"] = [round(s, 4) for s in samples[k]]
                 rec["enqueue_ms"], rec["launches"] = host_cost(net, args.runs)
+                rec["replayed"] = trace_state(net)
             except Exception as e:  # noqa: BLE001
                 rec["status"] = "run failed"
                 rec["error"] = f"{type(e).__name__}: {e}"
@@ -781,12 +795,13 @@ def host_table(records):
     rows = [r for r in records if "enqueue_ms" in r and r.get("ours_ms")]
     if not rows:
         return ""
-    lines = ["\n| net | batch | precision | launches | host enqueue ms | forward ms | host share |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["\n| net | batch | precision | launches | host enqueue ms | forward ms | host share "
+             "| trace |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['net']} | {r['batch']} | {r.get('precision', '')} | "
                      f"{r['launches']} | {r['enqueue_ms']:.2f} | {r['ours_ms']:.2f} | "
-                     f"{r['enqueue_ms'] / r['ours_ms']:.2f} |")
+                     f"{r['enqueue_ms'] / r['ours_ms']:.2f} | {r.get('replayed', '')} |")
     return "\n".join(lines)
 
 

@@ -212,6 +212,10 @@ def main():
                          "host cost splits between the layer walk and the enqueues")
     ap.add_argument("--torch", action="store_true",
                     help="also PyTorch eager's kernels for the same net (GPU)")
+    ap.add_argument("--opset", type=int, default=13,
+                    help="ONNX opset of the export (14: attention)")
+    ap.add_argument("--extension-layers", action="store_true",
+                    help="convert with caffe_ocl's extension layers (MatMul, Permute)")
     args = ap.parse_args()
     import tempfile
 
@@ -228,10 +232,12 @@ def main():
         os.makedirs(tmp, exist_ok=True)
         for name in args.nets.split(","):
             model = bench_zoo.build_model(name)
-            path = bench_zoo.export_onnx(model, name, args.batch, 224, tmp)
+            path = bench_zoo.export_onnx(model, name, args.batch, 224, tmp, opset=args.opset)
             x = np.random.default_rng(0).standard_normal(
                 (args.batch, 3, 224, 224)).astype(np.float32)
-            net = bench_zoo.make_net(to_caffe.convert(path, batch=args.batch), x, args.tf32)
+            net = bench_zoo.make_net(
+                to_caffe.convert(path, batch=args.batch,
+                                 extension_layers=args.extension_layers), x, args.tf32)
             fwd = bench_zoo.ours_timer(net)
             wall = bench_zoo.mean_ms(fwd, 3, 20)
             if args.host_only:

@@ -33,13 +33,14 @@ def _erf64(x):
 
 
 def test_erf_within_a_few_float32_steps_of_float64():
-    """Absolute error <= 4e-7: 7.1.26's 1.5e-7 and float32's rounding of
+    """Absolute error <= 5e-7: 7.1.26's 1.5e-7 and float32's rounding of
     1 - r (r near 1 for small x, so the error is absolute, not relative:
-    erf(0.04) = 0.045 is off by up to 3.4e-7)."""
+    erf(0.04) = 0.045 is off by up to 3.4e-7 on PoCL), plus the 3 ulp that
+    OpenCL allows exp() (NVIDIA's driver: 4.2e-7 at x = -0.043)."""
     x = _x()
     got = _run(make_model([node("Erf", ["x"], ["y"])], {"x": x.shape}, ["y"]), x)["y"]
     err = np.abs(got - _erf64(x))
-    assert err.max() <= 4e-7, (err.max(), x.ravel()[err.argmax()])
+    assert err.max() <= 5e-7, (err.max(), x.ravel()[err.argmax()])
     assert np.all(got[x == 0] == 0) and np.all(got[x > 0] >= 0) and np.all(got[x < 0] <= 0)
     assert np.all(got[np.abs(x) >= 6] == np.sign(x[np.abs(x) >= 6]))
 

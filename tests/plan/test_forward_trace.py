@@ -26,6 +26,19 @@ NETS = {"inception": INCEPTION, "dense": DENSE, "silu_se": CONVERTED,
         "bn_new_top": NEW_TOP_NETS["bn-new-top"], "new_top_residual": NEW_TOP_NETS["residual"],
         "axpy_relu": axpy_net(AXPY_FORMS["relu-new-top"])}
 
+# a learned constant joined to the input, as ViT's class token converts
+# (BVLC's Parameter layer: its top is the parameter's own memory, so
+# reading that top from Python hands out the parameter, which may then be
+# written: only the other blobs are read between replays)
+PARAMETER_CONCAT = """
+input: "data" input_shape { dim: 2 dim: 3 dim: 5 }
+layer { name: "token" type: "Parameter" top: "token"
+        parameter_param { shape { dim: 2 dim: 3 dim: 1 } } }
+layer { name: "cat" type: "Concat" bottom: "token" bottom: "data" top: "cat"
+        concat_param { axis: 2 } }
+layer { name: "act" type: "TanH" bottom: "cat" top: "act" }
+"""
+
 
 def _pair(text, rng):
     """(traced, ordinary) nets with the same weights; the SE fold on, as
@@ -93,6 +106,28 @@ def test_weights_written_from_python_end_the_replay(rng):
     assert traced._tracer.replays == replays        # recorded again, not replayed
     _same(traced, plain)
     for _ in range(4):
+        _forward((traced, plain), x)
+    assert traced._tracer.replays > replays
+    _same(traced, plain)
+
+
+def test_a_parameter_written_from_python_ends_the_replay(rng):
+    """The Parameter layer's forward leaves its version alone (so the pass
+    replays), and a value written into it from Python is what the next
+    pass reads."""
+    traced, plain = _pair(PARAMETER_CONCAT, rng)
+    for _ in range(4):
+        x = rng.normal(0, 1, _input_shape(traced)).astype(np.float32)
+        _forward((traced, plain), x)
+        _same(traced, plain, ["cat", "act"])
+    replays = traced._tracer.replays
+    assert replays >= 2
+    for net in (traced, plain):
+        net.params["token"][0].data[...] = 0.25
+    _forward((traced, plain), x)
+    _same(traced, plain)
+    np.testing.assert_allclose(traced.blobs["cat"].data[:, :, 0], 0.25)
+    for _ in range(3):
         _forward((traced, plain), x)
     assert traced._tracer.replays > replays
     _same(traced, plain)
