@@ -7,6 +7,9 @@ sees a CUDA device. Best of --rounds means of --runs back-to-back passes.
     python3 benchmarks/bench_fc_splitk.py [--targets 2,4,8]
     python3 benchmarks/bench_fc_splitk.py --tf32    # both sides in TF32
     python3 benchmarks/bench_fc_splitk.py --min-chunks 512,256   # K chunk floors too
+    # a ViT's token-major products (M = tokens), an LSTM's recurrence:
+    python3 benchmarks/bench_fc_splitk.py --batches 197 --min-chunks 128,512 \
+        --shapes "fc1=192:768,fc2=768:192,lstm=256:1024"
 """
 import argparse
 import os
@@ -47,8 +50,10 @@ def main():
     ap.add_argument("--batches", default="16,64")
     ap.add_argument("--targets", default="2,4,8")
     ap.add_argument("--tf32", action="store_true", help="TF32 tensor cores on both sides")
+    ap.add_argument("--shapes", default=None,
+                    help="name=K:N,... instead of the classifiers (K inputs, N outputs)")
     ap.add_argument("--min-chunks", default=None,
-                    help="floors of the K chunk (ops.gemm_splitk.MIN_CHUNK, MIN_CHUNK_FP32) "
+                    help="floors of the K chunk (ops.gemm_splitk.MIN_CHUNK(_SHORT), MIN_CHUNK_FP32) "
                          "to time (default: the precision's)")
     args = ap.parse_args()
     dev = get_device()
@@ -60,15 +65,19 @@ def main():
     print(f"# {dev.name}; {'TF32' if args.tf32 else 'FP32'}; ms per pass (split factor)")
     print("| layer | batch | " + " | ".join(f"{t} per CU, chunks >= {c}" for t, c in configs)
           + " | cuBLAS |\n|---|---|" + "---|" * (len(configs) + 1))
-    knobs = ("SPLIT_WGS_PER_CU", "MIN_CHUNK", "SPLIT_WGS_PER_CU_FP32", "MIN_CHUNK_FP32")
+    knobs = ("SPLIT_WGS_PER_CU", "MIN_CHUNK", "MIN_CHUNK_SHORT", "SPLIT_WGS_PER_CU_FP32",
+             "MIN_CHUNK_FP32")
     saved = {k: getattr(gemm_splitk, k) for k in knobs}
+    layers = LAYERS if not args.shapes else [
+        (nm, int(kn.split(":")[0]), int(kn.split(":")[1]))
+        for nm, kn in (item.split("=") for item in args.shapes.split(","))]
     for m in (int(b) for b in args.batches.split(",")):
-        for name, k, n in LAYERS:
+        for name, k, n in layers:
             x, w, b, y = buf(m * k), buf(n * k), buf(n), buf(m * n)
             cells = []
             try:
                 for t, c in configs:
-                    for knob, v in zip(knobs, (t, c, t, c)):    # whichever the precision reads
+                    for knob, v in zip(knobs, (t, c, c, t, c)):  # whichever the precision reads
                         setattr(gemm_splitk, knob, v)
                     ln = gemm_splitk.gemm_launches(dev, m, n, k, x, w, y, trans_b=True,
                                                    bias=b, bias_axis=1, act=("relu", 0.0))

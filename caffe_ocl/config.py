@@ -172,6 +172,11 @@ _DECLARED = (
             "at TEST, a run of three or more element-wise layers (neurons, Eltwise, "
             "Split; a converted GELU) runs as one generated kernel (plan/pointwise.py; "
             "with CAFFE_OCL_FOLD)"),
+    Setting("FUSE_ROW_REDUCE", "bool", True,
+            "at TEST, per-row reductions (Reduction, a 1x1 mean Convolution) and the "
+            "element-wise, Scale/Bias, Tile and view layers around them (a LayerNorm in "
+            "Caffe layers) run as one generated kernel (plan/row_reduce.py; with "
+            "CAFFE_OCL_FOLD)"),
     Setting("FUSE_PRELU", "bool", True,
             "at TEST, a PReLU after a convolution or InnerProduct (and its BatchNorm / "
             "Scale) runs in its epilogue, the slopes beside the bias (with CAFFE_OCL_FOLD)"),

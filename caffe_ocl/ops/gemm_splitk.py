@@ -28,7 +28,14 @@ SRC = "splitk.cl"
 #   fc6 in 32 (0.213 -> 0.182 ms at b64), VGG-16's fc6 in 32 (0.539 ->
 #   0.458), fc8 (N 1000: 8 tiles) in 32 instead of 8 (0.057 -> 0.027);
 #   fc7 in 32 instead of 8: 0.092 -> 0.097 at b64, 0.090 -> 0.085 at b16.
+# - Short products (forty-sixth session, H100, `--batches 197 --shapes ...`):
+#   a ViT's token-major MLP (197 x 192, K 768) ran 4 tiles of 128 x 128 for
+#   0.111 ms in FP32; split in 6 chunks of 128, 0.025 (cuBLAS 0.027); the
+#   old floor of K >= 2 * MIN_CHUNK in both precisions kept it whole. TF32
+#   in 3 chunks of 256: 0.047 -> 0.020. K under 2 * MIN_CHUNK now splits
+#   in chunks of >= MIN_CHUNK_SHORT in TF32, MIN_CHUNK_FP32 in FP32.
 MIN_CHUNK = 512
+MIN_CHUNK_SHORT = 256
 SPLIT_WGS_PER_CU = 4
 MIN_CHUNK_FP32 = 128
 SPLIT_WGS_PER_CU_FP32 = 8
@@ -36,11 +43,10 @@ SPLIT_WGS_PER_CU_FP32 = 8
 
 def splitk_factor(dev, M, N, K):
     """nsplit for an M x N x K GEMM on ``dev``: 1 (no split) on CPU drivers,
-    when the tiles already fill the device, for K under 2 * MIN_CHUNK in
-    either precision (a product that short takes less time than the
-    second launch that would sum its chunks: an LSTM's recurrence, K = H),
-    or when K has no divisor giving chunks of at least MIN_CHUNK
-    (MIN_CHUNK_FP32 without TF32) that are multiples of 16."""
+    when the tiles already fill the device, for K under two chunks, or when
+    K has no divisor giving chunks of at least MIN_CHUNK (MIN_CHUNK_SHORT
+    for K under 2 * MIN_CHUNK; MIN_CHUNK_FP32 without TF32) that are
+    multiples of 16."""
     if not dev.is_gpu:
         return 1
     t = gpu_tiles(dev, M)
@@ -48,10 +54,12 @@ def splitk_factor(dev, M, N, K):
     cus = max(dev.compute_units, 1)
     if tiles >= cus:
         return 1
-    if K < 2 * MIN_CHUNK:
-        return 1
     per_cu, min_chunk = ((SPLIT_WGS_PER_CU, MIN_CHUNK) if t["TF32"] else
                          (SPLIT_WGS_PER_CU_FP32, MIN_CHUNK_FP32))
+    if t["TF32"] and K < 2 * MIN_CHUNK:
+        min_chunk = MIN_CHUNK_SHORT
+    if K < 2 * min_chunk:
+        return 1
     want = -(-per_cu * cus // tiles)
     best = 1
     for d in range(2, want + 1):

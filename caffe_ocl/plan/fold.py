@@ -62,7 +62,7 @@ from .. import config
 from ..errors import NetError
 from ..proto import caffe_pb2
 from . import (affine, axpy, concat, dw_pointwise, eltwise, elide, permute, pointwise,
-               residual, se, se_squeeze, siblings, swish)
+               residual, row_reduce, se, se_squeeze, siblings, swish)
 from .chain import find_chains
 
 log = logging.getLogger("caffe_ocl")
@@ -100,8 +100,10 @@ def find_groups(net):
     right after it reading its top (permute.py: one launch writing their
     tops), and a depthwise convolution with the 1x1 convolution reading
     it (dw_pointwise.py: the 1x1 kernel computes the depthwise output),
-    and the runs of element-wise layers left, each as one generated
-    kernel (pointwise.py: a converted GELU's fifteen layers)."""
+    and per-row reductions with the element-wise layers around them
+    (row_reduce.py: a LayerNorm in Caffe layers), and the runs of
+    element-wise layers left, each as one generated kernel (pointwise.py:
+    a converted GELU's fifteen layers)."""
     chains = find_chains(net)
     taken = {li for c in chains for li in c.layers}
     sums = residual.find(net, chains, taken)
@@ -132,6 +134,8 @@ def find_groups(net):
     squeezes = se_squeeze.find(net, chains, taken)
     inner = {id(gr) for sq in squeezes for gr in sq.groups}
     chains = [c for c in chains if id(c) not in inner] + squeezes
+    taken = {li for c in chains for li in c.layers}
+    chains += row_reduce.find(net, taken)
     taken = {li for c in chains for li in c.layers}
     chains += pointwise.find(net, taken)
     chains = permute.gathers_into_slices(net, chains)

@@ -1,0 +1,495 @@
+"""TEST-phase rewrite: per-row reductions and the element-wise layers
+around them as one generated kernel (a LayerNorm written in Caffe layers).
+
+ONNX's LayerNormalization, and the ReduceMean / Sub / Pow / ReduceMean /
+Add / Sqrt / Div that PyTorch exports for it, convert to a dozen BVLC
+layers (onnx/_layout.py): a mean (a ``Reduction`` over the last axes, or,
+over the channel axis of an (N, C, H, W) blob, a 1x1 ``Convolution`` of
+one output whose weights are all 1/C), ``Power``, ``Bias`` / ``Scale``
+with the per-row statistic as their second bottom, ``Tile`` of it at
+batch > 1, reshapes. Each is a pass over the tensor and a launch: 25
+LayerNorms were 250 of DeiT-Tiny's 440 launches, and at batch 1 on a GPU
+the host's enqueues were the forward's time.
+
+The tensor x is seen as (O, C, S): a *row* is one (o, s), its C values
+``S`` apart (S = 1: the last axes; S = H * W: the channel axis). A *group*
+here is a run of consecutive layers (``net.layers`` order) each one of:
+
+- a view: Reshape, Flatten, Split (the same values, the same flat order);
+- a reducer of a full tensor to one value per row: ``Reduction`` (SUM,
+  ASUM, SUMSQ, MEAN with its coeff; S = 1) or a bias-free 1x1
+  ``Convolution`` with one output, no pad, stride 1, one group, its
+  weights all equal (checked whenever they change: the value scales the
+  sum; other weights run the layers one by one);
+- an element-wise layer as plan/pointwise.py takes them (neurons with one
+  launch of kernels/unary_op.h, Eltwise) on full tensors or on per-row
+  values;
+- ``Scale`` / ``Bias`` of a full tensor by an operand that broadcasts per
+  row (a per-row value of the group), per channel or as one value (a
+  learned blob), or element by element;
+- ``Tile`` of a per-row value to the full tensor.
+
+The blobs it computes are read by nothing outside it but the last layer's
+top (a full tensor), no net output before the last, nothing in place, at
+least one reducer and ``MIN_LAUNCHES`` layers that launch. The kernel
+gives each row one work-item (CPU drivers; GPUs where S > 1: neighbours
+read neighbouring addresses) or, on GPUs where S = 1, one work-group whose
+items stride along the row and sum in local memory. Each reducer is a
+loop over the row computing the full values it needs, the per-row values
+follow in registers, and a last loop writes the top: three reads of x for
+a LayerNorm and one write, in one launch.
+
+The blobs before the last top are computed when read, by the layers' own
+forwards (plan/patterns.PendingTops). Values: the layers' arithmetic
+summed in another order (float32 rounding; tests/plan/test_row_reduce.py).
+``CAFFE_OCL_FOLD=0`` or ``CAFFE_OCL_FUSE_ROW_REDUCE=0`` turn it off.
+"""
+import logging
+
+from .. import config
+from ..errors import DeviceError
+from ..layers.neuron_ext import plain_elementwise
+from ..ops import pointwise as pw_ops
+from ..proto import caffe_pb2
+from .patterns import PendingTops
+from .pointwise import _eltwise
+
+log = logging.getLogger("caffe_ocl")
+
+MIN_LAUNCHES = 4
+VIEWS = ("Reshape", "Flatten", "Split")
+_R = caffe_pb2.ReductionParameter
+_TERMS = {_R.SUM: "v", _R.ASUM: "fabs(v)", _R.SUMSQ: "v * v", _R.MEAN: "v"}
+
+
+class _NoGroup(Exception):
+    """The layers do not make a group (at these shapes)."""
+
+
+def _conv_mean(layer, bottom, top):
+    """Whether Convolution ``layer`` is a bias-free 1x1 with one output,
+    no pad, stride 1, one group over a 4-D bottom: a weighted sum over
+    the channel axis (a mean when the weights are 1/C: checked at run)."""
+    p = layer.param.convolution_param
+    w = layer.blobs[0] if layer.blobs else None
+    return (len(layer.blobs) == 1 and bottom.num_axes == 4 and top.num_axes == 4
+            and w is not None and tuple(w.shape) == (1, bottom.shape[1], 1, 1)
+            and p.num_output == 1 and p.group == 1 and p.axis in (1, -3)
+            and all(v == 0 for v in list(p.pad) + [p.pad_h, p.pad_w])
+            and all(v == 1 for v in list(p.stride) + ([p.stride_h] if p.HasField("stride_h") else [])
+                    + ([p.stride_w] if p.HasField("stride_w") else []))
+            and tuple(top.shape) == (bottom.shape[0], 1) + tuple(bottom.shape[2:]))
+
+
+def _operand_index(dims, n, geom):
+    """How a Scale/Bias operand laid out by ``dims`` = (outer, dim, inner)
+    over a full tensor of ``n`` values (layers/normalization._pattern) is
+    indexed per element: "i" (element by element), "r" (per row), "c" (per
+    channel), "0" (one value), or None (another broadcast)."""
+    outer, dim, inner = dims
+    O, C, S = geom
+    if dim == 1:
+        return "0"
+    if inner == 1 and dim == n:
+        return "i"
+    if dim == O * S and ((S == 1 and inner == C) or (O == 1 and inner == 1)):
+        return "r"
+    if inner == S and dim == C:
+        return "c"
+    return None
+
+
+class _Program:
+    """The kernel of layers ``lis`` at the current shapes (raises _NoGroup)."""
+
+    def __init__(self, net, lis, wg):
+        self.net, self.g = net, net.graph
+        self.inputs = []          # buffers' blobs, read in[k][index]
+        self.input_index = []
+        self.conv_weights = []    # (layer, arg name): a uniform weight, passed as a scalar
+        self.full = {}            # name -> (expression, [deps])
+        self.value = {}           # id(blob) -> ("full" | "row", name)
+        self.body, self.ops = [], []
+        self.geom = None
+        self.reducers = 0
+        self.wg = wg
+        self.lis = list(lis)
+        for k, li in enumerate(self.lis):
+            self._layer(k, li)
+        y = self.g.tops[self.lis[-1]][0]
+        kind, name = self._val(y)
+        if kind != "full" or not self.reducers:
+            raise _NoGroup
+        self.y = y
+        self.body += self._loop([name], f"        y[i] = {name};")
+
+    # ---- values --------------------------------------------------------------
+    def _val(self, blob):
+        """(kind, name) of ``blob``'s value: a value of the group, or a
+        full tensor read from outside (through views: read where it lies)."""
+        v = self.value.get(id(blob))
+        if v is not None and v[0] != "outside":
+            return v
+        if self.geom is None:
+            raise _NoGroup          # only views before the first reducer
+        src = v[1] if v is not None else blob
+        O, C, S = self.geom
+        if src.count != O * C * S:
+            raise _NoGroup
+        return ("full", self._load(src, "i"))
+
+    def _load(self, blob, index):
+        """A full value ``in[k][index]`` read from a buffer (a blob from
+        outside, a learned blob)."""
+        for k, (b, ix) in enumerate(zip(self.inputs, self.input_index)):
+            if b is blob and ix == index:
+                return f"f_in{k}"
+        k = len(self.inputs)
+        self.inputs.append(blob)
+        self.input_index.append(index)
+        name = f"f_in{k}"
+        ix = {"i": "i", "c": "c", "0": "0", "r": "r"}[index]
+        self.full[name] = (f"in{k}[{ix}]", [])
+        return name
+
+    def _def_full(self, name, expr, deps):
+        self.full[name] = (expr, [d for d in deps if d in self.full])
+        return ("full", name)
+
+    def _loop(self, needed, tail):
+        """A loop over the row's C values computing the full values
+        ``needed`` (and what they read), then ``tail``."""
+        order, seen = [], set()
+
+        def visit(n):
+            if n in seen or n not in self.full:
+                return
+            seen.add(n)
+            for d in self.full[n][1]:
+                visit(d)
+            order.append(n)
+        for n in needed:
+            visit(n)
+        lines = [f"        const float {n} = {self.full[n][0]};" for n in order]
+        return (["    for (int c = lid; c < C; c += LS) {",
+                 "        const size_t i = base + (size_t)c * S;"] + lines + [tail, "    }"])
+
+    # ---- layers --------------------------------------------------------------
+    def _layer(self, k, li):
+        g, layer = self.g, self.net.layers[li]
+        t, bottoms, tops = g.layer_types[li], g.bottoms[li], g.tops[li]
+        if any(tp is b for tp in tops for b in bottoms):
+            raise _NoGroup
+        if t in VIEWS:
+            if len(bottoms) != 1 or any(tp.count != bottoms[0].count for tp in tops):
+                raise _NoGroup
+            v = self.value.get(id(bottoms[0])) or ("outside", bottoms[0])
+            for tp in tops:
+                self.value[id(tp)] = v
+            return
+        if len(tops) != 1:
+            raise _NoGroup
+        top = tops[0]
+        if t == "Reduction" or (t == "Convolution" and _conv_mean(layer, bottoms[0], top)):
+            self._reducer(k, li, layer, t, bottoms[0], top)
+            return
+        args = [self._val(b) for b in bottoms]
+        out = f"v{k}"
+        kinds = {a[0] for a in args}
+        names = [a[1] for a in args]
+        deps = list(names)
+        if plain_elementwise(layer) and len(bottoms) == 1:
+            a, b, c = (float(v) for v in layer.op_params())
+            self.ops.append((k, pw_ops.UNARY_OPS[layer.op]))
+            expr = f"step{k}({names[0]}, {a!r}f, {b!r}f, {c!r}f)"
+        elif _eltwise(layer) and len(bottoms) >= 2 and len(kinds) == 1:
+            if layer.op == layer.PROD:
+                expr = " * ".join(names)
+            elif layer.op == layer.MAX:
+                expr = names[0]
+                for x in names[1:]:
+                    expr = f"fmax({expr}, {x})"
+            else:
+                expr = " + ".join(f"{float(cf)!r}f * {x}" for cf, x in zip(layer.coeffs, names))
+        elif t in ("Scale", "Bias") and args[0][0] == "full":
+            expr, loads = self._affine(layer, t, bottoms, args, names)
+            deps += loads
+        elif t == "Tile" and args[0][0] == "row":
+            O, C, S = self.geom
+            if layer.inner != S or layer.tiles != C or top.count != O * C * S:
+                raise _NoGroup
+            self.value[id(top)] = ("full", names[0])
+            return
+        else:
+            raise _NoGroup
+        if kinds == {"row"}:
+            self.body.append(f"    const float {out} = {expr};")
+            self.value[id(top)] = ("row", out)
+        else:
+            self.value[id(top)] = self._def_full(out, expr, deps)
+
+    def _affine(self, layer, t, bottoms, args, names):
+        """Scale (x * s [+ b]) or Bias (x + b) of full ``x`` by a broadcast
+        operand: bottom[1] (a value of the group) or the learned blob:
+        (expression, [names of the learned blobs' loads])."""
+        O, C, S = self.geom
+        n = bottoms[0].count
+        parts = []
+        if len(bottoms) > 1:
+            kind, name = args[1]
+            ix = _operand_index(layer.dims, n, self.geom)
+            if (kind, ix) not in (("row", "r"), ("full", "i")) and not (
+                    kind == "row" and O * S == 1):
+                raise _NoGroup
+            parts.append(name)
+        else:
+            ix = _operand_index(layer.dims, n, self.geom)
+            if ix is None:
+                raise _NoGroup
+            parts.append(self._load(layer.blobs[0], ix))
+        x = names[0]
+        if t == "Bias":
+            return f"{x} + {parts[0]}", parts
+        expr = f"{x} * {parts[0]}"
+        if layer.bias_term:
+            ix = _operand_index(layer.dims, n, self.geom)
+            if ix is None:
+                raise _NoGroup
+            parts.append(self._load(layer.blobs[layer.bias_id], ix))
+            expr = f"({expr}) + {parts[-1]}"
+        return expr, parts
+
+    def _reducer(self, k, li, layer, t, x, top):
+        if t == "Reduction":
+            geom = (layer.num, layer.dim, 1)
+            term = _TERMS[layer.op]
+            scale = f"{float(layer.coeff)!r}f"
+        else:
+            N, C, H, W = x.shape
+            geom = (N, C, H * W)
+            term = "v"
+            scale = f"w{k}"
+            self.conv_weights.append((layer, scale))
+        if self.geom is None:
+            if geom[1] <= 1:
+                raise _NoGroup
+            self.geom = geom
+        elif geom != self.geom:
+            raise _NoGroup
+        kind, name = self._val(x)
+        if kind != "full":
+            raise _NoGroup
+        acc = f"acc{k}"
+        self.body.append(f"    float {acc} = 0.0f;")
+        self.body += self._loop([name], f"        {{ const float v = {name}; {acc} += {term}; }}")
+        if self.wg:
+            self.body.append(f"    {acc} = wg_sum({acc}, red);")
+        self.body.append(f"    const float r{k} = {acc} * {scale};")
+        self.value[id(top)] = ("row", f"r{k}")
+        self.reducers += 1
+
+    # ---- source --------------------------------------------------------------
+    def source(self):
+        head = ['#include "common.h"', '#include "act.h"']
+        for k, op in self.ops:
+            head += [f"#define OP {op}", f"#define fwd_op step{k}", '#include "unary_op.h"',
+                     "#undef fwd_op", "#undef OP"]
+        params = "".join(f"__global const float* in{k}, " for k in range(len(self.inputs)))
+        scalars = "".join(f", float {name}" for _, name in self.conv_weights)
+        if self.wg:
+            head += ["inline float wg_sum(float v, __local float* red) {",
+                     "    const int lid = get_local_id(0), n = get_local_size(0);",
+                     "    red[lid] = v;",
+                     "    barrier(CLK_LOCAL_MEM_FENCE);",
+                     "    for (int h = n / 2; h > 0; h >>= 1) {",
+                     "        if (lid < h) red[lid] += red[lid + h];",
+                     "        barrier(CLK_LOCAL_MEM_FENCE);",
+                     "    }",
+                     "    const float t = red[0];",
+                     "    barrier(CLK_LOCAL_MEM_FENCE);",
+                     "    return t;",
+                     "}"]
+            start = ["    __local float red[RR_WG];",
+                     "    const int r = get_group_id(0);",
+                     "    const int lid = get_local_id(0), LS = get_local_size(0);",
+                     "    {"]
+        else:
+            start = ["    const int r = get_global_id(0);",
+                     "    const int lid = 0, LS = 1;",
+                     "    if (r < rows) {"]
+        src = "\n".join(head + [
+            f"__kernel void row_reduce(int rows, int C, int S, {params}__global float* y{scalars}) {{"
+        ] + start + [
+            "    const int o = r / S, s = r - o * S;",
+            "    const size_t base = (size_t)o * C * S + s;"] + self.body + ["    }", "}", ""])
+        return src.replace("inff", "INFINITY").replace("nanf", "NAN")
+
+
+class RowReduceGroup(PendingTops):
+    """Layers ``layers`` (a group, see the module doc) run as one kernel
+    writing the last layer's top."""
+    traceable = True          # its run replays from a recorded pass (plan/trace.py)
+    fuses_backward = False
+    loses_values = False      # the pending blobs are computed before a backward
+    # a work-group per row where S = 1: None = on GPUs (tests run it on PoCL)
+    work_groups = None
+
+    def __init__(self, net, lis):
+        g = net.graph
+        self.net = net
+        self.layers = list(lis)
+        self.first, self.last = self.layers[0], self.layers[-1]
+        self._init_pending([t for lj in self.layers[:-1] for t in g.tops[lj]],
+                           self.layers[:-1])
+        self._key = None
+        self.fwd = None
+        self.program = None
+        self._failed = set()     # sources a driver refused
+
+    def describe(self):
+        names = self.net.graph.layer_names
+        return (" -> ".join(names[i] for i in self.layers)
+                + " (per-row reductions in one kernel)")
+
+    def _launch(self, dev):
+        """The launch for the current shapes and weights, or None: the
+        layers then run one by one."""
+        wg = bool(dev.is_gpu) if self.work_groups is None else self.work_groups
+        try:
+            prog = _Program(self.net, self.layers, wg=False)
+            if wg and prog.geom[2] == 1:
+                prog = _Program(self.net, self.layers, wg=True)
+            else:
+                wg = False
+        except _NoGroup:
+            return None
+        O, C, S = prog.geom
+        weights = []
+        for layer, _ in prog.conv_weights:
+            # read once per change of the weights (a read-only view: the
+            # parameter's version stays, so the forward trace replays)
+            w = layer.blobs[0].host_data().ravel()
+            if not (w == w[0]).all():
+                return None
+            weights.append(float(w[0]))
+        src = prog.source()
+        if src in self._failed:
+            return None
+        rows = O * S
+        ls = 32
+        while ls < 256 and ls * 2 <= C:
+            ls *= 2
+        defines = {"RR_WG": ls} if wg else {}
+        name = dev.generated_source(src)
+        try:
+            dev.program(name, defines) if defines else dev.program(name)
+        except DeviceError as e:
+            self._failed.add(src)
+            log.warning("%s: the generated kernel did not build on %s; its layers run one "
+                        "by one (%s)", self.describe(), dev.name, str(e).splitlines()[0])
+            return None
+        if wg:
+            gs, lsz = (rows * ls,), (ls,)
+        else:
+            # a row per work-item; PoCL runs a group of 8 as vector lanes
+            # (DeiT-Tiny's 25 LayerNorms on 2 cores: groups of 1-32 within
+            # 10%), GPUs neighbouring rows in a warp
+            L = 64 if dev.is_gpu else 8
+            gs, lsz = (-(-rows // L) * L,), (L,)
+        args = [rows, C, S] + [b.data_buffer() for b in prog.inputs] + [prog.y.data_buffer()] \
+            + weights
+        self.program = prog
+        return dev.launch(name, "row_reduce", gs, lsz, args, defines)
+
+    def run(self):
+        g, net = self.net.graph, self.net
+        for li in self.layers[1:]:      # the net's loop reshaped the first
+            net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
+        blobs = [b for li in self.layers for b in list(g.bottoms[li]) + list(g.tops[li])]
+        params = [p for li in self.layers for p in net.layers[li].blobs]
+        # the 1x1 mean's weight is a scalar of the launch: its version too
+        key = (tuple(tuple(b.shape) for b in blobs),
+               tuple(b.data_buffer() for b in blobs + params),
+               tuple(p.data_mem.version for li in self.layers
+                     if g.layer_types[li] == "Convolution" for p in net.layers[li].blobs))
+        if key != self._key:
+            dev = net.layers[self.first].device
+            self.fwd = None if blobs[-1].count == 0 else self._launch(dev)
+            self._key = key
+        if self.fwd is None:
+            self._unmark_pending()      # computed right here, not left for a read
+            for li in self.layers:
+                net.layers[li].forward(g.bottoms[li], g.tops[li])
+            return
+        prog = self.program
+        for b in prog.inputs:
+            b.data_mem.to_device()
+        self.fwd.run(net.layers[self.first].device.queue)
+        prog.y.data_mem.device_written()
+        self._mark_pending()
+
+
+def _group_at(net, li, taken, outputs, readers):
+    """The longest group starting at layer ``li`` (list of indices) or None."""
+    g = net.graph
+    best = None
+    lis = []
+    for lj in range(li, len(g.layers)):
+        if lj in taken:
+            break
+        lis.append(lj)
+        try:
+            prog = _Program(net, lis, wg=False)
+        except _NoGroup:
+            # a layer that cannot join ends the walk, unless it is a view or
+            # the group has no reducer yet (its program is not complete)
+            if _joins(net, lis):
+                continue
+            break
+        inside = set(lis)
+        made = [t for lk in lis[:-1] for t in g.tops[lk]]
+        closed = all(t.name not in outputs and all(c in inside for c in readers.get(id(t), ()))
+                     for t in made)
+        launches = sum(1 for lk in lis if g.layer_types[lk] not in VIEWS)
+        if closed and launches >= MIN_LAUNCHES and prog.reducers:
+            best = list(lis)
+    return best
+
+
+def _joins(net, lis):
+    """Whether layers ``lis`` may still become a group: only their last top
+    is not a full tensor yet (a per-row value on its way)."""
+    try:
+        prog = _Program.__new__(_Program)
+        prog.__dict__.update(net=net, g=net.graph, inputs=[], input_index=[], conv_weights=[],
+                             full={}, value={}, body=[], ops=[], geom=None, reducers=0,
+                             wg=False, lis=list(lis))
+        for k, lj in enumerate(lis):
+            prog._layer(k, lj)
+        return True
+    except _NoGroup:
+        return False
+
+
+def find(net, taken=()):
+    """[RowReduceGroup] of ``net`` (TEST plan), none with a layer in ``taken``."""
+    if not config.get("FUSE_ROW_REDUCE"):
+        return []
+    g = net.graph
+    outputs = set(g.outputs)
+    readers = {}
+    for lj, bottoms in enumerate(g.bottoms):
+        for b in bottoms:
+            readers.setdefault(id(b), []).append(lj)
+    candidates = {"Reduction", "Convolution", "Reshape", "Flatten", "Split"}
+    out, li = [], 0
+    while li < len(g.layers):
+        lis = None
+        if g.layer_types[li] in candidates and li not in taken:
+            lis = _group_at(net, li, taken, outputs, readers)
+        if lis:
+            out.append(RowReduceGroup(net, lis))
+            li = lis[-1] + 1
+        else:
+            li += 1
+    return out
