@@ -24,6 +24,48 @@ inline float sm_reduce(__local float* r, float v, int is_max) {
     return out;
 }
 
+/* Many short rows (inner == 1: attention's scores, 150528 rows of 49 in
+ * Swin-T at batch 16): SM_RL lanes per row, SM_LSIZE / SM_RL rows per
+ * work-group, the lanes reading neighbouring values. One work-item per row
+ * read its row alone, 49 floats apart from its neighbours' (360 us for
+ * 29 MB on an H100). The lanes of a row reduce in their segment of r. */
+#ifdef SM_RL
+inline float sm_lane_reduce(__local float* r, float v, int is_max) {
+    const int lid = get_local_id(0), lane = lid % SM_RL;
+    r[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int st = SM_RL / 2; st > 0; st >>= 1) {
+        if (lane < st) r[lid] = is_max ? fmax(r[lid], r[lid + st]) : r[lid] + r[lid + st];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float out = r[lid - lane];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return out;
+}
+
+__kernel __attribute__((reqd_work_group_size(SM_LSIZE, 1, 1)))
+void softmax_fwd_rows(int outer, int C, int inner,
+                      __global const float* x, __global float* y) {
+    __local float r[SM_LSIZE];
+    const int lid = get_local_id(0), lane = lid % SM_RL;
+    const int row = get_group_id(0) * (SM_LSIZE / SM_RL) + lid / SM_RL;
+    const int n = row < outer ? C : 0;       /* every lane reaches the barriers */
+    __global const float* px = x + (size_t)row * C;
+    __global float* py = y + (size_t)row * C;
+    float m = -FLT_MAX;
+    for (int c = lane; c < n; c += SM_RL) m = fmax(m, px[c]);
+    m = sm_lane_reduce(r, m, 1);
+    float sum = 0.0f;
+    for (int c = lane; c < n; c += SM_RL) {
+        const float e = exp(px[c] - m);
+        py[c] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / sm_lane_reduce(r, sum, 0);
+    for (int c = lane; c < n; c += SM_RL) py[c] *= inv;
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(SM_LSIZE, 1, 1)))
 void softmax_fwd_group(int outer, int C, int inner,
                        __global const float* x, __global float* y) {

@@ -1,7 +1,8 @@
 """Softmax over one axis of [outer][C][inner] (kernels/softmax.cl).
 
-One work-item per (outer, inner) pair, or on GPUs, when there are few
-pairs with many channels (a classifier: 64 images x 1000 classes), one
+One work-item per (outer, inner) pair, or on GPUs: many short rows of
+the last axis (attention) a few lanes per row (``use_rows``); when there
+are few pairs with many channels (a classifier: 64 images x 1000 classes), one
 work-group per pair sharing the pass over C (``use_groups``), or, for a
 handful of pairs with tens of thousands of channels, several work-groups
 per pair (``use_wide``: two launches)."""
@@ -19,6 +20,27 @@ GROUP_MAX_PAIRS = 1 << 14
 # H100, BENCHMARKS.md, thirty-sixth session).
 WIDE_CHUNK = 2048
 WIDE_MIN_C = 4 * WIDE_CHUNK
+
+
+# Rows (inner == 1) too many for a work-group each: ROWS_LANES lanes per
+# row (fewer for shorter rows), ROWS_MIN_C and up (use_rows)
+ROWS_LANES = 32
+ROWS_MIN_C = 8
+
+
+def use_rows(dev, outer, c, inner):
+    """GPUs, softmax over the last axis of many rows (attention's scores)."""
+    return bool(getattr(dev, "is_gpu", False)) and inner == 1 and c >= ROWS_MIN_C
+
+
+def _rows_forward(dev, outer, c, x, y):
+    lanes = ROWS_LANES
+    while lanes > 4 and lanes >= 2 * c:
+        lanes //= 2
+    per_group = GROUP_LSIZE // lanes
+    gs = (-(-outer // per_group) * GROUP_LSIZE,)
+    return dev.launch(SRC, "softmax_fwd_rows", gs, (GROUP_LSIZE,), [outer, c, 1, x, y],
+                      {"SM_LSIZE": GROUP_LSIZE, "SM_RL": lanes})
 
 
 def use_groups(dev, outer, c, inner):
@@ -50,13 +72,20 @@ def _launch(dev, kernel, outer, c, inner, args, groups=None):
     return dev.launch(SRC, kernel, gs, ls, [outer, c, inner] + args)
 
 
-def forward(dev, outer, c, inner, x, y, groups=None, wide=None):
+def forward(dev, outer, c, inner, x, y, groups=None, wide=None, rows=None):
     """The launches (a list: two where ``use_wide``). ``groups``: force (True)
     or forbid (False) the work-group kernels; ``wide``: force or forbid the
-    split of C over work-groups (before ``groups``). CPU drivers:
+    split of C over work-groups (before ``groups``); ``rows``: force or
+    forbid softmax_fwd_rows (inner == 1; by default on GPUs where the rows
+    are too many for ``groups``). CPU drivers:
     softmax_fwd_cpu (runs of 8 positions as vectors)."""
     if use_wide(dev, outer, c, inner) if wide is None else wide:
         return _wide_forward(dev, outer, c, inner, x, y)
+    if rows if rows is not None else (groups is None and use_rows(dev, outer, c, inner)
+                                      and not use_groups(dev, outer, c, inner)):
+        if inner != 1:
+            raise ValueError("softmax: the rows kernel needs inner == 1")
+        return [_rows_forward(dev, outer, c, x, y)]
     if dev.is_cpu and not groups:
         g, l = cpu_units_work_size(dev, outer * -(-inner // 8), outer * c * inner)
         return [dev.launch(SRC, "softmax_fwd_cpu", g, l, [outer, c, inner, x, y])]

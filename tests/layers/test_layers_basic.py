@@ -92,6 +92,27 @@ def test_softmax_work_group_kernels(d, rng, outer, c, inner):
     np.testing.assert_allclose(d.get(dxb, x.shape), dx, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("outer,c", [(150, 49), (9, 197), (37, 8), (5, 1000), (1, 13)])
+def test_softmax_rows_kernel(d, rng, outer, c):
+    """The GPU's softmax of many short rows (attention's scores: lanes per
+    row, several rows per work-group, a last group part empty), forced on
+    the test device, against NumPy; chosen on GPUs for inner == 1 where the
+    rows are too many for a work-group each."""
+    from caffe_ocl.ops import softmax as softmax_ops
+    x = rng.standard_normal((outer, c, 1)) * 5
+    x[0, c // 2] += 60.0
+    xb, yb = d.buf(x), d.buf(np.full(x.shape, np.nan))
+    launches = softmax_ops.forward(d.dev, outer, c, 1, xb, yb, rows=True)
+    assert [ln.name for ln in launches] == ["softmax_fwd_rows"]
+    d.run(launches)
+    np.testing.assert_allclose(d.get(yb, x.shape), refs.softmax(x, 1), rtol=1e-5, atol=1e-9)
+    gpu = types.SimpleNamespace(is_gpu=True, compute_units=132)
+    assert softmax_ops.use_rows(gpu, 150528, 49, 1) and not softmax_ops.use_groups(
+        gpu, 150528, 49, 1)
+    assert not softmax_ops.use_rows(gpu, 150528, 49, 3)
+    assert not softmax_ops.use_rows(types.SimpleNamespace(is_gpu=False), 150528, 49, 1)
+
+
 @pytest.mark.parametrize("outer,c,inner", [(1, 79077, 1), (2, 9000, 3), (1, 8192, 1)])
 def test_softmax_wide_kernels(d, rng, outer, c, inner):
     """The GPU's softmax of few rows with very many channels, each row's C

@@ -128,8 +128,9 @@ def _layer_norm64(x, axis):
 
 @pytest.fixture(params=[None, True], ids=["by-device", "work-group-per-row"])
 def work_groups(request, monkeypatch):
-    """The kernel the device gets, and the GPUs' one (a work-group per row
-    summing in local memory) on any device."""
+    """The kernel the device gets, and the GPUs' one (lanes along a row
+    summing in local memory: a work-group per row where S = 1, 32 rows of
+    8 lanes where S > 1) on any device."""
     monkeypatch.setattr(row_reduce.RowReduceGroup, "work_groups", request.param)
 
 
@@ -148,7 +149,7 @@ def test_token_layer_norm_with_affine_is_one_kernel(rng, work_groups):
 
 
 @pytest.mark.parametrize("n", [1, 2])
-def test_channel_layer_norm_by_mean_convolutions(n, rng):
+def test_channel_layer_norm_by_mean_convolutions(n, rng, work_groups):
     fused, plain = _nets(_channels(n), rng)
     (group,) = _groups(fused)
     x = rng.normal(-1, 3, (n, 4, 3, 5)).astype(np.float32)
