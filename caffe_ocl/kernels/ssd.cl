@@ -198,6 +198,48 @@ __kernel void transpose_rs(int outer, int R, int S, __global const float* src,
     }
 }
 
+/* GPUs: a batched transpose [outer][R][S] -> [outer][S][R] through a
+ * 32 x 33 tile of local memory, both sides read and written along rows
+ * (attention's K^T, Swin's head moves); work-groups (32, 8), each item
+ * four rows of its tile. permute decoded each float alone, reading one
+ * side 4 to 64 floats apart. */
+__kernel __attribute__((reqd_work_group_size(32, 8, 1)))
+void transpose_tiles(int outer, int R, int S, __global const float* src,
+                     __global float* dst) {
+    __local float t[32][33];
+    const int o = get_group_id(1) / ((R + 31) / 32);
+    const int r0 = (get_group_id(1) - o * ((R + 31) / 32)) * 32;
+    const int s0 = get_group_id(0) * 32;
+    const int lx = get_local_id(0), ly = get_local_id(1);
+    __global const float* a = src + (size_t)o * R * S;
+    __global float* b = dst + (size_t)o * R * S;
+    for (int k = ly; k < 32; k += 8) {
+        const int r = r0 + k, sc = s0 + lx;
+        if (r < R && sc < S) t[k][lx] = a[(size_t)r * S + sc];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int k = ly; k < 32; k += 8) {
+        const int sc = s0 + k, r = r0 + lx;
+        if (sc < S && r < R) b[(size_t)sc * R + r] = t[lx][k];
+    }
+}
+
+/* GPUs: any other order as rows of the output (row_plan: the kept last
+ * axes as one run of stride 1, else the output's last axis read at its
+ * input stride), a work-item per float: work-groups (RUN_LX, 256 /
+ * RUN_LX) over (the run, rows), each row decoded once per item with the
+ * old steps in floats and the new ones in rows. */
+__kernel void permute_runs(int nrows, int ndim, int run, int stride,
+                           __global const int* geom, __global const float* src,
+                           __global float* dst, int forward) {
+    const int k = get_global_id(0), r = get_global_id(1);
+    if (k >= run || r >= nrows) return;
+    const int old = permute_source(r, ndim, geom) + k * stride;
+    const size_t at = (size_t)r * run + k;
+    if (forward) dst[at] = src[old];
+    else dst[old] = src[at];
+}
+
 /* ----------------------------------------------------------------- PriorBox
  * boxes: nbox x (box width, box height) in pixels; offsets: noff x
  * (offset x, offset y). Prior k of cell (h, w) is box k / noff at offset

@@ -159,23 +159,27 @@ class PermuteLayer(Layer):
         shape = tuple(b.shape[o] for o in orders)
         top[0].reshape(shape)
         self.nax = nax
-        # CPU drivers: an order that swaps two runs of axes is a batched
-        # transpose (ops/ssd.py transpose_shape), its inverse one too
-        self.transpose = (ssd_ops.transpose_shape(b.shape, orders)
-                          if self.device.is_cpu and b.count else None)
-        # ... any other one, a row of the output at a time
+        # an order that swaps two runs of axes is a batched transpose
+        # (ops/ssd.py transpose_shape), its inverse one too; any other one,
+        # a row of the output at a time (CPU drivers and GPUs: their own
+        # kernels; other devices the per-float permute)
+        fast = (self.device.is_cpu or self.device.is_gpu) and b.count
+        self.transpose = ssd_ops.transpose_shape(b.shape, orders) if fast else None
         self.rows = (ssd_ops.row_plan(b.shape, orders)
-                     if self.device.is_cpu and b.count and self.transpose is None else None)
+                     if fast and self.transpose is None else None)
+        transpose = ssd_ops.transpose if self.device.is_cpu else ssd_ops.transpose_gpu
+        self._by_rows = ssd_ops.permute_rows if self.device.is_cpu else ssd_ops.permute_runs
+        self._transpose = transpose
         if self.transpose is None:
             self.geom = int_buffer(self.device, ssd_ops.permute_geom(
                 b.shape, orders, self.rows[2] if self.rows is not None else None))
         if self.transpose is not None:
             outer, rows, cols = self.transpose
-            self.fwd = [ssd_ops.transpose(self.device, outer, rows, cols, b.data_buffer(),
-                                          top[0].data_buffer())]
+            self.fwd = [self._transpose(self.device, outer, rows, cols, b.data_buffer(),
+                                        top[0].data_buffer())]
         elif self.rows is not None:
-            self.fwd = [ssd_ops.permute_rows(self.device, self.rows, b.count, self.geom,
-                                             b.data_buffer(), top[0].data_buffer())]
+            self.fwd = [self._by_rows(self.device, self.rows, b.count, self.geom,
+                                      b.data_buffer(), top[0].data_buffer())]
         else:
             self.fwd = [ssd_ops.permute(self.device, b.count, nax, self.geom, b.data_buffer(),
                                         top[0].data_buffer())] if b.count else []
@@ -184,13 +188,13 @@ class PermuteLayer(Layer):
         if self.propagate_down[0] and bottom[0].count:
             if self.transpose is not None:
                 outer, rows, cols = self.transpose
-                self.bwd = [ssd_ops.transpose(self.device, outer, cols, rows,
-                                              top[0].diff_buffer(), bottom[0].diff_buffer())]
+                self.bwd = [self._transpose(self.device, outer, cols, rows,
+                                            top[0].diff_buffer(), bottom[0].diff_buffer())]
                 return
             if self.rows is not None:
-                self.bwd = [ssd_ops.permute_rows(self.device, self.rows, bottom[0].count,
-                                                 self.geom, top[0].diff_buffer(),
-                                                 bottom[0].diff_buffer(), forward=False)]
+                self.bwd = [self._by_rows(self.device, self.rows, bottom[0].count,
+                                          self.geom, top[0].diff_buffer(),
+                                          bottom[0].diff_buffer(), forward=False)]
                 return
             self.bwd = [ssd_ops.permute(self.device, bottom[0].count, self.nax, self.geom,
                                         top[0].diff_buffer(), bottom[0].diff_buffer(),

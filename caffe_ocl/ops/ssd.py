@@ -103,6 +103,29 @@ def transpose(dev, outer, rows, cols, src, dst):
                       {"TR_SB": TRANSPOSE_COL_BLOCK})
 
 
+def transpose_gpu(dev, outer, rows, cols, src, dst):
+    """[outer][rows][cols] -> [outer][cols][rows] on a GPU: 32 x 32 tiles
+    through local memory (kernels/ssd.cl transpose_tiles)."""
+    gx, gy = -(-cols // 32), outer * -(-rows // 32)
+    return dev.launch(SRC, "transpose_tiles", (gx * 32, gy * 8), (32, 8),
+                      [outer, rows, cols, src, dst])
+
+
+def permute_runs(dev, plan, count, geom, src, dst, forward=True):
+    """Permute of ``count`` floats on a GPU, a work-item per float along
+    the output's rows (``plan``: row_plan's; geom: ``permute_geom`` of its
+    ndim axes)."""
+    run, stride, nd = plan
+    nrows = count // run
+    lx = 1
+    while lx < run and lx < 256:
+        lx *= 2
+    ly = 256 // lx
+    g = (-(-run // lx) * lx, -(-nrows // ly) * ly)
+    return dev.launch(SRC, "permute_runs", g, (lx, ly),
+                      [nrows, nd, run, stride, geom, src, dst, int(bool(forward))])
+
+
 def transpose_shape(shape, orders):
     """(outer, rows, cols) where reordering ``shape``'s axes by ``orders``
     (new axis i = old axis orders[i]) swaps two runs of axes -- orders

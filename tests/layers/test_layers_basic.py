@@ -107,8 +107,9 @@ def test_softmax_rows_kernel(d, rng, outer, c):
     d.run(launches)
     np.testing.assert_allclose(d.get(yb, x.shape), refs.softmax(x, 1), rtol=1e-5, atol=1e-9)
     gpu = types.SimpleNamespace(is_gpu=True, compute_units=132)
-    assert softmax_ops.use_rows(gpu, 150528, 49, 1) and not softmax_ops.use_groups(
-        gpu, 150528, 49, 1)
+    assert softmax_ops.use_rows(gpu, 150528, 49, 1) and softmax_ops.use_rows(gpu, 9456, 197, 1)
+    assert not softmax_ops.use_rows(gpu, 64, 1000, 1)      # a classifier: a work-group a row
+    assert softmax_ops.use_rows(gpu, 20000, 1000, 1)
     assert not softmax_ops.use_rows(gpu, 150528, 49, 3)
     assert not softmax_ops.use_rows(types.SimpleNamespace(is_gpu=False), 150528, 49, 1)
 

@@ -235,6 +235,36 @@ def test_permute_by_rows(shape, order):
     check_permute_both_ways(shape, order)
 
 
+@pytest.mark.parametrize("shape,order", [((2, 19, 9, 11), (0, 2, 3, 1)),
+                                         ((1, 70, 33), (0, 2, 1)),
+                                         ((2, 37, 3, 2, 16), (2, 0, 3, 1, 4)),
+                                         ((2, 6, 4, 2, 5, 2), (0, 3, 5, 2, 4, 1)),
+                                         ((3, 5, 7, 11), (3, 1, 0, 2))])
+def test_permute_gpu_kernels(d, shape, order):
+    """The GPUs' Permute kernels run on the test device: a batched transpose
+    through 32 x 32 local tiles (edges of partial tiles, several batches)
+    and the output's rows a float per work-item (kept last axes, or the
+    last axis read at a stride), forward and backward."""
+    from caffe_ocl.ops import ssd as ssd_ops
+    from caffe_ocl.layers.ssd import int_buffer
+    x = RNG.standard_normal(shape).astype(np.float32)
+    y = np.transpose(x, order)
+    xb, yb = d.buf(x), d.buf(np.full(x.size, np.nan))
+    back = d.buf(np.full(x.size, np.nan))
+    tr = ssd_ops.transpose_shape(shape, order)
+    if tr is not None:
+        outer, rows, cols = tr
+        d.run([ssd_ops.transpose_gpu(d.dev, outer, rows, cols, xb, yb),
+               ssd_ops.transpose_gpu(d.dev, outer, cols, rows, yb, back)])
+    else:
+        plan = ssd_ops.row_plan(shape, order)
+        geom = int_buffer(d.dev, ssd_ops.permute_geom(shape, order, plan[2]))
+        d.run([ssd_ops.permute_runs(d.dev, plan, x.size, geom, xb, yb),
+               ssd_ops.permute_runs(d.dev, plan, x.size, geom, yb, back, forward=False)])
+    np.testing.assert_array_equal(d.get(yb, y.shape), y)
+    np.testing.assert_array_equal(d.get(back, x.shape), x)
+
+
 def test_transpose_shape_only_for_two_runs():
     from caffe_ocl.ops import ssd as ssd_ops
     shape = (2, 3, 4, 5)
