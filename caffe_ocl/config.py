@@ -172,6 +172,10 @@ _DECLARED = (
             "at TEST, a run of three or more element-wise layers (neurons, Eltwise, "
             "Split; a converted GELU) runs as one generated kernel (plan/pointwise.py; "
             "with CAFFE_OCL_FOLD)"),
+    Setting("FUSE_MATMUL_OPERANDS", "bool", True,
+            "at TEST, Power layers that only scale and Permutes swapping the last two "
+            "axes right before a MatMul (attention's q * scale, K^T) are read by its GEMM "
+            "as a factor and a transpose (plan/matmul_operands.py; with CAFFE_OCL_FOLD)"),
     Setting("FUSE_ROW_REDUCE", "bool", True,
             "at TEST, per-row reductions (Reduction, a 1x1 mean Convolution) and the "
             "element-wise, Scale/Bias, Tile and view layers around them (a LayerNorm in "

@@ -61,8 +61,8 @@ import logging
 from .. import config
 from ..errors import NetError
 from ..proto import caffe_pb2
-from . import (affine, axpy, concat, dw_pointwise, eltwise, elide, permute, pointwise,
-               residual, row_reduce, se, se_squeeze, siblings, swish)
+from . import (affine, axpy, concat, dw_pointwise, eltwise, elide, matmul_operands, permute,
+               pointwise, residual, row_reduce, se, se_squeeze, siblings, swish)
 from .chain import find_chains
 
 log = logging.getLogger("caffe_ocl")
@@ -100,7 +100,9 @@ def find_groups(net):
     right after it reading its top (permute.py: one launch writing their
     tops), and a depthwise convolution with the 1x1 convolution reading
     it (dw_pointwise.py: the 1x1 kernel computes the depthwise output),
-    and per-row reductions with the element-wise layers around them
+    and the scalings and last-axes transposes of a MatMul's operands read
+    by its GEMM (matmul_operands.py: attention's q * scale and K^T), and
+    per-row reductions with the element-wise layers around them
     (row_reduce.py: a LayerNorm in Caffe layers), and the runs of
     element-wise layers left, each as one generated kernel (pointwise.py:
     a converted GELU's fifteen layers)."""
@@ -134,6 +136,8 @@ def find_groups(net):
     squeezes = se_squeeze.find(net, chains, taken)
     inner = {id(gr) for sq in squeezes for gr in sq.groups}
     chains = [c for c in chains if id(c) not in inner] + squeezes
+    taken = {li for c in chains for li in c.layers}
+    chains += matmul_operands.find(net, taken)
     taken = {li for c in chains for li in c.layers}
     chains += row_reduce.find(net, taken)
     taken = {li for c in chains for li in c.layers}
