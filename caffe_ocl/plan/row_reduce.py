@@ -105,7 +105,7 @@ def _operand_index(dims, n, geom):
 class _Program:
     """The kernel of layers ``lis`` at the current shapes (raises _NoGroup)."""
 
-    def __init__(self, net, lis, wg):
+    def __init__(self, net, lis, wg, rb=1):
         self.net, self.g = net, net.graph
         self.inputs = []          # buffers' blobs, read in[k][index]
         self.input_index = []
@@ -116,6 +116,7 @@ class _Program:
         self.geom = None
         self.reducers = 0
         self.wg = wg
+        self.rb = rb              # rows per work-item (CPU drivers, S > 1: see source())
         self.lis = list(lis)
         for k, li in enumerate(self.lis):
             self._layer(k, li)
@@ -151,7 +152,7 @@ class _Program:
         self.inputs.append(blob)
         self.input_index.append(index)
         name = f"f_in{k}"
-        ix = {"i": "i", "c": "c", "0": "0", "r": "r"}[index]
+        ix = {"i": "i", "c": "c", "0": "0", "r": "r" if self.rb == 1 else "(r + j)"}[index]
         self.full[name] = (f"in{k}[{ix}]", [])
         return name
 
@@ -174,8 +175,22 @@ class _Program:
         for n in needed:
             visit(n)
         lines = [f"        const float {n} = {self.full[n][0]};" for n in order]
+        if self.rb > 1:     # the block's rows side by side: the inner loop is the vector
+            return (["    for (int c = c0; c < cend; c += cstep)",
+                     "    for (int j = 0; j < RB; ++j) {",
+                     "        const size_t i = base + j + (size_t)c * S;"] + lines
+                    + [tail, "    }"])
         return (["    for (int c = c0; c < cend; c += cstep) {",
                  "        const size_t i = base + (size_t)c * S;"] + lines + [tail, "    }"])
+
+    def _row(self, name, expr):
+        """Declare per-row value ``name`` = ``expr``; its reference."""
+        if self.rb > 1:
+            self.body.append(f"    float {name}[RB];")
+            self.body.append(f"    for (int j = 0; j < RB; ++j) {name}[j] = {expr};")
+            return f"{name}[j]"
+        self.body.append(f"    const float {name} = {expr};")
+        return name
 
     # ---- layers --------------------------------------------------------------
     def _layer(self, k, li):
@@ -226,8 +241,7 @@ class _Program:
         else:
             raise _NoGroup
         if kinds == {"row"}:
-            self.body.append(f"    const float {out} = {expr};")
-            self.value[id(top)] = ("row", out)
+            self.value[id(top)] = ("row", self._row(out, expr))
         else:
             self.value[id(top)] = self._def_full(out, expr, deps)
 
@@ -283,12 +297,16 @@ class _Program:
         if kind != "full":
             raise _NoGroup
         acc = f"acc{k}"
-        self.body.append(f"    float {acc} = 0.0f;")
-        self.body += self._loop([name], f"        {{ const float v = {name}; {acc} += {term}; }}")
+        if self.rb > 1:
+            self.body.append(f"    float {acc}[RB] = {{0.0f}};")
+            ref = f"{acc}[j]"
+        else:
+            self.body.append(f"    float {acc} = 0.0f;")
+            ref = acc
+        self.body += self._loop([name], f"        {{ const float v = {name}; {ref} += {term}; }}")
         if self.wg:
             self.body.append(f"    {acc} = wg_sum({acc}, red);")
-        self.body.append(f"    const float r{k} = {acc} * {scale};")
-        self.value[id(top)] = ("row", f"r{k}")
+        self.value[id(top)] = ("row", self._row(f"r{k}", f"{ref} * {scale}"))
         self.reducers += 1
 
     # ---- source --------------------------------------------------------------
@@ -320,10 +338,22 @@ class _Program:
                      "    const int c0 = lid / RR_SX, cstep = RR_LC;",
                      "    const int cend = r < rows ? C : 0;   /* all reach the barriers */",
                      "    {"]
-        else:
-            start = ["    const int r = get_global_id(0);",
+        elif self.rb > 1:
+            # RB rows side by side (S a multiple of RB) a work-item, each
+            # loop's inner loop over them (a vector: PoCL's one-item-a-row
+            # version read C values S apart per item, 7 GB/s on gMLP's
+            # 196-position LayerNorms); items past the last block redo it
+            start = [f"#define RB {self.rb}",
+                     "    const int nb = rows / RB;",
+                     "    const int r = min((int)get_global_id(0), nb - 1) * RB;",
                      "    const int c0 = 0, cstep = 1, cend = C;",
-                     "    if (r < rows) {"]
+                     "    {"]
+        else:
+            # the items past the last row redo it (the same values written
+            # twice): no branch around the body
+            start = ["    const int r = min((int)get_global_id(0), rows - 1);",
+                     "    const int c0 = 0, cstep = 1, cend = C;",
+                     "    {"]
         src = "\n".join(head + [
             f"__kernel void row_reduce(int rows, int C, int S, {params}__global float* y{scalars}) {{"
         ] + start + [
@@ -365,6 +395,10 @@ class RowReduceGroup(PendingTops):
         wg = bool(dev.is_gpu) if self.work_groups is None else self.work_groups
         try:
             prog = _Program(self.net, self.layers, wg=wg)
+            S = prog.geom[2]
+            rb = 1 if wg or S == 1 else next((b for b in (8, 4) if S % b == 0), 1)
+            if rb > 1:
+                prog = _Program(self.net, self.layers, wg=False, rb=rb)
         except _NoGroup:
             return None
         O, C, S = prog.geom
@@ -398,11 +432,13 @@ class RowReduceGroup(PendingTops):
         if wg:
             gs, lsz = (-(-rows // sx) * sx * lc,), (sx * lc,)
         else:
-            # a row per work-item; PoCL runs a group of 8 as vector lanes
+            # a row per work-item, PoCL running a group of 8 as vector lanes
             # (DeiT-Tiny's 25 LayerNorms on 2 cores: groups of 1-32 within
-            # 10%), GPUs neighbouring rows in a warp
-            L = 64 if dev.is_gpu else 8
-            gs, lsz = (-(-rows // L) * L,), (L,)
+            # 10%); RB rows a work-item alone (gMLP's LayerNorms 3.6 ms in
+            # groups of 8, 3.0 alone); GPUs neighbouring rows in a warp
+            L = 64 if dev.is_gpu else (8 if prog.rb == 1 else 1)
+            items = rows // prog.rb
+            gs, lsz = (-(-items // L) * L,), (L,)
         args = [rows, C, S] + [b.data_buffer() for b in prog.inputs] + [prog.y.data_buffer()] \
             + weights
         self.program = prog
@@ -470,7 +506,7 @@ def _joins(net, lis):
         prog = _Program.__new__(_Program)
         prog.__dict__.update(net=net, g=net.graph, inputs=[], input_index=[], conv_weights=[],
                              full={}, value={}, body=[], ops=[], geom=None, reducers=0,
-                             wg=False, lis=list(lis))
+                             wg=False, rb=1, lis=list(lis))
         for k, lj in enumerate(lis):
             prog._layer(k, lj)
         return True

@@ -53,14 +53,15 @@ ROWS = _input(2, 5, 12) + (
              "bias_filler { type: 'gaussian' } }"))
 
 
-def _channels(n):
+def _channels(n, h=3, w=5):
     """(N, C, H, W), the mean over C by a 1x1 Convolution (LayerNorm2d);
     at batch 1 the statistic reshaped onto (H, W), at batch > 1 tiled over C."""
     conv = ('convolution_param { num_output: 1 kernel_size: 1 bias_term: false '
             'weight_filler { type: "constant" value: 0.25 } }')
-    text = _input(n, 4, 3, 5) + _layer("mean", "Convolution", ["x"], "m", conv)
+    text = _input(n, 4, h, w) + _layer("mean", "Convolution", ["x"], "m", conv)
+    hw = f"reshape_param {{ shape {{ dim: {h} dim: {w} }} }}"
     if n == 1:
-        text += (_layer("flat", "Reshape", ["m"], "mf", "reshape_param { shape { dim: 3 dim: 5 } }")
+        text += (_layer("flat", "Reshape", ["m"], "mf", hw)
                  + _power("neg", "mf", "nm", scale=-1.0)
                  + _layer("sub", "Bias", ["x", "nm"], "d", "bias_param { axis: 2 }"))
     else:
@@ -71,8 +72,7 @@ def _channels(n):
              + _layer("var", "Convolution", ["d2"], "v", conv.replace("mean", "var")))
     text += _rsqrt_tail("v", "r")
     if n == 1:
-        text += (_layer("rflat", "Reshape", ["r"], "rf",
-                        "reshape_param { shape { dim: 3 dim: 5 } }")
+        text += (_layer("rflat", "Reshape", ["r"], "rf", hw)
                  + _layer("div", "Scale", ["d", "rf"], "y", "scale_param { axis: 2 }"))
     else:
         text += (_layer("rtile", "Tile", ["r"], "rt", "tile_param { axis: 1 tiles: 4 }")
@@ -148,11 +148,13 @@ def test_token_layer_norm_with_affine_is_one_kernel(rng, work_groups):
     assert group.fwd is not None        # ran fused, not layer by layer
 
 
-@pytest.mark.parametrize("n", [1, 2])
-def test_channel_layer_norm_by_mean_convolutions(n, rng, work_groups):
-    fused, plain = _nets(_channels(n), rng)
+# positions S = 15, 16 and 12: one row a work-item on CPU drivers, or
+# blocks of 8 / 4 rows side by side (RB)
+@pytest.mark.parametrize("n,h,w", [(1, 3, 5), (2, 3, 5), (1, 4, 4), (2, 2, 6)])
+def test_channel_layer_norm_by_mean_convolutions(n, h, w, rng, work_groups):
+    fused, plain = _nets(_channels(n, h, w), rng)
     (group,) = _groups(fused)
-    x = rng.normal(-1, 3, (n, 4, 3, 5)).astype(np.float32)
+    x = rng.normal(-1, 3, (n, 4, h, w)).astype(np.float32)
     y = _compare(fused, plain, x)
     np.testing.assert_allclose(y, _layer_norm64(x, 1), rtol=1e-5, atol=1e-5)
     assert group.fwd is not None
