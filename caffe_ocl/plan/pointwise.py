@@ -44,7 +44,10 @@ MIN_STEPS = 3
 MAX_INPUTS = 8
 
 
-def _eltwise(layer):
+def plain_eltwise(layer):
+    """Whether ``layer`` is an Eltwise whose forward is its one launch (no
+    coefficient blobs, no subclass forward): what a generated kernel may
+    compute instead (here and plan/row_reduce.py)."""
     return layer.type == "Eltwise" and len(layer.blobs) == 0 and \
         type(layer).forward is Layer.forward and type(layer).forward_impl is Layer.forward_impl
 
@@ -61,7 +64,7 @@ def _step(g, li):
         return None
     if plain_elementwise(layer) and len(bottoms) == 1:
         return "unary"
-    if _eltwise(layer) and len(bottoms) >= 2:
+    if plain_eltwise(layer) and len(bottoms) >= 2:
         return "eltwise"
     return None
 

@@ -55,7 +55,7 @@ from ..layers.neuron_ext import plain_elementwise
 from ..ops import pointwise as pw_ops
 from ..proto import caffe_pb2
 from .patterns import PendingTops
-from .pointwise import _eltwise
+from .pointwise import plain_eltwise
 
 log = logging.getLogger("caffe_ocl")
 
@@ -220,7 +220,7 @@ class _Program:
             a, b, c = (float(v) for v in layer.op_params())
             self.ops.append((k, pw_ops.UNARY_OPS[layer.op]))
             expr = f"step{k}({names[0]}, {a!r}f, {b!r}f, {c!r}f)"
-        elif _eltwise(layer) and len(bottoms) >= 2 and len(kinds) == 1:
+        elif plain_eltwise(layer) and len(bottoms) >= 2 and len(kinds) == 1:
             if layer.op == layer.PROD:
                 expr = " * ".join(names)
             elif layer.op == layer.MAX:
