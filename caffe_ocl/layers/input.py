@@ -73,6 +73,14 @@ class DummyDataLayer(Layer):
     def reshape(self, bottom, top):
         pass
 
+    @property
+    def traceable(self):
+        """With constant fillers only (filled once, at setup) the forward
+        does nothing: a forward trace replays around it (plan/trace.py).
+        onnx2caffe's zero padding blobs were live steps breaking the
+        replayed segments of NFNet, CoaT, EfficientViT and LeViT."""
+        return not any(self.refill)
+
     def forward(self, bottom, top):
         for t, f, r in zip(top, self.fillers, self.refill):
             if r:

@@ -133,6 +133,42 @@ def test_a_parameter_written_from_python_ends_the_replay(rng):
     _same(traced, plain)
 
 
+# zero padding as onnx2caffe writes it (a constant DummyData joined to
+# the data), and a gaussian DummyData Caffe refills every forward
+PADDED = """
+input: "data" input_shape { dim: 2 dim: 3 dim: 5 }
+layer { name: "pad" type: "DummyData" top: "zeros"
+        dummy_data_param { shape { dim: 2 dim: 3 dim: 2 } } }
+layer { name: "noise" type: "DummyData" top: "noise"
+        dummy_data_param { shape { dim: 2 dim: 3 dim: 7 }
+                           data_filler { type: "gaussian" std: 1 } } }
+layer { name: "cat" type: "Concat" bottom: "data" bottom: "zeros" top: "cat"
+        concat_param { axis: 2 } }
+layer { name: "act" type: "TanH" bottom: "cat" top: "act" }
+layer { name: "sum" type: "Eltwise" bottom: "act" bottom: "noise" top: "y" }
+"""
+
+
+def test_constant_dummy_data_replays_and_random_dummy_data_refills(rng):
+    traced, plain = _pair(PADDED, rng)
+    seen = []
+    for _ in range(5):
+        x = rng.normal(0, 1, _input_shape(traced)).astype(np.float32)
+        _forward((traced, plain), x)
+        _same(traced, plain, ["cat", "act"])
+        np.testing.assert_array_equal(traced.blobs["cat"].data[:, :, 5:], 0.0)
+        noise = traced.blobs["noise"].data.copy()
+        np.testing.assert_allclose(traced.blobs["y"].data, traced.blobs["act"].data + noise,
+                                   rtol=1e-6, atol=1e-6)
+        seen.append(noise)
+    assert traced._tracer.replays >= 2
+    assert not np.array_equal(seen[-1], seen[-2])       # refilled every pass
+    active = traced._tracer.active[(0, len(traced.layers) - 1)]
+    live = [traced.graph.layer_names[e.li] for e in active.entries
+            if isinstance(e, trace._Live)]
+    assert live == ["noise"]
+
+
 def test_reshape_and_ranges_after_replays(rng):
     traced, plain = _pair(INCEPTION, rng)
     nets = (traced, plain)
