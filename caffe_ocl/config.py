@@ -176,6 +176,10 @@ _DECLARED = (
             "at TEST, Power layers that only scale and Permutes swapping the last two "
             "axes right before a MatMul (attention's q * scale, K^T) are read by its GEMM "
             "as a factor and a transpose (plan/matmul_operands.py; with CAFFE_OCL_FOLD)"),
+    Setting("FUSE_SLICE_CONCAT", "bool", True,
+            "at TEST, a Concat of Slices of one blob along the same axis (a roll: Swin's "
+            "shifted windows) runs as one gather (plan/slice_concat.py; with "
+            "CAFFE_OCL_FOLD)"),
     Setting("FUSE_ROW_REDUCE", "bool", True,
             "at TEST, per-row reductions (Reduction, a 1x1 mean Convolution) and the "
             "element-wise, Scale/Bias, Tile and view layers around them (a LayerNorm in "

@@ -375,3 +375,30 @@ __kernel void multi_copy(int rows, __global float* y, int offy, int ldy, int gat
         else *a = *b;
     }
 }
+
+/* A Concat of Slices of one blob along the same axis (a roll: Swin's
+ * shifted windows), as one gather along that axis: y[o][c][k] =
+ * x[o][idx[c]][k], rows of `inner` floats (plan/slice_concat.py). GPUs
+ * (GATHER_2D): a float per work-item over (k, row); CPU drivers: a row
+ * per work-item. */
+#ifdef GATHER_2D
+__kernel void gather_axis_rows(int rows, int inner, int cout, int cin,
+                               __global const int* idx, __global const float* x,
+                               __global float* y) {
+    const int k = get_global_id(0), r = get_global_id(1);
+    if (k >= inner || r >= rows) return;
+    const int o = r / cout, c = r - o * cout;
+    y[(size_t)r * inner + k] = x[((size_t)o * cin + idx[c]) * inner + k];
+}
+#else
+__kernel void gather_axis_rows(int rows, int inner, int cout, int cin,
+                               __global const int* idx, __global const float* x,
+                               __global float* y) {
+    GLOBAL_LOOP(r, rows) {
+        const int o = r / cout, c = r - o * cout;
+        __global const float* s = x + ((size_t)o * cin + idx[c]) * inner;
+        __global float* d = y + (size_t)r * inner;
+        for (int k = 0; k < inner; ++k) d[k] = s[k];
+    }
+}
+#endif

@@ -147,6 +147,7 @@ class SliceLayer(Layer):
                                  f"slice axis {ax} of size {L}", ShapeError)
             sizes = [L // len(top)] * len(top)
         outer, inner = b.count_range(0, ax), b.count_range(ax + 1)
+        self.axis, self.sizes = ax, sizes       # (plan/slice_concat.py reads them)
         self.fwd, self.layout = [], None
         cols, off = [], 0
         for t, s in zip(top, sizes):

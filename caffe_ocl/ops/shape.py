@@ -40,6 +40,24 @@ def multi_copy(dev, rows, y, offy, ldy, pieces, gather):
     return out
 
 
+def gather_axis_rows(dev, outer, cout, cin, inner, idx, x, y, per_float=None):
+    """y[o][c][k] = x[o][idx[c]][k] for an int buffer ``idx`` of ``cout``
+    indices below ``cin``, rows of ``inner`` floats (kernels/shape.cl): a
+    float per work-item on GPUs, a row per work-item elsewhere
+    (``per_float`` forces either: tests)."""
+    rows = outer * cout
+    if dev.is_gpu if per_float is None else per_float:
+        lx = 1
+        while lx < inner and lx < 256:
+            lx *= 2
+        ly = 256 // lx
+        g = (-(-inner // lx) * lx, -(-rows // ly) * ly)
+        return dev.launch(SRC, "gather_axis_rows", g, (lx, ly),
+                          [rows, inner, cout, cin, idx, x, y], {"GATHER_2D": 1})
+    g, l = cpu_units_work_size(dev, rows, rows * inner)
+    return dev.launch(SRC, "gather_axis_rows", g, l, [rows, inner, cout, cin, idx, x, y])
+
+
 def mul(dev, n, a, b, y):
     """y = a * b (y may alias a or b)."""
     return _launch(dev, n, "eltwise_mul", [n, a, b, y])

@@ -62,7 +62,7 @@ from .. import config
 from ..errors import NetError
 from ..proto import caffe_pb2
 from . import (affine, axpy, concat, dw_pointwise, eltwise, elide, matmul_operands, permute,
-               pointwise, residual, row_reduce, se, se_squeeze, siblings, swish)
+               pointwise, residual, row_reduce, se, se_squeeze, siblings, slice_concat, swish)
 from .chain import find_chains
 
 log = logging.getLogger("caffe_ocl")
@@ -101,7 +101,9 @@ def find_groups(net):
     tops), and a depthwise convolution with the 1x1 convolution reading
     it (dw_pointwise.py: the 1x1 kernel computes the depthwise output),
     and the scalings and last-axes transposes of a MatMul's operands read
-    by its GEMM (matmul_operands.py: attention's q * scale and K^T), and
+    by its GEMM (matmul_operands.py: attention's q * scale and K^T), a
+    Concat of Slices of one blob along its axis as one gather
+    (slice_concat.py: a roll), and
     per-row reductions with the element-wise layers around them
     (row_reduce.py: a LayerNorm in Caffe layers), and the runs of
     element-wise layers left, each as one generated kernel (pointwise.py:
@@ -128,6 +130,8 @@ def find_groups(net):
     chains += se.find(net, taken)
     taken = {li for c in chains for li in c.layers}
     chains += permute.concat_gathers(net, taken)
+    taken = {li for c in chains for li in c.layers}
+    chains += slice_concat.find(net, taken)
     taken = {li for c in chains for li in c.layers}
     chains += concat.find(net, chains, taken)
     taken = {li for c in chains for li in c.layers}
