@@ -48,6 +48,18 @@ def vec_work_size(dev, n_vec, vec):
     return work_size(dev, n_vec, cap_per_cu=VEC_CAP_PER_CU if vec == 4 else 2048)
 
 
+def rows_2d(run, nrows, threads=256):
+    """(global, local) of a 2-D launch over (a position in a row of
+    ``run`` floats, the row) on GPUs: as many threads along the row as a
+    power of two covers (up to ``threads``), the rest of the work-group
+    across rows (ops/ssd.permute_runs, ops/shape.gather_axis_rows)."""
+    lx = 1
+    while lx < run and lx < threads:
+        lx *= 2
+    ly = threads // lx
+    return (-(-run // lx) * lx, -(-nrows // ly) * ly), (lx, ly)
+
+
 def work_size(dev, n, cap_per_cu=2048):
     """(global, local) sizes for a 1-D GLOBAL_LOOP kernel over n items.
 

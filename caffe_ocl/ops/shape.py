@@ -1,7 +1,7 @@
 """Shape/data-movement primitives (kernels/shape.cl): Concat/Slice pieces
 (``multi_copy``), Eltwise PROD/MAX, Tile, Crop, ArgMax, row gathers, Embed."""
 from ..errors import DeviceError
-from . import cpu_units_work_size, work_size
+from . import cpu_units_work_size, rows_2d, work_size
 
 SRC = "shape.cl"
 
@@ -47,12 +47,8 @@ def gather_axis_rows(dev, outer, cout, cin, inner, idx, x, y, per_float=None):
     (``per_float`` forces either: tests)."""
     rows = outer * cout
     if dev.is_gpu if per_float is None else per_float:
-        lx = 1
-        while lx < inner and lx < 256:
-            lx *= 2
-        ly = 256 // lx
-        g = (-(-inner // lx) * lx, -(-rows // ly) * ly)
-        return dev.launch(SRC, "gather_axis_rows", g, (lx, ly),
+        g, l = rows_2d(inner, rows)
+        return dev.launch(SRC, "gather_axis_rows", g, l,
                           [rows, inner, cout, cin, idx, x, y], {"GATHER_2D": 1})
     g, l = cpu_units_work_size(dev, rows, rows * inner)
     return dev.launch(SRC, "gather_axis_rows", g, l, [rows, inner, cout, cin, idx, x, y])

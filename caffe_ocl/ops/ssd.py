@@ -2,7 +2,7 @@
 DetectionOutput's decoding, NMS, keep_top_k and output rows."""
 import math
 
-from . import cpu_units_work_size, work_size
+from . import cpu_units_work_size, rows_2d, work_size
 
 SRC = "ssd.cl"
 
@@ -117,12 +117,8 @@ def permute_runs(dev, plan, count, geom, src, dst, forward=True):
     ndim axes)."""
     run, stride, nd = plan
     nrows = count // run
-    lx = 1
-    while lx < run and lx < 256:
-        lx *= 2
-    ly = 256 // lx
-    g = (-(-run // lx) * lx, -(-nrows // ly) * ly)
-    return dev.launch(SRC, "permute_runs", g, (lx, ly),
+    g, l = rows_2d(run, nrows)
+    return dev.launch(SRC, "permute_runs", g, l,
                       [nrows, nd, run, stride, geom, src, dst, int(bool(forward))])
 
 

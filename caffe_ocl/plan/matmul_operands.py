@@ -26,7 +26,7 @@ operands (float32 rounding). ``CAFFE_OCL_FOLD=0`` or
 """
 from .. import config
 from ..ops import gemm as gemm_ops
-from .patterns import PendingTops
+from .patterns import PendingTops, readers_of
 
 
 def _scale(layer):
@@ -81,8 +81,7 @@ class MatMulOperands(PendingTops):
 
     def run(self):
         g, net = self.net.graph, self.net
-        for li in self.layers[1:]:      # the net's loop reshaped the first
-            net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
+        self._reshape_members()
         blobs = list(self.sources) + [g.tops[self.last][0]]
         key = tuple((tuple(b.shape), b.data_buffer()) for b in blobs)
         if key != self._key:
@@ -129,10 +128,7 @@ def find(net, taken=()):
         return []
     g = net.graph
     outputs = set(g.outputs)
-    readers = {}
-    for lj, bottoms in enumerate(g.bottoms):
-        for b in bottoms:
-            readers.setdefault(id(b), []).append(lj)
+    readers = readers_of(g)
     out = []
     for mm, t in enumerate(g.layer_types):
         if t != "MatMul" or mm in taken or len(g.bottoms[mm]) != 2:

@@ -36,7 +36,7 @@ from ..layers.base import Layer
 from ..layers.neuron_ext import plain_elementwise
 from ..ops import pointwise as pw_ops
 from ..ops import work_size
-from .patterns import PendingTops
+from .patterns import PendingTops, readers_of
 
 log = logging.getLogger("caffe_ocl")
 
@@ -50,6 +50,20 @@ def plain_eltwise(layer):
     compute instead (here and plan/row_reduce.py)."""
     return layer.type == "Eltwise" and len(layer.blobs) == 0 and \
         type(layer).forward is Layer.forward and type(layer).forward_impl is Layer.forward_impl
+
+
+def eltwise_expr(layer, args):
+    """OpenCL expression of an Eltwise ``layer`` (plain_eltwise) over the
+    expressions ``args`` of its bottoms: PROD, MAX, or SUM with its
+    coefficients (here and plan/row_reduce.py)."""
+    if layer.op == layer.PROD:
+        return " * ".join(args)
+    if layer.op == layer.MAX:
+        expr = args[0]
+        for x in args[1:]:
+            expr = f"fmax({expr}, {x})"
+        return expr
+    return " + ".join(f"{float(cf)!r}f * {x}" for cf, x in zip(layer.coeffs, args))
 
 
 def _step(g, li):
@@ -141,14 +155,8 @@ class PointwiseChain(PendingTops):
                 a, b, c = (float(v) for v in layer.op_params())
                 ops.append((k, pw_ops.UNARY_OPS[layer.op]))
                 expr = f"step{k}({args[0]}, {a!r}f, {b!r}f, {c!r}f)"
-            elif layer.op == layer.PROD:
-                expr = " * ".join(args)
-            elif layer.op == layer.MAX:
-                expr = args[0]
-                for x in args[1:]:
-                    expr = f"fmax({expr}, {x})"
             else:
-                expr = " + ".join(f"{float(cf)!r}f * {x}" for cf, x in zip(layer.coeffs, args))
+                expr = eltwise_expr(layer, args)
             lines.append(f"        const float {out} = {expr};")
             value[id(g.tops[lj][0])] = out
         head = ['#include "common.h"', '#include "act.h"']
@@ -184,9 +192,8 @@ class PointwiseChain(PendingTops):
         return " -> ".join(names[i] for i in self.layers) + " (one element-wise kernel)"
 
     def run(self):
-        g, net = self.net.graph, self.net
-        for li in self.layers[1:]:      # the net's loop reshaped the first
-            net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
+        net = self.net
+        self._reshape_members()
         for b in self.inputs:
             b.data_mem.to_device()
         n = self.y.count
@@ -205,9 +212,7 @@ class PointwiseChain(PendingTops):
                                        [n, *bufs, self.y.data_buffer()])]
             self._key = key
         if self.fwd is None:
-            self._unmark_pending()      # computed right here, not left for a read
-            for li in self.layers:
-                net.layers[li].forward(g.bottoms[li], g.tops[li])
+            self._run_own_forwards()
             return
         q = net.layers[self.first].device.queue
         for launch in self.fwd:
@@ -222,10 +227,7 @@ def find(net, taken=()):
         return []
     g = net.graph
     outputs = set(g.outputs)
-    readers = {}                # one scan of the graph (NFNet-F0: 1372 layers)
-    for lj, bottoms in enumerate(g.bottoms):
-        for b in bottoms:
-            readers.setdefault(id(b), []).append(lj)
+    readers = readers_of(g)
     out, li = [], 0
     while li < len(g.layers):
         lis = _chain_at(g, li, taken, outputs, readers)

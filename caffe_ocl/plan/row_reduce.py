@@ -54,8 +54,8 @@ from ..errors import DeviceError
 from ..layers.neuron_ext import plain_elementwise
 from ..ops import pointwise as pw_ops
 from ..proto import caffe_pb2
-from .patterns import PendingTops
-from .pointwise import plain_eltwise
+from .patterns import PendingTops, readers_of
+from .pointwise import eltwise_expr, plain_eltwise
 
 log = logging.getLogger("caffe_ocl")
 
@@ -221,14 +221,7 @@ class _Program:
             self.ops.append((k, pw_ops.UNARY_OPS[layer.op]))
             expr = f"step{k}({names[0]}, {a!r}f, {b!r}f, {c!r}f)"
         elif plain_eltwise(layer) and len(bottoms) >= 2 and len(kinds) == 1:
-            if layer.op == layer.PROD:
-                expr = " * ".join(names)
-            elif layer.op == layer.MAX:
-                expr = names[0]
-                for x in names[1:]:
-                    expr = f"fmax({expr}, {x})"
-            else:
-                expr = " + ".join(f"{float(cf)!r}f * {x}" for cf, x in zip(layer.coeffs, names))
+            expr = eltwise_expr(layer, names)
         elif t in ("Scale", "Bias") and args[0][0] == "full":
             expr, loads = self._affine(layer, t, bottoms, args, names)
             deps += loads
@@ -446,8 +439,7 @@ class RowReduceGroup(PendingTops):
 
     def run(self):
         g, net = self.net.graph, self.net
-        for li in self.layers[1:]:      # the net's loop reshaped the first
-            net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
+        self._reshape_members()
         blobs = [b for li in self.layers for b in list(g.bottoms[li]) + list(g.tops[li])]
         params = [p for li in self.layers for p in net.layers[li].blobs]
         # the 1x1 mean's weight is a scalar of the launch: its version too
@@ -460,9 +452,7 @@ class RowReduceGroup(PendingTops):
             self.fwd = None if blobs[-1].count == 0 else self._launch(dev)
             self._key = key
         if self.fwd is None:
-            self._unmark_pending()      # computed right here, not left for a read
-            for li in self.layers:
-                net.layers[li].forward(g.bottoms[li], g.tops[li])
+            self._run_own_forwards()
             return
         prog = self.program
         for b in prog.inputs:
@@ -520,10 +510,7 @@ def find(net, taken=()):
         return []
     g = net.graph
     outputs = set(g.outputs)
-    readers = {}
-    for lj, bottoms in enumerate(g.bottoms):
-        for b in bottoms:
-            readers.setdefault(id(b), []).append(lj)
+    readers = readers_of(g)
     candidates = {"Reduction", "Convolution", "Reshape", "Flatten", "Split"}
     out, li = [], 0
     while li < len(g.layers):

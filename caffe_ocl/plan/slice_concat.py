@@ -23,7 +23,7 @@ from .. import config
 from ..layers.ssd import int_buffer
 from ..ops import shape as shape_ops
 from .concat import split_roots
-from .patterns import PendingTops, concat_axis
+from .patterns import PendingTops, concat_axis, readers_of
 
 
 class SliceConcat(PendingTops):
@@ -71,9 +71,8 @@ class SliceConcat(PendingTops):
         return ax, idx
 
     def run(self):
-        g, net = self.net.graph, self.net
-        for li in self.layers[1:]:      # the net's loop reshaped the first
-            net.layers[li].reshape_if_needed(g.bottoms[li], g.tops[li])
+        net = self.net
+        self._reshape_members()
         key = (tuple(self.x.shape), tuple(self.y.shape), self.x.data_buffer(),
                self.y.data_buffer())
         if key != self._key:
@@ -89,9 +88,7 @@ class SliceConcat(PendingTops):
                     self.y.data_buffer())
             self._key = key
         if self.fwd is None:
-            self._unmark_pending()      # computed right here, not left for a read
-            for li in self.layers:
-                net.layers[li].forward(g.bottoms[li], g.tops[li])
+            self._run_own_forwards()
             return
         self.x.data_mem.to_device()
         self.fwd.run(net.layers[self.last].device.queue)
@@ -105,10 +102,7 @@ def find(net, taken=()):
         return []
     g = net.graph
     outputs = set(g.outputs)
-    readers, maker = {}, {}
-    for lj, bottoms in enumerate(g.bottoms):
-        for b in bottoms:
-            readers.setdefault(id(b), []).append(lj)
+    readers, maker = readers_of(g), {}
     for lj, tops in enumerate(g.tops):
         for t in tops:
             maker[id(t)] = lj

@@ -54,3 +54,25 @@ def assert_same_backward(fused, plain, top="out"):
     for name, blobs in plain.params.items():
         for a, b in zip(fused.params[name], blobs):
             np.testing.assert_allclose(a.diff, b.diff, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def nets_with_and_without(text, setting):
+    """(net with the rewrite ``setting`` on, the same net with it off), TEST
+    phase, from prototxt ``text`` (test_row_reduce, test_matmul_operands,
+    test_slice_concat)."""
+    from caffe_ocl import config
+    from caffe_ocl.net import Net, TEST
+    from caffe_ocl.proto import parse_net_text
+    with config.override(**{setting: True}):
+        on = Net(parse_net_text(text), TEST)
+    with config.override(**{setting: False}):
+        off = Net(parse_net_text(text), TEST)
+    return on, off
+
+
+def layer_text(name, type_, bottoms, tops, param=""):
+    """One prototxt layer; ``tops`` a name or a list of names."""
+    tops = [tops] if isinstance(tops, str) else tops
+    bs = " ".join(f'bottom: "{b}"' for b in bottoms)
+    ts = " ".join(f'top: "{t}"' for t in tops)
+    return f'layer {{ name: "{name}" type: "{type_}" {bs} {ts} {param} }}\n'

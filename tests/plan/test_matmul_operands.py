@@ -11,11 +11,10 @@ from caffe_ocl import config
 from caffe_ocl.net import Net, TEST
 from caffe_ocl.plan import matmul_operands
 from caffe_ocl.proto import parse_net_text
+from plan_pairs import layer_text, nets_with_and_without
 
 
-def _layer(name, type_, bottoms, top, param=""):
-    bs = " ".join(f'bottom: "{b}"' for b in bottoms)
-    return f'layer {{ name: "{name}" type: "{type_}" {bs} top: "{top}" {param} }}\n'
+_layer = layer_text
 
 
 def _inputs(a, b):
@@ -48,11 +47,7 @@ BOTH = _inputs((2, 4, 5), (2, 6, 4)) + (
 
 
 def _nets(text):
-    with config.override(FUSE_MATMUL_OPERANDS=True):
-        fused = Net(parse_net_text(text), TEST)
-    with config.override(FUSE_MATMUL_OPERANDS=False):
-        plain = Net(parse_net_text(text), TEST)
-    return fused, plain
+    return nets_with_and_without(text, "FUSE_MATMUL_OPERANDS")
 
 
 def _groups(net):

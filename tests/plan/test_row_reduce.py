@@ -14,13 +14,12 @@ from caffe_ocl import config
 from caffe_ocl.net import Net, TEST
 from caffe_ocl.plan import row_reduce
 from caffe_ocl.proto import parse_net_text
+from plan_pairs import layer_text, nets_with_and_without
 
 EPS = 1e-5
 
 
-def _layer(name, type_, bottoms, top, param=""):
-    bs = " ".join(f'bottom: "{b}"' for b in bottoms)
-    return f'layer {{ name: "{name}" type: "{type_}" {bs} top: "{top}" {param} }}\n'
+_layer = layer_text
 
 
 def _input(*dims):
@@ -91,10 +90,7 @@ RMS = _input(3, 8) + (
 
 
 def _nets(text, rng, mean_weights=True):
-    with config.override(FUSE_ROW_REDUCE=True):
-        fused = Net(parse_net_text(text), TEST)
-    with config.override(FUSE_ROW_REDUCE=False):
-        plain = Net(parse_net_text(text), TEST)
+    fused, plain = nets_with_and_without(text, "FUSE_ROW_REDUCE")
     for name, blobs in fused.params.items():
         for f, p in zip(blobs, plain.params[name]):
             v = rng.normal(0, 0.5, f.shape)

@@ -7,17 +7,12 @@ group must not form, reshapes, and the GPUs' kernel on the test device."""
 import numpy as np
 import pytest
 
-from caffe_ocl import config
-from caffe_ocl.net import Net, TEST
 from caffe_ocl.ops import shape as shape_ops
 from caffe_ocl.plan import slice_concat
-from caffe_ocl.proto import parse_net_text
+from plan_pairs import layer_text, nets_with_and_without
 
 
-def _layer(name, type_, bottoms, tops, param=""):
-    bs = " ".join(f'bottom: "{b}"' for b in bottoms)
-    ts = " ".join(f'top: "{t}"' for t in tops)
-    return f'layer {{ name: "{name}" type: "{type_}" {bs} {ts} {param} }}\n'
+_layer = layer_text
 
 
 def _roll(shift, axis, size):
@@ -44,11 +39,7 @@ REORDER = HEAD + (
 
 
 def _nets(text):
-    with config.override(FUSE_SLICE_CONCAT=True):
-        fused = Net(parse_net_text(text), TEST)
-    with config.override(FUSE_SLICE_CONCAT=False):
-        plain = Net(parse_net_text(text), TEST)
-    return fused, plain
+    return nets_with_and_without(text, "FUSE_SLICE_CONCAT")
 
 
 def _groups(net):
