@@ -13,6 +13,10 @@ linear layer next to them, so that they cost no layer of their own.
   exact at every input pixel; also with a Transpose between them (timm's
   LayerNorm2d: the affine on a channels-last view, the Transpose back,
   the convolution), the affine's axis followed through it.
+- ``BatchNormalization(MatMul(x, W) [+ b])``, the BatchNorm over the
+  product's output features (also through a Reshape / Flatten to (rows,
+  features): LeViT's Linear + BatchNorm1d): the weights and bias scaled
+  and shifted by the BatchNorm's constants.
 
 Each step folded must be read by the next one only and be no graph output:
 the tensors in between disappear from the converted net. The results
@@ -27,7 +31,7 @@ def fuse_affine_into_linear(nodes, consts, shapes, outputs):
     nodes = [_copy(n) for n in nodes]
     # tensor names of the graph: new constants avoid them
     taken = set(shapes) | {o for n in nodes for o in n.output}
-    for rule in (_matmul_bias, _affine_before_linear):
+    for rule in (_matmul_bias, _affine_before_linear, _batchnorm_after_matmul):
         while True:
             readers = _readers(nodes)
             done = rule(nodes, consts, shapes, outputs, readers, taken)
@@ -165,6 +169,59 @@ def _affine_before_linear(nodes, consts, shapes, outputs, readers, taken):
         (through or lin).input[0] = x
         for s, _ in steps:
             nodes[nodes.index(s)] = None
+        return True
+    return False
+
+
+def _batchnorm_after_matmul(nodes, consts, shapes, outputs, readers, taken):
+    """An inference BatchNormalization over the output features of a
+    MatMul with constant weights, directly or through a Reshape / Flatten
+    to (rows, features) (LeViT's Linear + BatchNorm1d on ``flatten(0, 1)``):
+    the weights become ``W * s`` and the bias ``(b - mean) * s + beta``,
+    ``s = gamma / sqrt(var + eps)``."""
+    for i, bn in enumerate(nodes):
+        if bn is None or bn.op_type != "BatchNormalization" or len(bn.input) != 5 \
+                or len(bn.output) != 1 or any(a.name == "training_mode" and a.i
+                                              for a in bn.attribute):
+            continue
+        if any(name not in consts for name in bn.input[1:]):
+            continue
+        x_shape = shapes.get(bn.input[0])
+        if x_shape is None or len(x_shape) != 2:
+            continue
+        src = [j for j, n in enumerate(nodes) if n is not None and bn.input[0] in n.output]
+        if len(src) != 1 or _only_reader(bn.input[0], readers, outputs) is None:
+            continue
+        view = None
+        mm = nodes[src[0]]
+        if mm.op_type in ("Reshape", "Flatten"):
+            view = mm
+            src = [j for j, n in enumerate(nodes) if n is not None and view.input[0] in n.output]
+            if len(src) != 1 or _only_reader(view.input[0], readers, outputs) is None:
+                continue
+            mm = nodes[src[0]]
+        if mm.op_type != "MatMul" or mm.input[1] not in consts:
+            continue
+        W = consts[mm.input[1]]
+        mm_shape = shapes.get(mm.output[0])
+        if W.ndim != 2 or mm_shape is None or mm_shape[-1] != W.shape[1] \
+                or x_shape[1] != W.shape[1]:
+            continue
+        eps = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
+        gamma, beta, mean, var = (consts[n].astype(np.float64).reshape(-1) for n in bn.input[1:])
+        if any(v.size != W.shape[1] for v in (gamma, beta, mean, var)):
+            continue
+        s_ = gamma / np.sqrt(var + np.float64(np.float32(eps)))
+        old = (consts[mm.input[2]].astype(np.float64).reshape(-1)
+               if len(mm.input) > 2 and mm.input[2] else np.zeros(W.shape[1]))
+        weight = W.astype(np.float64) * s_[None, :]
+        bias = (old - mean) * s_ + beta
+        mm.input[1] = _new_const(consts, taken, mm.input[1] + "_bn", weight)
+        while len(mm.input) < 3:
+            mm.input.append("")
+        mm.input[2] = _new_const(consts, taken, mm.output[0] + "_bn_bias", bias)
+        (view or mm).output[0] = bn.output[0]
+        nodes[i] = None
         return True
     return False
 

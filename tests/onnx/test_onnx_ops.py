@@ -182,6 +182,31 @@ def test_matmul_constant_weight_3d():
     assert net.layer[-1].inner_product_param.bias_term
 
 
+@pytest.mark.parametrize("flatten,bias", [(True, True), (False, True), (True, False)])
+def test_batchnorm_after_matmul_folds_into_its_weights(flatten, bias):
+    """LeViT's Linear + BatchNorm1d on flatten(0, 1) (and the plain 2-D
+    form): the BatchNorm goes into the product's weights and bias
+    (onnx/_fuse.py), no BatchNorm layer is left, the values match ONNX
+    Runtime's."""
+    c = 6
+    inits = {"w": rand(4, c), "g": rand(c), "be": rand(c), "mu": rand(c),
+             "var": np.abs(rand(c)) + 0.5}
+    nodes = [node("MatMul", ["x", "w"], ["m"])]
+    if bias:
+        inits["b"] = rand(c)
+        nodes.append(node("Add", ["m", "b"], ["mb"]))
+    last = nodes[-1].output[0]
+    shape = (2, 3, 4) if flatten else (5, 4)
+    if flatten:
+        inits["rows"] = np.array([6, c], np.int64)
+        nodes.append(node("Reshape", [last, "rows"], ["flat"]))
+        last = "flat"
+    nodes.append(node("BatchNormalization", [last, "g", "be", "mu", "var"], ["y"],
+                      epsilon=1e-3))
+    net = check_onnx(make_model(nodes, {"x": shape}, ["y"], inits))
+    assert "BatchNorm" not in types(net) and "Scale" not in types(net)
+
+
 def test_batchnorm_to_batchnorm_scale():
     c = 3
     inits = {"g": rand(c), "be": rand(c), "mu": rand(c), "var": np.abs(rand(c)) + 0.5}
