@@ -81,7 +81,7 @@ def forward(dev, outer, c, inner, x, y, groups=None, wide=None, rows=None):
     or forbid (False) the work-group kernels; ``wide``: force or forbid the
     split of C over work-groups (before ``groups``); ``rows``: force or
     forbid softmax_fwd_rows (inner == 1; by default on GPUs where the rows
-    are too many for ``groups``). CPU drivers:
+    are too many for ``groups`` or no longer than a work-group). CPU drivers:
     softmax_fwd_cpu (runs of 8 positions as vectors)."""
     if use_wide(dev, outer, c, inner) if wide is None else wide:
         return _wide_forward(dev, outer, c, inner, x, y)
