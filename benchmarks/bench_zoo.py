@@ -321,11 +321,16 @@ def host_cost(net, runs):
 def whole_forward_trace(net):
     """The recorded trace (plan/trace.py) that replays ``net``'s whole
     forward with no live step between its segments, or None."""
-    tracer = getattr(net, "_tracer", None)
-    trace = tracer.active.get((0, len(net.layers) - 1)) if tracer else None
+    trace = _active_trace(net)
     if trace is not None and all(hasattr(e, "launches") for e in trace.entries):
         return trace
     return None
+
+
+def _active_trace(net):
+    """The recorded trace replaying ``net``'s whole forward, or None."""
+    tracer = getattr(net, "_tracer", None)
+    return tracer.active.get((0, len(net.layers) - 1)) if tracer else None
 
 
 def trace_state(net):
@@ -333,8 +338,7 @@ def trace_state(net):
     step), "N live" (a trace with N steps run live between its segments),
     or "not replayed" (recorded again every pass: something the trace
     depends on moves each forward, and the host walks every layer)."""
-    tracer = getattr(net, "_tracer", None)
-    trace = tracer.active.get((0, len(net.layers) - 1)) if tracer else None
+    trace = _active_trace(net)
     if trace is None:
         return "not replayed"
     live = sum(1 for e in trace.entries if not hasattr(e, "launches"))
