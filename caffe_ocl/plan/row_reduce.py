@@ -103,9 +103,11 @@ def _operand_index(dims, n, geom):
 
 
 class _Program:
-    """The kernel of layers ``lis`` at the current shapes (raises _NoGroup)."""
+    """The kernel of layers ``lis`` at the current shapes (raises _NoGroup
+    where a layer cannot join, or, unless ``partial``, where the layers do
+    not end in a full tensor after a reducer)."""
 
-    def __init__(self, net, lis, wg, rb=1):
+    def __init__(self, net, lis, wg, rb=1, partial=False):
         self.net, self.g = net, net.graph
         self.inputs = []          # buffers' blobs, read in[k][index]
         self.input_index = []
@@ -120,12 +122,22 @@ class _Program:
         self.lis = list(lis)
         for k, li in enumerate(self.lis):
             self._layer(k, li)
-        y = self.g.tops[self.lis[-1]][0]
-        kind, name = self._val(y)
-        if kind != "full" or not self.reducers:
+        if partial:
+            return
+        if not self.complete():
             raise _NoGroup
-        self.y = y
+        self.y = self.g.tops[self.lis[-1]][0]
+        name = self._val(self.y)[1]
         self.body += self._loop([name], f"        y[i] = {name};")
+
+    def complete(self):
+        """Whether the layers end in a full tensor after a reducer (a group
+        may end here; else only a per-row value or views so far)."""
+        try:
+            kind = self._val(self.g.tops[self.lis[-1]][0])[0]
+        except _NoGroup:
+            return False
+        return kind == "full" and self.reducers > 0
 
     # ---- values --------------------------------------------------------------
     def _val(self, blob):
@@ -472,36 +484,19 @@ def _group_at(net, li, taken, outputs, readers):
             break
         lis.append(lj)
         try:
-            prog = _Program(net, lis, wg=False)
+            prog = _Program(net, lis, wg=False, partial=True)
         except _NoGroup:
-            # a layer that cannot join ends the walk, unless it is a view or
-            # the group has no reducer yet (its program is not complete)
-            if _joins(net, lis):
-                continue
-            break
+            break               # a layer that cannot join ends the walk
+        if not prog.complete():
+            continue            # views, or a per-row value on its way
         inside = set(lis)
         made = [t for lk in lis[:-1] for t in g.tops[lk]]
         closed = all(t.name not in outputs and all(c in inside for c in readers.get(id(t), ()))
                      for t in made)
         launches = sum(1 for lk in lis if g.layer_types[lk] not in VIEWS)
-        if closed and launches >= MIN_LAUNCHES and prog.reducers:
+        if closed and launches >= MIN_LAUNCHES:
             best = list(lis)
     return best
-
-
-def _joins(net, lis):
-    """Whether layers ``lis`` may still become a group: only their last top
-    is not a full tensor yet (a per-row value on its way)."""
-    try:
-        prog = _Program.__new__(_Program)
-        prog.__dict__.update(net=net, g=net.graph, inputs=[], input_index=[], conv_weights=[],
-                             full={}, value={}, body=[], ops=[], geom=None, reducers=0,
-                             wg=False, rb=1, lis=list(lis))
-        for k, lj in enumerate(lis):
-            prog._layer(k, lj)
-        return True
-    except _NoGroup:
-        return False
 
 
 def find(net, taken=()):
