@@ -66,6 +66,22 @@ def eltwise_expr(layer, args):
     return " + ".join(f"{float(cf)!r}f * {x}" for cf, x in zip(layer.coeffs, args))
 
 
+def build_generated(dev, source, what, defines=None):
+    """Kernel ``source`` written at run time (``Device.generated_source``)
+    built on ``dev`` now: its name, or None where the driver refuses it --
+    logged, and the group ``what`` then runs its layers one by one: a
+    fusion must not cost a net that runs without it (here and
+    plan/row_reduce.py)."""
+    name = dev.generated_source(source)
+    try:
+        dev.program(name, defines) if defines else dev.program(name)
+        return name
+    except DeviceError as e:
+        log.warning("%s: the generated kernel did not build on %s; its layers run one "
+                    "by one (%s)", what, dev.name, str(e).splitlines()[0])
+        return None
+
+
 def _step(g, li):
     """'unary', 'eltwise', 'split' or None for layer ``li``."""
     layer = g.layers[li]
@@ -173,19 +189,12 @@ class PointwiseChain(PendingTops):
 
     def _built(self, dev):
         """The generated program's name on ``dev``, built now; None where a
-        driver refuses it: the layers then run one by one (logged once), a
-        fusion must not cost a net that runs without it."""
+        driver refused it (``build_generated``)."""
         if self._failed:
             return None
-        name = dev.generated_source(self.source)
-        try:
-            dev.program(name)
-            return name
-        except DeviceError as e:
-            self._failed = True
-            log.warning("%s: the generated kernel did not build on %s; its layers run one "
-                        "by one (%s)", self.describe(), dev.name, str(e).splitlines()[0])
-            return None
+        name = build_generated(dev, self.source, self.describe())
+        self._failed = name is None
+        return name
 
     def describe(self):
         names = self.net.graph.layer_names

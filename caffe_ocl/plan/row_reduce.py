@@ -47,17 +47,12 @@ forwards (plan/patterns.PendingTops). Values: the layers' arithmetic
 summed in another order (float32 rounding; tests/plan/test_row_reduce.py).
 ``CAFFE_OCL_FOLD=0`` or ``CAFFE_OCL_FUSE_ROW_REDUCE=0`` turn it off.
 """
-import logging
-
 from .. import config
-from ..errors import DeviceError
 from ..layers.neuron_ext import plain_elementwise
 from ..ops import pointwise as pw_ops
 from ..proto import caffe_pb2
 from .patterns import PendingTops, readers_of
-from .pointwise import eltwise_expr, plain_eltwise
-
-log = logging.getLogger("caffe_ocl")
+from .pointwise import build_generated, eltwise_expr, plain_eltwise
 
 MIN_LAUNCHES = 4
 VIEWS = ("Reshape", "Flatten", "Split")
@@ -426,13 +421,9 @@ class RowReduceGroup(PendingTops):
         else:           # rows side by side: 32 of them, 8 lanes down C
             sx, lc = 32, 8
         defines = {"RR_SX": sx, "RR_LC": lc} if wg else {}
-        name = dev.generated_source(src)
-        try:
-            dev.program(name, defines) if defines else dev.program(name)
-        except DeviceError as e:
+        name = build_generated(dev, src, self.describe(), defines)
+        if name is None:
             self._failed.add(src)
-            log.warning("%s: the generated kernel did not build on %s; its layers run one "
-                        "by one (%s)", self.describe(), dev.name, str(e).splitlines()[0])
             return None
         if wg:
             gs, lsz = (-(-rows // sx) * sx * lc,), (sx * lc,)
