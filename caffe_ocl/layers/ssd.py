@@ -167,9 +167,8 @@ class PermuteLayer(Layer):
         self.transpose = ssd_ops.transpose_shape(b.shape, orders) if fast else None
         self.rows = (ssd_ops.row_plan(b.shape, orders)
                      if fast and self.transpose is None else None)
-        transpose = ssd_ops.transpose if self.device.is_cpu else ssd_ops.transpose_gpu
+        self._transpose = ssd_ops.transpose if self.device.is_cpu else ssd_ops.transpose_gpu
         self._by_rows = ssd_ops.permute_rows if self.device.is_cpu else ssd_ops.permute_runs
-        self._transpose = transpose
         if self.transpose is None:
             self.geom = int_buffer(self.device, ssd_ops.permute_geom(
                 b.shape, orders, self.rows[2] if self.rows is not None else None))
