@@ -327,6 +327,12 @@ _DECLARED = (
             "planes) and of at most 32 million multiply-adds run kernels/conv1x1_few.cl, "
             "K split over each work-group's work-items, instead of the implicit GEMM's "
             "tiles", internal=True),
+    Setting("GEMM_TILES", "choice", "auto",
+            "GPUs, FP32 matrix products (fully-connected layers, MatMul, recurrent "
+            "steps): the tile gemm.cl runs -- auto (by how many tiles the product "
+            "has against the compute units), usual (128 x 128, or 64 x 128 for at "
+            "most 64 rows), rows64 (64 x 128) or small (64 x 64)", internal=True,
+            choices=("auto", "usual", "rows64", "small")),
     Setting("GPU_TILE_RASTER", "int", 8,
             "GPUs: the tile kernels (gemm.cl, conv_igemm.cl) start their work-groups "
             "in bands of this many rows of tiles, row fastest, so that a block of B "

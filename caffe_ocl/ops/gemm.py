@@ -109,7 +109,32 @@ def tile_threads(t):
     (kernels/tile_config.h)."""
     if t.get("ASYNC"):
         return (t["TM"] // 64) * (t["TN"] // t["WN"]) * 32
-    return t["TM"] * t["TN"] // 64
+    return t["TM"] * t["TN"] // t.get("MICRO", 8) ** 2
+
+
+# The FP32 tile shapes gemm.cl can run besides gpu_tiles' own
+# (tile_mainloop.h): "rows64" 64 x 128 (128 work-items), "small" 64 x 64 of
+# 4 x 4 results a work-item (256 work-items: a quarter of a 128 x 128
+# tile's main loop per work-group). Each result is one work-item's sum over
+# K in order whichever runs, so the values are the same bits.
+GEMM_TILE_NAMES = ("usual", "rows64", "small")
+
+
+def gemm_tiles(dev, M, N, K, gz=1, name=None):
+    """Tile of a GPU ``gemm`` of gz M x N x K problems: gpu_tiles' (name
+    "usual"), or another of GEMM_TILE_NAMES by name (setting GEMM_TILES, or
+    ``name``; TF32 and deterministic mode always take the usual)."""
+    t = gpu_tiles(dev, M, K)
+    name = name or config.get("GEMM_TILES")
+    if name == "auto":
+        name = "usual"
+    if name not in GEMM_TILE_NAMES:
+        raise ValueError(f"gemm: tiles {name!r}; expected one of {GEMM_TILE_NAMES} or 'auto'")
+    if name == "usual" or t["TF32"] or deterministic():
+        return t
+    if name == "rows64":
+        return dict(t, TM=64)
+    return dict(t, TM=64, TN=64, MICRO=4)
 
 
 def _rows_aligned(ld, off, strides):
@@ -277,7 +302,8 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
          stride_a=(0, 0), stride_b=(0, 0), stride_c=(0, 0),
          bias=None, bias_axis=0, off_bias=0, act=None, impl=None,
          nsplit=0, nstride=(0, 0), nsplit_b=True, ksplit=0, kstride=(0, 0), kchunk=0,
-         conv=None, packed_a=False, packed_b=False, residual=None, off_residual=0):
+         conv=None, packed_a=False, packed_b=False, residual=None, off_residual=0,
+         tiles=None):
     """One launch over batch*groups problems.
 
     stride_x = (per batch index, per group index), in elements.
@@ -310,7 +336,9 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
     residual: a buffer laid out as C (from ``off_residual``, moving with C's
     strides) added before the activation: C = act(alpha*op(A)*op(B) + bias
     + beta*C + residual), the sum an Eltwise after the product would make
-    (plan/residual.py). Not with ksplit (C then holds partial sums)."""
+    (plan/residual.py). Not with ksplit (C then holds partial sums).
+    tiles: GPU kernel only, a name of GEMM_TILE_NAMES to run instead of
+    gemm_tiles' choice (benchmarks)."""
     act_kind, act_a, act_b = act_defines(act)
     if lda is None:
         lda = M if trans_a else K
@@ -369,7 +397,7 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
                  int(ksplit), int(kstride[0]), int(kstride[1])]
         extra += [int(v) for v in (conv if conv is not None else (0,) * 9)]
     else:
-        t = gpu_tiles(dev, M, K)
+        t = gemm_tiles(dev, M, N, K, gz, tiles)
         fold_a = fold_b = ()
         extra = [int(kstride[0]), int(kstride[1]), int(kchunk), int(nstride[0]), int(nstride[1])]
         if ksplit:       # images folded into K (gemm.cl KFOLD), K split in kchunks

@@ -195,14 +195,19 @@ GEMMS = [  # M, N, K, trans_a, trans_b, batch, groups
 ]
 
 
-@pytest.mark.parametrize("impl", ["cpu", "tiled", "tiled-direct"])
+@pytest.mark.parametrize("impl", ["cpu", "tiled", "tiled-direct", "tiled-rows64",
+                                  "tiled-small", "tiled-small-direct"])
 @pytest.mark.parametrize("case", GEMMS, ids=[str(i) for i in range(len(GEMMS))])
 def test_gemm_kernels(d, rng, case, impl, monkeypatch):
     """tiled: the GPU kernel with the staged store (short K, tile_store.h);
-    tiled-direct: with direct stores (as for K > STAGED_MAX_K)."""
-    if impl == "tiled-direct":
+    -direct: with direct stores (as for K > STAGED_MAX_K); -rows64 / -small:
+    its 64 x 128 and 64 x 64 (4 x 4 a work-item) tiles (ops.gemm.gemm_tiles)."""
+    tiles = None
+    if impl.endswith("-direct"):
         monkeypatch.setattr(gemm_ops, "STAGED_MAX_K", -1)
-        impl = "tiled"
+        impl = impl[:-len("-direct")]
+    if impl != "tiled" and impl.startswith("tiled-"):
+        impl, tiles = "tiled", impl[len("tiled-"):]
     M, N, K, ta, tb, batch, groups = case
     nb = batch * groups
     A = rng.standard_normal((nb,) + ((K, M) if ta else (M, K)))
@@ -219,7 +224,7 @@ def test_gemm_kernels(d, rng, case, impl, monkeypatch):
                          trans_b=bool(tb), alpha=0.5, beta=0.25, batch=batch, groups=groups,
                          stride_a=(groups * M * K, M * K), stride_b=(groups * K * N, K * N),
                          stride_c=(groups * M * N, M * N), bias=d.buf(bias),
-                         act=("clip", -1.0, 2.0), impl=impl)])
+                         act=("clip", -1.0, 2.0), impl=impl, tiles=tiles)])
     np.testing.assert_allclose(d.get(cb, C.shape), ref, rtol=1e-5, atol=1e-5)
 
 
@@ -256,6 +261,7 @@ def test_tile_raster_covers_every_tile(d, rng, raster, settings):
     assert _rel(d.get(dxb, x.shape), dx_ref) < 1e-5
 
 
+@pytest.mark.parametrize("tiles", ["usual", "small"])
 @pytest.mark.parametrize("vstore4", [True, False])
 @pytest.mark.parametrize("read_ahead", [True, False])
 @pytest.mark.parametrize("M,N,K,ldc,nsplit,nstride", [
@@ -264,7 +270,7 @@ def test_tile_raster_covers_every_tile(d, rng, raster, settings):
     (40, 2 * 36, 16, 36, 36, 1448),  # images folded into N (NFOLD 36), 1448 floats apart
 ])
 def test_gemm_16_byte_stores(d, rng, monkeypatch, settings, vstore4, read_ahead, M, N, K, ldc,
-                             nsplit, nstride):
+                             nsplit, nstride, tiles):
     """tile_store.h VSTORE4: the staged GPU tile stores 4 adjacent results
     at once where C's rows start on 16 bytes; bias along columns, beta, a
     residual and an activation give what the one-float stores give (the
@@ -290,7 +296,7 @@ def test_gemm_16_byte_stores(d, rng, monkeypatch, settings, vstore4, read_ahead,
     cb = d.buf(C)
     d.run([gemm_ops.gemm(d.dev, M, N, K, d.buf(A), d.buf(B), cb, alpha=0.5, beta=0.25,
                          ldc=ldc, bias=d.buf(bias), bias_axis=1, act=("relu", 0.0),
-                         residual=d.buf(R), impl="tiled",
+                         residual=d.buf(R), impl="tiled", tiles=tiles,
                          **(dict(nsplit=nsplit, nstride=(0, nstride), nsplit_b=False)
                             if nsplit else {}))])
     assert any(x.get("VSTORE4") for x in defines) == vstore4
