@@ -351,9 +351,10 @@ _DECLARED = (
     Setting("CPU_PACKED_WEIGHTS", "bool", True,
             "CPU drivers, inference (TEST) nets: convolution weights are packed once "
             "into the CPU GEMM's panel layout (Winograd layers: their filter transform "
-            "kept), again only after they change (one more copy of each such "
-            "convolution's weights in memory); off: every GEMM packs them in each "
-            "block, Winograd transforms them in every pass"),
+            "kept; fully-connected layers over more than 32 rows with weights of at "
+            "most 12 MB: a transposed copy), again only after they change (one more "
+            "copy of each such layer's weights in memory); off: every GEMM packs them "
+            "in each block, Winograd transforms them in every pass"),
     Setting("GPU_KEEP_WINOGRAD_FILTERS", "bool", True,
             "GPUs, inference (TEST) nets: Winograd layers keep their filter transform "
             "(16/9 of the layer's weights at F(2x2), 36/9 at F(4x4) more device memory), "

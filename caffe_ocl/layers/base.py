@@ -124,6 +124,18 @@ class Layer:
     def error(self, msg, cls=LayerError):
         return cls(f"layer {self.name!r} ({self.type}): {msg}")
 
+    def weight_version(self):
+        """For launches that keep a derived copy of the weights (the first
+        parameter blob: a convolution's packed panels, a fully-connected
+        layer's transposed weights, ops.conv.OnChange): at TEST a function
+        returning the weight blob's memory and its version (the copy is
+        rewritten when they differ); at TRAIN None (the weights change at
+        every step)."""
+        if self.phase != caffe_pb2.TEST:
+            return None
+        mem = self.blobs[0].data_mem
+        return lambda: (mem, mem.version)
+
     def new_param_blob(self, shape, index):
         b = Blob(shape, name=f"{self.name}.blobs[{index}]", device=self.device)
         return b

@@ -1,7 +1,9 @@
 """Common layers: InnerProduct, Softmax."""
 from ..errors import ShapeError
 from ..ops import gemm as gemm_ops
-from ..ops.gemm_splitk import gemm_launches
+from ..ops import ssd as ssd_ops
+from ..ops.conv import OnChange
+from ..ops.gemm_splitk import gemm_launches, keeps_weights_transposed
 from ..ops import pointwise
 from ..ops import softmax as softmax_ops
 from . import fillers
@@ -39,16 +41,25 @@ class InnerProductLayer(Layer):
         top[0].reshape(bottom[0].shape[:axis] + (self.num_output,))
         bias = self.blobs[1].data_buffer() if self.bias_term else None
         self.fwd = self.forward_launches(bottom[0], top[0], self.blobs[0].data_buffer(),
-                                         bias)
+                                         bias, weight_version=self.weight_version())
 
-    def forward_launches(self, bottom, top, weight, bias, act=None):
+    def forward_launches(self, bottom, top, weight, bias, act=None, weight_version=None):
         """top[M, N] = act(bottom[M, K] * W^T + bias)  (W stored N x K unless
-        transpose); also used by fusion.py with folded weights and an
-        activation. Split along K on GPUs when M x N is too small to fill
-        the device (ops/gemm_splitk.py)."""
-        return gemm_launches(self.device, self.M, self.num_output, self.K,
-                             bottom.data_buffer(), weight, top.data_buffer(),
-                             trans_b=not self.transpose, bias=bias, bias_axis=1, act=act)
+        transpose); also used by the plan's groups with folded weights and
+        an activation. Split along K on GPUs when M x N is too small to
+        fill the device (ops/gemm_splitk.py). weight_version (a TEST net's,
+        Layer.weight_version): on CPU drivers W^T may be kept in a copy
+        rewritten only when the token changes
+        (gemm_splitk.keeps_weights_transposed)."""
+        dev, M, N, K = self.device, self.M, self.num_output, self.K
+        pre, trans_b = [], not self.transpose
+        if trans_b and weight_version is not None and keeps_weights_transposed(dev, M, N, K):
+            wt = dev.alloc(4 * N * K)
+            pre = [OnChange(ssd_ops.transpose(dev, 1, N, K, weight, wt), weight_version)]
+            weight, trans_b = wt, False
+        return pre + gemm_launches(dev, M, N, K, bottom.data_buffer(), weight,
+                                   top.data_buffer(), trans_b=trans_b, bias=bias,
+                                   bias_axis=1, act=act)
 
     def build_backward(self, bottom, top):
         dev, M, N, K = self.device, self.M, self.num_output, self.K

@@ -195,16 +195,6 @@ class BaseConvolution(Layer):
                                              t.data_buffer(), colbuf, bias,
                                              weight_version=self.weight_version())
 
-    def weight_version(self):
-        """For ops.conv.forward: at TEST a function returning the weight
-        blob's memory and its version (the packed copy of the weights is
-        rewritten when they differ); at TRAIN None (the weights change at
-        every step)."""
-        if self.phase != caffe_pb2.TEST:
-            return None
-        mem = self.blobs[0].data_mem
-        return lambda: (mem, mem.version)
-
     def _reshape_nd(self, bottom, top):
         g, dev = self.geom, self.device
         self.geo = conv_nd.geometry_buffer(dev, g)

@@ -109,6 +109,27 @@ def small_m(dev, M, N, K, A, B, C, *, alpha=1.0, beta=0.0, lda=None, ldb=None, l
                            BIAS=0 if bias is None else (1 if bias_axis == 0 else 2)))
 
 
+# CPU drivers, C = X W^T with W constant (a TEST net's fully-connected
+# layer): W^T kept in a copy made once (rewritten after W changes) so the
+# GEMM packs its B panels by rows of vectors instead of gathering each
+# column from N rows. 2-core EPYC Zen 4, PoCL 3.1, gemm_launches alone
+# (BENCHMARKS.md, forty-seventh session): transformer products 1.12-1.39x
+# (197 x 768 x 192 1.2x, 3136 x 384 x 96 1.39x, 197 x 768 x 3072 1.12x);
+# 128 x 4096 x 1024 (16 MB of weights) level, 64 x 1000 x 4096 0.90x and
+# 64 x 4096 x 9216 0.70x: weights above this many bytes stay as they are.
+CPU_TRANSPOSED_WEIGHT_MAX_BYTES = 12 << 20
+
+
+def keeps_weights_transposed(dev, M, N, K):
+    """Whether a fully-connected product C[M, N] = X[M, K] W[N, K]^T on
+    ``dev`` reads W^T from a copy made once (CPU drivers, setting
+    CPU_PACKED_WEIGHTS, weights of at most CPU_TRANSPOSED_WEIGHT_MAX_BYTES,
+    more rows than the small-M kernel takes)."""
+    return (bool(getattr(dev, "is_cpu", False)) and bool(config.get("CPU_PACKED_WEIGHTS"))
+            and 0 < 4 * N * K <= CPU_TRANSPOSED_WEIGHT_MAX_BYTES
+            and (M > SMALL_M_MAX or deterministic()))
+
+
 GEMV_SRC = "gemv.cl"
 GEMV_MAX_M = 8           # rows of C (batch of a fully-connected layer) for gemv.cl
 GEMV_WG = 256            # work-items per group

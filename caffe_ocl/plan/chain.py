@@ -167,7 +167,7 @@ class Chain:
         top = self.out_blob
         w, b = self.weights()
         # the folded weights change when the fold runs again (its versions)
-        version = None if prod.type == "InnerProduct" else prod.weight_version()
+        version = prod.weight_version()
         if self.affine and version is not None:
             version = lambda: self._versions   # noqa: E731
         act, after = self.act, []
@@ -183,7 +183,7 @@ class Chain:
                                        top.data_buffer(), top.data_buffer(),
                                        self.prelu.blobs[0].data_buffer())]
         if prod.type == "InnerProduct":
-            self.fwd = prod.forward_launches(bottom, top, w, b, act=act)
+            self.fwd = prod.forward_launches(bottom, top, w, b, act=act, weight_version=version)
         elif self._layout is not None:     # into a slice of a Concat's top
             y, y_off, y_channels = self._layout
             self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w, y, prod.col,

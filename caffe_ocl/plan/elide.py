@@ -132,7 +132,8 @@ class ProducerActPair(PendingPair):
         w = params[0]
         b = params[1] if prod.bias_term else None
         if prod.type == "InnerProduct":
-            self.fwd = prod.forward_launches(self.x, self.r, w, b, act=self.act)
+            self.fwd = prod.forward_launches(self.x, self.r, w, b, act=self.act,
+                                             weight_version=prod.weight_version())
         elif layout is not None:        # into a slice of a Concat's top
             y, y_off, y_channels = layout
             self.fwd = conv_ops.forward(prod.device, prod.geom, self.x.data_buffer(), w, y,

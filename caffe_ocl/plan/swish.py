@@ -173,7 +173,8 @@ class SwishGroup(PendingTops):
         if key != self._key:
             w, b = params[0], (params[1] if prod.bias_term else None)
             if prod.type == "InnerProduct":
-                self.fwd = prod.forward_launches(self.x, self.y, w, b, act=self.act)
+                self.fwd = prod.forward_launches(self.x, self.y, w, b, act=self.act,
+                                                 weight_version=prod.weight_version())
             else:
                 self.fwd = conv_ops.forward(prod.device, prod.geom, self.x.data_buffer(), w,
                                             self.y.data_buffer(), prod.col, b, act=self.act,

@@ -272,3 +272,98 @@ def test_test_net_follows_solver_updates(rng):
     now = tn.blobs["t"].data.copy()
     assert np.abs(now - first).max() > 1e-3
     np.testing.assert_allclose(now, expected(), rtol=1e-5, atol=1e-6)
+
+
+# fully-connected layers over 40 rows (more than the small-M kernel's 32):
+# fc1 alone (the layer's own launches), fc2 -> ReLU in place (a chain),
+# fc3 -> ReLU6 into a new top (an elided pair), fc4 -> BatchNorm -> Scale
+# (folded weights), fc5 with transposed weights (W stored K x N: read as is)
+FC_NET = """
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 40 dim: 12 } } }
+layer { name: "fc1" type: "InnerProduct" bottom: "data" top: "fc1"
+        inner_product_param { num_output: 17 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "fc2" type: "InnerProduct" bottom: "fc1" top: "fc2"
+        inner_product_param { num_output: 33 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "relu2" type: "ReLU" bottom: "fc2" top: "fc2" }
+layer { name: "fc3" type: "InnerProduct" bottom: "fc2" top: "fc3"
+        inner_product_param { num_output: 9 bias_term: false
+                              weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "relu3" type: "ReLU6" bottom: "fc3" top: "relu3" }
+layer { name: "fc4" type: "InnerProduct" bottom: "relu3" top: "fc4"
+        inner_product_param { num_output: 6 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "bn4" type: "BatchNorm" bottom: "fc4" top: "fc4"
+        batch_norm_param { use_global_stats: true } }
+layer { name: "scale4" type: "Scale" bottom: "fc4" top: "fc4" scale_param { bias_term: true } }
+layer { name: "fc5" type: "InnerProduct" bottom: "fc4" top: "fc5"
+        inner_product_param { num_output: 5 transpose: true
+                              weight_filler { type: "gaussian" std: 0.3 } } }
+"""
+FC_TOPS = ("fc1", "fc2", "relu3", "fc4", "fc5")
+
+
+def _fc_reference(params, x):
+    """float64 forward of FC_NET from its parameters."""
+    p = {k: [b.data.astype(np.float64) for b in v] for k, v in params.items()}
+    fc1 = x @ p["fc1"][0].T + p["fc1"][1]
+    fc2 = np.maximum(fc1 @ p["fc2"][0].T + p["fc2"][1], 0)
+    relu3 = np.clip(fc2 @ p["fc3"][0].T, 0, 6)
+    mean, var, sf = p["bn4"]
+    sf = 1.0 / sf[0] if sf[0] != 0 else 0.0
+    fc4 = relu3 @ p["fc4"][0].T + p["fc4"][1]
+    fc4 = (fc4 - mean * sf) / np.sqrt(var * sf + 1e-5) * p["scale4"][0] + p["scale4"][1]
+    fc5 = fc4 @ p["fc5"][0] + p["fc5"][1]
+    return dict(fc1=fc1, fc2=fc2, relu3=relu3, fc4=fc4, fc5=fc5)
+
+
+def _randomize(params, rng):
+    for name, blobs in params.items():
+        for i, b in enumerate(blobs):
+            if name == "bn4":
+                b.data[...] = (rng.standard_normal(b.shape), rng.uniform(0.5, 1.5, b.shape),
+                               np.ones(b.shape))[i]
+            else:
+                b.data[...] = rng.standard_normal(b.shape)
+
+
+def test_fully_connected_weights_kept_transposed(rng, monkeypatch):
+    """A TEST net's fully-connected layers read W^T from a copy made once
+    (a transpose run only when the weights' version moves): every form the
+    plan gives them equals a float64 reference, before and after new
+    weights are written through ``net.params``, and the copy is not
+    remade in the passes between."""
+    from caffe_ocl.ops import ssd as ssd_ops
+    made = []
+    orig = ssd_ops.transpose
+
+    def transpose(dev, outer, rows, cols, src, dst):
+        made.append((rows, cols))
+        return orig(dev, outer, rows, cols, src, dst)
+    monkeypatch.setattr(ssd_ops, "transpose", transpose)
+    net = Net(parse_net_text(FC_NET), TEST)
+    # fc5 stores W as K x N already; every other product keeps a copy
+    assert sorted(made) == sorted([(17, 12), (33, 17), (9, 33), (6, 9)])
+    _randomize(net.params, rng)
+    x = rng.standard_normal((40, 12))
+    net.blobs["data"].data[...] = x
+    for _ in range(3):          # the passes after the first replay the same launches
+        net.forward()
+        ref = _fc_reference(net.params, x)
+        for k in FC_TOPS:
+            assert rel_err(net.blobs[k].data, ref[k]) < 1e-5, k
+    _randomize(net.params, rng)
+    net.forward()
+    ref2 = _fc_reference(net.params, x)
+    for k in FC_TOPS:
+        assert np.abs(ref2[k] - ref[k]).max() > 1e-3      # the weights did change
+        assert rel_err(net.blobs[k].data, ref2[k]) < 1e-5, k
+
+
+def test_transposed_weights_rule(d):
+    """Rows the small-M kernel takes, weights over the size limit and the
+    setting off keep W as it is."""
+    from caffe_ocl.ops import gemm_splitk
+    assert gemm_splitk.keeps_weights_transposed(d.dev, 197, 768, 192)
+    assert not gemm_splitk.keeps_weights_transposed(d.dev, gemm_splitk.SMALL_M_MAX, 768, 192)
+    assert not gemm_splitk.keeps_weights_transposed(d.dev, 64, 4096, 9216)
+    with config.override(CPU_PACKED_WEIGHTS=False):
+        assert not gemm_splitk.keeps_weights_transposed(d.dev, 197, 768, 192)
