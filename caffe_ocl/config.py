@@ -351,8 +351,8 @@ _DECLARED = (
     Setting("CPU_PACKED_WEIGHTS", "bool", True,
             "CPU drivers, inference (TEST) nets: convolution weights are packed once "
             "into the CPU GEMM's panel layout (Winograd layers: their filter transform "
-            "kept; fully-connected layers over more than 32 rows with weights of at "
-            "most 12 MB: a transposed copy), again only after they change (one more "
+            "kept; fully-connected layers over at least 9 rows with weights of at "
+            "most 64 MB: likewise packed), again only after they change (one more "
             "copy of each such layer's weights in memory); off: every GEMM packs them "
             "in each block, Winograd transforms them in every pass"),
     Setting("GPU_KEEP_WINOGRAD_FILTERS", "bool", True,

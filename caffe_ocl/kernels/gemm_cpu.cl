@@ -93,8 +93,8 @@
 #if PACKED_A && TRANS_A
 #error "PACKED_A is op(A) = A packed"
 #endif
-#if PACKED_B && (CONV_B != 1 || GROUPS != 1)
-#error "PACKED_B is a CONV_B 1 operand of one group packed by pack_b_conv"
+#if PACKED_B && (CONV_B == 2 || TRANS_B || GROUPS != 1)
+#error "PACKED_B is op(B) of one group packed by pack_b_conv (CONV_B 1) or pack_b_panels"
 #endif
 #if CONV_B == 1 && TRANS_B || CONV_B == 2 && !TRANS_B
 #error "CONV_B 1 packs op(B) = B, CONV_B 2 op(B) = B^T"
@@ -217,7 +217,9 @@ inline int run_split(const int* o, int sw) {
 #undef PC_NAME
 #undef PC_SPACE
 
-/* PACKED_B: op(B) of a CONV_B == 1 product packed once for all its blocks
+/* PACKED_B: op(B) packed once for all blocks of rows (a fully-connected
+ * layer's weights: gemm_cpu_pack.cl pack_b_panels), or that of a CONV_B == 1
+ * product packed once for all its blocks
  * of rows (a batch-1 layer on a small plane has one or a few blocks of
  * columns and several of rows, and each packed the same columns from the
  * images again: ResNet-18's 3 x 3 512-channel layers on 7 x 7 planes
@@ -393,7 +395,7 @@ void gemm(int M, int N, int K, float alpha,
         }
         /* pack op(B) into [k][NR] micro-panels; columns past N repeat
          * column N-1 (never stored) */
-#if !CONV_B && !TRANS_B && B_ROWS_FIRST
+#if !CONV_B && !TRANS_B && B_ROWS_FIRST && !PACKED_B
         /* B as it lies (row-major): each row's run of the block read
          * once, front to back, into all whole micro-panels (k outer). Panel
          * by panel (k inner) took NR floats of each of kb rows far apart

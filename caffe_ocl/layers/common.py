@@ -1,9 +1,8 @@
 """Common layers: InnerProduct, Softmax."""
 from ..errors import ShapeError
 from ..ops import gemm as gemm_ops
-from ..ops import ssd as ssd_ops
 from ..ops.conv import OnChange
-from ..ops.gemm_splitk import gemm_launches, keeps_weights_transposed
+from ..ops.gemm_splitk import gemm_launches, keeps_weights_packed
 from ..ops import pointwise
 from ..ops import softmax as softmax_ops
 from . import fillers
@@ -48,18 +47,19 @@ class InnerProductLayer(Layer):
         transpose); also used by the plan's groups with folded weights and
         an activation. Split along K on GPUs when M x N is too small to
         fill the device (ops/gemm_splitk.py). weight_version (a TEST net's,
-        Layer.weight_version): on CPU drivers W^T may be kept in a copy
-        rewritten only when the token changes
-        (gemm_splitk.keeps_weights_transposed)."""
+        Layer.weight_version): on CPU drivers the weights may be read from
+        panels packed once, packed again only when the token changes
+        (gemm_splitk.keeps_weights_packed)."""
         dev, M, N, K = self.device, self.M, self.num_output, self.K
-        pre, trans_b = [], not self.transpose
-        if trans_b and weight_version is not None and keeps_weights_transposed(dev, M, N, K):
-            wt = dev.alloc(4 * N * K)
-            pre = [OnChange(ssd_ops.transpose(dev, 1, N, K, weight, wt), weight_version)]
-            weight, trans_b = wt, False
-        return pre + gemm_launches(dev, M, N, K, bottom.data_buffer(), weight,
-                                   top.data_buffer(), trans_b=trans_b, bias=bias,
-                                   bias_axis=1, act=act)
+        if weight_version is not None and keeps_weights_packed(dev, M, N, K):
+            packed = dev.alloc(4 * gemm_ops.packed_b_floats(dev, N, K))
+            pack = gemm_ops.pack_b_panels(dev, N, K, weight, packed, trans=not self.transpose)
+            return [OnChange(pack, weight_version),
+                    gemm_ops.gemm(dev, M, N, K, bottom.data_buffer(), packed,
+                                  top.data_buffer(), packed_b=True, bias=bias, bias_axis=1,
+                                  act=act)]
+        return gemm_launches(dev, M, N, K, bottom.data_buffer(), weight, top.data_buffer(),
+                             trans_b=not self.transpose, bias=bias, bias_axis=1, act=act)
 
     def build_backward(self, bottom, top):
         dev, M, N, K = self.device, self.M, self.num_output, self.K

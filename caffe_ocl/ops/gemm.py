@@ -328,8 +328,9 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
     ([image][C][Hp][Wp]; Wp, Hp*Wp, output row WO) whose columns the kernel
     packs itself (gemm_cpu.cl CONV_B): op(B) = col with nsplit = HO*WO
     (forward), or op(B) = col^T with ksplit = HO*WO (weight gradient).
-    packed_b: B is the conv operand's op(B) packed by ``pack_b_conv`` (from
-    off_b; CPU kernel, conv forward, one group and batch index).
+    packed_b: B is op(B) packed by ``pack_b_panels`` or, for a conv
+    operand, ``pack_b_conv`` (from off_b; CPU kernel, one group and batch
+    index).
     packed_a: A is op(A) packed by ``pack_a`` (CPU kernel only, op(A) = A,
     no ksplit; a group's A then starts stride_a[1] = packed_a_floats(M, K)
     floats after the previous one's).
@@ -377,10 +378,11 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
             raise ValueError("gemm: residual with ksplit (partial sums)")
         common["RESIDUAL"] = 1
     if packed_b:
-        if impl != "cpu" or conv is None or trans_b or groups != 1 or batch != 1:
-            raise ValueError("gemm: packed_b needs the CPU kernel, a conv operand "
-                             "(op(B) = B), one group and one batch index")
+        if impl != "cpu" or groups != 1 or batch != 1 or (conv is not None and trans_b):
+            raise ValueError("gemm: packed_b needs the CPU kernel, one group and one batch "
+                             "index (and op(B) = B for a conv operand)")
         common["PACKED_B"] = 1
+        common["TRANS_B"] = 0     # the packed panels are op(B), however B was stored
     if packed_a:
         if impl != "cpu" or trans_a or ksplit:
             raise ValueError("gemm: packed_a needs the CPU kernel, op(A) = A and no ksplit")
@@ -453,8 +455,19 @@ def packed_b_floats(dev, N, K):
     return -(-int(N) // nr) * nr * int(K)
 
 
-# pack_b_conv: rows of K per work-item (a chunk of one panel)
+# pack_b_conv, pack_b_panels: rows of K per work-item (a chunk of one panel)
 PACK_B_KCHUNK = 64
+
+
+def pack_b_panels(dev, N, K, src, dst, trans=True):
+    """Launch packing op(B) (N columns, K rows: ``src`` stored N x K with
+    ``trans``, as Caffe's InnerProduct weights, else K x N) into ``dst``
+    as ``gemm(..., packed_b=True)`` reads it (kernels/gemm_cpu_pack.cl);
+    ``dst`` holds packed_b_floats(dev, N, K) floats."""
+    nr = cpu_nr(dev)
+    items = -(-int(N) // nr) * -(-int(K) // PACK_B_KCHUNK)
+    return dev.launch("gemm_cpu_pack.cl", "pack_b_panels", (max(items, 1),), (1,),
+                      [int(N), int(K), nr, PACK_B_KCHUNK, int(bool(trans)), src, dst])
 
 
 def pack_b_conv(dev, N, K, src, off_src, nsplit, nsb, conv, dst, off_dst=0):

@@ -109,25 +109,29 @@ def small_m(dev, M, N, K, A, B, C, *, alpha=1.0, beta=0.0, lda=None, ldb=None, l
                            BIAS=0 if bias is None else (1 if bias_axis == 0 else 2)))
 
 
-# CPU drivers, C = X W^T with W constant (a TEST net's fully-connected
-# layer): W^T kept in a copy made once (rewritten after W changes) so the
-# GEMM packs its B panels by rows of vectors instead of gathering each
-# column from N rows. 2-core EPYC Zen 4, PoCL 3.1, gemm_launches alone
-# (BENCHMARKS.md, forty-seventh session): transformer products 1.12-1.39x
-# (197 x 768 x 192 1.2x, 3136 x 384 x 96 1.39x, 197 x 768 x 3072 1.12x);
-# 128 x 4096 x 1024 (16 MB of weights) level, 64 x 1000 x 4096 0.90x and
-# 64 x 4096 x 9216 0.70x: weights above this many bytes stay as they are.
-CPU_TRANSPOSED_WEIGHT_MAX_BYTES = 12 << 20
+# CPU drivers, C = X op(W) with W constant (a TEST net's fully-connected
+# layer): op(W) packed once into the micro-kernel's panels (rewritten after
+# W changes; ops.gemm.pack_b_panels), so no block of rows packs it again
+# -- and a transposed W is not gathered column by column from N rows.
+# 2-core EPYC Zen 4, PoCL 3.1, one launch alone against the unpacked
+# C = X W^T (BENCHMARKS.md, forty-seventh session): 197 x 768 x 192 1.16x,
+# 49 x 256 x 512 2.1x, 16 x 768 x 384 2.2x (1.48x the small-M kernel's),
+# 64 x 4096 x 9216 1.26x; the small-M kernel stays ahead at 1 and 8 rows
+# (70 against 139 us, 144 against 168). Weights over the byte limit are
+# read as they are: the copy doubles their memory.
+CPU_PACKED_FC_MIN_M = 9
+CPU_PACKED_FC_MAX_BYTES = 64 << 20
 
 
-def keeps_weights_transposed(dev, M, N, K):
-    """Whether a fully-connected product C[M, N] = X[M, K] W[N, K]^T on
-    ``dev`` reads W^T from a copy made once (CPU drivers, setting
-    CPU_PACKED_WEIGHTS, weights of at most CPU_TRANSPOSED_WEIGHT_MAX_BYTES,
-    more rows than the small-M kernel takes)."""
+def keeps_weights_packed(dev, M, N, K):
+    """Whether a fully-connected product C[M, N] = X[M, K] op(W) on ``dev``
+    reads op(W) from panels packed once (CPU drivers, setting
+    CPU_PACKED_WEIGHTS, at least CPU_PACKED_FC_MIN_M rows -- any in
+    deterministic mode, where the small-M kernel is not used --, weights of
+    at most CPU_PACKED_FC_MAX_BYTES)."""
     return (bool(getattr(dev, "is_cpu", False)) and bool(config.get("CPU_PACKED_WEIGHTS"))
-            and 0 < 4 * N * K <= CPU_TRANSPOSED_WEIGHT_MAX_BYTES
-            and (M > SMALL_M_MAX or deterministic()))
+            and 0 < 4 * N * K <= CPU_PACKED_FC_MAX_BYTES
+            and (M >= CPU_PACKED_FC_MIN_M or (M > 0 and deterministic())))
 
 
 GEMV_SRC = "gemv.cl"

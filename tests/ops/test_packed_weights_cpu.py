@@ -325,23 +325,22 @@ def _randomize(params, rng):
                 b.data[...] = rng.standard_normal(b.shape)
 
 
-def test_fully_connected_weights_kept_transposed(rng, monkeypatch):
-    """A TEST net's fully-connected layers read W^T from a copy made once
-    (a transpose run only when the weights' version moves): every form the
-    plan gives them equals a float64 reference, before and after new
-    weights are written through ``net.params``, and the copy is not
-    remade in the passes between."""
-    from caffe_ocl.ops import ssd as ssd_ops
+def test_fully_connected_weights_packed_once(rng, monkeypatch):
+    """A TEST net's fully-connected layers read their weights from panels
+    packed once (a pack run only when the weights' version moves): every
+    form the plan gives them equals a float64 reference, before and after
+    new weights are written through ``net.params``."""
+    from caffe_ocl.ops import gemm as gemm_ops
     made = []
-    orig = ssd_ops.transpose
+    orig = gemm_ops.pack_b_panels
 
-    def transpose(dev, outer, rows, cols, src, dst):
-        made.append((rows, cols))
-        return orig(dev, outer, rows, cols, src, dst)
-    monkeypatch.setattr(ssd_ops, "transpose", transpose)
+    def pack(dev, N, K, src, dst, trans=True):
+        made.append((N, K, trans))
+        return orig(dev, N, K, src, dst, trans)
+    monkeypatch.setattr(gemm_ops, "pack_b_panels", pack)
     net = Net(parse_net_text(FC_NET), TEST)
-    # fc5 stores W as K x N already; every other product keeps a copy
-    assert sorted(made) == sorted([(17, 12), (33, 17), (9, 33), (6, 9)])
+    assert sorted(made) == sorted([(17, 12, True), (33, 17, True), (9, 33, True),
+                                   (6, 9, True), (5, 6, False)])
     _randomize(net.params, rng)
     x = rng.standard_normal((40, 12))
     net.blobs["data"].data[...] = x
@@ -358,12 +357,41 @@ def test_fully_connected_weights_kept_transposed(rng, monkeypatch):
         assert rel_err(net.blobs[k].data, ref2[k]) < 1e-5, k
 
 
-def test_transposed_weights_rule(d):
-    """Rows the small-M kernel takes, weights over the size limit and the
-    setting off keep W as it is."""
-    from caffe_ocl.ops import gemm_splitk
-    assert gemm_splitk.keeps_weights_transposed(d.dev, 197, 768, 192)
-    assert not gemm_splitk.keeps_weights_transposed(d.dev, gemm_splitk.SMALL_M_MAX, 768, 192)
-    assert not gemm_splitk.keeps_weights_transposed(d.dev, 64, 4096, 9216)
+# M not a multiple of 6, N not of the micro-tile's columns, K over one K panel
+@pytest.mark.parametrize("M,N,K", [(13, 49, 20), (40, 70, 300), (9, 1, 5)])
+@pytest.mark.parametrize("trans", [True, False])
+def test_packed_b_gemm_equals_reference(d, rng, M, N, K, trans):
+    """gemm(packed_b=True) over pack_b_panels' panels, from W stored N x K
+    (trans) or K x N, with bias and an activation: the float64 product,
+    and the same bits as the unpacked kernel."""
+    from caffe_ocl.ops.gemm import pack_b_panels, packed_b_floats
+    x = rng.standard_normal((M, K))
+    w = rng.standard_normal((N, K) if trans else (K, N))
+    bias = rng.standard_normal(N)
+    pb = d.dev.alloc(4 * packed_b_floats(d.dev, N, K))
+    d.run([pack_b_panels(d.dev, N, K, d.buf(w), pb, trans=trans)])
+    cb, cu = d.buf(np.zeros((M, N))), d.buf(np.zeros((M, N)))
+    xb, bb = d.buf(x), d.buf(bias)
+    d.run([gemm(d.dev, M, N, K, xb, pb, cb, packed_b=True, bias=bb, bias_axis=1,
+                act=("relu", 0.1)),
+           gemm(d.dev, M, N, K, xb, d.buf(w), cu, trans_b=trans, bias=bb, bias_axis=1,
+                act=("relu", 0.1))])
+    v = x @ (w.T if trans else w) + bias
+    ref = np.where(v > 0, v, 0.1 * v)
+    got = d.get(cb, (M, N))
+    assert rel_err(got, ref) < 1e-5
+    np.testing.assert_array_equal(got, d.get(cu, (M, N)))
+
+
+def test_packed_weights_rule(d):
+    """The small-M kernel's few rows, weights over the size limit and the
+    setting off keep W as it is; deterministic mode packs any batch."""
+    from caffe_ocl.ops import gemm_splitk as sk
+    assert sk.keeps_weights_packed(d.dev, 197, 768, 192)
+    assert sk.keeps_weights_packed(d.dev, sk.CPU_PACKED_FC_MIN_M, 768, 192)
+    assert not sk.keeps_weights_packed(d.dev, sk.CPU_PACKED_FC_MIN_M - 1, 768, 192)
+    assert not sk.keeps_weights_packed(d.dev, 64, 4096, 25088)      # VGG-16's fc6, 411 MB
+    with config.override(DETERMINISTIC=True):
+        assert sk.keeps_weights_packed(d.dev, 1, 768, 192)
     with config.override(CPU_PACKED_WEIGHTS=False):
-        assert not gemm_splitk.keeps_weights_transposed(d.dev, 197, 768, 192)
+        assert not sk.keeps_weights_packed(d.dev, 197, 768, 192)
