@@ -56,8 +56,39 @@ ACT_EXP_OF(float4, int4)
 ACT_EXP_OF(float8, int8)
 ACT_EXP_OF(float16, int16)
 #define ACT_EXP(x) act_exp(x)
+/* EXP_FULL: exp over the whole float range by the same polynomial, for
+ * layers whose output is the exp itself (Exp, ELU; ONNX's Erf and Softmax
+ * forms convert to them): x clamped to [-104, 89], where exp is 0 and inf
+ * in float, and 2^n applied in two halves so that n from -150 to 128
+ * gives the denormals and the overflow to inf; NaN stays NaN. PoCL's exp
+ * is a library call per float, which kept a converted GELU's 15-step
+ * chain from vectorizing (BENCHMARKS.md, forty-seventh session). */
+#define EXP_FULL_OF(T, IT)                                                     \
+    inline T __attribute__((overloadable)) exp_full(T x) {                    \
+        const T xc = clamp(x, (T)-104.0f, (T)89.0f);                           \
+        const T t = fma(xc, (T)1.44269504088896341f, (T)12582912.0f);         \
+        const T n = t - (T)12582912.0f;                                        \
+        T r = fma(n, (T)-0.693359375f, xc);                                    \
+        r = fma(n, (T)2.12194440e-4f, r);                                      \
+        T p = fma((T)1.9875691500e-4f, r, (T)1.3981999507e-3f);               \
+        p = fma(p, r, (T)8.3334519073e-3f);                                    \
+        p = fma(p, r, (T)4.1665795894e-2f);                                    \
+        p = fma(p, r, (T)1.6666665459e-1f);                                    \
+        p = fma(p, r, (T)5.0000001201e-1f);                                    \
+        p = fma(p, r * r, r) + (T)1.0f;                                        \
+        const IT ni = as_##IT(t) - (IT)0x4B400000;                             \
+        const IT h = ni >> 1;                                                  \
+        p = p * as_##T((h + (IT)127) << 23) * as_##T((ni - h + (IT)127) << 23); \
+        return x != x ? x : p;                                                 \
+    }
+EXP_FULL_OF(float, int)
+EXP_FULL_OF(float4, int4)
+EXP_FULL_OF(float8, int8)
+EXP_FULL_OF(float16, int16)
+#define EXP_FULL(x) exp_full(x)
 #else
 #define ACT_EXP(x) exp(x)
+#define EXP_FULL(x) exp(x)
 #endif
 #if ACT < 0 || ACT > 7
 #error "ACT must be 0 (none), 1 (relu), 2 (clip), 3 (swish), 4 (sigmoid), 5 (hard swish), 6 (hard sigmoid) or 7 (prelu)"

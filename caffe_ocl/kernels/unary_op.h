@@ -2,7 +2,7 @@
  * numbers: caffe_ocl/ops/pointwise.py UNARY_OPS). Not guarded: a source
  * may include it several times with OP and the name fwd_op redefined
  * (plan/pointwise.py's fused chains: #define OP 7, #define fwd_op step_3,
- * #include, #undef both). Needs act.h (CPU exp and tanh). */
+ * #include, #undef both). Needs act.h (CPU exp and tanh: EXP_FULL, act_exp). */
 #ifndef UNARY_OP_NUMBERS
 #define UNARY_OP_NUMBERS
 #define OP_IDENTITY 0
@@ -29,7 +29,7 @@ inline float fwd_op(float x, float a, float b, float c) {
 #elif OP == OP_RELU
     return x > 0.0f ? x : a * x;
 #elif OP == OP_SIGMOID
-    return 1.0f / (1.0f + exp(-x));
+    return 1.0f / (1.0f + EXP_FULL(-x));
 #elif OP == OP_TANH
 #ifdef CAFFE_OCL_CPU
     /* Cephes' tanhf with act.h's inline exp (PoCL's tanh is a library call
@@ -49,7 +49,7 @@ inline float fwd_op(float x, float a, float b, float c) {
 #elif OP == OP_ABSVAL
     return fabs(x);
 #elif OP == OP_ELU
-    return x > 0.0f ? x : a * (exp(x) - 1.0f);
+    return x > 0.0f ? x : a * (EXP_FULL(x) - 1.0f);
 #elif OP == OP_POWER
     /* Caffe: power * scale == 0 -> constant (1 if power == 0 else shift^power) */
     if (a == 0.0f) return 1.0f;
@@ -64,17 +64,17 @@ inline float fwd_op(float x, float a, float b, float c) {
     if (a == 0.5f) return v == -INFINITY ? INFINITY : sqrt(v) + 0.0f;
     return pow(v, a);
 #elif OP == OP_EXP
-    return exp(a * (b * x + c));
+    return EXP_FULL(a * (b * x + c));
 #elif OP == OP_LOG
     return log(b * x + c) * a;
 #elif OP == OP_BNLL
-    return x > 0.0f ? x + log(1.0f + exp(-x)) : log(1.0f + exp(x));
+    return x > 0.0f ? x + log(1.0f + EXP_FULL(-x)) : log(1.0f + EXP_FULL(x));
 #elif OP == OP_THRESHOLD
     return x > a ? 1.0f : 0.0f;
 #elif OP == OP_CLIP
     return fmax(a, fmin(b, x));
 #elif OP == OP_SWISH
-    return x / (1.0f + exp(-a * x));
+    return x / (1.0f + EXP_FULL(-a * x));
 #elif OP == OP_SQUARE
     return x * x;
 #elif OP == OP_SQRT

@@ -71,3 +71,46 @@ def test_swish_and_sigmoid_epilogues(d, x, act):
     big = np.abs(ref) > 1e-30
     assert np.max(np.abs(got[big] - ref[big]) / np.abs(ref[big])) < 4 * 2.0 ** -23
     assert np.max(np.abs(got[~big])) < 1e-30
+
+
+FULL_SRC = """
+#include "act.h"
+__kernel void exps(__global const float* x, __global float* e1, __global float* e16) {
+    const int i = get_global_id(0);
+    for (int j = 0; j < 16; ++j) e1[16 * i + j] = EXP_FULL(x[16 * i + j]);
+    vstore16(EXP_FULL(vload16(i, x)), i, e16);
+}
+"""
+
+
+def test_exp_full_over_the_whole_float_range(d):
+    """act.h's EXP_FULL (the Exp, ELU, sigmoid, swish and BNLL ops of
+    unary_op.h): within 1 ulp of float64's exp wherever the result is a
+    normal float, denormal results within one denormal step, overflow to
+    inf past 88.72, 0 far below, NaN kept, and the same at 1 and 16 lanes."""
+    dev = d.dev
+    cpu = [CPU_MACRO] if dev.is_cpu else []
+    prog = cl.Program(dev.context, FULL_SRC).build(options=["-I", KERNEL_DIR] + cpu)
+    specials = [np.nan, np.inf, -np.inf, 0.0, -0.0, 88.72, 88.73, -87.33, -103.2, -200.0]
+    x = np.concatenate([specials, np.linspace(-110, 95, 400006)]).astype(np.float32)
+    x = x[:x.size // 16 * 16]
+    mf = cl.mem_flags
+    xb = cl.Buffer(dev.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
+    outs = [cl.Buffer(dev.context, mf.WRITE_ONLY, x.nbytes) for _ in range(2)]
+    prog.exps(dev.queue, (x.size // 16,), None, xb, *outs)
+    e1, e16 = np.empty_like(x), np.empty_like(x)
+    cl.enqueue_copy(dev.queue, e1, outs[0])
+    cl.enqueue_copy(dev.queue, e16, outs[1])
+    with np.errstate(over="ignore"):
+        ref = np.exp(x.astype(np.float64))
+    ref32 = ref.astype(np.float32)
+    tiny = np.finfo(np.float32).tiny
+    for got in (e1, e16):
+        normal = np.isfinite(ref32) & (ref32 >= tiny)
+        ulp = np.abs(got[normal].astype(np.float64) - ref[normal]) / np.spacing(ref32[normal])
+        assert ulp.max() <= (1.0 if dev.is_cpu else 4.0)
+        small = ref < tiny
+        assert np.abs(got[small] - ref[small]).max() <= 2 * np.spacing(np.float32(0))
+        assert np.isinf(got[np.isinf(ref32) & ~np.isnan(x)]).all()
+        assert np.isnan(got[0]) and got[1] == np.inf and got[2] == 0.0
+        assert got[9] == 0.0        # exp(-200)
