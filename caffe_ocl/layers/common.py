@@ -2,7 +2,7 @@
 from ..errors import ShapeError
 from ..ops import gemm as gemm_ops
 from ..ops.conv import OnChange
-from ..ops.gemm_splitk import gemm_launches, keeps_weights_packed
+from ..ops.gemm_splitk import gemm_launches, keeps_weights_packed, one_gemm
 from ..ops import pointwise
 from ..ops import softmax as softmax_ops
 from . import fillers
@@ -42,14 +42,16 @@ class InnerProductLayer(Layer):
         self.fwd = self.forward_launches(bottom[0], top[0], self.blobs[0].data_buffer(),
                                          bias, weight_version=self.weight_version())
 
-    def forward_launches(self, bottom, top, weight, bias, act=None, weight_version=None):
-        """top[M, N] = act(bottom[M, K] * W^T + bias)  (W stored N x K unless
-        transpose); also used by the plan's groups with folded weights and
-        an activation. Split along K on GPUs when M x N is too small to
-        fill the device (ops/gemm_splitk.py). weight_version (a TEST net's,
-        Layer.weight_version): on CPU drivers the weights may be read from
-        panels packed once, packed again only when the token changes
-        (gemm_splitk.keeps_weights_packed)."""
+    def forward_launches(self, bottom, top, weight, bias, act=None, weight_version=None,
+                         residual=None):
+        """top[M, N] = act(bottom[M, K] * W^T + bias [+ residual])  (W stored
+        N x K unless transpose); also used by the plan's groups with folded
+        weights, an activation and a shortcut (a buffer laid out as top;
+        only where ``takes_residual``). Split along K on GPUs when M x N is
+        too small to fill the device (ops/gemm_splitk.py). weight_version
+        (a TEST net's, Layer.weight_version): on CPU drivers the weights may
+        be read from panels packed once, packed again only when the token
+        changes (gemm_splitk.keeps_weights_packed)."""
         dev, M, N, K = self.device, self.M, self.num_output, self.K
         if weight_version is not None and keeps_weights_packed(dev, M, N, K):
             packed = dev.alloc(4 * gemm_ops.packed_b_floats(dev, N, K))
@@ -57,9 +59,18 @@ class InnerProductLayer(Layer):
             return [OnChange(pack, weight_version),
                     gemm_ops.gemm(dev, M, N, K, bottom.data_buffer(), packed,
                                   top.data_buffer(), packed_b=True, bias=bias, bias_axis=1,
-                                  act=act)]
+                                  act=act, residual=residual)]
         return gemm_launches(dev, M, N, K, bottom.data_buffer(), weight, top.data_buffer(),
-                             trans_b=not self.transpose, bias=bias, bias_axis=1, act=act)
+                             trans_b=not self.transpose, bias=bias, bias_axis=1, act=act,
+                             residual=residual)
+
+    def takes_residual(self, packed):
+        """Whether ``forward_launches`` (with a weight_version when
+        ``packed``) can add a shortcut in the product's epilogue: one GEMM
+        launch, not a small-M kernel or a split of K."""
+        dev, M, N, K = self.device, self.M, self.num_output, self.K
+        return (packed and keeps_weights_packed(dev, M, N, K)) or \
+            one_gemm(dev, M, N, K, trans_b=not self.transpose)
 
     def build_backward(self, bottom, top):
         dev, M, N, K = self.device, self.M, self.num_output, self.K

@@ -180,15 +180,33 @@ def gemv(dev, M, N, K, A, B, C, *, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=
                            BIAS=0 if bias is None else (1 if bias_axis == 0 else 2)))
 
 
+def one_gemm(dev, M, N, K, trans_a=False, trans_b=False):
+    """Whether ``gemm_launches`` runs the product as one ``gemm`` launch
+    (neither a small-M kernel nor a split of K), which can add a residual
+    in its epilogue."""
+    if deterministic():
+        return True
+    return not (use_small_m(dev, M, N, K, trans_a, trans_b)
+                or use_gemv(dev, M, N, K, trans_a, trans_b)
+                or splitk_factor(dev, M, N, K) > 1)
+
+
 def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=1.0,
                   beta=0.0, lda=None, ldb=None, ldc=None, bias=None, bias_axis=0,
-                  act=None, nsplit=None, off_a=0, off_b=0, off_c=0):
+                  act=None, nsplit=None, off_a=0, off_b=0, off_c=0, residual=None):
     """[launches] computing C = act(alpha*op(A)op(B) + bias + beta*C), as
     ops.gemm.gemm (one problem; offsets in floats), split along K when it
     pays (``nsplit`` forces a factor that divides K). In deterministic mode
     (gemm.deterministic) neither the small-M kernels (CPU: gemm_small_m.cl,
     GPU: gemv.cl) nor a split of K, which all depend on M (the batch of a
-    fully-connected layer)."""
+    fully-connected layer). residual: a buffer laid out as C added before
+    the activation (as ``gemm``'s); only where ``one_gemm``."""
+    if residual is not None:
+        if nsplit not in (None, 1) or not one_gemm(dev, M, N, K, trans_a, trans_b):
+            raise ValueError("gemm_launches: a residual needs the product in one gemm launch")
+        return [gemm(dev, M, N, K, A, B, C, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
+                     beta=beta, lda=lda, ldb=ldb, ldc=ldc, bias=bias, bias_axis=bias_axis,
+                     act=act, off_a=off_a, off_b=off_b, off_c=off_c, residual=residual)]
     if nsplit is None and deterministic():
         nsplit = 1
     if nsplit is None and use_small_m(dev, M, N, K, trans_a, trans_b):

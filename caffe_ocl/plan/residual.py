@@ -1,5 +1,7 @@
-"""TEST-phase rewrite: a convolution whose output an Eltwise SUM adds to a
-shortcut, run as the convolution with the shortcut added in its epilogue.
+"""TEST-phase rewrite: a convolution (or a fully-connected layer: a
+transformer block's attention projection and MLP output) whose output an
+Eltwise SUM adds to a shortcut, run as the product with the shortcut added
+in its epilogue.
 
 A residual block ends with ``y = act(conv(x) + r)``: ONNX's Add (-> Relu)
 after the block's last convolution (every converted ResNet, MobileNet v2/v3,
@@ -14,8 +16,10 @@ conv_igemm.cl, splitk.cl). The sum is made after the product as the
 Eltwise would (``c + r`` rounded once, then the activation), so the values
 are the layers' own bit for bit.
 
-What matches (``find``): a 2-D Convolution (one bottom, one top, not in
-place, in no other group), or a folded chain of one (chain.Chain: the
+What matches (``find``): a 2-D Convolution or an InnerProduct (one
+bottom, one top, not in place, in no other group; an InnerProduct where
+its product is one GEMM launch: not the small-M kernels of batches of up
+to 8-32 rows, nor a split of K), or a folded chain of a convolution (chain.Chain: the
 convolution with BatchNorm / Scale in place, no activation; Caffe's
 ResNets), directly followed by an Eltwise SUM of two
 distinct blobs, one of them the convolution's top ``c`` and both
@@ -68,6 +72,16 @@ def _act_after(g, ai, z, outputs):
     return act, True
 
 
+def residual_pays(prod):
+    """Whether the group should add the shortcut in ``prod``'s epilogue at
+    its present shapes: a convolution by ops.conv.residual_pays, a
+    fully-connected layer where its product is one GEMM launch (not a
+    small-M kernel or a split of K)."""
+    if prod.type == "InnerProduct":
+        return prod.takes_residual(packed=True)     # the plan is TEST's: weights packed
+    return conv_ops.residual_pays(prod.device, prod.geom)
+
+
 def match(net, ci, ei, outputs, taken=(), members=(), c=None):
     """(activation index or None, act, new top) of a residual group of
     convolution ``ci`` (alone or with the chain up to ``ei`` - 1) and the
@@ -79,7 +93,7 @@ def match(net, ci, ei, outputs, taken=(), members=(), c=None):
     if ei >= len(g.layers) or ei in taken:
         return None
     conv, elt = g.layers[ci], g.layers[ei]
-    if g.layer_types[ci] != "Convolution" or not producer_ok(conv) \
+    if g.layer_types[ci] not in ("Convolution", "InnerProduct") or not producer_ok(conv) \
             or not one_in_one_out(g, ci):
         return None
     c = g.tops[ci][0] if c is None else c
@@ -95,7 +109,7 @@ def match(net, ci, ei, outputs, taken=(), members=(), c=None):
     if z in bots or readers != [(ei, bots.index(c))]:
         return None
     r = bots[1] if bots[0] is c else bots[0]
-    if r.shape != c.shape or not conv_ops.residual_pays(conv.device, conv.geom):
+    if r.shape != c.shape or not residual_pays(net.layers[ci]):
         return None
     found = _act_after(g, ei + 1, z, outputs) if ei + 1 not in taken else None
     if found is None:
@@ -155,7 +169,7 @@ class ConvResidual(PendingTops):
     def describe(self):
         names = self.net.graph.layer_names
         return " -> ".join(names[li] for li in self.layers) + " (shortcut added in the " \
-            "convolution's epilogue" + (", the channel scale by its kernel)"
+            f"{'product' if self.conv.type == 'InnerProduct' else 'convolution'}'s epilogue" + (", the channel scale by its kernel)"
                                         if self.scale is not None else ")")
 
     def _build(self, params, fused, by_gate):
@@ -170,7 +184,16 @@ class ConvResidual(PendingTops):
                         gate_stride=se.gate_stride(self.x, self.gate))
         else:               # reads the convolution's own bottom (s, once the Scale ran)
             x = self.s.data_buffer() if self.scale is not None else self.x.data_buffer()
-        if fused:
+        if conv.type == "InnerProduct":
+            if fused:
+                self.fwd = conv.forward_launches(self.x, self.out, w, b, act=self.act,
+                                                 weight_version=conv.weight_version(),
+                                                 residual=self.r.data_buffer())
+            else:
+                self.fwd = conv.forward_launches(self.x, self.c, w, b,
+                                                 weight_version=conv.weight_version())
+                self.fwd.append(self._summing_pass())
+        elif fused:
             self.fwd = conv_ops.forward(dev, conv.geom, x, w, out, conv.col, b, act=self.act,
                                         weight_version=conv.weight_version(),
                                         residual=self.r.data_buffer(), dw_input=self.dw_input,
@@ -212,8 +235,7 @@ class ConvResidual(PendingTops):
         algorithm rules: not a per-pass cost)."""
         shapes = (self.conv.reshape_count, self.r.shape, self.c.shape)
         if self._fused is None or self._fused[0] != shapes:
-            fused = self.r.shape == self.c.shape and conv_ops.residual_pays(
-                self.conv.device, self.conv.geom)
+            fused = self.r.shape == self.c.shape and residual_pays(self.conv)
             by_gate = self.scale is not None and se.gated(self.conv)
             self._fused = (shapes, fused, by_gate)
         return self._fused[1:]
@@ -291,6 +313,7 @@ def find(net, chains=(), taken=()):
             continue
         si = ci - 1         # an SE channel scale the convolution's kernel can apply
         scale = si if (chain is None and si >= 0 and si not in used
+                       and g.layer_types[ci] == "Convolution"
                        and se.match(g, si, outputs) and se.gated(net.layers[ci])) else None
         group = ConvResidual(net, ci, ei, *found, chain=chain, scale=scale)
         used.update(group.layers)

@@ -234,3 +234,43 @@ def test_chain_where_the_shortcut_does_not_pay(rng, monkeypatch):
         launches.append(tuple(map(id, group.fwd)))
         _assert_same(nets["fused"], nets["base"])
     assert len(set(launches)) == 1 and [ln.name for ln in group.fwd] == ["sum2_act"]
+
+
+FC_TEXT = """
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: %d dim: 16 } } }
+layer { name: "fc1" type: "InnerProduct" bottom: "data" top: "h"
+        inner_product_param { num_output: 80 } }
+layer { name: "gelu" type: "TanH" bottom: "h" top: "h" }
+layer { name: "proj" type: "InnerProduct" bottom: "h" top: "c"
+        inner_product_param { num_output: 16 } }
+layer { name: "sum" type: "Eltwise" bottom: "data" bottom: "c" top: "z" }
+layer { name: "post" type: "InnerProduct" bottom: "z" top: "out"
+        inner_product_param { num_output: 5 } }
+"""
+
+
+def test_fully_connected_shortcut_added_in_the_epilogue(rng):
+    """A transformer block's MLP output + shortcut: the InnerProduct's GEMM
+    adds the shortcut; every blob equals the unrewritten net's bit for bit
+    over replayed passes, a reshape to rows the small-M kernels take (the
+    sum is then a pass of its own) and back."""
+    fused, plain = _nets(FC_TEXT % 40)
+    groups = _groups(fused)
+    names = fused.graph.layer_names
+    assert len(groups) == 1 and [names[li] for li in groups[0].layers] == ["proj", "sum"]
+    assert "product's epilogue" in groups[0].describe()
+    for k in range(4):
+        x = rng.normal(0, 1, (40, 16)).astype(np.float32)
+        fused.forward(data=x)
+        plain.forward(data=x)
+        assert fused.blobs["c"].compute_on_read is not None, k
+        _assert_same(fused, plain)
+    for n in (3, 40):
+        forward_reshaped((fused, plain), rng.normal(0, 1, (n, 16)).astype(np.float32))
+        _assert_same(fused, plain)
+
+
+def test_fully_connected_of_few_rows_not_matched():
+    """Batches the small-M kernels take (one launch that adds no shortcut)."""
+    fused, _ = _nets(FC_TEXT % 3)
+    assert not _groups(fused)
