@@ -329,9 +329,9 @@ _DECLARED = (
             "tiles", internal=True),
     Setting("GEMM_TILES", "choice", "auto",
             "GPUs, FP32 matrix products (fully-connected layers, MatMul, recurrent "
-            "steps): the tile gemm.cl runs -- auto (by how many tiles the product "
-            "has against the compute units), usual (128 x 128, or 64 x 128 for at "
-            "most 64 rows), rows64 (64 x 128) or small (64 x 64)", internal=True,
+            "steps): the tile gemm.cl runs -- auto (now the usual: the others are "
+            "not yet measured on a GPU), usual (128 x 128, or 64 x 128 for at most "
+            "64 rows), rows64 (64 x 128) or small (64 x 64)", internal=True,
             choices=("auto", "usual", "rows64", "small")),
     Setting("GPU_TILE_RASTER", "int", 8,
             "GPUs: the tile kernels (gemm.cl, conv_igemm.cl) start their work-groups "
