@@ -145,10 +145,9 @@ _DECLARED = (
             "at TEST, a 1x1 convolution / InnerProduct whose weight is a permutation "
             "matrix (converted channel shuffles) runs as a channel gather (with CAFFE_OCL_FOLD)"),
     Setting("FUSE_RESIDUAL", "bool", True,
-            "at TEST, a convolution whose output an Eltwise SUM adds to a shortcut (a "
-            "residual block's end, -> activation) adds it in its own epilogue, writing the "
-            "sum (plan/residual.py; on GPUs only for outputs of batch-1 size; with "
-            "CAFFE_OCL_FOLD)"),
+            "at TEST, a convolution or fully-connected layer whose output an Eltwise SUM "
+            "adds to a shortcut (a residual block's end, -> activation) adds it in its own "
+            "epilogue, writing the sum (plan/residual.py; with CAFFE_OCL_FOLD)"),
     Setting("CONCAT_GATHER", "bool", True,
             "a Concat along channels whose top only a channel permutation reads (ShuffleNet's "
             "concat -> shuffle) runs with it as one gather from the Concat's inputs, the "
