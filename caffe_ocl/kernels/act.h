@@ -22,19 +22,18 @@
 /* ACT_EXP, the exp of swish and sigmoid. CPU drivers (CAFFE_OCL_CPU, set
  * by device.py for every program built for a CPU): Cephes' expf inline --
  * clamped to [-87.3, 88] (normal floats; swish and sigmoid are 0, v or 1
- * to float precision beyond), n = rint(x / ln 2), the remainder r = x - n
- * ln 2 in two parts, a degree-7 polynomial of r, times 2^n built in the
+ * to float precision beyond), exp_poly below times 2^n built in the
  * exponent bits; within 1 ulp of exp on that range (tests/ops/
  * test_act_exp.py), ~15 vector operations. PoCL's exp made swish layers
  * 4-15% slower than this (BENCHMARKS.md, twenty-ninth session). GPUs keep
  * the driver's exp (a hardware approximation). */
 #ifdef CAFFE_OCL_CPU
-#define ACT_EXP_OF(T, IT)                                                      \
-    inline T __attribute__((overloadable)) act_exp(T x) {                     \
-        x = clamp(x, (T)-87.3f, (T)88.0f);                                     \
-        /* n = rint(x / ln 2) by adding 1.5 * 2^23 (PoCL built rint as a       \
-         * dozen selects); its integer from the sum's low bits */             \
-        const T t = fma(x, (T)1.44269504088896341f, (T)12582912.0f);          \
+/* exp_poly(x, t): exp(x) / 2^n for t = x / ln 2 + 1.5 * 2^23 -- n =
+ * rint(x / ln 2) by that sum (PoCL built rint as a dozen selects), its
+ * integer in t's low bits, the remainder r = x - n ln 2 in two parts and
+ * a degree-7 polynomial of r. act_exp and exp_full apply 2^n. */
+#define EXP_POLY_OF(T)                                                         \
+    inline T __attribute__((overloadable)) exp_poly(T x, T t) {               \
         const T n = t - (T)12582912.0f;                                        \
         T r = fma(n, (T)-0.693359375f, x);                                     \
         r = fma(n, (T)2.12194440e-4f, r);                                      \
@@ -43,8 +42,15 @@
         p = fma(p, r, (T)4.1665795894e-2f);                                    \
         p = fma(p, r, (T)1.6666665459e-1f);                                    \
         p = fma(p, r, (T)5.0000001201e-1f);                                    \
-        p = fma(p, r * r, r) + (T)1.0f;                                        \
-        return p * as_##T((as_##IT(t) - (IT)(0x4B400000 - 127)) << 23);        \
+        return fma(p, r * r, r) + (T)1.0f;                                     \
+    }
+#define EXP_T_(T, x) fma((x), (T)1.44269504088896341f, (T)12582912.0f)
+#define ACT_EXP_OF(T, IT)                                                      \
+    EXP_POLY_OF(T)                                                             \
+    inline T __attribute__((overloadable)) act_exp(T x) {                     \
+        x = clamp(x, (T)-87.3f, (T)88.0f);                                     \
+        const T t = EXP_T_(T, x);                                              \
+        return exp_poly(x, t) * as_##T((as_##IT(t) - (IT)(0x4B400000 - 127)) << 23); \
     }
 /* (float16 arguments without AVX-512: clang's -Wpsabi notes, at every
  * call, that passing them by value differs from AVX-512's ABI; these
@@ -66,19 +72,11 @@ ACT_EXP_OF(float16, int16)
 #define EXP_FULL_OF(T, IT)                                                     \
     inline T __attribute__((overloadable)) exp_full(T x) {                    \
         const T xc = clamp(x, (T)-104.0f, (T)89.0f);                           \
-        const T t = fma(xc, (T)1.44269504088896341f, (T)12582912.0f);         \
-        const T n = t - (T)12582912.0f;                                        \
-        T r = fma(n, (T)-0.693359375f, xc);                                    \
-        r = fma(n, (T)2.12194440e-4f, r);                                      \
-        T p = fma((T)1.9875691500e-4f, r, (T)1.3981999507e-3f);               \
-        p = fma(p, r, (T)8.3334519073e-3f);                                    \
-        p = fma(p, r, (T)4.1665795894e-2f);                                    \
-        p = fma(p, r, (T)1.6666665459e-1f);                                    \
-        p = fma(p, r, (T)5.0000001201e-1f);                                    \
-        p = fma(p, r * r, r) + (T)1.0f;                                        \
+        const T t = EXP_T_(T, xc);                                             \
         const IT ni = as_##IT(t) - (IT)0x4B400000;                             \
         const IT h = ni >> 1;                                                  \
-        p = p * as_##T((h + (IT)127) << 23) * as_##T((ni - h + (IT)127) << 23); \
+        const T p = exp_poly(xc, t) * as_##T((h + (IT)127) << 23)               \
+            * as_##T((ni - h + (IT)127) << 23);                                \
         return x != x ? x : p;                                                 \
     }
 EXP_FULL_OF(float, int)
