@@ -126,8 +126,8 @@ class Layer:
 
     def weight_version(self):
         """For launches that keep a derived copy of the weights (the first
-        parameter blob: a convolution's packed panels, a fully-connected
-        layer's transposed weights, ops.conv.OnChange): at TEST a function
+        parameter blob: a convolution's or fully-connected layer's packed
+        panels, ops.conv.OnChange): at TEST a function
         returning the weight blob's memory and its version (the copy is
         rewritten when they differ); at TRAIN None (the weights change at
         every step)."""

@@ -54,7 +54,7 @@ class InnerProductLayer(Layer):
         changes (gemm_splitk.keeps_weights_packed)."""
         dev, M, N, K = self.device, self.M, self.num_output, self.K
         if weight_version is not None and keeps_weights_packed(dev, M, N, K):
-            packed = dev.alloc(4 * gemm_ops.packed_b_floats(dev, N, K))
+            packed = self._packed_copy(weight)
             pack = gemm_ops.pack_b_panels(dev, N, K, weight, packed, trans=not self.transpose)
             return [OnChange(pack, weight_version),
                     gemm_ops.gemm(dev, M, N, K, bottom.data_buffer(), packed,
@@ -63,6 +63,22 @@ class InnerProductLayer(Layer):
         return gemm_launches(dev, M, N, K, bottom.data_buffer(), weight, top.data_buffer(),
                              trans_b=not self.transpose, bias=bias, bias_axis=1, act=act,
                              residual=residual)
+
+    def _packed_copy(self, weight):
+        """The buffer holding ``weight`` packed (ops.gemm.pack_b_panels),
+        one per weight buffer: the layer's own launches and a plan group's
+        over the same weights share it (each of their packs writes the
+        weights' present values, so either may repack it); folded weights
+        are another buffer and get their own."""
+        cache = self.__dict__.setdefault("_packed_copies", {})
+        nbytes = 4 * gemm_ops.packed_b_floats(self.device, self.num_output, self.K)
+        held = cache.get(id(weight))
+        if held is None or held[0] is not weight or held[2] != nbytes:
+            cache.pop(id(weight), None)
+            while len(cache) >= 2:      # the own weights and one folded copy at most
+                cache.pop(next(iter(cache)))
+            held = cache[id(weight)] = (weight, self.device.alloc(nbytes), nbytes)
+        return held[1]
 
     def takes_residual(self, packed):
         """Whether ``forward_launches`` (with a weight_version when

@@ -355,6 +355,11 @@ def test_fully_connected_weights_packed_once(rng, monkeypatch):
     for k in FC_TOPS:
         assert np.abs(ref2[k] - ref[k]).max() > 1e-3      # the weights did change
         assert rel_err(net.blobs[k].data, ref2[k]) < 1e-5, k
+    # one packed copy per weight buffer: fc2's chain packs the layer's own
+    # weights into the layer's copy; fc4's folded weights get their own
+    layers = dict(zip(net.graph.layer_names, net.layers))
+    assert len(layers["fc2"]._packed_copies) == 1
+    assert len(layers["fc4"]._packed_copies) == 2
 
 
 # M not a multiple of 6, N not of the micro-tile's columns, K over one K panel
