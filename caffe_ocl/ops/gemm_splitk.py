@@ -116,9 +116,9 @@ def small_m(dev, M, N, K, A, B, C, *, alpha=1.0, beta=0.0, lda=None, ldb=None, l
 # 2-core EPYC Zen 4, PoCL 3.1, one launch alone against the unpacked
 # C = X W^T (BENCHMARKS.md, forty-seventh session): 197 x 768 x 192 1.16x,
 # 49 x 256 x 512 2.1x, 16 x 768 x 384 2.2x (1.48x the small-M kernel's),
-# 64 x 4096 x 9216 1.26x; the small-M kernel stays ahead at 1 and 8 rows
-# (70 against 139 us, 144 against 168). Weights over the byte limit are
-# read as they are: the copy doubles their memory.
+# 64 x 4096 x 9216 1.26x; the small-M kernel stays ahead at 1 row (70-77
+# against 139-145 us; at 8 rows 0.86x and 1.17x in two runs). Weights over
+# the byte limit are read as they are: the copy doubles their memory.
 CPU_PACKED_FC_MIN_M = 9
 CPU_PACKED_FC_MAX_BYTES = 64 << 20
 

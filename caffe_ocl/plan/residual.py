@@ -19,7 +19,8 @@ are the layers' own bit for bit.
 What matches (``find``): a 2-D Convolution or an InnerProduct (one
 bottom, one top, not in place, in no other group; an InnerProduct where
 its product is one GEMM launch: not the small-M kernels of batches of up
-to 8-32 rows, nor a split of K), or a folded chain of a convolution (chain.Chain: the
+to 8-32 rows, nor a split of K), or a folded chain of a convolution
+(chain.Chain: the
 convolution with BatchNorm / Scale in place, no activation; Caffe's
 ResNets), directly followed by an Eltwise SUM of two
 distinct blobs, one of them the convolution's top ``c`` and both
@@ -168,8 +169,9 @@ class ConvResidual(PendingTops):
 
     def describe(self):
         names = self.net.graph.layer_names
+        what = "product" if self.conv.type == "InnerProduct" else "convolution"
         return " -> ".join(names[li] for li in self.layers) + " (shortcut added in the " \
-            f"{'product' if self.conv.type == 'InnerProduct' else 'convolution'}'s epilogue" + (", the channel scale by its kernel)"
+            f"{what}'s epilogue" + (", the channel scale by its kernel)"
                                         if self.scale is not None else ")")
 
     def _build(self, params, fused, by_gate):
