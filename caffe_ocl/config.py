@@ -174,7 +174,8 @@ _DECLARED = (
     Setting("FUSE_MATMUL_OPERANDS", "bool", True,
             "at TEST, Power layers that only scale and Permutes swapping the last two "
             "axes right before a MatMul (attention's q * scale, K^T) are read by its GEMM "
-            "as a factor and a transpose (plan/matmul_operands.py; with CAFFE_OCL_FOLD)"),
+            "as a factor and a transpose, and a Permute merging attention's heads right "
+            "after it is its output layout (plan/matmul_operands.py; with CAFFE_OCL_FOLD)"),
     Setting("FUSE_SLICE_CONCAT", "bool", True,
             "at TEST, a Concat of Slices of one blob along the same axis (a roll: Swin's "
             "shifted windows) runs as one gather (plan/slice_concat.py; with "

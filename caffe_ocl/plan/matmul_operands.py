@@ -18,7 +18,12 @@ each on a chain from a blob made before the group to one of the MatMul's
 two bottoms, its top read only by the next layer of its chain (nothing in
 place, no net output). The MatMul then multiplies the chains' first
 blobs, the scales' product as its factor, an operand transposed for each
-odd number of Permutes on its chain. The blobs in between are computed
+odd number of Permutes on its chain. The group may also take, right after
+the MatMul, a ``Permute`` moving the product's rows in front of its last
+batch axis -- (..., H, M, N) -> (..., M, H, N), attention's heads merged
+back before the output projection -- that alone reads the product: the
+GEMM then writes each head's M x N block into its columns of the
+Permute's top (a row stride of H x N). The blobs in between are computed
 when read, by the layers' own forwards (plan/patterns.PendingTops).
 Values: the same products, the factor applied to the sums instead of the
 operands (float32 rounding). ``CAFFE_OCL_FOLD=0`` or
@@ -48,11 +53,12 @@ class MatMulOperands(PendingTops):
     fuses_backward = False
     loses_values = False      # the pending blobs are computed before a backward
 
-    def __init__(self, net, lis, sources, alpha, trans):
+    def __init__(self, net, lis, sources, alpha, trans, mm):
         g = net.graph
         self.net = net
         self.layers = list(lis)
         self.first, self.last = self.layers[0], self.layers[-1]
+        self.mm = mm                # the MatMul (the last layer, or the Permute after it)
         self.sources = sources      # [blob] the GEMM reads for bottom 0 and 1
         self.alpha = alpha
         self.trans = trans          # (trans_a, trans_b)
@@ -63,21 +69,29 @@ class MatMulOperands(PendingTops):
 
     def describe(self):
         names = self.net.graph.layer_names
+        merged = ", heads merged" if self.last != self.mm else ""
         return (" -> ".join(names[i] for i in self.layers)
-                + f" (one GEMM, factor {self.alpha:g}, transposes {self.trans})")
+                + f" (one GEMM, factor {self.alpha:g}, transposes {self.trans}{merged})")
 
     def _launch(self):
-        mm = self.net.layers[self.last]
+        g = self.net.graph
+        mm = self.net.layers[self.mm]
         a, b = self.sources
-        top = self.net.graph.tops[self.last][0]
+        top = g.tops[self.last][0]
         M, N, K = mm.M, mm.N, mm.K
         if not top.count or not K:
             return None
         ta, tb = self.trans
+        if self.last == self.mm:        # the product's own layout
+            batch, heads, ldc, stride_c = mm.batch, 1, N, (M * N, 0)
+        else:       # (..., H, M, N) written as (..., M, H, N): head h at column h * N
+            heads = g.tops[self.mm][0].shape[-3]
+            batch, ldc, stride_c = mm.batch // heads, heads * N, (M * heads * N, N)
         return gemm_ops.gemm(mm.device, M, N, K, a.data_buffer(), b.data_buffer(),
                              top.data_buffer(), trans_a=ta, trans_b=tb, alpha=self.alpha,
-                             lda=M if ta else K, ldb=K if tb else N, batch=mm.batch,
-                             stride_a=(M * K, 0), stride_b=(K * N, 0), stride_c=(M * N, 0))
+                             lda=M if ta else K, ldb=K if tb else N, ldc=ldc, batch=batch,
+                             groups=heads, stride_a=(heads * M * K, M * K),
+                             stride_b=(heads * K * N, K * N), stride_c=stride_c)
 
     def run(self):
         g, net = self.net.graph, self.net
@@ -122,6 +136,25 @@ def _operand(net, b, lo, hi, readers, outputs):
         b = bots[0]
 
 
+def _heads_merge(net, mm, readers, outputs, taken):
+    """The index of a Permute right after MatMul ``mm`` that alone reads
+    its product and swaps the product's rows with the batch axis before
+    them ((..., H, M, N) -> (..., M, H, N)), or None."""
+    g = net.graph
+    pi = mm + 1
+    if pi >= len(g.layers) or pi in taken or g.layer_types[pi] != "Permute":
+        return None
+    top = g.tops[mm][0]
+    bots, tops = g.bottoms[pi], g.tops[pi]
+    if len(bots) != 1 or bots[0] is not top or len(tops) != 1 or tops[0] is top \
+            or top.name in outputs or len(readers.get(id(top), ())) != 1:
+        return None
+    n = top.num_axes
+    if n < 3 or list(net.layers[pi].orders) != list(range(n - 3)) + [n - 2, n - 3, n - 1]:
+        return None
+    return pi
+
+
 def find(net, taken=()):
     """[MatMulOperands] of ``net`` (TEST plan), none with a layer in ``taken``."""
     if not config.get("FUSE_MATMUL_OPERANDS"):
@@ -138,15 +171,19 @@ def find(net, taken=()):
         lo = mm
         while lo > 0 and g.layer_types[lo - 1] in ("Power", "Permute") and lo - 1 not in taken:
             lo -= 1
+        chains = [(b, 1.0, 0, []) for b in g.bottoms[mm]]      # the operands as they are
         while lo < mm:
-            chains = [_operand(net, b, lo, mm, readers, outputs) for b in g.bottoms[mm]]
-            inside = sorted(lj for c in chains for lj in c[3])
+            found = [_operand(net, b, lo, mm, readers, outputs) for b in g.bottoms[mm]]
+            inside = sorted(lj for c in found for lj in c[3])
             if inside == list(range(lo, mm)):
+                chains = found
                 break
             lo += 1
-        if lo == mm:
+        merge = _heads_merge(net, mm, readers, outputs, taken)
+        if lo == mm and merge is None:
             continue
         (a, fa, pa, _), (b, fb, pb, _) = chains
-        out.append(MatMulOperands(net, list(range(lo, mm + 1)), [a, b], fa * fb,
-                                  (pa % 2 == 1, pb % 2 == 1)))
+        last = mm if merge is None else merge
+        out.append(MatMulOperands(net, list(range(lo, last + 1)), [a, b], fa * fb,
+                                  (pa % 2 == 1, pb % 2 == 1), mm))
     return out

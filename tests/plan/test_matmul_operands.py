@@ -122,3 +122,59 @@ def test_off_by_setting():
     with config.override(FUSE_MATMUL_OPERANDS=False):
         net = Net(parse_net_text(ATTENTION), TEST)
     assert not _groups(net)
+
+
+def _merge(name, b, t, n):
+    """Permute (..., H, M, N) -> (..., M, H, N)."""
+    order = " ".join(f"order: {o}" for o in list(range(n - 3)) + [n - 2, n - 3, n - 1])
+    return _layer(name, "Permute", [b], t, f"permute_param {{ {order} }}")
+
+
+# attention's output: weights (2, 3, 5, 6) x values (2, 3, 6, 4), heads
+# merged back ((2, 5, 3, 4) -> (2, 5, 12)), then the next layer
+HEADS = _inputs((2, 3, 5, 6), (2, 3, 6, 4)) + (
+    _layer("mm", "MatMul", ["q", "k"], "o") + _merge("merge", "o", "om", 4)
+    + _layer("flat", "Reshape", ["om"], "of",
+             "reshape_param { shape { dim: 0 dim: 0 dim: -1 } }")
+    + _layer("act", "TanH", ["of"], "y"))
+# batch-1 exports squeeze the batch: (3, 5, 6) x (3, 6, 4) -> (5, 3, 4), and
+# the keys scaled and transposed as well
+HEADS_3D = _inputs((3, 5, 6), (3, 4, 6)) + (
+    _scale("ks", "k", "k2", 0.5) + _swap("kt", "k2", "k3", 3)
+    + _layer("mm", "MatMul", ["q", "k3"], "o") + _merge("merge", "o", "y", 3))
+
+
+@pytest.mark.parametrize("text,names", [(HEADS, ["mm", "merge"]),
+                                        (HEADS_3D, ["ks", "kt", "mm", "merge"])])
+def test_heads_merged_by_the_gemm(rng, text, names):
+    """The Permute merging attention's heads after the MatMul is the GEMM's
+    output layout: the product is computed on read, every blob as the
+    unfused net's, over replayed passes."""
+    fused, plain = _nets(text)
+    (group,) = _groups(fused)
+    assert [fused.graph.layer_names[i] for i in group.layers] == names
+    assert "heads merged" in group.describe() and not _groups(plain)
+    for _ in range(3):
+        feed, _ = _run((fused, plain), rng)
+    q = feed["q"].astype(np.float64)
+    k = feed["k"].astype(np.float64)
+    if text is HEADS_3D:
+        want = np.swapaxes(q @ np.swapaxes(0.5 * k, -1, -2), 0, 1)
+        np.testing.assert_allclose(fused.blobs["y"].data, want, rtol=1e-5, atol=1e-6)
+    else:
+        want = np.swapaxes(q @ k, 1, 2)
+        np.testing.assert_allclose(fused.blobs["om"].data, want, rtol=1e-5, atol=1e-6)
+
+
+def test_heads_merge_not_taken():
+    """A Permute of other axes, or a product read elsewhere too, stays."""
+    other = _inputs((2, 3, 5, 6), (2, 3, 6, 4)) + (
+        _layer("mm", "MatMul", ["q", "k"], "o")
+        + _layer("merge", "Permute", ["o"], "y",
+                 "permute_param { order: 1 order: 0 order: 2 order: 3 }"))
+    shared = _inputs((2, 3, 5, 6), (2, 3, 6, 4)) + (
+        _layer("mm", "MatMul", ["q", "k"], "o") + _merge("merge", "o", "y", 4)
+        + _layer("act", "TanH", ["o"], "z"))
+    for text in (other, shared):
+        fused, _ = _nets(text)
+        assert not _groups(fused)
