@@ -327,12 +327,13 @@ _DECLARED = (
             "planes) and of at most 32 million multiply-adds run kernels/conv1x1_few.cl, "
             "K split over each work-group's work-items, instead of the implicit GEMM's "
             "tiles", internal=True),
-    Setting("GEMM_TILES", "choice", "auto",
-            "GPUs, FP32 matrix products (fully-connected layers, MatMul, recurrent "
-            "steps): the tile gemm.cl runs -- auto (now the usual: the others are "
-            "not yet measured on a GPU), usual (128 x 128, or 64 x 128 for at most "
-            "64 rows), rows64 (64 x 128) or small (64 x 64)", internal=True,
-            choices=("auto", "usual", "rows64", "small")),
+    Setting("GEMM_TILES", "choice", "usual",
+            "GPUs, FP32 fully-connected and MatMul products: the tile gemm.cl runs -- "
+            "usual (128 x 128, or 64 x 128 for at most 64 rows), rule (64 x 64 for at "
+            "most 64 columns, else the largest tile giving two waves of the compute "
+            "units: ops.gemm.fill_tiles; not yet the default: unmeasured on a GPU), "
+            "rows64 (64 x 128) or small (64 x 64)", internal=True,
+            choices=("usual", "rule", "rows64", "small")),
     Setting("GPU_TILE_RASTER", "int", 8,
             "GPUs: the tile kernels (gemm.cl, conv_igemm.cl) start their work-groups "
             "in bands of this many rows of tiles, row fastest, so that a block of B "

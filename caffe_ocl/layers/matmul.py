@@ -38,7 +38,7 @@ class MatMulLayer(Layer):
         sy = K * N
         return gemm_ops.gemm(self.device, M, N, K, x, y, out, trans_a=trans_a,
                              trans_b=trans_b, batch=self.batch, stride_a=(sx, 0),
-                             stride_b=(sy, 0), stride_c=(M * N, 0))
+                             stride_b=(sy, 0), stride_c=(M * N, 0), tiles="auto")
 
     def build_backward(self, bottom, top):
         M, N, K = self.M, self.N, self.K

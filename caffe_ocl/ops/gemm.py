@@ -120,14 +120,37 @@ def tile_threads(t):
 GEMM_TILE_NAMES = ("usual", "rows64", "small")
 
 
+def fill_tiles(dev, M, N, gz, t):
+    """The rule's tile name for gz M x N products (``gemm(tiles="auto")``):
+    "small" for at most 64 columns (a 128-column tile would compute at
+    least as many columns past N as in it); "usual" where its tiles make
+    two waves of the compute units; else "rows64" where half-height tiles
+    do; else "small"."""
+    cus = max(int(dev.compute_units), 1)
+    if N <= 64:
+        return "small"
+    cols = -(-N // 128) * gz
+    if -(-M // t["TM"]) * cols >= 2 * cus:
+        return "usual"
+    if t["TM"] == 128 and -(-M // 64) * cols >= 2 * cus:
+        return "rows64"
+    return "small"
+
+
 def gemm_tiles(dev, M, N, K, gz=1, name=None):
     """Tile of a GPU ``gemm`` of gz M x N x K problems: gpu_tiles' (name
-    "usual"), or another of GEMM_TILE_NAMES by name (setting GEMM_TILES, or
-    ``name``; TF32 and deterministic mode always take the usual)."""
+    "usual"), another of GEMM_TILE_NAMES by name, or by ``fill_tiles``
+    ("auto": the fully-connected and MatMul products ask for it). Setting
+    GEMM_TILES: "rule" lets "auto" follow fill_tiles, "usual" (the
+    default) keeps the usual tile for them, another name forces that tile
+    on every product that asks "auto". TF32 and deterministic mode always
+    take the usual."""
     t = gpu_tiles(dev, M, K)
-    name = name or config.get("GEMM_TILES")
+    name = name or "usual"
     if name == "auto":
-        name = "usual"
+        name = config.get("GEMM_TILES")
+        if name == "rule":
+            name = fill_tiles(dev, M, N, gz, t)
     if name not in GEMM_TILE_NAMES:
         raise ValueError(f"gemm: tiles {name!r}; expected one of {GEMM_TILE_NAMES} or 'auto'")
     if name == "usual" or t["TF32"] or deterministic():
@@ -338,8 +361,9 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
     strides) added before the activation: C = act(alpha*op(A)*op(B) + bias
     + beta*C + residual), the sum an Eltwise after the product would make
     (plan/residual.py). Not with ksplit (C then holds partial sums).
-    tiles: GPU kernel only, a name of GEMM_TILE_NAMES to run instead of
-    gemm_tiles' choice (benchmarks)."""
+    tiles: GPU kernel only: None (the usual tile), "auto" (gemm_tiles'
+    choice for a product that may take other tiles) or a name of
+    GEMM_TILE_NAMES."""
     act_kind, act_a, act_b = act_defines(act)
     if lda is None:
         lda = M if trans_a else K

@@ -206,7 +206,8 @@ def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=
             raise ValueError("gemm_launches: a residual needs the product in one gemm launch")
         return [gemm(dev, M, N, K, A, B, C, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
                      beta=beta, lda=lda, ldb=ldb, ldc=ldc, bias=bias, bias_axis=bias_axis,
-                     act=act, off_a=off_a, off_b=off_b, off_c=off_c, residual=residual)]
+                     act=act, off_a=off_a, off_b=off_b, off_c=off_c, residual=residual,
+                     tiles="auto")]
     if nsplit is None and deterministic():
         nsplit = 1
     if nsplit is None and use_small_m(dev, M, N, K, trans_a, trans_b):
@@ -222,7 +223,7 @@ def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=
     if nsplit <= 1:
         return [gemm(dev, M, N, K, A, B, C, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
                      beta=beta, lda=lda, ldb=ldb, ldc=ldc, bias=bias, bias_axis=bias_axis,
-                     act=act, off_a=off_a, off_b=off_b, off_c=off_c)]
+                     act=act, off_a=off_a, off_b=off_b, off_c=off_c, tiles="auto")]
     if K % nsplit:
         raise ValueError(f"gemm_launches: nsplit {nsplit} does not divide K = {K}")
     lda = lda if lda is not None else (M if trans_a else K)
@@ -236,7 +237,7 @@ def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=
     partial = gemm(dev, M, N, kc, A, B, ws, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
                    lda=lda, ldb=ldb, ldc=N, batch=nsplit, stride_a=(sa, 0),
                    stride_b=(sb, 0), stride_c=(M * N, 0), impl="tiled",
-                   off_a=off_a, off_b=off_b)
+                   off_a=off_a, off_b=off_b, tiles="auto")
     act_kind, act_a, act_b = act_defines(act)
     g, l = work_size(dev, M * N)
     reduce = dev.launch(SRC, "gemm_splitk_reduce", g, l,

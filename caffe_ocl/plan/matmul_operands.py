@@ -91,7 +91,8 @@ class MatMulOperands(PendingTops):
                              top.data_buffer(), trans_a=ta, trans_b=tb, alpha=self.alpha,
                              lda=M if ta else K, ldb=K if tb else N, ldc=ldc, batch=batch,
                              groups=heads, stride_a=(heads * M * K, M * K),
-                             stride_b=(heads * K * N, K * N), stride_c=stride_c)
+                             stride_b=(heads * K * N, K * N), stride_c=stride_c,
+                             tiles="auto")
 
     def run(self):
         g, net = self.net.graph, self.net

@@ -60,6 +60,33 @@ def test_split_factor_only_where_tiles_are_few(tf32):
     assert splitk_factor(cpu, 64, 4096, 9216) == 1
 
 
+def test_fill_tiles_rule():
+    """ops.gemm.fill_tiles on a 132-unit GPU: 64 x 64 tiles for at most 64
+    columns; otherwise the largest tile giving two waves; the setting's
+    "usual" (the default) and TF32 keep the usual tile."""
+    from caffe_ocl import config
+    from caffe_ocl.ops import gemm as gemm_ops
+    gpu = types.SimpleNamespace(is_gpu=True, is_cpu=False, is_nvidia=True, compute_units=132,
+                                local_mem=48 << 10)
+    with config.override(TF32=False, TF32_EMULATE=False, GEMM_TILES="rule"):
+        def name(M, N, gz=1):
+            t = gemm_ops.gemm_tiles(gpu, M, N, 64, gz, "auto")
+            return {(128, 128, 8): "usual", (64, 128, 8): "rows64", (64, 64, 4): "small"}[
+                (t["TM"], t["TN"], t.get("MICRO", 8))]
+        assert name(197, 64, 48) == "small"          # attention's weights x values
+        assert name(4096, 4096) == "usual"           # 1024 tiles
+        assert name(3152, 768) == "rows64"           # DeiT b16's MLP in: 150 -> 300 tiles
+        assert name(3152, 576) == "small"            # its qkv: 125, 250 tiles
+        assert name(197, 197, 48) == "rows64"        # scores: 192 -> 384
+        assert name(64, 1024) == "small"             # 64-row tiles already: 8 tiles
+        assert gemm_ops.gemm_tiles(gpu, 3152, 576, 64, 1)["TM"] == 128    # not asked
+    with config.override(TF32=False, TF32_EMULATE=False):
+        assert gemm_ops.gemm_tiles(gpu, 3152, 576, 64, 1, "auto").get("MICRO", 8) == 8
+    with config.override(TF32=True, TF32_EMULATE=False, GEMM_TILES="rule"):
+        t = gemm_ops.gemm_tiles(gpu, 3152, 576, 64, 1, "auto")
+        assert (t["TM"], t["TN"]) == (128, 128)
+
+
 # (M, N, K, SMALL_M_ONE_ROW): batch 1 through its own loop (runs of 8 or 3
 # columns) or the paired rows' (0)
 @pytest.mark.parametrize("M,N,K,one_row", [
