@@ -183,7 +183,14 @@ class Chain:
                                        top.data_buffer(), top.data_buffer(),
                                        self.prelu.blobs[0].data_buffer())]
         if prod.type == "InnerProduct":
-            self.fwd = prod.forward_launches(bottom, top, w, b, act=act, weight_version=version)
+            if self.residual_target is not None:   # the sum with a shortcut
+                r, out, act = self.residual_target
+                self.fwd = prod.forward_launches(bottom, out, w, b, act=act,
+                                                 weight_version=version,
+                                                 residual=r.data_buffer())
+            else:
+                self.fwd = prod.forward_launches(bottom, top, w, b, act=act,
+                                                 weight_version=version)
         elif self._layout is not None:     # into a slice of a Concat's top
             y, y_off, y_channels = self._layout
             self.fwd = conv_ops.forward(dev, prod.geom, bottom.data_buffer(), w, y, prod.col,
@@ -261,14 +268,25 @@ def bn_ok(layer, C):
     return layer.use_global_stats and layer.channels == C
 
 
-def scale_ok(layer, bottom, C):
+def scale_axis(net, li):
+    """The axis of producer ``li``'s top along which a Scale folds into its
+    weights: a convolution's channel axis 1 (where channel_axis_ok), an
+    InnerProduct's output features (its top's last axis: a transformer's
+    layer scale after a projection, on tokens x features), else None."""
+    layer, top = net.layers[li], net.graph.tops[li][0]
+    if layer.type == "InnerProduct":
+        return top.num_axes - 1
+    return 1 if channel_axis_ok(net, li) else None
+
+
+def scale_ok(layer, bottom, C, want_axis=1):
     if len(layer.blobs) < 1 or layer.blobs[0].shape != (C,):
         return False
     try:
         axis = bottom.canonical_axis(layer.param.scale_param.axis)
     except Exception:
         return False
-    if axis != 1:
+    if axis != want_axis:
         return False
     return not layer.bias_term or layer.blobs[layer.bias_id].shape == (C,)
 
@@ -347,6 +365,7 @@ def find_chains(net):
         blob = g.tops[li][0]
         C = prod.num_output
         axis_ok = channel_axis_ok(net, li)
+        s_axis = scale_axis(net, li)
         members, bn, scale, act, stage = [], None, None, None, 0
         written = [li]                   # the layers that wrote ``blob``'s value
         pending, pending_layers = [], []
@@ -362,8 +381,8 @@ def find_chains(net):
                 break
             if layer.type == "BatchNorm" and stage < 1 and axis_ok and bn_ok(layer, C):
                 bn, stage = layer, 1
-            elif layer.type == "Scale" and stage < 2 and axis_ok \
-                    and scale_ok(layer, blob, C):
+            elif layer.type == "Scale" and stage < 2 and s_axis is not None \
+                    and scale_ok(layer, blob, C, s_axis):
                 scale, stage = layer, 2
             elif stage < 3 and inference_act_of(layer) is not None \
                     and producer_fuses(prod, inference_act_of(layer)):

@@ -301,7 +301,7 @@ def find(net, chains=(), taken=()):
     g = net.graph
     outputs = set(g.outputs)
     by_first = {c.first: c for c in chains
-                if c.act is None and g.layer_types[c.first] == "Convolution"}
+                if c.act is None and g.layer_types[c.first] in ("Convolution", "InnerProduct")}
     out, used = [], set(taken)
     for ci in range(len(g.layers) - 1):
         chain = by_first.get(ci)

@@ -274,3 +274,46 @@ def test_fully_connected_of_few_rows_not_matched():
     """Batches the small-M kernels take (one launch that adds no shortcut)."""
     fused, _ = _nets(FC_TEXT % 3)
     assert not _groups(fused)
+
+
+# a transformer block's end with a layer scale: tokens (2, 40, 16) ->
+# MLP -> the projection -> Scale over the features (gamma, a new top) ->
+# + the shortcut
+LAYER_SCALE = """
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 2 dim: 40 dim: 16 } } }
+layer { name: "fc1" type: "InnerProduct" bottom: "data" top: "h"
+        inner_product_param { num_output: 80 axis: 2 } }
+layer { name: "act" type: "TanH" bottom: "h" top: "h" }
+layer { name: "proj" type: "InnerProduct" bottom: "h" top: "c"
+        inner_product_param { num_output: 16 axis: 2 } }
+layer { name: "gamma" type: "Scale" bottom: "c" top: "cs" scale_param { axis: 2 } }
+layer { name: "sum" type: "Eltwise" bottom: "data" bottom: "cs" top: "z" }
+layer { name: "post" type: "InnerProduct" bottom: "z" top: "out"
+        inner_product_param { num_output: 5 axis: 2 } }
+"""
+
+
+def test_layer_scale_folded_and_shortcut_added(rng):
+    """The Scale over an InnerProduct's output features (a layer scale)
+    folds into its weights, and the folded chain adds the shortcut in the
+    GEMM's epilogue; every blob within float32 of the layers' own values,
+    also after gamma changes."""
+    fused, plain = _nets(LAYER_SCALE)
+    groups = _groups(fused)
+    names = fused.graph.layer_names
+    assert len(groups) == 1 and groups[0].chain is not None
+    assert [names[li] for li in groups[0].layers] == ["proj", "gamma", "sum"]
+    g = rng.uniform(0.5, 1.5, 16)
+    for net in (fused, plain):
+        net.params["gamma"][0].data[...] = g
+    for step in range(3):
+        if step == 2:       # a new layer scale: folded again
+            g = rng.uniform(-1, 1, 16)
+            for net in (fused, plain):
+                net.params["gamma"][0].data[...] = g
+        x = rng.normal(0, 1, (2, 40, 16)).astype(np.float32)
+        fused.forward(data=x)
+        plain.forward(data=x)
+        for name in plain.blobs:
+            np.testing.assert_allclose(fused.blobs[name].data, plain.blobs[name].data,
+                                       rtol=1e-5, atol=1e-5, err_msg=name)
