@@ -327,13 +327,12 @@ _DECLARED = (
             "planes) and of at most 32 million multiply-adds run kernels/conv1x1_few.cl, "
             "K split over each work-group's work-items, instead of the implicit GEMM's "
             "tiles", internal=True),
-    Setting("GEMM_TILES", "choice", "usual",
+    Setting("GEMM_TILES", "choice", "rule",
             "GPUs, FP32 fully-connected and MatMul products: the tile gemm.cl runs -- "
-            "usual (128 x 128, or 64 x 128 for at most 64 rows), rule (64 x 64 for at "
-            "most 64 columns, else the largest tile giving two waves of the compute "
-            "units: ops.gemm.fill_tiles; not yet the default: unmeasured on a GPU), "
-            "rows64 (64 x 128) or small (64 x 64)", internal=True,
-            choices=("usual", "rule", "rows64", "small")),
+            "rule (ops.gemm.fill_tiles: 64 x 64 for at most 64 columns or under half a "
+            "wave of usual tiles, 64 x 128 between one and two waves, else the usual), "
+            "usual (128 x 128, or 64 x 128 for at most 64 rows), rows64 or small",
+            internal=True, choices=("rule", "usual", "rows64", "small")),
     Setting("GPU_TILE_RASTER", "int", 8,
             "GPUs: the tile kernels (gemm.cl, conv_igemm.cl) start their work-groups "
             "in bands of this many rows of tiles, row fastest, so that a block of B "

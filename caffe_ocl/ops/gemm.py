@@ -121,30 +121,35 @@ GEMM_TILE_NAMES = ("usual", "rows64", "small")
 
 
 def fill_tiles(dev, M, N, gz, t):
-    """The rule's tile name for gz M x N products (``gemm(tiles="auto")``):
-    "small" for at most 64 columns (a 128-column tile would compute at
-    least as many columns past N as in it); "usual" where its tiles make
-    two waves of the compute units; else "rows64" where half-height tiles
-    do; else "small"."""
+    """The rule's tile name for gz M x N products (``gemm(tiles="auto")``).
+    H200, FP32, `bench_gemm_tiles.py` (BENCHMARKS.md, forty-seventh
+    session): "small" (64 x 64) for at most 64 columns (a 128-column tile
+    computes at least as many columns past N: Swin's 49 x 49 window
+    products 0.070 -> 0.048 ms) and for fewer usual tiles than half the
+    compute units (DeiT's 197 x 576 x 192 at batch 1, 10 tiles: 0.030 ->
+    0.016); "rows64" (64 x 128) where the usual tiles make more than one
+    wave but less than two (DeiT b16's 3152 x 768 x 192, 150 tiles: 0.058
+    -> 0.042; its scores 197 x 197 x 64 x 48 0.025 -> 0.018); else the
+    usual (one wave mostly full, 125-128 tiles: small tiles were 1.15-1.26x
+    slower there; or two waves and more)."""
     cus = max(int(dev.compute_units), 1)
     if N <= 64:
         return "small"
-    cols = -(-N // 128) * gz
-    if -(-M // t["TM"]) * cols >= 2 * cus:
+    tiles = -(-M // t["TM"]) * -(-N // 128) * gz
+    if tiles >= 2 * cus:
         return "usual"
-    if t["TM"] == 128 and -(-M // 64) * cols >= 2 * cus:
-        return "rows64"
-    return "small"
+    if tiles > cus:
+        return "rows64" if t["TM"] == 128 else "usual"
+    return "usual" if tiles >= cus // 2 else "small"
 
 
 def gemm_tiles(dev, M, N, K, gz=1, name=None):
     """Tile of a GPU ``gemm`` of gz M x N x K problems: gpu_tiles' (name
     "usual"), another of GEMM_TILE_NAMES by name, or by ``fill_tiles``
     ("auto": the fully-connected and MatMul products ask for it). Setting
-    GEMM_TILES: "rule" lets "auto" follow fill_tiles, "usual" (the
-    default) keeps the usual tile for them, another name forces that tile
-    on every product that asks "auto". TF32 and deterministic mode always
-    take the usual."""
+    GEMM_TILES: "rule" (the default) lets "auto" follow fill_tiles,
+    another name forces that tile on every product that asks "auto". TF32
+    and deterministic mode always take the usual."""
     t = gpu_tiles(dev, M, K)
     name = name or "usual"
     if name == "auto":

@@ -62,8 +62,8 @@ def test_split_factor_only_where_tiles_are_few(tf32):
 
 def test_fill_tiles_rule():
     """ops.gemm.fill_tiles on a 132-unit GPU: 64 x 64 tiles for at most 64
-    columns; otherwise the largest tile giving two waves; the setting's
-    "usual" (the default) and TF32 keep the usual tile."""
+    columns or under half a wave, 64 x 128 between one and two waves, else
+    the usual; the setting's "usual" and TF32 keep the usual tile."""
     from caffe_ocl import config
     from caffe_ocl.ops import gemm as gemm_ops
     gpu = types.SimpleNamespace(is_gpu=True, is_cpu=False, is_nvidia=True, compute_units=132,
@@ -76,12 +76,16 @@ def test_fill_tiles_rule():
         assert name(197, 64, 48) == "small"          # attention's weights x values
         assert name(4096, 4096) == "usual"           # 1024 tiles
         assert name(3152, 768) == "rows64"           # DeiT b16's MLP in: 150 -> 300 tiles
-        assert name(3152, 576) == "small"            # its qkv: 125, 250 tiles
+        assert name(3152, 576) == "usual"            # its qkv: 125 tiles, one wave
+        assert name(3152, 192) == "small"            # its projection: 50 tiles
+        assert name(8192, 256) == "usual"            # Mixer's token MLP: 128 tiles
         assert name(197, 197, 48) == "rows64"        # scores: 192 -> 384
         assert name(64, 1024) == "small"             # 64-row tiles already: 8 tiles
+        # 256 tiles of 64 rows already (fc8 at batch 64, split in 32): kept
+        assert gemm_ops.fill_tiles(gpu, 64, 1000, 32, gemm_ops.gpu_tiles(gpu, 64)) == "usual"
         assert gemm_ops.gemm_tiles(gpu, 3152, 576, 64, 1)["TM"] == 128    # not asked
-    with config.override(TF32=False, TF32_EMULATE=False):
-        assert gemm_ops.gemm_tiles(gpu, 3152, 576, 64, 1, "auto").get("MICRO", 8) == 8
+    with config.override(TF32=False, TF32_EMULATE=False, GEMM_TILES="usual"):
+        assert gemm_ops.gemm_tiles(gpu, 3152, 192, 64, 1, "auto").get("MICRO", 8) == 8
     with config.override(TF32=True, TF32_EMULATE=False, GEMM_TILES="rule"):
         t = gemm_ops.gemm_tiles(gpu, 3152, 576, 64, 1, "auto")
         assert (t["TM"], t["TN"]) == (128, 128)
