@@ -39,7 +39,8 @@ SRC = "splitk.cl"
 #   qkv (784 x 2304 x 768, 126 tiles) 0.114 ms whole against 0.140 in 6
 #   chunks, MLP-Mixer's 8192 x 196 x 256 (128 tiles) 0.039 against 0.049
 #   in 2; with fewer tiles the split still pays (BERT's 128 x 2304 x 768,
-#   18 tiles: 0.110 -> 0.027).
+#   18 tiles: 0.110 -> 0.027). FP32 only: TF32 products still split below
+#   one wave (not measured there).
 MIN_CHUNK = 512
 MIN_CHUNK_SHORT = 256
 SPLIT_WGS_PER_CU = 4
@@ -49,7 +50,8 @@ SPLIT_WGS_PER_CU_FP32 = 8
 
 def splitk_factor(dev, M, N, K):
     """nsplit for an M x N x K GEMM on ``dev``: 1 (no split) on CPU drivers,
-    when the tiles fill half the compute units or more, for K under two chunks, or when
+    when the tiles fill the compute units (FP32: half of them) or more, for
+    K under two chunks, or when
     K has no divisor giving chunks of at least MIN_CHUNK (MIN_CHUNK_SHORT
     for K under 2 * MIN_CHUNK; MIN_CHUNK_FP32 without TF32) that are
     multiples of 16."""
@@ -58,7 +60,7 @@ def splitk_factor(dev, M, N, K):
     t = gpu_tiles(dev, M)
     tiles = -(-M // t["TM"]) * -(-N // t["TN"])
     cus = max(dev.compute_units, 1)
-    if tiles >= cus // 2:
+    if tiles >= (cus if t["TF32"] else cus // 2):     # TF32: not measured at half a wave
         return 1
     per_cu, min_chunk = ((SPLIT_WGS_PER_CU, MIN_CHUNK) if t["TF32"] else
                          (SPLIT_WGS_PER_CU_FP32, MIN_CHUNK_FP32))

@@ -56,6 +56,9 @@ def test_split_factor_only_where_tiles_are_few(tf32):
         # a ViT's MLP out (197 tokens x 192, K 768: 4 tiles) in 128s / 256s
         assert splitk_factor(gpu, 197, 192, 768) == (3 if tf32 else 6)
         assert splitk_factor(gpu, 16, 2048, 192) == 1         # under two chunks
+        # Swin's last-stage qkv (126 tiles): whole in FP32 (0.114 against
+        # 0.140 ms split, H200); TF32 still splits below one wave
+        assert splitk_factor(gpu, 784, 2304, 768) == (3 if tf32 else 1)
     cpu = types.SimpleNamespace(is_gpu=False, compute_units=2)
     assert splitk_factor(cpu, 64, 4096, 9216) == 1
 
