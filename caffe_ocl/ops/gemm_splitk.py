@@ -212,10 +212,7 @@ def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=
     if residual is not None:
         if nsplit not in (None, 1) or not one_gemm(dev, M, N, K, trans_a, trans_b):
             raise ValueError("gemm_launches: a residual needs the product in one gemm launch")
-        return [gemm(dev, M, N, K, A, B, C, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
-                     beta=beta, lda=lda, ldb=ldb, ldc=ldc, bias=bias, bias_axis=bias_axis,
-                     act=act, off_a=off_a, off_b=off_b, off_c=off_c, residual=residual,
-                     tiles="auto")]
+        nsplit = 1
     if nsplit is None and deterministic():
         nsplit = 1
     if nsplit is None and use_small_m(dev, M, N, K, trans_a, trans_b):
@@ -231,7 +228,8 @@ def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=
     if nsplit <= 1:
         return [gemm(dev, M, N, K, A, B, C, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
                      beta=beta, lda=lda, ldb=ldb, ldc=ldc, bias=bias, bias_axis=bias_axis,
-                     act=act, off_a=off_a, off_b=off_b, off_c=off_c, tiles="auto")]
+                     act=act, off_a=off_a, off_b=off_b, off_c=off_c, residual=residual,
+                     tiles="auto")]
     if K % nsplit:
         raise ValueError(f"gemm_launches: nsplit {nsplit} does not divide K = {K}")
     lda = lda if lda is not None else (M if trans_a else K)

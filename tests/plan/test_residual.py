@@ -249,11 +249,14 @@ layer { name: "post" type: "InnerProduct" bottom: "z" top: "out"
 """
 
 
-def test_fully_connected_shortcut_added_in_the_epilogue(rng):
+@pytest.mark.parametrize("packed", [True, False])
+def test_fully_connected_shortcut_added_in_the_epilogue(rng, settings, packed):
     """A transformer block's MLP output + shortcut: the InnerProduct's GEMM
-    adds the shortcut; every blob equals the unrewritten net's bit for bit
+    adds the shortcut (CPU drivers: with the weights packed once or through
+    gemm_launches); every blob equals the unrewritten net's bit for bit
     over replayed passes, a reshape to rows the small-M kernels take (the
     sum is then a pass of its own) and back."""
+    settings(CPU_PACKED_WEIGHTS=packed)
     fused, plain = _nets(FC_TEXT % 40)
     groups = _groups(fused)
     names = fused.graph.layer_names
