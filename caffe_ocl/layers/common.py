@@ -80,13 +80,13 @@ class InnerProductLayer(Layer):
             held = cache[id(weight)] = (weight, self.device.alloc(nbytes), nbytes)
         return held[1]
 
-    def takes_residual(self, packed):
-        """Whether ``forward_launches`` (with a weight_version when
-        ``packed``) can add a shortcut in the product's epilogue: one GEMM
-        launch, not a small-M kernel or a split of K."""
+    def takes_residual(self):
+        """Whether ``forward_launches`` (given this layer's weight_version,
+        as the plan's groups pass it) can add a shortcut in the product's
+        epilogue: one GEMM launch, not a small-M kernel or a split of K."""
         dev, M, N, K = self.device, self.M, self.num_output, self.K
-        return (packed and keeps_weights_packed(dev, M, N, K)) or \
-            one_gemm(dev, M, N, K, trans_b=not self.transpose)
+        return (self.weight_version() is not None and keeps_weights_packed(dev, M, N, K)) \
+            or one_gemm(dev, M, N, K, trans_b=not self.transpose)
 
     def build_backward(self, bottom, top):
         dev, M, N, K = self.device, self.M, self.num_output, self.K

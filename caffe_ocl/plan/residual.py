@@ -79,7 +79,7 @@ def residual_pays(prod):
     fully-connected layer where its product is one GEMM launch (not a
     small-M kernel or a split of K)."""
     if prod.type == "InnerProduct":
-        return prod.takes_residual(packed=True)     # the plan is TEST's: weights packed
+        return prod.takes_residual()
     return conv_ops.residual_pays(prod.device, prod.geom)
 
 
