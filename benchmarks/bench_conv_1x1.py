@@ -24,7 +24,7 @@ from caffe_ocl import config  # noqa: E402
 from caffe_ocl.device import get_device  # noqa: E402
 from caffe_ocl.ops import conv as conv_ops  # noqa: E402
 from caffe_ocl.ops import gemm as gemm_ops  # noqa: E402
-from common import conv_pass, cuda_ms, random_buffers, time_launches  # noqa: E402
+from common import conv_pass, cuda_ms, cuda_torch, random_buffers, time_launches  # noqa: E402
 
 SHAPES = [  # (in channels, input size, out channels, stride): ResNet-50's 1x1 layers
     (64, 56, 64, 1), (64, 56, 256, 1), (256, 56, 64, 1), (128, 28, 512, 1), (512, 28, 128, 1),
@@ -37,11 +37,8 @@ PASSES = ("fwd", "bwd_data", "bwd_weight")
 def torch_timer(batch, tf32):
     """timer(c, h, co, stride) -> {pass: ms} with PyTorch + cuDNN, or None
     when PyTorch or its CUDA device is missing."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
+    torch = cuda_torch()
+    if torch is None:
         return None
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = tf32

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from caffe_ocl.device import get_device  # noqa: E402
 from caffe_ocl.ops import gemm as gemm_ops  # noqa: E402
 from caffe_ocl.ops import gemm_splitk  # noqa: E402
-from common import cuda_ms, random_buffers, time_launches  # noqa: E402
+from common import cuda_ms, cuda_torch, random_buffers, time_launches  # noqa: E402
 
 # (name, K inputs, N outputs)
 LAYERS = [("alexnet fc6", 9216, 4096), ("fc7", 4096, 4096), ("fc8", 4096, 1000),
@@ -29,11 +29,8 @@ LAYERS = [("alexnet fc6", 9216, 4096), ("fc7", 4096, 4096), ("fc8", 4096, 1000),
 
 
 def torch_ms(m, k, n, runs, tf32=False):
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            return None
-    except ImportError:
+    torch = cuda_torch()
+    if torch is None:
         return None
     torch.backends.cuda.matmul.allow_tf32 = tf32
     x = torch.randn(m, k, device="cuda")

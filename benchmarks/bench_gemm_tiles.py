@@ -22,7 +22,7 @@ from caffe_ocl import config  # noqa: E402
 from caffe_ocl.device import get_device  # noqa: E402
 from caffe_ocl.ops import gemm as gemm_ops  # noqa: E402
 from caffe_ocl.ops import gemm_splitk  # noqa: E402
-from common import cuda_ms, random_buffers, time_launches  # noqa: E402
+from common import cuda_ms, cuda_torch, random_buffers, time_launches  # noqa: E402
 
 # DeiT-Tiny at batch 16 (3152 tokens of 192) and 1 (197), Swin-T's last
 # stage at batch 16 (784 tokens of 768) and its 7 x 7 windows (16 x 64
@@ -50,20 +50,18 @@ def parse(spec):
 
 
 def torch_ms(m, n, k, batch, trans_b, runs):
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            return None
-    except ImportError:
+    torch = cuda_torch()
+    if torch is None:
         return None
     torch.backends.cuda.matmul.allow_tf32 = False
     a = torch.randn(batch, m, k, device="cuda")
-    b = torch.randn(batch, n, k, device="cuda") if trans_b else torch.randn(batch, k, n,
-                                                                          device="cuda")
     if trans_b:
-        return min(cuda_ms(lambda: torch.matmul(a, b.transpose(1, 2)), runs=runs)
-                   for _ in range(3))
-    return min(cuda_ms(lambda: torch.matmul(a, b), runs=runs) for _ in range(3))
+        b = torch.randn(batch, n, k, device="cuda")
+        product = lambda: torch.matmul(a, b.transpose(1, 2))   # noqa: E731
+    else:
+        b = torch.randn(batch, k, n, device="cuda")
+        product = lambda: torch.matmul(a, b)                    # noqa: E731
+    return min(cuda_ms(product, runs=runs) for _ in range(3))
 
 
 def main():

@@ -95,15 +95,22 @@ def cuda_ms(fn, runs=20, warmup=3):
     return start.elapsed_time(end) / runs
 
 
+def cuda_torch():
+    """The torch module where PyTorch is installed and sees a CUDA device,
+    else None (the reference columns of the GPU benchmarks)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
 def cudnn_conv_ms(n, c, h, co, k, stride, groups, runs, relu=False):
     """Best of three CUDA-event means (ms) of PyTorch + cuDNN's F.conv2d
     (FP32, bias, pad k // 2, optionally then ReLU) on an n x c x h x h
     input, or None without a CUDA device."""
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            return None
-    except ImportError:
+    torch = cuda_torch()
+    if torch is None:
         return None
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
