@@ -172,9 +172,9 @@ _DECLARED = (
             "Split; a converted GELU) runs as one generated kernel (plan/pointwise.py; "
             "with CAFFE_OCL_FOLD)"),
     Setting("FUSE_MATMUL_OPERANDS", "bool", True,
-            "at TEST, Power layers that only scale and Permutes swapping the last two "
-            "axes right before a MatMul (attention's q * scale, K^T) are read by its GEMM "
-            "as a factor and a transpose, and a Permute merging attention's heads right "
+            "at TEST, a MatMul's GEMM reads its operands past the Reshape, Permute, Slice "
+            "and scaling Power layers that only move them (attention's qkv split, q * "
+            "scale, K^T) as strided views, and a Permute merging attention's heads right "
             "after it is its output layout (plan/matmul_operands.py; with CAFFE_OCL_FOLD)"),
     Setting("FUSE_SLICE_CONCAT", "bool", True,
             "at TEST, a Concat of Slices of one blob along the same axis (a roll: Swin's "

@@ -31,7 +31,10 @@ run it alone, ``run_member``). Net's loops only walk that tuple.
 A group with ``forward_through`` (a layer index after its last) runs
 fused only in ranges that reach that layer too (concat.py: a unit writing
 into a Concat's top must not change it in a range that stops before the
-Concat).
+Concat). One with ``forward_from`` (a layer index before its first) runs
+fused only in ranges that start there or earlier (matmul_operands.py: a
+GEMM reading an operand's source past views that layers before the group
+compute).
 
 ``diff_shares``: ``(top, bottom)`` pairs whose diffs the diff memory plan
 (memory.py) must put in one buffer (train.SplitConvBackward).
@@ -154,9 +157,12 @@ class ExecutionPlan:
                 c = self._fwd_of.get(li)
                 if c is None:
                     out.append((li, LAYER))
-                elif start > c.first or end < max(c.last, getattr(c, "forward_through", -1)):
+                elif start > min(c.first, getattr(c, "forward_from", c.first)) \
+                        or end < max(c.last, getattr(c, "forward_through", -1)):
                     # the range cuts the group (or stops before the layer whose
-                    # output it writes into: a Concat's slice, concat.py)
+                    # output it writes into: a Concat's slice, concat.py; or
+                    # starts after a layer whose input it reads past:
+                    # matmul_operands.py)
                     out.append((li, _Member(c, li) if hasattr(c, "run_member") else LAYER))
                 else:
                     out.append((li, c if li == c.first else SKIP))

@@ -92,11 +92,11 @@ def test_transposes_counted_per_operand(rng):
     (lambda t: t.replace("scale: 0.25 shift: 0.0", "scale: 0.25 shift: 1.0"), "ks"),
     # k^T also read after the MatMul: the Permute stays, and with it its chain
     (lambda t: t + _layer("also", "AbsVal", ["k3"], "k3abs"), "kt"),
-    # a Permute moving other axes too is no transpose of the last two
-    # (keys given (3, 2, 6, 4): the product's shapes still agree)
+    # a Permute that leaves neither the rows nor the columns contiguous
+    # (keys given (4, 3, 6, 2), moved to (2, 3, 4, 6)) is no GEMM operand
     (lambda t: t.replace("order: 0 order: 1 order: 3 order: 2",
-                         "order: 1 order: 0 order: 3 order: 2")
-     .replace("dim: 2 dim: 3 dim: 6 dim: 4", "dim: 3 dim: 2 dim: 6 dim: 4"), "kt"),
+                         "order: 3 order: 1 order: 0 order: 2")
+     .replace("dim: 2 dim: 3 dim: 6 dim: 4", "dim: 4 dim: 3 dim: 6 dim: 2"), "kt"),
 ])
 def test_what_a_chain_does_not_take(change, left, rng):
     fused, plain = _nets(change(ATTENTION))
@@ -167,14 +167,185 @@ def test_heads_merged_by_the_gemm(rng, text, names):
 
 
 def test_heads_merge_not_taken():
-    """A Permute of other axes, or a product read elsewhere too, stays."""
+    """A Permute that moves the product's last axis (the GEMM writes rows),
+    or a product read elsewhere too, stays."""
     other = _inputs((2, 3, 5, 6), (2, 3, 6, 4)) + (
         _layer("mm", "MatMul", ["q", "k"], "o")
         + _layer("merge", "Permute", ["o"], "y",
-                 "permute_param { order: 1 order: 0 order: 2 order: 3 }"))
+                 "permute_param { order: 0 order: 1 order: 3 order: 2 }"))
     shared = _inputs((2, 3, 5, 6), (2, 3, 6, 4)) + (
         _layer("mm", "MatMul", ["q", "k"], "o") + _merge("merge", "o", "y", 4)
         + _layer("act", "TanH", ["o"], "z"))
     for text in (other, shared):
         fused, _ = _nets(text)
         assert not _groups(fused)
+
+
+def _reshape(name, b, t, dims):
+    d = " ".join(f"dim: {v}" for v in dims)
+    return _layer(name, "Reshape", [b], t, f"reshape_param {{ shape {{ {d} }} }}")
+
+
+def _permute(name, b, t, order):
+    o = " ".join(f"order: {v}" for v in order)
+    return _layer(name, "Permute", [b], t, f"permute_param {{ {o} }}")
+
+
+def _qkv_attention(n, t, h, d, order=(0, 1, 2)):
+    """timm's attention after its qkv projection, as onnx2caffe writes it:
+    (n, t, 3 h d) -> (n, t, 3, h, d) -> (3, n, h, t, d) -> q, k, v;
+    softmax(q s (k s)^T) v, heads merged back to (n, t, h d); q, k, v the
+    Slice's tops ``order``."""
+    iq, ik, iv = order
+    return (f'layer {{ name: "x" type: "Input" top: "x" input_param {{ shape {{ dim: {n} '
+            f'dim: {t} dim: {3 * h * d} }} }} }}\n'
+            + _reshape("r5", "x", "x5", (0, 0, 3, h, d))
+            + _permute("p", "x5", "xp", (2, 0, 3, 1, 4))
+            + _layer("split", "Slice", ["xp"], ["s0", "s1", "s2"],
+                     "slice_param { axis: 0 slice_point: 1 slice_point: 2 }")
+            + _reshape("sq1", f"s{ik}", "k", (n, h, t, d))
+            + _reshape("sq0", f"s{iq}", "q", (n, h, t, d))
+            + _scale("qs", "q", "q2", 0.5) + _scale("ks", "k", "k2", 0.25)
+            + _swap("kt", "k2", "k3")
+            + _layer("mm", "MatMul", ["q2", "k3"], "sc")
+            + _layer("sm", "Softmax", ["sc"], "w", "softmax_param { axis: 3 }")
+            + _reshape("sq2", f"s{iv}", "v", (n, h, t, d))
+            + _layer("mm2", "MatMul", ["w", "v"], "o")
+            + _merge("merge", "o", "om", 4)
+            + _reshape("flat", "om", "of", (0, 0, -1))
+            + _layer("act", "TanH", ["of"], "y"))
+
+
+def _qkv_want(x, h, d, order=(0, 1, 2)):
+    n, t = x.shape[:2]
+    parts = np.moveaxis(x.astype(np.float64).reshape(n, t, 3, h, d), (2, 3), (0, 2))
+    q, k, v = (parts[i] for i in order)
+    s = (0.5 * q) @ np.swapaxes(0.25 * k, -1, -2)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    return np.tanh(np.swapaxes(w @ v, 1, 2).reshape(n, t, h * d))
+
+
+def _run_x(nets, rng, name="x"):
+    x = rng.normal(0, 1, nets[0].blobs[name].shape).astype(np.float32)
+    outs = [net.forward(**{name: x})["y"].copy() for net in nets]
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-6)
+    return x, outs[0]
+
+
+@pytest.mark.parametrize("n,t,h,d,order", [(1, 7, 3, 4, (0, 1, 2)), (2, 5, 2, 3, (2, 0, 1))])
+def test_qkv_split_read_by_strides(n, t, h, d, order, rng):
+    """q, k and v read from the qkv projection's output where the Reshape,
+    Permute and Slice put them: no launch of theirs; every blob in between
+    still Caffe's value when read (computed on read), over replays."""
+    fused, plain = _nets(_qkv_attention(n, t, h, d, order))
+    names = fused.graph.layer_names
+    groups = [[names[i] for i in g.layers] for g in fused.plan.fold_groups
+              if isinstance(g, (matmul_operands.MatMulOperands, matmul_operands.PendingViews))]
+    assert groups == [["r5", "p", "split", "sq1", "sq0", "qs", "ks", "kt", "mm"],
+                      ["sq2", "mm2", "merge"]], groups
+    for _ in range(3):
+        x, y = _run_x((fused, plain), rng)
+    np.testing.assert_allclose(y, _qkv_want(x, h, d, order), rtol=1e-5, atol=1e-6)
+    assert fused._tracer is None or fused._tracer.replays > 0
+    for name in plain.blobs:        # each intermediate, read after the pass
+        np.testing.assert_allclose(fused.blobs[name].data, plain.blobs[name].data,
+                                   rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_qkv_range_after_the_views_reads_what_python_wrote(rng):
+    """A forward range starting after the Slice runs the second product from
+    the Slice's top as it is (written from Python), not from the source."""
+    n, t, h, d = 1, 6, 2, 4
+    fused, plain = _nets(_qkv_attention(n, t, h, d))
+    _run_x((fused, plain), rng)
+    v = rng.normal(0, 1, (1, n, h, t, d)).astype(np.float32)
+    outs = []
+    for net in (fused, plain):
+        net.blobs["s2"].data[...] = v
+        outs.append(net.forward(start="sm")["y"].copy())
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-6)
+    w = fused.blobs["w"].data.astype(np.float64)
+    want = np.tanh(np.swapaxes(w @ v[0].astype(np.float64), 1, 2).reshape(n, t, h * d))
+    np.testing.assert_allclose(outs[0], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("v_first", [False, True])
+def test_separate_projections_permuted_heads(v_first, rng):
+    """BERT's form: q, k, v each (n, t, h d) -> (n, t, h, d) -> (n, h, t, d)
+    (k to (n, h, d, t)): every Permute read by the GEMMs' strides. With
+    v's views first and another layer after them, they are a group of
+    their own that runs nothing."""
+    n, t, h, d = 2, 5, 3, 4
+
+    def heads(src, order, tag):
+        return (_reshape("r" + tag, src, src + "4", (0, 0, h, d))
+                + _permute("p" + tag, src + "4", src + "h", order))
+    text = "".join(
+        f'layer {{ name: "{v}" type: "Input" top: "{v}" input_param {{ shape {{ dim: {n} '
+        f'dim: {t} dim: {h * d} }} }} }}\n' for v in ("qx", "kx", "vx")) + (
+        (heads("vx", (0, 2, 1, 3), "v") + _layer("other", "AbsVal", ["qx"], "qabs")
+         if v_first else "")
+        + heads("qx", (0, 2, 1, 3), "q") + heads("kx", (0, 2, 3, 1), "k")
+        + _layer("mm", "MatMul", ["qxh", "kxh"], "sc")
+        + _layer("sm", "Softmax", ["sc"], "w", "softmax_param { axis: 3 }")
+        + ("" if v_first else heads("vx", (0, 2, 1, 3), "v"))
+        + _layer("mm2", "MatMul", ["w", "vxh"], "o")
+        + _merge("merge", "o", "om", 4) + _reshape("flat", "om", "y", (0, 0, -1)))
+    fused, plain = _nets(text)
+    names = fused.graph.layer_names
+    groups = sorted([names[i] for i in g.layers] for g in fused.plan.fold_groups
+                    if isinstance(g, (matmul_operands.MatMulOperands,
+                                      matmul_operands.PendingViews)))
+    want = [["rq", "pq", "rk", "pk", "mm"], ["rv", "pv", "mm2", "merge"]]
+    if v_first:
+        want = [["mm2", "merge"], ["rq", "pq", "rk", "pk", "mm"], ["rv", "pv"]]
+    assert groups == want, groups
+    feed = {v: rng.normal(0, 1, (n, t, h * d)).astype(np.float32) for v in ("qx", "kx", "vx")}
+    for _ in range(2):
+        outs = [net.forward(**feed)["y"].copy() for net in (fused, plain)]
+        np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-6)
+    q, k, v = (feed[x].astype(np.float64).reshape(n, t, h, d).transpose(0, 2, 1, 3)
+               for x in ("qx", "kx", "vx"))
+    s = q @ np.swapaxes(k, -1, -2)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    np.testing.assert_allclose(outs[0], np.swapaxes(w @ v, 1, 2).reshape(n, t, h * d),
+                               rtol=1e-5, atol=1e-6)
+    for name in plain.blobs:
+        np.testing.assert_allclose(fused.blobs[name].data, plain.blobs[name].data,
+                                   rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_batch_axes_permuted_are_group_strides(rng):
+    """Keys (3, 2, 6, 4) moved to (2, 3, 4, 6): the two leading axes swap
+    places, which the GEMM's batch and group strides express."""
+    text = ATTENTION.replace("order: 0 order: 1 order: 3 order: 2",
+                             "order: 1 order: 0 order: 3 order: 2") \
+        .replace("dim: 2 dim: 3 dim: 6 dim: 4", "dim: 3 dim: 2 dim: 6 dim: 4")
+    fused, plain = _nets(text)
+    (group,) = _groups(fused)
+    assert [fused.graph.layer_names[i] for i in group.layers] == ["qs", "ks", "kt", "mm"]
+    feed, y = _run((fused, plain), rng)
+    q, k = (feed[n].astype(np.float64) for n in ("q", "k"))
+    want = np.tanh(0.125 * q @ np.transpose(k, (1, 0, 3, 2)))
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+def test_view_reshape_rules():
+    """numpy's no-copy reshape rule, and what is no view."""
+    assert matmul_operands._reshaped([2, 3, 4], [12, 4, 1], [6, 4]) == [4, 1]
+    assert matmul_operands._reshaped([3, 2, 4], [4, 12, 1], [6, 4]) is None
+    assert matmul_operands._reshaped([3, 2, 4], [4, 12, 1], [3, 2, 2, 2]) == [4, 12, 2, 1]
+    assert matmul_operands._reshaped([1, 5, 1], [99, 7, 3], [5]) == [7]
+    x = np.arange(120.0).reshape(2, 3, 4, 5).transpose(1, 0, 3, 2)
+    st = [s // 8 for s in x.strides]
+    for new in ([3, 2, 20], [6, 5, 4], [3, 40], [3, 2, 5, 2, 2]):
+        got = matmul_operands._reshaped(list(x.shape), st, new)
+        try:
+            y = x.view()
+            y.shape = new           # numpy refuses where a copy would be needed
+        except AttributeError:
+            assert got is None, new
+        else:
+            assert got == [s // 8 for s in y.strides], new
