@@ -786,6 +786,10 @@ class Device:
             src = self._sources[filename]
         return src
 
+    def kernel_text(self, filename):
+        """The source text of kernels/<filename> (or of a generated one)."""
+        return self._source(filename)[0]
+
     def generated_source(self, text):
         """Register kernel source written at run time (plan/pointwise.py's
         fused chains) and return the name ``launch``/``program`` know it

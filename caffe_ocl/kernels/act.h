@@ -8,7 +8,13 @@
  *   4: sigmoid, 1 / (1 + exp(-v));
  *   5: hard swish, v * fmax(0, fmin(1, act_a * v + act_b));
  *   6: hard sigmoid, fmax(0, fmin(1, act_a * v + act_b))
- *   (3-6: the TEST plan's rewrites, caffe_ocl/plan/swish.py).
+ *   (3-6: the TEST plan's rewrites, caffe_ocl/plan/swish.py);
+ *   7: PReLU (below);
+ *   8: a generated element-wise chain, gen_act(v) (the TEST plan's
+ *   product -> chain groups, plan/pointwise.py): the program is a
+ *   generated source that defines gen_act and gen_act_float2 .. 16 (one
+ *   lane at a time) before the kernel file's text (ops.gemm.act_program);
+ *   forward only.
  * APPLY_ACT(v) is the activation, ACT_GRAD(v) its derivative at the
  * pre-activation v (Caffe's rule for a ReLU or Clip that is not in place).
  * Kernels name their scalar arguments act_a and act_b. */
@@ -88,8 +94,8 @@ EXP_FULL_OF(float16, int16)
 #define ACT_EXP(x) exp(x)
 #define EXP_FULL(x) exp(x)
 #endif
-#if ACT < 0 || ACT > 7
-#error "ACT must be 0 (none), 1 (relu), 2 (clip), 3 (swish), 4 (sigmoid), 5 (hard swish), 6 (hard sigmoid) or 7 (prelu)"
+#if ACT < 0 || ACT > 8
+#error "ACT must be 0 (none), 1 (relu), 2 (clip), 3 (swish), 4 (sigmoid), 5 (hard swish), 6 (hard sigmoid), 7 (prelu) or 8 (generated)"
 #endif
 
 #if ACT == 1
@@ -130,6 +136,9 @@ inline float act_hardswish_grad(float v, float a, float b) {
  * APPLY_ACT_VEC_CH know it: a kernel site still calling APPLY_ACT does not
  * build with ACT 7 (ops.conv.fuses_act keeps PReLU from such paths). */
 #define PRELU_SLOPE(bias, i) ((bias)[(int)act_a + (i)])
+#elif ACT == 8
+#define APPLY_ACT(v) gen_act(v)
+/* (no ACT_GRAD: a backward kernel does not build with a generated chain) */
 #else
 #define APPLY_ACT(v) (v)
 #define ACT_GRAD(v) 1.0f
@@ -151,6 +160,9 @@ inline float act_hardswish_grad(float v, float a, float b) {
 #define APPLY_ACT_VEC(v, T) fmax((T)0.0f, fmin((T)1.0f, act_a * (v) + act_b))
 #elif ACT == 7
 /* (none: APPLY_ACT_VEC_CH / _LANES below) */
+#elif ACT == 8
+#define GEN_ACT_VEC(T, v) gen_act_##T(v)
+#define APPLY_ACT_VEC(v, T) GEN_ACT_VEC(T, v)
 #else
 #define APPLY_ACT_VEC(v, T) (v)
 #endif

@@ -300,6 +300,26 @@ def cpu_blocks(dev, M, N, nz=1, bm_max=None, bn_max=None, packed_a=False):
     return bm, bn
 
 
+# one lane at a time: gen_act on each float of a vector (gemm_cpu.cl's
+# epilogue applies the activation to floatV rows)
+_GEN_ACT_LANES = "\n".join(
+    f"inline float{n} gen_act_float{n}(float{n} v) {{\n"
+    f"    float t[{n}];\n    vstore{n}(v, 0, t);\n"
+    f"    for (int i = 0; i < {n}; i++) t[i] = gen_act(t[i]);\n"
+    f"    return vload{n}(0, t);\n}}" for n in (2, 4, 8, 16))
+
+
+def act_program(dev, src, act):
+    """The program a launch of kernel file ``src`` with activation ``act``
+    builds: ``src``, or for a generated chain (``("chain", code)``: code
+    defining ``float gen_act(float)``, plan/pointwise.py) a generated
+    source holding the code, gen_act's lane helpers and ``src``'s text
+    (whose changes then change the program's cache key)."""
+    if act is None or act[0] != "chain":
+        return src
+    return dev.generated_source("\n".join([act[1], _GEN_ACT_LANES, dev.kernel_text(src)]))
+
+
 def act_defines(act):
     """(ACT macro value, act_a, act_b) for an ``act`` spec (see ``gemm``)."""
     if act is None:
@@ -318,10 +338,12 @@ def act_defines(act):
     if kind == "prelu" and len(act) == 2 and 0 < int(act[1]) < (1 << 24):
         # the slopes follow the act[1] biases in the bias buffer (act.h ACT 7)
         return 7, float(int(act[1])), 0.0
+    if kind == "chain" and len(act) == 2 and isinstance(act[1], str):
+        return 8, 0.0, 0.0      # the code is in the program (act_program)
     raise ValueError(f"gemm: unknown activation {act!r}; expected None, "
                      "('relu', negative_slope), ('clip', lo, hi), ('swish', beta), "
-                     "('sigmoid',), ('hardswish', a, b), ('hardsigmoid', a, b) or "
-                     "('prelu', channels)")
+                     "('sigmoid',), ('hardswish', a, b), ('hardsigmoid', a, b), "
+                     "('prelu', channels) or ('chain', code)")
 
 
 def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
@@ -458,7 +480,8 @@ def gemm(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False,
             C, off_c, ldc, stride_c[0], stride_c[1],
             bias if bias is not None else A, off_bias, act_a, act_b] + extra
     args += [C, off_c] if residual is None else [residual, off_residual]
-    return dev.launch(src, "gemm", (gx, gy, gz), (lx, ly, 1), args, defines)
+    return dev.launch(act_program(dev, src, act), "gemm", (gx, gy, gz), (lx, ly, 1), args,
+                      defines)
 
 
 def packed_a_floats(M, K):

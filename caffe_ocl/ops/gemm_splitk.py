@@ -12,7 +12,7 @@ gemv.cl (a matrix-vector kernel, 1-8 rows) on GPUs.
 """
 from .. import config
 from . import cpu_chunks, work_size
-from .gemm import act_defines, deterministic, gemm, gpu_tiles
+from .gemm import act_defines, act_program, deterministic, gemm, gpu_tiles
 
 SRC = "splitk.cl"
 # The split aims for SPLIT_WGS_PER_CU work-groups per compute unit, in
@@ -107,7 +107,7 @@ def small_m(dev, M, N, K, A, B, C, *, alpha=1.0, beta=0.0, lda=None, ldb=None, l
     items = cpu_chunks(dev, -(-N // 4), min_chunk=4)
     per = -(-(-(-N // items)) // 4) * 4                 # columns per work-item, x4
     items = -(-N // per)
-    return dev.launch(SMALL_M_SRC, "gemm_small_m", (items,), (1,),
+    return dev.launch(act_program(dev, SMALL_M_SRC, act), "gemm_small_m", (items,), (1,),
                       [M, N, K, float(alpha), A, off_a, K if lda is None else lda,
                        B, off_b, K if ldb is None else ldb, float(beta),
                        C, off_c, N if ldc is None else ldc,
@@ -181,7 +181,7 @@ def gemv(dev, M, N, K, A, B, C, *, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=
     t = gemv_threads(dev, N, K)
     vec = int(all(int(v) % 4 == 0 for v in (lda, ldb, off_a, off_b)))
     groups = -(-N // (GEMV_WG // t))
-    return dev.launch(GEMV_SRC, "gemv_t", (groups * GEMV_WG,), (GEMV_WG,),
+    return dev.launch(act_program(dev, GEMV_SRC, act), "gemv_t", (groups * GEMV_WG,), (GEMV_WG,),
                       [N, K, float(alpha), A, off_a, lda, B, off_b, ldb, float(beta),
                        C, off_c, ldc, bias if bias is not None else A, act_a, act_b],
                       dict(GV_M=int(M), GV_T=t, GV_WG=GEMV_WG, GV_VEC=vec, ACT=act_kind,
@@ -246,7 +246,7 @@ def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=
                    off_a=off_a, off_b=off_b, tiles="auto")
     act_kind, act_a, act_b = act_defines(act)
     g, l = work_size(dev, M * N)
-    reduce = dev.launch(SRC, "gemm_splitk_reduce", g, l,
+    reduce = dev.launch(act_program(dev, SRC, act), "gemm_splitk_reduce", g, l,
                         [M, N, nsplit, ws, float(beta), C, off_c, ldc,
                          bias if bias is not None else ws, 0, act_a, act_b],
                         dict(BIAS=0 if bias is None else (1 if bias_axis == 0 else 2),

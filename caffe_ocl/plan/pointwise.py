@@ -129,6 +129,42 @@ def _chain_at(g, li, taken, outputs, readers):
     return None
 
 
+def chain_code(net, lis):
+    """(input blobs, header lines, body lines, result expression) of the
+    chain ``lis``: each input blob is ``x<i>``, each step's value a
+    register ``v<k>``."""
+    g = net.graph
+    value, inputs, lines, ops = {}, [], [], []
+
+    def ref(b):
+        v = value.get(id(b))
+        if v is None:
+            v = value[id(b)] = f"x{len(inputs)}"
+            inputs.append(b)
+        return v
+    for k, lj in enumerate(lis):
+        kind, layer = _step(g, lj), net.layers[lj]
+        args = [ref(b) for b in g.bottoms[lj]]
+        if kind == "split":
+            for t in g.tops[lj]:
+                value[id(t)] = args[0]
+            continue
+        out = f"v{k}"
+        if kind == "unary":
+            a, b, c = (float(v) for v in layer.op_params())
+            ops.append((k, pw_ops.UNARY_OPS[layer.op]))
+            expr = f"step{k}({args[0]}, {a!r}f, {b!r}f, {c!r}f)"
+        else:
+            expr = eltwise_expr(layer, args)
+        lines.append(f"        const float {out} = {expr};")
+        value[id(g.tops[lj][0])] = out
+    head = ['#include "common.h"', '#include "act.h"']
+    for k, op in ops:
+        head += [f"#define OP {op}", f"#define fwd_op step{k}", '#include "unary_op.h"',
+                 "#undef fwd_op", "#undef OP"]
+    return inputs, head, lines, value[id(g.tops[lis[-1]][0])]
+
+
 class PointwiseChain(PendingTops):
     """Layers ``layers`` (a chain, see the module doc) run as one kernel
     writing the last layer's top."""
@@ -151,40 +187,13 @@ class PointwiseChain(PendingTops):
 
     def _program(self, g):
         """(input blobs, kernel source) of the chain."""
-        value, inputs, lines, ops = {}, [], [], []
-
-        def ref(b):
-            v = value.get(id(b))
-            if v is None:
-                v = value[id(b)] = f"x{len(inputs)}"
-                inputs.append(b)
-            return v
-        for k, lj in enumerate(self.layers):
-            kind, layer = _step(g, lj), self.net.layers[lj]
-            args = [ref(b) for b in g.bottoms[lj]]
-            if kind == "split":
-                for t in g.tops[lj]:
-                    value[id(t)] = args[0]
-                continue
-            out = f"v{k}"
-            if kind == "unary":
-                a, b, c = (float(v) for v in layer.op_params())
-                ops.append((k, pw_ops.UNARY_OPS[layer.op]))
-                expr = f"step{k}({args[0]}, {a!r}f, {b!r}f, {c!r}f)"
-            else:
-                expr = eltwise_expr(layer, args)
-            lines.append(f"        const float {out} = {expr};")
-            value[id(g.tops[lj][0])] = out
-        head = ['#include "common.h"', '#include "act.h"']
-        for k, op in ops:
-            head += [f"#define OP {op}", f"#define fwd_op step{k}", '#include "unary_op.h"',
-                     "#undef fwd_op", "#undef OP"]
+        inputs, head, lines, result = chain_code(self.net, self.layers)
         params = ", ".join(f"__global const float* in{i}" for i in range(len(inputs)))
         loads = [f"        const float x{i} = in{i}[i];" for i in range(len(inputs))]
         src = "\n".join(head + [
             f"__kernel void pointwise_chain(int n, {params}, __global float* y) {{",
             "    GLOBAL_LOOP(i, n) {"] + loads + lines + [
-            f"        y[i] = {value[id(self.y)]};", "    }", "}", ""])
+            f"        y[i] = {result};", "    }", "}", ""])
         return inputs, src.replace("inff", "INFINITY").replace("nanf", "NAN")
 
     def _built(self, dev):
@@ -230,8 +239,94 @@ class PointwiseChain(PendingTops):
         self._mark_pending()
 
 
+class ProductChain(PendingTops):
+    """An InnerProduct and the chain reading its top (a transformer MLP's
+    fc1 -> GELU) as the product's launches, the chain computed in the
+    GEMM's epilogue (ops.gemm act ``("chain", code)``: act.h ACT 8) as it
+    writes the chain's last top."""
+    traceable = True
+    fuses_backward = False
+    loses_values = False
+
+    def __init__(self, net, ip, lis):
+        g = net.graph
+        self.net = net
+        self.ip = ip
+        self.layers = [ip] + list(lis)
+        self.first, self.last = ip, self.layers[-1]
+        self.x, self.y = g.bottoms[ip][0], g.tops[self.last][0]
+        self._init_pending([t for lj in self.layers[:-1] for t in g.tops[lj]],
+                           self.layers[:-1])
+        _, head, lines, result = chain_code(net, lis)
+        code = "\n".join(head + ["inline float gen_act(float x0) {"] + lines
+                         + [f"    return {result};", "}"])
+        self.act = ("chain", code.replace("inff", "INFINITY").replace("nanf", "NAN"))
+        self._key = None
+        self.fwd = None
+
+    def describe(self):
+        names = self.net.graph.layer_names
+        return " -> ".join(names[i] for i in self.layers) + " (the chain in the product's epilogue)"
+
+    def _build(self, ip, params):
+        if self.y.count != self.net.graph.tops[self.ip][0].count or not self.y.count:
+            return None
+        try:
+            return ip.forward_launches(self.x, self.y, params[0],
+                                       params[1] if ip.bias_term else None, act=self.act,
+                                       weight_version=ip.weight_version())
+        except DeviceError as e:
+            log.warning("%s: the product with the chain in its epilogue did not build on %s; "
+                        "its layers run one by one (%s)", self.describe(), ip.device.name,
+                        str(e).splitlines()[0])
+            return None
+
+    def run(self):
+        self._reshape_members()
+        ip = self.net.layers[self.ip]
+        self.x.compute_pending()
+        self.x.data_mem.to_device()
+        for p in ip.blobs:              # the user may have written them on the host
+            p.data_mem.to_device()
+        params = tuple(p.data_buffer() for p in ip.blobs)
+        key = (ip.reshape_count, tuple(self.y.shape), self.x.data_buffer(),
+               self.y.data_buffer(), params)
+        if key != self._key:
+            self.fwd = self._build(ip, params)
+            self._key = key
+        if self.fwd is None:
+            self._run_own_forwards()
+            return
+        q = ip.device.queue
+        for launch in self.fwd:
+            launch.run(q)
+        self.y.data_mem.device_written()
+        self._mark_pending()
+
+
+def _product_before(net, lis, taken, outputs, readers):
+    """The index of an InnerProduct right before chain ``lis`` whose top is
+    the chain's one input and read by nothing else, or None."""
+    g = net.graph
+    ip = lis[0] - 1
+    if ip < 0 or ip in taken or g.layer_types[ip] != "InnerProduct" \
+            or not config.get("FUSE_PRODUCT_CHAIN"):
+        return None
+    layer = net.layers[ip]
+    bots, tops = g.bottoms[ip], g.tops[ip]
+    if len(bots) != 1 or len(tops) != 1 or tops[0] is bots[0] or tops[0].name in outputs \
+            or not hasattr(layer, "forward_launches"):
+        return None
+    inside = set(lis)
+    if any(r not in inside for r in readers.get(id(tops[0]), ())):
+        return None
+    inputs = chain_code(net, lis)[0]
+    return ip if len(inputs) == 1 and inputs[0] is tops[0] else None
+
+
 def find(net, taken=()):
-    """[PointwiseChain] of ``net`` (TEST plan), none with a layer in ``taken``."""
+    """[PointwiseChain / ProductChain] of ``net`` (TEST plan), none with a
+    layer in ``taken``."""
     if not config.get("FUSE_POINTWISE"):
         return []
     g = net.graph
@@ -241,7 +336,8 @@ def find(net, taken=()):
     while li < len(g.layers):
         lis = _chain_at(g, li, taken, outputs, readers)
         if lis:
-            out.append(PointwiseChain(net, lis))
+            ip = _product_before(net, lis, taken, outputs, readers)
+            out.append(PointwiseChain(net, lis) if ip is None else ProductChain(net, ip, lis))
             li = lis[-1] + 1
         else:
             li += 1
