@@ -171,14 +171,11 @@ _DECLARED = (
             "at TEST, a run of three or more element-wise layers (neurons, Eltwise, "
             "Split; a converted GELU) runs as one generated kernel (plan/pointwise.py; "
             "with CAFFE_OCL_FOLD)"),
-    Setting("FUSE_PRODUCT_CHAIN", "tristate", None,
+    Setting("FUSE_PRODUCT_CHAIN", "bool", True,
             "at TEST, a run of element-wise layers that FUSE_POINTWISE makes one kernel "
             "and whose one input is the top of the InnerProduct right before it (a "
-            "transformer MLP's GELU) is computed in that product's GEMM epilogue instead: "
-            "unset = GPUs only (on CPU drivers the epilogue runs the chain a lane at a "
-            "time, 0.71-0.89x the separate vectorized kernel from 49 rows), 1 = every "
-            "device, 0 = off (plan/pointwise.py; with CAFFE_OCL_FOLD and "
-            "CAFFE_OCL_FUSE_POINTWISE)"),
+            "transformer MLP's GELU) is computed in that product's GEMM epilogue instead "
+            "(plan/pointwise.py; with CAFFE_OCL_FOLD and CAFFE_OCL_FUSE_POINTWISE)"),
     Setting("FUSE_MATMUL_OPERANDS", "bool", True,
             "at TEST, a MatMul's GEMM reads its operands past the Reshape, Permute, Slice "
             "and scaling Power layers that only move them (attention's qkv split, q * "

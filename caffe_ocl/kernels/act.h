@@ -12,8 +12,8 @@
  *   7: PReLU (below);
  *   8: a generated element-wise chain, gen_act(v) (the TEST plan's
  *   product -> chain groups, plan/pointwise.py): the program is a
- *   generated source that defines gen_act and gen_act_float2 .. 16 (one
- *   lane at a time) before the kernel file's text (ops.gemm.act_program);
+ *   generated source that defines gen_act and gen_act_float2 .. 16 (lane
+ *   by lane) before the kernel file's text (ops.gemm.act_program);
  *   forward only.
  * APPLY_ACT(v) is the activation, ACT_GRAD(v) its derivative at the
  * pre-activation v (Caffe's rule for a ReLU or Clip that is not in place).

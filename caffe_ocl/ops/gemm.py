@@ -300,13 +300,15 @@ def cpu_blocks(dev, M, N, nz=1, bm_max=None, bn_max=None, packed_a=False):
     return bm, bn
 
 
-# one lane at a time: gen_act on each float of a vector (gemm_cpu.cl's
-# epilogue applies the activation to floatV rows)
+# gemm_cpu.cl's epilogue applies the activation to floatV rows: gen_act on
+# each lane, written out lane by lane so that the compiler vectorizes the
+# lanes' identical chains (PoCL: a loop over a private array of the lanes
+# stayed scalar, 0.74-0.91x the separate chain kernel; this form 1.02-1.14x)
+_LANE = "0123456789abcdef"
 _GEN_ACT_LANES = "\n".join(
     f"inline float{n} gen_act_float{n}(float{n} v) {{\n"
-    f"    float t[{n}];\n    vstore{n}(v, 0, t);\n"
-    f"    for (int i = 0; i < {n}; i++) t[i] = gen_act(t[i]);\n"
-    f"    return vload{n}(0, t);\n}}" for n in (2, 4, 8, 16))
+    f"    return (float{n})(" + ", ".join(f"gen_act(v.s{_LANE[i]})" for i in range(n)) + ");\n}"
+    for n in (2, 4, 8, 16))
 
 
 def act_program(dev, src, act):

@@ -309,12 +309,10 @@ def _product_before(net, lis, taken, outputs, readers):
     the chain's one input and read by nothing else, or None."""
     g = net.graph
     ip = lis[0] - 1
-    if ip < 0 or ip in taken or g.layer_types[ip] != "InnerProduct":
+    if ip < 0 or ip in taken or g.layer_types[ip] != "InnerProduct" \
+            or not config.get("FUSE_PRODUCT_CHAIN"):
         return None
     layer = net.layers[ip]
-    on = config.get("FUSE_PRODUCT_CHAIN")
-    if not (on or (on is None and getattr(layer.device, "is_gpu", False))):
-        return None
     bots, tops = g.bottoms[ip], g.tops[ip]
     if len(bots) != 1 or len(tops) != 1 or tops[0] is bots[0] or tops[0].name in outputs \
             or not hasattr(layer, "forward_launches"):

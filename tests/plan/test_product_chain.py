@@ -92,8 +92,7 @@ def test_converted_mlp_gelu_against_float64(rng):
     inits = {"w": w, "b": b, "s2": np.array(math.sqrt(2), np.float32),
              "one": np.array(1, np.float32), "half": np.array(0.5, np.float32)}
     npm = to_caffe.convert(make_model(nodes, {"x": (1, t, k)}, ["y"], inits))
-    with config.override(FUSE_PRODUCT_CHAIN=True):      # (every device: CPU drivers too)
-        fused = Net(npm, TEST)
+    fused = Net(npm, TEST)
     with config.override(FUSE_POINTWISE=False):
         plain = Net(npm, TEST)
     (group,) = _groups(fused)
@@ -109,13 +108,6 @@ def test_converted_mlp_gelu_against_float64(rng):
         if name != "y":
             np.testing.assert_array_equal(fused.blobs[name].data, plain.blobs[name].data,
                                           err_msg=name)
-
-
-def test_default_is_gpus_only():
-    with config.override(FUSE_PRODUCT_CHAIN=None):
-        net = Net(parse_net_text(_mix(10)), TEST)
-    assert bool(_groups(net)) == bool(net.device.is_gpu)
-    assert bool(_groups(net, pointwise.PointwiseChain)) == (not net.device.is_gpu)
 
 
 def test_what_does_not_fuse():
