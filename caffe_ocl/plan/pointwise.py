@@ -162,6 +162,8 @@ def chain_code(net, lis):
     for k, op in ops:
         head += [f"#define OP {op}", f"#define fwd_op step{k}", '#include "unary_op.h"',
                  "#undef fwd_op", "#undef OP"]
+    # (a parameter's repr 'inf' / 'nan' written as a float literal)
+    lines = [ln.replace("inff", "INFINITY").replace("nanf", "NAN") for ln in lines]
     return inputs, head, lines, value[id(g.tops[lis[-1]][0])]
 
 
@@ -194,7 +196,7 @@ class PointwiseChain(PendingTops):
             f"__kernel void pointwise_chain(int n, {params}, __global float* y) {{",
             "    GLOBAL_LOOP(i, n) {"] + loads + lines + [
             f"        y[i] = {result};", "    }", "}", ""])
-        return inputs, src.replace("inff", "INFINITY").replace("nanf", "NAN")
+        return inputs, src
 
     def _built(self, dev):
         """The generated program's name on ``dev``, built now; None where a
@@ -260,7 +262,7 @@ class ProductChain(PendingTops):
         _, head, lines, result = chain_code(net, lis)
         code = "\n".join(head + ["inline float gen_act(float x0) {"] + lines
                          + [f"    return {result};", "}"])
-        self.act = ("chain", code.replace("inff", "INFINITY").replace("nanf", "NAN"))
+        self.act = ("chain", code)
         self._key = None
         self.fwd = None
 

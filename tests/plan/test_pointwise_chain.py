@@ -71,6 +71,7 @@ def _compare(fused, plain, x, rtol=2e-6):
         if name != "y":
             np.testing.assert_array_equal(fused.blobs[name].data, plain.blobs[name].data,
                                           err_msg=name)
+    return outs[0]
 
 
 def test_mixed_chain_is_one_kernel_with_the_layers_values(rng):

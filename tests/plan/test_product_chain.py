@@ -20,7 +20,7 @@ from caffe_ocl.plan import pointwise
 from caffe_ocl.proto import parse_net_text
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_pointwise_chain import MIX, _layer   # noqa: E402  (the chain of every kind)
+from test_pointwise_chain import MIX, _compare, _layer   # noqa: E402  (the chain of every kind)
 
 
 def _head(rows, k, n, bias=True):
@@ -51,16 +51,6 @@ def _nets(text, **settings):
 
 def _groups(net, kind=pointwise.ProductChain):
     return [g for g in net.plan.fold_groups if isinstance(g, kind)]
-
-
-def _compare(fused, plain, x, rtol=2e-6):
-    outs = [net.forward(data=x)["y"].copy() for net in (fused, plain)]
-    np.testing.assert_allclose(outs[0], outs[1], rtol=rtol, atol=rtol)
-    for name in plain.blobs:            # intermediates: the layers' own forwards
-        if name != "y":
-            np.testing.assert_array_equal(fused.blobs[name].data, plain.blobs[name].data,
-                                          err_msg=name)
-    return outs[0]
 
 
 @pytest.mark.parametrize("rows,k", [(1, 24), (4, 24), (10, 24), (70, 24), (2, 1536), (40, 1536)])
