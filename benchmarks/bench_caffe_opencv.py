@@ -201,11 +201,15 @@ def main(argv=None):
         sep += "---|---|"
     print(head + " rel. err |")
     print(sep + "---|")
+    def num(v):
+        # two decimals, or two significant digits below 0.1 (a tiny net's
+        # 0.004 ratio under load must not print as 0.00)
+        return f"{v:.2f}" if abs(v) >= 0.1 else f"{v:.2g}"
     for r in rows:
-        line = (f"| {r['net']} | {r['input']} | {r['ours_ms']:.2f} | {r['opencv_ms']:.2f} "
-                f"| {r['opencv/ours']:.2f} |")
+        line = (f"| {r['net']} | {r['input']} | {num(r['ours_ms'])} | {num(r['opencv_ms'])} "
+                f"| {num(r['opencv/ours'])} |")
         if args.ab:
-            line += f" {r['base_ms']:.2f} | {r['base/ours']:.2f} |"
+            line += f" {num(r['base_ms'])} | {num(r['base/ours'])} |"
         print(line + f" {r['rel_err']:.1e} |")
 
 
