@@ -404,6 +404,8 @@ def find(net, taken=()):
         out, owned = [], set()
         for mm, w in walks.items():
             merge = _heads_merge(net, mm, readers, outputs, taken)
+            if merge in skipped:    # another MatMul reads the product through it
+                merge = None
             if not any(w) and merge is None:
                 continue
             chains = [(g.bottoms[mm][k] if not steps else g.bottoms[steps[-1][0]][0],

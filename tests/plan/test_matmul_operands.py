@@ -349,3 +349,27 @@ def test_view_reshape_rules():
             assert got is None, new
         else:
             assert got == [s // 8 for s in y.strides], new
+
+
+def test_a_product_read_by_strides_by_the_next_product(rng):
+    """The Permute after the first product is a view the second MatMul reads
+    through: the first product is then written as it is (not merged into
+    the Permute's top, which nothing would write)."""
+    text = _inputs((2, 3, 5, 6), (2, 3, 6, 4)) + (
+        _layer("mm", "MatMul", ["q", "k"], "o")
+        + _permute("p", "o", "op", (0, 2, 1, 3))                # (2, 5, 3, 4)
+        + 'layer { name: "w" type: "Input" top: "w" '
+          'input_param { shape { dim: 2 dim: 5 dim: 4 dim: 7 } } }\n'
+        + _layer("mm2", "MatMul", ["op", "w"], "y"))
+    fused, plain = _nets(text)
+    names = fused.graph.layer_names
+    groups = sorted([names[i] for i in g.layers] for g in fused.plan.fold_groups
+                    if isinstance(g, (matmul_operands.MatMulOperands,
+                                      matmul_operands.PendingViews)))
+    assert groups == [["mm2"], ["p"]], groups       # (the Input "w" lies between them)
+    feed = {n: rng.normal(0, 1, fused.blobs[n].shape).astype(np.float32) for n in ("q", "k", "w")}
+    for _ in range(3):
+        outs = [net.forward(**feed)["y"].copy() for net in (fused, plain)]
+        np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-6)
+    q, k, w = (feed[n].astype(np.float64) for n in ("q", "k", "w"))
+    np.testing.assert_allclose(outs[0], np.swapaxes(q @ k, 1, 2) @ w, rtol=1e-5, atol=1e-6)
