@@ -241,11 +241,29 @@ class PointwiseChain(PendingTops):
         self._mark_pending()
 
 
+# GPUs: the chain in the epilogue pays while the product is under one wave
+# of 128 x 128 tiles (H100, bench_product_chain.py: 197 x 768 1.06x, 16 x
+# 768 1.16x; 3136 x 768, 150 tiles on 132 units, 0.83x: the chain's
+# registers in the GEMM kernel cost more than its own pass)
+GPU_EPILOGUE_TILE = 128
+
+
+def epilogue_pays(dev, M, N):
+    """Whether an M x N product computes a chain in its epilogue on ``dev``
+    (CPU drivers: always, 1.02-1.14x up to 3136 rows) rather than the
+    chain running as its own kernel after it."""
+    if not getattr(dev, "is_gpu", False):
+        return True
+    tiles = -(-M // GPU_EPILOGUE_TILE) * -(-N // GPU_EPILOGUE_TILE)
+    return tiles < max(int(dev.compute_units), 1)
+
+
 class ProductChain(PendingTops):
     """An InnerProduct and the chain reading its top (a transformer MLP's
     fc1 -> GELU) as the product's launches, the chain computed in the
     GEMM's epilogue (ops.gemm act ``("chain", code)``: act.h ACT 8) as it
-    writes the chain's last top."""
+    writes the chain's last top -- where that pays (``epilogue_pays``);
+    else the product, then the chain as its own kernel (``tail``)."""
     traceable = True
     fuses_backward = False
     loses_values = False
@@ -263,12 +281,18 @@ class ProductChain(PendingTops):
         code = "\n".join(head + ["inline float gen_act(float x0) {"] + lines
                          + [f"    return {result};", "}"])
         self.act = ("chain", code)
+        self.tail = PointwiseChain(net, lis)
         self._key = None
         self.fwd = None
+        self._fused = True
 
     def describe(self):
         names = self.net.graph.layer_names
         return " -> ".join(names[i] for i in self.layers) + " (the chain in the product's epilogue)"
+
+    def _compute_pending(self):
+        super()._compute_pending()
+        self.tail._compute_pending()        # what the chain's own kernel left pending
 
     def _build(self, ip, params):
         if self.y.count != self.net.graph.tops[self.ip][0].count or not self.y.count:
@@ -294,8 +318,15 @@ class ProductChain(PendingTops):
         key = (ip.reshape_count, tuple(self.y.shape), self.x.data_buffer(),
                self.y.data_buffer(), params)
         if key != self._key:
-            self.fwd = self._build(ip, params)
+            self._fused = epilogue_pays(ip.device, ip.M, ip.num_output)
+            self.fwd = self._build(ip, params) if self._fused else None
             self._key = key
+        if not self._fused:         # the product, then the chain's own kernel
+            self._unmark_pending()
+            g = self.net.graph
+            ip.forward(g.bottoms[self.ip], g.tops[self.ip])
+            self.tail.run()
+            return
         if self.fwd is None:
             self._run_own_forwards()
             return

@@ -145,3 +145,31 @@ def test_a_driver_refusing_the_generated_product_runs_the_layers(rng, monkeypatc
         for _ in range(3):
             _compare(fused, plain, rng.normal(0, 1, (10, 24)).astype(np.float32), rtol=0)
     assert "did not build" in caplog.text
+
+
+def test_where_the_epilogue_does_not_pay_the_chain_runs_after_the_product(rng, monkeypatch):
+    """(GPUs from one wave of tiles) the product, then the chain's own
+    kernel: the same values, the intermediates computed on read, a range
+    cutting the chain."""
+    monkeypatch.setattr(pointwise, "epilogue_pays", lambda dev, M, N: False)
+    fused, plain = _nets(_mix(10))
+    (group,) = _groups(fused)
+    for _ in range(3):
+        _compare(fused, plain, rng.normal(0, 1, (10, 24)).astype(np.float32))
+    assert not group._fused
+    x = rng.normal(0, 1, (10, 24)).astype(np.float32)
+    for net in (fused, plain):
+        net.forward(data=x)                   # (intermediates left pending)
+        net.forward(start="relu")             # then a range from inside the chain
+    np.testing.assert_allclose(fused.blobs["y"].data, plain.blobs["y"].data, rtol=2e-6,
+                               atol=2e-6)
+
+
+def test_epilogue_rule():
+    class Dev:
+        is_gpu, compute_units = True, 132
+    assert pointwise.epilogue_pays(Dev, 197, 768)            # 12 tiles
+    assert pointwise.epilogue_pays(Dev, 16, 768)
+    assert not pointwise.epilogue_pays(Dev, 3136, 768)       # 150 tiles
+    Dev.is_gpu = False
+    assert pointwise.epilogue_pays(Dev, 3136, 768)
