@@ -246,6 +246,7 @@ class MatMulOperands(_ForeignPending):
         self._key = None
         self.fwd = None
         plan = self._plan()
+        self.fits = plan is not None      # one GEMM at the shapes the plan was built at
         self.alpha = plan["alpha"] if plan else 1.0
         self.trans = (plan["ta"], plan["tb"]) if plan else (False, False)
 
@@ -414,7 +415,7 @@ def find(net, taken=()):
             while lo - 1 in skipped and lo - 1 not in owned:
                 lo -= 1
             group = MatMulOperands(net, list(range(lo, (merge or mm) + 1)), chains, mm)
-            if group._plan() is None:
+            if not group.fits:
                 # not one GEMM at these shapes: its views run as layers
                 bad |= {lj for _, steps in chains for lj, _ in steps} or {mm}
                 break
