@@ -190,6 +190,7 @@ class PointwiseChain(PendingTops):
     def _program(self, g):
         """(input blobs, kernel source) of the chain."""
         inputs, head, lines, result = chain_code(self.net, self.layers)
+        self.code = (head, lines, result)       # (ProductChain's epilogue reuses them)
         params = ", ".join(f"__global const float* in{i}" for i in range(len(inputs)))
         loads = [f"        const float x{i} = in{i}[i];" for i in range(len(inputs))]
         src = "\n".join(head + [
@@ -268,20 +269,20 @@ class ProductChain(PendingTops):
     fuses_backward = False
     loses_values = False
 
-    def __init__(self, net, ip, lis):
+    def __init__(self, net, ip, tail):
         g = net.graph
         self.net = net
         self.ip = ip
-        self.layers = [ip] + list(lis)
+        self.tail = tail            # the chain as its own kernel (PointwiseChain)
+        self.layers = [ip] + list(tail.layers)
         self.first, self.last = ip, self.layers[-1]
         self.x, self.y = g.bottoms[ip][0], g.tops[self.last][0]
         self._init_pending([t for lj in self.layers[:-1] for t in g.tops[lj]],
                            self.layers[:-1])
-        _, head, lines, result = chain_code(net, lis)
+        head, lines, result = tail.code
         code = "\n".join(head + ["inline float gen_act(float x0) {"] + lines
                          + [f"    return {result};", "}"])
         self.act = ("chain", code)
-        self.tail = PointwiseChain(net, lis)
         self._key = None
         self.fwd = None
         self._fused = True
@@ -337,11 +338,12 @@ class ProductChain(PendingTops):
         self._mark_pending()
 
 
-def _product_before(net, lis, taken, outputs, readers):
-    """The index of an InnerProduct right before chain ``lis`` whose top is
-    the chain's one input and read by nothing else, or None."""
+def _product_before(net, chain, taken, outputs, readers):
+    """The index of an InnerProduct right before ``chain`` (a
+    PointwiseChain) whose top is the chain's one input and read by nothing
+    else, or None."""
     g = net.graph
-    ip = lis[0] - 1
+    ip = chain.first - 1
     if ip < 0 or ip in taken or g.layer_types[ip] != "InnerProduct" \
             or not config.get("FUSE_PRODUCT_CHAIN"):
         return None
@@ -350,11 +352,10 @@ def _product_before(net, lis, taken, outputs, readers):
     if len(bots) != 1 or len(tops) != 1 or tops[0] is bots[0] or tops[0].name in outputs \
             or not hasattr(layer, "forward_launches"):
         return None
-    inside = set(lis)
+    inside = set(chain.layers)
     if any(r not in inside for r in readers.get(id(tops[0]), ())):
         return None
-    inputs = chain_code(net, lis)[0]
-    return ip if len(inputs) == 1 and inputs[0] is tops[0] else None
+    return ip if len(chain.inputs) == 1 and chain.inputs[0] is tops[0] else None
 
 
 def find(net, taken=()):
@@ -369,8 +370,9 @@ def find(net, taken=()):
     while li < len(g.layers):
         lis = _chain_at(g, li, taken, outputs, readers)
         if lis:
-            ip = _product_before(net, lis, taken, outputs, readers)
-            out.append(PointwiseChain(net, lis) if ip is None else ProductChain(net, ip, lis))
+            chain = PointwiseChain(net, lis)
+            ip = _product_before(net, chain, taken, outputs, readers)
+            out.append(chain if ip is None else ProductChain(net, ip, chain))
             li = lis[-1] + 1
         else:
             li += 1
