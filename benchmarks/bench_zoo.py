@@ -257,7 +257,8 @@ def ours_timer(net):
 def config_override(pairs):
     """config.override of ``--ab``'s NAME=VALUE pairs; a dotted NAME
     (``gemm_splitk.MIN_CHUNK_FP32=512``) sets that rule constant of
-    caffe_ocl.ops.<module> instead (a number, or a string where the constant
+    caffe_ocl.ops.<module> (or of caffe_ocl.<module>: ``plan.row_reduce.ROW_LANES=1``)
+    instead (a number, or a string where the constant
     is one: ``depthwise.SRC=depthwise_old.cl`` builds that layer kind from
     another kernel file), for as long as the base net
     is built and first run (its launches keep what they were built with)."""
@@ -268,9 +269,12 @@ def config_override(pairs):
     for name, value in (p.split("=", 1) for p in pairs):
         if "." in name:
             mod, attr = name.rsplit(".", 1)
-            module = importlib.import_module(f"caffe_ocl.ops.{mod}")
+            try:
+                module = importlib.import_module(f"caffe_ocl.ops.{mod}")
+            except ModuleNotFoundError:
+                module = importlib.import_module(f"caffe_ocl.{mod}")
             if not hasattr(module, attr):
-                raise SystemExit(f"{name}: caffe_ocl.ops.{mod} has no {attr}")
+                raise SystemExit(f"{name}: {module.__name__} has no {attr}")
             consts.append((module, attr, getattr(module, attr)))
             old = consts[-1][2]
             setattr(module, attr, value if isinstance(old, str) else type(old)(float(value)))

@@ -32,8 +32,12 @@ here is a run of consecutive layers (``net.layers`` order) each one of:
 The blobs it computes are read by nothing outside it but the last layer's
 top (a full tensor), no net output before the last, nothing in place, at
 least one reducer and ``MIN_LAUNCHES`` layers that launch. The kernel
-gives each row one work-item on CPU drivers (PoCL runs a group of 8 rows
-as vector lanes) and, on GPUs, work-groups whose lanes stride along a row
+gives each row one work-item on CPU drivers: rows of at least
+``ROW_LANES_MIN_C`` values along the last axes step through the row
+``ROW_LANES`` neighbouring values at a time (an inner loop the compiler
+makes a vector), other rows run 8 to a work-group as PoCL's vector lanes
+(rows along the channel axis: ``RB`` neighbouring rows a work-item); on
+GPUs, work-groups whose lanes stride along a row
 and sum in local memory: one work-group along a row where S = 1, 32
 neighbouring rows of 8 lanes each where S > 1 (an item per row left 3136
 rows of 512 on 49 work-groups: MLP-Mixer's LayerNorms at batch 16, 115 us
@@ -55,6 +59,15 @@ from .patterns import PendingTops, readers_of
 from .pointwise import build_generated, eltwise_expr, plain_eltwise
 
 MIN_LAUNCHES = 4
+# CPU drivers, rows along the last axes (S = 1) of a multiple of ROW_LANES
+# values and at least ROW_LANES_MIN_C: a row a work-item, ROW_LANES
+# neighbouring values a step. Shorter rows stay 8 rows a work-group as
+# vector lanes: PVT v2's 3136 rows of 32 took 1.3-1.7x longer one row a
+# work-item (PoCL's cost per work-group), its 784 of 64 ran level or
+# faster, 196 of 160 and 49 of 256 1.5-2x faster, DeiT-Tiny's 197 of 192
+# 2.3x (2-core EPYC Zen 3, PoCL 3.1, profiled in the net)
+ROW_LANES = 8
+ROW_LANES_MIN_C = 64
 VIEWS = ("Reshape", "Flatten", "Split")
 _R = caffe_pb2.ReductionParameter
 _TERMS = {_R.SUM: "v", _R.ASUM: "fabs(v)", _R.SUMSQ: "v * v", _R.MEAN: "v"}
@@ -102,7 +115,7 @@ class _Program:
     where a layer cannot join, or, unless ``partial``, where the layers do
     not end in a full tensor after a reducer)."""
 
-    def __init__(self, net, lis, wg, rb=1, partial=False):
+    def __init__(self, net, lis, wg, rb=1, partial=False, cv=1):
         self.net, self.g = net, net.graph
         self.inputs = []          # buffers' blobs, read in[k][index]
         self.input_index = []
@@ -114,6 +127,7 @@ class _Program:
         self.reducers = 0
         self.wg = wg
         self.rb = rb              # rows per work-item (CPU drivers, S > 1: see source())
+        self.cv = cv              # columns a step (CPU drivers, S = 1: see source())
         self.lis = list(lis)
         for k, li in enumerate(self.lis):
             self._layer(k, li)
@@ -182,6 +196,11 @@ class _Program:
         for n in needed:
             visit(n)
         lines = [f"        const float {n} = {self.full[n][0]};" for n in order]
+        if self.cv > 1:     # CV neighbouring columns of the row: the inner loop is the vector
+            return (["    for (int c8 = 0; c8 < C; c8 += CV)",
+                     "    for (int j = 0; j < CV; ++j) {",
+                     "        const int c = c8 + j;",
+                     "        const size_t i = base + c;"] + lines + [tail, "    }"])
         if self.rb > 1:     # the block's rows side by side: the inner loop is the vector
             return (["    for (int c = c0; c < cend; c += cstep)",
                      "    for (int j = 0; j < RB; ++j) {",
@@ -300,12 +319,18 @@ class _Program:
         if self.rb > 1:
             self.body.append(f"    float {acc}[RB] = {{0.0f}};")
             ref = f"{acc}[j]"
+        elif self.cv > 1:
+            self.body.append(f"    float {acc}[CV] = {{0.0f}};")
+            ref = f"{acc}[j]"
         else:
             self.body.append(f"    float {acc} = 0.0f;")
             ref = acc
         self.body += self._loop([name], f"        {{ const float v = {name}; {ref} += {term}; }}")
         if self.wg:
             self.body.append(f"    {acc} = wg_sum({acc}, red);")
+        if self.cv > 1:     # the lanes' partial sums, pairwise
+            self.body.append(f"    const float {acc}s = sum_lanes({acc});")
+            ref = f"{acc}s"
         self.value[id(top)] = ("row", self._row(f"r{k}", f"{ref} * {scale}"))
         self.reducers += 1
 
@@ -337,6 +362,23 @@ class _Program:
                      "    const int r = get_group_id(0) * RR_SX + lid % RR_SX;",
                      "    const int c0 = lid / RR_SX, cstep = RR_LC;",
                      "    const int cend = r < rows ? C : 0;   /* all reach the barriers */",
+                     "    {"]
+        elif self.cv > 1:
+            # a row a work-item, its values CV at a time (C a multiple of
+            # CV), each loop's inner loop over them (a vector: PoCL's
+            # one-item-a-row version ran a work-group of 8 rows as lanes
+            # reading values C apart, 65 us for each of DeiT-Tiny's
+            # 197 x 192 LayerNorms on a 2-core EPYC); accumulators per
+            # lane, summed pairwise after the loop
+            head += [f"#define CV {self.cv}",
+                     "inline float sum_lanes(const float* a) {",
+                     "    float t[CV];",
+                     "    for (int j = 0; j < CV; ++j) t[j] = a[j];",
+                     "    for (int h = CV / 2; h > 0; h >>= 1)",
+                     "        for (int j = 0; j < h; ++j) t[j] += t[j + h];",
+                     "    return t[0];",
+                     "}"]
+            start = ["    const int r = min((int)get_global_id(0), rows - 1);",
                      "    {"]
         elif self.rb > 1:
             # RB rows side by side (S a multiple of RB) a work-item, each
@@ -399,6 +441,9 @@ class RowReduceGroup(PendingTops):
             rb = 1 if wg or S == 1 else next((b for b in (8, 4) if S % b == 0), 1)
             if rb > 1:
                 prog = _Program(self.net, self.layers, wg=False, rb=rb)
+            elif not wg and S == 1 and prog.geom[1] % ROW_LANES == 0 \
+                    and prog.geom[1] >= ROW_LANES_MIN_C:
+                prog = _Program(self.net, self.layers, wg=False, cv=ROW_LANES)
         except _NoGroup:
             return None
         O, C, S = prog.geom
@@ -432,7 +477,7 @@ class RowReduceGroup(PendingTops):
             # (DeiT-Tiny's 25 LayerNorms on 2 cores: groups of 1-32 within
             # 10%); RB rows a work-item alone (gMLP's LayerNorms 3.6 ms in
             # groups of 8, 3.0 alone); GPUs neighbouring rows in a warp
-            L = 64 if dev.is_gpu else (8 if prog.rb == 1 else 1)
+            L = 64 if dev.is_gpu else (8 if prog.rb == 1 and prog.cv == 1 else 1)
             items = rows // prog.rb
             gs, lsz = (-(-items // L) * L,), (L,)
         args = [rows, C, S] + [b.data_buffer() for b in prog.inputs] + [prog.y.data_buffer()] \

@@ -130,13 +130,17 @@ def work_groups(request, monkeypatch):
     monkeypatch.setattr(row_reduce.RowReduceGroup, "work_groups", request.param)
 
 
-def test_token_layer_norm_with_affine_is_one_kernel(rng, work_groups):
-    fused, plain = _nets(ROWS, rng)
+# on CPU drivers C = 12 and 24: a row a work-item, 8 rows a work-group as
+# vector lanes; C = 72 (a multiple of row_reduce.ROW_LANES and at least
+# ROW_LANES_MIN_C): ROW_LANES neighbouring values of a row a step
+@pytest.mark.parametrize("c", [12, 24, 72])
+def test_token_layer_norm_with_affine_is_one_kernel(c, rng, work_groups):
+    fused, plain = _nets(ROWS.replace("dim: 12", f"dim: {c}"), rng)
     (group,) = _groups(fused)
     names = {fused.graph.layer_names[i] for i in group.layers}
     assert {"mean", "neg", "sub", "sq", "var", "add_eps", "sqrt", "recip", "div",
             "affine"} <= names and not _groups(plain)
-    x = rng.normal(1, 2, (2, 5, 12)).astype(np.float32)
+    x = rng.normal(1, 2, (2, 5, c)).astype(np.float32)
     y = _compare(fused, plain, x)
     gamma, beta = (p.data.astype(np.float64) for p in fused.params["affine"])
     want = _layer_norm64(x, 2) * gamma + beta
