@@ -122,11 +122,12 @@ def _layer_norm64(x, axis):
     return (x - m) / np.sqrt(v + EPS)
 
 
-@pytest.fixture(params=[None, True], ids=["by-device", "work-group-per-row"])
+@pytest.fixture(params=[None, True, False], ids=["by-device", "work-group-per-row", "cpu-kernel"])
 def work_groups(request, monkeypatch):
-    """The kernel the device gets, and the GPUs' one (lanes along a row
-    summing in local memory: a work-group per row where S = 1, 32 rows of
-    8 lanes where S > 1) on any device."""
+    """The kernel the device gets, and on any device the GPUs' one (lanes
+    along a row summing in local memory: a work-group per row where S = 1,
+    32 rows of 8 lanes where S > 1) and the CPU drivers' one (a row, or RB
+    rows, a work-item; so Oclgrind, a GPU-like device, checks it too)."""
     monkeypatch.setattr(row_reduce.RowReduceGroup, "work_groups", request.param)
 
 
