@@ -240,31 +240,13 @@ void pack_b_conv(int N, int K, int kchunk, __global const float* B, int offB,
                     min(kchunk, K - k0), p * NR, min(NR, N - p * NR), nsplit, nsB, CONV_PASS);
 }
 #elif CONV_B == 2
-/* d[i * NR] = column i of the 8 x 8 block r0..r7 (row j = rj), by lane
- * swizzles that LLVM turns into unpack / shuffle / lane-permute steps. */
-inline void store_transposed8(__local float* d, float8 r0, float8 r1, float8 r2, float8 r3,
-                              float8 r4, float8 r5, float8 r6, float8 r7) {
-    const float8 a0 = (float8)(r0.s0, r1.s0, r0.s1, r1.s1, r0.s4, r1.s4, r0.s5, r1.s5);
-    const float8 a1 = (float8)(r0.s2, r1.s2, r0.s3, r1.s3, r0.s6, r1.s6, r0.s7, r1.s7);
-    const float8 a2 = (float8)(r2.s0, r3.s0, r2.s1, r3.s1, r2.s4, r3.s4, r2.s5, r3.s5);
-    const float8 a3 = (float8)(r2.s2, r3.s2, r2.s3, r3.s3, r2.s6, r3.s6, r2.s7, r3.s7);
-    const float8 a4 = (float8)(r4.s0, r5.s0, r4.s1, r5.s1, r4.s4, r5.s4, r4.s5, r5.s5);
-    const float8 a5 = (float8)(r4.s2, r5.s2, r4.s3, r5.s3, r4.s6, r5.s6, r4.s7, r5.s7);
-    const float8 a6 = (float8)(r6.s0, r7.s0, r6.s1, r7.s1, r6.s4, r7.s4, r6.s5, r7.s5);
-    const float8 a7 = (float8)(r6.s2, r7.s2, r6.s3, r7.s3, r6.s6, r7.s6, r6.s7, r7.s7);
-    const float8 b0 = (float8)(a0.s01, a2.s01, a0.s45, a2.s45);
-    const float8 b1 = (float8)(a0.s23, a2.s23, a0.s67, a2.s67);
-    const float8 b2 = (float8)(a1.s01, a3.s01, a1.s45, a3.s45);
-    const float8 b3 = (float8)(a1.s23, a3.s23, a1.s67, a3.s67);
-    const float8 b4 = (float8)(a4.s01, a6.s01, a4.s45, a6.s45);
-    const float8 b5 = (float8)(a4.s23, a6.s23, a4.s67, a6.s67);
-    const float8 b6 = (float8)(a5.s01, a7.s01, a5.s45, a7.s45);
-    const float8 b7 = (float8)(a5.s23, a7.s23, a5.s67, a7.s67);
-    vstore8((float8)(b0.lo, b4.lo), 0, d);          vstore8((float8)(b1.lo, b5.lo), 0, d + NR);
-    vstore8((float8)(b2.lo, b6.lo), 0, d + 2 * NR); vstore8((float8)(b3.lo, b7.lo), 0, d + 3 * NR);
-    vstore8((float8)(b0.hi, b4.hi), 0, d + 4 * NR); vstore8((float8)(b1.hi, b5.hi), 0, d + 5 * NR);
-    vstore8((float8)(b2.hi, b6.hi), 0, d + 6 * NR); vstore8((float8)(b3.hi, b7.hi), 0, d + 7 * NR);
-}
+/* store_transposed8(d, NR, r0..r7): d[i * NR] = column i of the 8 x 8
+ * block r0..r7 (row j = rj) */
+#define T8_NAME store_transposed8
+#define T8_SPACE __local
+#include "transpose8.h"
+#undef T8_NAME
+#undef T8_SPACE
 
 /* [kb][NR] panel of op(B) = col^T for output pixels k0.. of one image and
  * the NR column rows (c, kh, kw) from n (``cols`` valid, the rest repeat
@@ -288,7 +270,7 @@ inline void pack_conv_wgrad(__local float* bp, __global const float* B, int k0, 
     if (cv_sw == 1 && cv_wo % 8 == 0 && k0 % 8 == 0 && kb % 8 == 0) {
         for (int k = 0; k < kb; k += 8) {
             for (int h = 0; h < NR; h += 8)
-                store_transposed8(bp + k * NR + h,
+                store_transposed8(bp + k * NR + h, NR,
                                   vload8(0, s + off[h]), vload8(0, s + off[h + 1]),
                                   vload8(0, s + off[h + 2]), vload8(0, s + off[h + 3]),
                                   vload8(0, s + off[h + 4]), vload8(0, s + off[h + 5]),

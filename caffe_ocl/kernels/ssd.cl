@@ -170,10 +170,19 @@ __kernel void permute_rows(int nrows, int ndim, int run, int stride,
  * kernel above decodes every index with a division per axis: a 64 x 56 x
  * 56 map ran at 0.11x OpenCV's speed on PoCL. Work-items over (outer,
  * block of TR_SB columns s), each writing whole rows of the output (no
- * two cores on one cache line); 8 rows r gathered into one vector store. */
+ * two cores on one cache line); 8 x 8 blocks (8 rows r, 8 columns s) read
+ * as 8 vectors and transposed in registers (transpose8.h: gathering 8
+ * rows r into each vector store, PVT v2's 32 x 3136 token moves ran at
+ * 3-4 GB/s on a 2-core EPYC Zen 3), the block's edge 8 rows r gathered
+ * into one vector store, the rows past a multiple of 8 one float at a time. */
 #ifndef TR_SB
 #define TR_SB 64
 #endif
+#define T8_NAME store_transposed8_g
+#define T8_SPACE __global
+#include "transpose8.h"
+#undef T8_NAME
+#undef T8_SPACE
 __kernel void transpose_rs(int outer, int R, int S, __global const float* src,
                            __global float* dst) {
     const int sblocks = (S + TR_SB - 1) / TR_SB;
@@ -185,7 +194,14 @@ __kernel void transpose_rs(int outer, int R, int S, __global const float* src,
         int r = 0;
         for (; r + 8 <= R; r += 8) {
             __global const float* ar = a + (size_t)r * S;
-            for (int s = s0; s < s1; ++s) {
+            int s = s0;
+            for (; s + 8 <= s1; s += 8)
+                store_transposed8_g(b + (size_t)s * R + r, R,
+                                    vload8(0, ar + s), vload8(0, ar + S + s),
+                                    vload8(0, ar + 2 * (size_t)S + s), vload8(0, ar + 3 * (size_t)S + s),
+                                    vload8(0, ar + 4 * (size_t)S + s), vload8(0, ar + 5 * (size_t)S + s),
+                                    vload8(0, ar + 6 * (size_t)S + s), vload8(0, ar + 7 * (size_t)S + s));
+            for (; s < s1; ++s) {
                 const float8 v = (float8)(ar[s], ar[S + s], ar[2 * (size_t)S + s],
                                           ar[3 * (size_t)S + s], ar[4 * (size_t)S + s],
                                           ar[5 * (size_t)S + s], ar[6 * (size_t)S + s],

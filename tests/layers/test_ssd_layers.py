@@ -195,9 +195,11 @@ def test_permute(order):
 
 # orders that swap two runs of axes (a batched transpose on CPU drivers,
 # ops/ssd.py transpose_shape), on shapes whose rows are not a multiple of
-# 8 and whose columns span more than one 64-column block
+# 8 and whose columns span more than one 64-column block, or both a
+# multiple of 8 (8 x 8 blocks transposed in registers only)
 @pytest.mark.parametrize("shape,order", [((2, 19, 9, 11), (0, 2, 3, 1)),
                                          ((1, 16, 70), (0, 2, 1)),
+                                         ((2, 24, 136), (0, 2, 1)),
                                          ((3, 5, 2, 13), (0, 3, 1, 2)),
                                          ((9, 4, 3), (1, 2, 0)),
                                          ((2, 3, 4, 5, 6), (0, 1, 4, 2, 3))])
@@ -262,6 +264,22 @@ def test_permute_gpu_kernels(d, shape, order):
         d.run([ssd_ops.permute_runs(d.dev, plan, x.size, geom, xb, yb),
                ssd_ops.permute_runs(d.dev, plan, x.size, geom, yb, back, forward=False)])
     np.testing.assert_array_equal(d.get(yb, y.shape), y)
+    np.testing.assert_array_equal(d.get(back, x.shape), x)
+
+
+@pytest.mark.parametrize("outer,rows,cols", [(2, 19, 99), (1, 24, 136), (3, 8, 8), (1, 9, 7)])
+def test_transpose_cpu_kernel(d, outer, rows, cols):
+    """The CPU drivers' batched transpose (ops/ssd.py transpose) runs on the
+    test device (Oclgrind, a GPU-like device, too): 8 x 8 blocks transposed
+    in registers, the block's column edge gathered 8 rows at a time, rows
+    past a multiple of 8 one float at a time; there and back."""
+    from caffe_ocl.ops import ssd as ssd_ops
+    x = RNG.standard_normal((outer, rows, cols)).astype(np.float32)
+    xb, yb = d.buf(x), d.buf(np.full(x.size, np.nan))
+    back = d.buf(np.full(x.size, np.nan))
+    d.run([ssd_ops.transpose(d.dev, outer, rows, cols, xb, yb),
+           ssd_ops.transpose(d.dev, outer, cols, rows, yb, back)])
+    np.testing.assert_array_equal(d.get(yb, (outer, cols, rows)), x.transpose(0, 2, 1))
     np.testing.assert_array_equal(d.get(back, x.shape), x)
 
 
