@@ -137,7 +137,7 @@ class _Program:
             raise _NoGroup
         self.y = self.g.tops[self.lis[-1]][0]
         name = self._val(self.y)[1]
-        self.body += self._loop([name], f"        y[i] = {name};")
+        self.body += self._loop([name], f"        y[i] = {name};", store=name)
 
     def complete(self):
         """Whether the layers end in a full tensor after a reducer (a group
@@ -181,9 +181,10 @@ class _Program:
         self.full[name] = (expr, [d for d in deps if d in self.full])
         return ("full", name)
 
-    def _loop(self, needed, tail):
+    def _loop(self, needed, tail, store=None):
         """A loop over the row's C values computing the full values
-        ``needed`` (and what they read), then ``tail``."""
+        ``needed`` (and what they read), then ``tail``; or, given ``store``
+        (the value the top takes), the loop writing the top."""
         order, seen = [], set()
 
         def visit(n):
@@ -196,6 +197,19 @@ class _Program:
         for n in needed:
             visit(n)
         lines = [f"        const float {n} = {self.full[n][0]};" for n in order]
+        if (self.cv > 1 or self.rb > 1) and store is not None:
+            # the lanes' values computed, then stored: a store to y between
+            # two lanes' loads kept the compiler from making the loads one
+            # vector (y might alias an input)
+            lanes = "CV" if self.cv > 1 else "RB"
+            index = (["        const int c = c8 + j;", "        const size_t i = base + c;"]
+                     if self.cv > 1 else ["        const size_t i = base + j + (size_t)c * S;"])
+            head = ("    for (int c8 = 0; c8 < C; c8 += CV) {" if self.cv > 1
+                    else "    for (int c = c0; c < cend; c += cstep) {")
+            return ([head, f"    float out[{lanes}];", f"    for (int j = 0; j < {lanes}; ++j) {{"]
+                    + index + lines + [f"        out[j] = {store};", "    }",
+                                       f"    for (int j = 0; j < {lanes}; ++j) {{"]
+                    + index + ["        y[i] = out[j];", "    }", "    }"])
         if self.cv > 1:     # CV neighbouring columns of the row: the inner loop is the vector
             return (["    for (int c8 = 0; c8 < C; c8 += CV)",
                      "    for (int j = 0; j < CV; ++j) {",
