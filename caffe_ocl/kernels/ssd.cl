@@ -171,10 +171,11 @@ __kernel void permute_rows(int nrows, int ndim, int run, int stride,
  * 56 map ran at 0.11x OpenCV's speed on PoCL. Work-items over (outer,
  * block of TR_SB columns s), each writing whole rows of the output (no
  * two cores on one cache line); 8 x 8 blocks (8 rows r, 8 columns s) read
- * as 8 vectors and transposed in registers (transpose8.h: gathering 8
- * rows r into each vector store, PVT v2's 32 x 3136 token moves ran at
- * 3-4 GB/s on a 2-core EPYC Zen 3), the block's edge 8 rows r gathered
- * into one vector store, the rows past a multiple of 8 one float at a time. */
+ * as 8 vectors and transposed in registers (transpose8.h; gathering 8
+ * rows r into each vector store everywhere, PVT v2's token moves, 32 x
+ * 3136 to 160 x 196, took 1.4-1.5x longer on a 2-core EPYC Zen 3), the
+ * block's column edge 8 rows r gathered into one vector store, the rows
+ * past a multiple of 8 one float at a time. */
 #ifndef TR_SB
 #define TR_SB 64
 #endif
