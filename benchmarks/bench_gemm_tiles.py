@@ -7,6 +7,10 @@ column "rule" is ops.gemm.fill_tiles' choice (setting GEMM_TILES=rule). Best of 
     python3 benchmarks/bench_gemm_tiles.py
     python3 benchmarks/bench_gemm_tiles.py --shapes "qkv=3152x576x192,win=49x49x32x3072t"
 
+``--splits``: instead, the usual tiles with the K split forced to each of
+SPLIT_FACTORS chunks beside the rule's own (ops.gemm_splitk.splitk_factor),
+on single products (default: SPLIT_SHAPES, long fully-connected layers).
+
 A shape is MxNxK, optionally xB (a batch of B products, as a MatMul layer
 over heads makes) and a trailing t (op(B) = B^T: a fully-connected layer's
 weights, or K^T in attention).
@@ -36,6 +40,15 @@ SHAPES = ("deit16_qkv=3152x576x192t,deit16_proj=3152x192x192t,deit16_fc1=3152x76
           "swin16_win_qk=49x49x32x3072t,swin16_win_av=49x32x49x3072,"
           "mixer16_tok1=8192x256x196t,mixer16_tok2=8192x196x256t,"
           "bert_qkv=128x2304x768t,bert_fc1=128x3072x768t")
+
+
+# DeiT III-S at batch 16 (3152 tokens: fc2, fc1, qkv, proj), ViT-B b16's
+# fc2, Swin-T b16's third-stage fc2, BERT-base at 1024 tokens, Swin-T b16's
+# last-stage fc2, DeiT-S b64's fc2
+SPLIT_SHAPES = ("d3s16_fc2=3152x384x1536t,d3s16_fc1=3152x1536x384t,d3s16_qkv=3152x1152x384t,"
+                "d3s16_proj=3152x384x384t,vitb16_fc2=3152x768x3072t,swin16_s3fc2=3136x384x1536t,"
+                "bert_fc2=1024x768x3072t,swin16_s4fc2=784x768x3072t,deits64_fc2=12608x384x1536t")
+SPLIT_FACTORS = (1, 2, 3, 4, 6)
 
 
 def parse(spec):
@@ -68,11 +81,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--shapes", default=None)
+    ap.add_argument("--splits", action="store_true",
+                    help="time each K split factor instead of each tile shape")
     args = ap.parse_args()
     dev = get_device()
     gemm_ops.set_allow_tf32(False)
     buf = random_buffers(dev)
+    if args.splits:
+        return splits(dev, buf, args)
+    args.shapes = args.shapes or SHAPES
     # (label, GEMM_TILES, K split): "rule" is ops.gemm.fill_tiles' choice with
     # gemm_launches' own split, what the setting's "rule" runs
     variants = [("rule", "rule", None)] + [(t, t, 1) for t in gemm_ops.GEMM_TILE_NAMES] \
@@ -103,11 +121,38 @@ def main():
             times[label] = ms
             cells.append(f"{ms:.4f}" + (f" (x{len(ln) and ln[0].gsize[2]})"
                                         if label.endswith("split") or label == "rule" else ""))
-        ref = torch_ms(m, n, k, batch, trans_b, args.runs)
-        best = min(times.values())
-        print(f"| {name} | {m}x{n}x{k}x{batch}{'t' if trans_b else ''} | " + " | ".join(cells)
-              + " | " + (f"{ref:.4f}" if ref is not None else "-")
-              + f" | {best / times['rule']:.2f} |")
+        print_row(name, m, n, k, batch, trans_b, cells, times, times["rule"], args.runs)
+    return 0
+
+
+def print_row(name, m, n, k, batch, trans_b, cells, times, rule_ms, runs):
+    """A table row: the shape, ``cells``, cuBLAS's time, best / rule."""
+    ref = torch_ms(m, n, k, batch, trans_b, runs)
+    print(f"| {name} | {m}x{n}x{k}x{batch}{'t' if trans_b else ''} | " + " | ".join(cells)
+          + " | " + (f"{ref:.4f}" if ref is not None else "-")
+          + f" | {min(times.values()) / rule_ms:.2f} |")
+
+
+def splits(dev, buf, args):
+    """--splits: the rule's split and each forced factor, usual tiles."""
+    print(f"# {dev.name}; FP32; ms per product; rule = gemm_launches' own split")
+    print("| shape | M x N x K x batch | tiles | rule | " + " | ".join(f"x{f}" for f in SPLIT_FACTORS)
+          + " | cuBLAS | best / rule |\n|---|---|---|---|" + "---|" * (len(SPLIT_FACTORS) + 2))
+    for name, m, n, k, batch, trans_b in parse(args.shapes or SPLIT_SHAPES):
+        if batch != 1:
+            raise SystemExit(f"--splits: {name} is a batch of products; give single ones")
+        a, b, c = buf(m * k), buf(n * k), buf(m * n)
+        t = gemm_ops.gpu_tiles(dev, m)
+        times = {}
+        for f in (None,) + SPLIT_FACTORS:
+            if f is not None and k % f:
+                continue
+            ln = gemm_splitk.gemm_launches(dev, m, n, k, a, b, c, trans_b=trans_b, nsplit=f)
+            times[f] = min(time_launches(dev, ln, warmup=3, runs=args.runs)
+                           for _ in range(args.rounds))
+        cells = [str(-(-m // t["TM"]) * -(-n // t["TN"])), f"{times[None]:.4f}"] + [
+            f"{times[f]:.4f}" if f in times else "-" for f in SPLIT_FACTORS]
+        print_row(name, m, n, k, batch, trans_b, cells, times, times[None], args.runs)
     return 0
 
 
