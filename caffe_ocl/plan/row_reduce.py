@@ -137,7 +137,7 @@ class _Program:
             raise _NoGroup
         self.y = self.g.tops[self.lis[-1]][0]
         name = self._val(self.y)[1]
-        self.body += self._loop([name], f"        y[i] = {name};", store=name)
+        self.body += self._loop([name], store=name)
 
     def complete(self):
         """Whether the layers end in a full tensor after a reducer (a group
@@ -181,7 +181,7 @@ class _Program:
         self.full[name] = (expr, [d for d in deps if d in self.full])
         return ("full", name)
 
-    def _loop(self, needed, tail, store=None):
+    def _loop(self, needed, tail=None, store=None):
         """A loop over the row's C values computing the full values
         ``needed`` (and what they read), then ``tail``; or, given ``store``
         (the value the top takes), the loop writing the top."""
@@ -197,29 +197,26 @@ class _Program:
         for n in needed:
             visit(n)
         lines = [f"        const float {n} = {self.full[n][0]};" for n in order]
-        if (self.cv > 1 or self.rb > 1) and store is not None:
+        if self.cv > 1 or self.rb > 1:
+            # the inner loop over the lanes is the vector: CV neighbouring
+            # columns of the row, or the block's RB rows side by side
+            if self.cv > 1:
+                lanes, outer = "CV", "    for (int c8 = 0; c8 < C; c8 += CV)"
+                index = ["        const int c = c8 + j;", "        const size_t i = base + c;"]
+            else:
+                lanes, outer = "RB", "    for (int c = c0; c < cend; c += cstep)"
+                index = ["        const size_t i = base + j + (size_t)c * S;"]
+            inner = f"    for (int j = 0; j < {lanes}; ++j) {{"
+            if store is None:
+                return [outer, inner] + index + lines + [tail, "    }"]
             # the lanes' values computed, then stored: a store to y between
             # two lanes' loads kept the compiler from making the loads one
             # vector (y might alias an input)
-            lanes = "CV" if self.cv > 1 else "RB"
-            index = (["        const int c = c8 + j;", "        const size_t i = base + c;"]
-                     if self.cv > 1 else ["        const size_t i = base + j + (size_t)c * S;"])
-            head = ("    for (int c8 = 0; c8 < C; c8 += CV) {" if self.cv > 1
-                    else "    for (int c = c0; c < cend; c += cstep) {")
-            return ([head, f"    float out[{lanes}];", f"    for (int j = 0; j < {lanes}; ++j) {{"]
-                    + index + lines + [f"        out[j] = {store};", "    }",
-                                       f"    for (int j = 0; j < {lanes}; ++j) {{"]
-                    + index + ["        y[i] = out[j];", "    }", "    }"])
-        if self.cv > 1:     # CV neighbouring columns of the row: the inner loop is the vector
-            return (["    for (int c8 = 0; c8 < C; c8 += CV)",
-                     "    for (int j = 0; j < CV; ++j) {",
-                     "        const int c = c8 + j;",
-                     "        const size_t i = base + c;"] + lines + [tail, "    }"])
-        if self.rb > 1:     # the block's rows side by side: the inner loop is the vector
-            return (["    for (int c = c0; c < cend; c += cstep)",
-                     "    for (int j = 0; j < RB; ++j) {",
-                     "        const size_t i = base + j + (size_t)c * S;"] + lines
-                    + [tail, "    }"])
+            return ([outer + " {", f"    float out[{lanes}];", inner] + index + lines
+                    + [f"        out[j] = {store};", "    }", inner] + index
+                    + ["        y[i] = out[j];", "    }", "    }"])
+        if store is not None:
+            tail = f"        y[i] = {store};"
         return (["    for (int c = c0; c < cend; c += cstep) {",
                  "        const size_t i = base + (size_t)c * S;"] + lines + [tail, "    }"])
 
