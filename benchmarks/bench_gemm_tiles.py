@@ -84,6 +84,8 @@ def main():
     ap.add_argument("--shapes", default=None)
     ap.add_argument("--splits", action="store_true",
                     help="time each K split factor instead of each tile shape")
+    ap.add_argument("--factors", default=",".join(map(str, SPLIT_FACTORS)),
+                    help="--splits: the factors to force, beside the rule's own")
     args = ap.parse_args()
     dev = get_device()
     gemm_ops.set_allow_tf32(False)
@@ -134,24 +136,28 @@ def print_row(name, m, n, k, batch, trans_b, cells, times, rule_ms, runs):
 
 
 def splits(dev, buf, args):
-    """--splits: the rule's split and each forced factor, usual tiles."""
+    """--splits: the rule's split (its factor in brackets) and each forced
+    factor, usual tiles."""
+    factors = tuple(int(f) for f in args.factors.split(","))
     print(f"# {dev.name}; FP32; ms per product; rule = gemm_launches' own split")
-    print("| shape | M x N x K x batch | tiles | rule | " + " | ".join(f"x{f}" for f in SPLIT_FACTORS)
-          + " | cuBLAS | best / rule |\n|---|---|---|---|" + "---|" * (len(SPLIT_FACTORS) + 2))
+    print("| shape | M x N x K x batch | tiles | rule | " + " | ".join(f"x{f}" for f in factors)
+          + " | cuBLAS | best / rule |\n|---|---|---|---|" + "---|" * (len(factors) + 2))
     for name, m, n, k, batch, trans_b in parse(args.shapes or SPLIT_SHAPES):
         if batch != 1:
             raise SystemExit(f"--splits: {name} is a batch of products; give single ones")
         a, b, c = buf(m * k), buf(n * k), buf(m * n)
         t = gemm_ops.gpu_tiles(dev, m)
         times = {}
-        for f in (None,) + SPLIT_FACTORS:
+        for f in (None,) + factors:
             if f is not None and k % f:
                 continue
             ln = gemm_splitk.gemm_launches(dev, m, n, k, a, b, c, trans_b=trans_b, nsplit=f)
             times[f] = min(time_launches(dev, ln, warmup=3, runs=args.runs)
                            for _ in range(args.rounds))
-        cells = [str(-(-m // t["TM"]) * -(-n // t["TN"])), f"{times[None]:.4f}"] + [
-            f"{times[f]:.4f}" if f in times else "-" for f in SPLIT_FACTORS]
+            if f is None:
+                rule = ln[0].gsize[2] if len(ln) == 2 else 1
+        cells = [str(-(-m // t["TM"]) * -(-n // t["TN"])), f"{times[None]:.4f} (x{rule})"] + [
+            f"{times[f]:.4f}" if f in times else "-" for f in factors]
         print_row(name, m, n, k, batch, trans_b, cells, times, times[None], args.runs)
     return 0
 

@@ -1,18 +1,23 @@
 /* Second step of a GEMM split along K (ops/gemm_splitk.py): the nsplit
  * partial products ws[s][M][N] (alpha already applied) are summed into C
- * with gemm.cl's epilogue in the same order: + bias, + beta*C, then the
- * activation. BIAS 1: per row (bias[m]), 2: per column (bias[n]). */
+ * with gemm.cl's epilogue in the same order: + bias, + beta*C, + R (a
+ * residual laid out as C from offR, RESIDUAL 1), then the activation.
+ * BIAS 1: per row (bias[m]), 2: per column (bias[n]). */
 #include "common.h"
 
 #ifndef BIAS
 #define BIAS 0
+#endif
+#ifndef RESIDUAL
+#define RESIDUAL 0
 #endif
 #include "act.h"
 
 __kernel void gemm_splitk_reduce(int M, int N, int nsplit, __global const float* ws,
                                  float beta, __global float* C, int offC, int ldc,
                                  __global const float* bias, int offBias,
-                                 float act_a, float act_b) {
+                                 float act_a, float act_b,
+                                 __global const float* R, int offR) {
     const int MN = M * N;
     GLOBAL_LOOP(i, MN) {
         const int m = i / N, n = i - m * N;
@@ -25,6 +30,9 @@ __kernel void gemm_splitk_reduce(int M, int N, int nsplit, __global const float*
 #endif
         __global float* c = C + offC + m * ldc + n;
         if (beta != 0.0f) v += beta * *c;
+#if RESIDUAL
+        v += R[offR + m * ldc + n];
+#endif
 #if BIAS == 2
         *c = APPLY_ACT_CH(v, PRELU_SLOPE(bias, offBias + n));
 #else
@@ -37,9 +45,6 @@ __kernel void gemm_splitk_reduce(int M, int N, int nsplit, __global const float*
  * conv_igemm.cl FWD_KCHUNK): the nsplit partial outputs ws[s][n][CO][HOWO]
  * summed into y with conv_fwd's epilogue: + bias[channel] (BIAS 1), +
  * beta*y, + R[i] (RESIDUAL: a tensor laid out as y), then the activation. */
-#ifndef RESIDUAL
-#define RESIDUAL 0
-#endif
 __kernel void conv_splitk_reduce(int total, int HOWO, int CO, int nsplit,
                                  __global const float* ws, float beta, __global float* Y,
                                  __global const float* bias, float act_a, float act_b,

@@ -2,7 +2,7 @@
 from ..errors import ShapeError
 from ..ops import gemm as gemm_ops
 from ..ops.conv import OnChange
-from ..ops.gemm_splitk import gemm_launches, keeps_weights_packed, one_gemm
+from ..ops.gemm_splitk import adds_residual, gemm_launches, keeps_weights_packed
 from ..ops import pointwise
 from ..ops import softmax as softmax_ops
 from . import fillers
@@ -83,10 +83,10 @@ class InnerProductLayer(Layer):
     def takes_residual(self):
         """Whether ``forward_launches`` (given this layer's weight_version,
         as the plan's groups pass it) can add a shortcut in the product's
-        epilogue: one GEMM launch, not a small-M kernel or a split of K."""
+        epilogue: a GEMM launch or a split of K, not a small-M kernel."""
         dev, M, N, K = self.device, self.M, self.num_output, self.K
         return (self.weight_version() is not None and keeps_weights_packed(dev, M, N, K)) \
-            or one_gemm(dev, M, N, K, trans_b=not self.transpose)
+            or adds_residual(dev, M, N, K, trans_b=not self.transpose)
 
     def build_backward(self, bottom, top):
         dev, M, N, K = self.device, self.M, self.num_output, self.K

@@ -41,15 +41,55 @@ SRC = "splitk.cl"
 #   in 2; with fewer tiles the split still pays (BERT's 128 x 2304 x 768,
 #   18 tiles: 0.110 -> 0.027). FP32 only: TF32 products still split below
 #   one wave (not measured there).
+# - Long reductions (forty-ninth session, H100, `bench_gemm_tiles.py
+#   --splits`): with K >= LONG_K_MIN, FP32 products of 128-row tiles ran
+#   fastest in chunks near LONG_K_CHUNK from 42 to 297 tiles (0.3 to 2.25
+#   waves): a ViT's fc2 3152 x 384 x 1536 (75 tiles) whole 0.227 ms, in 2
+#   chunks 0.168; ViT-B's 3152 x 768 x 3072 (150) 0.592 -> 0.468 in 4;
+#   12608 x 384 x 1536 (297) 0.551 -> 0.481 in 2; below half a wave
+#   784 x 768 x 3072 (42 tiles) 0.146 in 4 against 0.193 in the 24 chunks
+#   of 128 the rule above gives. Such products split so whenever their
+#   chunks make at least a wave of work-groups, up to LONG_K_MAX_WAVES of
+#   tiles (not measured beyond).
 MIN_CHUNK = 512
 MIN_CHUNK_SHORT = 256
 SPLIT_WGS_PER_CU = 4
 MIN_CHUNK_FP32 = 128
 SPLIT_WGS_PER_CU_FP32 = 8
+LONG_K_MIN = 1536
+LONG_K_CHUNK = 768
+LONG_K_MAX_WAVES = 2.5
+
+
+def _chunk_divisors(K, min_chunk=16):
+    """Factors d > 1 that split K into equal chunks that are multiples of
+    16 and at least ``min_chunk`` long."""
+    return [d for d in range(2, K // 16 + 1)
+            if K % d == 0 and (K // d) % 16 == 0 and K // d >= min_chunk]
+
+
+def long_k_factor(dev, M, N, K):
+    """nsplit for a long FP32 reduction by LONG_K_CHUNK (see above), or
+    None where that rule does not apply: TF32, 64-row tiles (a
+    fully-connected layer at a small batch streams its weights; the
+    work-groups-per-unit rule was measured there), K < LONG_K_MIN, more than
+    LONG_K_MAX_WAVES of tiles, or chunks too few to make a wave."""
+    t = gpu_tiles(dev, M)
+    if t["TF32"] or t["TM"] != 128 or K < LONG_K_MIN:
+        return None
+    tiles = -(-M // t["TM"]) * -(-N // t["TN"])
+    cus = max(dev.compute_units, 1)
+    divisors = _chunk_divisors(K)
+    if tiles > LONG_K_MAX_WAVES * cus or not divisors:
+        return None
+    # the chunk nearest LONG_K_CHUNK by ratio (ties to the longer chunk)
+    d = min(divisors, key=lambda d: (max(K / d, LONG_K_CHUNK) / min(K / d, LONG_K_CHUNK), d))
+    return d if tiles * d >= cus else None
 
 
 def splitk_factor(dev, M, N, K):
-    """nsplit for an M x N x K GEMM on ``dev``: 1 (no split) on CPU drivers,
+    """nsplit for an M x N x K GEMM on ``dev``: ``long_k_factor`` where it
+    applies; else 1 (no split) on CPU drivers,
     when the tiles fill the compute units (FP32: half of them) or more, for
     K under two chunks, or when
     K has no divisor giving chunks of at least MIN_CHUNK (MIN_CHUNK_SHORT
@@ -57,6 +97,9 @@ def splitk_factor(dev, M, N, K):
     multiples of 16."""
     if not dev.is_gpu:
         return 1
+    long_k = long_k_factor(dev, M, N, K)
+    if long_k is not None:
+        return long_k
     t = gpu_tiles(dev, M)
     tiles = -(-M // t["TM"]) * -(-N // t["TN"])
     cus = max(dev.compute_units, 1)
@@ -188,15 +231,14 @@ def gemv(dev, M, N, K, A, B, C, *, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=
                            BIAS=0 if bias is None else (1 if bias_axis == 0 else 2)))
 
 
-def one_gemm(dev, M, N, K, trans_a=False, trans_b=False):
-    """Whether ``gemm_launches`` runs the product as one ``gemm`` launch
-    (neither a small-M kernel nor a split of K), which can add a residual
-    in its epilogue."""
+def adds_residual(dev, M, N, K, trans_a=False, trans_b=False):
+    """Whether ``gemm_launches`` can add a residual to the product: its
+    ``gemm`` launch or its split's reducing launch can, the small-M kernel
+    and the matrix-vector kernel cannot."""
     if deterministic():
         return True
     return not (use_small_m(dev, M, N, K, trans_a, trans_b)
-                or use_gemv(dev, M, N, K, trans_a, trans_b)
-                or splitk_factor(dev, M, N, K) > 1)
+                or use_gemv(dev, M, N, K, trans_a, trans_b))
 
 
 def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=1.0,
@@ -208,11 +250,16 @@ def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=
     (gemm.deterministic) neither the small-M kernels (CPU: gemm_small_m.cl,
     GPU: gemv.cl) nor a split of K, which all depend on M (the batch of a
     fully-connected layer). residual: a buffer laid out as C added before
-    the activation (as ``gemm``'s); only where ``one_gemm``."""
-    if residual is not None:
-        if nsplit not in (None, 1) or not one_gemm(dev, M, N, K, trans_a, trans_b):
-            raise ValueError("gemm_launches: a residual needs the product in one gemm launch")
-        nsplit = 1
+    the activation (as ``gemm``'s, in C's layout from off_c); only where
+    ``adds_residual`` or with ``nsplit`` given."""
+    if residual is not None and nsplit is None:
+        if not adds_residual(dev, M, N, K, trans_a, trans_b):
+            raise ValueError("gemm_launches: a residual needs a gemm launch or a split of K "
+                             "(not the small-M or matrix-vector kernel)")
+        if deterministic():
+            nsplit = 1
+        else:
+            nsplit = splitk_factor(dev, M, N, K)
     if nsplit is None and deterministic():
         nsplit = 1
     if nsplit is None and use_small_m(dev, M, N, K, trans_a, trans_b):
@@ -229,7 +276,7 @@ def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=
         return [gemm(dev, M, N, K, A, B, C, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
                      beta=beta, lda=lda, ldb=ldb, ldc=ldc, bias=bias, bias_axis=bias_axis,
                      act=act, off_a=off_a, off_b=off_b, off_c=off_c, residual=residual,
-                     tiles="auto")]
+                     off_residual=off_c, tiles="auto")]
     if K % nsplit:
         raise ValueError(f"gemm_launches: nsplit {nsplit} does not divide K = {K}")
     lda = lda if lda is not None else (M if trans_a else K)
@@ -248,7 +295,8 @@ def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=
     g, l = work_size(dev, M * N)
     reduce = dev.launch(act_program(dev, SRC, act), "gemm_splitk_reduce", g, l,
                         [M, N, nsplit, ws, float(beta), C, off_c, ldc,
-                         bias if bias is not None else ws, 0, act_a, act_b],
+                         bias if bias is not None else ws, 0, act_a, act_b,
+                         residual if residual is not None else ws, off_c],
                         dict(BIAS=0 if bias is None else (1 if bias_axis == 0 else 2),
-                             ACT=act_kind))
+                             ACT=act_kind, RESIDUAL=int(residual is not None)))
     return [partial, reduce]

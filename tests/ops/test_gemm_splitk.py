@@ -36,6 +36,43 @@ def test_split_k_equals_one_gemm(d, rng, trans_a, trans_b, bias_axis, act):
     assert rel_err(d.get(cb, (M, N)), v) < 1e-5
 
 
+@pytest.mark.parametrize("nsplit", [1, 3])
+def test_residual_through_the_split(d, rng, nsplit):
+    """A residual (laid out as C: same row stride, from C's offset) is added
+    after beta*C and before the activation by the reducing launch of a split
+    product as by one GEMM's epilogue (plan/residual.py fuses a ViT's fc2 +
+    shortcut so)."""
+    M, N, K, ldc, off_c, beta = 5, 7, 96, 9, 4, 0.5
+    a, b = rng.standard_normal((M, K)), rng.standard_normal((N, K))
+    bias = rng.standard_normal(N)
+    c0, r = rng.standard_normal(off_c + M * ldc), rng.standard_normal(off_c + M * ldc)
+    cb = d.buf(c0)
+    launches = gemm_launches(d.dev, M, N, K, d.buf(a), d.buf(b), cb, trans_b=True, beta=beta,
+                             ldc=ldc, off_c=off_c, bias=d.buf(bias), bias_axis=1,
+                             act=("relu", 0.0), nsplit=nsplit, residual=d.buf(r))
+    assert len(launches) == (2 if nsplit > 1 else 1)
+    d.run(launches)
+    view = lambda x: x[off_c:].reshape(M, ldc)[:, :N]
+    want = c0.copy()
+    view(want)[:] = np.maximum(a @ b.T + bias + beta * view(c0) + view(r), 0.0)
+    assert rel_err(d.get(cb, c0.shape), want) < 1e-5
+
+
+def test_residual_takes_the_rule_split():
+    """A residual no longer keeps a product whole: gemm_launches with a
+    residual and no nsplit splits as splitk_factor says (a ViT's fc2 on a
+    132-unit GPU), and refuses only the kernels that cannot add one."""
+    from caffe_ocl import config
+    from caffe_ocl.ops import gemm_splitk
+    gpu = types.SimpleNamespace(is_gpu=True, is_cpu=False, is_nvidia=True, compute_units=132,
+                                local_mem=48 << 10)
+    with config.override(TF32=False, TF32_EMULATE=False):
+        assert gemm_splitk.adds_residual(gpu, 3152, 384, 1536, trans_b=True)
+        assert not gemm_splitk.adds_residual(gpu, 1, 384, 1536, trans_b=True)   # gemv
+        with pytest.raises(ValueError, match="residual"):
+            gemm_launches(gpu, 1, 384, 1536, None, None, None, trans_b=True, residual=object())
+
+
 @pytest.mark.parametrize("tf32", [False, True])
 def test_split_factor_only_where_tiles_are_few(tf32):
     from caffe_ocl import config
@@ -61,6 +98,28 @@ def test_split_factor_only_where_tiles_are_few(tf32):
         assert splitk_factor(gpu, 784, 2304, 768) == (3 if tf32 else 1)
     cpu = types.SimpleNamespace(is_gpu=False, compute_units=2)
     assert splitk_factor(cpu, 64, 4096, 9216) == 1
+
+
+def test_long_k_chunks():
+    """FP32, 128-row tiles, K >= LONG_K_MIN: chunks near LONG_K_CHUNK (768)
+    from a wave of work-groups up to LONG_K_MAX_WAVES of tiles (H100,
+    bench_gemm_tiles.py --splits; BENCHMARKS.md, forty-ninth session)."""
+    from caffe_ocl import config
+    gpu = types.SimpleNamespace(is_gpu=True, is_nvidia=True, compute_units=132,
+                                local_mem=48 << 10)
+    with config.override(TF32=False, TF32_EMULATE=False):
+        assert splitk_factor(gpu, 3152, 384, 1536) == 2      # DeiT III-S b16 fc2, 75 tiles
+        assert splitk_factor(gpu, 3152, 768, 3072) == 4      # ViT-B b16 fc2, 150 tiles
+        assert splitk_factor(gpu, 12608, 384, 1536) == 2     # DeiT-S b64 fc2, 297 tiles
+        assert splitk_factor(gpu, 784, 768, 3072) == 4       # 42 tiles: not 24 chunks of 128
+        assert splitk_factor(gpu, 3152, 1536, 384) == 1      # fc1: K short, 300 tiles whole
+        assert splitk_factor(gpu, 12608, 768, 3072) == 1     # 594 tiles: past 2.5 waves
+        # under a wave of work-groups in chunks of 768: the per-unit rule
+        assert splitk_factor(gpu, 256, 1024, 4096) == 32     # 16 tiles, chunks of 128
+        assert splitk_factor(gpu, 64, 4096, 9216) == 32      # 64-row tiles: per-unit rule
+        assert splitk_factor(gpu, 1024, 768, 2008) == 1      # 2008: no chunk a multiple of 16
+    with config.override(TF32=True, TF32_EMULATE=False):
+        assert splitk_factor(gpu, 3152, 384, 1536) == 3      # TF32: its own rule, chunks >= 512
 
 
 def test_fill_tiles_rule():
