@@ -25,6 +25,13 @@ were measured on other CPUs). Choices are stored per device,
 geometry (batch size included), pass and TF32 setting. The table printed
 shows every time, the choice and what the rules would run.
 
+On a GPU it then times the K split of each fully-connected layer's
+product (``net_products``: the forward, and in a TRAIN net the data
+gradient, where ops/gemm_splitk.py ``gemm_launches`` runs the tiled GEMM,
+not the matrix-vector kernel): whole, the rules' factor, and the factors
+giving chunks near SPLIT_CHUNKS, stored per product shape and TF32 setting
+(pass "gemm-split"; the rules were measured on an H100 and an H200 only).
+
 What it does not see: a fusion's extra work (the activation or ReLU
 backward that a layer fused with a convolution adds to it is not timed),
 and the cache effects of a whole net (each pass runs alone, repeated).
@@ -37,6 +44,7 @@ import numpy as np
 
 from .net import TRAIN
 from .ops import conv as conv_ops
+from .ops import gemm_splitk
 from .ops import tuned
 from .ops import winograd as wino_ops
 from .ops.gemm import use_tf32
@@ -74,6 +82,100 @@ def net_conv_passes(net):
                 passes.append("backward_weight")
         out += [(net.graph.layer_names[li], g, p) for p in passes]
     return out
+
+
+# chunk lengths of K the product tuning tries (the nearest divisor of K
+# giving chunks that are multiples of 16), beside whole and the rules'
+SPLIT_CHUNKS = (128, 256, 512, 768, 1024, 1536)
+MAX_SPLIT = 64
+
+
+def net_products(net):
+    """[(layer name, M, N, K, trans_a, trans_b)] of the fully-connected
+    products ``net`` runs through ``gemm_splitk.gemm_launches``' tiled GEMM
+    on a GPU (the only place it splits K): each InnerProduct's forward and,
+    in a TRAIN net where its bottom needs a gradient, its data gradient.
+    Products the matrix-vector kernel runs (a few rows) are left out."""
+    dev = net.device
+    if not dev.is_gpu:
+        return []
+    training = net.phase == TRAIN
+    out = []
+    for li, layer in enumerate(net.layers):
+        if layer.type != "InnerProduct" or getattr(layer, "M", None) is None:
+            continue
+        M, N, K, name = layer.M, layer.num_output, layer.K, net.graph.layer_names[li]
+        prods = [(name, M, N, K, False, not layer.transpose)]
+        if training and net.graph.layer_need_backward[li] \
+                and any(net.graph.bottom_need_backward[li]):
+            prods.append((f"{name} (data gradient)", M, K, N, False, layer.transpose))
+        out += [p for p in prods if not gemm_splitk.use_gemv(dev, *p[1:])]
+    return out
+
+
+def split_candidates(dev, M, N, K):
+    """The K split factors timed for an M x N x K product: 1 (whole), the
+    rules' own, and for each of SPLIT_CHUNKS the divisor of K nearest to it
+    whose chunks are multiples of 16 (at most MAX_SPLIT chunks)."""
+    divisors = [d for d in gemm_splitk._chunk_divisors(K) if d <= MAX_SPLIT]
+    found = {1, gemm_splitk.splitk_factor(dev, M, N, K, stored=False)}
+    for chunk in SPLIT_CHUNKS:
+        if divisors and chunk < K:
+            found.add(min(divisors, key=lambda d: abs(K / d - chunk)))
+    return sorted(found)
+
+
+def tune_products(dev, items, rounds=5, store=True, out=print, clock=None):
+    """Time the K split factors (``split_candidates``) of each distinct
+    product of ``items`` (``net_products``), interleaved; store the
+    fastest (the rules' kept within KEEP_RULE_WITHIN) unless ``store`` is
+    False; ``(rows, path)`` as ``tune_passes``. A factor is named "x<n>"."""
+    by_key = {}
+    for name, M, N, K, ta, tb in items:
+        key = tuned.gemm_split_key(M, N, K, use_tf32(dev))
+        by_key.setdefault(key, [(M, N, K, ta, tb), []])[1].append(name)
+    rows, new = [], {}
+    for key, ((M, N, K, ta, tb), names) in by_key.items():
+        factors = split_candidates(dev, M, N, K)
+        rule = gemm_splitk.splitk_factor(dev, M, N, K, stored=False)
+        if len(factors) < 2:
+            out(f"{_names(names)} gemm-split: only x{factors[0]} applies")
+            continue
+        bufs = _product_buffers(dev, M, N, K)
+
+        def builder(f, M=M, N=N, K=K, ta=ta, tb=tb, bufs=bufs):
+            return lambda: gemm_splitk.gemm_launches(dev, M, N, K, *bufs, trans_a=ta,
+                                                     trans_b=tb, nsplit=f)
+        times = _timed(dev, {f"x{f}": builder(f) for f in factors}, rounds, clock)
+        ok = {v: t for v, t in times.items() if isinstance(t, float)}
+        if not ok:
+            continue
+        choice = min(ok, key=ok.get)
+        if f"x{rule}" in ok and ok[f"x{rule}"] <= ok[choice] * (1 + KEEP_RULE_WITHIN):
+            choice = f"x{rule}"
+        row = dict(layers=names, key=key, pass_="gemm-split", times=times, rule=f"x{rule}",
+                   choice=choice)
+        rows.append(row)
+        _print_row(row, out)
+        new[key] = {"choice": choice, "layers": names[:4],
+                    "ms": {v: round(t, 4) for v, t in ok.items()}}
+    _print_summary(rows, out)
+    path = tuned.save(dev, new) if store and new else None
+    if path:
+        out(f"stored {len(new)} choices in {path}")
+    return rows, path
+
+
+def _product_buffers(dev, M, N, K):
+    """A, B and C of an M x N x K product, random."""
+    rng = np.random.default_rng(0)
+    bufs = []
+    for n in (M * K, N * K, M * N):
+        host = rng.standard_normal(n).astype(np.float32) * 0.1
+        bufs.append(dev.alloc(4 * n))
+        dev.upload(bufs[-1], host)
+        dev.finish()
+    return bufs
 
 
 class _Buffers:
@@ -316,13 +418,17 @@ def _print_summary(rows, out):
     """Sums over the net's passes that had a choice (a geometry shared by k
     layers counts k times) of the rules' choices and of the chosen ones:
     the algorithms, then the kernel variants that refine a forward."""
-    for label, refines in (("convolution passes with a choice", False),
-                           ("forward kernel variants", True)):
+    def kind(pass_):
+        return ("variants" if pass_ in ("forward-igemm", "forward-cpu") else
+                "products" if pass_ == "gemm-split" else "algorithms")
+    for label, which in (("convolution passes with a choice", "algorithms"),
+                         ("forward kernel variants", "variants"),
+                         ("fully-connected products' K splits", "products")):
         rules = chosen = 0.0
         for r in rows:
             t = r["times"]
             if r["choice"] is None or not isinstance(t.get(r["rule"]), float) \
-                    or (r["pass_"] in ("forward-igemm", "forward-cpu")) != refines:
+                    or kind(r["pass_"]) != which:
                 continue
             k = len(r["layers"])
             rules += k * t[r["rule"]]
@@ -333,7 +439,12 @@ def _print_summary(rows, out):
 
 
 def tune_net(net, rounds=5, store=True, out=print, clock=None):
-    """Tune the convolutions of a built ``net`` (see the module's text).
-    Nets built afterwards use the stored choices; ``net`` keeps its own."""
-    return tune_passes(net.device, net_conv_passes(net), rounds=rounds, store=store,
-                       out=out, clock=clock, training=net.phase == TRAIN)
+    """Tune the convolutions and (on a GPU) the fully-connected products'
+    K splits of a built ``net`` (see the module's text). Nets built
+    afterwards use the stored choices; ``net`` keeps its own. ``(rows,
+    path)``: the rows of both; path None when nothing was stored."""
+    rows, path = tune_passes(net.device, net_conv_passes(net), rounds=rounds, store=store,
+                             out=out, clock=clock, training=net.phase == TRAIN)
+    prows, ppath = tune_products(net.device, net_products(net), rounds=rounds, store=store,
+                                 out=out, clock=clock)
+    return rows + prows, ppath or path

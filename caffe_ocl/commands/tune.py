@@ -4,11 +4,12 @@ import logging
 from ..errors import FlagError
 from ..net import TEST, TRAIN, Net
 from ..ops import tuned
-from ..tuning import net_conv_passes, tune_passes
+from ..tuning import net_conv_passes, net_products, tune_passes, tune_products
 from ._common import GPU, LEVEL, STAGE, UNTRUSTED, apply_untrusted, start_log, use_device
 from .flags import Flag, Spec
 
-SUMMARY = "time each convolution's algorithms on this device and store the fastest"
+SUMMARY = ("time each convolution's algorithms (and on a GPU each fully-connected "
+           "product's K split) on this device and store the fastest")
 
 log = logging.getLogger("caffe_ocl")
 
@@ -41,10 +42,14 @@ def main(argv):
                         "empty); set it, or pass --store=false")
     net = Net(opts.model, TRAIN if phase == "TRAIN" else TEST, level=opts.level,
               stages=[s for s in opts.stage.split(",") if s])
-    items = net_conv_passes(net)
-    if not items:
-        log.info("%s has no convolutions: nothing to tune", opts.model)
+    items, products = net_conv_passes(net), net_products(net)
+    if not items and not products:
+        log.info("%s has no convolutions%s: nothing to tune", opts.model,
+                 " and no fully-connected products the GEMM runs" if dev.is_gpu else "")
         return 0
-    tune_passes(dev, items, rounds=opts.iterations, store=opts.store, out=log.info,
-                training=phase == "TRAIN")
+    if items:
+        tune_passes(dev, items, rounds=opts.iterations, store=opts.store, out=log.info,
+                    training=phase == "TRAIN")
+    if products:
+        tune_products(dev, products, rounds=opts.iterations, store=opts.store, out=log.info)
     return 0

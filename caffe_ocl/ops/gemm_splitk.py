@@ -10,9 +10,14 @@ a small batch) take kernels of their own: gemm_small_m.cl on CPU drivers,
 gemv.cl (a matrix-vector kernel, 1-8 rows) on GPUs.
 ``gemm_launches`` decides and falls back to one plain ``gemm``.
 """
+import logging
+
 from .. import config
-from . import cpu_chunks, work_size
-from .gemm import act_defines, act_program, deterministic, gemm, gpu_tiles
+from . import cpu_chunks, tuned, work_size
+from .gemm import act_defines, act_program, deterministic, gemm, gpu_tiles, use_tf32
+
+log = logging.getLogger("caffe_ocl")
+_warned_stale = set()
 
 SRC = "splitk.cl"
 # The split aims for SPLIT_WGS_PER_CU work-groups per compute unit, in
@@ -87,9 +92,37 @@ def long_k_factor(dev, M, N, K):
     return d if tiles * d >= cus else None
 
 
-def splitk_factor(dev, M, N, K):
-    """nsplit for an M x N x K GEMM on ``dev``: ``long_k_factor`` where it
-    applies; else 1 (no split) on CPU drivers,
+def split_factor_of(name):
+    """The factor n of a split's name "x<n>" (as `caffe_ocl tune` stores
+    and prints it), or None for anything else."""
+    if isinstance(name, str) and name[:1] == "x" and name[1:].isdigit() and int(name[1:]) >= 1:
+        return int(name[1:])
+    return None
+
+
+def stored_split(dev, M, N, K):
+    """The factor `caffe_ocl tune` stored for this product on ``dev``
+    (tuning.py ``tune_products``; stored as "x<n>"), or None: none stored,
+    switched off (CAFFE_OCL_TUNED=0), or one that does not divide K
+    (reported once)."""
+    choice = tuned.lookup(dev, tuned.gemm_split_key(M, N, K, use_tf32(dev)))
+    if choice is None:
+        return None
+    factor = split_factor_of(choice)
+    if factor is not None and K % factor == 0:
+        return factor
+    key = (M, N, K, repr(choice))
+    if key not in _warned_stale:
+        _warned_stale.add(key)
+        log.warning("ignoring tuned K split %r for the %d x %d x %d product: it does not "
+                    "divide K; `caffe_ocl tune` stores a new one", choice, M, N, K)
+    return None
+
+
+def splitk_factor(dev, M, N, K, stored=True):
+    """nsplit for an M x N x K GEMM on ``dev``: on a GPU the factor
+    `caffe_ocl tune` stored for it (``stored``: False gives the rules'
+    own), else ``long_k_factor`` where it applies; else 1 (no split) on CPU drivers,
     when the tiles fill the compute units (FP32: half of them) or more, for
     K under two chunks, or when
     K has no divisor giving chunks of at least MIN_CHUNK (MIN_CHUNK_SHORT
@@ -97,6 +130,10 @@ def splitk_factor(dev, M, N, K):
     multiples of 16."""
     if not dev.is_gpu:
         return 1
+    if stored:
+        choice = stored_split(dev, M, N, K)
+        if choice is not None:
+            return choice
     long_k = long_k_factor(dev, M, N, K)
     if long_k is not None:
         return long_k

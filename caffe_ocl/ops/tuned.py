@@ -1,7 +1,8 @@
 """Per-device store of measured choices (``caffe_ocl tune``, tuning.py).
 
 The convolution algorithm of each pass (forward, backward_data,
-backward_weight) comes from fixed rules and a cost model (ops/conv.py
+backward_weight), and the K split of a fully-connected product on a GPU
+(``gemm_split_key``), come from fixed rules and a cost model (ops/conv.py
 ``algorithm``) that were tuned on the devices this project measured; on
 another device they can be wrong. ``caffe_ocl tune`` times every algorithm
 that applies to each convolution of a net on the device and stores the
@@ -61,6 +62,12 @@ def conv_key(g, pass_, tf32, wino_tile=None):
     return (f"conv:{pass_}:n{g.num}c{g.channels}h{g.height}w{g.width}o{g.out_channels}"
             f"k{g.kh}x{g.kw}p{g.ph},{g.pw}s{g.sh},{g.sw}d{g.dh},{g.dw}g{g.groups}:tf32={tf32}"
             + ("" if wino_tile is None else f":wino{wino_tile}"))
+
+
+def gemm_split_key(M, N, K, tf32):
+    """Entry name of a GEMM's K split (ops/gemm_splitk.py gemm_launches: a
+    fully-connected layer's product on a GPU), stored as "x<factor>"."""
+    return f"gemm:split:m{M}n{N}k{K}:tf32={int(tf32)}"
 
 
 def entries(dev):

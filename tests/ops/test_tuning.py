@@ -3,6 +3,7 @@ caffe_ocl/ops/tuned.py): stored choices are used per geometry and pass,
 ignored when switched off, forced away by CAFFE_OCL_WINOGRAD, or when they
 cannot apply; the tuner picks the fastest of what it timed; a net built
 after tuning runs the stored algorithms and gives the same results."""
+import collections
 import json
 import logging
 import os
@@ -253,7 +254,8 @@ def test_cli(store, tmp_path, capsys, caplog):
     entries = json.load(open(tuned.store_path(store)))["entries"]
     # GPUs also store the implicit GEMM's variants of a forward it won
     # ("conv:forward-igemm:" entries); CPU drivers have none
-    algos = {k: e for k, e in entries.items() if not k.startswith("conv:forward-igemm:")}
+    algos = {k: e for k, e in entries.items()
+             if not k.startswith(("conv:forward-igemm:", "gemm:split:"))}
     assert store.is_gpu or len(algos) == len(entries)
     assert "c1,c2 forward:" in text and "dw forward:" in text
     assert f"stored {len(entries)} choices" in text
@@ -421,6 +423,109 @@ def test_stored_few_variant(as_gpu, rng):
         cl.enqueue_copy(dev.queue, a, bufs[2])
         cl.enqueue_copy(dev.queue, b, bufs[3])
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+FC_NET = """
+name: "fc"
+layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 40 dim: 512 } } }
+layer { name: "pre" type: "InnerProduct" bottom: "x" top: "pre"
+        inner_product_param { num_output: 384 weight_filler { type: "gaussian" std: 0.05 } } }
+layer { name: "h" type: "InnerProduct" bottom: "pre" top: "h"
+        inner_product_param { num_output: 256 weight_filler { type: "gaussian" std: 0.05 } } }
+layer { name: "one" type: "InnerProduct" bottom: "pre" top: "one"
+        inner_product_param { num_output: 256 weight_filler { type: "gaussian" std: 0.05 } } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "h" bottom: "one" top: "loss" }
+"""
+
+
+@pytest.fixture
+def fc_gpu(as_gpu, monkeypatch):
+    """as_gpu, and counted as a GPU (ops/gemm_splitk.py splits only there)."""
+    monkeypatch.setattr(as_gpu, "is_gpu", True, raising=False)
+    return as_gpu
+
+
+def test_stored_split_replaces_the_rules(fc_gpu, monkeypatch, caplog):
+    """A "gemm-split" choice ("x<n>") decides the K split of that product
+    shape; switched off, not dividing K, or another shape: the rules."""
+    from caffe_ocl.ops import gemm_splitk
+    dev = fc_gpu
+    M, N, K = 40, 24, 512
+    rule = gemm_splitk.splitk_factor(dev, M, N, K)
+    assert rule > 2                                  # one tile: the per-unit rule splits
+    tuned.save(dev, {tuned.gemm_split_key(M, N, K, False): {"choice": "x2"}})
+    assert gemm_splitk.splitk_factor(dev, M, N, K) == 2
+    assert gemm_splitk.splitk_factor(dev, M, N, K, stored=False) == rule
+    assert gemm_splitk.splitk_factor(dev, M, N, 1024) != 2 or rule == 2
+    monkeypatch.setenv(tuned.ENV, "0")
+    assert gemm_splitk.splitk_factor(dev, M, N, K) == rule
+    monkeypatch.setenv(tuned.ENV, "1")
+    with caplog.at_level(logging.WARNING, "caffe_ocl"):
+        for bad in ("x3", "2", "x0"):                # 3 does not divide 512; not "x<n>"
+            tuned.save(dev, {tuned.gemm_split_key(M, N, K, False): {"choice": bad}})
+            assert gemm_splitk.splitk_factor(dev, M, N, K) == rule
+    assert "ignoring tuned K split 'x3'" in caplog.text
+
+
+@pytest.mark.parametrize("phase", ["TEST", "TRAIN"])
+def test_tuner_times_product_splits(fc_gpu, tmp_path, phase):
+    """`caffe_ocl tune` on a GPU times each fully-connected product's K
+    splits (whole, the rules', chunks near SPLIT_CHUNKS), once per shape
+    (two layers of one shape: one row), the data gradient too in TRAIN;
+    the fastest is stored and a net built afterwards runs it, with the same
+    outputs as the rules' net."""
+    from caffe_ocl.ops import gemm_splitk
+    dev = fc_gpu
+    model = tmp_path / "fc.prototxt"
+    model.write_text(FC_NET)
+    net = caffe_ocl.Net(str(model), caffe_ocl.TRAIN if phase == "TRAIN" else caffe_ocl.TEST)
+    items = tuning.net_products(net)
+    fwd = [("pre", 40, 384, 512, False, True), ("h", 40, 256, 384, False, True),
+           ("one", 40, 256, 384, False, True)]
+    grads = [("h (data gradient)", 40, 384, 256, False, False),
+             ("one (data gradient)", 40, 384, 256, False, False)]
+    # pre's bottom is the net's input: no data gradient
+    assert items == (fwd if phase == "TEST" else fwd[:2] + grads[:1] + fwd[2:] + grads[1:])
+    rule = gemm_splitk.splitk_factor(dev, 40, 256, 384)
+    assert rule == 3                                 # 2 tiles: chunks of 128
+    # 128 -> 3 chunks, 256 -> the nearest divisor, 2 (192); longer chunks: not under K
+    assert tuning.split_candidates(dev, 40, 256, 384) == [1, 2, 3]
+    clock, calls = _fake_clock(collections.defaultdict(lambda: 1.0, x2=0.3))
+    lines = []
+    x = np.random.default_rng(1).standard_normal((40, 512)).astype(np.float32)
+    net.blobs["x"].data[...] = x
+    net.forward()
+    want = net.blobs["h"].data.copy()
+    rows, path = tuning.tune_products(dev, items, rounds=2, out=lines.append, clock=clock)
+    assert [r["layers"] for r in rows] == [["pre"], ["h", "one"]] + (
+        [[g[0] for g in grads]] if phase == "TRAIN" else [])
+    assert rows[1]["choice"] == "x2" and rows[1]["rule"] == "x3"
+    timed = [a for a, _ in calls]
+    # pre: 3 factors calibrated, 2 rounds of 3; then h's: calibrated, interleaved rounds
+    assert timed[:9] == ["x1", "x2", "x4"] * 3 and timed[12:18] == ["x1", "x2", "x3"] * 2
+    assert any(s.startswith("h,one gemm-split: x1 1.000 ms, x2 0.300 ms") and "-> x2" in s
+               for s in lines)
+    assert lines[-1] == f"stored {len(rows)} choices in {path}"
+    assert gemm_splitk.splitk_factor(dev, 40, 256, 384) == 2
+    tuned_net = caffe_ocl.Net(str(model), caffe_ocl.TEST)
+    h = tuned_net.layers[list(tuned_net._layer_names).index("h")]
+    assert [ln.name for ln in h.fwd] == ["gemm", "gemm_splitk_reduce"]
+    assert h.fwd[0].gsize[2] == 2                   # the stored x2, not the rules' x3
+    for name in ("pre", "h", "one"):
+        for a, b in zip(net.params[name], tuned_net.params[name]):
+            b.data[...] = a.data
+    tuned_net.blobs["x"].data[...] = x
+    tuned_net.forward()
+    np.testing.assert_allclose(tuned_net.blobs["h"].data, want, rtol=1e-4, atol=1e-4)
+
+
+def test_products_only_on_gpus(store, tmp_path):
+    """CPU drivers never split K: no products to tune there."""
+    model = tmp_path / "fc.prototxt"
+    model.write_text(FC_NET)
+    if store.is_gpu:
+        pytest.skip("a GPU has products to tune")
+    assert tuning.net_products(caffe_ocl.Net(str(model), caffe_ocl.TEST)) == []
 
 
 def test_train_tf32_forwards_tuned_apart(store, settings):
