@@ -117,7 +117,7 @@ def split_candidates(dev, M, N, K):
     """The K split factors timed for an M x N x K product: 1 (whole), the
     rules' own, and for each of SPLIT_CHUNKS the divisor of K nearest to it
     whose chunks are multiples of 16 (at most MAX_SPLIT chunks)."""
-    divisors = [d for d in gemm_splitk._chunk_divisors(K) if d <= MAX_SPLIT]
+    divisors = [d for d in gemm_splitk.chunk_divisors(K) if d <= MAX_SPLIT]
     found = {1, gemm_splitk.splitk_factor(dev, M, N, K, stored=False)}
     for chunk in SPLIT_CHUNKS:
         if divisors and chunk < K:

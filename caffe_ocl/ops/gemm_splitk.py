@@ -66,7 +66,7 @@ LONG_K_CHUNK = 768
 LONG_K_MAX_WAVES = 2.5
 
 
-def _chunk_divisors(K, min_chunk=16):
+def chunk_divisors(K, min_chunk=16):
     """Factors d > 1 that split K into equal chunks that are multiples of
     16 and at least ``min_chunk`` long."""
     return [d for d in range(2, K // 16 + 1)
@@ -84,7 +84,7 @@ def long_k_factor(dev, M, N, K):
         return None
     tiles = -(-M // t["TM"]) * -(-N // t["TN"])
     cus = max(dev.compute_units, 1)
-    divisors = _chunk_divisors(K)
+    divisors = chunk_divisors(K)
     if tiles > LONG_K_MAX_WAVES * cus or not divisors:
         return None
     # the chunk nearest LONG_K_CHUNK by ratio (ties to the longer chunk)
@@ -149,12 +149,7 @@ def splitk_factor(dev, M, N, K, stored=True):
     if K < 2 * min_chunk:
         return 1
     want = -(-per_cu * cus // tiles)
-    best = 1
-    for d in range(2, want + 1):
-        kc = K // d
-        if K % d == 0 and kc >= min_chunk and kc % 16 == 0:
-            best = d
-    return best
+    return max((d for d in chunk_divisors(K, min_chunk) if d <= want), default=1)
 
 
 SMALL_M_SRC = "gemm_small_m.cl"
