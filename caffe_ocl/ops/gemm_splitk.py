@@ -55,7 +55,13 @@ SRC = "splitk.cl"
 #   784 x 768 x 3072 (42 tiles) 0.146 in 4 against 0.193 in the 24 chunks
 #   of 128 the rule above gives. Such products split so whenever their
 #   chunks make at least a wave of work-groups, up to LONG_K_MAX_WAVES of
-#   tiles (not measured beyond).
+#   tiles (not measured beyond). Fiftieth session (H100, held-out shapes,
+#   `benchmarks/results/gpu_gemm_splits_longk_h100_s50.txt`): the rule's
+#   factor was the fastest on 7 of 11, within 0.90 on 3; a ViT-S/8 at
+#   batch 8 (1576 x 384 x 1536, 39 tiles: 2 chunks make 78 work-groups)
+#   took 12 chunks of 128 from the per-unit rule, 0.099 ms, against 0.083
+#   in 4 of 384 and 0.077 in 3: where chunks near 768 make under a wave,
+#   the fewest chunks of at least LONG_K_WAVE_CHUNK that make one.
 MIN_CHUNK = 512
 MIN_CHUNK_SHORT = 256
 SPLIT_WGS_PER_CU = 4
@@ -64,6 +70,7 @@ SPLIT_WGS_PER_CU_FP32 = 8
 LONG_K_MIN = 1536
 LONG_K_CHUNK = 768
 LONG_K_MAX_WAVES = 2.5
+LONG_K_WAVE_CHUNK = 384
 
 
 def chunk_divisors(K, min_chunk=16):
@@ -78,7 +85,8 @@ def long_k_factor(dev, M, N, K):
     None where that rule does not apply: TF32, 64-row tiles (a
     fully-connected layer at a small batch streams its weights; the
     work-groups-per-unit rule was measured there), K < LONG_K_MIN, more than
-    LONG_K_MAX_WAVES of tiles, or chunks too few to make a wave."""
+    LONG_K_MAX_WAVES of tiles, or no chunks of LONG_K_WAVE_CHUNK or more
+    that make a wave of work-groups."""
     t = gpu_tiles(dev, M)
     if t["TF32"] or t["TM"] != 128 or K < LONG_K_MIN:
         return None
@@ -89,7 +97,10 @@ def long_k_factor(dev, M, N, K):
         return None
     # the chunk nearest LONG_K_CHUNK by ratio (ties to the longer chunk)
     d = min(divisors, key=lambda d: (max(K / d, LONG_K_CHUNK) / min(K / d, LONG_K_CHUNK), d))
-    return d if tiles * d >= cus else None
+    if tiles * d >= cus:
+        return d
+    # under a wave: the fewest chunks, not shorter than LONG_K_WAVE_CHUNK, that make one
+    return next((d for d in divisors if tiles * d >= cus and K // d >= LONG_K_WAVE_CHUNK), None)
 
 
 def split_factor_of(name):

@@ -114,7 +114,11 @@ def test_long_k_chunks():
         assert splitk_factor(gpu, 784, 768, 3072) == 4       # 42 tiles: not 24 chunks of 128
         assert splitk_factor(gpu, 3152, 1536, 384) == 1      # fc1: K short, 300 tiles whole
         assert splitk_factor(gpu, 12608, 768, 3072) == 1     # 594 tiles: past 2.5 waves
-        # under a wave of work-groups in chunks of 768: the per-unit rule
+        # 39 tiles: 2 chunks of 768 make under a wave; 4 of 384 make one
+        # (H100: 0.083 ms against 0.099 in the per-unit rule's 12 chunks)
+        assert splitk_factor(gpu, 1576, 384, 1536) == 4
+        # a wave only in chunks under 384: the per-unit rule
+        assert splitk_factor(gpu, 788, 384, 1536) == 12     # 21 tiles, chunks of 128
         assert splitk_factor(gpu, 256, 1024, 4096) == 32     # 16 tiles, chunks of 128
         assert splitk_factor(gpu, 64, 4096, 9216) == 32      # 64-row tiles: per-unit rule
         assert splitk_factor(gpu, 1024, 768, 2008) == 1      # 2008: no chunk a multiple of 16
