@@ -58,19 +58,32 @@ def test_residual_through_the_split(d, rng, nsplit):
     assert rel_err(d.get(cb, c0.shape), want) < 1e-5
 
 
-def test_residual_takes_the_rule_split():
+def test_residual_takes_the_rule_split(d, rng, monkeypatch):
     """A residual no longer keeps a product whole: gemm_launches with a
-    residual and no nsplit splits as splitk_factor says (a ViT's fc2 on a
-    132-unit GPU), and refuses only the kernels that cannot add one."""
+    residual and no nsplit splits as splitk_factor says (this device taken
+    for a 132-unit GPU: one tile, so the per-unit rule splits) with the
+    shortcut in the result; only the kernels that cannot add one (the
+    matrix-vector kernel, a few rows) refuse it."""
     from caffe_ocl import config
     from caffe_ocl.ops import gemm_splitk
-    gpu = types.SimpleNamespace(is_gpu=True, is_cpu=False, is_nvidia=True, compute_units=132,
-                                local_mem=48 << 10)
-    with config.override(TF32=False, TF32_EMULATE=False):
-        assert gemm_splitk.adds_residual(gpu, 3152, 384, 1536, trans_b=True)
-        assert not gemm_splitk.adds_residual(gpu, 1, 384, 1536, trans_b=True)   # gemv
+    for name, value in (("is_gpu", True), ("is_cpu", False), ("compute_units", 132)):
+        monkeypatch.setattr(d.dev, name, value, raising=False)
+    M, N, K = 40, 24, 512
+    a, b, r = (rng.standard_normal(s) for s in ((M, K), (N, K), (M, N)))
+    cb = d.buf(np.zeros((M, N)))
+    with config.override(TF32=False, TF32_EMULATE=False, DETERMINISTIC=False):
+        nsplit = splitk_factor(d.dev, M, N, K)
+        assert nsplit > 1 and gemm_splitk.adds_residual(d.dev, M, N, K, trans_b=True)
+        launches = gemm_launches(d.dev, M, N, K, d.buf(a), d.buf(b), cb, trans_b=True,
+                                 residual=d.buf(r))
+        assert [ln.name for ln in launches] == ["gemm", "gemm_splitk_reduce"]
+        assert launches[0].gsize[2] == nsplit
+        d.run(launches)
+        assert rel_err(d.get(cb, (M, N)), a @ b.T + r) < 1e-5
+        assert not gemm_splitk.adds_residual(d.dev, 1, N, K, trans_b=True)    # gemv
         with pytest.raises(ValueError, match="residual"):
-            gemm_launches(gpu, 1, 384, 1536, None, None, None, trans_b=True, residual=object())
+            gemm_launches(d.dev, 1, N, K, d.buf(a), d.buf(b), cb, trans_b=True,
+                          residual=d.buf(r))
 
 
 @pytest.mark.parametrize("tf32", [False, True])
