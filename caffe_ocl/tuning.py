@@ -417,7 +417,8 @@ def _names(layers):
 def _print_summary(rows, out):
     """Sums over the net's passes that had a choice (a geometry shared by k
     layers counts k times) of the rules' choices and of the chosen ones:
-    the algorithms, then the kernel variants that refine a forward."""
+    the algorithms, the kernel variants that refine a forward, then the
+    fully-connected products' K splits."""
     def kind(pass_):
         return ("variants" if pass_ in ("forward-igemm", "forward-cpu") else
                 "products" if pass_ == "gemm-split" else "algorithms")
