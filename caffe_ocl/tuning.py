@@ -146,35 +146,23 @@ def tune_products(dev, items, rounds=5, store=True, out=print, clock=None):
         def builder(f, M=M, N=N, K=K, ta=ta, tb=tb, bufs=bufs):
             return lambda: gemm_splitk.gemm_launches(dev, M, N, K, *bufs, trans_a=ta,
                                                      trans_b=tb, nsplit=f)
-        times = _timed(dev, {f"x{f}": builder(f) for f in factors}, rounds, clock)
-        ok = {v: t for v, t in times.items() if isinstance(t, float)}
-        if not ok:
-            continue
-        choice = min(ok, key=ok.get)
-        if f"x{rule}" in ok and ok[f"x{rule}"] <= ok[choice] * (1 + KEEP_RULE_WITHIN):
-            choice = f"x{rule}"
-        row = dict(layers=names, key=key, pass_="gemm-split", times=times, rule=f"x{rule}",
-                   choice=choice)
-        rows.append(row)
-        _print_row(row, out)
-        new[key] = {"choice": choice, "layers": names[:4],
-                    "ms": {v: round(t, 4) for v, t in ok.items()}}
+        row = _timed_row(dev, {f"x{f}": builder(f) for f in factors}, f"x{rule}", names, key,
+                         "gemm-split", rounds, out, clock)
+        if row is not None:
+            rows.append(row)
+            new[key] = _entry(row)
     _print_summary(rows, out)
-    path = tuned.save(dev, new) if store and new else None
-    if path:
-        out(f"stored {len(new)} choices in {path}")
-    return rows, path
+    return rows, _store(dev, new, store, out)
 
 
 def _product_buffers(dev, M, N, K):
     """A, B and C of an M x N x K product, random."""
     rng = np.random.default_rng(0)
-    bufs = []
-    for n in (M * K, N * K, M * N):
-        host = rng.standard_normal(n).astype(np.float32) * 0.1
-        bufs.append(dev.alloc(4 * n))
-        dev.upload(bufs[-1], host)
-        dev.finish()
+    host = [rng.standard_normal(n).astype(np.float32) * 0.1 for n in (M * K, N * K, M * N)]
+    bufs = [dev.alloc(4 * h.size) for h in host]
+    for buf, h in zip(bufs, host):
+        dev.upload(buf, h)
+    dev.finish()                    # the host arrays alive until the copies end
     return bufs
 
 
@@ -290,14 +278,38 @@ def _tune_passes(dev, items, rounds, store, out, clock, training=False):
                                     inference=not training)
         if vrow is not None:
             rows.append(vrow)
-            new[vrow["key"]] = {"choice": vrow["choice"], "layers": names[:4],
-                                "ms": {v: round(t, 4) for v, t in vrow["times"].items()
-                                       if isinstance(t, float)}}
+            new[vrow["key"]] = _entry(vrow)
     _print_summary(rows, out)
+    return rows, _store(dev, new, store, out)
+
+
+def _choose(times, rule):
+    """The fastest of ``times`` (name -> ms, or an error's text for one that
+    could not run), the rules' ``rule`` kept unless another is faster by
+    more than KEEP_RULE_WITHIN; None when none ran."""
+    ok = {a: t for a, t in times.items() if isinstance(t, float)}
+    if not ok:
+        return None
+    choice = min(ok, key=ok.get)
+    if rule in ok and ok[rule] <= ok[choice] * (1 + KEEP_RULE_WITHIN):
+        choice = rule
+    return choice
+
+
+def _entry(row):
+    """The stored entry of a row with a choice: the choice, the first layers
+    and every time that was measured."""
+    return {"choice": row["choice"], "layers": row["layers"][:4],
+            "ms": {a: round(t, 4) for a, t in row["times"].items() if isinstance(t, float)}}
+
+
+def _store(dev, new, store, out):
+    """Save the ``new`` entries (where ``store`` and there are any), say
+    where; the file's path or None."""
     path = tuned.save(dev, new) if store and new else None
     if path:
         out(f"stored {len(new)} choices in {path}")
-    return rows, path
+    return path
 
 
 def _tune_algorithm(dev, g, p, key, names, rounds, out, clock, rows, new):
@@ -309,19 +321,15 @@ def _tune_algorithm(dev, g, p, key, names, rounds, out, clock, rows, new):
         out(f"{_names(names)} {p}: only {algos[0]} applies")
         return algos[0]
     times = measure(dev, g, p, algos, rounds=rounds, clock=clock)
-    ok = {a: t for a, t in times.items() if isinstance(t, float)}
     rule = conv_ops.algorithm(dev, g)             # pass_=None: never the stored choice
     if p == "backward_weight":
         rule = conv_ops.weight_grad_algorithm(dev, rule)
-    choice = min(ok, key=ok.get) if ok else None
-    if choice is not None and rule in ok and ok[rule] <= ok[choice] * (1 + KEEP_RULE_WITHIN):
-        choice = rule
+    choice = _choose(times, rule)
     row = dict(layers=names, key=key, pass_=p, times=times, rule=rule, choice=choice)
     rows.append(row)
     _print_row(row, out)
     if choice is not None:
-        new[key] = {"choice": choice, "ms": {a: round(t, 4) for a, t in ok.items()},
-                    "layers": names[:4]}
+        new[key] = _entry(row)
     return choice
 
 
@@ -355,21 +363,23 @@ def tune_forward_variants(dev, g, names, rounds=5, out=print, clock=None):
 
 
 def _variant_row(dev, variants, rule, launches, names, key, pass_, rounds, out, clock):
-    """Time ``launches()`` built under each forced variant, interleaved; the
-    row of the fastest (the rules' ``rule`` kept within KEEP_RULE_WITHIN),
-    printed, or None when none could run."""
+    """Time ``launches()`` built under each forced variant: ``_timed_row``."""
     def builder(v):
         def build():
             with conv_ops.forced_forward_variant(v):
                 return launches()
         return build
-    times = _timed(dev, {v: builder(v) for v in variants}, rounds, clock)
-    ok = {v: t for v, t in times.items() if isinstance(t, float)}
-    if not ok:
+    return _timed_row(dev, {v: builder(v) for v in variants}, rule, names, key, pass_,
+                      rounds, out, clock)
+
+
+def _timed_row(dev, builders, rule, names, key, pass_, rounds, out, clock):
+    """Time the launch lists ``builders`` make, interleaved (``_timed``); the
+    row of the fastest (``_choose``), printed, or None when none could run."""
+    times = _timed(dev, builders, rounds, clock)
+    choice = _choose(times, rule)
+    if choice is None:
         return None
-    choice = min(ok, key=ok.get)
-    if rule in ok and ok[rule] <= ok[choice] * (1 + KEEP_RULE_WITHIN):
-        choice = rule
     row = dict(layers=names, key=key, pass_=pass_, times=times, rule=rule, choice=choice)
     _print_row(row, out)
     return row
