@@ -295,14 +295,10 @@ def gemm_launches(dev, M, N, K, A, B, C, *, trans_a=False, trans_b=False, alpha=
     fully-connected layer). residual: a buffer laid out as C added before
     the activation (as ``gemm``'s, in C's layout from off_c); only where
     ``adds_residual`` or with ``nsplit`` given."""
-    if residual is not None and nsplit is None:
-        if not adds_residual(dev, M, N, K, trans_a, trans_b):
-            raise ValueError("gemm_launches: a residual needs a gemm launch or a split of K "
-                             "(not the small-M or matrix-vector kernel)")
-        if deterministic():
-            nsplit = 1
-        else:
-            nsplit = splitk_factor(dev, M, N, K)
+    if residual is not None and nsplit is None \
+            and not adds_residual(dev, M, N, K, trans_a, trans_b):
+        raise ValueError("gemm_launches: a residual needs a gemm launch or a split of K "
+                         "(not the small-M or matrix-vector kernel)")
     if nsplit is None and deterministic():
         nsplit = 1
     if nsplit is None and use_small_m(dev, M, N, K, trans_a, trans_b):
